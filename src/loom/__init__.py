@@ -1,0 +1,82 @@
+"""Loom: a runtime for LLM agents.
+
+```python
+from loom import Agent, tool
+
+@tool
+def add(a: int, b: int) -> int:
+    \"\"\"Add two integers.\"\"\"
+    return a + b
+
+agent = Agent(name="calc", instructions="You add numbers.", model="local", tools=[add])
+print(agent.run_sync("what is 1 + 2?").output)
+```
+
+Public names are imported lazily so that ``import loom`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from loom.agent import Agent
+    from loom.errors import (
+        ConfigurationError,
+        InputError,
+        LoomError,
+        ModelError,
+        ToolError,
+    )
+    from loom.events import AgentEvent, EventType
+    from loom.hooks import Deny, HookContext, LoggingHook, MetricsHook, ReplaceArguments
+    from loom.loop import AgentState
+    from loom.messages import Message, ModelResponse, RunResult, ToolCall, ToolResult, Usage
+    from loom.models.base import Model, ModelSettings
+    from loom.tools.base import RunContext, Tool, tool
+
+_EXPORTS: dict[str, str] = {
+    "Agent": "loom.agent",
+    "AgentEvent": "loom.events",
+    "AgentState": "loom.loop",
+    "ConfigurationError": "loom.errors",
+    "Deny": "loom.hooks",
+    "EventType": "loom.events",
+    "HookContext": "loom.hooks",
+    "InputError": "loom.errors",
+    "LoggingHook": "loom.hooks",
+    "LoomError": "loom.errors",
+    "Message": "loom.messages",
+    "MetricsHook": "loom.hooks",
+    "Model": "loom.models.base",
+    "ModelError": "loom.errors",
+    "ModelResponse": "loom.messages",
+    "ModelSettings": "loom.models.base",
+    "ReplaceArguments": "loom.hooks",
+    "RunContext": "loom.tools.base",
+    "RunResult": "loom.messages",
+    "Tool": "loom.tools.base",
+    "ToolCall": "loom.messages",
+    "ToolError": "loom.errors",
+    "ToolResult": "loom.messages",
+    "Usage": "loom.messages",
+    "tool": "loom.tools.base",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'loom' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,278 @@
+"""``Agent``: what an agent is (instructions, model, tools, limits, hooks) and how to run it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from loom.context import ContextBuilder, FullHistoryBuilder
+from loom.errors import AgentDefinitionError, ConfigurationError, InputError
+from loom.events import AgentEvent
+from loom.hooks import compile_hooks
+from loom.messages import RunResult, ToolCall, ToolResult, new_id
+from loom.models import resolve_model
+from loom.models.base import Model, ModelSettings
+from loom.runtime import OnBusy
+from loom.store.base import Store
+from loom.tools.base import Effect, FunctionTool, Tool, ToolSpec, spec_of
+from loom.tools.registry import resolve_tool
+
+if TYPE_CHECKING:
+    from loom.loop import Turn
+
+__all__ = ["Agent"]
+
+_DONE = object()
+
+
+def _positive(field: str, value: Any, *, integer: bool) -> Any:
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
+        what = "a positive integer" if integer else "a positive number of seconds"
+        raise AgentDefinitionError(f"must be {what}, got {value!r}", field=field)
+    return value
+
+
+class Agent:
+    """An agent definition you can run.
+
+    Args:
+        name: Identifies the agent in sessions, events and logs.
+        instructions: The system prompt.
+        model: A ``Model`` or a model string (``"local"``, ``"openai:gpt-4o-mini"``, ...);
+            default ``$LOOM_MODEL`` or ``"local"``. Resolved on first use.
+        tools: ``@tool`` functions, ``Tool`` objects, or names of built-in tools.
+        max_iterations: Model calls per turn before the run stops (``"max_iterations"``).
+        max_tool_calls: Tool executions per turn before the run stops (``"max_tool_calls"``).
+        timeout: Wall-clock seconds per turn (``"timeout"``).
+        tool_timeout: Default seconds per tool call; ``@tool(timeout=...)`` overrides it.
+        hooks: Lifecycle hook objects, called in order (see ``loom.hooks``).
+        store: Where sessions live; default an in-memory store private to this agent.
+        workspace: Root directory for file tools, passed to tools in ``RunContext``.
+        model_settings: Temperature, max tokens, ... for every model call.
+        max_message_chars: Longest user message accepted.
+        context_builder: Compiles the context for each call (default: whole history).
+        deps: Any object handed to tools as ``RunContext.deps``.
+    """
+
+    __slots__ = (
+        "_hooks",
+        "_model",
+        "_model_spec",
+        "_store",
+        "context_builder",
+        "deps",
+        "hooks",
+        "instructions",
+        "lock_ttl",
+        "max_iterations",
+        "max_message_chars",
+        "max_queue_depth",
+        "max_tool_calls",
+        "model_settings",
+        "name",
+        "queue_timeout",
+        "timeout",
+        "tool_specs",
+        "tool_timeout",
+        "tools",
+        "workspace",
+    )
+
+    def __init__(
+        self,
+        name: str = "agent",
+        instructions: str = "",
+        *,
+        model: str | Model | None = None,
+        tools: Sequence[Tool | str | Any] = (),
+        max_iterations: int = 10,
+        max_tool_calls: int = 50,
+        timeout: float = 600.0,
+        tool_timeout: float = 30.0,
+        hooks: Sequence[object] = (),
+        store: Store | None = None,
+        workspace: str | Path | None = None,
+        model_settings: ModelSettings | None = None,
+        max_message_chars: int = 100_000,
+        queue_timeout: float = 30.0,
+        max_queue_depth: int = 10,
+        lock_ttl: float = 900.0,
+        context_builder: ContextBuilder | None = None,
+        deps: Any = None,
+    ) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise AgentDefinitionError("must be a non-empty string", field="name")
+        if not isinstance(instructions, str):
+            raise AgentDefinitionError("must be a string", field="instructions")
+        self.name = name
+        self.instructions = instructions
+        self._model_spec = model
+        self._model: Model | None = None if model is None or isinstance(model, str) else model
+        if self._model is not None and not hasattr(self._model, "stream"):
+            raise AgentDefinitionError(
+                f"must be a model string or an object with stream(); got {type(model).__name__}",
+                field="model",
+            )
+        self.max_iterations = _positive("max_iterations", max_iterations, integer=True)
+        self.max_tool_calls = _positive("max_tool_calls", max_tool_calls, integer=True)
+        self.timeout = _positive("timeout", timeout, integer=False)
+        self.tool_timeout = _positive("tool_timeout", tool_timeout, integer=False)
+        self.max_message_chars = _positive("max_message_chars", max_message_chars, integer=True)
+        self.queue_timeout = _positive("queue_timeout", queue_timeout, integer=False)
+        self.max_queue_depth = _positive("max_queue_depth", max_queue_depth, integer=True)
+        self.lock_ttl = _positive("lock_ttl", lock_ttl, integer=False)
+        self.tools: dict[str, Tool] = {}
+        for t in tools:
+            resolved = resolve_tool(t)
+            if resolved.name in self.tools:
+                raise AgentDefinitionError(
+                    f"two tools are named {resolved.name!r}; tool names must be unique",
+                    field="tools",
+                )
+            self.tools[resolved.name] = resolved
+        self.tool_specs: list[ToolSpec] = [spec_of(t) for t in self.tools.values()]
+        self.hooks = list(hooks)
+        self._hooks = compile_hooks(self.hooks) if self.hooks else {}
+        self._store = store
+        self.workspace = Path(workspace) if workspace is not None else None
+        self.model_settings = model_settings
+        self.context_builder: ContextBuilder = context_builder or FullHistoryBuilder()
+        self.deps = deps
+
+    def __repr__(self) -> str:
+        return f"Agent(name={self.name!r}, tools={list(self.tools)})"
+
+    # -- lazily resolved parts ----------------------------------------------------------------
+    @property
+    def model(self) -> Model:
+        """The model, resolved from its string on first use."""
+        if self._model is None:
+            self._model = resolve_model(self._model_spec)  # type: ignore[arg-type]
+        return self._model
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            from loom.store.memory import MemoryStore
+
+            self._store = MemoryStore()
+        return self._store
+
+    def effect_of(self, tool_name: str) -> Effect:
+        t = self.tools.get(tool_name)
+        return getattr(t, "effect", "at_most_once") if t is not None else "pure"
+
+    # -- extension points used by the loop (overridden by stores, policies, ...) -------------
+    async def _recover(self, turn: Turn) -> None:
+        """Close tool calls a crashed or cancelled earlier run left open in this session."""
+        from loom.recovery import recover_session
+
+        await recover_session(self, turn)
+
+    async def _process_result(self, turn: Turn, call: ToolCall, result: ToolResult) -> ToolResult:
+        """Shape a result before the model sees it (error channel, large results)."""
+        return result
+
+    # -- running ------------------------------------------------------------------------------
+    def _turn(self, message: str, session_id: str | None, on_busy: str, deps: Any) -> Turn:
+        from loom.loop import Turn
+
+        if not isinstance(message, str):
+            raise InputError(f"message must be a string, got {type(message).__name__}")
+        if not message.strip():
+            raise InputError("message is empty; send some text for the agent to answer")
+        if len(message) > self.max_message_chars:
+            raise InputError(
+                f"message is {len(message):,} characters, over this agent's max_message_chars="
+                f"{self.max_message_chars:,}; shorten it or raise the limit"
+            )
+        if session_id is not None and (not isinstance(session_id, str) or not session_id.strip()):
+            raise InputError("session_id must be a non-empty string or None")
+        if on_busy not in ("queue", "drop", "interrupt"):
+            raise InputError(f"on_busy must be 'queue', 'drop' or 'interrupt', got {on_busy!r}")
+        return Turn(self, message, session_id or new_id("session"), on_busy,
+                    self.deps if deps is None else deps)
+
+    async def _drive(self, turn: Turn) -> AsyncIterator[AgentEvent]:
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        put = queue.put_nowait
+        task = asyncio.ensure_future(turn.run(put))
+        task.add_done_callback(lambda _: put(_DONE))
+        try:
+            while (item := await queue.get()) is not _DONE:
+                yield item
+            await task  # re-raise what the turn raised
+        finally:
+            if not task.done():
+                task.cancel()
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):
+                    pass
+
+    async def stream(
+        self,
+        message: str,
+        *,
+        session_id: str | None = None,
+        on_busy: OnBusy = "queue",
+        deps: Any = None,
+    ) -> AsyncIterator[AgentEvent]:
+        """Run one turn and yield its events as they happen (``AGENT_START`` … ``AGENT_FINISH``).
+
+        Leaving the ``async for`` early cancels the turn; its open tool calls are closed with
+        ``interrupted`` results.
+        """
+        async for event in self._drive(self._turn(message, session_id, on_busy, deps)):
+            yield event
+
+    async def run(
+        self,
+        message: str,
+        *,
+        session_id: str | None = None,
+        on_busy: OnBusy = "queue",
+        deps: Any = None,
+    ) -> RunResult:
+        """Run one turn to its end and return the ``RunResult``."""
+        turn = self._turn(message, session_id, on_busy, deps)
+        async for _ in self._drive(turn):
+            pass
+        assert turn.result is not None
+        return turn.result
+
+    def run_sync(
+        self,
+        message: str,
+        *,
+        session_id: str | None = None,
+        on_busy: OnBusy = "queue",
+        deps: Any = None,
+    ) -> RunResult:
+        """``run`` for code without an event loop."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(
+                self.run(message, session_id=session_id, on_busy=on_busy, deps=deps)
+            )
+        raise ConfigurationError(
+            "run_sync() was called inside a running event loop; use 'await agent.run(...)'"
+        )
+
+    # -- definitions from files ---------------------------------------------------------------
+    @classmethod
+    def from_file(
+        cls, path: str | Path, *, tools: Sequence[Tool | FunctionTool] = (), **overrides: Any
+    ) -> Agent:
+        """Load an ``AGENT.md`` (YAML front matter + instructions body) or a YAML file.
+
+        ``tools`` supplies your own tools for names the file lists; ``overrides`` win over the
+        file (for example ``model=``).
+        """
+        from loom.definition import load_definition
+
+        return load_definition(cls, Path(path), tools, overrides)

@@ -1,0 +1,78 @@
+"""CONTEXT stage: the one place that compiles what the model sees for a call.
+
+``ContextBuilder.build`` is a pure function of the session's persisted messages plus the agent's
+configuration; nothing else changes what the model sees (DESIGN principle 1). The default
+builder sends the system prompt and the whole history; ``loom.memory`` provides the budgeted,
+segmented one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from loom.events import EventType
+from loom.messages import Message
+from loom.tools.base import ToolSpec
+
+if TYPE_CHECKING:
+    from loom.agent import Agent
+
+__all__ = ["AssembledContext", "ContextBuilder", "ContextRequest", "FullHistoryBuilder"]
+
+
+@dataclass(slots=True)
+class ContextRequest:
+    """What the builder may read: the agent, the persisted history, and turn identity."""
+
+    agent: Agent
+    history: Sequence[Message]
+    session_id: str
+    run_id: str
+    iteration: int
+    user_message: str
+    extra_system: list[str] = field(default_factory=list)  # e.g. matched patterns for ROM
+
+
+@dataclass(slots=True)
+class AssembledContext:
+    """The compiled context: messages and tools for the call, its token estimate, and notes.
+
+    ``notes`` are (event type, data) pairs the loop emits in order: component decisions,
+    compression progress.
+    """
+
+    messages: list[Message]
+    tools: list[ToolSpec]
+    token_estimate: int
+    notes: list[tuple[EventType, dict[str, Any]]] = field(default_factory=list)
+
+
+class ContextBuilder(Protocol):
+    """Compiles the context for one model call."""
+
+    async def build(self, request: ContextRequest) -> AssembledContext:
+        """Return the messages and tools to send."""
+        ...
+
+
+def system_prompt(request: ContextRequest) -> str:
+    parts = [request.agent.instructions, *request.extra_system]
+    return "\n\n".join(p for p in parts if p)
+
+
+class FullHistoryBuilder:
+    """Sends the system prompt and the whole history, with a character-based token estimate."""
+
+    async def build(self, request: ContextRequest) -> AssembledContext:
+        system = system_prompt(request)
+        messages = [Message(role="system", content=system), *request.history] if system else list(
+            request.history
+        )
+        chars = sum(len(m.content) for m in messages)
+        return AssembledContext(
+            messages=messages,
+            tools=request.agent.tool_specs,
+            token_estimate=chars // 4 + 4 * len(messages),
+        )

@@ -1,0 +1,117 @@
+"""Agent definitions in files: ``AGENT.md`` (YAML front matter + instructions) or YAML.
+
+```markdown
+---
+name: researcher
+model: local
+tools: [add, current_time]
+max_iterations: 8
+---
+You are a careful researcher. ...
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from loom.errors import AgentDefinitionError
+from loom.tools.base import Tool
+
+if TYPE_CHECKING:
+    from loom.agent import Agent
+
+__all__ = ["AgentDefinition", "load_definition", "parse_definition"]
+
+
+class AgentDefinition(BaseModel):
+    """The fields an agent file may set; anything else is an error that names the field."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    instructions: str = ""
+    model: str | None = None
+    tools: list[str] = Field(default_factory=list)
+    max_iterations: int = Field(default=10, gt=0)
+    max_tool_calls: int = Field(default=50, gt=0)
+    timeout: float = Field(default=600.0, gt=0)
+    tool_timeout: float = Field(default=30.0, gt=0)
+    workspace: str | None = None
+
+
+def _split_front_matter(text: str, path: Path) -> tuple[dict[str, Any], str]:
+    if not text.startswith("---"):
+        raise AgentDefinitionError(
+            "an AGENT.md file must start with a '---' line opening its YAML front matter "
+            "(name, model, tools, limits), closed by another '---' line",
+            path=str(path),
+        )
+    parts = text.split("\n---", 1)
+    if len(parts) != 2:
+        raise AgentDefinitionError("the YAML front matter is not closed by a '---' line",
+                                   path=str(path))
+    header = parts[0][3:]
+    body = parts[1].split("\n", 1)[1] if "\n" in parts[1] else ""
+    return _load_yaml(header, path), body.strip()
+
+
+def _load_yaml(text: str, path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise AgentDefinitionError(f"invalid YAML: {exc}", path=str(path)) from None
+    if not isinstance(data, dict):
+        raise AgentDefinitionError("the YAML must be a mapping of field: value", path=str(path))
+    return data
+
+
+def parse_definition(path: Path) -> AgentDefinition:
+    """Read and validate an agent file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise AgentDefinitionError("file not found", path=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AgentDefinitionError(f"cannot read the file: {exc}", path=str(path)) from None
+    if path.suffix.lower() in (".yaml", ".yml"):
+        data = _load_yaml(text, path)
+    else:
+        data, body = _split_front_matter(text, path)
+        if body:
+            if data.get("instructions"):
+                raise AgentDefinitionError(
+                    "instructions are given both in the front matter and in the body; keep one",
+                    path=str(path), field="instructions",
+                )
+            data["instructions"] = body
+    try:
+        return AgentDefinition.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        more = f" (and {exc.error_count() - 1} more problems)" if exc.error_count() > 1 else ""
+        raise AgentDefinitionError(f"{first['msg']}{more}", path=str(path), field=field) from None
+
+
+def load_definition(
+    cls: type[Agent], path: Path, tools: Sequence[Tool], overrides: dict[str, Any]
+) -> Agent:
+    definition = parse_definition(path)
+    own = {t.name: t for t in tools}
+    resolved: list[Tool | str] = [own.get(name, name) for name in definition.tools]
+    kwargs: dict[str, Any] = definition.model_dump(exclude={"description", "tools", "workspace"})
+    if definition.workspace is not None:
+        kwargs["workspace"] = (path.parent / definition.workspace).resolve()
+    kwargs["tools"] = resolved
+    kwargs.update(overrides)
+    try:
+        return cls(**kwargs)
+    except AgentDefinitionError as exc:
+        raise AgentDefinitionError(str(exc), path=str(path)) from None

@@ -1,0 +1,183 @@
+"""Every exception Loom raises, under one root.
+
+Errors the *model* can fix (bad tool arguments, a failing tool, a timeout) never raise:
+they go back to the model as tool results. What raises is what the *programmer* must fix,
+and each message says what to do.
+
+```
+LoomError
+├── ConfigurationError            bad agent definition, bad option, unknown provider
+│   ├── AgentDefinitionError      an AGENT.md / YAML file that does not validate
+│   ├── ToolDefinitionError       a function @tool cannot turn into a tool
+│   └── MissingDependencyError    an optional extra is not installed
+├── InputError                    a message or argument the caller passed is unusable
+├── ModelError                    the model provider failed
+│   ├── ModelAuthError            missing or rejected credentials
+│   ├── ModelRateLimited          429 after all retries
+│   ├── ModelUnavailable          server down, 5xx, timeouts, open circuit
+│   ├── ContextTooLong            the request does not fit the model's window
+│   └── ModelResponseError        the model answered something unusable
+├── ToolError                     raised *by tools* to send a coded error to the model
+├── SessionError                  session bookkeeping
+│   ├── SessionNotFound
+│   ├── SessionBusy               on_busy="drop" and the session is running
+│   └── QueueFull / QueueTimeout  on_busy="queue" limits
+├── StoreError                    persistence failed
+│   ├── StoreCorrupt              the database is damaged or not a Loom database
+│   └── SchemaTooNew              the database was written by a newer Loom
+├── HookError                     a fatal hook raised
+├── PermissionDenied              a policy refused an action outside a tool call
+└── RunCancelled                  the caller cancelled a run
+```
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentDefinitionError",
+    "ConfigurationError",
+    "ContextTooLong",
+    "HookError",
+    "InputError",
+    "LoomError",
+    "MissingDependencyError",
+    "ModelAuthError",
+    "ModelError",
+    "ModelRateLimited",
+    "ModelResponseError",
+    "ModelUnavailable",
+    "PermissionDenied",
+    "QueueFull",
+    "QueueTimeout",
+    "RunCancelled",
+    "SchemaTooNew",
+    "SessionBusy",
+    "SessionError",
+    "SessionNotFound",
+    "StoreCorrupt",
+    "StoreError",
+    "ToolDefinitionError",
+    "ToolError",
+]
+
+
+class LoomError(Exception):
+    """Root of every exception Loom raises."""
+
+
+class ConfigurationError(LoomError):
+    """The agent, a tool or an option is configured wrongly; fix the code or the file."""
+
+
+class AgentDefinitionError(ConfigurationError):
+    """An agent definition (AGENT.md, YAML or keyword arguments) does not validate."""
+
+    def __init__(self, message: str, *, path: str | None = None, field: str | None = None):
+        self.path = path
+        self.field = field
+        where = f"{path}: " if path else ""
+        what = f"field {field!r}: " if field else ""
+        super().__init__(f"{where}{what}{message}")
+
+
+class ToolDefinitionError(ConfigurationError):
+    """A function cannot be turned into a tool (unsupported signature, bad name, ...)."""
+
+
+class MissingDependencyError(ConfigurationError):
+    """An optional dependency is missing; the message names the install command."""
+
+    def __init__(self, package: str, extra: str, purpose: str):
+        self.package = package
+        self.extra = extra
+        super().__init__(
+            f"{purpose} needs the {package!r} package, which is not installed. "
+            f"Install it with: pip install 'loom-agents[{extra}]'"
+        )
+
+
+class InputError(LoomError, ValueError):
+    """An argument passed to a public entry point is unusable."""
+
+
+class ModelError(LoomError):
+    """The model provider failed."""
+
+
+class ModelAuthError(ModelError):
+    """Credentials are missing or were rejected."""
+
+
+class ModelRateLimited(ModelError):
+    """The provider kept answering 429 after every retry."""
+
+
+class ModelUnavailable(ModelError):
+    """The provider cannot be reached, timed out, answered 5xx, or its circuit is open."""
+
+
+class ContextTooLong(ModelError):
+    """The request does not fit in the model's context window."""
+
+
+class ModelResponseError(ModelError):
+    """The model's answer could not be used (empty, cut off, malformed)."""
+
+
+class ToolError(LoomError):
+    """Raise inside a tool to send a coded error back to the model.
+
+    The loop catches it like any other exception, but keeps ``code`` so the model (and the
+    error channel) see ``Code X: message`` instead of a Python exception name.
+    """
+
+    def __init__(self, message: str, *, code: str = "tool_error"):
+        self.code = code
+        super().__init__(message)
+
+
+class SessionError(LoomError):
+    """Session bookkeeping failed."""
+
+
+class SessionNotFound(SessionError, KeyError):
+    """No session with that id exists in the store."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else "session not found"
+
+
+class SessionBusy(SessionError):
+    """The session is running another turn and ``on_busy="drop"`` was asked for."""
+
+
+class QueueFull(SessionError):
+    """Too many turns are already waiting for this session."""
+
+
+class QueueTimeout(SessionError):
+    """A queued turn waited longer than the queue timeout for the session lock."""
+
+
+class StoreError(LoomError):
+    """The store could not read or write."""
+
+
+class StoreCorrupt(StoreError):
+    """The database file is damaged or is not a Loom database."""
+
+
+class SchemaTooNew(StoreError):
+    """The database was written by a newer version of Loom."""
+
+
+class HookError(LoomError):
+    """A lifecycle hook raised and was not marked non-fatal."""
+
+
+class PermissionDenied(LoomError):
+    """A policy refused an action."""
+
+
+class RunCancelled(LoomError):
+    """The caller cancelled the run."""

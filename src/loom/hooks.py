@@ -1,0 +1,237 @@
+"""Lifecycle hooks: the nine points of seed 002 plus seed 003's post-tools hook.
+
+A hook is any object with some of these async (or sync) methods; implement only the points you
+need. Hooks run in the order given to the agent. Order within one iteration::
+
+    before_iteration_start → before_context_assembly → after_context_assembly
+    → before_llm_call → after_llm_response
+    → [per tool call] before_tool_execution → after_tool_execution
+    → post_tools → before_recursion                (when the model called tools)
+    → after_iteration_end                          (when the model answered)
+
+Return values that matter:
+- ``before_llm_call`` may return a list of messages to append *for this call only*.
+- ``before_tool_execution`` may return ``Deny(reason)`` (the model gets a ``denied`` result)
+  or ``ReplaceArguments({...})``; later hooks see the replaced arguments.
+
+A hook that raises stops the run with an ``ERROR`` event and ``stop_reason="error"``, unless
+the hook object has ``fatal = False``, in which case the error is reported and the run goes on.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from loom.messages import Message, ModelResponse, RunResult, ToolCall, ToolResult, Usage
+
+if TYPE_CHECKING:
+    from loom.agent import Agent
+
+__all__ = [
+    "HOOK_POINTS",
+    "Deny",
+    "HookContext",
+    "Hooks",
+    "LoggingHook",
+    "MetricsHook",
+    "ReplaceArguments",
+    "RequireApproval",
+    "ToolDecision",
+]
+
+HOOK_POINTS = (
+    "before_iteration_start",
+    "before_context_assembly",
+    "after_context_assembly",
+    "before_llm_call",
+    "after_llm_response",
+    "before_tool_execution",
+    "after_tool_execution",
+    "post_tools",
+    "before_recursion",
+    "after_iteration_end",
+)
+
+
+@dataclass(slots=True)
+class HookContext:
+    """What a hook sees: the run's identity, its iteration, and a dict hooks may share."""
+
+    agent: Agent
+    run_id: str
+    session_id: str
+    iteration: int = 0
+    state: str = ""
+    messages: list[Message] = field(default_factory=list)
+    shared: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Deny:
+    """Refuse a tool call; the model reads ``reason``."""
+
+    reason: str = "denied by policy"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaceArguments:
+    """Run the tool call with these arguments instead."""
+
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RequireApproval:
+    """Pause the call until a human approves, rejects or edits it."""
+
+    reason: str = "this call needs approval"
+
+
+ToolDecision = Deny | ReplaceArguments | RequireApproval | None
+
+
+class Hooks(Protocol):
+    """Documentation of the hook methods; a hook implements any subset of them."""
+
+    async def before_iteration_start(self, ctx: HookContext) -> None: ...
+    async def before_context_assembly(self, ctx: HookContext) -> None: ...
+    async def after_context_assembly(self, ctx: HookContext, messages: list[Message]) -> None: ...
+    async def before_llm_call(
+        self, ctx: HookContext, messages: list[Message]
+    ) -> list[Message] | None: ...
+    async def after_llm_response(self, ctx: HookContext, response: ModelResponse) -> None: ...
+    async def before_tool_execution(self, ctx: HookContext, call: ToolCall) -> ToolDecision: ...
+    async def after_tool_execution(
+        self, ctx: HookContext, call: ToolCall, result: ToolResult
+    ) -> None: ...
+    async def post_tools(self, ctx: HookContext, results: list[ToolResult]) -> None: ...
+    async def before_recursion(self, ctx: HookContext) -> None: ...
+    async def after_iteration_end(self, ctx: HookContext, result: RunResult) -> None: ...
+
+
+HookFn = Callable[..., Awaitable[Any]]
+
+
+def _as_async(fn: Callable[..., Any]) -> HookFn:
+    if inspect.iscoroutinefunction(fn):
+        return fn
+
+    async def call(*args: Any) -> Any:
+        return fn(*args)
+
+    return call
+
+
+def compile_hooks(hooks: Sequence[object]) -> dict[str, list[tuple[HookFn, bool]]]:
+    """Per hook point, the bound methods to call and whether each one is fatal."""
+    table: dict[str, list[tuple[HookFn, bool]]] = {}
+    for h in hooks:
+        fatal = bool(getattr(h, "fatal", True))
+        for point in HOOK_POINTS:
+            method = getattr(h, point, None)
+            if method is not None and callable(method):
+                table.setdefault(point, []).append((_as_async(method), fatal))
+    return table
+
+
+class LoggingHook:
+    """Logs every hook point through ``logging`` (logger ``loom``)."""
+
+    fatal = False
+
+    def __init__(self, logger: logging.Logger | None = None, level: int = logging.INFO) -> None:
+        self.log = logger or logging.getLogger("loom")
+        self.level = level
+
+    async def before_iteration_start(self, ctx: HookContext) -> None:
+        self.log.log(self.level, "run %s iteration %d starts", ctx.run_id, ctx.iteration)
+
+    async def before_llm_call(self, ctx: HookContext, messages: list[Message]) -> None:
+        self.log.log(self.level, "run %s calls the model with %d messages", ctx.run_id, len(messages))
+
+    async def after_llm_response(self, ctx: HookContext, response: ModelResponse) -> None:
+        self.log.log(
+            self.level,
+            "run %s model answered: %d chars, %d tool calls",
+            ctx.run_id,
+            len(response.text),
+            len(response.tool_calls),
+        )
+
+    async def before_tool_execution(self, ctx: HookContext, call: ToolCall) -> None:
+        self.log.log(self.level, "run %s tool %s(%s)", ctx.run_id, call.name, call.arguments)
+
+    async def after_tool_execution(
+        self, ctx: HookContext, call: ToolCall, result: ToolResult
+    ) -> None:
+        self.log.log(
+            self.level,
+            "run %s tool %s %s in %.1f ms",
+            ctx.run_id,
+            call.name,
+            "ok" if result.success else f"failed ({result.error_code})",
+            result.duration_ms,
+        )
+
+    async def after_iteration_end(self, ctx: HookContext, result: RunResult) -> None:
+        self.log.log(self.level, "run %s finished: %s", ctx.run_id, result.stop_reason)
+
+
+@dataclass
+class RunMetrics:
+    """Counts and durations of one run."""
+
+    llm_calls: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    iterations: int = 0
+    llm_seconds: float = 0.0
+    tool_seconds: float = 0.0
+    usage: Usage = field(default_factory=Usage)
+    stop_reason: str = ""
+
+
+class MetricsHook:
+    """Collects per-run counts, durations and token usage in ``metrics[run_id]``."""
+
+    fatal = False
+
+    def __init__(self) -> None:
+        self.metrics: dict[str, RunMetrics] = {}
+        self._llm_started: dict[str, float] = {}
+
+    def _m(self, ctx: HookContext) -> RunMetrics:
+        m = self.metrics.get(ctx.run_id)
+        if m is None:
+            m = self.metrics[ctx.run_id] = RunMetrics()
+        return m
+
+    async def before_iteration_start(self, ctx: HookContext) -> None:
+        self._m(ctx).iterations += 1
+
+    async def before_llm_call(self, ctx: HookContext, messages: list[Message]) -> None:
+        self._llm_started[ctx.run_id] = time.perf_counter()
+
+    async def after_llm_response(self, ctx: HookContext, response: ModelResponse) -> None:
+        m = self._m(ctx)
+        m.llm_calls += 1
+        m.llm_seconds += time.perf_counter() - self._llm_started.pop(ctx.run_id, time.perf_counter())
+        if response.usage is not None:
+            m.usage = m.usage + response.usage
+
+    async def after_tool_execution(
+        self, ctx: HookContext, call: ToolCall, result: ToolResult
+    ) -> None:
+        m = self._m(ctx)
+        m.tool_calls += 1
+        m.tool_seconds += result.duration_ms / 1000
+        if not result.success:
+            m.tool_errors += 1
+
+    async def after_iteration_end(self, ctx: HookContext, result: RunResult) -> None:
+        self._m(ctx).stop_reason = result.stop_reason

@@ -1,0 +1,187 @@
+"""The data every part of Loom shares: messages, tool calls and results, usage, responses."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "Message",
+    "ModelResponse",
+    "Role",
+    "RunResult",
+    "StopReason",
+    "ToolCall",
+    "ToolResult",
+    "Usage",
+    "new_id",
+    "utcnow",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+StopReason = Literal[
+    "completed",  # the model gave a final answer
+    "max_iterations",  # the tool loop hit Agent.max_iterations
+    "max_tool_calls",  # the turn hit Agent.max_tool_calls
+    "timeout",  # the turn hit Agent.timeout (wall clock)
+    "cancelled",  # the caller cancelled, or another turn interrupted this one
+    "awaiting_approval",  # a tool call waits for a human decision; resume later
+    "model_error",  # the model provider failed after its retries
+    "error",  # a fatal hook or an internal error; see the ERROR event
+]
+"""Why a run ended. ``RunResult.stop_reason`` is always one of these."""
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_id(prefix: str) -> str:
+    """A short random id such as ``call_3f9a0c1b2d4e``; 48 bits is plenty inside a session."""
+    return f"{prefix}_{secrets.token_hex(6)}"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class Usage(_Model):
+    """Tokens a run or a model call used."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    requests: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            requests=self.requests + other.requests,
+        )
+
+
+class ToolCall(_Model):
+    """A model's request to run one tool.
+
+    ``arguments`` is the parsed JSON object. When the model produced text that is not a JSON
+    object, ``arguments`` is empty and ``raw_arguments`` keeps the text, so the loop can tell the
+    model exactly what it got wrong.
+    """
+
+    id: str = Field(default_factory=lambda: new_id("call"))
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    raw_arguments: str | None = None
+
+    @classmethod
+    def from_json(cls, name: str, text: str, id: str | None = None) -> ToolCall:
+        """Build a call from the argument text a provider streamed, keeping bad JSON visible."""
+        call_id = id or new_id("call")
+        try:
+            parsed = json.loads(text) if text.strip() else {}
+        except json.JSONDecodeError:
+            return cls(id=call_id, name=name, raw_arguments=text)
+        if not isinstance(parsed, dict):
+            return cls(id=call_id, name=name, raw_arguments=text)
+        return cls(id=call_id, name=name, arguments=parsed)
+
+
+class ToolResult(_Model):
+    """What one tool call produced: data on success, an error code and message on failure."""
+
+    tool_call_id: str
+    name: str
+    success: bool = True
+    data: Any = None
+    error_code: str | None = None
+    error_message: str | None = None
+    duration_ms: float = 0.0
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    def to_content(self) -> str:
+        """The text the model reads for this result."""
+        if not self.success:
+            return f"Error ({self.error_code}): {self.error_message}"
+        if isinstance(self.data, str):
+            return self.data
+        try:
+            return json.dumps(self.data, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            return str(self.data)
+
+
+class Message(_Model):
+    """One entry of a conversation, as stored and as sent to a model."""
+
+    role: Role
+    content: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+    timestamp: datetime = Field(default_factory=utcnow)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def system(cls, content: str) -> Message:
+        return cls(role="system", content=content)
+
+    @classmethod
+    def user(cls, content: str) -> Message:
+        return cls(role="user", content=content)
+
+    @classmethod
+    def assistant(cls, content: str = "", tool_calls: list[ToolCall] | None = None) -> Message:
+        return cls(role="assistant", content=content, tool_calls=tool_calls or [])
+
+    @classmethod
+    def tool(cls, result: ToolResult) -> Message:
+        return cls(
+            role="tool",
+            content=result.to_content(),
+            tool_call_id=result.tool_call_id,
+            name=result.name,
+            metadata={"success": result.success, "error_code": result.error_code}
+            if not result.success
+            else {},
+        )
+
+
+class ModelResponse(_Model):
+    """One complete answer of a model: text, tool calls, or both."""
+
+    text: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    model: str | None = None
+
+    def to_message(self) -> Message:
+        return Message(role="assistant", content=self.text, tool_calls=list(self.tool_calls))
+
+
+class RunResult(_Model):
+    """The outcome of one turn (``Agent.run``).
+
+    ``stop_reason`` is one of :data:`StopReason`. ``messages`` are the messages this turn added
+    to the session (user message, assistant messages, tool results), in order.
+    """
+
+    output: str
+    messages: list[Message]
+    usage: Usage
+    session_id: str
+    run_id: str
+    stop_reason: StopReason
+    iterations: int = 0
+    error: str | None = None
+    verdict: dict[str, Any] | None = None
+    pending_approvals: list[dict[str, Any]] = Field(default_factory=list)

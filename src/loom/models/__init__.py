@@ -1,0 +1,67 @@
+"""Model providers and the model-string registry.
+
+``resolve_model("openai:gpt-4o-mini")`` turns a model string into a ``Model``. Providers are
+imported only when a string names them, so ``import loom`` never loads an SDK.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+from loom.errors import ConfigurationError
+from loom.models.base import Model, ModelSettings, StreamPart, TextDelta, ToolCallDelta, complete
+
+__all__ = [
+    "PROVIDERS",
+    "Model",
+    "ModelSettings",
+    "StreamPart",
+    "TextDelta",
+    "ToolCallDelta",
+    "complete",
+    "resolve_model",
+]
+
+# provider prefix -> "module:factory"; each factory takes the part after the first ':'.
+PROVIDERS: dict[str, str] = {
+    "local": "loom.models.local:from_spec",
+    "openai": "loom.models.openai:from_spec",
+    "openai-compatible": "loom.models.openai:from_compatible_spec",
+    "ollama": "loom.models.openai:from_ollama_spec",
+    "anthropic": "loom.models.anthropic:from_spec",
+    "demo": "loom.testing:demo_model",
+}
+
+DEFAULT_MODEL = "local"
+
+
+def resolve_model(spec: str | Model | None) -> Model:
+    """Return a ``Model`` for a model string, a ``Model`` instance, or ``None`` (``$LOOM_MODEL``,
+    then the embedded local model)."""
+    if spec is None:
+        spec = os.environ.get("LOOM_MODEL") or DEFAULT_MODEL
+    if not isinstance(spec, str):
+        if not hasattr(spec, "stream"):
+            raise ConfigurationError(
+                f"model must be a model string such as 'local' or 'openai:gpt-4o-mini', or an "
+                f"object with a stream() method; got {type(spec).__name__}"
+            )
+        return spec
+    text = spec.strip()
+    if not text:
+        raise ConfigurationError("model string is empty; try 'local' or 'openai:gpt-4o-mini'")
+    provider, _, rest = text.partition(":")
+    target = PROVIDERS.get(provider)
+    if target is None:
+        known = ", ".join(sorted(PROVIDERS))
+        raise ConfigurationError(
+            f"unknown model provider {provider!r} in {spec!r}; known providers: {known}. "
+            "Write it as 'provider:model', for example 'openai:gpt-4o-mini'."
+        )
+    module_name, _, factory_name = target.partition(":")
+    module = importlib.import_module(module_name)
+    factory: Any = getattr(module, factory_name)
+    model: Model = factory(rest)
+    return model

@@ -1,0 +1,89 @@
+"""The ``Model`` protocol: one streaming entry point every provider implements."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from loom.errors import ModelResponseError
+from loom.messages import Message, ModelResponse
+from loom.tools.base import ToolSpec
+
+__all__ = [
+    "Model",
+    "ModelSettings",
+    "StreamPart",
+    "TextDelta",
+    "ToolCallDelta",
+    "complete",
+]
+
+
+@dataclass(slots=True)
+class ModelSettings:
+    """Per-call options. Providers ignore what they do not support."""
+
+    temperature: float | None = None
+    max_tokens: int | None = None
+    timeout: float | None = None
+    tool_choice: str | None = None  # "auto" | "required" | "none" | a tool name
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class TextDelta:
+    """A chunk of assistant text, as the model produced it."""
+
+    text: str
+
+
+@dataclass(slots=True)
+class ToolCallDelta:
+    """Progress on a tool call being streamed (for display; the final response has the call)."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments_delta: str = ""
+
+
+StreamPart = TextDelta | ToolCallDelta | ModelResponse
+"""What ``Model.stream`` yields. The last item must be the complete ``ModelResponse``."""
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A language model. Implement ``stream``; ``loom.models.complete`` gives the one-shot form.
+
+    ``stream`` yields ``TextDelta`` / ``ToolCallDelta`` parts as they arrive and finally exactly
+    one ``ModelResponse`` holding the whole answer (text, tool calls, usage). A stream that ends
+    without a ``ModelResponse`` was cut off, and the loop treats it as a failed call.
+    """
+
+    name: str
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        settings: ModelSettings | None = None,
+    ) -> AsyncIterator[StreamPart]:
+        """Stream one answer to ``messages`` with ``tools`` available."""
+        ...
+
+
+async def complete(
+    model: Model,
+    messages: Sequence[Message],
+    tools: Sequence[ToolSpec] = (),
+    settings: ModelSettings | None = None,
+) -> ModelResponse:
+    """Run ``model.stream`` to the end and return the final response."""
+    final: ModelResponse | None = None
+    async for part in model.stream(messages, tools, settings):
+        if isinstance(part, ModelResponse):
+            final = part
+    if final is None:
+        raise ModelResponseError(f"model {model.name!r} ended its stream without a response")
+    return final

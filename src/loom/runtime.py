@@ -1,0 +1,109 @@
+"""What a process holds while agents run: one execution gate per session.
+
+Seed 004: exactly one execution per session. A turn that finds its session busy either waits
+(``on_busy="queue"``, FIFO, bounded depth and wait), gives up (``"drop"``), or cancels the
+running turn and takes over (``"interrupt"``). Within a process the gate is an asyncio lock per
+(store, session); across processes the store's own lock (``Store.acquire_lock``, with an expiry
+so a dead process cannot hold a session for ever) is taken as well.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from loom.errors import InputError, QueueFull, QueueTimeout, SessionBusy
+from loom.store.base import Store
+
+__all__ = ["OnBusy", "SessionGate", "gate_for"]
+
+OnBusy = Literal["queue", "drop", "interrupt"]
+
+
+@dataclass(slots=True)
+class SessionGate:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    waiting: int = 0
+    holder_interrupt: Callable[[], None] | None = None
+
+
+_gates: weakref.WeakKeyDictionary[object, dict[str, SessionGate]] = weakref.WeakKeyDictionary()
+
+
+def gate_for(store: Store, session_id: str) -> SessionGate:
+    per_store = _gates.get(store)
+    if per_store is None:
+        per_store = _gates[store] = {}
+    gate = per_store.get(session_id)
+    if gate is None:
+        gate = per_store[session_id] = SessionGate()
+    return gate
+
+
+async def acquire(
+    store: Store,
+    session_id: str,
+    run_id: str,
+    *,
+    on_busy: OnBusy,
+    interrupt: Callable[[], None],
+    queue_timeout: float,
+    max_queue_depth: int,
+    lock_ttl: float,
+) -> SessionGate:
+    """Enter the session's gate according to ``on_busy``; raise a typed error if refused."""
+    if on_busy not in ("queue", "drop", "interrupt"):
+        raise InputError(f"on_busy must be 'queue', 'drop' or 'interrupt', got {on_busy!r}")
+    gate = gate_for(store, session_id)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + queue_timeout
+    if gate.lock.locked():
+        if on_busy == "drop":
+            raise SessionBusy(
+                f"session {session_id!r} is running another turn; retry later or use "
+                "on_busy='queue'"
+            )
+        if on_busy == "interrupt" and gate.holder_interrupt is not None:
+            gate.holder_interrupt()
+        elif gate.waiting >= max_queue_depth:
+            raise QueueFull(
+                f"session {session_id!r} already has {gate.waiting} turns waiting (max "
+                f"{max_queue_depth}); retry later"
+            )
+    gate.waiting += 1
+    try:
+        async with asyncio.timeout_at(deadline):
+            await gate.lock.acquire()
+    except TimeoutError:
+        raise QueueTimeout(
+            f"waited {queue_timeout:g} s for session {session_id!r} to be free; retry later"
+        ) from None
+    finally:
+        gate.waiting -= 1
+    try:
+        delay = 0.01
+        while not await store.acquire_lock(session_id, run_id, lock_ttl):
+            if loop.time() + delay > deadline:
+                raise QueueTimeout(
+                    f"session {session_id!r} is locked by another process; waited "
+                    f"{queue_timeout:g} s. Retry later."
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+    except BaseException:
+        gate.lock.release()
+        raise
+    gate.holder_interrupt = interrupt
+    return gate
+
+
+async def release(store: Store, gate: SessionGate, session_id: str, run_id: str) -> None:
+    """Release both locks; always runs, even when the store fails."""
+    gate.holder_interrupt = None
+    try:
+        await store.release_lock(session_id, run_id)
+    finally:
+        gate.lock.release()

@@ -1,0 +1,3 @@
+from loom.cli import main
+
+main()

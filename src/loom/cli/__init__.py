@@ -1,0 +1,28 @@
+"""The ``loom`` command (Typer + Rich).
+
+Each command group lives in its own module and is registered here; modules import their heavy
+dependencies inside the command functions so ``loom --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from loom.cli import errors_cmd, patterns_cmd, run_cmd, sessions_cmd
+
+app = typer.Typer(
+    name="loom",
+    help="Run, chat with and inspect Loom agents.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("run")(run_cmd.run)
+app.command("chat")(run_cmd.chat)
+app.add_typer(sessions_cmd.app, name="sessions")
+app.add_typer(errors_cmd.app, name="errors")
+app.add_typer(patterns_cmd.app, name="patterns")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,210 @@
+"""``loom run`` and ``loom chat``: stream an agent's answer live in the terminal."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from loom.agent import Agent
+    from loom.events import AgentEvent
+    from loom.messages import RunResult
+
+# The toolset `loom run` gives an agent that does not name its own.
+DEFAULT_TOOLS = ["add", "multiply", "current_time"]
+DEFAULT_INSTRUCTIONS = (
+    "You are a helpful assistant. Use a tool when it helps; answer briefly and plainly."
+)
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+AgentOpt = Annotated[
+    Path | None, typer.Option("--agent", "-a", help="An AGENT.md or YAML agent definition.")
+]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option("--model", "-m", help="Model string, e.g. local, openai:gpt-4o-mini, demo."),
+]
+SessionOpt = Annotated[
+    str | None, typer.Option("--session", "-s", help="Continue this session id.")
+]
+StoreOpt = Annotated[
+    str | None,
+    typer.Option("--store", help="Session database (default .loom/loom.db); ':memory:' for none."),
+]
+ToolsOpt = Annotated[
+    str | None,
+    typer.Option("--tools", help="Comma-separated built-in tool names (default: a small set)."),
+]
+
+
+def open_store(path: str | None) -> Any:
+    """The CLI's store: a SQLite file under .loom/ unless told otherwise."""
+    from loom.store.memory import MemoryStore
+
+    if path == ":memory:":
+        return MemoryStore()
+    try:
+        from loom.store.sqlite import SQLiteStore
+    except ImportError:  # the SQLite store is not built yet in this checkout
+        return MemoryStore()
+    target = Path(path) if path else Path(".loom") / "loom.db"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return SQLiteStore(target)
+
+
+def build_agent(
+    agent_file: Path | None, model: str | None, store: Any, tools: str | None
+) -> Agent:
+    from loom.agent import Agent
+
+    overrides: dict[str, Any] = {"store": store}
+    if model:
+        overrides["model"] = model
+    tool_names = [t.strip() for t in tools.split(",") if t.strip()] if tools else None
+    if agent_file is not None:
+        if tool_names is not None:
+            overrides["tools"] = tool_names
+        return Agent.from_file(agent_file, **overrides)
+    overrides.setdefault("tools", tool_names if tool_names is not None else DEFAULT_TOOLS)
+    return Agent(name="loom", instructions=DEFAULT_INSTRUCTIONS, **overrides)
+
+
+def _load_model(agent: Agent) -> None:
+    # Loading a local model takes seconds: show it instead of looking frozen.
+    with err.status("Loading the model…", spinner="dots"):
+        _ = agent.model
+
+
+class _Renderer:
+    """Prints one turn's events: text as it streams, tool calls as they start and end."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.in_text = False
+        self.result: dict[str, Any] = {}
+
+    def __call__(self, event: AgentEvent) -> None:
+        from loom.events import EventType as E
+
+        if self.as_json:
+            sys.stdout.write(json.dumps(event.to_dict(), default=str) + "\n")
+            sys.stdout.flush()
+        d = event.data
+        if event.type is E.AGENT_FINISH:
+            self.result = d
+        if self.as_json:
+            return
+        if event.type is E.LLM_DELTA:
+            out.print(d["text"], end="", soft_wrap=True)
+            self.in_text = True
+            return
+        if self.in_text and event.type in (E.LLM_COMPLETE, E.TOOL_EXECUTION_START, E.ERROR):
+            out.print()
+            self.in_text = False
+        if event.type is E.TOOL_EXECUTION_START:
+            args = json.dumps(d["arguments"], ensure_ascii=False)
+            err.print(f"[cyan]→ {d['tool_name']}[/]({args})")
+        elif event.type in (E.TOOL_RESULT, E.TOOL_ERROR):
+            mark = "[green]✓[/]" if d["success"] else "[red]✗[/]"
+            text = str(d["content"]).replace("\n", " ")
+            err.print(f"  {mark} {d['tool_name']}: {text[:200]} [dim]({d['duration_ms']:.0f} ms)[/]")
+        elif event.type is E.APPROVAL_REQUIRED:
+            err.print(f"[yellow]approval needed[/] for {d.get('tool_name')}: {d.get('reason', '')}")
+        elif event.type is E.ERROR:
+            err.print(f"[red]error:[/] {d.get('error')}")
+
+
+async def _turn(agent: Agent, message: str, session: str | None, as_json: bool) -> dict[str, Any]:
+    render = _Renderer(as_json)
+    async for event in agent.stream(message, session_id=session):
+        render(event)
+    return render.result
+
+
+def _summary(result: dict[str, Any], session_id: str) -> None:
+    usage = result.get("usage") or {}
+    reason = result.get("stop_reason")
+    style = "green" if reason == "completed" else "yellow"
+    err.print(
+        f"[dim]session {session_id} · [{style}]{reason}[/{style}] · "
+        f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out tokens · "
+        f"{result.get('iterations', 0)} iterations · {result.get('duration_ms', 0) / 1000:.1f} s[/]"
+    )
+
+
+def _fail(exc: Exception) -> None:
+    err.print(f"[red]{type(exc).__name__}:[/] {exc}")
+    raise typer.Exit(code=2)
+
+
+def run(
+    message: Annotated[str, typer.Argument(help="What to ask the agent.")],
+    agent_file: AgentOpt = None,
+    model: ModelOpt = None,
+    session: SessionOpt = None,
+    store: StoreOpt = None,
+    tools: ToolsOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print every event as JSON.")] = False,
+) -> None:
+    """Run one turn and stream the answer."""
+    from loom.errors import LoomError
+    from loom.messages import new_id
+
+    try:
+        agent = build_agent(agent_file, model, open_store(store), tools)
+        _load_model(agent)
+        session_id = session or new_id("session")
+        result = asyncio.run(_turn(agent, message, session_id, as_json))
+    except LoomError as exc:
+        _fail(exc)
+        return
+    if not as_json:
+        _summary(result, session_id)
+    if result.get("stop_reason") not in ("completed", "awaiting_approval"):
+        raise typer.Exit(code=1)
+
+
+def chat(
+    agent_file: AgentOpt = None,
+    model: ModelOpt = None,
+    session: SessionOpt = None,
+    store: StoreOpt = None,
+    tools: ToolsOpt = None,
+) -> None:
+    """Talk with an agent in one session; an empty line or Ctrl-D ends."""
+    from loom.errors import LoomError
+    from loom.messages import new_id
+
+    try:
+        agent = build_agent(agent_file, model, open_store(store), tools)
+        _load_model(agent)
+    except LoomError as exc:
+        _fail(exc)
+        return
+    session_id = session or new_id("session")
+    err.print(f"[dim]session {session_id}; empty line to quit[/]")
+
+    async def loop() -> None:
+        while True:
+            try:
+                line = await asyncio.to_thread(input, "you> ")
+            except EOFError:
+                return
+            if not line.strip():
+                return
+            try:
+                result = await _turn(agent, line, session_id, False)
+            except LoomError as exc:
+                err.print(f"[red]{type(exc).__name__}:[/] {exc}")
+                continue
+            _summary(result, session_id)
+
+    asyncio.run(loop())

@@ -66,7 +66,33 @@ _EXPORTS: dict[str, str] = {
     "tool": "loom.tools.base",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "Agent",
+    "AgentEvent",
+    "AgentState",
+    "ConfigurationError",
+    "Deny",
+    "EventType",
+    "HookContext",
+    "InputError",
+    "LoggingHook",
+    "LoomError",
+    "Message",
+    "MetricsHook",
+    "Model",
+    "ModelError",
+    "ModelResponse",
+    "ModelSettings",
+    "ReplaceArguments",
+    "RunContext",
+    "RunResult",
+    "Tool",
+    "ToolCall",
+    "ToolError",
+    "ToolResult",
+    "Usage",
+    "tool",
+]
 
 
 def __getattr__(name: str) -> Any:

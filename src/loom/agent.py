@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -150,7 +151,7 @@ class Agent:
     def model(self) -> Model:
         """The model, resolved from its string on first use."""
         if self._model is None:
-            self._model = resolve_model(self._model_spec)  # type: ignore[arg-type]
+            self._model = resolve_model(self._model_spec)
         return self._model
 
     @property
@@ -193,25 +194,36 @@ class Agent:
             raise InputError("session_id must be a non-empty string or None")
         if on_busy not in ("queue", "drop", "interrupt"):
             raise InputError(f"on_busy must be 'queue', 'drop' or 'interrupt', got {on_busy!r}")
-        return Turn(self, message, session_id or new_id("session"), on_busy,
-                    self.deps if deps is None else deps)
+        return Turn(
+            self,
+            message,
+            session_id or new_id("session"),
+            on_busy,
+            self.deps if deps is None else deps,
+        )
 
-    async def _drive(self, turn: Turn) -> AsyncIterator[AgentEvent]:
+    async def _drive(
+        self, turn: Turn, cancel: asyncio.Event | None = None
+    ) -> AsyncIterator[AgentEvent]:
         queue: asyncio.Queue[Any] = asyncio.Queue()
         put = queue.put_nowait
         task = asyncio.ensure_future(turn.run(put))
         task.add_done_callback(lambda _: put(_DONE))
+        watcher: asyncio.Future[Any] | None = None
+        if cancel is not None:
+            watcher = asyncio.ensure_future(cancel.wait())
+            watcher.add_done_callback(lambda f: None if f.cancelled() else turn.cancel())
         try:
             while (item := await queue.get()) is not _DONE:
                 yield item
             await task  # re-raise what the turn raised
         finally:
+            if watcher is not None:
+                watcher.cancel()
             if not task.done():
                 task.cancel()
-                try:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-                except (asyncio.CancelledError, Exception):
-                    pass
 
     async def stream(
         self,
@@ -220,13 +232,18 @@ class Agent:
         session_id: str | None = None,
         on_busy: OnBusy = "queue",
         deps: Any = None,
+        cancel: asyncio.Event | None = None,
     ) -> AsyncIterator[AgentEvent]:
         """Run one turn and yield its events as they happen (``AGENT_START`` … ``AGENT_FINISH``).
 
-        Leaving the ``async for`` early cancels the turn; its open tool calls are closed with
-        ``interrupted`` results.
+        ``session_id`` continues a session (a new one is made when omitted). ``on_busy`` says
+        what to do when the session is running another turn: wait (``"queue"``), fail with
+        ``SessionBusy`` (``"drop"``), or cancel the other turn (``"interrupt"``). Setting
+        ``cancel`` stops the turn with ``stop_reason="cancelled"``. Leaving the ``async for``
+        early cancels the turn too; either way open tool calls get ``interrupted`` results.
         """
-        async for event in self._drive(self._turn(message, session_id, on_busy, deps)):
+        turn = self._turn(message, session_id, on_busy, deps)
+        async for event in self._drive(turn, cancel):
             yield event
 
     async def run(
@@ -236,10 +253,11 @@ class Agent:
         session_id: str | None = None,
         on_busy: OnBusy = "queue",
         deps: Any = None,
+        cancel: asyncio.Event | None = None,
     ) -> RunResult:
-        """Run one turn to its end and return the ``RunResult``."""
+        """Run one turn to its end and return the ``RunResult`` (arguments as for ``stream``)."""
         turn = self._turn(message, session_id, on_busy, deps)
-        async for _ in self._drive(turn):
+        async for _ in self._drive(turn, cancel):
             pass
         assert turn.result is not None
         return turn.result
@@ -256,9 +274,7 @@ class Agent:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(
-                self.run(message, session_id=session_id, on_busy=on_busy, deps=deps)
-            )
+            return asyncio.run(self.run(message, session_id=session_id, on_busy=on_busy, deps=deps))
         raise ConfigurationError(
             "run_sync() was called inside a running event loop; use 'await agent.run(...)'"
         )

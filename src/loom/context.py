@@ -67,8 +67,10 @@ class FullHistoryBuilder:
 
     async def build(self, request: ContextRequest) -> AssembledContext:
         system = system_prompt(request)
-        messages = [Message(role="system", content=system), *request.history] if system else list(
-            request.history
+        messages = (
+            [Message(role="system", content=system), *request.history]
+            if system
+            else list(request.history)
         )
         chars = sum(len(m.content) for m in messages)
         return AssembledContext(

@@ -55,8 +55,9 @@ def _split_front_matter(text: str, path: Path) -> tuple[dict[str, Any], str]:
         )
     parts = text.split("\n---", 1)
     if len(parts) != 2:
-        raise AgentDefinitionError("the YAML front matter is not closed by a '---' line",
-                                   path=str(path))
+        raise AgentDefinitionError(
+            "the YAML front matter is not closed by a '---' line", path=str(path)
+        )
     header = parts[0][3:]
     body = parts[1].split("\n", 1)[1] if "\n" in parts[1] else ""
     return _load_yaml(header, path), body.strip()
@@ -88,7 +89,8 @@ def parse_definition(path: Path) -> AgentDefinition:
             if data.get("instructions"):
                 raise AgentDefinitionError(
                     "instructions are given both in the front matter and in the body; keep one",
-                    path=str(path), field="instructions",
+                    path=str(path),
+                    field="instructions",
                 )
             data["instructions"] = body
     try:

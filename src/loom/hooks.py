@@ -152,7 +152,9 @@ class LoggingHook:
         self.log.log(self.level, "run %s iteration %d starts", ctx.run_id, ctx.iteration)
 
     async def before_llm_call(self, ctx: HookContext, messages: list[Message]) -> None:
-        self.log.log(self.level, "run %s calls the model with %d messages", ctx.run_id, len(messages))
+        self.log.log(
+            self.level, "run %s calls the model with %d messages", ctx.run_id, len(messages)
+        )
 
     async def after_llm_response(self, ctx: HookContext, response: ModelResponse) -> None:
         self.log.log(
@@ -220,7 +222,9 @@ class MetricsHook:
     async def after_llm_response(self, ctx: HookContext, response: ModelResponse) -> None:
         m = self._m(ctx)
         m.llm_calls += 1
-        m.llm_seconds += time.perf_counter() - self._llm_started.pop(ctx.run_id, time.perf_counter())
+        m.llm_seconds += time.perf_counter() - self._llm_started.pop(
+            ctx.run_id, time.perf_counter()
+        )
         if response.usage is not None:
             m.usage = m.usage + response.usage
 

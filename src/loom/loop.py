@@ -10,22 +10,36 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from loom import runtime
 from loom.context import ContextRequest
-from loom.errors import ConfigurationError, HookError, ModelAuthError, ModelError
-from loom.errors import ModelResponseError
+from loom.errors import (
+    ConfigurationError,
+    HookError,
+    ModelAuthError,
+    ModelError,
+    ModelResponseError,
+    RunCancelled,
+)
 from loom.events import AgentEvent, EventType
 from loom.hooks import Deny, HookContext, ReplaceArguments
-from loom.messages import Message, ModelResponse, RunResult, StopReason, ToolCall, ToolResult
-from loom.messages import Usage, new_id
+from loom.messages import (
+    Message,
+    ModelResponse,
+    RunResult,
+    StopReason,
+    ToolCall,
+    ToolResult,
+    Usage,
+    new_id,
+)
 from loom.models.base import TextDelta
-from loom.store.base import LedgerEntry, RunRecord
+from loom.store.base import LedgerEntry, LedgerStatus, RunRecord
 from loom.tools.base import RunContext
 from loom.tools.executor import error_result, execute_call
-from loom import runtime
 
 if TYPE_CHECKING:
     from loom.agent import Agent
@@ -56,7 +70,12 @@ class Turn:
     """One user message run to its answer. Create through ``Agent.stream`` / ``Agent.run``."""
 
     def __init__(self, agent: Agent, message: str, session_id: str, on_busy: str, deps: Any):
-        self.agent, self.message, self.session_id, self.on_busy = agent, message, session_id, on_busy
+        self.agent, self.message, self.session_id, self.on_busy = (
+            agent,
+            message,
+            session_id,
+            on_busy,
+        )
         self.deps = deps
         self.run_id = new_id("run")
         self.state = AgentState.WAITING_FOR_USER_INPUT
@@ -88,8 +107,14 @@ class Turn:
             self._journal.append(ev)
         self._emit(ev)
 
-    async def _commit(self, events: list[AgentEvent], *, messages: list[Message] = (),  # type: ignore[assignment]
-                      ledger: list[LedgerEntry] = (), run: RunRecord | None = None) -> None:  # type: ignore[assignment]
+    async def _commit(
+        self,
+        events: list[AgentEvent],
+        *,
+        messages: Sequence[Message] = (),
+        ledger: Sequence[LedgerEntry] = (),
+        run: RunRecord | None = None,
+    ) -> None:
         """Persist before you announce: the step and its events, then the events go out."""
         journal, self._journal = self._journal + events, []
         await self.agent.store.append(
@@ -103,28 +128,42 @@ class Turn:
     def _set_state(self, state: AgentState) -> None:
         if state is not self.state:
             self._announce(E.STATE_CHANGE, **{"from": self.state.value, "to": state.value})
-            self.state = self.hctx.state = state  # type: ignore[assignment]
+            self.state = self.hctx.state = state
 
     async def _hook(self, point: str, *args: Any) -> list[Any]:
-        out = []
-        for fn, fatal in self.agent._hooks.get(point, ()):
-            try:
-                out.append(await fn(self.hctx, *args))
-            except Exception as exc:
-                if fatal:
-                    raise HookError(f"hook {point} raised {type(exc).__name__}: {exc}") from exc
-                self._announce(E.ERROR, error=f"non-fatal hook {point}: {exc}", fatal=False)
-        return out
+        return [await self._call_hook(point, h, *args) for h in self.agent._hooks.get(point, ())]
+
+    async def _call_hook(self, point: str, hook: tuple[Any, bool], *args: Any) -> Any:
+        fn, fatal = hook
+        try:
+            return await fn(self.hctx, *args)
+        except Exception as exc:
+            if fatal:
+                raise HookError(f"hook {point} raised {type(exc).__name__}: {exc}") from exc
+            self._announce(E.ERROR, error=f"non-fatal hook {point}: {exc}", fatal=False)
+            return None
 
     # -- the turn -----------------------------------------------------------------------------
     async def run(self, emit: Callable[[AgentEvent], None]) -> None:
         self._emit, a = emit, self.agent
         self._task = asyncio.current_task()
-        gate = await runtime.acquire(
-            a.store, self.session_id, self.run_id, on_busy=self.on_busy,  # type: ignore[arg-type]
-            interrupt=lambda: self.cancel("interrupted by a newer turn"),
-            queue_timeout=a.queue_timeout, max_queue_depth=a.max_queue_depth, lock_ttl=a.lock_ttl,
-        )
+        try:
+            gate = await runtime.acquire(
+                a.store,
+                self.session_id,
+                self.run_id,
+                on_busy=self.on_busy,  # type: ignore[arg-type]
+                interrupt=lambda: self.cancel("interrupted by a newer turn"),
+                queue_timeout=a.queue_timeout,
+                max_queue_depth=a.max_queue_depth,
+                lock_ttl=a.lock_ttl,
+            )
+        except asyncio.CancelledError:
+            if self.cancel_reason is None:
+                raise
+            raise RunCancelled(
+                f"cancelled while waiting for the session: {self.cancel_reason}"
+            ) from None
         started, stop, error = time.perf_counter(), "completed", None
         raise_after: BaseException | None = None
         try:
@@ -171,8 +210,11 @@ class Turn:
         self.history = await store.load_messages(self.session_id)
         self.hctx.messages = self.history
         start = self._event(E.AGENT_START, {"message": self.message, "agent": a.name})
-        await self._commit([start], messages=[Message.user(self.message)],
-                           run=RunRecord(self.run_id, self.session_id, "running"))
+        await self._commit(
+            [start],
+            messages=[Message.user(self.message)],
+            run=RunRecord(self.run_id, self.session_id, "running"),
+        )
 
     async def _iterate(self) -> None:
         a = self.agent
@@ -182,20 +224,30 @@ class Turn:
             self._announce(E.ITERATION_START)
             await self._hook("before_context_assembly")
             self._announce(E.CONTEXT_ASSEMBLY_START)
-            ctx = await a.context_builder.build(ContextRequest(
-                a, self.history, self.session_id, self.run_id, self.iteration, self.message))
+            ctx = await a.context_builder.build(
+                ContextRequest(
+                    a, self.history, self.session_id, self.run_id, self.iteration, self.message
+                )
+            )
             for note_type, note in ctx.notes:
                 self._announce(note_type, **note)
             await self._hook("after_context_assembly", ctx.messages)
-            self._announce(E.CONTEXT_ASSEMBLY_COMPLETE, token_estimate=ctx.token_estimate,
-                           message_count=len(ctx.messages))
+            self._announce(
+                E.CONTEXT_ASSEMBLY_COMPLETE,
+                token_estimate=ctx.token_estimate,
+                message_count=len(ctx.messages),
+            )
             self._set_state(AgentState.CALLING_LLM)
             messages = ctx.messages
             for extra in await self._hook("before_llm_call", messages):
                 if extra:
                     messages = [*messages, *extra]
-            self._announce(E.LLM_START, tool_count=len(ctx.tools), message_count=len(messages),
-                           token_estimate=ctx.token_estimate)
+            self._announce(
+                E.LLM_START,
+                tool_count=len(ctx.tools),
+                message_count=len(messages),
+                token_estimate=ctx.token_estimate,
+            )
             response = await self._call_model(messages, ctx)
             self._set_state(AgentState.PROCESSING_LLM_RESPONSE)
             await self._hook("after_llm_response", response)
@@ -227,12 +279,26 @@ class Turn:
         if final.usage is not None:
             self.usage = self.usage + final.usage
         msg = final.to_message()
-        events = [self._event(E.LLM_TOOL_CALLS, {
-            "tool_calls": [c.model_dump() for c in final.tool_calls]})] if final.tool_calls else []
-        events.append(self._event(E.LLM_COMPLETE, {
-            "text": final.text, "tool_call_count": len(final.tool_calls),
-            "usage": final.usage.model_dump() if final.usage else None,
-            "finish_reason": final.finish_reason}))
+        events = (
+            [
+                self._event(
+                    E.LLM_TOOL_CALLS, {"tool_calls": [c.model_dump() for c in final.tool_calls]}
+                )
+            ]
+            if final.tool_calls
+            else []
+        )
+        events.append(
+            self._event(
+                E.LLM_COMPLETE,
+                {
+                    "text": final.text,
+                    "tool_call_count": len(final.tool_calls),
+                    "usage": final.usage.model_dump() if final.usage else None,
+                    "finish_reason": final.finish_reason,
+                },
+            )
+        )
         await self._commit(events, messages=[msg])
         self._unanswered.update((c.id, c) for c in final.tool_calls)
         return final
@@ -246,16 +312,19 @@ class Turn:
         for i, call in enumerate(calls):
             refusal: ToolResult | None = None
             if i >= budget:
-                refusal = error_result(call, "limit", f"not run: the turn reached "
-                                       f"max_tool_calls={a.max_tool_calls}")
+                refusal = error_result(
+                    call, "limit", f"not run: the turn reached max_tool_calls={a.max_tool_calls}"
+                )
             else:
-                for decision in await self._hook("before_tool_execution", call):
+                for hook in a._hooks.get("before_tool_execution", ()):
+                    decision = await self._call_hook("before_tool_execution", hook, call)
                     if isinstance(decision, Deny):
                         refusal = error_result(call, "denied", decision.reason)
                         break
                     if isinstance(decision, ReplaceArguments):
-                        call = call.model_copy(update={"arguments": decision.arguments,
-                                                       "raw_arguments": None})
+                        call = call.model_copy(
+                            update={"arguments": decision.arguments, "raw_arguments": None}
+                        )
             if refusal is not None:
                 results[call.id] = await self._record_result(call, refusal, started=False)
             else:
@@ -263,25 +332,41 @@ class Turn:
         self.tool_calls_made += len(to_run)
         if not to_run:
             return [results[c.id] for c in calls]
-        entries = [LedgerEntry(self.run_id, self.session_id, c.id, c.name, "started", c.arguments,
-                               a.effect_of(c.name)) for c in to_run]
+        entries = [
+            LedgerEntry(
+                self.run_id,
+                self.session_id,
+                c.id,
+                c.name,
+                "started",
+                c.arguments,
+                a.effect_of(c.name),
+            )
+            for c in to_run
+        ]
         self._open.update((e.tool_call_id, e) for e in entries)
-        await self._commit([self._event(E.TOOL_EXECUTION_START, {
-            "tool_name": c.name, "tool_call_id": c.id, "arguments": c.arguments}) for c in to_run],
-            ledger=entries)
+        await self._commit(
+            [
+                self._event(
+                    E.TOOL_EXECUTION_START,
+                    {"tool_name": c.name, "tool_call_id": c.id, "arguments": c.arguments},
+                )
+                for c in to_run
+            ],
+            ledger=entries,
+        )
         if len(to_run) == 1:
             only = to_run[0]
             results[only.id] = await self._record_result(only, await self._execute(only))
             return [results[c.id] for c in calls]
         tasks = [asyncio.ensure_future(self._execute(c)) for c in to_run]
-        by_task = dict(zip(tasks, to_run, strict=True))
         try:
-            pending: set[asyncio.Future[ToolResult]] = set(tasks)
+            pending = set(tasks)
             while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for t in sorted(done, key=tasks.index):  # same-instant results in call order
-                    call = by_task[t]
-                    results[call.id] = await self._record_result(call, t.result())
+                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for call, t in zip(to_run, tasks, strict=True):  # same-instant: call order
+                    if t.done() and call.id not in results:
+                        results[call.id] = await self._record_result(call, t.result())
         finally:
             for t in tasks:
                 t.cancel()
@@ -289,8 +374,9 @@ class Turn:
 
     async def _execute(self, call: ToolCall) -> ToolResult:
         a = self.agent
-        ctx = RunContext(self.session_id, self.run_id, call.id, a.name, a.workspace, self.deps,
-                         store=a.store)
+        ctx = RunContext(
+            self.session_id, self.run_id, call.id, a.name, a.workspace, self.deps, store=a.store
+        )
         return await execute_call(call, a.tools, ctx, a.tool_timeout)
 
     async def _record_result(
@@ -299,15 +385,36 @@ class Turn:
         ledger = []
         if started and call.id in self._open:
             entry = self._open.pop(call.id)
-            status = "completed" if result.success else (
-                "interrupted" if result.error_code == "interrupted" else "failed")
-            ledger.append(LedgerEntry(entry.run_id, entry.session_id, entry.tool_call_id,
-                                      entry.name, status, entry.arguments, entry.effect, result))  # type: ignore[arg-type]
+            status: LedgerStatus = (
+                "completed"
+                if result.success
+                else ("interrupted" if result.error_code == "interrupted" else "failed")
+            )
+            ledger.append(
+                LedgerEntry(
+                    entry.run_id,
+                    entry.session_id,
+                    entry.tool_call_id,
+                    entry.name,
+                    status,
+                    entry.arguments,
+                    entry.effect,
+                    result,
+                )
+            )
         result = await self.agent._process_result(self, call, result)
         kind = E.TOOL_RESULT if result.success else E.TOOL_ERROR
-        ev = self._event(kind, {"tool_name": call.name, "tool_call_id": call.id,
-                                "success": result.success, "content": result.to_content(),
-                                "error_code": result.error_code, "duration_ms": result.duration_ms})
+        ev = self._event(
+            kind,
+            {
+                "tool_name": call.name,
+                "tool_call_id": call.id,
+                "success": result.success,
+                "content": result.to_content(),
+                "error_code": result.error_code,
+                "duration_ms": result.duration_ms,
+            },
+        )
         await self._commit([ev], messages=[Message.tool(result)], ledger=ledger)
         self._unanswered.pop(call.id, None)
         await self._hook("after_tool_execution", call, result)
@@ -315,27 +422,51 @@ class Turn:
 
     async def _finish(self, stop: StopReason, error: str | None, started: float) -> None:
         """PERSIST: close every open call, record the run's end, announce AGENT_FINISH."""
-        self._set_state(AgentState.SHUTTING_DOWN if stop == "cancelled" else
-                        AgentState.ERROR if stop in ("error", "model_error") else
-                        AgentState.WAITING_FOR_USER_INPUT)
+        self._set_state(
+            AgentState.SHUTTING_DOWN
+            if stop == "cancelled"
+            else AgentState.ERROR
+            if stop in ("error", "model_error")
+            else AgentState.WAITING_FOR_USER_INPUT
+        )
         self._announce(E.PERSIST_START)
         if error is not None and stop not in ("completed", "max_iterations", "max_tool_calls"):
             self._announce(E.ERROR, error=error, stop_reason=stop)
         for call in list(self._unanswered.values()):
-            await self._record_result(call, error_result(
-                call, "interrupted", f"the run stopped ({stop}) before this call finished; "
-                "its outcome is unknown"))
+            await self._record_result(
+                call,
+                error_result(
+                    call,
+                    "interrupted",
+                    f"the run stopped ({stop}) before this call finished; its outcome is unknown",
+                ),
+            )
         self.result = RunResult(
-            output=self.output, messages=self.new_messages, usage=self.usage,
-            session_id=self.session_id, run_id=self.run_id, stop_reason=stop,
-            iterations=self.iteration, error=error)
+            output=self.output,
+            messages=self.new_messages,
+            usage=self.usage,
+            session_id=self.session_id,
+            run_id=self.run_id,
+            stop_reason=stop,
+            iterations=self.iteration,
+            error=error,
+        )
         try:
             await self._hook("after_iteration_end", self.result)
         except HookError as exc:
             self._announce(E.ERROR, error=str(exc), fatal=True)
-        finish = self._event(E.AGENT_FINISH, {
-            "stop_reason": stop, "output": self.output, "usage": self.usage.model_dump(),
-            "iterations": self.iteration, "error": error,
-            "duration_ms": (time.perf_counter() - started) * 1000})
-        await self._commit([finish], run=RunRecord(
-            self.run_id, self.session_id, stop, self.usage, data={"error": error}))
+        finish = self._event(
+            E.AGENT_FINISH,
+            {
+                "stop_reason": stop,
+                "output": self.output,
+                "usage": self.usage.model_dump(),
+                "iterations": self.iteration,
+                "error": error,
+                "duration_ms": (time.perf_counter() - started) * 1000,
+            },
+        )
+        await self._commit(
+            [finish],
+            run=RunRecord(self.run_id, self.session_id, stop, self.usage, data={"error": error}),
+        )

@@ -34,13 +34,24 @@ async def recover_session(agent: Agent, turn: Turn) -> None:
     for entry in open_calls:
         call = ToolCall(id=entry.tool_call_id, name=entry.name, arguments=entry.arguments)
         result = error_result(
-            call, "interrupted",
+            call,
+            "interrupted",
             f"the run that made this call stopped before it finished; whether {call.name} "
             "took effect is unknown. Check before repeating it.",
         )
         await store.append(
             turn.session_id,
             messages=[] if entry.tool_call_id in answered else [Message.tool(result)],
-            ledger=[LedgerEntry(entry.run_id, entry.session_id, entry.tool_call_id, entry.name,
-                                "interrupted", entry.arguments, entry.effect, result)],
+            ledger=[
+                LedgerEntry(
+                    entry.run_id,
+                    entry.session_id,
+                    entry.tool_call_id,
+                    entry.name,
+                    "interrupted",
+                    entry.arguments,
+                    entry.effect,
+                    result,
+                )
+            ],
         )

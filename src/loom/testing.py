@@ -43,7 +43,9 @@ class _Recorder:
     record: bool = True
     calls: list[ModelCall] = field(default_factory=list)
 
-    def add(self, messages: Sequence[Message], tools: Sequence[ToolSpec], s: ModelSettings | None):
+    def add(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], s: ModelSettings | None
+    ) -> None:
         if self.record:
             self.calls.append(ModelCall(list(messages), list(tools), s))
 
@@ -76,7 +78,11 @@ class ScriptedModel:
     """
 
     def __init__(
-        self, responses: Sequence[ModelResponse | str], *, name: str = "scripted", record: bool = True
+        self,
+        responses: Sequence[ModelResponse | str],
+        *,
+        name: str = "scripted",
+        record: bool = True,
     ) -> None:
         if isinstance(responses, (str, ModelResponse)):
             raise InputError("ScriptedModel takes a list of responses, not a single one")

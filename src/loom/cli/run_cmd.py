@@ -14,7 +14,6 @@ from rich.console import Console
 if TYPE_CHECKING:
     from loom.agent import Agent
     from loom.events import AgentEvent
-    from loom.messages import RunResult
 
 # The toolset `loom run` gives an agent that does not name its own.
 DEFAULT_TOOLS = ["add", "multiply", "current_time"]
@@ -60,9 +59,7 @@ def open_store(path: str | None) -> Any:
     return SQLiteStore(target)
 
 
-def build_agent(
-    agent_file: Path | None, model: str | None, store: Any, tools: str | None
-) -> Agent:
+def build_agent(agent_file: Path | None, model: str | None, store: Any, tools: str | None) -> Agent:
     from loom.agent import Agent
 
     overrides: dict[str, Any] = {"store": store}
@@ -115,7 +112,9 @@ class _Renderer:
         elif event.type in (E.TOOL_RESULT, E.TOOL_ERROR):
             mark = "[green]✓[/]" if d["success"] else "[red]✗[/]"
             text = str(d["content"]).replace("\n", " ")
-            err.print(f"  {mark} {d['tool_name']}: {text[:200]} [dim]({d['duration_ms']:.0f} ms)[/]")
+            err.print(
+                f"  {mark} {d['tool_name']}: {text[:200]} [dim]({d['duration_ms']:.0f} ms)[/]"
+            )
         elif event.type is E.APPROVAL_REQUIRED:
             err.print(f"[yellow]approval needed[/] for {d.get('tool_name')}: {d.get('reason', '')}")
         elif event.type is E.ERROR:

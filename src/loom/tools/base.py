@@ -179,9 +179,13 @@ class FunctionTool:
                 )
             annotation = hints.get(param.name, Any)
             default = ... if param.default is inspect.Parameter.empty else param.default
-            info = FieldInfo.merge_field_infos(
-                FieldInfo(default=default), description=param_docs.get(param.name) or None
-            ) if not isinstance(default, FieldInfo) else default
+            info = (
+                FieldInfo.merge_field_infos(
+                    FieldInfo(default=default), description=param_docs.get(param.name) or None
+                )
+                if not isinstance(default, FieldInfo)
+                else default
+            )
             fields[param.name] = (annotation, info)
         try:
             self._args_model: type[BaseModel] = create_model(

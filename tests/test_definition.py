@@ -1,0 +1,84 @@
+"""Agent definitions from AGENT.md and YAML files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loom import Agent, tool
+from loom.errors import AgentDefinitionError
+from loom.testing import ScriptedModel
+
+GOOD = """---
+name: helper
+model: demo
+tools: [add, shout]
+max_iterations: 4
+tool_timeout: 5
+---
+You help with sums.
+
+Be brief.
+"""
+
+
+@tool
+def shout(text: str) -> str:
+    """Upper-case the text."""
+    return text.upper()
+
+
+def test_agent_md_loads(tmp_path: Path) -> None:
+    path = tmp_path / "AGENT.md"
+    path.write_text(GOOD)
+    agent = Agent.from_file(path, tools=[shout])
+    assert agent.name == "helper"
+    assert agent.instructions == "You help with sums.\n\nBe brief."
+    assert sorted(agent.tools) == ["add", "shout"]
+    assert (agent.max_iterations, agent.tool_timeout) == (4, 5)
+    assert agent.model.name == "demo"
+
+
+def test_overrides_win_over_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "AGENT.md"
+    path.write_text(GOOD)
+    agent = Agent.from_file(path, tools=[shout], model=ScriptedModel(["hi"]))
+    assert agent.run_sync("hello").output == "hi"
+
+
+def test_yaml_definition(tmp_path: Path) -> None:
+    path = tmp_path / "agent.yaml"
+    path.write_text("name: y\ninstructions: Do it.\nmodel: demo\n")
+    assert Agent.from_file(path).instructions == "Do it."
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "message"),
+    [
+        ("no front matter", None, "must start with a '---'"),
+        ("---\nname: x\n", None, "not closed"),
+        ("---\nname: [unclosed\n---\nbody", None, "invalid YAML"),
+        ("---\n- a list\n---\nbody", None, "mapping"),
+        ("---\nmodel: demo\n---\nbody", "name", "Field required"),
+        ("---\nname: x\nmax_iterations: 0\n---\nbody", "max_iterations", "greater than 0"),
+        ("---\nname: x\ncolour: blue\n---\nbody", "colour", "Extra inputs"),
+        ("---\nname: x\ntools: [no_such_tool]\n---\nbody", "tools", "no built-in tool"),
+        ("---\nname: x\ninstructions: a\n---\nbody", "instructions", "both"),
+    ],
+)
+def test_bad_files_name_the_problem(
+    tmp_path: Path, text: str, field: str | None, message: str
+) -> None:
+    path = tmp_path / "AGENT.md"
+    path.write_text(text)
+    with pytest.raises(AgentDefinitionError, match=message) as info:
+        Agent.from_file(path)
+    assert str(path) in str(info.value)
+    if field:
+        assert info.value.field == field or f"'{field}'" in str(info.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(AgentDefinitionError, match="file not found"):
+        Agent.from_file(tmp_path / "nope.md")

@@ -1,0 +1,22 @@
+"""``import loom`` stays lazy: no pydantic, no SDKs until a name is used."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_import_loom_loads_nothing_heavy() -> None:
+    code = (
+        "import sys, loom; heavy = [m for m in ('pydantic', 'openai', 'anthropic', 'llama_cpp', "
+        "'sklearn', 'typer', 'rich') if m in sys.modules]; print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_public_names_resolve() -> None:
+    import loom
+
+    for name in loom.__all__:
+        assert getattr(loom, name) is not None

@@ -314,7 +314,7 @@ def test_message_is_validated_at_intake() -> None:
 async def test_run_sync_inside_a_loop_says_what_to_do() -> None:
     from loom.errors import ConfigurationError
 
-    with pytest.raises(ConfigurationError, match="await agent.run"):
+    with pytest.raises(ConfigurationError, match=r"await agent\.run"):
         Agent(model=ScriptedModel(["x"])).run_sync("hi")
 
 

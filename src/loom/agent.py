@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,43 @@ if TYPE_CHECKING:
 __all__ = ["Agent"]
 
 _DONE = object()
+
+
+def _discard(event: AgentEvent) -> None:
+    return None
+
+
+class _Channel:
+    """A one-consumer event queue that is cheaper than ``asyncio.Queue`` on the hot path."""
+
+    __slots__ = ("items", "waiter")
+
+    def __init__(self) -> None:
+        self.items: deque[Any] = deque()
+        self.waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: Any) -> None:
+        self.items.append(item)
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def get(self) -> Any:
+        while not self.items:
+            self.waiter = asyncio.get_running_loop().create_future()
+            await self.waiter
+        return self.items.popleft()
+
+
+def _watch(cancel: asyncio.Event | None, turn: Turn) -> asyncio.Future[Any] | None:
+    """Cancel ``turn`` when ``cancel`` is set."""
+    if cancel is None:
+        return None
+    watcher = asyncio.ensure_future(cancel.wait())
+    watcher.add_done_callback(lambda f: None if f.cancelled() else turn.cancel())
+    return watcher
 
 
 def _positive(field: str, value: Any, *, integer: bool) -> Any:
@@ -205,16 +243,13 @@ class Agent:
     async def _drive(
         self, turn: Turn, cancel: asyncio.Event | None = None
     ) -> AsyncIterator[AgentEvent]:
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-        put = queue.put_nowait
-        task = asyncio.ensure_future(turn.run(put))
-        task.add_done_callback(lambda _: put(_DONE))
-        watcher: asyncio.Future[Any] | None = None
-        if cancel is not None:
-            watcher = asyncio.ensure_future(cancel.wait())
-            watcher.add_done_callback(lambda f: None if f.cancelled() else turn.cancel())
+        """Run the turn in its own task and hand its events over as they come."""
+        channel = _Channel()
+        task = asyncio.ensure_future(turn.run(channel.put))
+        task.add_done_callback(lambda _: channel.put(_DONE))
+        watcher = _watch(cancel, turn)
         try:
-            while (item := await queue.get()) is not _DONE:
+            while (item := await channel.get()) is not _DONE:
                 yield item
             await task  # re-raise what the turn raised
         finally:
@@ -257,8 +292,13 @@ class Agent:
     ) -> RunResult:
         """Run one turn to its end and return the ``RunResult`` (arguments as for ``stream``)."""
         turn = self._turn(message, session_id, on_busy, deps)
-        async for _ in self._drive(turn, cancel):
-            pass
+        # No event consumer: the turn runs in the caller's task and its events go nowhere.
+        watcher = _watch(cancel, turn)
+        try:
+            await turn.run(_discard)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
         assert turn.result is not None
         return turn.result
 

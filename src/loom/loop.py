@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +59,22 @@ class AgentState(StrEnum):
     POST_TOOLS_HOOK = "post_tools_hook"
     ERROR = "error"
     SHUTTING_DOWN = "shutting_down"
+
+
+class _Ready:
+    """An awaitable that is already done: skipping hook points nobody uses costs ~nothing."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __await__(self) -> Generator[None, None, Any]:
+        return self.value
+        yield  # pragma: no cover - makes this a generator
+
+
+_NO_HOOK_RESULTS: Any = _Ready(())
 
 
 class _Stop(Exception):
@@ -130,8 +146,12 @@ class Turn:
             self._announce(E.STATE_CHANGE, **{"from": self.state.value, "to": state.value})
             self.state = self.hctx.state = state
 
-    async def _hook(self, point: str, *args: Any) -> list[Any]:
-        return [await self._call_hook(point, h, *args) for h in self.agent._hooks.get(point, ())]
+    def _hook(self, point: str, *args: Any) -> Awaitable[list[Any]]:
+        hooks = self.agent._hooks.get(point)
+        return self._run_hooks(point, hooks, args) if hooks else _NO_HOOK_RESULTS
+
+    async def _run_hooks(self, point: str, hooks: Any, args: tuple[Any, ...]) -> list[Any]:
+        return [await self._call_hook(point, h, *args) for h in hooks]
 
     async def _call_hook(self, point: str, hook: tuple[Any, bool], *args: Any) -> Any:
         fn, fatal = hook
@@ -404,18 +424,19 @@ class Turn:
             )
         result = await self.agent._process_result(self, call, result)
         kind = E.TOOL_RESULT if result.success else E.TOOL_ERROR
+        content = result.to_content()
         ev = self._event(
             kind,
             {
                 "tool_name": call.name,
                 "tool_call_id": call.id,
                 "success": result.success,
-                "content": result.to_content(),
+                "content": content,
                 "error_code": result.error_code,
                 "duration_ms": result.duration_ms,
             },
         )
-        await self._commit([ev], messages=[Message.tool(result)], ledger=ledger)
+        await self._commit([ev], messages=[Message.tool(result, content)], ledger=ledger)
         self._unanswered.pop(call.id, None)
         await self._hook("after_tool_execution", call, result)
         return result

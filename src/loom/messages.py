@@ -143,10 +143,11 @@ class Message(_Model):
         return cls(role="assistant", content=content, tool_calls=tool_calls or [])
 
     @classmethod
-    def tool(cls, result: ToolResult) -> Message:
+    def tool(cls, result: ToolResult, content: str | None = None) -> Message:
+        """The message carrying ``result`` to the model (``content`` if already rendered)."""
         return cls(
             role="tool",
-            content=result.to_content(),
+            content=result.to_content() if content is None else content,
             tool_call_id=result.tool_call_id,
             name=result.name,
             metadata={"success": result.success, "error_code": result.error_code}

@@ -82,7 +82,8 @@ class MemoryStore:
             data.runs.append(run)
             if run.status != "running":
                 data.info.usage = data.info.usage + run.usage
-        data.info.updated_at = utcnow()
+        if messages or run is not None:
+            data.info.updated_at = utcnow()
 
     async def open_tool_calls(self, session_id: str) -> list[LedgerEntry]:
         data = self._sessions.get(session_id)

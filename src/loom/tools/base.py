@@ -7,7 +7,7 @@ import inspect
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, get_type_hints, overload, runtime_checkable
 
@@ -46,8 +46,8 @@ class RunContext:
     agent_name: str = ""
     workspace: Path | None = None
     deps: Any = None
-    cancel_event: threading.Event = field(default_factory=threading.Event)
     store: Any = None
+    _cancel: threading.Event | None = None  # made on first use: most calls never need it
 
     @property
     def idempotency_key(self) -> str:
@@ -55,9 +55,16 @@ class RunContext:
         return f"{self.run_id}:{self.tool_call_id}"
 
     @property
+    def cancel_event(self) -> threading.Event:
+        """Set when the call timed out or the run was cancelled; sync tools may wait on it."""
+        if self._cancel is None:
+            self._cancel = threading.Event()
+        return self._cancel
+
+    @property
     def cancelled(self) -> bool:
         """True once the call timed out or the run was cancelled; long sync tools should poll it."""
-        return self.cancel_event.is_set()
+        return self._cancel is not None and self._cancel.is_set()
 
 
 @dataclass(frozen=True, slots=True)

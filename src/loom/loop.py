@@ -298,6 +298,13 @@ class Turn:
             raise _Stop("model_error", "the model returned an empty response")
         if final.usage is not None:
             self.usage = self.usage + final.usage
+        ids = [c.id for c in final.tool_calls]
+        if len(set(ids)) != len(ids) or not all(ids):  # results must pair with calls one to one
+            seen: set[str] = set()
+            for c in final.tool_calls:
+                if not c.id or c.id in seen:
+                    c.id = new_id("call")
+                seen.add(c.id)
         msg = final.to_message()
         events = (
             [

@@ -22,7 +22,9 @@ from loom.tools.base import Effect, FunctionTool, Tool, ToolSpec, spec_of
 from loom.tools.registry import resolve_tool
 
 if TYPE_CHECKING:
+    from loom.judge.panel import JudgePanel
     from loom.loop import Turn
+    from loom.patterns.library import PatternLibrary
 
 __all__ = ["Agent"]
 
@@ -94,6 +96,10 @@ class Agent:
         max_message_chars: Longest user message accepted.
         context_builder: Compiles the context for each call (default: whole history).
         deps: Any object handed to tools as ``RunContext.deps``.
+        patterns: A ``PatternLibrary`` (or a directory of pattern YAML files): the patterns
+            matching each user message go into ROM for that turn.
+        judges: A ``JudgePanel`` (or a list of judges, aggregated by mean) that scores each final
+            answer; a failing answer is retried with a correction (see ``loom.judge``).
     """
 
     __slots__ = (
@@ -118,6 +124,8 @@ class Agent:
         "tool_timeout",
         "tools",
         "workspace",
+        "patterns",
+        "judges",
     )
 
     def __init__(
@@ -141,6 +149,8 @@ class Agent:
         lock_ttl: float = 900.0,
         context_builder: ContextBuilder | None = None,
         deps: Any = None,
+        patterns: PatternLibrary | str | Path | None = None,
+        judges: JudgePanel | Sequence[Any] | None = None,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise AgentDefinitionError("must be a non-empty string", field="name")
@@ -180,6 +190,22 @@ class Agent:
         self.model_settings = model_settings
         self.context_builder: ContextBuilder = context_builder or FullHistoryBuilder()
         self.deps = deps
+        if isinstance(patterns, str | Path):
+            from loom.patterns.library import PatternLibrary
+
+            patterns = PatternLibrary.from_dir(patterns)
+        if patterns is not None and not callable(getattr(patterns, "snapshot", None)):
+            raise AgentDefinitionError(f"must be a PatternLibrary or a directory, got "
+                                       f"{type(patterns).__name__}", field="patterns")
+        self.patterns: PatternLibrary | None = patterns
+        self.judges: JudgePanel | None = None
+        if judges is not None:
+            from loom.judge.panel import JudgePanel
+
+            if not isinstance(judges, JudgePanel):
+                items: list[Any] = [judges] if hasattr(judges, "evaluate") else list(judges)
+                judges = JudgePanel(items)
+            self.judges = judges
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, tools={list(self.tools)})"
@@ -214,6 +240,22 @@ class Agent:
     async def _process_result(self, turn: Turn, call: ToolCall, result: ToolResult) -> ToolResult:
         """Shape a result before the model sees it (error channel, large results)."""
         return result
+
+    def _extra_system(self, turn: Turn) -> list[str]:
+        """ROM additions for this turn's context: the matched patterns (matched once a turn)."""
+        if self.patterns is None:
+            return []
+        from loom.patterns.turn import patterns_for_turn
+
+        return patterns_for_turn(self.patterns, turn)
+
+    async def _review(self, turn: Turn, answer: str) -> bool:
+        """Judge a final answer; True when the loop should ask the model again."""
+        if self.judges is None:
+            return False
+        from loom.judge.turn import review_answer
+
+        return await review_answer(self.judges, turn, answer)
 
     # -- running ------------------------------------------------------------------------------
     def _turn(self, message: str, session_id: str | None, on_busy: str, deps: Any) -> Turn:

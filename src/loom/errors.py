@@ -9,7 +9,11 @@ LoomError
 ├── ConfigurationError            bad agent definition, bad option, unknown provider
 │   ├── AgentDefinitionError      an AGENT.md / YAML file that does not validate
 │   ├── ToolDefinitionError       a function @tool cannot turn into a tool
-│   └── MissingDependencyError    an optional extra is not installed
+│   ├── MissingDependencyError    an optional extra is not installed
+│   └── PatternError              a pattern library cannot be used as asked
+│       ├── PatternFileError      one pattern file does not parse or validate (path, field)
+│       ├── DuplicatePatternName  two pattern files use the same name
+│       └── EmptyPatternLibrary   a directory holds no valid pattern
 ├── InputError                    a message or argument the caller passed is unusable
 ├── ModelError                    the model provider failed
 │   ├── ModelAuthError            missing or rejected credentials
@@ -26,6 +30,9 @@ LoomError
 │   ├── StoreCorrupt              the database is damaged or not a Loom database
 │   └── SchemaTooNew              the database was written by a newer Loom
 ├── HookError                     a fatal hook raised
+├── JudgeError                    a judge failed; the panel scores it as configured, runs go on
+│   ├── JudgeOutputError          a judge model's answer was not {"score": 0..1, "reason": ...}
+│   └── JudgeTimeout              a judge took longer than its timeout
 ├── PermissionDenied              a policy refused an action outside a tool call
 └── RunCancelled                  the caller cancelled a run
 ```
@@ -37,8 +44,13 @@ __all__ = [
     "AgentDefinitionError",
     "ConfigurationError",
     "ContextTooLong",
+    "DuplicatePatternName",
+    "EmptyPatternLibrary",
     "HookError",
     "InputError",
+    "JudgeError",
+    "JudgeOutputError",
+    "JudgeTimeout",
     "LoomError",
     "MissingDependencyError",
     "ModelAuthError",
@@ -46,6 +58,8 @@ __all__ = [
     "ModelRateLimited",
     "ModelResponseError",
     "ModelUnavailable",
+    "PatternError",
+    "PatternFileError",
     "PermissionDenied",
     "QueueFull",
     "QueueTimeout",
@@ -94,6 +108,37 @@ class MissingDependencyError(ConfigurationError):
             f"{purpose} needs the {package!r} package, which is not installed. "
             f"Install it with: pip install 'loom-agents[{extra}]'"
         )
+
+
+class PatternError(ConfigurationError):
+    """A pattern library cannot be loaded or used as asked (missing directory, strict mode)."""
+
+
+class PatternFileError(PatternError):
+    """A pattern file does not parse or validate; ``path`` and ``field`` say where."""
+
+    def __init__(self, message: str, *, path: str, field: str | None = None):
+        self.path = path
+        self.field = field
+        what = f"field {field!r}: " if field else ""
+        super().__init__(f"{path}: {what}{message}")
+
+
+class DuplicatePatternName(PatternError):
+    """Two pattern files use the same ``name``; the first file (in path order) wins."""
+
+    def __init__(self, name: str, *, path: str, first_path: str):
+        self.name = name
+        self.path = path
+        self.first_path = first_path
+        super().__init__(
+            f"{path}: pattern name {name!r} is already used by {first_path}; rename one of them "
+            "(names must be unique in a library)"
+        )
+
+
+class EmptyPatternLibrary(PatternError):
+    """A pattern directory holds no valid pattern (no YAML files, or every file is invalid)."""
 
 
 class InputError(LoomError, ValueError):
@@ -173,6 +218,22 @@ class SchemaTooNew(StoreError):
 
 class HookError(LoomError):
     """A lifecycle hook raised and was not marked non-fatal."""
+
+
+class JudgeError(LoomError):
+    """A judge failed: it raised, returned a score outside 0..1, or answered unusably.
+
+    The panel never lets this escape a run: the judge counts as failing (score 0, the default)
+    or passing (``fail_open=True``), and the reason is recorded in the verdict.
+    """
+
+
+class JudgeOutputError(JudgeError):
+    """A judge model's answer was not a JSON object ``{"score": 0..1, "reason": "..."}``."""
+
+
+class JudgeTimeout(JudgeError):
+    """A judge took longer than its timeout."""
 
 
 class PermissionDenied(LoomError):

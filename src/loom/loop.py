@@ -102,6 +102,7 @@ class Turn:
         self.new_messages: list[Message] = []
         self.output = ""
         self.result: RunResult | None = None
+        self.verdict: dict[str, Any] | None = None  # the judge panel's latest, if any
         self.hctx = HookContext(agent, self.run_id, session_id)
         self.cancel_reason: str | None = None
         self._seq = 0
@@ -246,7 +247,13 @@ class Turn:
             self._announce(E.CONTEXT_ASSEMBLY_START)
             ctx = await a.context_builder.build(
                 ContextRequest(
-                    a, self.history, self.session_id, self.run_id, self.iteration, self.message
+                    a,
+                    self.history,
+                    self.session_id,
+                    self.run_id,
+                    self.iteration,
+                    self.message,
+                    extra_system=a._extra_system(self),
                 )
             )
             for note_type, note in ctx.notes:
@@ -273,6 +280,8 @@ class Turn:
             await self._hook("after_llm_response", response)
             if not response.tool_calls:
                 self.output = response.text
+                if await a._review(self, response.text):
+                    continue  # the judges failed it; a correction is in the history
                 return
             self._set_state(AgentState.EXECUTING_TOOLS)
             results = await self._run_tools(response.tool_calls)
@@ -478,6 +487,7 @@ class Turn:
             stop_reason=stop,
             iterations=self.iteration,
             error=error,
+            verdict=self.verdict,
         )
         try:
             await self._hook("after_iteration_end", self.result)
@@ -494,7 +504,7 @@ class Turn:
                 "duration_ms": (time.perf_counter() - started) * 1000,
             },
         )
+        data = {"error": error, "verdict": self.verdict}
         await self._commit(
-            [finish],
-            run=RunRecord(self.run_id, self.session_id, stop, self.usage, data={"error": error}),
+            [finish], run=RunRecord(self.run_id, self.session_id, stop, self.usage, data=data)
         )

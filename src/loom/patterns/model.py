@@ -1,0 +1,182 @@
+"""A pattern and how pattern files are read and validated.
+
+A pattern is one YAML file:
+
+```yaml
+name: sql-slow-query            # unique in the library; lowercase, digits, - _ .
+title: Diagnose a slow SQL query
+description: The user reports a query that got slow or times out.
+keywords: [slow query, explain plan, index, timeout, latency]
+instructions: |
+  Ask for the query and its EXPLAIN output before proposing indexes. ...
+examples:                       # optional: messages this pattern is meant for
+  - "this select takes 30 seconds since yesterday"
+tools: [run_sql]                # optional: tools the instructions rely on
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from dataclasses import field as dc_field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+
+from loom.errors import DuplicatePatternName, PatternError, PatternFileError
+
+__all__ = ["PATTERN_SUFFIXES", "LoadResult", "Pattern", "PatternProblem", "load_dir", "load_file"]
+
+PATTERN_SUFFIXES = (".yaml", ".yml")
+
+
+class Pattern(BaseModel):
+    """One domain pattern: when it applies (title, description, keywords, examples) and what the
+    agent should do then (instructions, tools). Immutable, so a turn can keep the one it matched."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[a-z0-9][a-z0-9_.-]*$")
+    title: str = Field(min_length=1)
+    description: str = Field(min_length=1)
+    keywords: tuple[str, ...] = Field(min_length=1)
+    instructions: str = Field(min_length=1)
+    examples: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+    _source: str | None = PrivateAttr(default=None)
+
+    @property
+    def source(self) -> str | None:
+        """The file the pattern was loaded from, if any."""
+        return self._source
+
+    def index_text(self) -> str:
+        """The text matched against messages: what the pattern is about, not what to do.
+
+        Keywords appear twice so a message naming them outweighs incidental description words.
+        """
+        keywords = " ".join(self.keywords)
+        return "\n".join(
+            [
+                self.name.replace("-", " ").replace("_", " "),
+                self.title,
+                self.description,
+                keywords,
+                keywords,
+                *self.examples,
+            ]
+        )
+
+    def to_prompt(self) -> str:
+        """The text that goes into ROM when the pattern matches."""
+        lines = [
+            f"## Pattern: {self.title} ({self.name})",
+            self.description,
+            "",
+            "Instructions:",
+            self.instructions,
+        ]
+        if self.tools:
+            lines += ["", "Tools for this pattern: " + ", ".join(self.tools)]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class PatternProblem:
+    """Why one file was skipped: its path, the field at fault (if one), and what to fix."""
+
+    path: str
+    message: str
+    field: str | None = None
+    kind: str = "invalid"  # "invalid" | "duplicate" | "empty" | "io"
+    error: PatternError | None = dc_field(default=None, repr=False, compare=False)
+
+    def __str__(self) -> str:
+        what = f"field {self.field!r}: " if self.field else ""
+        return f"{self.path}: {what}{self.message}"
+
+    def to_error(self) -> PatternError:
+        """The typed exception for this problem (raised in strict mode)."""
+        return self.error or PatternFileError(self.message, path=self.path, field=self.field)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    """Valid patterns (in path order) and the problems of the files that were skipped."""
+
+    patterns: tuple[Pattern, ...]
+    problems: tuple[PatternProblem, ...]
+
+
+def _field_of(loc: Iterable[Any]) -> str:
+    return ".".join(str(part) for part in loc) or "(file)"
+
+
+def load_file(path: Path) -> Pattern | PatternProblem:
+    """Parse and validate one pattern file; never raises for a bad file."""
+    where = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return PatternProblem(where, f"cannot read the file: {exc}", kind="io")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        return PatternProblem(where, f"malformed YAML{at}: {problem}")
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else f"a {type(data).__name__}"
+        return PatternProblem(
+            where,
+            f"expected a mapping with name, title, description, keywords and "
+            f"instructions; got {got}",
+        )
+    try:
+        pattern = Pattern.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        more = f" (and {len(exc.errors()) - 1} more problems)" if len(exc.errors()) > 1 else ""
+        return PatternProblem(where, f"{err['msg']}{more}", field=_field_of(err["loc"]))
+    pattern._source = where
+    return pattern
+
+
+def load_dir(path: Path) -> LoadResult:
+    """Load every ``*.yaml`` / ``*.yml`` file under ``path`` (recursively, in path order).
+
+    Invalid files and later files reusing a name are reported and skipped; the rest load.
+    """
+    files = sorted(
+        p
+        for p in path.rglob("*")
+        if p.suffix in PATTERN_SUFFIXES
+        and p.is_file()
+        and not any(part.startswith(".") for part in p.relative_to(path).parts)
+    )
+    patterns: dict[str, Pattern] = {}
+    problems: list[PatternProblem] = []
+    for file in files:
+        loaded = load_file(file)
+        if isinstance(loaded, PatternProblem):
+            problems.append(loaded)
+        elif loaded.name in patterns:
+            first = patterns[loaded.name].source or "?"
+            err = DuplicatePatternName(loaded.name, path=str(file), first_path=first)
+            problems.append(
+                PatternProblem(
+                    str(file),
+                    f"pattern name {loaded.name!r} is already used by {first}; rename one "
+                    "of them (names must be unique in a library)",
+                    "name",
+                    "duplicate",
+                    err,
+                )
+            )
+        else:
+            patterns[loaded.name] = loaded
+    return LoadResult(tuple(patterns.values()), tuple(problems))

@@ -131,7 +131,8 @@ class PatternLibrary:
             problems.append(
                 PatternProblem(
                     str(self.root),
-                    _empty_message(self.root, problems),
+                    f"the library is empty: no valid pattern ({len(problems)} file(s) skipped); "
+                    "matching returns nothing until a valid file is added",
                     kind="empty",
                     error=EmptyPatternLibrary(_empty_message(self.root, problems)),
                 )

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from loom.errors import DuplicatePatternName, PatternError, PatternFileError
 
@@ -47,6 +47,17 @@ class Pattern(BaseModel):
     examples: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
     _source: str | None = PrivateAttr(default=None)
+
+    @field_validator("keywords", "examples", "tools", mode="before")
+    @classmethod
+    def _numbers_are_words(cls, value: Any) -> Any:
+        # YAML reads `429` or `3.11` as numbers; in these lists they are meant as words.
+        if isinstance(value, list | tuple):
+            return [
+                str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+                for v in value
+            ]
+        return value
 
     @property
     def source(self) -> str | None:

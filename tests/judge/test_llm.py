@@ -31,8 +31,11 @@ async def test_llm_judge_sends_criteria_question_and_answer_and_parses_json() ->
 async def test_include_context_shows_the_conversation_before_the_answer() -> None:
     model = ScriptedModel(['{"score": 1, "reason": "uses the tool result"}'])
     judge = LLMJudge(model, "Uses the tool result.", include_context=2)
-    history = [Message.user("what time is it?"), Message(role="tool", content="12:00"),
-               Message.assistant("It is noon.")]
+    history = [
+        Message.user("what time is it?"),
+        Message(role="tool", content="12:00"),
+        Message.assistant("It is noon."),
+    ]
     await judge.evaluate("what time is it?", "It is noon.", JudgeContext(messages=history))
     prompt = model.calls[0].messages[1].content
     assert "[tool] 12:00" in prompt and "[user] what time is it?" in prompt
@@ -83,7 +86,7 @@ async def test_a_judge_model_that_times_out_is_reported_and_fails() -> None:
         return '{"score": 1, "reason": "late"}'
 
     judge = LLMJudge(FunctionModel(slow, name="sleepy"), "Is correct.", timeout=0.2)
-    with pytest.raises(JudgeTimeout, match="no answer from model 'sleepy' within 0.2 s"):
+    with pytest.raises(JudgeTimeout, match=r"no answer from model 'sleepy' within 0\.2 s"):
         await judge.evaluate("q", "a", JudgeContext())
     verdict = await JudgePanel([judge]).evaluate("q", "a")
     assert verdict.judges[0].error is not None and "JudgeTimeout" in verdict.judges[0].error

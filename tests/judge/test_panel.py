@@ -68,8 +68,9 @@ async def test_panel_reports_each_judge_and_the_aggregate(strategy: str) -> None
 
 
 async def test_panel_weights_argument_overrides_judge_weights() -> None:
-    panel = JudgePanel([fixed(1.0, "a", weight=5), fixed(0.0, "b")], strategy="weighted",
-                       weights=[1, 3])
+    panel = JudgePanel(
+        [fixed(1.0, "a", weight=5), fixed(0.0, "b")], strategy="weighted", weights=[1, 3]
+    )
     assert (await panel.evaluate("q", "a")).score == pytest.approx(0.25)
 
 
@@ -102,8 +103,9 @@ async def test_a_raising_judge_fails_closed_by_default() -> None:
 
 
 async def test_fail_open_counts_a_failing_judge_as_passing() -> None:
-    panel = JudgePanel([fixed(1.0, "good"), FunctionJudge(boom, name="boom")], strategy="min",
-                       fail_open=True)
+    panel = JudgePanel(
+        [fixed(1.0, "good"), FunctionJudge(boom, name="boom")], strategy="min", fail_open=True
+    )
     verdict = await panel.evaluate("q", "a")
     assert verdict.judges[1].score == 1.0 and verdict.judges[1].passed
     assert verdict.judges[1].error is not None
@@ -126,19 +128,26 @@ async def test_a_judge_that_hangs_times_out_and_fails() -> None:
 
     panel = JudgePanel([fixed(1.0, "ok"), FunctionJudge(hang, name="hang")], timeout=0.2)
     verdict = await panel.evaluate("q", "a")
-    assert verdict.judges[1].error is not None and "timed out after 0.2 s" in verdict.judges[1].error
+    assert (
+        verdict.judges[1].error is not None and "timed out after 0.2 s" in verdict.judges[1].error
+    )
     assert verdict.score == pytest.approx(0.5) and not verdict.passed
 
 
 async def test_judgement_and_bool_results_are_accepted() -> None:
-    panel = JudgePanel([
-        FunctionJudge(lambda q, a, c: Judgement(0.8, "fine"), name="j"),
-        FunctionJudge(lambda q, a, c: True, name="b"),
-        FunctionJudge(lambda q, a, c: (False, "no source cited"), name="t"),
-    ])
+    panel = JudgePanel(
+        [
+            FunctionJudge(lambda q, a, c: Judgement(0.8, "fine"), name="j"),
+            FunctionJudge(lambda q, a, c: True, name="b"),
+            FunctionJudge(lambda q, a, c: (False, "no source cited"), name="t"),
+        ]
+    )
     verdict = await panel.evaluate("q", "a")
     assert [(j.score, j.reason) for j in verdict.judges] == [
-        (0.8, "fine"), (1.0, ""), (0.0, "no source cited")]
+        (0.8, "fine"),
+        (1.0, ""),
+        (0.0, "no source cited"),
+    ]
 
 
 def test_correction_quotes_the_failing_judges_reasons() -> None:
@@ -180,7 +189,11 @@ def test_a_panel_needs_judges() -> None:
 def test_defaults_follow_the_seed() -> None:
     panel = JudgePanel([fixed(1.0, "j")])
     assert (panel.strategy, panel.threshold, panel.max_retries, panel.fail_open) == (
-        "mean", 0.7, 3, False)
+        "mean",
+        0.7,
+        3,
+        False,
+    )
 
 
 def test_duplicate_judge_names_are_made_unique() -> None:

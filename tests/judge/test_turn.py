@@ -46,8 +46,13 @@ async def test_a_failing_answer_is_retried_with_a_correction_quoting_the_reasons
     agent = agent_with(model, store=store)
     events = await run_events(agent, "Capital of France?", session_id="s")
     result_types = [e.type for e in events if e.type.name.startswith("JUDGE")]
-    assert result_types == [E.JUDGE_START, E.JUDGE_RESULT, E.JUDGE_RETRY,
-                            E.JUDGE_START, E.JUDGE_RESULT]
+    assert result_types == [
+        E.JUDGE_START,
+        E.JUDGE_RESULT,
+        E.JUDGE_RETRY,
+        E.JUDGE_START,
+        E.JUDGE_RESULT,
+    ]
 
     # What the model was sent the second time: the first answer, then the correction.
     second = model.calls[1].messages
@@ -60,7 +65,9 @@ async def test_a_failing_answer_is_retried_with_a_correction_quoting_the_reasons
 
     # The judge saw the question, each answer and the attempt number.
     assert [(q, a, c.attempt) for q, a, c in seen] == [
-        ("Capital of France?", "Lyon.", 1), ("Capital of France?", "Paris.", 2)]
+        ("Capital of France?", "Lyon.", 1),
+        ("Capital of France?", "Paris.", 2),
+    ]
     assert seen[0][2].messages[-1].content == "Lyon."
 
     finish = events[-1]
@@ -74,7 +81,9 @@ async def test_a_failing_answer_is_retried_with_a_correction_quoting_the_reasons
     journal = await store.load_events("s")
     results = [e.data for e in journal if e.type is E.JUDGE_RESULT]
     assert [(r["attempt"], r["passed"], r["score"]) for r in results] == [
-        (1, False, 0.0), (2, True, 1.0)]
+        (1, False, 0.0),
+        (2, True, 1.0),
+    ]
     assert any(e.type is E.JUDGE_RETRY for e in journal)
     run = store._sessions["s"].runs[-1]
     assert run.status == "completed"
@@ -89,7 +98,11 @@ async def test_after_the_last_attempt_the_last_answer_is_returned_with_its_score
     v = result.verdict
     assert v is not None
     assert (v["passed"], v["attempt"], v["max_retries"], v["gave_up"]) == (
-        False, 3, 3, "max_retries")
+        False,
+        3,
+        3,
+        "max_retries",
+    )
     assert v["history"] == [0.0, 0.0, 0.0] and v["judges"][0]["score"] == 0.0
     corrections = [m for m in result.messages if m.metadata.get("judge_correction")]
     assert len(corrections) == 2  # no correction after the last attempt
@@ -130,11 +143,13 @@ async def test_only_final_answers_are_judged_and_retries_may_use_tools() -> None
         """Look up a capital."""
         return {"France": "Paris"}.get(country, "unknown")
 
-    model = ScriptedModel([
-        "Probably Lyon.",
-        ModelResponse(tool_calls=[ToolCall(name="capital", arguments={"country": "France"})]),
-        "It is Paris.",
-    ])
+    model = ScriptedModel(
+        [
+            "Probably Lyon.",
+            ModelResponse(tool_calls=[ToolCall(name="capital", arguments={"country": "France"})]),
+            "It is Paris.",
+        ]
+    )
     agent = agent_with(model, tools=[capital])
     events = await run_events(agent, "Capital of France?")
     types = [e.type for e in events]

@@ -97,11 +97,8 @@ class PatternIndex:
             return []
         scores = np.asarray((query @ self._matrix).todense()).ravel()
         ranked = np.argsort(-scores, kind="stable")[:k]  # stable: ties keep library order
-        return [
-            (self.patterns[i], round(float(scores[i]), 6))
-            for i in ranked.tolist()
-            if scores[i] >= min_score and scores[i] > 0.0
-        ]
+        rounded = ((self.patterns[i], round(float(scores[i]), 6)) for i in ranked.tolist())
+        return [(p, s) for p, s in rounded if s >= min_score and s > 0.0]
 
 
 def build_index(

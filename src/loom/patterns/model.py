@@ -17,6 +17,7 @@ tools: [run_sql]                # optional: tools the instructions rely on
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from dataclasses import field as dc_field
@@ -31,6 +32,7 @@ from loom.errors import DuplicatePatternName, PatternError, PatternFileError
 __all__ = ["PATTERN_SUFFIXES", "LoadResult", "Pattern", "PatternProblem", "load_dir", "load_file"]
 
 PATTERN_SUFFIXES = (".yaml", ".yml")
+_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]*")
 
 
 class Pattern(BaseModel):
@@ -39,7 +41,7 @@ class Pattern(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 
-    name: str = Field(min_length=1, max_length=100, pattern=r"^[a-z0-9][a-z0-9_.-]*$")
+    name: str = Field(min_length=1, max_length=100)
     title: str = Field(min_length=1)
     description: str = Field(min_length=1)
     keywords: tuple[str, ...] = Field(min_length=1)
@@ -47,6 +49,16 @@ class Pattern(BaseModel):
     examples: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
     _source: str | None = PrivateAttr(default=None)
+
+    @field_validator("name")
+    @classmethod
+    def _slug(cls, value: str) -> str:
+        if not _NAME.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a pattern name: use lowercase letters, digits and - _ . "
+                "(starting with a letter or digit), e.g. 'sql-slow-query'"
+            )
+        return value
 
     @field_validator("keywords", "examples", "tools", mode="before")
     @classmethod

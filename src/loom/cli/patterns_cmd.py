@@ -90,8 +90,10 @@ def match_patterns(
     if as_json:
         print(json.dumps([{"name": p.name, "title": p.title, "score": s} for p, s in matches]))
     elif not matches:
-        out.print(f"[yellow]no pattern scored {min_score:g} or more[/] ({len(library)} patterns, "
-                  f"{ms:.2f} ms)")
+        out.print(
+            f"[yellow]no pattern scored {min_score:g} or more[/] ({len(library)} patterns, "
+            f"{ms:.2f} ms)"
+        )
     else:
         table = Table(title=f"top {len(matches)} of {len(library)} patterns ({ms:.2f} ms)")
         for column in ("#", "score", "name", "title"):

@@ -102,7 +102,7 @@ class Agent:
             answer; a failing answer is retried with a correction (see ``loom.judge``).
     """
 
-    __slots__ = (
+    __slots__ = (  # noqa: RUF023 - new fields are appended so parallel branches merge cleanly
         "_hooks",
         "_model",
         "_model_spec",
@@ -195,8 +195,10 @@ class Agent:
 
             patterns = PatternLibrary.from_dir(patterns)
         if patterns is not None and not callable(getattr(patterns, "snapshot", None)):
-            raise AgentDefinitionError(f"must be a PatternLibrary or a directory, got "
-                                       f"{type(patterns).__name__}", field="patterns")
+            raise AgentDefinitionError(
+                f"must be a PatternLibrary or a directory, got {type(patterns).__name__}",
+                field="patterns",
+            )
         self.patterns: PatternLibrary | None = patterns
         self.judges: JudgePanel | None = None
         if judges is not None:

@@ -123,3 +123,20 @@ def test_patterns_are_immutable(write_pattern: WritePattern) -> None:
     p = load_file(write_pattern("a"))
     with pytest.raises(Exception, match="frozen"):
         p.name = "b"  # type: ignore[misc, union-attr]
+
+
+def test_a_cache_reparses_only_changed_files(tmp_path: Path, write_pattern: WritePattern) -> None:
+    write_pattern("a")
+    write_pattern("b")
+    cache: dict = {}
+    first = load_dir(tmp_path, cache)
+    write_pattern("b", instructions="changed")
+    (tmp_path / "c.yaml").write_text("name: [\n")
+    second = load_dir(tmp_path, cache)
+    assert second.patterns[0] is first.patterns[0]  # a.yaml unchanged: not parsed again
+    assert second.patterns[1].instructions == "changed"
+    assert [Path(p.path).name for p in second.problems] == ["c.yaml"]
+    assert sorted(Path(k).name for k in cache) == ["a.yaml", "b.yaml", "c.yaml"]
+    (tmp_path / "a.yaml").unlink()
+    assert [p.name for p in load_dir(tmp_path, cache).patterns] == ["b"]
+    assert sorted(Path(k).name for k in cache) == ["b.yaml", "c.yaml"]

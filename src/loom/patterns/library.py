@@ -10,7 +10,14 @@ from types import TracebackType
 
 from loom.errors import DuplicatePatternName, EmptyPatternLibrary, InputError, PatternError
 from loom.patterns.index import DEFAULT_K, DEFAULT_MIN_SCORE, PatternIndex, build_index
-from loom.patterns.model import PATTERN_SUFFIXES, Pattern, PatternProblem, load_dir
+from loom.patterns.model import (
+    PATTERN_SUFFIXES,
+    FileCache,
+    Pattern,
+    PatternProblem,
+    digests_of,
+    load_dir,
+)
 
 __all__ = ["PatternLibrary"]
 
@@ -65,7 +72,8 @@ class PatternLibrary:
         self._thread: threading.Thread | None = None
         self._debounce_ms, self._step_ms = 1600, 50
         self._force_polling: bool | None = None
-        self._fingerprint: tuple[tuple[str, int, int], ...] = ()
+        self._digests: tuple[tuple[str, bytes], ...] = ()
+        self._cache: FileCache = {}
         self.watch_error: BaseException | None = None
 
     # -- loading ------------------------------------------------------------------------------
@@ -124,8 +132,8 @@ class PatternLibrary:
 
     def _load(self, version: int = 0) -> PatternIndex:
         assert self.root is not None
-        self._fingerprint = _fingerprint(self.root)  # before reading: a racing write reloads again
-        result = load_dir(self.root)
+        result = load_dir(self.root, self._cache)
+        self._digests = result.digests
         problems = list(result.problems)
         if not result.patterns:
             problems.append(
@@ -261,7 +269,7 @@ class PatternLibrary:
                     break
                 # The OS watcher starts at the first iteration, a moment after from_dir()
                 # loaded the files; a write in that gap shows only in the fingerprint.
-                stale = first and _fingerprint(self.root) != self._fingerprint
+                stale = first and digests_of(self.root) != self._digests
                 first = False
                 if not batch and not stale:  # a rust_timeout tick
                     continue
@@ -300,18 +308,6 @@ class PatternLibrary:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-def _fingerprint(root: Path) -> tuple[tuple[str, int, int], ...]:
-    out = []
-    for p in root.rglob("*"):
-        if p.suffix in PATTERN_SUFFIXES:
-            try:
-                st = p.stat()
-            except OSError:
-                continue
-            out.append((str(p), st.st_mtime_ns, st.st_size))
-    return tuple(sorted(out))
 
 
 def _empty_message(root: Path, problems: Iterable[PatternProblem]) -> str:

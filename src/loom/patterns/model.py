@@ -17,6 +17,7 @@ tools: [run_sql]                # optional: tools the instructions rely on
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,9 +30,22 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from loom.errors import DuplicatePatternName, PatternError, PatternFileError
 
-__all__ = ["PATTERN_SUFFIXES", "LoadResult", "Pattern", "PatternProblem", "load_dir", "load_file"]
+__all__ = [
+    "PATTERN_SUFFIXES",
+    "FileCache",
+    "LoadResult",
+    "Pattern",
+    "PatternProblem",
+    "digests_of",
+    "load_dir",
+    "load_file",
+    "pattern_files",
+]
 
 PATTERN_SUFFIXES = (".yaml", ".yml")
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: ~10x
+FileCache = dict[str, tuple[bytes, "Pattern | PatternProblem"]]
+"""Path -> (digest of the bytes, what they loaded as): reloads re-parse changed files only."""
 _NAME = re.compile(r"[a-z0-9][a-z0-9_.-]*")
 
 
@@ -132,21 +146,23 @@ class LoadResult:
 
     patterns: tuple[Pattern, ...]
     problems: tuple[PatternProblem, ...]
+    digests: tuple[tuple[str, bytes], ...] = ()  # (path, content digest) of every file read
 
 
 def _field_of(loc: Iterable[Any]) -> str:
     return ".".join(str(part) for part in loc) or "(file)"
 
 
-def load_file(path: Path) -> Pattern | PatternProblem:
-    """Parse and validate one pattern file; never raises for a bad file."""
+def load_file(path: Path, raw: bytes | None = None) -> Pattern | PatternProblem:
+    """Parse and validate one pattern file (``raw``: its bytes, if already read); never raises
+    for a bad file."""
     where = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = (path.read_bytes() if raw is None else raw).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         return PatternProblem(where, f"cannot read the file: {exc}", kind="io")
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_Loader)  # a safe loader: plain data only
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -169,22 +185,44 @@ def load_file(path: Path) -> Pattern | PatternProblem:
     return pattern
 
 
-def load_dir(path: Path) -> LoadResult:
-    """Load every ``*.yaml`` / ``*.yml`` file under ``path`` (recursively, in path order).
-
-    Invalid files and later files reusing a name are reported and skipped; the rest load.
-    """
-    files = sorted(
+def pattern_files(path: Path) -> list[Path]:
+    """The pattern files under ``path`` in path order; hidden files and directories skipped."""
+    return sorted(
         p
         for p in path.rglob("*")
         if p.suffix in PATTERN_SUFFIXES
-        and p.is_file()
         and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        and p.is_file()
     )
+
+
+def _digest(raw: bytes) -> bytes:
+    return hashlib.blake2b(raw, digest_size=16).digest()
+
+
+def load_dir(path: Path, cache: FileCache | None = None) -> LoadResult:
+    """Load every ``*.yaml`` / ``*.yml`` file under ``path`` (recursively, in path order).
+
+    Invalid files and later files reusing a name are reported and skipped; the rest load.
+    With a ``cache`` (kept between calls), files whose bytes did not change are not parsed
+    again; the cache is updated to the files read this time.
+    """
     patterns: dict[str, Pattern] = {}
     problems: list[PatternProblem] = []
-    for file in files:
-        loaded = load_file(file)
+    digests: list[tuple[str, bytes]] = []
+    fresh: FileCache = {}
+    for file in pattern_files(path):
+        where = str(file)
+        try:
+            raw = file.read_bytes()
+        except OSError as exc:  # deleted or unreadable between listing and reading
+            problems.append(PatternProblem(where, f"cannot read the file: {exc}", kind="io"))
+            continue
+        digest = _digest(raw)
+        digests.append((where, digest))
+        hit = cache.get(where) if cache is not None else None
+        loaded = hit[1] if hit is not None and hit[0] == digest else load_file(file, raw)
+        fresh[where] = (digest, loaded)
         if isinstance(loaded, PatternProblem):
             problems.append(loaded)
         elif loaded.name in patterns:
@@ -202,4 +240,18 @@ def load_dir(path: Path) -> LoadResult:
             )
         else:
             patterns[loaded.name] = loaded
-    return LoadResult(tuple(patterns.values()), tuple(problems))
+    if cache is not None:
+        cache.clear()
+        cache.update(fresh)
+    return LoadResult(tuple(patterns.values()), tuple(problems), tuple(digests))
+
+
+def digests_of(path: Path) -> tuple[tuple[str, bytes], ...]:
+    """(path, content digest) of the pattern files under ``path``, as ``load_dir`` sees them."""
+    out = []
+    for file in pattern_files(path):
+        try:
+            out.append((str(file), _digest(file.read_bytes())))
+        except OSError:
+            continue
+    return tuple(out)

@@ -33,8 +33,28 @@ from loom.patterns import PatternLibrary
 from loom.testing import FunctionModel
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "patterns"
-SYLLABLES = ["ka", "lo", "mi", "ter", "van", "sol", "qu", "rin", "dex", "por", "shi", "ul",
-             "bre", "tam", "gon", "fel", "zu", "nor", "wik", "ap"]
+SYLLABLES = [
+    "ka",
+    "lo",
+    "mi",
+    "ter",
+    "van",
+    "sol",
+    "qu",
+    "rin",
+    "dex",
+    "por",
+    "shi",
+    "ul",
+    "bre",
+    "tam",
+    "gon",
+    "fel",
+    "zu",
+    "nor",
+    "wik",
+    "ap",
+]
 
 
 def vocabulary(rng: random.Random, size: int = 6000) -> list[str]:
@@ -48,8 +68,9 @@ def pattern_doc(i: int, rng: random.Random, vocab: list[str]) -> dict[str, Any]:
     topic = rng.sample(vocab, 12)  # words that make this pattern distinct
 
     def text(n: int) -> str:
-        return " ".join(rng.choice(topic) if rng.random() < 0.5 else rng.choice(vocab)
-                        for _ in range(n))
+        return " ".join(
+            rng.choice(topic) if rng.random() < 0.5 else rng.choice(vocab) for _ in range(n)
+        )
 
     return {
         "name": f"pattern-{i:04d}",
@@ -140,8 +161,13 @@ def bench_hot_reload(n: int, rounds: int) -> dict[str, Any]:
             time.sleep(1.2)  # let the OS watcher start
             for r in range(rounds):
                 name = f"hot-{r}"
-                doc = {"name": name, "title": f"zebra{r} unicorn", "description": "new pattern",
-                       "keywords": [f"zebra{r} unicorn"], "instructions": "x"}
+                doc = {
+                    "name": name,
+                    "title": f"zebra{r} unicorn",
+                    "description": "new pattern",
+                    "keywords": [f"zebra{r} unicorn"],
+                    "instructions": "x",
+                }
                 target = library.version + 1
                 started = time.perf_counter()
                 (root / f"{name}.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
@@ -164,8 +190,9 @@ def bench_hot_reload(n: int, rounds: int) -> dict[str, Any]:
 async def bench_panel(rounds: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for n in (1, 3, 10):
-        panel = JudgePanel([FunctionJudge(lambda q, a, c: (0.9, "ok"), name=f"j{i}")
-                            for i in range(n)])
+        panel = JudgePanel(
+            [FunctionJudge(lambda q, a, c: (0.9, "ok"), name=f"j{i}") for i in range(n)]
+        )
         for _ in range(50):
             await panel.evaluate("q", "a")
         times = []
@@ -202,8 +229,14 @@ async def bench_panel(rounds: int) -> dict[str, Any]:
         return statistics.median(times)
 
     plain = await turns(Agent("a", "x", model=FunctionModel(answer, record=False)))
-    judged = await turns(Agent("a", "x", model=FunctionModel(answer, record=False),
-                               judges=[FunctionJudge(lambda q, a, c: 1.0, name="ok")]))
+    judged = await turns(
+        Agent(
+            "a",
+            "x",
+            model=FunctionModel(answer, record=False),
+            judges=[FunctionJudge(lambda q, a, c: 1.0, name="ok")],
+        )
+    )
     out["turn_without_judges_p50_ms"] = round(plain, 4)
     out["turn_with_one_judge_p50_ms"] = round(judged, 4)
     out["turn_judge_overhead_ms"] = round(judged - plain, 4)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from loom.errors import InputError
 from loom.events import AgentEvent, EventType
 from loom.messages import Message, ToolCall, ToolResult
-from loom.policy.permissions import Action, PermissionRule
+from loom.policy.permissions import Action, PermissionRule, _subject_of, _subjects
 from loom.store.base import RunRecord, Store
 from loom.tools.executor import error_result
 
@@ -196,11 +196,12 @@ def _remember_rules(p: PendingApproval, decision: Decision, agent: Agent) -> lis
     action: Action = "deny" if isinstance(decision, Reject) else "allow"
     if remember == "tool":
         return [PermissionRule(p.tool_name, None, action, "session")]
-    subject = getattr(agent.tools.get(p.tool_name), "permission_subject", None)
-    if subject is None or subject[0] not in p.arguments:
-        return [PermissionRule(p.tool_name, None, action, "session")]
-    value = str(p.arguments[subject[0]])
-    if subject[1] == "command":
+    key, kind = _subject_of(agent.tools.get(p.tool_name), p.tool_name)
+    if key is None:  # the same compact JSON the rules match for such tools
+        return [PermissionRule(p.tool_name, _subjects(p.call, None, kind, None)[0], action,
+                               "session")]
+    value = str(p.arguments.get(key, ""))
+    if kind == "command":
         from loom.policy.shell import analyze
 
         found = analyze(value)

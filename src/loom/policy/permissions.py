@@ -235,7 +235,14 @@ class PermissionManager:
         remembered = [r for r in session if r.tool == name or text_matches(r.tool, name)]
         key, kind = _subject_of(tool, name)
         subjects = _subjects(call, key, kind, workspace)
-        verdicts = [self._decide(name, s, kind, relevant, remembered) for s in subjects]
+        verdicts = []
+        for s in subjects:
+            v = self._decide(name, s, kind, relevant, remembered)
+            # What a wrapper runs must not be denied, but need not be allowed on its own.
+            if not isinstance(s, _Implied) or v.action == "deny" or (
+                v.action == "ask" and v.rule is not None
+            ):
+                verdicts.append(v)
         deny = next((v for v in verdicts if v.action == "deny"), None)
         if deny is not None:
             return deny
@@ -292,6 +299,12 @@ class PermissionManager:
         return None
 
 
+class _Implied(str):
+    """A subject that only deny and ask rules apply to (the inner command of a wrapper)."""
+
+    __slots__ = ()
+
+
 def _subject_of(tool: Tool | None, name: str) -> tuple[str | None, str]:
     subject = getattr(tool, "permission_subject", None) or _SUBJECTS.get(name)
     if subject is None:
@@ -315,7 +328,9 @@ def _subjects(call: ToolCall, key: str | None, kind: str, workspace: Path | None
         found = analyze(value)
         if found.error is not None:
             return [value]  # unparseable: matched whole, and _unlisted_risk asks
-        return [c.text for c in found.commands] or [value]
+        return [
+            _Implied(form) if c.implied else form for c in found.commands for form in c.forms()
+        ] or [value]
     return [value]
 
 
@@ -376,6 +391,10 @@ def _names(pattern: str, risk: str, c: Any) -> bool:
         return ">" in pattern
     if risk.endswith("substitution"):
         return "$(" in pattern or "`" in pattern or "<(" in pattern or ">(" in pattern
+    if risk.startswith("find runs"):
+        return any(flag in pattern for flag in ("-exec", "-ok", "-delete"))
+    if risk.startswith("awk runs"):
+        return "system(" in pattern
     first = pattern.split(" ", 1)[0]
     return bool(c.name) and os.path.basename(first) == c.name
 

@@ -176,7 +176,15 @@ class Workspace:
                     hops += 1
                     if hops > _MAX_LINK_HOPS:
                         raise ScopeViolation(f"{path!r}: too many symbolic links (a loop?)")
-                    link = os.readlink(comp, dir_fd=cur)
+                    try:
+                        link = os.readlink(comp, dir_fd=cur)
+                    except OSError:  # replaced since the stat: resolve it again
+                        retries += 1
+                        if retries > 100:
+                            raise ScopeViolation(f"{path!r} keeps changing") from None
+                        hops -= 1
+                        todo.insert(0, comp)
+                        continue
                     if link.startswith("/"):
                         where = "/".join([*stack, comp])
                         rest = self._strip_root(link, shown=f"{where} -> {link}")

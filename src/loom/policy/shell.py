@@ -51,6 +51,12 @@ class SimpleCommand:
     source: str
     name: str = ""
     risks: list[str] = field(default_factory=list)
+    argv: str = ""  # base name + arguments, without leading VAR=value assignments
+    implied: bool = False  # what a wrapper would run: deny/ask rules apply, allow is not needed
+
+    def forms(self) -> list[str]:
+        """The texts rules are matched against: as written, and normalised (``argv``)."""
+        return [self.text] if not self.argv or self.argv == self.text else [self.text, self.argv]
 
 
 @dataclass(slots=True)
@@ -155,7 +161,13 @@ def _command(node: Any, src: str, out: list[SimpleCommand], depth: int) -> None:
     wrapper = _wrapper_risk(name, args)
     if wrapper:
         risks.append(wrapper)
-    out.append(SimpleCommand(" ".join(words), _slice(src, node), name, _unique(risks)))
+    argv = " ".join([name, *args]) if name else ""
+    out.append(SimpleCommand(" ".join(words), _slice(src, node), name, _unique(risks), argv))
+    for unwrapped in _unwrap(name, args):  # what a wrapper runs: deny rules reach it too
+        inner_name = os.path.basename(unwrapped[0])
+        text = " ".join(unwrapped)
+        out.append(SimpleCommand(text, text, inner_name, [],
+                                 " ".join([inner_name, *unwrapped[1:]]), implied=True))
     for sub in inner:
         _visit(sub, src, out, depth)
     if name in _SHELLS and "-c" in args:  # look inside: deny rules still apply there
@@ -164,6 +176,22 @@ def _command(node: Any, src: str, out: list[SimpleCommand], depth: int) -> None:
             _parse_into(args[i + 1], out, depth + 1)
     elif name == "eval" and args:
         _parse_into(" ".join(args), out, depth + 1)
+
+
+_UNWRAP = frozenset({"sudo", "doas", "env", "nohup", "command", "builtin", "exec", "nice",
+                     "ionice", "time", "stdbuf", "setsid", "timeout", "xargs", "flock"})
+
+
+def _unwrap(name: str, args: list[str]) -> list[list[str]]:
+    """The command lines a wrapper such as ``sudo -u x rm y`` may run: each tail of its
+    arguments that starts at a plain word (``x rm y``, ``rm y``, ``y``), at most five."""
+    if name not in _UNWRAP:
+        return []
+    starts = [
+        i for i, a in enumerate(args)
+        if not a.startswith("-") and not (name == "env" and "=" in a)
+    ]
+    return [args[i:] for i in starts[:5]]
 
 
 def _redirect_risk(node: Any) -> str | None:

@@ -6,7 +6,7 @@ import os
 import re
 import stat
 
-from loom.errors import ToolError
+from loom.errors import ScopeViolation, ToolError
 from loom.policy.matching import compile_path_glob
 from loom.policy.scope import workspace_of
 from loom.tools.base import RunContext
@@ -33,8 +33,9 @@ def glob(ctx: RunContext, pattern: str, path: str = ".", max_results: int = 500)
         max_results: Return at most this many paths.
     """
     if pattern.startswith("/") or ".." in pattern.split("/"):
-        raise ToolError(
-            "the pattern must be relative and must not contain '..'", code="invalid_arguments"
+        raise ScopeViolation(
+            f"glob pattern {pattern!r} leaves the search directory; use a relative pattern "
+            "without '..' and set path= to search elsewhere inside the workspace"
         )
     rx = compile_path_glob(pattern.removeprefix("./"))
     ws = workspace_of(ctx.workspace, tool="glob")

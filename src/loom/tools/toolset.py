@@ -52,6 +52,8 @@ async def load_toolsets(agent: Agent, turn: Turn) -> None:
                 del owners[name]
                 changed = True
             continue
+        for problem in getattr(ts, "problems", None) or ():
+            turn._announce(EventType.ERROR, error=problem, fatal=False, toolset=ts.name)
         for t in tools:
             owner = owners.get(t.name)
             if owner == ts.name:

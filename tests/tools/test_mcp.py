@@ -4,6 +4,7 @@ deliberately broken servers (hang, crash, invalid schemas)."""
 from __future__ import annotations
 
 import asyncio
+import re
 import os
 import signal
 import subprocess
@@ -301,5 +302,5 @@ def test_bad_mcp_server_entries_are_definition_errors(
     from loom.errors import AgentDefinitionError
 
     (tmp_path / "AGENT.md").write_text(f"---\nname: a\nmcp_servers:\n  s:\n{entry}---\nhi\n")
-    with pytest.raises(AgentDefinitionError, match=message):
+    with pytest.raises(AgentDefinitionError, match=re.escape(message)):
         Agent.from_file(tmp_path / "AGENT.md")

@@ -69,10 +69,14 @@ class Agent:
     """
 
     __slots__ = (
+        "_approvals",
         "_hooks",
         "_model",
         "_model_spec",
         "_store",
+        "_tool_owners",
+        "_toolsets",
+        "approval_handler",
         "context_builder",
         "deps",
         "hooks",
@@ -84,17 +88,13 @@ class Agent:
         "max_tool_calls",
         "model_settings",
         "name",
+        "permissions",
         "queue_timeout",
         "timeout",
         "tool_specs",
         "tool_timeout",
         "tools",
         "workspace",
-        "permissions",
-        "approval_handler",
-        "_approvals",
-        "_toolsets",
-        "_tool_owners",
     )
 
     def __init__(
@@ -343,8 +343,9 @@ class Agent:
         if not pending:
             raise InputError(f"session {session_id!r} has no tool calls waiting for approval")
         _match(decisions, pending, session_id)  # raise a clear error before the turn starts
-        return Turn(self, "", session_id, "queue", self.deps if deps is None else deps,
-                    resume=decisions)
+        return Turn(
+            self, "", session_id, "queue", self.deps if deps is None else deps, resume=decisions
+        )
 
     async def resume_stream(
         self, session_id: str, decisions: Any = True, *, deps: Any = None

@@ -44,8 +44,13 @@ def call(note: str, id: str | None = None) -> ToolCall:
 
 
 def agent(store: MemoryStore, *responses: ModelResponse, **kw: Any) -> Agent:
-    return Agent(model=ScriptedModel(list(responses)), tools=[record, peek], store=store,
-                 permissions={"allow": ["peek"], "ask": ["record"]}, **kw)
+    return Agent(
+        model=ScriptedModel(list(responses)),
+        tools=[record, peek],
+        store=store,
+        permissions={"allow": ["peek"], "ask": ["record"]},
+        **kw,
+    )
 
 
 def every_call_answered(messages: list[Any]) -> bool:
@@ -55,16 +60,18 @@ def every_call_answered(messages: list[Any]) -> bool:
 
 async def test_pause_then_resume_in_another_agent_on_the_same_store() -> None:
     store = MemoryStore()
-    first = agent(store, ModelResponse(tool_calls=[
-        ToolCall(id="call_peek", name="peek"), call("a")]))
+    first = agent(
+        store, ModelResponse(tool_calls=[ToolCall(id="call_peek", name="peek"), call("a")])
+    )
     events = [e async for e in first.stream("do it", session_id="s1")]
     finish = events[-1]
     assert finish.type is EventType.AGENT_FINISH
     assert finish.data["stop_reason"] == "awaiting_approval"
     required = [e for e in events if e.type is EventType.APPROVAL_REQUIRED]
     assert [e.data["tool_call_id"] for e in required] == ["call_a"]
-    assert required[0].data["arguments"] == {"note": "a"} and "approval" in required[0].data[
-        "reason"]
+    assert (
+        required[0].data["arguments"] == {"note": "a"} and "approval" in required[0].data["reason"]
+    )
     assert LOG == ["peek"]  # the allowed call ran, the other waits
     assert [p.tool_call_id for p in await pending_approvals(store, "s1")] == ["call_a"]
     assert await store.open_tool_calls("s1") == []  # recovery has nothing to close
@@ -84,18 +91,25 @@ async def test_run_result_carries_the_pending_calls() -> None:
     store = MemoryStore()
     result = await agent(store, ModelResponse(tool_calls=[call("x")])).run("go", session_id="s")
     assert result.stop_reason == "awaiting_approval"
-    assert result.pending_approvals == [PendingApproval(
-        "s", result.run_id, "call_x", "record", {"note": "x"},
-        result.pending_approvals[0]["reason"]).to_dict()]
+    assert result.pending_approvals == [
+        PendingApproval(
+            "s",
+            result.run_id,
+            "call_x",
+            "record",
+            {"note": "x"},
+            result.pending_approvals[0]["reason"],
+        ).to_dict()
+    ]
 
 
 async def test_reject_and_edit_at_resume() -> None:
     store = MemoryStore()
-    a = agent(store, ModelResponse(tool_calls=[call("a"), call("b")]),
-              ModelResponse(text="ok"))
+    a = agent(store, ModelResponse(tool_calls=[call("a"), call("b")]), ModelResponse(text="ok"))
     assert (await a.run("go", session_id="s")).stop_reason == "awaiting_approval"
-    result = await a.resume("s", {"call_a": Reject("not today"),
-                                  "call_b": Edit({"note": "b-edited"})})
+    result = await a.resume(
+        "s", {"call_a": Reject("not today"), "call_b": Edit({"note": "b-edited"})}
+    )
     assert result.stop_reason == "completed"
     assert LOG == ["b-edited"]
     tool_msgs = {m.tool_call_id: m for m in result.messages if m.role == "tool"}
@@ -124,12 +138,15 @@ async def test_handler_approves_rejects_and_edits() -> None:
 
     async def handler(p: PendingApproval) -> Any:
         seen.append(p)
-        return {"a": Approve(), "b": Reject("no b"), "c": Edit({"note": "c2"})}[p.arguments[
-            "note"]]
+        return {"a": Approve(), "b": Reject("no b"), "c": Edit({"note": "c2"})}[p.arguments["note"]]
 
     store = MemoryStore()
-    a = agent(store, ModelResponse(tool_calls=[call("a"), call("b"), call("c")]),
-              ModelResponse(text="fine"), approval_handler=handler)
+    a = agent(
+        store,
+        ModelResponse(tool_calls=[call("a"), call("b"), call("c")]),
+        ModelResponse(text="fine"),
+        approval_handler=handler,
+    )
     events = [e async for e in a.stream("go", session_id="s")]
     assert events[-1].data["stop_reason"] == "completed"
     assert [p.tool_call_id for p in seen] == ["call_a", "call_b", "call_c"]
@@ -148,9 +165,13 @@ async def test_remembered_approval_lasts_for_the_session_and_across_agents() -> 
         return Approve(remember="tool")
 
     store = MemoryStore()
-    a = agent(store, ModelResponse(tool_calls=[call("a", "c1")]),
-              ModelResponse(tool_calls=[call("b", "c2")]), ModelResponse(text="done"),
-              approval_handler=handler)
+    a = agent(
+        store,
+        ModelResponse(tool_calls=[call("a", "c1")]),
+        ModelResponse(tool_calls=[call("b", "c2")]),
+        ModelResponse(text="done"),
+        approval_handler=handler,
+    )
     assert (await a.run("go", session_id="s")).stop_reason == "completed"
     assert asked == ["c1"] and LOG == ["a", "b"]
     # A new agent object (as after a restart) reads the remembered rule from the journal.
@@ -170,9 +191,13 @@ async def test_exact_remember_covers_only_the_same_arguments() -> None:
         return Approve(remember=True)
 
     store = MemoryStore()
-    a = agent(store, ModelResponse(tool_calls=[call("a", "c1")]),
-              ModelResponse(tool_calls=[call("a", "c2"), call("b", "c3")]),
-              ModelResponse(text="done"), approval_handler=handler)
+    a = agent(
+        store,
+        ModelResponse(tool_calls=[call("a", "c1")]),
+        ModelResponse(tool_calls=[call("a", "c2"), call("b", "c3")]),
+        ModelResponse(text="done"),
+        approval_handler=handler,
+    )
     await a.run("go", session_id="s")
     assert asked == ["c1", "c3"]
 
@@ -194,8 +219,7 @@ async def test_a_new_message_closes_pending_calls_as_not_approved() -> None:
 
 async def test_single_decision_applies_to_all_and_resume_sync_works(tmp_path: Path) -> None:
     store = MemoryStore()
-    a = agent(store, ModelResponse(tool_calls=[call("a"), call("b")]),
-              ModelResponse(text="ok"))
+    a = agent(store, ModelResponse(tool_calls=[call("a"), call("b")]), ModelResponse(text="ok"))
     await a.run("go", session_id="s")
     result = await a.resume("s", "approve")
     assert result.stop_reason == "completed" and sorted(LOG) == ["a", "b"]
@@ -205,8 +229,12 @@ async def test_deny_rules_still_apply_after_approval() -> None:
     store = MemoryStore()
     a = agent(store, ModelResponse(tool_calls=[call("a")]), ModelResponse(text="ok"))
     await a.run("go", session_id="s")
-    strict = Agent(model=ScriptedModel([ModelResponse(text="ok")]), tools=[record], store=store,
-                   permissions={"deny": ["record"]})
+    strict = Agent(
+        model=ScriptedModel([ModelResponse(text="ok")]),
+        tools=[record],
+        store=store,
+        permissions={"deny": ["record"]},
+    )
     result = await strict.resume("s", Edit({"note": "x"}))
     tool_msg = next(m for m in result.messages if m.role == "tool")
     assert tool_msg.metadata["error_code"] == "denied" and LOG == []

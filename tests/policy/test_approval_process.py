@@ -63,7 +63,10 @@ def run_phase(tmp_path: Path, phase: str) -> dict[str, object]:
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
     proc = subprocess.run(
         [sys.executable, str(script), str(tmp_path / "loom.db"), str(tmp_path / "log.txt"), phase],
-        capture_output=True, text=True, env=env, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]

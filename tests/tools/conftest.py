@@ -26,7 +26,9 @@ def http_mcp_url() -> Iterator[str]:
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, str(SERVERS / "http_server.py"), str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ),
     )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -35,7 +37,7 @@ def http_mcp_url() -> Iterator[str]:
                 break
         except OSError:
             if proc.poll() is not None:
-                raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "died")
+                raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "died") from None
             time.sleep(0.1)
     yield f"http://127.0.0.1:{port}/mcp"
     proc.terminate()

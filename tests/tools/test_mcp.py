@@ -4,8 +4,8 @@ deliberately broken servers (hang, crash, invalid schemas)."""
 from __future__ import annotations
 
 import asyncio
-import re
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -57,11 +57,20 @@ def tool_results(messages: list[Any]) -> dict[str, Any]:
 
 async def test_time_server_tools_are_listed_lazily_and_called() -> None:
     server = time_server(prefix="time_")
-    model = ScriptedModel([
-        ModelResponse(tool_calls=[ToolCall(id="c1", name="time_get_current_time",
-                                           arguments={"timezone": "Europe/Paris"})]),
-        ModelResponse(text="done"),
-    ])
+    model = ScriptedModel(
+        [
+            ModelResponse(
+                tool_calls=[
+                    ToolCall(
+                        id="c1",
+                        name="time_get_current_time",
+                        arguments={"timezone": "Europe/Paris"},
+                    )
+                ]
+            ),
+            ModelResponse(text="done"),
+        ]
+    )
     agent = Agent(model=model, tools=["add", server])
     assert children("mcp_server_time") == []  # nothing starts before the first run
     assert list(agent.tools) == ["add"]
@@ -80,13 +89,21 @@ async def test_time_server_tools_are_listed_lazily_and_called() -> None:
 
 async def test_tool_errors_and_bad_arguments_reach_the_model() -> None:
     async with time_server() as server:
-        model = ScriptedModel([
-            ModelResponse(tool_calls=[
-                ToolCall(id="bad_tz", name="get_current_time", arguments={"timezone": "Mars/Base"}),
-                ToolCall(id="no_args", name="get_current_time", arguments={}),
-            ]),
-            ModelResponse(text="sorry"),
-        ])
+        model = ScriptedModel(
+            [
+                ModelResponse(
+                    tool_calls=[
+                        ToolCall(
+                            id="bad_tz",
+                            name="get_current_time",
+                            arguments={"timezone": "Mars/Base"},
+                        ),
+                        ToolCall(id="no_args", name="get_current_time", arguments={}),
+                    ]
+                ),
+                ModelResponse(text="sorry"),
+            ]
+        )
         agent = Agent(model=model, tools=[server])
         result = await agent.run("time on mars")
         msgs = tool_results(result.messages)
@@ -98,14 +115,18 @@ async def test_tool_errors_and_bad_arguments_reach_the_model() -> None:
 
 def test_run_sync_starts_and_stops_the_server_each_time() -> None:
     server = time_server()
-    model = ScriptedModel([
-        ModelResponse(tool_calls=[ToolCall(name="get_current_time",
-                                           arguments={"timezone": "UTC"})]),
-        ModelResponse(text="one"),
-        ModelResponse(tool_calls=[ToolCall(name="get_current_time",
-                                           arguments={"timezone": "UTC"})]),
-        ModelResponse(text="two"),
-    ])
+    model = ScriptedModel(
+        [
+            ModelResponse(
+                tool_calls=[ToolCall(name="get_current_time", arguments={"timezone": "UTC"})]
+            ),
+            ModelResponse(text="one"),
+            ModelResponse(
+                tool_calls=[ToolCall(name="get_current_time", arguments={"timezone": "UTC"})]
+            ),
+            ModelResponse(text="two"),
+        ]
+    )
     agent = Agent(model=model, tools=[server], store=MemoryStore())
     assert agent.run_sync("first").output == "one"
     assert children("mcp_server_time") == []  # the loop ended: the server was stopped
@@ -128,29 +149,50 @@ async def test_reconnects_after_the_server_dies() -> None:
     assert children("mcp_server_time") == []
 
 
-async def test_git_server_on_a_temporary_repository(tmp_path: Path) -> None:
+def git(repo: Path, *args: str) -> str:
+    cmd = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A git repository with one commit and one unstaged change."""
     repo = tmp_path / "repo"
     repo.mkdir()
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
-    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    git(repo, "init", "-q", "-b", "main")
     (repo / "a.txt").write_text("hello\n")
-    subprocess.run([*git, "add", "a.txt"], check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "first commit"], check=True)
+    git(repo, "add", "a.txt")
+    git(repo, "commit", "-q", "-m", "first commit")
     (repo / "a.txt").write_text("hello world\n")
-    server = mcp_server("git", command=PY, args=["-m", "mcp_server_git", "-r", str(repo)],
-                        prefix="git_")
-    model = ScriptedModel([
-        ModelResponse(tool_calls=[
-            ToolCall(id="st", name="git_git_status", arguments={"repo_path": str(repo)}),
-            ToolCall(id="log", name="git_git_log", arguments={"repo_path": str(repo)}),
-            ToolCall(id="diff", name="git_git_diff_unstaged", arguments={"repo_path": str(repo)}),
-            ToolCall(id="commit", name="git_git_commit",
-                     arguments={"repo_path": str(repo), "message": "sneaky"}),
-        ]),
-        ModelResponse(text="reviewed"),
-    ])
-    agent = Agent(model=model, tools=[server],
-                  permissions={"allow": ["git_*"], "deny": ["git_git_commit"]})
+    return repo
+
+
+async def test_git_server_on_a_temporary_repository(repo: Path) -> None:
+    server = mcp_server(
+        "git", command=PY, args=["-m", "mcp_server_git", "-r", str(repo)], prefix="git_"
+    )
+    model = ScriptedModel(
+        [
+            ModelResponse(
+                tool_calls=[
+                    ToolCall(id="st", name="git_git_status", arguments={"repo_path": str(repo)}),
+                    ToolCall(id="log", name="git_git_log", arguments={"repo_path": str(repo)}),
+                    ToolCall(
+                        id="diff", name="git_git_diff_unstaged", arguments={"repo_path": str(repo)}
+                    ),
+                    ToolCall(
+                        id="commit",
+                        name="git_git_commit",
+                        arguments={"repo_path": str(repo), "message": "sneaky"},
+                    ),
+                ]
+            ),
+            ModelResponse(text="reviewed"),
+        ]
+    )
+    agent = Agent(
+        model=model, tools=[server], permissions={"allow": ["git_*"], "deny": ["git_git_commit"]}
+    )
     try:
         result = await agent.run("review the repo")
     finally:
@@ -160,18 +202,23 @@ async def test_git_server_on_a_temporary_repository(tmp_path: Path) -> None:
     assert "first commit" in msgs["log"].content
     assert "+hello world" in msgs["diff"].content
     assert msgs["commit"].metadata["error_code"] == "denied"  # permission rules cover MCP tools
-    log = subprocess.run([*git, "log", "--oneline"], capture_output=True, text=True, check=True)
-    assert "sneaky" not in log.stdout
+    assert "sneaky" not in git(repo, "log", "--oneline")
     assert children("mcp_server_git") == []
 
 
 async def test_streamable_http_server(http_mcp_url: str) -> None:
     server = mcp_server("calc", url=http_mcp_url)
-    model = ScriptedModel([
-        ModelResponse(tool_calls=[ToolCall(id="c", name="add", arguments={"a": 2, "b": 40}),
-                                  ToolCall(id="s", name="shout", arguments={"text": "hi"})]),
-        ModelResponse(text="42"),
-    ])
+    model = ScriptedModel(
+        [
+            ModelResponse(
+                tool_calls=[
+                    ToolCall(id="c", name="add", arguments={"a": 2, "b": 40}),
+                    ToolCall(id="s", name="shout", arguments={"text": "hi"}),
+                ]
+            ),
+            ModelResponse(text="42"),
+        ]
+    )
     async with Agent(model=model, tools=[server]) as agent:
         result = await agent.run("add")
     msgs = tool_results(result.messages)
@@ -191,9 +238,11 @@ async def run_with(server: MCPServer, calls: list[ToolCall] | None = None) -> tu
 
 @pytest.mark.parametrize(
     ("mode", "expected"),
-    [("hang", "did not finish connecting within 2 s"),
-     ("crash", "cannot start (missing configuration)"),
-     ("invalid_list", "invalid tool list")],
+    [
+        ("hang", "did not finish connecting within 2 s"),
+        ("crash", "cannot start (missing configuration)"),
+        ("invalid_list", "invalid tool list"),
+    ],
 )
 async def test_broken_servers_are_reported_and_the_run_goes_on(mode: str, expected: str) -> None:
     finish, errors = await run_with(broken(mode, connect_timeout=2))
@@ -205,19 +254,22 @@ async def test_broken_servers_are_reported_and_the_run_goes_on(mode: str, expect
 
 async def test_one_invalid_schema_skips_only_that_tool() -> None:
     server = broken("invalid_one")
-    finish, errors = await run_with(server, [ToolCall(id="e", name="echo",
-                                                      arguments={"text": "still works"})])
+    finish, errors = await run_with(
+        server, [ToolCall(id="e", name="echo", arguments={"text": "still works"})]
+    )
     assert finish.data["stop_reason"] == "completed"
     assert len(errors) == 1 and "'bad'" in errors[0].data["error"]
     assert "invalid input schema" in errors[0].data["error"]
 
 
 async def test_crash_during_a_call_and_a_slow_call() -> None:
-    model = ScriptedModel([
-        ModelResponse(tool_calls=[ToolCall(id="c1", name="echo", arguments={"text": "x"})]),
-        ModelResponse(tool_calls=[ToolCall(id="c2", name="echo", arguments={"text": "y"})]),
-        ModelResponse(text="done"),
-    ])
+    model = ScriptedModel(
+        [
+            ModelResponse(tool_calls=[ToolCall(id="c1", name="echo", arguments={"text": "x"})]),
+            ModelResponse(tool_calls=[ToolCall(id="c2", name="echo", arguments={"text": "y"})]),
+            ModelResponse(text="done"),
+        ]
+    )
     async with Agent(model=model, tools=[broken("crash_on_call")]) as agent:
         result = await agent.run("go")
     msgs = tool_results(result.messages)
@@ -227,10 +279,12 @@ async def test_crash_during_a_call_and_a_slow_call() -> None:
     assert result.stop_reason == "completed"
 
     slow = broken("slow_call", call_timeout=1)
-    model = ScriptedModel([
-        ModelResponse(tool_calls=[ToolCall(id="c", name="echo", arguments={"text": "x"})]),
-        ModelResponse(text="done"),
-    ])
+    model = ScriptedModel(
+        [
+            ModelResponse(tool_calls=[ToolCall(id="c", name="echo", arguments={"text": "x"})]),
+            ModelResponse(text="done"),
+        ]
+    )
     async with Agent(model=model, tools=[slow]) as agent:
         result = await agent.run("go")
     assert tool_results(result.messages)["c"].metadata["error_code"] == "timeout"
@@ -243,23 +297,42 @@ async def test_name_collisions_are_reported() -> None:
         """My own echo."""
         return f"mine: {text}"
 
-    model = ScriptedModel([
-        ModelResponse(tool_calls=[ToolCall(id="c", name="echo", arguments={"text": "x"}),
-                                  ToolCall(id="p", name="b_echo", arguments={"text": "y"})]),
-        ModelResponse(text="done"),
-    ])
-    agent = Agent(model=model, tools=[echo, broken("invalid_one"), broken("slow_call"),
-                                      broken("crash_on_call", prefix="b_")])
+    model = ScriptedModel(
+        [
+            ModelResponse(
+                tool_calls=[
+                    ToolCall(id="c", name="echo", arguments={"text": "x"}),
+                    ToolCall(id="p", name="b_echo", arguments={"text": "y"}),
+                ]
+            ),
+            ModelResponse(text="done"),
+        ]
+    )
+    agent = Agent(
+        model=model,
+        tools=[
+            echo,
+            broken("invalid_one"),
+            broken("slow_call"),
+            broken("crash_on_call", prefix="b_"),
+        ],
+    )
     try:
         events = [e async for e in agent.stream("go")]
     finally:
         await agent.aclose()
-    clashes = [e.data["error"] for e in events if e.type is EventType.ERROR
-               and "already uses" in e.data["error"]]
+    clashes = [
+        e.data["error"]
+        for e in events
+        if e.type is EventType.ERROR and "already uses" in e.data["error"]
+    ]
     assert len(clashes) == 2
     assert "a tool the agent already has" in clashes[0] and "prefix" in clashes[0]
-    results = {e.data["tool_call_id"]: e.data for e in events
-               if e.type in (EventType.TOOL_RESULT, EventType.TOOL_ERROR)}
+    results = {
+        e.data["tool_call_id"]: e.data
+        for e in events
+        if e.type in (EventType.TOOL_RESULT, EventType.TOOL_ERROR)
+    }
     assert results["c"]["content"] == "mine: x"  # the agent's own tool wins
     assert results["p"]["error_code"] == "mcp_unavailable"  # the prefixed one is the server's
 
@@ -279,11 +352,18 @@ mcp_servers:
 ---
 You tell the time.
 """)
-    model = ScriptedModel([
-        ModelResponse(tool_calls=[ToolCall(id="c", name="time_get_current_time",
-                                           arguments={"timezone": "Asia/Tokyo"})]),
-        ModelResponse(text="it is late"),
-    ])
+    model = ScriptedModel(
+        [
+            ModelResponse(
+                tool_calls=[
+                    ToolCall(
+                        id="c", name="time_get_current_time", arguments={"timezone": "Asia/Tokyo"}
+                    )
+                ]
+            ),
+            ModelResponse(text="it is late"),
+        ]
+    )
     agent = Agent.from_file(tmp_path / "AGENT.md", model=model)
     result = agent.run_sync("time in Tokyo?")
     assert "Asia/Tokyo" in tool_results(result.messages)["c"].content
@@ -292,9 +372,11 @@ You tell the time.
 
 @pytest.mark.parametrize(
     ("entry", "message"),
-    [("    command: x\n    url: http://h/mcp\n", "either command= (stdio) or url="),
-     ("    command: x\n    colour: red\n", "colour"),
-     ("    url: ftp://h\n", "url must be http(s)")],
+    [
+        ("    command: x\n    url: http://h/mcp\n", "either command= (stdio) or url="),
+        ("    command: x\n    colour: red\n", "colour"),
+        ("    url: ftp://h\n", "url must be http(s)"),
+    ],
 )
 def test_bad_mcp_server_entries_are_definition_errors(
     tmp_path: Path, entry: str, message: str

@@ -152,7 +152,9 @@ def _ask_approval(pending: PendingApproval) -> Any:
     try:
         answer = Prompt.ask(
             "  [y]es, [n]o, [a]lways in this session, [e]dit arguments",
-            choices=["y", "n", "a", "e"], default="n", console=err,
+            choices=["y", "n", "a", "e"],
+            default="n",
+            console=err,
         )
         if answer == "y":
             return Approve()

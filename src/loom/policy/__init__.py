@@ -25,7 +25,16 @@ _EXPORTS = {
     "Workspace": "loom.policy.scope",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "Approve",
+    "Decision",
+    "Edit",
+    "PendingApproval",
+    "PermissionManager",
+    "PermissionRule",
+    "Reject",
+    "Workspace",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -162,7 +162,7 @@ async def pending_approvals(
         return []
     required: dict[str, PendingApproval] = {}
     for ev in await store.load_events(session_id):
-        cid = ev.data.get("tool_call_id")
+        cid = str(ev.data.get("tool_call_id", ""))
         if ev.type is E.APPROVAL_REQUIRED and cid in open_calls:
             required[cid] = PendingApproval.from_dict(ev.data)
         elif ev.type is E.APPROVAL_DECISION:
@@ -170,20 +170,23 @@ async def pending_approvals(
     return list(required.values())
 
 
-def _match(
-    decisions: Any, pending: list[PendingApproval], session_id: str
-) -> dict[str, Decision]:
+def _match(decisions: Any, pending: list[PendingApproval], session_id: str) -> dict[str, Decision]:
     ids = [p.tool_call_id for p in pending]
-    if isinstance(decisions, Mapping) and not ("decision" in decisions and len(ids) == 1
-                                               and ids[0] not in decisions):
+    if isinstance(decisions, Mapping) and not (
+        "decision" in decisions and len(ids) == 1 and ids[0] not in decisions
+    ):
         unknown = [k for k in decisions if k not in ids]
         if unknown:
-            raise InputError(f"session {session_id!r} has no pending call {unknown[0]!r}; "
-                             f"pending calls: {', '.join(ids)}")
+            raise InputError(
+                f"session {session_id!r} has no pending call {unknown[0]!r}; "
+                f"pending calls: {', '.join(ids)}"
+            )
         missing = [i for i in ids if i not in decisions]
         if missing:
-            raise InputError(f"no decision for pending call {missing[0]!r} of session "
-                             f"{session_id!r}; decide every pending call: {', '.join(ids)}")
+            raise InputError(
+                f"no decision for pending call {missing[0]!r} of session "
+                f"{session_id!r}; decide every pending call: {', '.join(ids)}"
+            )
         return {k: coerce_decision(v) for k, v in decisions.items()}
     one = coerce_decision(decisions)  # a single decision applies to every pending call
     return dict.fromkeys(ids, one)
@@ -198,16 +201,19 @@ def _remember_rules(p: PendingApproval, decision: Decision, agent: Agent) -> lis
         return [PermissionRule(p.tool_name, None, action, "session")]
     key, kind = _subject_of(agent.tools.get(p.tool_name), p.tool_name)
     if key is None:  # the same compact JSON the rules match for such tools
-        return [PermissionRule(p.tool_name, _subjects(p.call, None, kind, None)[0], action,
-                               "session")]
+        return [
+            PermissionRule(p.tool_name, _subjects(p.call, None, kind, None)[0], action, "session")
+        ]
     value = str(p.arguments.get(key, ""))
     if kind == "command":
         from loom.policy.shell import analyze
 
         found = analyze(value)
         if found.error is None and found.commands:
-            return [PermissionRule(p.tool_name, c.source if c.risks else c.text, action,
-                                   "session") for c in found.commands]
+            return [
+                PermissionRule(p.tool_name, c.source if c.risks else c.text, action, "session")
+                for c in found.commands
+            ]
     return [PermissionRule(p.tool_name, value, action, "session")]
 
 
@@ -220,8 +226,11 @@ class ApprovalGate:
     def _decision_event(
         self, turn: Turn, p: PendingApproval, decision: Decision | None, how: str
     ) -> AgentEvent:
-        data: dict[str, Any] = {"tool_call_id": p.tool_call_id, "tool_name": p.tool_name,
-                                "decided_by": how}
+        data: dict[str, Any] = {
+            "tool_call_id": p.tool_call_id,
+            "tool_name": p.tool_name,
+            "decided_by": how,
+        }
         if isinstance(decision, Approve):
             data["decision"] = "approve"
         elif isinstance(decision, Reject):
@@ -245,8 +254,9 @@ class ApprovalGate:
         """``(call to run, None)``, ``(call, denied result)``, or ``(None, None)`` if parked."""
         if turn.decided.pop(call.id, None) is not None:
             return call, None  # decided at resume, before the hooks ran again
-        p = PendingApproval(turn.session_id, turn.run_id, call.id, call.name,
-                            dict(call.arguments), reason)
+        p = PendingApproval(
+            turn.session_id, turn.run_id, call.id, call.name, dict(call.arguments), reason
+        )
         await turn._commit([turn._event(E.APPROVAL_REQUIRED, p.to_dict())])
         handler = self.agent.approval_handler
         if handler is None:
@@ -265,8 +275,9 @@ class ApprovalGate:
         if isinstance(decision, Reject):
             return call, error_result(call, "denied", f"rejected by the user: {decision.reason}")
         if isinstance(decision, Edit):
-            return call.model_copy(update={"arguments": decision.arguments,
-                                           "raw_arguments": None}), None
+            return call.model_copy(
+                update={"arguments": decision.arguments, "raw_arguments": None}
+            ), None
         return call, None
 
     async def settle(self, turn: Turn) -> bool:
@@ -283,8 +294,9 @@ class ApprovalGate:
         decisions = _match(turn.resume, pending, sid)
         last_user = next((m.content for m in reversed(turn.history) if m.role == "user"), "")
         turn.message = last_user
-        start = turn._event(E.AGENT_START, {"message": last_user, "agent": self.agent.name,
-                                            "resume": True})
+        start = turn._event(
+            E.AGENT_START, {"message": last_user, "agent": self.agent.name, "resume": True}
+        )
         await turn._commit([start], run=RunRecord(turn.run_id, sid, "running"))
         to_run: list[ToolCall] = []
         for p in pending:
@@ -304,10 +316,15 @@ class ApprovalGate:
 
     async def _expire(self, turn: Turn, pending: list[PendingApproval]) -> None:
         for p in pending:
-            result = error_result(p.call, "denied", "not approved: the user sent a new message "
-                                  "instead of deciding on this call")
+            result = error_result(
+                p.call,
+                "denied",
+                "not approved: the user sent a new message instead of deciding on this call",
+            )
             msg = Message.tool(result)
             await self.agent.store.append(
-                turn.session_id, messages=[msg],
-                events=[self._decision_event(turn, p, None, "new_message")])
+                turn.session_id,
+                messages=[msg],
+                events=[self._decision_event(turn, p, None, "new_message")],
+            )
             turn.history.append(msg)

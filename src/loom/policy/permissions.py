@@ -106,7 +106,7 @@ class PermissionRule:
                 f"permission rule {spec!r} ({source}) is not 'tool' or 'tool(pattern)', "
                 "e.g. 'bash(git status*)' or 'write_file(docs/**)'"
             )
-        return cls(m.group(1), m.group(2), action, source)  # type: ignore[arg-type]
+        return cls(m.group(1), m.group(2), action, source)
 
     def __str__(self) -> str:
         return self.tool if self.pattern is None else f"{self.tool}({self.pattern})"
@@ -152,8 +152,9 @@ class PermissionManager:
                     raise ConfigurationError(f"permissions: expected PermissionRule, got {r!r}")
                 self.rules.append(r)
         if self.default not in _ACTIONS:
-            raise ConfigurationError(f"permissions: default must be allow, deny or ask, "
-                                     f"got {self.default!r}")
+            raise ConfigurationError(
+                f"permissions: default must be allow, deny or ask, got {self.default!r}"
+            )
         self._session: dict[str, list[PermissionRule]] = {}
         self._loaded: set[str] = set()
 
@@ -163,8 +164,9 @@ class PermissionManager:
                 self.default = value
             elif key == "safe_mode":
                 if not isinstance(value, bool):
-                    raise ConfigurationError(f"permissions ({source}): safe_mode must be true "
-                                             f"or false, got {value!r}")
+                    raise ConfigurationError(
+                        f"permissions ({source}): safe_mode must be true or false, got {value!r}"
+                    )
                 self.safe_mode = value
             elif key in _ACTIONS:
                 specs = [value] if isinstance(value, str) else value
@@ -239,8 +241,10 @@ class PermissionManager:
         for s in subjects:
             v = self._decide(name, s, kind, relevant, remembered)
             # What a wrapper runs must not be denied, but need not be allowed on its own.
-            if not isinstance(s, _Implied) or v.action == "deny" or (
-                v.action == "ask" and v.rule is not None
+            if (
+                not isinstance(s, _Implied)
+                or v.action == "deny"
+                or (v.action == "ask" and v.rule is not None)
             ):
                 verdicts.append(v)
         deny = next((v for v in verdicts if v.action == "deny"), None)
@@ -374,13 +378,16 @@ def _unlisted_risk(call: ToolCall, rules: list[PermissionRule]) -> Verdict | Non
     command = str(call.arguments.get("command", ""))
     found = analyze(command)
     if found.error is not None:
-        return Verdict("ask", f"bash: the command could not be parsed ({found.error}); "
-                              "it needs approval")
+        return Verdict(
+            "ask", f"bash: the command could not be parsed ({found.error}); it needs approval"
+        )
     allows = [r for r in rules if r.action == "allow" and r.pattern]
     for c in found.commands:
         for risk in c.risks:
-            if not any(_names(r.pattern or "", risk, c) and text_matches(r.pattern or "", c.source)
-                       for r in allows):
+            if not any(
+                _names(r.pattern or "", risk, c) and text_matches(r.pattern or "", c.source)
+                for r in allows
+            ):
                 return Verdict("ask", f"bash: {risk} in {c.source!r} needs approval")
     return None
 

@@ -119,9 +119,7 @@ class Workspace:
         except OSError as exc:
             raise ToolError(f"the workspace root cannot be opened: {exc.strerror}") from None
 
-    def resolve(
-        self, path: str, *, write: bool = False, create_parents: bool = False
-    ) -> Target:
+    def resolve(self, path: str, *, write: bool = False, create_parents: bool = False) -> Target:
         """Walk ``path`` from the root, following links only while they stay inside.
 
         Raises ``ScopeViolation`` for every escape and for writes into read-only areas, and
@@ -167,7 +165,9 @@ class Workspace:
                         os.mkdir(comp, 0o777, dir_fd=cur)
                     retries += 1
                     if retries > 100:
-                        raise ScopeViolation(f"{path!r} keeps changing while it is created")
+                        raise ScopeViolation(
+                            f"{path!r} keeps changing while it is created"
+                        ) from None
                     todo.insert(0, comp)  # look again: it may be a link someone just made
                     continue
                 except OSError as exc:

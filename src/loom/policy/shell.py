@@ -23,10 +23,44 @@ __all__ = ["WRAPPERS", "ShellAnalysis", "SimpleCommand", "analyze"]
 
 WRAPPERS: frozenset[str] = frozenset(
     {
-        "sudo", "doas", "su", "env", "xargs", "sh", "bash", "zsh", "dash", "ksh", "fish",
-        "csh", "tcsh", "eval", "exec", "source", ".", "command", "builtin", "nohup", "timeout",
-        "nice", "ionice", "time", "stdbuf", "setsid", "chroot", "unshare", "nsenter", "watch",
-        "parallel", "flock", "script", "busybox", "find", "awk", "perl", "ssh",
+        "sudo",
+        "doas",
+        "su",
+        "env",
+        "xargs",
+        "sh",
+        "bash",
+        "zsh",
+        "dash",
+        "ksh",
+        "fish",
+        "csh",
+        "tcsh",
+        "eval",
+        "exec",
+        "source",
+        ".",
+        "command",
+        "builtin",
+        "nohup",
+        "timeout",
+        "nice",
+        "ionice",
+        "time",
+        "stdbuf",
+        "setsid",
+        "chroot",
+        "unshare",
+        "nsenter",
+        "watch",
+        "parallel",
+        "flock",
+        "script",
+        "busybox",
+        "find",
+        "awk",
+        "perl",
+        "ssh",
     }
 )
 """Commands that run other commands. ``find`` counts only with ``-exec``/``-execdir``/``-ok``/
@@ -98,9 +132,7 @@ def _visit(node: Any, src: str, out: list[SimpleCommand], depth: int) -> None:
     if kind == "function":
         name = next((p.word for p in node.parts if p.kind == "word"), "?")
         out.append(
-            SimpleCommand(
-                f"{name}()", _slice(src, node), name, [f"function definition {name!r}"]
-            )
+            SimpleCommand(f"{name}()", _slice(src, node), name, [f"function definition {name!r}"])
         )
     if kind == "redirect":
         risk = _redirect_risk(node)
@@ -166,8 +198,11 @@ def _command(node: Any, src: str, out: list[SimpleCommand], depth: int) -> None:
     for unwrapped in _unwrap(name, args):  # what a wrapper runs: deny rules reach it too
         inner_name = os.path.basename(unwrapped[0])
         text = " ".join(unwrapped)
-        out.append(SimpleCommand(text, text, inner_name, [],
-                                 " ".join([inner_name, *unwrapped[1:]]), implied=True))
+        out.append(
+            SimpleCommand(
+                text, text, inner_name, [], " ".join([inner_name, *unwrapped[1:]]), implied=True
+            )
+        )
     for sub in inner:
         _visit(sub, src, out, depth)
     if name in _SHELLS and "-c" in args:  # look inside: deny rules still apply there
@@ -178,8 +213,25 @@ def _command(node: Any, src: str, out: list[SimpleCommand], depth: int) -> None:
         _parse_into(" ".join(args), out, depth + 1)
 
 
-_UNWRAP = frozenset({"sudo", "doas", "env", "nohup", "command", "builtin", "exec", "nice",
-                     "ionice", "time", "stdbuf", "setsid", "timeout", "xargs", "flock"})
+_UNWRAP = frozenset(
+    {
+        "sudo",
+        "doas",
+        "env",
+        "nohup",
+        "command",
+        "builtin",
+        "exec",
+        "nice",
+        "ionice",
+        "time",
+        "stdbuf",
+        "setsid",
+        "timeout",
+        "xargs",
+        "flock",
+    }
+)
 
 
 def _unwrap(name: str, args: list[str]) -> list[list[str]]:
@@ -188,8 +240,7 @@ def _unwrap(name: str, args: list[str]) -> list[list[str]]:
     if name not in _UNWRAP:
         return []
     starts = [
-        i for i, a in enumerate(args)
-        if not a.startswith("-") and not (name == "env" and "=" in a)
+        i for i, a in enumerate(args) if not a.startswith("-") and not (name == "env" and "=" in a)
     ]
     return [args[i:] for i in starts[:5]]
 

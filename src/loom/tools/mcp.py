@@ -33,7 +33,7 @@ import contextlib
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
-from typing import IO, Any
+from typing import Any, TextIO
 
 from loom.errors import ConfigurationError, MissingDependencyError, ToolError
 from loom.tools.base import Effect, RunContext, ToolArgumentsError
@@ -81,7 +81,10 @@ class _Connection:
         self.client: Any = None
         self.error: BaseException | None = None
         self.dead = False
-        self.errlog: IO[str] = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+        # Closed in close(); it must outlive this method, so no "with".
+        self.errlog: TextIO = tempfile.TemporaryFile(  # noqa: SIM115
+            "w+", encoding="utf-8", errors="replace"
+        )
         self.task = self.loop.create_task(self._own(), name=f"mcp:{server.name}")
 
     async def _own(self) -> None:
@@ -115,8 +118,11 @@ class _Connection:
         except (OSError, ValueError):
             return ""
         text = text.strip()
-        return f" Server stderr: …{text[-limit:]}" if len(text) > limit else (
-            f" Server stderr: {text}" if text else "")
+        return (
+            f" Server stderr: …{text[-limit:]}"
+            if len(text) > limit
+            else (f" Server stderr: {text}" if text else "")
+        )
 
     async def close(self) -> None:
         self.dead = True
@@ -187,7 +193,7 @@ class MCPServer:
         where = self.url or " ".join([self.command or "", *self.args])
         return f"MCPServer({self.name!r}, {where!r})"
 
-    def _client(self, errlog: IO[str]) -> Any:
+    def _client(self, errlog: TextIO) -> Any:
         mcp = _sdk()
         if self.url is not None:
             from mcp.client.streamable_http import streamable_http_client
@@ -204,8 +210,9 @@ class MCPServer:
         params = mcp.StdioServerParameters(
             command=self.command, args=self.args, env=self.env or None, cwd=self.cwd
         )
-        return mcp.Client(stdio_client(params, errlog=errlog),
-                          read_timeout_seconds=self.call_timeout)
+        return mcp.Client(
+            stdio_client(params, errlog=errlog), read_timeout_seconds=self.call_timeout
+        )
 
     # -- connection ---------------------------------------------------------------------------
     def _loop_lock(self) -> asyncio.Lock:
@@ -337,8 +344,9 @@ def _result_value(result: Any, label: str) -> Any:
         elif kind == "resource_link":
             texts.append(f"[resource link {block.uri}]")
     if result.is_error:
-        raise ToolError(f"{label}: {' '.join(texts) or 'the tool reported an error'}",
-                        code="mcp_tool_error")
+        raise ToolError(
+            f"{label}: {' '.join(texts) or 'the tool reported an error'}", code="mcp_tool_error"
+        )
     if texts:
         return "\n".join(texts)
     return result.structured_content if result.structured_content is not None else ""
@@ -361,7 +369,7 @@ class MCPTool:
                 f"MCP server {server.name!r}: tool {spec.name!r} has an input schema that is not "
                 "a JSON object schema; the tool is skipped"
             )
-        import jsonschema
+        import jsonschema  # type: ignore[import-untyped]
 
         try:
             jsonschema.Draft202012Validator.check_schema(schema)
@@ -376,8 +384,10 @@ class MCPTool:
         self.timeout: float | None = server.call_timeout + 5
         hints = spec.annotations
         self.effect: Effect = server.effect or (
-            "pure" if hints is not None and hints.read_only_hint
-            else "idempotent" if hints is not None and hints.idempotent_hint
+            "pure"
+            if hints is not None and hints.read_only_hint
+            else "idempotent"
+            if hints is not None and hints.idempotent_hint
             else "at_most_once"
         )
         self._validator = jsonschema.Draft202012Validator(self.parameters)
@@ -435,7 +445,16 @@ def mcp_server(
         effect: Override the effect class of all its tools.
     """
     return MCPServer(
-        name, command=command, args=args, env=env, cwd=cwd, url=url, headers=headers,
-        prefix=prefix, tools=tools, connect_timeout=connect_timeout, call_timeout=call_timeout,
+        name,
+        command=command,
+        args=args,
+        env=env,
+        cwd=cwd,
+        url=url,
+        headers=headers,
+        prefix=prefix,
+        tools=tools,
+        connect_timeout=connect_timeout,
+        call_timeout=call_timeout,
         effect=effect,
     )

@@ -44,8 +44,10 @@ async def load_toolsets(agent: Agent, turn: Turn) -> None:
             tools = await ts.load_tools()
         except Exception as exc:
             turn._announce(
-                EventType.ERROR, error=f"tool server {ts.name!r} is unavailable: {exc}",
-                fatal=False, toolset=ts.name,
+                EventType.ERROR,
+                error=f"tool server {ts.name!r} is unavailable: {exc}",
+                fatal=False,
+                toolset=ts.name,
             )
             for name in [n for n, owner in owners.items() if owner == ts.name]:
                 agent.tools.pop(name, None)  # its tools cannot be called now
@@ -68,7 +70,8 @@ async def load_toolsets(agent: Agent, turn: Turn) -> None:
                     error=f"tool server {ts.name!r} offers a tool named {t.name!r}, which "
                     f"{taken_by} already uses; it is skipped. Give the server a prefix "
                     "(mcp_server(..., prefix='name_')) to use both.",
-                    fatal=False, toolset=ts.name,
+                    fatal=False,
+                    toolset=ts.name,
                 )
                 continue
             agent.tools[t.name] = t

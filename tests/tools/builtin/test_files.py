@@ -39,11 +39,18 @@ def run(tool: Any, root: Path | None, **kwargs: Any) -> Any:
 
 
 def test_effects_are_declared() -> None:
-    effects = {n: builtin_tool(n).effect for n in
-               ("read_file", "write_file", "edit_file", "list_dir", "glob", "grep")}
-    assert effects == {"read_file": "pure", "write_file": "idempotent",
-                       "edit_file": "at_most_once", "list_dir": "pure", "glob": "pure",
-                       "grep": "pure"}
+    effects = {
+        n: builtin_tool(n).effect
+        for n in ("read_file", "write_file", "edit_file", "list_dir", "glob", "grep")
+    }
+    assert effects == {
+        "read_file": "pure",
+        "write_file": "idempotent",
+        "edit_file": "at_most_once",
+        "list_dir": "pure",
+        "glob": "pure",
+        "grep": "pure",
+    }
 
 
 def test_read_file_whole_and_ranges(root: Path) -> None:
@@ -68,7 +75,7 @@ def test_read_file_refuses_binary_and_caps_size(root: Path) -> None:
 
 
 def test_write_file_atomic_create_and_replace(root: Path) -> None:
-    assert run(files.write_file, root, path="docs/new/a.md", content="one") .startswith("created")
+    assert run(files.write_file, root, path="docs/new/a.md", content="one").startswith("created")
     assert run(files.write_file, root, path="docs/new/a.md", content="two").startswith("replaced")
     assert (root / "docs/new/a.md").read_text() == "two"
     with pytest.raises(ToolError) as info:
@@ -87,8 +94,9 @@ def test_edit_file_errors(root: Path) -> None:
     with pytest.raises(ToolError) as info:
         run(files.edit_file, root, path="dup.txt", old_string="a", new_string="b")
     assert info.value.code == "not_unique" and "2 times" in str(info.value)
-    assert run(files.edit_file, root, path="dup.txt", old_string="a", new_string="b",
-               replace_all=True).startswith("replaced 2 occurrences")
+    assert run(
+        files.edit_file, root, path="dup.txt", old_string="a", new_string="b", replace_all=True
+    ).startswith("replaced 2 occurrences")
     with pytest.raises(ToolError) as info:
         run(files.edit_file, root, path="dup.txt", old_string="zzz", new_string="y")
     assert info.value.code == "no_match"
@@ -108,7 +116,9 @@ def test_list_dir(root: Path) -> None:
 def test_glob(root: Path) -> None:
     assert run(search.glob, root, pattern="**/*.py").splitlines() == ["src/app.py", "src/util.py"]
     assert run(search.glob, root, pattern="*.py", path="src").splitlines() == [
-        "src/app.py", "src/util.py"]
+        "src/app.py",
+        "src/util.py",
+    ]
     assert run(search.glob, root, pattern="*.py").startswith("no files match")
     assert ".git/HEAD" not in run(search.glob, root, pattern="**")
     capped = run(search.glob, root, pattern="**", max_results=2)
@@ -119,7 +129,8 @@ def test_grep(root: Path) -> None:
     out = run(search.grep, root, pattern=r"TODO|print")
     assert out.splitlines() == ["docs/guide.md:2: TODO: write", "src/app.py:2:     print('hi')"]
     assert run(search.grep, root, pattern="todo", ignore_case=True, include="**/*.md") == (
-        "docs/guide.md:2: TODO: write")
+        "docs/guide.md:2: TODO: write"
+    )
     assert run(search.grep, root, pattern="X", path="src/util.py") == "src/util.py:1: X = 1"
     assert "max_matches=1" in run(search.grep, root, pattern=".", max_matches=1)
     with pytest.raises(ToolError) as info:
@@ -128,10 +139,12 @@ def test_grep(root: Path) -> None:
 
 
 def test_file_tools_without_a_workspace_refuse_clearly() -> None:
-    model = ScriptedModel([
-        ModelResponse(tool_calls=[ToolCall(name="read_file", arguments={"path": "x"})]),
-        ModelResponse(text="ok"),
-    ])
+    model = ScriptedModel(
+        [
+            ModelResponse(tool_calls=[ToolCall(name="read_file", arguments={"path": "x"})]),
+            ModelResponse(text="ok"),
+        ]
+    )
     agent = Agent(model=model, tools=["read_file"])
     result = agent.run_sync("read x")
     tool_msg = next(m for m in result.messages if m.role == "tool")
@@ -140,16 +153,30 @@ def test_file_tools_without_a_workspace_refuse_clearly() -> None:
 
 
 def test_agent_uses_builtin_tools_by_name(root: Path) -> None:
-    model = ScriptedModel([
-        ModelResponse(tool_calls=[
-            ToolCall(name="grep", arguments={"pattern": "Y ="}),
-            ToolCall(name="edit_file", arguments={"path": "src/util.py", "old_string": "Y = 2",
-                                                  "new_string": "Y = 20"}),
-        ]),
-        ModelResponse(text="done"),
-    ])
-    agent = Agent(model=model, tools=["grep", "edit_file"], workspace=root,
-                  permissions={"allow": ["grep", "edit_file(src/**)"]})
+    model = ScriptedModel(
+        [
+            ModelResponse(
+                tool_calls=[
+                    ToolCall(name="grep", arguments={"pattern": "Y ="}),
+                    ToolCall(
+                        name="edit_file",
+                        arguments={
+                            "path": "src/util.py",
+                            "old_string": "Y = 2",
+                            "new_string": "Y = 20",
+                        },
+                    ),
+                ]
+            ),
+            ModelResponse(text="done"),
+        ]
+    )
+    agent = Agent(
+        model=model,
+        tools=["grep", "edit_file"],
+        workspace=root,
+        permissions={"allow": ["grep", "edit_file(src/**)"]},
+    )
     result = agent.run_sync("bump Y")
     assert result.stop_reason == "completed"
     assert (root / "src/util.py").read_text() == "X = 1\nY = 20\n"

@@ -10,9 +10,15 @@ import sys
 import time
 
 MODE = sys.argv[1]
-GOOD = {"name": "echo", "description": "Echo the text.",
-        "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}},
-                        "required": ["text"]}}
+GOOD = {
+    "name": "echo",
+    "description": "Echo the text.",
+    "inputSchema": {
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"],
+    },
+}
 
 
 def send(obj: dict) -> None:
@@ -32,16 +38,32 @@ for line in sys.stdin:
     if MODE == "hang":
         continue
     if method == "initialize":
-        send({"jsonrpc": "2.0", "id": mid, "result": {
-            "protocolVersion": msg["params"]["protocolVersion"],
-            "capabilities": {"tools": {}}, "serverInfo": {"name": "broken", "version": "0"}}})
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": mid,
+                "result": {
+                    "protocolVersion": msg["params"]["protocolVersion"],
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "broken", "version": "0"},
+                },
+            }
+        )
     elif method == "tools/list":
         tools = [GOOD]
         if MODE == "invalid_list":
             tools = [GOOD, {"name": "bad", "inputSchema": "not a schema"}]
         elif MODE == "invalid_one":
-            tools = [GOOD, {"name": "bad", "inputSchema": {
-                "type": "object", "properties": {"x": {"type": "no-such-type"}}}}]
+            tools = [
+                GOOD,
+                {
+                    "name": "bad",
+                    "inputSchema": {
+                        "type": "object",
+                        "properties": {"x": {"type": "no-such-type"}},
+                    },
+                },
+            ]
         send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools}})
     elif method == "tools/call":
         if MODE == "crash_on_call":
@@ -49,8 +71,18 @@ for line in sys.stdin:
         if MODE == "slow_call":
             time.sleep(30)
         text = msg["params"]["arguments"].get("text", "")
-        send({"jsonrpc": "2.0", "id": mid, "result": {
-            "content": [{"type": "text", "text": text}], "isError": False}})
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": mid,
+                "result": {"content": [{"type": "text", "text": text}], "isError": False},
+            }
+        )
     else:
-        send({"jsonrpc": "2.0", "id": mid,
-              "error": {"code": -32601, "message": f"method not found: {method}"}})
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": mid,
+                "error": {"code": -32601, "message": f"method not found: {method}"},
+            }
+        )

@@ -137,8 +137,7 @@ def edit_file(
         if old_string.strip() and before.count(old_string.strip()) > 0:
             hint = " (it occurs with different surrounding whitespace)"
         raise ToolError(
-            f"old_string was not found in {path!r}{hint}; read the file and copy the text "
-            "exactly",
+            f"old_string was not found in {path!r}{hint}; read the file and copy the text exactly",
             code="no_match",
         )
     if count > 1 and not replace_all:
@@ -147,8 +146,10 @@ def edit_file(
             "unique, or set replace_all=true",
             code="not_unique",
         )
-    after = before.replace(old_string, new_string) if replace_all else before.replace(
-        old_string, new_string, 1
+    after = (
+        before.replace(old_string, new_string)
+        if replace_all
+        else before.replace(old_string, new_string, 1)
     )
     rel = ws.write_atomic(path, after.encode("utf-8"), create_parents=False)
     diff = "".join(

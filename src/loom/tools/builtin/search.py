@@ -82,7 +82,9 @@ def grep(
     try:
         rx = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
     except re.error as exc:
-        raise ToolError(f"invalid regular expression {pattern!r}: {exc}", code="invalid_regex")
+        raise ToolError(
+            f"invalid regular expression {pattern!r}: {exc}", code="invalid_regex"
+        ) from None
     only = compile_path_glob(include.removeprefix("./")) if include else None
     ws = workspace_of(ctx.workspace, tool="grep")
     with ws.resolve(path) as t:
@@ -104,8 +106,9 @@ def grep(
             if only is not None and not only.match(rel[len(prefix) :]):
                 continue
             try:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
-                             dir_fd=dir_fd)
+                fd = os.open(
+                    name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd
+                )
             except OSError:
                 continue
             with os.fdopen(fd, "rb") as f:

@@ -27,8 +27,19 @@ from loom.tools.builtin._base import BuiltinTool
 __all__ = ["SAFE_ENV", "bash", "make_bash", "scrubbed_env"]
 
 SAFE_ENV: tuple[str, ...] = (
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LANGUAGE", "LC_ALL",
-    "LC_CTYPE", "LC_MESSAGES", "TZ", "TMPDIR",
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TERM",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_MESSAGES",
+    "TZ",
+    "TMPDIR",
 )
 """Variables ``bash`` passes on by default; nothing else of the parent's environment is kept."""
 
@@ -109,7 +120,7 @@ def make_bash(
     """
     allow = tuple(env_allow)
 
-    async def bash(ctx: RunContext, command: str, timeout: float = 120.0) -> str:
+    async def bash(ctx: RunContext, command: str, timeout: float = 120.0) -> str:  # noqa: ASYNC109
         """Run a shell command in the workspace directory and return its output.
 
         stdout and stderr are returned together; a non-zero exit status is reported on the
@@ -123,13 +134,20 @@ def make_bash(
         if not command.strip():
             raise ToolError("the command is empty", code="invalid_arguments")
         if not 0 < timeout <= MAX_TIMEOUT:
-            raise ToolError(f"timeout must be between 0 and {MAX_TIMEOUT:g} seconds",
-                            code="invalid_arguments")
+            raise ToolError(
+                f"timeout must be between 0 and {MAX_TIMEOUT:g} seconds", code="invalid_arguments"
+            )
         cwd = workspace_of(ctx.workspace, tool="bash").root
         proc = await asyncio.create_subprocess_exec(
-            shell, "-c", command, cwd=cwd, env=scrubbed_env(allow),
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+            shell,
+            "-c",
+            command,
+            cwd=cwd,
+            env=scrubbed_env(allow),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
         )
         out = _Capture(max_output)
 

@@ -14,12 +14,41 @@ __all__ = ["MAX_BYTES", "html_to_text", "web_fetch"]
 MAX_BYTES = 2 * 1024 * 1024
 """The most bytes read from one response; the rest is not downloaded."""
 TIMEOUT = 20.0
-_TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml+xml",
-               "application/javascript", "application/x-yaml", "application/ld+json")
+_TEXT_TYPES = (
+    "text/",
+    "application/json",
+    "application/xml",
+    "application/xhtml+xml",
+    "application/javascript",
+    "application/x-yaml",
+    "application/ld+json",
+)
 _SKIP = frozenset({"script", "style", "noscript", "template", "svg", "head"})
-_BLOCK = frozenset({"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6",
-                    "section", "article", "header", "footer", "pre", "blockquote", "table",
-                    "ul", "ol", "title"})
+_BLOCK = frozenset(
+    {
+        "p",
+        "div",
+        "br",
+        "li",
+        "tr",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "section",
+        "article",
+        "header",
+        "footer",
+        "pre",
+        "blockquote",
+        "table",
+        "ul",
+        "ol",
+        "title",
+    }
+)
 
 
 class _Text(HTMLParser):
@@ -83,17 +112,25 @@ async def web_fetch(ctx: RunContext, url: str, max_chars: int = 50_000) -> str:
         raise ToolError(f"{url!r} is not an http(s) URL", code="invalid_url")
     try:
         async with (
-            httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=True, max_redirects=5,
-                              headers={"User-Agent": "loom-agents web_fetch"}) as client,
+            httpx.AsyncClient(
+                timeout=TIMEOUT,
+                follow_redirects=True,
+                max_redirects=5,
+                headers={"User-Agent": "loom-agents web_fetch"},
+            ) as client,
             client.stream("GET", url) as response,
         ):
             ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
             if response.status_code >= 400:
-                raise ToolError(f"GET {url} answered HTTP {response.status_code} "
-                                f"{response.reason_phrase}", code="http_error")
+                raise ToolError(
+                    f"GET {url} answered HTTP {response.status_code} {response.reason_phrase}",
+                    code="http_error",
+                )
             if ctype and not ctype.startswith(_TEXT_TYPES):
-                raise ToolError(f"{url} is {ctype}, not text; web_fetch returns text only",
-                                code="unsupported_content")
+                raise ToolError(
+                    f"{url} is {ctype}, not text; web_fetch returns text only",
+                    code="unsupported_content",
+                )
             body = bytearray()
             truncated = False
             async for chunk in response.aiter_bytes():
@@ -110,8 +147,9 @@ async def web_fetch(ctx: RunContext, url: str, max_chars: int = 50_000) -> str:
     except httpx.TooManyRedirects:
         raise ToolError(f"GET {url} redirected too many times", code="http_error") from None
     except httpx.HTTPError as exc:
-        raise ToolError(f"GET {url} failed: {type(exc).__name__}: {exc}",
-                        code="http_error") from None
+        raise ToolError(
+            f"GET {url} failed: {type(exc).__name__}: {exc}", code="http_error"
+        ) from None
     text = bytes(body).decode(encoding, errors="replace")
     title = ""
     if ctype in ("text/html", "application/xhtml+xml") or (not ctype and "<html" in text[:500]):

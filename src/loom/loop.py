@@ -221,7 +221,6 @@ class Turn:
         self.history = await store.load_messages(self.session_id)
         self.hctx.messages = self.history
         if await a._approvals.settle(self):  # resumed a turn that waited for approval
-            await a._prepare_tools(self)
             return
         start = self._event(E.AGENT_START, {"message": self.message, "agent": a.name})
         await self._commit(

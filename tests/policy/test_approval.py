@@ -82,6 +82,7 @@ async def test_pause_then_resume_in_another_agent_on_the_same_store() -> None:
     assert LOG == ["peek", "a"]  # nothing ran twice
     history = await store.load_messages("s1")
     assert every_call_answered(history)
+    assert [m.tool_call_id for m in history if m.role == "tool"] == ["call_peek", "call_a"]
     seen = second.model.calls[0].messages  # type: ignore[attr-defined]
     assert [m.content for m in seen if m.role == "tool"] == ["peeked", "recorded a"]
     assert await pending_approvals(store, "s1") == []

@@ -386,3 +386,27 @@ def test_bad_mcp_server_entries_are_definition_errors(
     (tmp_path / "AGENT.md").write_text(f"---\nname: a\nmcp_servers:\n  s:\n{entry}---\nhi\n")
     with pytest.raises(AgentDefinitionError, match=re.escape(message)):
         Agent.from_file(tmp_path / "AGENT.md")
+
+
+async def test_an_mcp_call_waiting_for_approval_runs_after_resume_in_a_fresh_agent() -> None:
+    store = MemoryStore()
+    call = ToolCall(id="t", name="get_current_time", arguments={"timezone": "UTC"})
+    first = Agent(
+        model=ScriptedModel([ModelResponse(tool_calls=[call])]),
+        store=store,
+        tools=[time_server()],
+        permissions={"ask": ["get_current_time"]},
+    )
+    async with first:
+        paused = await first.run("time?", session_id="s")
+    assert paused.stop_reason == "awaiting_approval"
+    second = Agent(
+        model=ScriptedModel([ModelResponse(text="noon")]),
+        store=store,
+        tools=[time_server()],
+        permissions={"ask": ["get_current_time"]},
+    )
+    async with second:  # its server has not been started or listed yet
+        result = await second.resume("s", "approve")
+    assert result.stop_reason == "completed"
+    assert '"timezone": "UTC"' in tool_results(result.messages)["t"].content

@@ -298,6 +298,7 @@ class ApprovalGate:
             E.AGENT_START, {"message": last_user, "agent": self.agent.name, "resume": True}
         )
         await turn._commit([start], run=RunRecord(turn.run_id, sid, "running"))
+        await self.agent._prepare_tools(turn)  # MCP tools must exist before approved calls run
         to_run: list[ToolCall] = []
         for p in pending:
             d = decisions[p.tool_call_id]

@@ -236,7 +236,10 @@ class PermissionManager:
         relevant = [r for r in rules if r.tool == name or text_matches(r.tool, name)]
         remembered = [r for r in session if r.tool == name or text_matches(r.tool, name)]
         key, kind = _subject_of(tool, name)
-        subjects = _subjects(call, key, kind, workspace)
+        if kind == "command" or any(r.pattern is not None for r in (*relevant, *remembered)):
+            subjects = _subjects(call, key, kind, workspace)
+        else:  # no rule looks at the arguments: skip parsing and resolving them
+            subjects = [None]
         verdicts = []
         for s in subjects:
             v = self._decide(name, s, kind, relevant, remembered)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from loom.judge.panel import JudgePanel
     from loom.loop import Turn
     from loom.patterns.library import PatternLibrary
+    from loom.policy.approval import PendingApproval
 
 __all__ = ["Agent"]
 
@@ -100,13 +101,26 @@ class Agent:
             matching each user message go into ROM for that turn.
         judges: A ``JudgePanel`` (or a list of judges, aggregated by mean) that scores each final
             answer; a failing answer is retried with a correction (see ``loom.judge``).
+        permissions: Rules for tool calls: a ``PermissionManager`` or a mapping such as
+            ``{"allow": ["read_file", "bash(git status*)"], "deny": [...], "default": "ask"}``
+            (see ``loom.policy.permissions``). Without it, ``bash``, ``write_file``,
+            ``edit_file`` and ``web_fetch`` ask and every other tool is allowed. Rules in
+            ``<workspace>/.loom/permissions.yaml`` are added either way.
+        approval_handler: Called (sync or async) with a ``PendingApproval`` when a call needs
+            approval; returns ``Approve()``, ``Reject(reason)`` or ``Edit(arguments)``. Without
+            it such a call ends the run with ``stop_reason="awaiting_approval"``; continue
+            with ``resume(session_id, decisions)``.
     """
 
     __slots__ = (  # noqa: RUF023 - new fields are appended so parallel branches merge cleanly
+        "_approvals",
         "_hooks",
         "_model",
         "_model_spec",
         "_store",
+        "_tool_owners",
+        "_toolsets",
+        "approval_handler",
         "context_builder",
         "deps",
         "hooks",
@@ -118,6 +132,7 @@ class Agent:
         "max_tool_calls",
         "model_settings",
         "name",
+        "permissions",
         "queue_timeout",
         "timeout",
         "tool_specs",
@@ -151,6 +166,8 @@ class Agent:
         deps: Any = None,
         patterns: PatternLibrary | str | Path | None = None,
         judges: JudgePanel | Sequence[Any] | None = None,
+        permissions: Any = None,
+        approval_handler: Any = None,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise AgentDefinitionError("must be a non-empty string", field="name")
@@ -174,7 +191,12 @@ class Agent:
         self.max_queue_depth = _positive("max_queue_depth", max_queue_depth, integer=True)
         self.lock_ttl = _positive("lock_ttl", lock_ttl, integer=False)
         self.tools: dict[str, Tool] = {}
+        self._toolsets: list[Any] = []  # MCP servers & co: their tools load on the first run
+        self._tool_owners: dict[str, str] = {}  # tool name -> toolset that provided it
         for t in tools:
+            if hasattr(t, "load_tools") and not hasattr(t, "run"):
+                self._toolsets.append(t)
+                continue
             resolved = resolve_tool(t)
             if resolved.name in self.tools:
                 raise AgentDefinitionError(
@@ -184,9 +206,18 @@ class Agent:
             self.tools[resolved.name] = resolved
         self.tool_specs: list[ToolSpec] = [spec_of(t) for t in self.tools.values()]
         self.hooks = list(hooks)
-        self._hooks = compile_hooks(self.hooks) if self.hooks else {}
         self._store = store
         self.workspace = Path(workspace) if workspace is not None else None
+        from loom.policy.approval import ApprovalGate
+        from loom.policy.permissions import build_permissions
+
+        self.permissions = build_permissions(permissions, self.workspace)
+        if approval_handler is not None and not callable(approval_handler):
+            raise AgentDefinitionError("must be a callable", field="approval_handler")
+        self.approval_handler = approval_handler
+        self._approvals = ApprovalGate(self)
+        # The permission check comes first (seed 002's ToolPipeline), then the user's hooks.
+        self._hooks = compile_hooks([self.permissions, *self.hooks])
         self.model_settings = model_settings
         self.context_builder: ContextBuilder = context_builder or FullHistoryBuilder()
         self.deps = deps
@@ -238,6 +269,24 @@ class Agent:
         from loom.recovery import recover_session
 
         await recover_session(self, turn)
+
+    async def _prepare_tools(self, turn: Turn) -> None:
+        """Load the tools of MCP servers (and other toolsets) before the turn's first call."""
+        if self._toolsets:
+            from loom.tools.toolset import load_toolsets
+
+            await load_toolsets(self, turn)
+
+    async def aclose(self) -> None:
+        """Close MCP connections (and other toolsets); the agent reconnects if run again."""
+        for ts in self._toolsets:
+            await ts.aclose()
+
+    async def __aenter__(self) -> Agent:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     async def _process_result(self, turn: Turn, call: ToolCall, result: ToolResult) -> ToolResult:
         """Shape a result before the model sees it (error channel, large results)."""
@@ -362,6 +411,52 @@ class Agent:
         raise ConfigurationError(
             "run_sync() was called inside a running event loop; use 'await agent.run(...)'"
         )
+
+    # -- human approval ----------------------------------------------------------------------
+    async def pending_approvals(self, session_id: str) -> list[PendingApproval]:
+        """The calls of ``session_id`` waiting for a human decision (see ``resume``)."""
+        from loom.policy.approval import pending_approvals
+
+        return await pending_approvals(self.store, session_id)
+
+    async def _resume_turn(self, session_id: str, decisions: Any, deps: Any) -> Turn:
+        from loom.loop import Turn
+        from loom.policy.approval import _match
+
+        pending = await self.pending_approvals(session_id)
+        if not pending:
+            raise InputError(f"session {session_id!r} has no tool calls waiting for approval")
+        _match(decisions, pending, session_id)  # raise a clear error before the turn starts
+        return Turn(
+            self, "", session_id, "queue", self.deps if deps is None else deps, resume=decisions
+        )
+
+    async def resume_stream(
+        self, session_id: str, decisions: Any = True, *, deps: Any = None
+    ) -> AsyncIterator[AgentEvent]:
+        """``resume`` that yields the continued turn's events."""
+        async for event in self._drive(await self._resume_turn(session_id, decisions, deps)):
+            yield event
+
+    async def resume(
+        self, session_id: str, decisions: Any = True, *, deps: Any = None
+    ) -> RunResult:
+        """Continue a turn that stopped with ``stop_reason="awaiting_approval"``.
+
+        ``decisions`` maps each pending ``tool_call_id`` to ``Approve()``, ``Reject(reason)``
+        or ``Edit(arguments)`` (or True/False, "approve"/"reject"); a single decision applies
+        to every pending call. Approved calls run, rejected ones become ``denied`` results the
+        model reads, and the turn goes on from there. Works in a new process on the same store.
+        """
+        turn = await self._resume_turn(session_id, decisions, deps)
+        async for _ in self._drive(turn):
+            pass
+        assert turn.result is not None
+        return turn.result
+
+    def resume_sync(self, session_id: str, decisions: Any = True, *, deps: Any = None) -> RunResult:
+        """``resume`` for code without an event loop."""
+        return asyncio.run(self.resume(session_id, decisions, deps=deps))
 
     # -- definitions from files ---------------------------------------------------------------
     @classmethod

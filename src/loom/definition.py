@@ -6,6 +6,15 @@ name: researcher
 model: local
 tools: [add, current_time]
 max_iterations: 8
+workspace: .                     # file tools work here (relative to this file)
+permissions:                     # see loom.policy.permissions
+  allow: [read_file, "bash(git status*)"]
+  deny: ["bash(rm *)"]
+mcp_servers:                     # MCP servers whose tools the agent gets (loom.tools.mcp)
+  time:
+    command: python
+    args: [-m, mcp_server_time]
+    prefix: time_
 ---
 You are a careful researcher. ...
 ```
@@ -20,13 +29,30 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from loom.errors import AgentDefinitionError
+from loom.errors import AgentDefinitionError, ConfigurationError
 from loom.tools.base import Tool
 
 if TYPE_CHECKING:
     from loom.agent import Agent
 
-__all__ = ["AgentDefinition", "load_definition", "parse_definition"]
+__all__ = ["AgentDefinition", "MCPServerConfig", "load_definition", "parse_definition"]
+
+
+class MCPServerConfig(BaseModel):
+    """One entry of ``mcp_servers:``: a stdio ``command`` or a streamable-HTTP ``url``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    prefix: str = ""
+    tools: list[str] | None = None
+    connect_timeout: float = Field(default=30.0, gt=0)
+    call_timeout: float = Field(default=60.0, gt=0)
 
 
 class AgentDefinition(BaseModel):
@@ -44,6 +70,8 @@ class AgentDefinition(BaseModel):
     timeout: float = Field(default=600.0, gt=0)
     tool_timeout: float = Field(default=30.0, gt=0)
     workspace: str | None = None
+    permissions: dict[str, Any] | None = None
+    mcp_servers: dict[str, MCPServerConfig] = Field(default_factory=dict)
 
 
 def _split_front_matter(text: str, path: Path) -> tuple[dict[str, Any], str]:
@@ -108,12 +136,29 @@ def load_definition(
     definition = parse_definition(path)
     own = {t.name: t for t in tools}
     resolved: list[Tool | str] = [own.get(name, name) for name in definition.tools]
-    kwargs: dict[str, Any] = definition.model_dump(exclude={"description", "tools", "workspace"})
+    kwargs: dict[str, Any] = definition.model_dump(
+        exclude={"description", "tools", "workspace", "mcp_servers"}
+    )
     if definition.workspace is not None:
         kwargs["workspace"] = (path.parent / definition.workspace).resolve()
     kwargs["tools"] = resolved
     kwargs.update(overrides)
+    if definition.mcp_servers:
+        from loom.tools.mcp import mcp_server
+
+        servers = []
+        for name, cfg in definition.mcp_servers.items():
+            options = cfg.model_dump()
+            if cfg.cwd is not None:
+                options["cwd"] = str((path.parent / cfg.cwd).resolve())
+            try:
+                servers.append(mcp_server(name, **options))
+            except ConfigurationError as exc:
+                raise AgentDefinitionError(str(exc), path=str(path), field="mcp_servers") from None
+        kwargs["tools"] = [*kwargs["tools"], *servers]
     try:
         return cls(**kwargs)
     except AgentDefinitionError as exc:
+        raise AgentDefinitionError(str(exc), path=str(path)) from None
+    except ConfigurationError as exc:  # e.g. a bad permission rule
         raise AgentDefinitionError(str(exc), path=str(path)) from None

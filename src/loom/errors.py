@@ -22,6 +22,7 @@ LoomError
 │   ├── ContextTooLong            the request does not fit the model's window
 │   └── ModelResponseError        the model answered something unusable
 ├── ToolError                     raised *by tools* to send a coded error to the model
+│   └── ScopeViolation            a file tool was asked for a path outside its workspace
 ├── SessionError                  session bookkeeping
 │   ├── SessionNotFound
 │   ├── SessionBusy               on_busy="drop" and the session is running
@@ -65,6 +66,7 @@ __all__ = [
     "QueueTimeout",
     "RunCancelled",
     "SchemaTooNew",
+    "ScopeViolation",
     "SessionBusy",
     "SessionError",
     "SessionNotFound",
@@ -179,6 +181,18 @@ class ToolError(LoomError):
     def __init__(self, message: str, *, code: str = "tool_error"):
         self.code = code
         super().__init__(message)
+
+
+class ScopeViolation(ToolError):
+    """A path leaves the workspace, goes through a link that does, or targets a read-only area.
+
+    Codes: ``scope_violation`` (outside the workspace), ``read_only`` (``.git/``, ``.loom/``),
+    ``no_workspace`` (the agent has no workspace). The model reads the message and can retry
+    with a path inside the workspace.
+    """
+
+    def __init__(self, message: str, *, code: str = "scope_violation"):
+        super().__init__(message, code=code)
 
 
 class SessionError(LoomError):

@@ -25,7 +25,7 @@ from loom.errors import (
     RunCancelled,
 )
 from loom.events import AgentEvent, EventType
-from loom.hooks import Deny, HookContext, ReplaceArguments
+from loom.hooks import Deny, HookContext, ReplaceArguments, RequireApproval
 from loom.messages import (
     Message,
     ModelResponse,
@@ -85,7 +85,15 @@ class _Stop(Exception):
 class Turn:
     """One user message run to its answer. Create through ``Agent.stream`` / ``Agent.run``."""
 
-    def __init__(self, agent: Agent, message: str, session_id: str, on_busy: str, deps: Any):
+    def __init__(
+        self,
+        agent: Agent,
+        message: str,
+        session_id: str,
+        on_busy: str,
+        deps: Any,
+        resume: Any = None,
+    ):
         self.agent, self.message, self.session_id, self.on_busy = (
             agent,
             message,
@@ -111,6 +119,9 @@ class Turn:
         self._unanswered: dict[str, ToolCall] = {}  # in a stored assistant message, no result yet
         self._task: asyncio.Task[None] | None = None
         self._emit: Callable[[AgentEvent], None] = lambda e: None
+        self.resume = resume  # decisions for the calls a paused turn left (Agent.resume)
+        self.decided: dict[str, Any] = {}  # approved at resume, run without asking again
+        self.pending_approvals: list[dict[str, Any]] = []  # parked calls; the run stops after
 
     # -- events -------------------------------------------------------------------------------
     def _event(self, type: EventType, data: dict[str, Any]) -> AgentEvent:
@@ -230,12 +241,15 @@ class Turn:
         await a._recover(self)
         self.history = await store.load_messages(self.session_id)
         self.hctx.messages = self.history
+        if await a._approvals.settle(self):  # resumed a turn that waited for approval
+            return
         start = self._event(E.AGENT_START, {"message": self.message, "agent": a.name})
         await self._commit(
             [start],
             messages=[Message.user(self.message)],
             run=RunRecord(self.run_id, self.session_id, "running"),
         )
+        await a._prepare_tools(self)
 
     async def _iterate(self) -> None:
         a = self.agent
@@ -285,6 +299,8 @@ class Turn:
                 return
             self._set_state(AgentState.EXECUTING_TOOLS)
             results = await self._run_tools(response.tool_calls)
+            if self.pending_approvals:
+                raise _Stop("awaiting_approval")
             self._set_state(AgentState.POST_TOOLS_HOOK)
             await self._hook("post_tools", results)
             if self.tool_calls_made >= a.max_tool_calls:
@@ -352,6 +368,7 @@ class Turn:
                     call, "limit", f"not run: the turn reached max_tool_calls={a.max_tool_calls}"
                 )
             else:
+                ask: RequireApproval | None = None
                 for hook in a._hooks.get("before_tool_execution", ()):
                     decision = await self._call_hook("before_tool_execution", hook, call)
                     if isinstance(decision, Deny):
@@ -361,13 +378,19 @@ class Turn:
                         call = call.model_copy(
                             update={"arguments": decision.arguments, "raw_arguments": None}
                         )
+                    ask = ask or (decision if isinstance(decision, RequireApproval) else None)
+                if refusal is None and ask is not None:
+                    approved, refusal = await a._approvals.request(self, call, ask.reason)
+                    if approved is None:
+                        continue  # parked until a human decides (loom.policy.approval)
+                    call = approved
             if refusal is not None:
                 results[call.id] = await self._record_result(call, refusal, started=False)
             else:
                 to_run.append(call)
         self.tool_calls_made += len(to_run)
         if not to_run:
-            return [results[c.id] for c in calls]
+            return [results[c.id] for c in calls if c.id in results]
         entries = [
             LedgerEntry(
                 self.run_id,
@@ -394,7 +417,7 @@ class Turn:
         if len(to_run) == 1:
             only = to_run[0]
             results[only.id] = await self._record_result(only, await self._execute(only))
-            return [results[c.id] for c in calls]
+            return [results[c.id] for c in calls if c.id in results]
         tasks = [asyncio.ensure_future(self._execute(c)) for c in to_run]
         try:
             pending = set(tasks)
@@ -406,7 +429,7 @@ class Turn:
         finally:
             for t in tasks:
                 t.cancel()
-        return [results[c.id] for c in calls]
+        return [results[c.id] for c in calls if c.id in results]
 
     async def _execute(self, call: ToolCall) -> ToolResult:
         a = self.agent
@@ -488,6 +511,7 @@ class Turn:
             iterations=self.iteration,
             error=error,
             verdict=self.verdict,
+            pending_approvals=self.pending_approvals,
         )
         try:
             await self._hook("after_iteration_end", self.result)
@@ -502,9 +526,14 @@ class Turn:
                 "iterations": self.iteration,
                 "error": error,
                 "duration_ms": (time.perf_counter() - started) * 1000,
+                "pending_approvals": self.pending_approvals,
             },
         )
-        data = {"error": error, "verdict": self.verdict}
+        data = {
+            "error": error,
+            "verdict": self.verdict,
+            "pending_approvals": self.pending_approvals,
+        }
         await self._commit(
             [finish], run=RunRecord(self.run_id, self.session_id, stop, self.usage, data=data)
         )

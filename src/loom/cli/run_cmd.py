@@ -14,9 +14,11 @@ from rich.console import Console
 if TYPE_CHECKING:
     from loom.agent import Agent
     from loom.events import AgentEvent
+    from loom.policy.approval import PendingApproval
 
-# The toolset `loom run` gives an agent that does not name its own.
-DEFAULT_TOOLS = ["add", "multiply", "current_time"]
+# The toolset `loom run` gives an agent that does not name its own: read-only, so nothing in
+# the workspace (the current directory unless --workspace says otherwise) changes unasked.
+DEFAULT_TOOLS = ["add", "multiply", "current_time", "read_file", "list_dir", "glob", "grep"]
 DEFAULT_INSTRUCTIONS = (
     "You are a helpful assistant. Use a tool when it helps; answer briefly and plainly."
 )
@@ -37,6 +39,10 @@ SessionOpt = Annotated[
 StoreOpt = Annotated[
     str | None,
     typer.Option("--store", help="Session database (default .loom/loom.db); ':memory:' for none."),
+]
+WorkspaceOpt = Annotated[
+    Path | None,
+    typer.Option("--workspace", "-w", help="Root directory for file tools (default: here)."),
 ]
 ToolsOpt = Annotated[
     str | None,
@@ -59,10 +65,24 @@ def open_store(path: str | None) -> Any:
     return SQLiteStore(target)
 
 
-def build_agent(agent_file: Path | None, model: str | None, store: Any, tools: str | None) -> Agent:
+def build_agent(
+    agent_file: Path | None,
+    model: str | None,
+    store: Any,
+    tools: str | None,
+    workspace: Path | None = None,
+    approval_handler: Any = None,
+) -> Agent:
     from loom.agent import Agent
+    from loom.definition import parse_definition
 
     overrides: dict[str, Any] = {"store": store}
+    if approval_handler is not None:
+        overrides["approval_handler"] = approval_handler
+    if workspace is not None:
+        overrides["workspace"] = workspace.resolve()
+    elif agent_file is None or parse_definition(agent_file).workspace is None:
+        overrides["workspace"] = Path.cwd()
     if model:
         overrides["model"] = model
     tool_names = [t.strip() for t in tools.split(",") if t.strip()] if tools else None
@@ -121,11 +141,60 @@ class _Renderer:
             err.print(f"[red]error:[/] {d.get('error')}")
 
 
+def _ask_approval(pending: PendingApproval) -> Any:
+    """The CLI's approval handler: a Rich prompt on the terminal (blocking; run in a thread)."""
+    from rich.prompt import Prompt
+
+    from loom.policy.approval import Approve, Edit, Reject
+
+    args = json.dumps(pending.arguments, ensure_ascii=False)
+    err.print(f"[bold yellow]Allow[/] [cyan]{pending.tool_name}[/]({args})?")
+    try:
+        answer = Prompt.ask(
+            "  [y]es, [n]o, [a]lways in this session, [e]dit arguments",
+            choices=["y", "n", "a", "e"],
+            default="n",
+            console=err,
+        )
+        if answer == "y":
+            return Approve()
+        if answer == "a":
+            return Approve(remember=True)
+        if answer == "e":
+            while True:
+                text = Prompt.ask("  new arguments (JSON object)", default=args, console=err)
+                try:
+                    value = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    err.print(f"  [red]not JSON:[/] {exc}")
+                    continue
+                if isinstance(value, dict):
+                    return Edit(value)
+                err.print("  [red]give a JSON object[/]")
+        reason = Prompt.ask("  reason for the model (optional)", default="", console=err)
+        return Reject(reason or "the user said no")
+    except (EOFError, KeyboardInterrupt):
+        return Reject("no answer: the terminal's input is closed")
+
+
+async def ask_approval(pending: PendingApproval) -> Any:
+    return await asyncio.to_thread(_ask_approval, pending)
+
+
 async def _turn(agent: Agent, message: str, session: str | None, as_json: bool) -> dict[str, Any]:
     render = _Renderer(as_json)
     async for event in agent.stream(message, session_id=session):
         render(event)
     return render.result
+
+
+async def _turn_and_close(
+    agent: Agent, message: str, session: str | None, as_json: bool
+) -> dict[str, Any]:
+    try:
+        return await _turn(agent, message, session, as_json)
+    finally:
+        await agent.aclose()  # stop MCP servers before the event loop ends
 
 
 def _summary(result: dict[str, Any], session_id: str) -> None:
@@ -151,6 +220,7 @@ def run(
     session: SessionOpt = None,
     store: StoreOpt = None,
     tools: ToolsOpt = None,
+    workspace: WorkspaceOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print every event as JSON.")] = False,
 ) -> None:
     """Run one turn and stream the answer."""
@@ -158,10 +228,10 @@ def run(
     from loom.messages import new_id
 
     try:
-        agent = build_agent(agent_file, model, open_store(store), tools)
+        agent = build_agent(agent_file, model, open_store(store), tools, workspace, ask_approval)
         _load_model(agent)
         session_id = session or new_id("session")
-        result = asyncio.run(_turn(agent, message, session_id, as_json))
+        result = asyncio.run(_turn_and_close(agent, message, session_id, as_json))
     except LoomError as exc:
         _fail(exc)
         return
@@ -177,13 +247,14 @@ def chat(
     session: SessionOpt = None,
     store: StoreOpt = None,
     tools: ToolsOpt = None,
+    workspace: WorkspaceOpt = None,
 ) -> None:
     """Talk with an agent in one session; an empty line or Ctrl-D ends."""
     from loom.errors import LoomError
     from loom.messages import new_id
 
     try:
-        agent = build_agent(agent_file, model, open_store(store), tools)
+        agent = build_agent(agent_file, model, open_store(store), tools, workspace, ask_approval)
         _load_model(agent)
     except LoomError as exc:
         _fail(exc)
@@ -192,6 +263,12 @@ def chat(
     err.print(f"[dim]session {session_id}; empty line to quit[/]")
 
     async def loop() -> None:
+        try:
+            await chat_loop()
+        finally:
+            await agent.aclose()
+
+    async def chat_loop() -> None:
         while True:
             try:
                 line = await asyncio.to_thread(input, "you> ")

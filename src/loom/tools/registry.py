@@ -15,6 +15,14 @@ BUILTIN_TOOLS: dict[str, str] = {
     "add": "loom.tools.basic:add",
     "multiply": "loom.tools.basic:multiply",
     "current_time": "loom.tools.basic:current_time",
+    "read_file": "loom.tools.builtin.files:read_file",
+    "write_file": "loom.tools.builtin.files:write_file",
+    "edit_file": "loom.tools.builtin.files:edit_file",
+    "list_dir": "loom.tools.builtin.files:list_dir",
+    "glob": "loom.tools.builtin.search:glob",
+    "grep": "loom.tools.builtin.search:grep",
+    "bash": "loom.tools.builtin.shell:bash",
+    "web_fetch": "loom.tools.builtin.web:web_fetch",
 }
 
 

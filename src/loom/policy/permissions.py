@@ -1,0 +1,435 @@
+"""``PermissionManager`` (seed 002): allow, deny or ask, per tool and per argument pattern.
+
+Rules are written ``tool`` or ``tool(pattern)``:
+
+```python
+PermissionManager({
+    "allow": ["read_file", "grep", "bash(git status*)", "write_file(docs/**)"],
+    "deny": ["bash(rm *)", "web_fetch"],
+    "ask": ["bash(git push*)"],
+    "default": "ask",          # for calls no rule matches
+    "safe_mode": False,        # True: every call that is not denied asks
+})
+PermissionManager({"bash": "deny", "read_file": "allow"}, default="ask")   # seed 002 form
+```
+
+What a pattern is matched against depends on the tool: file tools match the workspace-relative
+path (``docs/**`` glob syntax, checked both as written and with links resolved); ``bash``
+matches every simple command of the parsed command line (``loom.policy.shell``), so all of them
+must be allowed; ``web_fetch`` matches the URL; other tools match their arguments as compact
+JSON. ``*`` in a non-path pattern matches any text.
+
+Precedence: deny > ask > allow > default, and safe mode turns every allow into ask. A call the
+manager does not allow is returned as ``Deny`` or ``RequireApproval`` from the
+``before_tool_execution`` hook; the agent installs the manager as its first hook. Decisions a
+human asked to remember are kept per session (and read back from the event journal after a
+restart) and rank between deny and ask.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from loom.errors import ConfigurationError
+from loom.events import EventType
+from loom.hooks import Deny, HookContext, RequireApproval
+from loom.messages import ToolCall
+from loom.policy.matching import path_matches, text_matches
+
+if TYPE_CHECKING:
+    from loom.tools.base import Tool
+
+__all__ = [
+    "DEFAULT_RULES",
+    "Action",
+    "PermissionManager",
+    "PermissionRule",
+    "Verdict",
+    "build_permissions",
+]
+
+Action = Literal["allow", "deny", "ask"]
+_ACTIONS: tuple[Action, ...] = ("deny", "ask", "allow")
+_STRICTNESS = {"allow": 0, "ask": 1, "deny": 2}
+_RULE_RE = re.compile(r"^([A-Za-z0-9_*.-]+)(?:\((.*)\))?$", re.S)
+
+DEFAULT_RULES: dict[str, Action] = {
+    "bash": "ask",
+    "write_file": "ask",
+    "edit_file": "ask",
+    "web_fetch": "ask",
+}
+"""What an agent without ``permissions=`` gets: built-ins that change things or reach the
+network ask, everything else (your own tools, read-only built-ins) is allowed."""
+
+PROJECT_FILE = ".loom/permissions.yaml"
+
+# Built-in subjects, for tools that do not carry a ``permission_subject`` attribute.
+_SUBJECTS: dict[str, tuple[str, str]] = {
+    "read_file": ("path", "path"),
+    "write_file": ("path", "path"),
+    "edit_file": ("path", "path"),
+    "list_dir": ("path", "path"),
+    "glob": ("path", "path"),
+    "grep": ("path", "path"),
+    "bash": ("command", "command"),
+    "web_fetch": ("url", "url"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionRule:
+    """``tool(pattern) -> action``; ``pattern`` None matches any arguments."""
+
+    tool: str
+    pattern: str | None
+    action: Action
+    source: str = "agent"
+
+    @classmethod
+    def parse(cls, spec: str, action: str, source: str = "agent") -> PermissionRule:
+        if action not in _ACTIONS:
+            raise ConfigurationError(
+                f"permission rule {spec!r} ({source}): action must be allow, deny or ask, "
+                f"got {action!r}"
+            )
+        m = _RULE_RE.match(spec.strip()) if isinstance(spec, str) else None
+        if m is None:
+            raise ConfigurationError(
+                f"permission rule {spec!r} ({source}) is not 'tool' or 'tool(pattern)', "
+                "e.g. 'bash(git status*)' or 'write_file(docs/**)'"
+            )
+        return cls(m.group(1), m.group(2), action, source)
+
+    def __str__(self) -> str:
+        return self.tool if self.pattern is None else f"{self.tool}({self.pattern})"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The outcome of a check: the action, why, and the rule that decided (if one did)."""
+
+    action: Action
+    reason: str
+    rule: PermissionRule | None = None
+
+
+class PermissionManager:
+    """Decides, for each tool call, whether it runs, is refused, or waits for a human.
+
+    Args:
+        rules: ``{"allow": [...], "deny": [...], "ask": [...]}``, ``{"tool(pattern)": action}``,
+            or a list of ``PermissionRule``; may also hold ``default`` and ``safe_mode``.
+        default: Action for calls no rule matches (``"ask"``).
+        safe_mode: Every call that is not denied needs approval.
+    """
+
+    fatal = True  # a broken policy must stop the run, not let calls through
+
+    def __init__(
+        self,
+        rules: Mapping[str, Any] | Sequence[PermissionRule] | None = None,
+        *,
+        default: Action = "ask",
+        safe_mode: bool = False,
+        source: str = "agent",
+    ) -> None:
+        self.rules: list[PermissionRule] = []
+        self.default: Action = default
+        self.safe_mode = safe_mode
+        if isinstance(rules, Mapping):
+            self._load(rules, source)
+        elif rules is not None:
+            for r in rules:
+                if not isinstance(r, PermissionRule):
+                    raise ConfigurationError(f"permissions: expected PermissionRule, got {r!r}")
+                self.rules.append(r)
+        if self.default not in _ACTIONS:
+            raise ConfigurationError(
+                f"permissions: default must be allow, deny or ask, got {self.default!r}"
+            )
+        self._session: dict[str, list[PermissionRule]] = {}
+        self._loaded: set[str] = set()
+
+    def _load(self, config: Mapping[str, Any], source: str) -> None:
+        for key, value in config.items():
+            if key == "default":
+                self.default = value
+            elif key == "safe_mode":
+                if not isinstance(value, bool):
+                    raise ConfigurationError(
+                        f"permissions ({source}): safe_mode must be true or false, got {value!r}"
+                    )
+                self.safe_mode = value
+            elif key in _ACTIONS:
+                specs = [value] if isinstance(value, str) else value
+                if not isinstance(specs, Iterable):
+                    raise ConfigurationError(
+                        f"permissions ({source}): {key!r} must be a list of rules"
+                    )
+                self.rules.extend(PermissionRule.parse(s, key, source) for s in specs)
+            else:
+                self.rules.append(PermissionRule.parse(key, value, source))
+
+    @classmethod
+    def load(cls, path: str | Path) -> PermissionManager:
+        """Rules from a YAML file (same shapes as the constructor's ``rules``)."""
+        import yaml
+
+        p = Path(path)
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigurationError(f"{p}: cannot read permission rules: {exc}") from None
+        if not isinstance(data, Mapping):
+            raise ConfigurationError(f"{p}: permission rules must be a YAML mapping")
+        return cls(data, source=str(p))
+
+    def merged(self, other: PermissionManager) -> PermissionManager:
+        """Both rule sets; the stricter default and safe mode win."""
+        merged = PermissionManager(
+            [*self.rules, *other.rules],
+            default=max(self.default, other.default, key=_STRICTNESS.__getitem__),
+            safe_mode=self.safe_mode or other.safe_mode,
+        )
+        return merged
+
+    def __repr__(self) -> str:
+        rules = ", ".join(f"{r}: {r.action}" for r in self.rules)
+        return f"PermissionManager({{{rules}}}, default={self.default!r}, safe={self.safe_mode})"
+
+    # -- remembered decisions -----------------------------------------------------------------
+    def remember(self, session_id: str, rule: PermissionRule) -> None:
+        """Apply ``rule`` to the rest of the session (a human's "always" / "never")."""
+        self._session.setdefault(session_id, []).append(rule)
+
+    async def _load_session(self, ctx: HookContext) -> None:
+        self._loaded.add(ctx.session_id)
+        for ev in await ctx.agent.store.load_events(ctx.session_id):
+            if ev.type is EventType.APPROVAL_DECISION:
+                for r in ev.data.get("remember_rules") or ():
+                    self.remember(
+                        ctx.session_id,
+                        PermissionRule(r["tool"], r.get("pattern"), r["action"], "session"),
+                    )
+
+    # -- checking -----------------------------------------------------------------------------
+    def check(
+        self,
+        call: ToolCall,
+        tool: Tool | None = None,
+        *,
+        workspace: Path | None = None,
+        session_id: str | None = None,
+    ) -> Verdict:
+        """The verdict for one call (pure: no I/O except resolving paths in the workspace)."""
+        rules = self.rules
+        session = self._session.get(session_id or "", ())
+        name = call.name
+        relevant = [r for r in rules if r.tool == name or text_matches(r.tool, name)]
+        remembered = [r for r in session if r.tool == name or text_matches(r.tool, name)]
+        key, kind = _subject_of(tool, name)
+        if kind == "command" or any(r.pattern is not None for r in (*relevant, *remembered)):
+            subjects = _subjects(call, key, kind, workspace)
+        else:  # no rule looks at the arguments: skip parsing and resolving them
+            subjects = [None]
+        verdicts = []
+        for s in subjects:
+            v = self._decide(name, s, kind, relevant, remembered)
+            # What a wrapper runs must not be denied, but need not be allowed on its own.
+            if (
+                not isinstance(s, _Implied)
+                or v.action == "deny"
+                or (v.action == "ask" and v.rule is not None)
+            ):
+                verdicts.append(v)
+        deny = next((v for v in verdicts if v.action == "deny"), None)
+        if deny is not None:
+            return deny
+        if kind == "command":
+            risky = _unlisted_risk(call, relevant + remembered)
+            if risky is not None:
+                verdicts.append(risky)
+        ask = next((v for v in verdicts if v.action == "ask"), None)
+        if ask is not None:
+            return ask
+        if self.safe_mode:
+            return Verdict("ask", f"safe mode: every call to {name} needs approval")
+        return verdicts[0] if verdicts else Verdict("allow", "no subject")
+
+    def _decide(
+        self,
+        name: str,
+        subject: str | None,
+        kind: str,
+        rules: list[PermissionRule],
+        remembered: list[PermissionRule],
+    ) -> Verdict:
+        def hits(pool: list[PermissionRule], action: str) -> PermissionRule | None:
+            for r in pool:
+                if r.action == action and _pattern_hits(r.pattern, subject, kind):
+                    return r
+            return None
+
+        shown = name if subject is None else f"{name}({subject})"
+        if (r := hits(rules, "deny") or hits(remembered, "deny")) is not None:
+            return Verdict("deny", f"{shown} is denied by the rule {r} ({r.source})", r)
+        if (r := hits(remembered, "allow")) is not None:
+            return Verdict("allow", f"approved earlier in this session ({r})", r)
+        if (r := hits(rules, "ask")) is not None:
+            return Verdict("ask", f"{shown} needs approval (rule {r}, {r.source})", r)
+        if (r := hits(rules, "allow")) is not None:
+            return Verdict("allow", f"allowed by {r}", r)
+        return Verdict(self.default, f"{shown}: no rule matches; the default is {self.default}")
+
+    # -- the hook -----------------------------------------------------------------------------
+    async def before_tool_execution(
+        self, ctx: HookContext, call: ToolCall
+    ) -> Deny | RequireApproval | None:
+        if ctx.session_id not in self._loaded:
+            await self._load_session(ctx)
+        agent = ctx.agent
+        verdict = self.check(
+            call, agent.tools.get(call.name), workspace=agent.workspace, session_id=ctx.session_id
+        )
+        if verdict.action == "deny":
+            return Deny(verdict.reason)
+        if verdict.action == "ask":
+            return RequireApproval(verdict.reason)
+        return None
+
+
+class _Implied(str):
+    """A subject that only deny and ask rules apply to (the inner command of a wrapper)."""
+
+    __slots__ = ()
+
+
+def _subject_of(tool: Tool | None, name: str) -> tuple[str | None, str]:
+    subject = getattr(tool, "permission_subject", None) or _SUBJECTS.get(name)
+    if subject is None:
+        return None, "text"
+    return subject[0], subject[1]
+
+
+def _subjects(call: ToolCall, key: str | None, kind: str, workspace: Path | None) -> list[Any]:
+    args = call.arguments
+    if key is None:
+        return [json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)]
+    value = args.get(key)
+    if value is None:
+        value = "." if kind == "path" else ""
+    value = str(value)
+    if kind == "path":
+        return _path_variants(value, workspace)
+    if kind == "command":
+        from loom.policy.shell import analyze
+
+        found = analyze(value)
+        if found.error is not None:
+            return [value]  # unparseable: matched whole, and _unlisted_risk asks
+        return [
+            _Implied(form) if c.implied else form for c in found.commands for form in c.forms()
+        ] or [value]
+    return [value]
+
+
+def _path_variants(path: str, workspace: Path | None) -> list[str]:
+    """The path as written (normalised) and with links resolved, both workspace-relative."""
+    root = str(workspace) if workspace is not None else None
+    if root is not None and path.startswith("/"):
+        real_root = os.path.realpath(root)
+        for r in (real_root, os.path.abspath(root)):
+            if path == r or path.startswith(r.rstrip("/") + "/"):
+                path = path[len(r.rstrip("/")) + 1 :] or "."
+                break
+    lexical = posixpath.normpath(path) if path else "."
+    variants = [lexical]
+    if root is not None and not lexical.startswith(("/", "../")) and lexical != "..":
+        real_root = os.path.realpath(root)
+        resolved = os.path.realpath(os.path.join(real_root, lexical))
+        if resolved == real_root:
+            variants.append(".")
+        elif resolved.startswith(real_root + "/"):
+            variants.append(resolved[len(real_root) + 1 :])
+        else:
+            variants.append(resolved)  # outside: only "any" rules match it; scope refuses it
+    return list(dict.fromkeys(variants))
+
+
+def _pattern_hits(pattern: str | None, subject: str | None, kind: str) -> bool:
+    if pattern is None:
+        return True
+    if subject is None:
+        return False
+    if kind == "path":
+        return path_matches(pattern, subject)
+    return text_matches(pattern, subject)
+
+
+def _unlisted_risk(call: ToolCall, rules: list[PermissionRule]) -> Verdict | None:
+    """Ask for a shell construct no allow rule names explicitly (see ``loom.policy.shell``)."""
+    from loom.policy.shell import analyze
+
+    command = str(call.arguments.get("command", ""))
+    found = analyze(command)
+    if found.error is not None:
+        return Verdict(
+            "ask", f"bash: the command could not be parsed ({found.error}); it needs approval"
+        )
+    allows = [r for r in rules if r.action == "allow" and r.pattern]
+    for c in found.commands:
+        for risk in c.risks:
+            if not any(
+                _names(r.pattern or "", risk, c) and text_matches(r.pattern or "", c.source)
+                for r in allows
+            ):
+                return Verdict("ask", f"bash: {risk} in {c.source!r} needs approval")
+    return None
+
+
+def _names(pattern: str, risk: str, c: Any) -> bool:
+    """Whether an allow pattern explicitly names the risky construct."""
+    if risk.startswith("output redirected"):
+        return ">" in pattern
+    if risk.endswith("substitution"):
+        return "$(" in pattern or "`" in pattern or "<(" in pattern or ">(" in pattern
+    if risk.startswith("find runs"):
+        return any(flag in pattern for flag in ("-exec", "-ok", "-delete"))
+    if risk.startswith("awk runs"):
+        return "system(" in pattern
+    first = pattern.split(" ", 1)[0]
+    return bool(c.name) and os.path.basename(first) == c.name
+
+
+def build_permissions(
+    permissions: PermissionManager | Mapping[str, Any] | None, workspace: Path | None
+) -> PermissionManager:
+    """The agent's manager: its own rules (or ``DEFAULT_RULES``) plus the project file's.
+
+    ``workspace/.loom/permissions.yaml``, when present, adds its rules; its default and safe
+    mode apply when they are stricter.
+    """
+    if isinstance(permissions, PermissionManager):
+        manager = permissions
+    elif permissions is None:
+        manager = PermissionManager(dict(DEFAULT_RULES), default="allow", source="default")
+    elif isinstance(permissions, Mapping):
+        manager = PermissionManager(permissions)
+    else:
+        raise ConfigurationError(
+            "permissions must be a mapping of rules or a PermissionManager, got "
+            f"{type(permissions).__name__}"
+        )
+    if workspace is not None:
+        project = Path(workspace) / PROJECT_FILE
+        if project.is_file():
+            manager = manager.merged(PermissionManager.load(project))
+    return manager

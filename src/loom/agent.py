@@ -55,6 +55,11 @@ class Agent:
         max_message_chars: Longest user message accepted.
         context_builder: Compiles the context for each call (default: whole history).
         deps: Any object handed to tools as ``RunContext.deps``.
+        max_result_chars: With a store that keeps large results (``SQLiteStore``), a tool
+            result longer than this is stored and the model gets a preview and a reference
+            it can page through with ``get_tool_result``; None sends every result whole.
+            With a store that keeps errors, failed calls go through the error channel and
+            ``get_error_detail`` is registered (seed 001).
     """
 
     __slots__ = (
@@ -79,6 +84,8 @@ class Agent:
         "tool_timeout",
         "tools",
         "workspace",
+        "max_result_chars",
+        "_shaper",
     )
 
     def __init__(
@@ -102,6 +109,7 @@ class Agent:
         lock_ttl: float = 900.0,
         context_builder: ContextBuilder | None = None,
         deps: Any = None,
+        max_result_chars: int | None = 8000,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise AgentDefinitionError("must be a non-empty string", field="name")
@@ -141,6 +149,19 @@ class Agent:
         self.model_settings = model_settings
         self.context_builder: ContextBuilder = context_builder or FullHistoryBuilder()
         self.deps = deps
+        self.max_result_chars = (
+            None if max_result_chars is None
+            else _positive("max_result_chars", max_result_chars, integer=True)
+        )
+        self._shaper: Any = None
+        if store is not None and (hasattr(store, "save_error") or hasattr(store, "save_result")):
+            from loom.tools.channel import ResultShaper
+
+            self._shaper = ResultShaper.for_store(store, self.max_result_chars)
+            for builtin in self._shaper.builtin_tools() if self._shaper else ():
+                if builtin.name not in self.tools:  # a tool of the user's with that name wins
+                    self.tools[builtin.name] = builtin
+                    self.tool_specs.append(spec_of(builtin))
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, tools={list(self.tools)})"
@@ -174,7 +195,10 @@ class Agent:
 
     async def _process_result(self, turn: Turn, call: ToolCall, result: ToolResult) -> ToolResult:
         """Shape a result before the model sees it (error channel, large results)."""
-        return result
+        if self._shaper is None:
+            return result
+        shaped: ToolResult = await self._shaper(turn, call, result)
+        return shaped
 
     # -- running ------------------------------------------------------------------------------
     def _turn(self, message: str, session_id: str | None, on_busy: str, deps: Any) -> Turn:

@@ -250,8 +250,12 @@ class Agent:
         Leaving the ``async for`` early cancels the turn; its open tool calls are closed with
         ``interrupted`` results.
         """
-        async for event in self._drive(self._turn(message, session_id, on_busy, deps)):
-            yield event
+        events = self._drive(self._turn(message, session_id, on_busy, deps))
+        try:
+            async for event in events:
+                yield event
+        finally:  # close the turn now, not whenever the generator is garbage-collected
+            await events.aclose()
 
     async def run(
         self,

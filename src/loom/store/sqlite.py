@@ -54,8 +54,8 @@ def _dt(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
+_json = _ENCODER.encode  # one encoder: json.dumps with options builds a new one per call
 
 
 def _session(row: Sequence[Any]) -> SessionInfo:
@@ -205,48 +205,64 @@ class SQLiteStore:
         # Serialise before taking the lock: the transaction only runs INSERTs.
         now = time.time()
         msg_rows = [(m.role, m.model_dump_json()) for m in messages]
-        ev_rows = [(session_id, e.run_id, e.sequence, str(e.type), e.iteration, e.timestamp,
-                    _json(e.data)) for e in events]
-        led_rows = [(session_id, e.run_id, e.tool_call_id, e.name, e.status, e.effect,
+        ev_rows = [(e.run_id, e.sequence, str(e.type), e.iteration, e.timestamp,
+                    _json(e.data) if e.data else "{}") for e in events]
+        led_rows = [(e.run_id, e.tool_call_id, e.name, e.status, e.effect,
                      _json(e.arguments), e.result.model_dump_json() if e.result else None,
                      e.timestamp.timestamp()) for e in ledger]
         usage = run.usage if run is not None and run.status != "running" else Usage()
+
         n = len(msg_rows)
 
+        def next_seq(c: sqlite3.Connection, table: str) -> int:
+            # A read (index seek), so a commit dirties no page for numbering its rows.
+            row = c.execute(f"SELECT max(seq) FROM {table} WHERE session_id = ?",
+                            (session_id,)).fetchone()
+            return 0 if row[0] is None else int(row[0]) + 1
+
         def write(c: sqlite3.Connection) -> None:
-            row = c.execute(
-                "UPDATE sessions SET message_count = message_count + ?, updated_at = ?, "
-                "input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, "
-                "requests = requests + ? WHERE id = ? RETURNING message_count",
-                (n, now, usage.input_tokens, usage.output_tokens, usage.requests, session_id),
-            ).fetchall()
-            if row:
-                base = row[0][0] - n
+            m0 = 0
+            if msg_rows or run is not None:  # the session row changes only with these
+                row = c.execute(
+                    "UPDATE sessions SET message_count = message_count + ?, updated_at = ?, "
+                    "input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, "
+                    "requests = requests + ? WHERE id = ? RETURNING message_count",
+                    (n, now, usage.input_tokens, usage.output_tokens, usage.requests,
+                     session_id),
+                ).fetchall()
+                if row:
+                    m0 = row[0][0] - n
+                else:
+                    c.execute(
+                        "INSERT INTO sessions (id, created_at, updated_at, message_count, "
+                        "input_tokens, output_tokens, requests) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (session_id, now, now, n, usage.input_tokens, usage.output_tokens,
+                         usage.requests))
             else:
-                c.execute(
-                    "INSERT INTO sessions (id, created_at, updated_at, message_count, "
-                    "input_tokens, output_tokens, requests) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (session_id, now, now, n, usage.input_tokens, usage.output_tokens,
-                     usage.requests))
-                base = 0
+                c.execute("INSERT OR IGNORE INTO sessions (id, created_at, updated_at) "
+                          "VALUES (?, ?, ?)", (session_id, now, now))
+            e0 = next_seq(c, "events") if ev_rows else 0
+            l0 = next_seq(c, "ledger") if led_rows else 0
             if msg_rows:
                 c.executemany(
                     "INSERT INTO messages (session_id, seq, role, data) VALUES (?, ?, ?, ?)",
-                    [(session_id, base + i, role, data) for i, (role, data) in enumerate(msg_rows)])
+                    [(session_id, m0 + i, role, data) for i, (role, data) in enumerate(msg_rows)])
             if ev_rows:
                 c.executemany(
-                    "INSERT INTO events (session_id, run_id, sequence, type, iteration, "
-                    "timestamp, data) VALUES (?, ?, ?, ?, ?, ?, ?)", ev_rows)
-            for led in led_rows:
-                cur = c.execute(
-                    "INSERT INTO ledger (session_id, run_id, tool_call_id, name, status, effect, "
-                    "arguments, result, timestamp) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", led)
-                if led[4] == "started":
+                    "INSERT INTO events (session_id, seq, run_id, sequence, type, iteration, "
+                    "timestamp, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(session_id, e0 + i, *ev) for i, ev in enumerate(ev_rows)])
+            for i, led in enumerate(led_rows):
+                c.execute(
+                    "INSERT INTO ledger (session_id, seq, run_id, tool_call_id, name, status, "
+                    "effect, arguments, result, timestamp) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (session_id, l0 + i, *led))
+                if led[3] == "started":
                     c.execute("INSERT OR REPLACE INTO open_calls VALUES (?, ?, ?, ?)",
-                              (session_id, led[1], led[2], cur.lastrowid))
+                              (session_id, led[0], led[1], l0 + i))
                 else:
                     c.execute("DELETE FROM open_calls WHERE session_id = ? AND run_id = ? AND "
-                              "tool_call_id = ?", (session_id, led[1], led[2]))
+                              "tool_call_id = ?", (session_id, led[0], led[1]))
             if run is not None:
                 cur = c.execute(
                     "INSERT INTO runs (session_id, run_id, status, input_tokens, output_tokens, "
@@ -267,14 +283,14 @@ class SQLiteStore:
     async def open_tool_calls(self, session_id: str) -> list[LedgerEntry]:
         rows = await self._read("reading open tool calls", lambda c: c.execute(
             "SELECT " + ", ".join(f"l.{col.strip()}" for col in _LEDGER_COLS.split(",")) +
-            " FROM open_calls o JOIN ledger l ON l.id = o.ledger_id WHERE o.session_id = ? "
-            "ORDER BY l.id", (session_id,)).fetchall())
+            " FROM open_calls o JOIN ledger l ON l.session_id = o.session_id AND l.seq = o.ledger_seq"
+            " WHERE o.session_id = ? ORDER BY l.seq", (session_id,)).fetchall())
         return [_ledger(r) for r in rows]
 
     async def ledger(self, session_id: str) -> list[LedgerEntry]:
         """Every ledger entry of the session, oldest first."""
         rows = await self._read("reading the ledger", lambda c: c.execute(
-            f"SELECT {_LEDGER_COLS} FROM ledger WHERE session_id = ? ORDER BY id",
+            f"SELECT {_LEDGER_COLS} FROM ledger WHERE session_id = ? ORDER BY seq",
             (session_id,)).fetchall())
         return [_ledger(r) for r in rows]
 
@@ -300,7 +316,7 @@ class SQLiteStore:
         if run_id is not None:
             sql, params = sql + " AND run_id = ?", (session_id, run_id)
         rows = await self._read("loading events", lambda c: c.execute(
-            sql + " ORDER BY id", params).fetchall())
+            sql + " ORDER BY seq", params).fetchall())
         return [_event(r) for r in rows]
 
     # -- session locks (across processes) -------------------------------------------------------

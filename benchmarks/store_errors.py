@@ -21,8 +21,9 @@ from loom.store.base import StoredError, new_error_id
 
 QUICK = "--quick" in sys.argv
 N = 500 if QUICK else 3000
-TRACE = "".join(f'  File "app/db.py", line {i}, in call_{i}\n    conn.execute(q)\n'
-                for i in range(60))
+TRACE = "".join(
+    f'  File "app/db.py", line {i}, in call_{i}\n    conn.execute(q)\n' for i in range(60)
+)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -33,9 +34,13 @@ async def bench(path: Path, durability: str) -> dict[str, float]:
     store = SQLiteStore(path, durability=durability)  # type: ignore[arg-type]
     writes, ids = [], []
     for i in range(N):
-        err = StoredError(new_error_id(), f"s{i % 50}", f"tool{i % 7}",
-                          {"code": "tool_exception", "message": f"boom {i}", "traceback": TRACE},
-                          f"boom {i}")
+        err = StoredError(
+            new_error_id(),
+            f"s{i % 50}",
+            f"tool{i % 7}",
+            {"code": "tool_exception", "message": f"boom {i}", "traceback": TRACE},
+            f"boom {i}",
+        )
         t = time.perf_counter()
         ids.append(await store.save_error(err))
         writes.append(time.perf_counter() - t)
@@ -50,9 +55,14 @@ async def bench(path: Path, durability: str) -> dict[str, float]:
         await store.list_errors(session_id=f"s{i % 50}", tool_name=f"tool{i % 7}", limit=10)
         lists.append(time.perf_counter() - t)
     await store.close()
-    return {"store_p50_us": pct(writes, 0.5), "store_p99_us": pct(writes, 0.99),
-            "get_p50_us": pct(reads, 0.5), "get_p99_us": pct(reads, 0.99),
-            "list_p50_us": pct(lists, 0.5), "list_p99_us": pct(lists, 0.99)}
+    return {
+        "store_p50_us": pct(writes, 0.5),
+        "store_p99_us": pct(writes, 0.99),
+        "get_p50_us": pct(reads, 0.5),
+        "get_p99_us": pct(reads, 0.99),
+        "list_p50_us": pct(lists, 0.5),
+        "list_p99_us": pct(lists, 0.99),
+    }
 
 
 async def main() -> None:

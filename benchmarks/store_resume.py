@@ -48,11 +48,14 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def build(path: Path, turns: int) -> None:
-    agent = Agent(model=FunctionModel(model, record=False), tools=[lookup],
-                  store=SQLiteStore(path), max_result_chars=None)
+    agent = Agent(
+        model=FunctionModel(model, record=False),
+        tools=[lookup],
+        store=SQLiteStore(path),
+        max_result_chars=None,
+    )
     for i in range(turns):
-        await agent.run(f"question number {i}: what do you know about topic {i}?",
-                        session_id="s")
+        await agent.run(f"question number {i}: what do you know about topic {i}?", session_id="s")
     agent.store.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # type: ignore[attr-defined]
     await agent.store.close()
 
@@ -69,8 +72,12 @@ async def resume(path: Path) -> dict[str, float]:
     t3 = time.perf_counter()
     await store.close()
     assert messages
-    return {"open_ms": (t1 - t0) * 1e3, "recovery_check_ms": (t2 - t1) * 1e3,
-            "load_messages_ms": (t3 - t2) * 1e3, "total_ms": (t3 - t0) * 1e3}
+    return {
+        "open_ms": (t1 - t0) * 1e3,
+        "recovery_check_ms": (t2 - t1) * 1e3,
+        "load_messages_ms": (t3 - t2) * 1e3,
+        "total_ms": (t3 - t0) * 1e3,
+    }
 
 
 async def main() -> None:
@@ -82,7 +89,7 @@ async def main() -> None:
         await build(path, turns)
         build_s = time.perf_counter() - t
         runs = [await resume(path) for _ in range(REPEAT)]
-        size = os.path.getsize(path)
+        size = os.path.getsize(path)  # noqa: ASYNC240
         out[f"{turns}_turns"] = {
             **{f"{k}_p50": round(statistics.median([r[k] for r in runs]), 3) for k in runs[0]},
             "total_ms_p90": round(pct([r["total_ms"] for r in runs], 0.9), 3),

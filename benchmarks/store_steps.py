@@ -46,8 +46,14 @@ def model(messages: list[Message], tools: object) -> ModelResponse | str:
 async def measure(make_store: Any) -> float:
     """Median seconds per step over TURNS turns (one fresh session each)."""
     store = make_store()
-    agent = Agent(model=FunctionModel(model, record=False), tools=[noop], store=store,
-                  max_iterations=STEPS + 1, max_tool_calls=STEPS + 1, max_result_chars=None)
+    agent = Agent(
+        model=FunctionModel(model, record=False),
+        tools=[noop],
+        store=store,
+        max_iterations=STEPS + 1,
+        max_tool_calls=STEPS + 1,
+        max_result_chars=None,
+    )
     await agent.run("warm up", session_id="warm")
     per_step = []
     for t in range(TURNS):
@@ -66,8 +72,7 @@ async def main() -> None:
         "sqlite_normal_inline": lambda: SQLiteStore(tmp / "a.db"),
         "sqlite_full_inline": lambda: SQLiteStore(tmp / "b.db", durability="full"),
         "sqlite_normal_thread": lambda: SQLiteStore(tmp / "c.db", threaded=True),
-        "sqlite_full_thread": lambda: SQLiteStore(tmp / "d.db", durability="full",
-                                                  threaded=True),
+        "sqlite_full_thread": lambda: SQLiteStore(tmp / "d.db", durability="full", threaded=True),
     }
     # Interleaved rounds, median per config: the machine is shared and noisy.
     rounds: dict[str, list[float]] = {name: [] for name in configs}

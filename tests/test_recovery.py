@@ -54,23 +54,45 @@ class Tools:
         self.all = [send_email, square, upsert]
 
 
-async def crash_state(store: Any, calls: list[ToolCall], *, started: bool = True,
-                      session: str = "s", run: str = "run_dead") -> None:
+async def crash_state(
+    store: Any,
+    calls: list[ToolCall],
+    *,
+    started: bool = True,
+    session: str = "s",
+    run: str = "run_dead",
+) -> None:
     """What a process killed while running ``calls`` leaves behind."""
-    await store.append(session, messages=[Message.user("do things")],
-                       events=[AgentEvent(EventType.AGENT_START, run, session, 0, 0,
-                                          {"message": "do things"})],
-                       run=RunRecord(run, session, "running"))
-    await store.append(session, messages=[Message.assistant("", calls)],
-                       events=[AgentEvent(EventType.LLM_TOOL_CALLS, run, session, 1, 1,
-                                          {"tool_calls": [c.model_dump() for c in calls]}),
-                               AgentEvent(EventType.LLM_COMPLETE, run, session, 1, 2,
-                                          {"text": ""})])
+    await store.append(
+        session,
+        messages=[Message.user("do things")],
+        events=[AgentEvent(EventType.AGENT_START, run, session, 0, 0, {"message": "do things"})],
+        run=RunRecord(run, session, "running"),
+    )
+    await store.append(
+        session,
+        messages=[Message.assistant("", calls)],
+        events=[
+            AgentEvent(
+                EventType.LLM_TOOL_CALLS,
+                run,
+                session,
+                1,
+                1,
+                {"tool_calls": [c.model_dump() for c in calls]},
+            ),
+            AgentEvent(EventType.LLM_COMPLETE, run, session, 1, 2, {"text": ""}),
+        ],
+    )
     if started:
         effects = {"send_email": "at_most_once", "square": "pure", "upsert": "idempotent"}
-        await store.append(session, ledger=[
-            LedgerEntry(run, session, c.id, c.name, "started", c.arguments,
-                        effects[c.name]) for c in calls])  # type: ignore[arg-type]
+        await store.append(
+            session,
+            ledger=[
+                LedgerEntry(run, session, c.id, c.name, "started", c.arguments, effects[c.name])
+                for c in calls
+            ],
+        )  # type: ignore[arg-type]
 
 
 def recorder() -> tuple[FunctionModel, list[list[Message]]]:
@@ -91,17 +113,21 @@ def assert_every_call_answered(messages: list[Message]) -> None:
 
 async def test_open_calls_resolved_by_effect(store: Any) -> None:
     tools = Tools()
-    calls = [ToolCall(name="send_email", arguments={"to": "bob"}),
-             ToolCall(name="square", arguments={"x": 7}),
-             ToolCall(name="upsert", arguments={"key": "k1"})]
+    calls = [
+        ToolCall(name="send_email", arguments={"to": "bob"}),
+        ToolCall(name="square", arguments={"x": 7}),
+        ToolCall(name="upsert", arguments={"key": "k1"}),
+    ]
     await crash_state(store, calls)
     model, seen = recorder()
     agent = Agent(model=model, tools=tools.all, store=store)
     r = await agent.run("next", session_id="s")
     assert r.output == "recovered and answered"
     # at_most_once never repeated; pure and idempotent re-ran with the original key.
-    assert tools.calls == [("square", f"run_dead:{calls[1].id}"),
-                           ("upsert", f"run_dead:{calls[2].id}")]
+    assert tools.calls == [
+        ("square", f"run_dead:{calls[1].id}"),
+        ("upsert", f"run_dead:{calls[2].id}"),
+    ]
     messages = await store.load_messages("s")
     assert_every_call_answered(messages)
     by_id = {m.tool_call_id: m for m in messages if m.role == "tool"}
@@ -120,8 +146,10 @@ async def test_open_calls_resolved_by_effect(store: Any) -> None:
 
 async def test_calls_that_never_started_are_marked_not_run(store: Any) -> None:
     tools = Tools()
-    calls = [ToolCall(name="send_email", arguments={"to": "a"}),
-             ToolCall(name="square", arguments={"x": 2})]
+    calls = [
+        ToolCall(name="send_email", arguments={"to": "a"}),
+        ToolCall(name="square", arguments={"x": 2}),
+    ]
     await crash_state(store, calls, started=False)  # died before the ledger rows
     model, _ = recorder()
     await Agent(model=model, tools=tools.all, store=store).run("next", session_id="s")
@@ -134,8 +162,9 @@ async def test_calls_that_never_started_are_marked_not_run(store: Any) -> None:
 
 
 async def test_run_that_died_without_tool_calls_is_closed(store: Any) -> None:
-    await store.append("s", messages=[Message.user("hello")],
-                       run=RunRecord("run_dead", "s", "running"))
+    await store.append(
+        "s", messages=[Message.user("hello")], run=RunRecord("run_dead", "s", "running")
+    )
     model, _ = recorder()
     await Agent(model=model, store=store).run("again", session_id="s")
     assert await store.open_runs("s") == []
@@ -148,8 +177,7 @@ async def test_clean_session_writes_nothing_extra(store: Any) -> None:
     events_before = len(await store.load_events("s"))
     await agent.run("two", session_id="s")
     assert [m.content for m in await store.load_messages("s")] == ["one", "a", "two", "b"]
-    assert all(not e.data.get("recovered") for e in (await store.load_events("s"))[
-        events_before:])
+    assert all(not e.data.get("recovered") for e in (await store.load_events("s"))[events_before:])
 
 
 async def test_rerun_that_fails_goes_through_the_error_channel(tmp_path: Path) -> None:
@@ -161,11 +189,12 @@ async def test_rerun_that_fails_goes_through_the_error_channel(tmp_path: Path) -
         raise RuntimeError("backend gone\n" + "stack line\n" * 200)
 
     call = ToolCall(name="flaky", arguments={"n": 1})
-    await store.append("s", messages=[Message.user("x")], run=RunRecord("run_dead", "s",
-                                                                         "running"))
+    await store.append("s", messages=[Message.user("x")], run=RunRecord("run_dead", "s", "running"))
     await store.append("s", messages=[Message.assistant("", [call])])
-    await store.append("s", ledger=[LedgerEntry("run_dead", "s", call.id, "flaky", "started",
-                                                {"n": 1}, "idempotent")])
+    await store.append(
+        "s",
+        ledger=[LedgerEntry("run_dead", "s", call.id, "flaky", "started", {"n": 1}, "idempotent")],
+    )
     model, _ = recorder()
     await Agent(model=model, tools=[flaky], store=store).run("next", session_id="s")
     tool_msg = next(m for m in await store.load_messages("s") if m.role == "tool")
@@ -193,8 +222,10 @@ async def test_store_without_open_runs_still_recovers() -> None:
     calls = [ToolCall(name="square", arguments={"x": 3})]
     await crash_state(store, calls, started=False)
     model, _ = recorder()
-    await Agent(model=model, tools=tools.all, store=store).run("next",  # type: ignore[arg-type]
-                                                                session_id="s")
+    await Agent(model=model, tools=tools.all, store=store).run(
+        "next",  # type: ignore[arg-type]
+        session_id="s",
+    )
     assert_every_call_answered(await store.load_messages("s"))
 
 
@@ -209,8 +240,9 @@ async def test_cancelled_run_closes_its_open_calls(store: Any) -> None:
         await release.wait()
         return "finished"
 
-    model = ScriptedModel([ModelResponse(tool_calls=[ToolCall(name="slow"),
-                                                     ToolCall(name="slow")]), "after"])
+    model = ScriptedModel(
+        [ModelResponse(tool_calls=[ToolCall(name="slow"), ToolCall(name="slow")]), "after"]
+    )
     agent = Agent(model=model, tools=[slow], store=store)
     stream = agent.stream("go", session_id="s")
     async for ev in stream:

@@ -38,13 +38,15 @@ class Harness:
         def model(messages: list[Message], tools: object) -> ModelResponse | str:
             last = messages[-1]
             if last.role == "user":
-                return ModelResponse(tool_calls=[ToolCall(name="work",
-                                                          arguments={"tag": last.content})])
+                return ModelResponse(
+                    tool_calls=[ToolCall(name="work", arguments={"tag": last.content})]
+                )
             return f"done {last.content}"
 
         self.store = SQLiteStore(path)
-        self.agent = Agent(model=FunctionModel(model, record=False), tools=[work],
-                           store=self.store, **agent_kw)
+        self.agent = Agent(
+            model=FunctionModel(model, record=False), tools=[work], store=self.store, **agent_kw
+        )
 
     async def submit(self, tag: str, on_busy: str) -> RunResult | Exception:
         try:
@@ -177,12 +179,16 @@ async def test_interrupt_arriving_while_a_turn_closes_does_not_break_it(tmp_path
     class StartAnotherWhileClosing:
         async def after_iteration_end(self, ctx: Any, result: RunResult) -> None:
             if not newcomer:
-                newcomer.append(asyncio.create_task(
-                    agent.run("newer", session_id="s", on_busy="interrupt")))
+                newcomer.append(
+                    asyncio.create_task(agent.run("newer", session_id="s", on_busy="interrupt"))
+                )
                 await asyncio.sleep(0.01)  # the newcomer asks to interrupt us right now
 
-    agent = Agent(model=FunctionModel(lambda m, t: f"answer to {m[-1].content}"), store=store,
-                  hooks=[StartAnotherWhileClosing()])
+    agent = Agent(
+        model=FunctionModel(lambda m, t: f"answer to {m[-1].content}"),
+        store=store,
+        hooks=[StartAnotherWhileClosing()],
+    )
     first = await agent.run("first", session_id="s")
     assert first.stop_reason == "completed" and first.output == "answer to first"
     second = await newcomer[0]

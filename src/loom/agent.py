@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -220,7 +220,7 @@ class Agent:
         return Turn(self, message, session_id or new_id("session"), on_busy,
                     self.deps if deps is None else deps)
 
-    async def _drive(self, turn: Turn) -> AsyncIterator[AgentEvent]:
+    async def _drive(self, turn: Turn) -> AsyncGenerator[AgentEvent, None]:
         queue: asyncio.Queue[Any] = asyncio.Queue()
         put = queue.put_nowait
         task = asyncio.ensure_future(turn.run(put))

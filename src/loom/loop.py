@@ -305,7 +305,9 @@ class Turn:
     async def _record_result(
         self, call: ToolCall, result: ToolResult, started: bool = True
     ) -> ToolResult:
-        result = await self.agent._process_result(self, call, result)  # ledger keeps what the model saw
+        # Shape first, so the ledger keeps what the model saw (full errors and large results
+        # live in their own tables).
+        result = await self.agent._process_result(self, call, result)
         ledger = []
         if started and call.id in self._open:
             entry = self._open.pop(call.id)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from loom.events import AgentEvent, EventType
 from loom.messages import Message, ToolCall, ToolResult
-from loom.store.base import LedgerEntry, RunRecord
+from loom.store.base import LedgerEntry, LedgerStatus, RunRecord
 from loom.tools.base import RunContext
 from loom.tools.executor import error_result, execute_call
 
@@ -63,10 +63,12 @@ async def recover_session(agent: Agent, turn: Turn) -> None:
         return  # the common case: the last run ended cleanly
     messages = await store.load_messages(session_id)
     answered = {m.tool_call_id for m in messages if m.role == "tool" and m.tool_call_id}
-    started = {e.tool_call_id: e for e in open_calls}
     journal = _Journal(agent, session_id)
-    fallback_run = open_runs[-1].run_id if open_runs else (
-        open_calls[-1].run_id if open_calls else turn.run_id)
+    fallback_run = (
+        open_runs[-1].run_id
+        if open_runs
+        else (open_calls[-1].run_id if open_calls else turn.run_id)
+    )
 
     for entry in open_calls:
         if entry.tool_call_id in answered:  # result stored but the ledger not closed
@@ -77,44 +79,78 @@ async def recover_session(agent: Agent, turn: Turn) -> None:
             result = await _rerun(agent, turn, call, entry)
         else:
             result = error_result(
-                call, "interrupted",
+                call,
+                "interrupted",
                 f"the run that made this call stopped before it finished; whether {call.name} "
-                "took effect is unknown. Check before repeating it.")
+                "took effect is unknown. Check before repeating it.",
+            )
         await _record(journal, entry.run_id, call, result, entry)
         answered.add(call.id)
 
     for call in _dangling(messages, answered):
         result = error_result(
-            call, "interrupted",
+            call,
+            "interrupted",
             f"the run stopped before this call started: {call.name} did not run. Call it "
-            "again if it is still needed.")
+            "again if it is still needed.",
+        )
         await _record(journal, fallback_run, call, result, None)
 
     for run in open_runs or ():
-        finish = await journal.event(run.run_id, EventType.AGENT_FINISH, {
-            "stop_reason": CRASHED, "output": "", "error": "the process running this turn died",
-            "recovered_by": turn.run_id})
-        await store.append(session_id, events=[finish], run=RunRecord(
-            run.run_id, session_id, CRASHED, data={"recovered_by": turn.run_id}))
+        finish = await journal.event(
+            run.run_id,
+            EventType.AGENT_FINISH,
+            {
+                "stop_reason": CRASHED,
+                "output": "",
+                "error": "the process running this turn died",
+                "recovered_by": turn.run_id,
+            },
+        )
+        await store.append(
+            session_id,
+            events=[finish],
+            run=RunRecord(run.run_id, session_id, CRASHED, data={"recovered_by": turn.run_id}),
+        )
 
 
 def _dangling(messages: list[Message], answered: set[str]) -> list[ToolCall]:
     # Only the last run can have died mid-step: look after the last user message, so calls an
     # earlier turn deliberately left pending (awaiting approval) are not touched.
     last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
-    return [c for m in messages[last_user + 1:] if m.role == "assistant" for c in m.tool_calls
-            if c.id not in answered]
+    return [
+        c
+        for m in messages[last_user + 1 :]
+        if m.role == "assistant"
+        for c in m.tool_calls
+        if c.id not in answered
+    ]
 
 
-def _end(entry: LedgerEntry, status: str, result: ToolResult | None) -> LedgerEntry:
-    return LedgerEntry(entry.run_id, entry.session_id, entry.tool_call_id, entry.name,
-                       status, entry.arguments, entry.effect, result)  # type: ignore[arg-type]
+def _end(entry: LedgerEntry, status: LedgerStatus, result: ToolResult | None) -> LedgerEntry:
+    return LedgerEntry(
+        entry.run_id,
+        entry.session_id,
+        entry.tool_call_id,
+        entry.name,
+        status,
+        entry.arguments,
+        entry.effect,
+        result,
+    )
 
 
 async def _rerun(agent: Agent, turn: Turn, call: ToolCall, entry: LedgerEntry) -> ToolResult:
     # The same run_id and tool_call_id as the first attempt: the same idempotency key.
-    ctx = RunContext(turn.session_id, entry.run_id, entry.tool_call_id, agent.name,
-                     agent.workspace, turn.deps, store=agent.store)
+    ctx = RunContext(
+        turn.session_id,
+        entry.run_id,
+        entry.tool_call_id,
+        agent.name,
+        agent.workspace,
+        turn.deps,
+        store=agent.store,
+    )
     result = await execute_call(call, agent.tools, ctx, agent.tool_timeout)
     result.metadata["recovered"] = "rerun"
     return await agent._process_result(turn, call, result)
@@ -124,14 +160,26 @@ async def _record(
     journal: _Journal, run_id: str, call: ToolCall, result: ToolResult, entry: LedgerEntry | None
 ) -> None:
     kind = EventType.TOOL_RESULT if result.success else EventType.TOOL_ERROR
-    event = await journal.event(run_id, kind, {
-        "tool_name": call.name, "tool_call_id": call.id, "success": result.success,
-        "content": result.to_content(), "error_code": result.error_code,
-        "duration_ms": result.duration_ms})
+    event = await journal.event(
+        run_id,
+        kind,
+        {
+            "tool_name": call.name,
+            "tool_call_id": call.id,
+            "success": result.success,
+            "content": result.to_content(),
+            "error_code": result.error_code,
+            "duration_ms": result.duration_ms,
+        },
+    )
     ledger = []
     if entry is not None:
-        status = "completed" if result.success else (
-            "interrupted" if result.error_code == "interrupted" else "failed")
+        status: LedgerStatus = (
+            "completed"
+            if result.success
+            else ("interrupted" if result.error_code == "interrupted" else "failed")
+        )
         ledger.append(_end(entry, status, result))
-    await journal.store.append(journal.session_id, messages=[Message.tool(result)],
-                               events=[event], ledger=ledger)
+    await journal.store.append(
+        journal.session_id, messages=[Message.tool(result)], events=[event], ledger=ledger
+    )

@@ -26,13 +26,23 @@ def ids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
         s = SQLiteStore(tmp_path / ".loom" / "loom.db")
         old = utcnow() - timedelta(days=45)
         out = [
-            await s.save_error(StoredError(new_error_id(old), "s1", "fetch",
-                                           {"message": "old one"}, "old one", old)),
-            await s.save_error(StoredError(new_error_id(), "s1", "fetch",
-                                           {"message": "timeout\nlong", "traceback": "Trace!"},
-                                           "Code timeout: timeout")),
-            await s.save_error(StoredError(new_error_id(), "s2", "write", {"message": "disk"},
-                                           "disk")),
+            await s.save_error(
+                StoredError(
+                    new_error_id(old), "s1", "fetch", {"message": "old one"}, "old one", old
+                )
+            ),
+            await s.save_error(
+                StoredError(
+                    new_error_id(),
+                    "s1",
+                    "fetch",
+                    {"message": "timeout\nlong", "traceback": "Trace!"},
+                    "Code timeout: timeout",
+                )
+            ),
+            await s.save_error(
+                StoredError(new_error_id(), "s2", "write", {"message": "disk"}, "disk")
+            ),
         ]
         await s.close()
         return out

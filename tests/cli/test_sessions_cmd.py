@@ -29,8 +29,15 @@ def test_list_and_show(session: str) -> None:
     assert r.exit_code == 0 and session in r.output and "1 sessions" in r.output
     r = runner.invoke(app, ["sessions", "show", session], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
-    for text in ("user", "what is 2 + 3", "assistant", 'add({"a": 2, "b": 3})', "tool",
-                 "The tool add returned: 5", "(completed)"):
+    for text in (
+        "user",
+        "what is 2 + 3",
+        "assistant",
+        'add({"a": 2, "b": 3})',
+        "tool",
+        "The tool add returned: 5",
+        "(completed)",
+    ):
         assert text in r.output
 
 
@@ -47,8 +54,7 @@ def test_export_round_trips(session: str, tmp_path: Path) -> None:
     out = tmp_path / "t.jsonl"
     r = runner.invoke(app, ["sessions", "export", session, "-o", str(out)])
     assert r.exit_code == 0 and "wrote 4 messages" in r.output
-    assert [m.role for m in read_jsonl(out).messages] == ["user", "assistant", "tool",
-                                                          "assistant"]
+    assert [m.role for m in read_jsonl(out).messages] == ["user", "assistant", "tool", "assistant"]
     r = runner.invoke(app, ["sessions", "export", session])
     assert len(r.output.splitlines()) == 4
 
@@ -56,7 +62,8 @@ def test_export_round_trips(session: str, tmp_path: Path) -> None:
 def test_unknown_session_and_missing_database(session: str, tmp_path: Path) -> None:
     r = runner.invoke(app, ["sessions", "show", "session_nope"], env={"COLUMNS": "200"})
     assert r.exit_code == 1 and "SessionNotFound" in r.output and "sessions list" in r.output
-    r = runner.invoke(app, ["sessions", "list", "--store", str(tmp_path / "none.db")],
-                      env={"COLUMNS": "200"})
+    r = runner.invoke(
+        app, ["sessions", "list", "--store", str(tmp_path / "none.db")], env={"COLUMNS": "200"}
+    )
     assert r.exit_code == 1 and "no Loom database" in r.output
     assert not (tmp_path / "none.db").exists()

@@ -46,11 +46,15 @@ class Killer:
 def model_fn(messages: list[Message], tools: object) -> ModelResponse | str:
     last_user = max(i for i, m in enumerate(messages) if m.role == "user")
     job = int(messages[last_user].content.split()[1])
-    after = messages[last_user + 1:]
+    after = messages[last_user + 1 :]
     assistants = sum(1 for m in after if m.role == "assistant")
     if assistants == 0:
-        return ModelResponse(tool_calls=[ToolCall(name="charge", arguments={"job": job}),
-                                         ToolCall(name="square", arguments={"x": job})])
+        return ModelResponse(
+            tool_calls=[
+                ToolCall(name="charge", arguments={"job": job}),
+                ToolCall(name="square", arguments={"x": job}),
+            ]
+        )
     if assistants == 1:
         return ModelResponse(tool_calls=[ToolCall(name="mark", arguments={"job": job})])
     # Sorted: concurrent calls finish (and are stored) in whichever order they finish.
@@ -63,7 +67,7 @@ def build_agent(db: str, effects: Path, killer: Killer) -> Agent:
         """Charge a card (must never happen twice)."""
         await asyncio.sleep(0.01)
         killer.reached("tool_before")
-        with open(effects / "charges.log", "a") as f:
+        with open(effects / "charges.log", "a") as f:  # noqa: ASYNC230 - the side effect
             f.write(ctx.idempotency_key + "\n")
         killer.reached("tool_after")
         await asyncio.sleep(0.01)
@@ -72,7 +76,7 @@ def build_agent(db: str, effects: Path, killer: Killer) -> Agent:
     @tool(effect="pure")
     async def square(ctx: RunContext, x: int) -> int:
         """Square a number."""
-        with open(effects / "pure.log", "a") as f:
+        with open(effects / "pure.log", "a") as f:  # noqa: ASYNC230
             f.write(ctx.idempotency_key + "\n")
         await asyncio.sleep(0.015)
         return x * x
@@ -85,8 +89,13 @@ def build_agent(db: str, effects: Path, killer: Killer) -> Agent:
         await asyncio.sleep(0.005)
         return f"marked {job}"
 
-    return Agent(name="crash", model=FunctionModel(model_fn, record=False),
-                 tools=[charge, square, mark], store=SQLiteStore(db), hooks=[killer])
+    return Agent(
+        name="crash",
+        model=FunctionModel(model_fn, record=False),
+        tools=[charge, square, mark],
+        store=SQLiteStore(db),
+        hooks=[killer],
+    )
 
 
 async def main(argv: list[str]) -> None:

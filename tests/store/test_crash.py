@@ -29,11 +29,21 @@ POINTS = ["model", "tool_before", "tool_after", "result"]
 pytestmark = pytest.mark.slow
 
 
-def _driver(db: Path, effects: Path, first: int, last: int, kill: str | None = None,
-            kill_after: float | None = None) -> int:
+def _driver(
+    db: Path,
+    effects: Path,
+    first: int,
+    last: int,
+    kill: str | None = None,
+    kill_after: float | None = None,
+) -> int:
     args = [sys.executable, DRIVER, str(db), str(effects), "s", str(first), str(last)]
-    proc = subprocess.Popen(args + ([kill] if kill else []), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": SRC})
+    proc = subprocess.Popen(
+        args + ([kill] if kill else []),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
     if kill_after is not None:
         try:
             proc.wait(kill_after)
@@ -94,10 +104,14 @@ def test_sigkill_at_random_points(tmp_path: Path) -> None:
         assert raw.execute("SELECT count(*) FROM open_calls").fetchone()[0] == 0
         assert raw.execute("SELECT count(*) FROM open_runs").fetchone()[0] == 0
         ends = dict(raw.execute("SELECT run_id, status FROM runs WHERE status != 'running'"))
-        starts = [r for (r,) in raw.execute(
-            "SELECT run_id FROM runs WHERE status = 'running' ORDER BY id")]
-        ledger = raw.execute("SELECT run_id || ':' || tool_call_id, name, status FROM ledger "
-                             "WHERE status != 'started'").fetchall()
+        starts = [
+            r
+            for (r,) in raw.execute("SELECT run_id FROM runs WHERE status = 'running' ORDER BY id")
+        ]
+        ledger = raw.execute(
+            "SELECT run_id || ':' || tool_call_id, name, status FROM ledger "
+            "WHERE status != 'started'"
+        ).fetchall()
     statuses = [ends[r] for r in starts]
     assert len(statuses) == JOBS + 1
     crashed = statuses.count("crashed")
@@ -131,8 +145,10 @@ def test_sigkill_at_random_points(tmp_path: Path) -> None:
     with sqlite3.connect(db) as raw:
         import json
 
-        msgs = [json.loads(d) for (d,) in raw.execute(
-            "SELECT data FROM messages WHERE session_id='s' ORDER BY seq")]
+        msgs = [
+            json.loads(d)
+            for (d,) in raw.execute("SELECT data FROM messages WHERE session_id='s' ORDER BY seq")
+        ]
     asked = [c["id"] for m in msgs if m["role"] == "assistant" for c in m["tool_calls"]]
     answered = [m["tool_call_id"] for m in msgs if m["role"] == "tool"]
     assert sorted(asked) == sorted(answered) and len(answered) == len(set(answered))

@@ -15,8 +15,14 @@ from loom.testing import ScriptedModel
 
 
 def _key(m: Message) -> tuple[Any, ...]:
-    return (m.role, m.content, [(c.id, c.name, c.arguments) for c in m.tool_calls],
-            m.tool_call_id, m.name, m.metadata)
+    return (
+        m.role,
+        m.content,
+        [(c.id, c.name, c.arguments) for c in m.tool_calls],
+        m.tool_call_id,
+        m.name,
+        m.metadata,
+    )
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
@@ -33,14 +39,20 @@ async def test_replay_rebuilds_the_transcript(kind: str, tmp_path: Path) -> None
         """Fail."""
         raise ToolError("nope\nmore detail", code="BAD")
 
-    model = ScriptedModel([
-        ModelResponse(text="let me add", tool_calls=[ToolCall(name="add", arguments={"a": 1,
-                                                                                      "b": 2}),
-                                                      ToolCall(name="fail")]),
-        "three",
-        ModelResponse(tool_calls=[ToolCall(name="add", arguments={"a": 2, "b": 2})]),
-        "four",
-    ])
+    model = ScriptedModel(
+        [
+            ModelResponse(
+                text="let me add",
+                tool_calls=[
+                    ToolCall(name="add", arguments={"a": 1, "b": 2}),
+                    ToolCall(name="fail"),
+                ],
+            ),
+            "three",
+            ModelResponse(tool_calls=[ToolCall(name="add", arguments={"a": 2, "b": 2})]),
+            "four",
+        ]
+    )
     agent = Agent(model=model, tools=[add, fail], store=store, max_iterations=5)
     await agent.run("1+2?", session_id="s")
     await agent.run("2+2?", session_id="s")

@@ -27,19 +27,25 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 def _turn(i: int) -> list[Message]:
     call = ToolCall(name="lookup", arguments={"q": f"question {i}"})
-    return [Message.user(f"user message number {i} " * 3), Message.assistant("", [call]),
-            Message(role="tool", content=f"result {i} " * 10, tool_call_id=call.id, name="lookup"),
-            Message.assistant(f"the answer to {i} is {i * 7}")]
+    return [
+        Message.user(f"user message number {i} " * 3),
+        Message.assistant("", [call]),
+        Message(role="tool", content=f"result {i} " * 10, tool_call_id=call.id, name="lookup"),
+        Message.assistant(f"the answer to {i} is {i * 7}"),
+    ]
 
 
 async def test_data_survives_reopen(tmp_path: Path) -> None:
     path = tmp_path / "loom.db"
     s = SQLiteStore(path)
     turn = _turn(1)
-    await s.append("s", messages=turn, events=[AgentEvent(EventType.AGENT_START, "r", "s", 0,
-                                                              0, {"message": "x"})],
-                   ledger=[LedgerEntry("r", "s", "c", "lookup", "started")],
-                   run=RunRecord("r", "s", "running"))
+    await s.append(
+        "s",
+        messages=turn,
+        events=[AgentEvent(EventType.AGENT_START, "r", "s", 0, 0, {"message": "x"})],
+        ledger=[LedgerEntry("r", "s", "c", "lookup", "started")],
+        run=RunRecord("r", "s", "running"),
+    )
     await s.close()
     s2 = SQLiteStore(path)
     assert await s2.load_messages("s") == turn
@@ -102,7 +108,7 @@ async def test_newer_schema_is_refused(tmp_path: Path) -> None:
     await s.close()
     with sqlite3.connect(path) as raw:
         raw.execute("INSERT INTO loom_migrations VALUES (99, '0099_from_the_future', 0)")
-    with pytest.raises(SchemaTooNew, match="newer Loom.*0099_from_the_future"):
+    with pytest.raises(SchemaTooNew, match=r"newer Loom.*0099_from_the_future"):
         SQLiteStore(path)
     with sqlite3.connect(path) as raw:
         assert raw.execute("SELECT count(*) FROM messages").fetchone()[0] == 1
@@ -121,9 +127,12 @@ async def test_full_disk_loses_nothing_committed(tmp_path: Path) -> None:
     # A real SQLITE_FULL: cap the file at its current size.
     pages = s.db.conn.execute("PRAGMA page_count").fetchone()[0]
     s.db.conn.execute(f"PRAGMA max_page_count={pages}")
-    with pytest.raises(StoreError, match="full.*Nothing from this step was saved"):
-        await s.append("s", messages=[Message.user("x" * 200_000)],
-                       events=[AgentEvent(EventType.ERROR, "r", "s", 0, 0, {})])
+    with pytest.raises(StoreError, match=r"full.*Nothing from this step was saved"):
+        await s.append(
+            "s",
+            messages=[Message.user("x" * 200_000)],
+            events=[AgentEvent(EventType.ERROR, "r", "s", 0, 0, {})],
+        )
     assert [m.content for m in await s.load_messages("s")] == ["committed before"]
     info = await s.get_session("s")
     assert info is not None and info.message_count == 1
@@ -137,12 +146,17 @@ async def test_full_disk_loses_nothing_committed(tmp_path: Path) -> None:
 
 async def test_failed_statement_rolls_back_the_whole_step(tmp_path: Path) -> None:
     s = SQLiteStore(tmp_path / "loom.db")
-    s.db.conn.execute("CREATE TEMP TRIGGER boom BEFORE INSERT ON events WHEN NEW.type = 'error' "
-                      "BEGIN SELECT RAISE(ABORT, 'injected failure'); END")
+    s.db.conn.execute(
+        "CREATE TEMP TRIGGER boom BEFORE INSERT ON events WHEN NEW.type = 'error' "
+        "BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
+    )
     with pytest.raises(StoreError, match="injected failure"):
-        await s.append("s", messages=[Message.user("lost together")],
-                       ledger=[LedgerEntry("r", "s", "c", "t", "started")],
-                       events=[AgentEvent(EventType.ERROR, "r", "s", 0, 0, {})])
+        await s.append(
+            "s",
+            messages=[Message.user("lost together")],
+            ledger=[LedgerEntry("r", "s", "c", "t", "started")],
+            events=[AgentEvent(EventType.ERROR, "r", "s", 0, 0, {})],
+        )
     assert await s.load_messages("s") == []
     assert await s.open_tool_calls("s") == []
     assert await s.get_session("s") is None
@@ -239,8 +253,12 @@ asyncio.run(main())
 async def test_session_lock_across_processes_and_dead_owner(tmp_path: Path) -> None:
     path = tmp_path / "loom.db"
     SQLiteStore(path)  # create the schema first
-    child = subprocess.Popen([sys.executable, "-c", _HOLDER, str(path)], stdout=subprocess.PIPE,
-                             env={**os.environ, "PYTHONPATH": SRC}, text=True)
+    child = subprocess.Popen(  # noqa: ASYNC220 - a plain child process, waited for below
+        [sys.executable, "-c", _HOLDER, str(path)],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": SRC},
+        text=True,
+    )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "locked"
         s = SQLiteStore(path)
@@ -266,8 +284,9 @@ async def test_model_result_with_scripted_tool_roundtrip(tmp_path: Path) -> None
         return f"found {q}"
 
     store = SQLiteStore(tmp_path / "loom.db")
-    model = ScriptedModel([ModelResponse(tool_calls=[ToolCall(name="lookup",
-                                                              arguments={"q": "x"})]), "ok"])
+    model = ScriptedModel(
+        [ModelResponse(tool_calls=[ToolCall(name="lookup", arguments={"q": "x"})]), "ok"]
+    )
     agent = Agent(model=model, tools=[lookup], store=store)
     r = await agent.run("go", session_id="s")
     assert r.output == "ok"

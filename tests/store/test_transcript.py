@@ -14,11 +14,19 @@ from loom.store.transcript import read_jsonl, write_jsonl
 
 def _build() -> list[Message]:
     call = ToolCall(name="add", arguments={"a": 1, "b": 2})
-    return [Message.user("hi ✓"), Message.assistant("", [call]),
-            Message(role="tool", content="3", tool_call_id=call.id, name="add"),
-            Message(role="tool", content="Error (x): y", tool_call_id="c2", name="add",
-                    metadata={"success": False, "error_code": "x"}),
-            Message.assistant("3")]
+    return [
+        Message.user("hi ✓"),
+        Message.assistant("", [call]),
+        Message(role="tool", content="3", tool_call_id=call.id, name="add"),
+        Message(
+            role="tool",
+            content="Error (x): y",
+            tool_call_id="c2",
+            name="add",
+            metadata={"success": False, "error_code": "x"},
+        ),
+        Message.assistant("3"),
+    ]
 
 
 MESSAGES = _build()

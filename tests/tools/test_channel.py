@@ -29,12 +29,19 @@ async def store(tmp_path: Path) -> Any:
 
 def test_summaries_follow_seed_001() -> None:
     assert summarize_error("Syntax error near 'FROM'\nQuery: SELECT * FROM", "SQL_ERROR") == (
-        "Code SQL_ERROR: Syntax error near 'FROM'")
-    assert summarize_error("connection timeout after 30 seconds\nTCP handshake failed\n...",
-                           "tool_exception") == "connection timeout after 30 seconds"
+        "Code SQL_ERROR: Syntax error near 'FROM'"
+    )
+    assert (
+        summarize_error(
+            "connection timeout after 30 seconds\nTCP handshake failed\n...", "tool_exception"
+        )
+        == "connection timeout after 30 seconds"
+    )
     assert summarize_error("Short error") == "Short error"
-    long = ("Very long error message that exceeds one hundred characters and needs truncation "
-            "for context window efficiency")
+    long = (
+        "Very long error message that exceeds one hundred characters and needs truncation "
+        "for context window efficiency"
+    )
     s = summarize_error(long)
     assert len(s) == 100 and s.endswith("...") and long.startswith(s[:-3])
     assert len(summarize_error("x" * 500, "A_VERY_LONG_CODE_NAME" * 5)) <= 100
@@ -48,8 +55,10 @@ def test_error_ids() -> None:
 
 def test_builtin_tools_only_with_a_capable_store(store: SQLiteStore) -> None:
     assert {"get_error_detail", "get_tool_result"} <= set(Agent(store=store).tools)
-    assert [s.name for s in Agent(store=store).tool_specs][-2:] == ["get_error_detail",
-                                                                    "get_tool_result"]
+    assert [s.name for s in Agent(store=store).tool_specs][-2:] == [
+        "get_error_detail",
+        "get_tool_result",
+    ]
     assert "get_tool_result" not in Agent(store=store, max_result_chars=None).tools
     assert not {"get_error_detail", "get_tool_result"} & set(Agent().tools)
     assert not {"get_error_detail", "get_tool_result"} & set(Agent(store=MemoryStore()).tools)
@@ -65,7 +74,7 @@ def test_builtin_tools_only_with_a_capable_store(store: SQLiteStore) -> None:
 @tool(effect="pure")
 def query(sql: str) -> str:
     """Run a query."""
-    frames = "\n".join(f"  File \"db.py\", line {i}, in execute_{i}" for i in range(120))
+    frames = "\n".join(f'  File "db.py", line {i}, in execute_{i}' for i in range(120))
     raise ConnectionError(f"TCP handshake failed at 192.168.1.5:1025\n{frames}")
 
 
@@ -80,8 +89,11 @@ def _detail_model(seen: list[str]) -> FunctionModel:
         if last.name == "query":
             found = ERR_ID.search(last.content)
             assert found, last.content
-            return ModelResponse(tool_calls=[ToolCall(name="get_error_detail",
-                                                      arguments={"error_id": found.group()})])
+            return ModelResponse(
+                tool_calls=[
+                    ToolCall(name="get_error_detail", arguments={"error_id": found.group()})
+                ]
+            )
         detail = json.loads(last.content)
         return f"the failing frame is {detail['raw_error']['traceback'].splitlines()[-3].strip()}"
 
@@ -95,7 +107,8 @@ async def test_error_channel_end_to_end(store: SQLiteStore) -> None:
     summary_msg = seen[1]
     assert len(summary_msg) < 300, summary_msg  # not the 6,000-character traceback
     assert "Tool 'query' failed: ConnectionError: TCP handshake failed at 192.168.1.5:1025" in (
-        summary_msg)
+        summary_msg
+    )
     assert "get_error_detail" in summary_msg
     error_id = ERR_ID.search(summary_msg).group()  # type: ignore[union-attr]
     detail = json.loads(seen[2])
@@ -118,10 +131,17 @@ async def test_coded_errors_and_bookkeeping_codes(store: SQLiteStore) -> None:
         """Pay."""
         raise ToolError("card declined\nissuer said: insufficient funds", code="CARD_DECLINED")
 
-    model = ScriptedModel([
-        ModelResponse(tool_calls=[ToolCall(name="pay", arguments={"amount": 5}),
-                                  ToolCall(name="nope", arguments={})]),
-        "ok"])
+    model = ScriptedModel(
+        [
+            ModelResponse(
+                tool_calls=[
+                    ToolCall(name="pay", arguments={"amount": 5}),
+                    ToolCall(name="nope", arguments={}),
+                ]
+            ),
+            "ok",
+        ]
+    )
     agent = Agent(model=model, tools=[pay], store=store)
     await agent.run("pay", session_id="s")
     tool_msgs = [m for m in await store.load_messages("s") if m.role == "tool"]
@@ -132,15 +152,29 @@ async def test_coded_errors_and_bookkeeping_codes(store: SQLiteStore) -> None:
 
 
 async def test_unknown_or_foreign_error_ids(store: SQLiteStore) -> None:
-    agent = Agent(model=ScriptedModel([
-        ModelResponse(tool_calls=[ToolCall(name="query", arguments={"sql": "x"})]), "a"]),
-        tools=[query], store=store)
+    agent = Agent(
+        model=ScriptedModel(
+            [ModelResponse(tool_calls=[ToolCall(name="query", arguments={"sql": "x"})]), "a"]
+        ),
+        tools=[query],
+        store=store,
+    )
     await agent.run("x", session_id="other")
     foreign = (await store.list_errors(session_id="other"))[0].id
-    model = ScriptedModel([
-        ModelResponse(tool_calls=[
-            ToolCall(name="get_error_detail", arguments={"error_id": "err_20990101_000000_abcdef"}),
-            ToolCall(name="get_error_detail", arguments={"error_id": foreign})]), "b"])
+    model = ScriptedModel(
+        [
+            ModelResponse(
+                tool_calls=[
+                    ToolCall(
+                        name="get_error_detail",
+                        arguments={"error_id": "err_20990101_000000_abcdef"},
+                    ),
+                    ToolCall(name="get_error_detail", arguments={"error_id": foreign}),
+                ]
+            ),
+            "b",
+        ]
+    )
     await Agent(model=model, tools=[query], store=store).run("y", session_id="s")
     msgs = [m for m in await store.load_messages("s") if m.role == "tool"]
     assert all(m.metadata["error_code"] == "ERROR_NOT_FOUND" for m in msgs)
@@ -148,15 +182,20 @@ async def test_unknown_or_foreign_error_ids(store: SQLiteStore) -> None:
     assert "TCP" not in msgs[1].content
 
 
-async def test_store_failure_falls_back_to_truncation(store: SQLiteStore,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_store_failure_falls_back_to_truncation(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async def broken(error: Any) -> str:
         raise StoreError("disk full")
 
     monkeypatch.setattr(store, "save_error", broken)
-    agent = Agent(model=ScriptedModel([
-        ModelResponse(tool_calls=[ToolCall(name="query", arguments={"sql": "x"})]), "went on"]),
-        tools=[query], store=store)
+    agent = Agent(
+        model=ScriptedModel(
+            [ModelResponse(tool_calls=[ToolCall(name="query", arguments={"sql": "x"})]), "went on"]
+        ),
+        tools=[query],
+        store=store,
+    )
     r = await agent.run("x", session_id="s")
     assert r.output == "went on"
     tool_msg = next(m for m in await store.load_messages("s") if m.role == "tool")
@@ -184,14 +223,21 @@ def _pager_model(seen: list[str]) -> FunctionModel:
             ref = re.search(r"res_[0-9a-f]+", last.content).group()  # type: ignore[union-attr]
             pieces.append(last.content.split("\n", 1)[1])
             nxt = int(re.search(r"offset=(\d+)", last.content).group(1))  # type: ignore[union-attr]
-            return ModelResponse(tool_calls=[ToolCall(name="get_tool_result",
-                                                      arguments={"ref": ref, "offset": nxt})])
+            return ModelResponse(
+                tool_calls=[ToolCall(name="get_tool_result", arguments={"ref": ref, "offset": nxt})]
+            )
         header, body = last.content.split("\n", 1)
         pieces.append(body)
         more = re.search(r"get_tool_result\(ref=\"(res_[0-9a-f]+)\", offset=(\d+)\)", header)
         if more:
-            return ModelResponse(tool_calls=[ToolCall(name="get_tool_result", arguments={
-                "ref": more.group(1), "offset": int(more.group(2))})])
+            return ModelResponse(
+                tool_calls=[
+                    ToolCall(
+                        name="get_tool_result",
+                        arguments={"ref": more.group(1), "offset": int(more.group(2))},
+                    )
+                ]
+            )
         return f"read {len(''.join(pieces))} characters"
 
     return FunctionModel(fn)
@@ -199,8 +245,13 @@ def _pager_model(seen: list[str]) -> FunctionModel:
 
 async def test_large_result_paged_end_to_end(store: SQLiteStore) -> None:
     seen: list[str] = []
-    agent = Agent(model=_pager_model(seen), tools=[dump], store=store, max_result_chars=3000,
-                  max_iterations=200)
+    agent = Agent(
+        model=_pager_model(seen),
+        tools=[dump],
+        store=store,
+        max_result_chars=3000,
+        max_iterations=200,
+    )
     r = await agent.run("dump it", session_id="s")
     full = dump.fn(2000)
     assert r.output == f"read {len(full)} characters"
@@ -212,15 +263,28 @@ async def test_large_result_paged_end_to_end(store: SQLiteStore) -> None:
 
 
 async def test_large_results_off_and_bad_refs(store: SQLiteStore) -> None:
-    agent = Agent(model=ScriptedModel([
-        ModelResponse(tool_calls=[ToolCall(name="dump", arguments={"rows": 500})]), "a"]),
-        tools=[dump], store=store, max_result_chars=None)
+    agent = Agent(
+        model=ScriptedModel(
+            [ModelResponse(tool_calls=[ToolCall(name="dump", arguments={"rows": 500})]), "a"]
+        ),
+        tools=[dump],
+        store=store,
+        max_result_chars=None,
+    )
     await agent.run("x", session_id="s")
     tool_msg = next(m for m in await store.load_messages("s") if m.role == "tool")
     assert tool_msg.content == dump.fn(500)
-    model = ScriptedModel([ModelResponse(tool_calls=[
-        ToolCall(name="get_tool_result", arguments={"ref": "res_nope"}),
-        ToolCall(name="get_tool_result", arguments={"ref": "res_nope", "offset": -1})]), "b"])
+    model = ScriptedModel(
+        [
+            ModelResponse(
+                tool_calls=[
+                    ToolCall(name="get_tool_result", arguments={"ref": "res_nope"}),
+                    ToolCall(name="get_tool_result", arguments={"ref": "res_nope", "offset": -1}),
+                ]
+            ),
+            "b",
+        ]
+    )
     await Agent(model=model, store=store).run("y", session_id="t")
     codes = [m.metadata["error_code"] for m in await store.load_messages("t") if m.role == "tool"]
     assert codes == ["RESULT_NOT_FOUND", "RESULT_NOT_FOUND"]
@@ -240,7 +304,9 @@ async def test_get_tool_result_offsets(store: SQLiteStore) -> None:
     ctx = RunContext("s", "r", "c", store=store)
     t = Agent(store=store).tools["get_tool_result"]
     out = await t.run(ctx, t.validate({"ref": "res_abc", "offset": 4, "length": 3}))
-    assert out == ('[res_abc: characters 4-7 of 10; continue with get_tool_result(ref="res_abc", '
-                   'offset=7)]\n456')
+    assert out == (
+        '[res_abc: characters 4-7 of 10; continue with get_tool_result(ref="res_abc", '
+        "offset=7)]\n456"
+    )
     with pytest.raises(ToolError, match="offset must be between 0 and 9"):
         await t.run(ctx, t.validate({"ref": "res_abc", "offset": 10}))

@@ -50,7 +50,9 @@ def _parse(text: str | None, what: str) -> datetime | None:
 @app.command("list")
 def list_errors(
     store: StoreOpt = None,
-    session: Annotated[str | None, typer.Option("--session", "-s", help="Only this session.")] = None,
+    session: Annotated[
+        str | None, typer.Option("--session", "-s", help="Only this session.")
+    ] = None,
     tool: Annotated[str | None, typer.Option("--tool", "-t", help="Only this tool.")] = None,
     since: Annotated[str | None, typer.Option(help="Newer than: 30d, 2h, or ISO time.")] = None,
     until: Annotated[str | None, typer.Option(help="Older than: 30d, 2h, or ISO time.")] = None,
@@ -60,14 +62,19 @@ def list_errors(
     from rich.table import Table
 
     start, end = _parse(since, "--since"), _parse(until, "--until")
-    errors = run_with_store(store, lambda s: s.list_errors(
-        session_id=session, tool_name=tool, since=start, until=end, limit=limit))
+    errors = run_with_store(
+        store,
+        lambda s: s.list_errors(
+            session_id=session, tool_name=tool, since=start, until=end, limit=limit
+        ),
+    )
     table = Table(title=f"{len(errors)} errors")
     for col in ("error id", "time", "session", "tool", "summary"):
         table.add_column(col)
     for e in errors:
-        table.add_row(e.id, f"{e.timestamp:%Y-%m-%d %H:%M:%S}", e.session_id, e.tool_name,
-                      e.short_summary)
+        table.add_row(
+            e.id, f"{e.timestamp:%Y-%m-%d %H:%M:%S}", e.session_id, e.tool_name, e.short_summary
+        )
     out.print(table)
 
 
@@ -86,8 +93,10 @@ def show(
         return found
 
     e = run_with_store(store, get)
-    out.print(f"[bold]{e.id}[/]  {e.timestamp:%Y-%m-%d %H:%M:%S}  session={e.session_id}  "
-              f"run={e.run_id}  tool={e.tool_name}")
+    out.print(
+        f"[bold]{e.id}[/]  {e.timestamp:%Y-%m-%d %H:%M:%S}  session={e.session_id}  "
+        f"run={e.run_id}  tool={e.tool_name}"
+    )
     out.print(f"[red]{e.short_summary}[/]")
     raw = dict(e.raw_error)
     trace = raw.pop("traceback", None)

@@ -62,7 +62,9 @@ async def _require(store: SQLiteStore, session_id: str) -> Any:
 
     info = await store.get_session(session_id)
     if info is None:
-        raise SessionNotFound(f"no session {session_id!r} in {store.path}; see `loom sessions list`")
+        raise SessionNotFound(
+            f"no session {session_id!r} in {store.path}; see `loom sessions list`"
+        )
     return info
 
 
@@ -84,9 +86,14 @@ def list_sessions(
     for col in ("session", "agent", "messages", "tokens in/out", "created", "updated"):
         table.add_column(col, justify="right" if col in ("messages", "tokens in/out") else "left")
     for i in sessions:
-        table.add_row(i.id, i.agent_name, str(i.message_count),
-                      f"{i.usage.input_tokens}/{i.usage.output_tokens}",
-                      f"{i.created_at:%Y-%m-%d %H:%M:%S}", f"{i.updated_at:%Y-%m-%d %H:%M:%S}")
+        table.add_row(
+            i.id,
+            i.agent_name,
+            str(i.message_count),
+            f"{i.usage.input_tokens}/{i.usage.output_tokens}",
+            f"{i.created_at:%Y-%m-%d %H:%M:%S}",
+            f"{i.updated_at:%Y-%m-%d %H:%M:%S}",
+        )
     out.print(table)
 
 
@@ -100,14 +107,17 @@ def show(session_id: SessionArg, store: StoreOpt = None) -> None:
         return info, await s.list_runs(session_id), await s.load_messages(session_id)
 
     info, runs, messages = run_with_store(store, load)
-    out.print(f"[bold]{info.id}[/]  agent={info.agent_name or '-'}  messages={info.message_count}"
-              f"  tokens={info.usage.input_tokens}/{info.usage.output_tokens}"
-              f"  created={info.created_at:%Y-%m-%d %H:%M:%S}")
+    out.print(
+        f"[bold]{info.id}[/]  agent={info.agent_name or '-'}  messages={info.message_count}"
+        f"  tokens={info.usage.input_tokens}/{info.usage.output_tokens}"
+        f"  created={info.created_at:%Y-%m-%d %H:%M:%S}"
+    )
     ends = {r.run_id: r.status for r in runs if r.status != "running"}
     starts = [r for r in runs if r.status == "running"]
     if starts:
-        out.print("runs: " + ", ".join(f"{r.run_id} ({ends.get(r.run_id, 'open')})"
-                                       for r in starts))
+        out.print(
+            "runs: " + ", ".join(f"{r.run_id} ({ends.get(r.run_id, 'open')})" for r in starts)
+        )
     table = Table(show_lines=False)
     for col in ("#", "role", "content"):
         table.add_column(col)
@@ -115,8 +125,9 @@ def show(session_id: SessionArg, store: StoreOpt = None) -> None:
     for n, m in enumerate(messages, start=1):
         content = m.content
         if m.tool_calls:
-            calls = ", ".join(f"{c.name}({json.dumps(c.arguments, ensure_ascii=False)})"
-                              for c in m.tool_calls)
+            calls = ", ".join(
+                f"{c.name}({json.dumps(c.arguments, ensure_ascii=False)})" for c in m.tool_calls
+            )
             content = (content + " " if content else "") + f"→ {calls}"
         if m.role == "tool":
             content = f"[{m.name}] {content}"
@@ -147,8 +158,13 @@ def events(
     for col in ("run", "seq", "iter", "type", "data"):
         table.add_column(col)
     for ev in journal:
-        table.add_row(ev.run_id, str(ev.sequence), str(ev.iteration), str(ev.type),
-                      _clip(json.dumps(ev.data, ensure_ascii=False, default=str), 80))
+        table.add_row(
+            ev.run_id,
+            str(ev.sequence),
+            str(ev.iteration),
+            str(ev.type),
+            _clip(json.dumps(ev.data, ensure_ascii=False, default=str), 80),
+        )
     out.print(table)
 
 

@@ -11,6 +11,7 @@ another process's write lock would freeze the event loop; we wait with ``asyncio
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import sqlite3
@@ -219,8 +220,10 @@ def translate(exc: sqlite3.Error, path: str, doing: str, waited: float = 0.0) ->
             "Another program holds a long write transaction on it; stop it or raise "
             "SQLiteStore(busy_timeout=...). Nothing from this step was saved."
         )
-    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in text or (
-        "not a database" in text
+    if (
+        name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
+        or "malformed" in text
+        or ("not a database" in text)
     ):
         return StoreCorrupt(
             f"{path} is damaged or is not a SQLite database ({text}). Restore it from a backup "
@@ -268,10 +271,8 @@ class Database:
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
-                    try:
+                    with contextlib.suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
-                    except sqlite3.Error:
-                        pass
                 raise
             return out
 
@@ -372,9 +373,7 @@ def release_database(db: Database) -> None:
 
 def _connect(path: str, durability: Durability) -> Database:
     if path != ":memory:" and not os.path.isdir(os.path.dirname(path) or "."):
-        raise StoreError(
-            f"cannot open {path}: its directory does not exist; create it first"
-        )
+        raise StoreError(f"cannot open {path}: its directory does not exist; create it first")
     try:
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0)
     except sqlite3.Error as exc:

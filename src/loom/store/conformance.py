@@ -28,7 +28,14 @@ import pytest
 
 from loom.events import AgentEvent, EventType
 from loom.messages import Message, ToolCall, ToolResult, Usage, utcnow
-from loom.store.base import LedgerEntry, RunRecord, StoredError, StoredResult, new_error_id
+from loom.store.base import (
+    LedgerEntry,
+    LedgerStatus,
+    RunRecord,
+    StoredError,
+    StoredResult,
+    new_error_id,
+)
 
 __all__ = ["StoreContract"]
 
@@ -47,10 +54,18 @@ def _started(run: str, call: str, name: str = "t") -> LedgerEntry:
     return LedgerEntry(run, "s", call, name, "started", {"x": 1}, "idempotent")
 
 
-def _ended(entry: LedgerEntry, status: str = "completed") -> LedgerEntry:
+def _ended(entry: LedgerEntry, status: LedgerStatus = "completed") -> LedgerEntry:
     result = ToolResult(tool_call_id=entry.tool_call_id, name=entry.name, data={"ok": True})
-    return LedgerEntry(entry.run_id, entry.session_id, entry.tool_call_id, entry.name,
-                       status, entry.arguments, entry.effect, result)  # type: ignore[arg-type]
+    return LedgerEntry(
+        entry.run_id,
+        entry.session_id,
+        entry.tool_call_id,
+        entry.name,
+        status,
+        entry.arguments,
+        entry.effect,
+        result,
+    )
 
 
 class StoreContract:
@@ -86,8 +101,13 @@ class StoreContract:
         msgs = [
             Message.user("hi"),
             Message.assistant("", [call]),
-            Message(role="tool", content="3", tool_call_id=call.id, name="add",
-                    metadata={"success": False, "error_code": "x"}),
+            Message(
+                role="tool",
+                content="3",
+                tool_call_id=call.id,
+                name="add",
+                metadata={"success": False, "error_code": "x"},
+            ),
             Message.assistant("done ✓"),
         ]
         await store.append("s", messages=msgs[:1])
@@ -106,12 +126,21 @@ class StoreContract:
 
     # -- events -----------------------------------------------------------------------------------
     async def test_events_in_emission_order_and_by_run(self, store: Any) -> None:
-        await store.append("s", events=[_ev("r1", 0, EventType.AGENT_START, message="m"),
-                                        _ev("r1", 1, note={"nested": [1]})])
+        await store.append(
+            "s",
+            events=[
+                _ev("r1", 0, EventType.AGENT_START, message="m"),
+                _ev("r1", 1, note={"nested": [1]}),
+            ],
+        )
         await store.append("s", events=[_ev("r2", 0), _ev("r1", 2, EventType.AGENT_FINISH)])
         every = await store.load_events("s")
-        assert [(e.run_id, e.sequence) for e in every] == [("r1", 0), ("r1", 1), ("r2", 0),
-                                                            ("r1", 2)]
+        assert [(e.run_id, e.sequence) for e in every] == [
+            ("r1", 0),
+            ("r1", 1),
+            ("r2", 0),
+            ("r1", 2),
+        ]
         assert every[0].type is EventType.AGENT_START and every[0].data == {"message": "m"}
         assert every[1].data == {"note": {"nested": [1]}}
         assert [e.sequence for e in await store.load_events("s", "r1")] == [0, 1, 2]
@@ -122,20 +151,28 @@ class StoreContract:
         await store.append("s", ledger=[a, b])
         await store.append("s", ledger=[c])
         opened = await store.open_tool_calls("s")
-        assert [(e.run_id, e.tool_call_id) for e in opened] == [("r1", "c1"), ("r1", "c2"),
-                                                                ("r2", "c1")]
+        assert [(e.run_id, e.tool_call_id) for e in opened] == [
+            ("r1", "c1"),
+            ("r1", "c2"),
+            ("r2", "c1"),
+        ]
         assert opened[0].arguments == {"x": 1} and opened[0].effect == "idempotent"
         await store.append("s", ledger=[_ended(a)])
         await store.append("s", ledger=[_ended(c, "interrupted")])
         assert [(e.run_id, e.tool_call_id) for e in await store.open_tool_calls("s")] == [
-            ("r1", "c2")]
+            ("r1", "c2")
+        ]
         await store.append("s", ledger=[_ended(b, "failed")])
         assert await store.open_tool_calls("s") == []
 
     async def test_run_end_adds_usage(self, store: Any) -> None:
         await store.append("s", run=RunRecord("r1", "s", "running"))
-        await store.append("s", run=RunRecord("r1", "s", "completed",
-                                              Usage(input_tokens=10, output_tokens=3, requests=1)))
+        await store.append(
+            "s",
+            run=RunRecord(
+                "r1", "s", "completed", Usage(input_tokens=10, output_tokens=3, requests=1)
+            ),
+        )
         await store.append("s", run=RunRecord("r2", "s", "running"))
         await store.append("s", run=RunRecord("r2", "s", "error", Usage(input_tokens=5)))
         info = await store.get_session("s")
@@ -184,12 +221,15 @@ class StoreContract:
         assert (got.session_id, got.tool_name, got.short_summary) == ("s1", "fetch", "x")
         assert await store.get_error("err_20000101_000000_000000") is None
         assert {e.id for e in await store.list_errors(session_id="s1")} == {
-            stored[0].id, stored[1].id}
+            stored[0].id,
+            stored[1].id,
+        }
         assert [e.id for e in await store.list_errors(tool_name="write")] == [stored[2].id]
         recent = await store.list_errors(since=utcnow() - timedelta(days=1))
         assert {e.id for e in recent} == {stored[1].id, stored[2].id}
         assert [e.id for e in await store.list_errors(until=utcnow() - timedelta(days=1))] == [
-            stored[0].id]
+            stored[0].id
+        ]
         assert len(await store.list_errors(limit=1)) == 1
         assert await store.list_errors(session_id="s1'; DROP TABLE errors; --") == []
         assert await store.delete_errors(utcnow() - timedelta(days=30)) == 1

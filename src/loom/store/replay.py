@@ -31,15 +31,27 @@ def messages_from_events(events: Iterable[AgentEvent]) -> list[Message]:
         elif ev.type == EventType.LLM_TOOL_CALLS:
             pending = [ToolCall.model_validate(c) for c in d.get("tool_calls", [])]
         elif ev.type == EventType.LLM_COMPLETE:
-            out.append(Message(role="assistant", content=str(d.get("text") or ""),
-                               tool_calls=pending, timestamp=at))
+            out.append(
+                Message(
+                    role="assistant",
+                    content=str(d.get("text") or ""),
+                    tool_calls=pending,
+                    timestamp=at,
+                )
+            )
             pending = []
         elif ev.type in (EventType.TOOL_RESULT, EventType.TOOL_ERROR):
             ok = bool(d.get("success"))
-            out.append(Message(
-                role="tool", content=str(d.get("content", "")), tool_call_id=d.get("tool_call_id"),
-                name=d.get("tool_name"), timestamp=at,
-                metadata={} if ok else {"success": False, "error_code": d.get("error_code")}))
+            out.append(
+                Message(
+                    role="tool",
+                    content=str(d.get("content", "")),
+                    tool_call_id=d.get("tool_call_id"),
+                    name=d.get("tool_name"),
+                    timestamp=at,
+                    metadata={} if ok else {"success": False, "error_code": d.get("error_code")},
+                )
+            )
     return out
 
 

@@ -33,10 +33,16 @@ from pydantic import TypeAdapter
 from loom.errors import ConfigurationError, StoreError
 from loom.events import AgentEvent, EventType
 from loom.messages import Message, ToolResult, Usage
-from loom.store._sqlite_db import Database, Durability, Owner, open_database, release_database
-from loom.store._sqlite_db import run_call
-from loom.store.base import LedgerEntry, RunRecord, SessionInfo, StoredError, StoredResult
-from loom.store.base import new_error_id
+from loom.store._sqlite_db import (
+    Database,
+    Durability,
+    Owner,
+    open_database,
+    release_database,
+    run_call,
+)
+from loom.store._sqlite_extras import SQLiteCapabilities
+from loom.store.base import LedgerEntry, RunRecord, SessionInfo
 
 __all__ = ["SQLiteStore"]
 
@@ -46,8 +52,9 @@ _SESSION_COLS = (
     "id, agent_name, created_at, updated_at, message_count, input_tokens, output_tokens, "
     "requests, metadata"
 )
-_LEDGER_COLS = "run_id, session_id, tool_call_id, name, status, arguments, effect, result, timestamp"
-_ERROR_COLS = "id, timestamp, session_id, run_id, tool_call_id, tool_name, raw_error, short_summary"
+_LEDGER_COLS = (
+    "run_id, session_id, tool_call_id, name, status, arguments, effect, result, timestamp"
+)
 
 
 def _dt(ts: float) -> datetime:
@@ -60,7 +67,10 @@ _json = _ENCODER.encode  # one encoder: json.dumps with options builds a new one
 
 def _session(row: Sequence[Any]) -> SessionInfo:
     return SessionInfo(
-        id=row[0], agent_name=row[1], created_at=_dt(row[2]), updated_at=_dt(row[3]),
+        id=row[0],
+        agent_name=row[1],
+        created_at=_dt(row[2]),
+        updated_at=_dt(row[3]),
         message_count=row[4],
         usage=Usage(input_tokens=row[5], output_tokens=row[6], requests=row[7]),
         metadata=json.loads(row[8]),
@@ -69,8 +79,13 @@ def _session(row: Sequence[Any]) -> SessionInfo:
 
 def _ledger(row: Sequence[Any]) -> LedgerEntry:
     return LedgerEntry(
-        run_id=row[0], session_id=row[1], tool_call_id=row[2], name=row[3], status=row[4],
-        arguments=json.loads(row[5]), effect=row[6],
+        run_id=row[0],
+        session_id=row[1],
+        tool_call_id=row[2],
+        name=row[3],
+        status=row[4],
+        arguments=json.loads(row[5]),
+        effect=row[6],
         result=ToolResult.model_validate_json(row[7]) if row[7] is not None else None,
         timestamp=_dt(row[8]),
     )
@@ -78,9 +93,12 @@ def _ledger(row: Sequence[Any]) -> LedgerEntry:
 
 def _run(row: Sequence[Any]) -> RunRecord:
     return RunRecord(
-        run_id=row[0], session_id=row[1], status=row[2],
+        run_id=row[0],
+        session_id=row[1],
+        status=row[2],
         usage=Usage(input_tokens=row[3], output_tokens=row[4], requests=row[5]),
-        timestamp=_dt(row[6]), data=json.loads(row[7]),
+        timestamp=_dt(row[6]),
+        data=json.loads(row[7]),
     )
 
 
@@ -92,14 +110,7 @@ def _event(row: Sequence[Any]) -> AgentEvent:
     return AgentEvent(kind, row[1], row[0], row[4], row[2], json.loads(row[6]), row[5])
 
 
-def _error(row: Sequence[Any]) -> StoredError:
-    return StoredError(
-        id=row[0], timestamp=_dt(row[1]), session_id=row[2], run_id=row[3], tool_call_id=row[4],
-        tool_name=row[5], raw_error=json.loads(row[6]), short_summary=row[7],
-    )
-
-
-class SQLiteStore:
+class SQLiteStore(SQLiteCapabilities):
     """Sessions, transcripts, events, the tool-call ledger, errors and large results in SQLite.
 
     Args:
@@ -126,9 +137,7 @@ class SQLiteStore:
         busy_timeout: float = 5.0,
     ) -> None:
         if durability not in ("normal", "full"):
-            raise ConfigurationError(
-                f"durability must be 'normal' or 'full', got {durability!r}"
-            )
+            raise ConfigurationError(f"durability must be 'normal' or 'full', got {durability!r}")
         if busy_timeout < 0:
             raise ConfigurationError(f"busy_timeout must be >= 0 seconds, got {busy_timeout}")
         self.path = str(path)
@@ -150,18 +159,32 @@ class SQLiteStore:
 
     async def _read(self, doing: str, fn: Callable[[sqlite3.Connection], T]) -> T:
         db = self.db
-        return await run_call(db, lambda: db.read(fn), doing=doing,
-                              busy_timeout=self.busy_timeout, threaded=self.threaded)
+        return await run_call(
+            db,
+            lambda: db.read(fn),
+            doing=doing,
+            busy_timeout=self.busy_timeout,
+            threaded=self.threaded,
+        )
 
     async def _write(self, doing: str, fn: Callable[[sqlite3.Connection], T]) -> T:
         db = self.db
-        return await run_call(db, lambda: db.transaction(fn), doing=doing,
-                              busy_timeout=self.busy_timeout, threaded=self.threaded)
+        return await run_call(
+            db,
+            lambda: db.transaction(fn),
+            doing=doing,
+            busy_timeout=self.busy_timeout,
+            threaded=self.threaded,
+        )
 
     # -- sessions -------------------------------------------------------------------------------
     async def get_session(self, session_id: str) -> SessionInfo | None:
-        row = await self._read("reading a session", lambda c: c.execute(
-            f"SELECT {_SESSION_COLS} FROM sessions WHERE id = ?", (session_id,)).fetchone())
+        row = await self._read(
+            "reading a session",
+            lambda c: c.execute(
+                f"SELECT {_SESSION_COLS} FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone(),
+        )
         return _session(row) if row else None
 
     async def create_session(
@@ -172,22 +195,32 @@ class SQLiteStore:
         def create(c: sqlite3.Connection) -> Any:
             c.execute(
                 "INSERT OR IGNORE INTO sessions (id, agent_name, created_at, updated_at, metadata)"
-                " VALUES (?, ?, ?, ?, ?)", (session_id, agent_name, now, now, _json(metadata or {})))
-            return c.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE id = ?",
-                             (session_id,)).fetchone()
+                " VALUES (?, ?, ?, ?, ?)",
+                (session_id, agent_name, now, now, _json(metadata or {})),
+            )
+            return c.execute(
+                f"SELECT {_SESSION_COLS} FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
 
         return _session(await self._write("creating a session", create))
 
     async def list_sessions(self, limit: int = 100) -> list[SessionInfo]:
-        rows = await self._read("listing sessions", lambda c: c.execute(
-            f"SELECT {_SESSION_COLS} FROM sessions ORDER BY updated_at DESC, id LIMIT ?",
-            (limit if limit > 0 else -1,)).fetchall())
+        rows = await self._read(
+            "listing sessions",
+            lambda c: c.execute(
+                f"SELECT {_SESSION_COLS} FROM sessions ORDER BY updated_at DESC, id LIMIT ?",
+                (limit if limit > 0 else -1,),
+            ).fetchall(),
+        )
         return [_session(r) for r in rows]
 
     async def load_messages(self, session_id: str) -> list[Message]:
-        rows = await self._read("loading messages", lambda c: c.execute(
-            "SELECT data FROM messages WHERE session_id = ? ORDER BY seq", (session_id,)
-        ).fetchall())
+        rows = await self._read(
+            "loading messages",
+            lambda c: c.execute(
+                "SELECT data FROM messages WHERE session_id = ? ORDER BY seq", (session_id,)
+            ).fetchall(),
+        )
         if not rows:
             return []
         return _MESSAGES.validate_json("[" + ",".join(r[0] for r in rows) + "]")
@@ -205,19 +238,39 @@ class SQLiteStore:
         # Serialise before taking the lock: the transaction only runs INSERTs.
         now = time.time()
         msg_rows = [(m.role, m.model_dump_json()) for m in messages]
-        ev_rows = [(e.run_id, e.sequence, str(e.type), e.iteration, e.timestamp,
-                    _json(e.data) if e.data else "{}") for e in events]
-        led_rows = [(e.run_id, e.tool_call_id, e.name, e.status, e.effect,
-                     _json(e.arguments), e.result.model_dump_json() if e.result else None,
-                     e.timestamp.timestamp()) for e in ledger]
+        ev_rows = [
+            (
+                e.run_id,
+                e.sequence,
+                str(e.type),
+                e.iteration,
+                e.timestamp,
+                _json(e.data) if e.data else "{}",
+            )
+            for e in events
+        ]
+        led_rows = [
+            (
+                e.run_id,
+                e.tool_call_id,
+                e.name,
+                e.status,
+                e.effect,
+                _json(e.arguments),
+                e.result.model_dump_json() if e.result else None,
+                e.timestamp.timestamp(),
+            )
+            for e in ledger
+        ]
         usage = run.usage if run is not None and run.status != "running" else Usage()
 
         n = len(msg_rows)
 
         def next_seq(c: sqlite3.Connection, table: str) -> int:
             # A read (index seek), so a commit dirties no page for numbering its rows.
-            row = c.execute(f"SELECT max(seq) FROM {table} WHERE session_id = ?",
-                            (session_id,)).fetchone()
+            row = c.execute(
+                f"SELECT max(seq) FROM {table} WHERE session_id = ?", (session_id,)
+            ).fetchone()
             return 0 if row[0] is None else int(row[0]) + 1
 
         def write(c: sqlite3.Connection) -> None:
@@ -227,8 +280,7 @@ class SQLiteStore:
                     "UPDATE sessions SET message_count = message_count + ?, updated_at = ?, "
                     "input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, "
                     "requests = requests + ? WHERE id = ? RETURNING message_count",
-                    (n, now, usage.input_tokens, usage.output_tokens, usage.requests,
-                     session_id),
+                    (n, now, usage.input_tokens, usage.output_tokens, usage.requests, session_id),
                 ).fetchall()
                 if row:
                     m0 = row[0][0] - n
@@ -236,77 +288,127 @@ class SQLiteStore:
                     c.execute(
                         "INSERT INTO sessions (id, created_at, updated_at, message_count, "
                         "input_tokens, output_tokens, requests) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (session_id, now, now, n, usage.input_tokens, usage.output_tokens,
-                         usage.requests))
+                        (
+                            session_id,
+                            now,
+                            now,
+                            n,
+                            usage.input_tokens,
+                            usage.output_tokens,
+                            usage.requests,
+                        ),
+                    )
             else:
-                c.execute("INSERT OR IGNORE INTO sessions (id, created_at, updated_at) "
-                          "VALUES (?, ?, ?)", (session_id, now, now))
+                c.execute(
+                    "INSERT OR IGNORE INTO sessions (id, created_at, updated_at) VALUES (?, ?, ?)",
+                    (session_id, now, now),
+                )
             e0 = next_seq(c, "events") if ev_rows else 0
             l0 = next_seq(c, "ledger") if led_rows else 0
             if msg_rows:
                 c.executemany(
                     "INSERT INTO messages (session_id, seq, role, data) VALUES (?, ?, ?, ?)",
-                    [(session_id, m0 + i, role, data) for i, (role, data) in enumerate(msg_rows)])
+                    [(session_id, m0 + i, role, data) for i, (role, data) in enumerate(msg_rows)],
+                )
             if ev_rows:
                 c.executemany(
                     "INSERT INTO events (session_id, seq, run_id, sequence, type, iteration, "
                     "timestamp, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(session_id, e0 + i, *ev) for i, ev in enumerate(ev_rows)])
+                    [(session_id, e0 + i, *ev) for i, ev in enumerate(ev_rows)],
+                )
             for i, led in enumerate(led_rows):
                 c.execute(
                     "INSERT INTO ledger (session_id, seq, run_id, tool_call_id, name, status, "
                     "effect, arguments, result, timestamp) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (session_id, l0 + i, *led))
+                    (session_id, l0 + i, *led),
+                )
                 if led[3] == "started":
-                    c.execute("INSERT OR REPLACE INTO open_calls VALUES (?, ?, ?, ?)",
-                              (session_id, led[0], led[1], l0 + i))
+                    c.execute(
+                        "INSERT OR REPLACE INTO open_calls VALUES (?, ?, ?, ?)",
+                        (session_id, led[0], led[1], l0 + i),
+                    )
                 else:
-                    c.execute("DELETE FROM open_calls WHERE session_id = ? AND run_id = ? AND "
-                              "tool_call_id = ?", (session_id, led[0], led[1]))
+                    c.execute(
+                        "DELETE FROM open_calls WHERE session_id = ? AND run_id = ? AND "
+                        "tool_call_id = ?",
+                        (session_id, led[0], led[1]),
+                    )
             if run is not None:
                 cur = c.execute(
                     "INSERT INTO runs (session_id, run_id, status, input_tokens, output_tokens, "
                     "requests, timestamp, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (session_id, run.run_id, run.status, run.usage.input_tokens,
-                     run.usage.output_tokens, run.usage.requests, run.timestamp.timestamp(),
-                     _json(run.data)))
+                    (
+                        session_id,
+                        run.run_id,
+                        run.status,
+                        run.usage.input_tokens,
+                        run.usage.output_tokens,
+                        run.usage.requests,
+                        run.timestamp.timestamp(),
+                        _json(run.data),
+                    ),
+                )
                 if run.status == "running":
-                    c.execute("INSERT OR REPLACE INTO open_runs VALUES (?, ?, ?)",
-                              (session_id, run.run_id, cur.lastrowid))
+                    c.execute(
+                        "INSERT OR REPLACE INTO open_runs VALUES (?, ?, ?)",
+                        (session_id, run.run_id, cur.lastrowid),
+                    )
                 else:
-                    c.execute("DELETE FROM open_runs WHERE session_id = ? AND run_id = ?",
-                              (session_id, run.run_id))
+                    c.execute(
+                        "DELETE FROM open_runs WHERE session_id = ? AND run_id = ?",
+                        (session_id, run.run_id),
+                    )
 
         await self._write("saving a step", write)
 
     # -- ledger, runs, events -------------------------------------------------------------------
     async def open_tool_calls(self, session_id: str) -> list[LedgerEntry]:
-        rows = await self._read("reading open tool calls", lambda c: c.execute(
-            "SELECT " + ", ".join(f"l.{col.strip()}" for col in _LEDGER_COLS.split(",")) +
-            " FROM open_calls o JOIN ledger l ON l.session_id = o.session_id AND l.seq = o.ledger_seq"
-            " WHERE o.session_id = ? ORDER BY l.seq", (session_id,)).fetchall())
+        rows = await self._read(
+            "reading open tool calls",
+            lambda c: c.execute(
+                "SELECT "
+                + ", ".join(f"l.{col.strip()}" for col in _LEDGER_COLS.split(","))
+                + " FROM open_calls o JOIN ledger l"
+                " ON l.session_id = o.session_id AND l.seq = o.ledger_seq"
+                " WHERE o.session_id = ? ORDER BY l.seq",
+                (session_id,),
+            ).fetchall(),
+        )
         return [_ledger(r) for r in rows]
 
     async def ledger(self, session_id: str) -> list[LedgerEntry]:
         """Every ledger entry of the session, oldest first."""
-        rows = await self._read("reading the ledger", lambda c: c.execute(
-            f"SELECT {_LEDGER_COLS} FROM ledger WHERE session_id = ? ORDER BY seq",
-            (session_id,)).fetchall())
+        rows = await self._read(
+            "reading the ledger",
+            lambda c: c.execute(
+                f"SELECT {_LEDGER_COLS} FROM ledger WHERE session_id = ? ORDER BY seq",
+                (session_id,),
+            ).fetchall(),
+        )
         return [_ledger(r) for r in rows]
 
     async def open_runs(self, session_id: str) -> list[RunRecord]:
-        rows = await self._read("reading open runs", lambda c: c.execute(
-            "SELECT r.run_id, r.session_id, r.status, r.input_tokens, r.output_tokens, "
-            "r.requests, r.timestamp, r.data FROM open_runs o JOIN runs r ON r.id = o.run_row "
-            "WHERE o.session_id = ? ORDER BY r.id", (session_id,)).fetchall())
+        rows = await self._read(
+            "reading open runs",
+            lambda c: c.execute(
+                "SELECT r.run_id, r.session_id, r.status, r.input_tokens, r.output_tokens, "
+                "r.requests, r.timestamp, r.data FROM open_runs o JOIN runs r ON r.id = o.run_row "
+                "WHERE o.session_id = ? ORDER BY r.id",
+                (session_id,),
+            ).fetchall(),
+        )
         return [_run(r) for r in rows]
 
     async def list_runs(self, session_id: str) -> list[RunRecord]:
         """Every run record (starts and ends) of the session, oldest first."""
-        rows = await self._read("listing runs", lambda c: c.execute(
-            "SELECT run_id, session_id, status, input_tokens, output_tokens, requests, "
-            "timestamp, data FROM runs WHERE session_id = ? ORDER BY id", (session_id,)
-        ).fetchall())
+        rows = await self._read(
+            "listing runs",
+            lambda c: c.execute(
+                "SELECT run_id, session_id, status, input_tokens, output_tokens, requests, "
+                "timestamp, data FROM runs WHERE session_id = ? ORDER BY id",
+                (session_id,),
+            ).fetchall(),
+        )
         return [_run(r) for r in rows]
 
     async def load_events(self, session_id: str, run_id: str | None = None) -> list[AgentEvent]:
@@ -315,8 +417,9 @@ class SQLiteStore:
         params: tuple[str, ...] = (session_id,)
         if run_id is not None:
             sql, params = sql + " AND run_id = ?", (session_id, run_id)
-        rows = await self._read("loading events", lambda c: c.execute(
-            sql + " ORDER BY seq", params).fetchall())
+        rows = await self._read(
+            "loading events", lambda c: c.execute(sql + " ORDER BY seq", params).fetchall()
+        )
         return [_event(r) for r in rows]
 
     # -- session locks (across processes) -------------------------------------------------------
@@ -325,121 +428,39 @@ class SQLiteStore:
 
         def take(c: sqlite3.Connection) -> bool:
             now = time.time()
-            row = c.execute("SELECT run_id, host, pid, start_ticks, expires_at FROM locks "
-                            "WHERE session_id = ?", (session_id,)).fetchone()
-            if row is not None and row[0] != run_id and row[4] > now and (
-                Owner(row[1], row[2], row[3]).alive()
+            row = c.execute(
+                "SELECT run_id, host, pid, start_ticks, expires_at FROM locks WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+            if (
+                row is not None
+                and row[0] != run_id
+                and row[4] > now
+                and (Owner(row[1], row[2], row[3]).alive())
             ):
                 return False
-            c.execute("INSERT OR REPLACE INTO locks VALUES (?, ?, ?, ?, ?, ?, ?)",
-                      (session_id, run_id, me.host, me.pid, me.start_ticks, now, now + ttl))
+            c.execute(
+                "INSERT OR REPLACE INTO locks VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (session_id, run_id, me.host, me.pid, me.start_ticks, now, now + ttl),
+            )
             return True
 
         return await self._write("taking a session lock", take)
 
     async def release_lock(self, session_id: str, run_id: str) -> None:
-        await self._write("releasing a session lock", lambda c: c.execute(
-            "DELETE FROM locks WHERE session_id = ? AND run_id = ?", (session_id, run_id)))
-
-    # -- ErrorStore -----------------------------------------------------------------------------
-    async def save_error(self, error: StoredError) -> str:
-        error.id = error.id or new_error_id(error.timestamp)
-
-        def insert(c: sqlite3.Connection) -> str:
-            for _ in range(5):
-                try:
-                    c.execute(
-                        f"INSERT INTO errors ({_ERROR_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        (error.id, error.timestamp.timestamp(), error.session_id, error.run_id,
-                         error.tool_call_id, error.tool_name, _json(error.raw_error),
-                         error.short_summary))
-                    return error.id
-                except sqlite3.IntegrityError:  # same second, same 24 random bits: draw again
-                    error.id = new_error_id(error.timestamp)
-            raise StoreError("could not find a free error id after 5 draws")
-
-        return await self._write("saving an error", insert)
-
-    async def get_error(self, error_id: str) -> StoredError | None:
-        row = await self._read("reading an error", lambda c: c.execute(
-            f"SELECT {_ERROR_COLS} FROM errors WHERE id = ?", (error_id,)).fetchone())
-        return _error(row) if row else None
-
-    async def list_errors(
-        self,
-        *,
-        session_id: str | None = None,
-        tool_name: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        limit: int = 100,
-    ) -> list[StoredError]:
-        where, params = ["1 = 1"], []  # only constant fragments are joined; values are bound
-        for clause, value in (("session_id = ?", session_id), ("tool_name = ?", tool_name),
-                              ("timestamp >= ?", since.timestamp() if since else None),
-                              ("timestamp <= ?", until.timestamp() if until else None)):
-            if value is not None:
-                where.append(clause)
-                params.append(value)
-        params.append(limit if limit > 0 else -1)
-        sql = (f"SELECT {_ERROR_COLS} FROM errors WHERE {' AND '.join(where)} "
-               "ORDER BY timestamp DESC, id DESC LIMIT ?")
-        rows = await self._read("listing errors", lambda c: c.execute(sql, params).fetchall())
-        return [_error(r) for r in rows]
-
-    async def delete_errors(self, older_than: datetime) -> int:
-        return await self._write("deleting errors", lambda c: c.execute(
-            "DELETE FROM errors WHERE timestamp < ?", (older_than.timestamp(),)).rowcount)
-
-    # -- ResultStore ----------------------------------------------------------------------------
-    async def save_result(self, result: StoredResult) -> str:
-        await self._write("saving a large result", lambda c: c.execute(
-            "INSERT INTO results (ref, session_id, run_id, tool_call_id, tool_name, created_at, "
-            "content) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (result.ref, result.session_id, result.run_id, result.tool_call_id, result.tool_name,
-             result.created_at.timestamp(), result.content)))
-        return result.ref
-
-    async def get_result(self, ref: str) -> StoredResult | None:
-        row = await self._read("reading a large result", lambda c: c.execute(
-            "SELECT ref, session_id, tool_name, content, run_id, tool_call_id, created_at "
-            "FROM results WHERE ref = ?", (ref,)).fetchone())
-        if row is None:
-            return None
-        return StoredResult(row[0], row[1], row[2], row[3], row[4], row[5], _dt(row[6]))
-
-    async def delete_results(self, older_than: datetime) -> int:
-        """Delete large results stored before ``older_than``; return how many."""
-        return await self._write("deleting results", lambda c: c.execute(
-            "DELETE FROM results WHERE created_at < ?", (older_than.timestamp(),)).rowcount)
-
-    # -- KVStore --------------------------------------------------------------------------------
-    async def put_value(self, namespace: str, key: str, value: Any) -> None:
-        await self._write("saving a value", lambda c: c.execute(
-            "INSERT INTO kv (namespace, key, value, updated_at) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, "
-            "updated_at = excluded.updated_at", (namespace, key, _json(value), time.time())))
-
-    async def get_value(self, namespace: str, key: str) -> Any | None:
-        row = await self._read("reading a value", lambda c: c.execute(
-            "SELECT value FROM kv WHERE namespace = ? AND key = ?", (namespace, key)).fetchone())
-        return json.loads(row[0]) if row else None
-
-    async def list_keys(self, namespace: str, prefix: str = "") -> list[str]:
-        rows = await self._read("listing keys", lambda c: c.execute(
-            "SELECT key FROM kv WHERE namespace = ? AND substr(key, 1, ?) = ? ORDER BY key",
-            (namespace, len(prefix), prefix)).fetchall())
-        return [r[0] for r in rows]
-
-    async def delete_value(self, namespace: str, key: str) -> bool:
-        return bool(await self._write("deleting a value", lambda c: c.execute(
-            "DELETE FROM kv WHERE namespace = ? AND key = ?", (namespace, key)).rowcount))
+        await self._write(
+            "releasing a session lock",
+            lambda c: c.execute(
+                "DELETE FROM locks WHERE session_id = ? AND run_id = ?", (session_id, run_id)
+            ),
+        )
 
     # -- maintenance ----------------------------------------------------------------------------
     async def integrity_check(self) -> str:
         """``PRAGMA integrity_check``: ``"ok"`` or SQLite's list of problems."""
-        rows = await self._read("checking integrity", lambda c: c.execute(
-            "PRAGMA integrity_check").fetchall())
+        rows = await self._read(
+            "checking integrity", lambda c: c.execute("PRAGMA integrity_check").fetchall()
+        )
         return "\n".join(str(r[0]) for r in rows)
 
     async def close(self) -> None:

@@ -27,8 +27,9 @@ def message_line(message: Message) -> str:
     """One message as one JSON line (without the newline)."""
     data: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.tool_calls:
-        data["tool_calls"] = [c.model_dump(mode="json", exclude_none=True)
-                              for c in message.tool_calls]
+        data["tool_calls"] = [
+            c.model_dump(mode="json", exclude_none=True) for c in message.tool_calls
+        ]
     if message.tool_call_id is not None:
         data["tool_call_id"] = message.tool_call_id
     if message.name is not None:
@@ -80,10 +81,19 @@ def read_jsonl(path: str | Path) -> Transcript:
             if last_unterminated and isinstance(exc, json.JSONDecodeError):
                 out.truncated = True  # a writer died mid-line: everything before it is good
                 break
-            problem = exc.msg if isinstance(exc, json.JSONDecodeError) else (
-                "; ".join(f"{'.'.join(map(str, e['loc'])) or '(line)'}: {e['msg']}"
-                          for e in exc.errors()))
+            problem = (
+                exc.msg
+                if isinstance(exc, json.JSONDecodeError)
+                else (
+                    "; ".join(
+                        f"{'.'.join(map(str, e['loc'])) or '(line)'}: {e['msg']}"
+                        for e in exc.errors()
+                    )
+                )
+            )
             raise TranscriptError(
-                f"{path}:{number}: not a transcript message ({problem}); fix or delete that "
-                "line", path=str(path), line=number) from None
+                f"{path}:{number}: not a transcript message ({problem}); fix or delete that line",
+                path=str(path),
+                line=number,
+            ) from None
     return out

@@ -120,24 +120,32 @@ class ResultShaper:
         full = result.error_message or ""
         metadata = dict(result.metadata)
         trace = metadata.pop("traceback", None)
-        raw: dict[str, Any] = {"code": result.error_code, "message": full,
-                               "tool_name": call.name, "arguments": call.arguments,
-                               "duration_ms": result.duration_ms}
+        raw: dict[str, Any] = {
+            "code": result.error_code,
+            "message": full,
+            "tool_name": call.name,
+            "arguments": call.arguments,
+            "duration_ms": result.duration_ms,
+        }
         if trace:
             raw["traceback"] = trace
         summary = summarize_error(full, result.error_code)
-        stored = StoredError(new_error_id(), session_id, call.name, raw, summary,
-                             run_id=run_id, tool_call_id=call.id)
+        stored = StoredError(
+            new_error_id(), session_id, call.name, raw, summary, run_id=run_id, tool_call_id=call.id
+        )
         try:
             assert self.errors is not None
             error_id = await self.errors.save_error(stored)
         except Exception as exc:  # seed 001: never fail the turn for the error store
             metadata["error_store_failed"] = f"{type(exc).__name__}: {exc}"
-            return result.model_copy(update={"error_message": truncate_error(full),
-                                              "metadata": metadata})
+            return result.model_copy(
+                update={"error_message": truncate_error(full), "metadata": metadata}
+            )
         metadata["error_id"] = error_id
-        message = (f"Tool '{call.name}' failed: {summary}\n[Error ID: {error_id}]\n"
-                   f'Use get_error_detail(error_id="{error_id}") for the complete error.')
+        message = (
+            f"Tool '{call.name}' failed: {summary}\n[Error ID: {error_id}]\n"
+            f'Use get_error_detail(error_id="{error_id}") for the complete error.'
+        )
         return result.model_copy(update={"error_message": message, "metadata": metadata})
 
     async def store_large(
@@ -147,16 +155,29 @@ class ResultShaper:
         ref = new_id("res")
         try:
             await self.results.save_result(
-                StoredResult(ref, session_id, call.name, content, run_id, call.id))
+                StoredResult(ref, session_id, call.name, content, run_id, call.id)
+            )
         except Exception as exc:  # the model gets the whole result rather than nothing
-            return result.model_copy(update={"metadata": {
-                **result.metadata, "result_store_failed": f"{type(exc).__name__}: {exc}"}})
+            return result.model_copy(
+                update={
+                    "metadata": {
+                        **result.metadata,
+                        "result_store_failed": f"{type(exc).__name__}: {exc}",
+                    }
+                }
+            )
         shown = min(PREVIEW_CHARS, self.max_result_chars // 2)
-        data = (f"[Large result from {call.name}: {len(content):,} characters, stored as {ref}. "
-                f"The first {shown:,} follow; read the rest with "
-                f'get_tool_result(ref="{ref}", offset={shown}).]\n{content[:shown]}')
-        return result.model_copy(update={"data": data, "metadata": {
-            **result.metadata, "result_ref": ref, "result_chars": len(content)}})
+        data = (
+            f"[Large result from {call.name}: {len(content):,} characters, stored as {ref}. "
+            f"The first {shown:,} follow; read the rest with "
+            f'get_tool_result(ref="{ref}", offset={shown}).]\n{content[:shown]}'
+        )
+        return result.model_copy(
+            update={
+                "data": data,
+                "metadata": {**result.metadata, "result_ref": ref, "result_chars": len(content)},
+            }
+        )
 
 
 def _has(store: Any, *names: str) -> bool:
@@ -182,10 +203,16 @@ def error_detail_tool() -> FunctionTool:
         if stored is None or stored.session_id != ctx.session_id:
             raise ToolError(
                 f"no error with id {error_id!r} in this session; use the id exactly as a failed "
-                "tool's message gave it (err_YYYYMMDD_HHMMSS_xxxxxx)", code="ERROR_NOT_FOUND")
-        return {"error_id": stored.id, "timestamp": stored.timestamp.isoformat(),
-                "tool_name": stored.tool_name, "raw_error": stored.raw_error,
-                "short_summary": stored.short_summary}
+                "tool's message gave it (err_YYYYMMDD_HHMMSS_xxxxxx)",
+                code="ERROR_NOT_FOUND",
+            )
+        return {
+            "error_id": stored.id,
+            "timestamp": stored.timestamp.isoformat(),
+            "tool_name": stored.tool_name,
+            "raw_error": stored.raw_error,
+            "short_summary": stored.short_summary,
+        }
 
     return tool(name=ERROR_DETAIL_TOOL, effect="pure")(get_error_detail)
 
@@ -210,17 +237,25 @@ def result_tool(max_result_chars: int) -> FunctionTool:
         except StoreError as exc:
             raise ToolError(f"the result store failed: {exc}", code="DATABASE_ERROR") from exc
         if stored is None or stored.session_id != ctx.session_id:
-            raise ToolError(f"no stored result {ref!r} in this session; use the ref exactly as "
-                            "the large result's message gave it", code="RESULT_NOT_FOUND")
+            raise ToolError(
+                f"no stored result {ref!r} in this session; use the ref exactly as "
+                "the large result's message gave it",
+                code="RESULT_NOT_FOUND",
+            )
         total = len(stored.content)
         if offset < 0 or offset >= max(total, 1):
-            raise ToolError(f"offset must be between 0 and {max(total - 1, 0)}, got {offset}",
-                            code="INVALID_OFFSET")
+            raise ToolError(
+                f"offset must be between 0 and {max(total - 1, 0)}, got {offset}",
+                code="INVALID_OFFSET",
+            )
         length = max(1, min(length, page_max))
         end = min(offset + length, total)
-        more = (f"; continue with get_tool_result(ref=\"{stored.ref}\", offset={end})"
-                if end < total else "; this is the end")
-        return f"[{stored.ref}: characters {offset}-{end} of {total}{more}]\n" + (
-            stored.content[offset:end])
+        more = (
+            f'; continue with get_tool_result(ref="{stored.ref}", offset={end})'
+            if end < total
+            else "; this is the end"
+        )
+        page: str = stored.content[offset:end]
+        return f"[{stored.ref}: characters {offset}-{end} of {total}{more}]\n" + page
 
     return tool(name=RESULT_TOOL, effect="pure")(get_tool_result)

@@ -43,8 +43,12 @@ def model(messages: list[Message], tools: object) -> ModelResponse | str:
     return "done"
 
 
-async def measure(make_store: Any) -> float:
-    """Median seconds per step over TURNS turns (one fresh session each)."""
+async def measure(make_store: Any) -> tuple[float, float]:
+    """Median wall and CPU seconds per step over TURNS turns (one fresh session each).
+
+    CPU time (this process, user + system) is less disturbed by other load on the machine;
+    with the writer thread it includes that thread.
+    """
     store = make_store()
     agent = Agent(
         model=FunctionModel(model, record=False),
@@ -55,14 +59,15 @@ async def measure(make_store: Any) -> float:
         max_result_chars=None,
     )
     await agent.run("warm up", session_id="warm")
-    per_step = []
+    per_step, cpu = [], []
     for t in range(TURNS):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         r = await agent.run("go", session_id=f"s{t}")
         per_step.append((time.perf_counter() - t0) / STEPS)
+        cpu.append((time.process_time() - c0) / STEPS)
         assert r.stop_reason == "completed", r
     await store.close()
-    return statistics.median(per_step)
+    return statistics.median(per_step), statistics.median(cpu)
 
 
 async def main() -> None:
@@ -75,12 +80,13 @@ async def main() -> None:
         "sqlite_full_thread": lambda: SQLiteStore(tmp / "d.db", durability="full", threaded=True),
     }
     # Interleaved rounds, median per config: the machine is shared and noisy.
-    rounds: dict[str, list[float]] = {name: [] for name in configs}
+    rounds: dict[str, list[tuple[float, float]]] = {name: [] for name in configs}
     for _ in range(1 if QUICK else 3):
         for name, make in configs.items():
             rounds[name].append(await measure(make))
-    results = {name: statistics.median(v) for name, v in rounds.items()}
-    base = results["memory"]
+    results = {name: statistics.median(w for w, _ in v) for name, v in rounds.items()}
+    cpus = {name: statistics.median(c for _, c in v) for name, v in rounds.items()}
+    base, cpu_base = results["memory"], cpus["memory"]
     out = {
         "steps_per_turn": STEPS,
         "turns": TURNS,
@@ -89,6 +95,8 @@ async def main() -> None:
                 "us_per_step": round(s * 1e6, 1),
                 "steps_per_s": round(1 / s),
                 "overhead_us_per_step_vs_memory": round((s - base) * 1e6, 1),
+                "cpu_us_per_step": round(cpus[name] * 1e6, 1),
+                "cpu_overhead_us_per_step_vs_memory": round((cpus[name] - cpu_base) * 1e6, 1),
             }
             for name, s in results.items()
         },

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -110,6 +110,11 @@ class Agent:
             approval; returns ``Approve()``, ``Reject(reason)`` or ``Edit(arguments)``. Without
             it such a call ends the run with ``stop_reason="awaiting_approval"``; continue
             with ``resume(session_id, decisions)``.
+        max_result_chars: With a store that keeps large results (``SQLiteStore``), a tool
+            result longer than this is stored and the model gets a preview and a reference
+            it can page through with ``get_tool_result``; None sends every result whole.
+            With a store that keeps errors, failed calls go through the error channel and
+            ``get_error_detail`` is registered (seed 001).
     """
 
     __slots__ = (  # noqa: RUF023 - new fields are appended so parallel branches merge cleanly
@@ -141,6 +146,8 @@ class Agent:
         "workspace",
         "patterns",
         "judges",
+        "max_result_chars",
+        "_shaper",
     )
 
     def __init__(
@@ -168,6 +175,7 @@ class Agent:
         judges: JudgePanel | Sequence[Any] | None = None,
         permissions: Any = None,
         approval_handler: Any = None,
+        max_result_chars: int | None = 8000,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise AgentDefinitionError("must be a non-empty string", field="name")
@@ -239,6 +247,20 @@ class Agent:
                 items: list[Any] = [judges] if hasattr(judges, "evaluate") else list(judges)
                 judges = JudgePanel(items)
             self.judges = judges
+        self.max_result_chars = (
+            None
+            if max_result_chars is None
+            else _positive("max_result_chars", max_result_chars, integer=True)
+        )
+        self._shaper: Any = None
+        if store is not None and (hasattr(store, "save_error") or hasattr(store, "save_result")):
+            from loom.tools.channel import ResultShaper
+
+            self._shaper = ResultShaper.for_store(store, self.max_result_chars)
+            for builtin in self._shaper.builtin_tools() if self._shaper else ():
+                if builtin.name not in self.tools:  # a tool of the user's with that name wins
+                    self.tools[builtin.name] = builtin
+                    self.tool_specs.append(spec_of(builtin))
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, tools={list(self.tools)})"
@@ -290,7 +312,10 @@ class Agent:
 
     async def _process_result(self, turn: Turn, call: ToolCall, result: ToolResult) -> ToolResult:
         """Shape a result before the model sees it (error channel, large results)."""
-        return result
+        if self._shaper is None:
+            return result
+        shaped: ToolResult = await self._shaper(turn, call, result)
+        return shaped
 
     def _extra_system(self, turn: Turn) -> list[str]:
         """ROM additions for this turn's context: the matched patterns (matched once a turn)."""
@@ -335,7 +360,7 @@ class Agent:
 
     async def _drive(
         self, turn: Turn, cancel: asyncio.Event | None = None
-    ) -> AsyncIterator[AgentEvent]:
+    ) -> AsyncGenerator[AgentEvent, None]:
         """Run the turn in its own task and hand its events over as they come."""
         channel = _Channel()
         task = asyncio.ensure_future(turn.run(channel.put))
@@ -370,9 +395,12 @@ class Agent:
         ``cancel`` stops the turn with ``stop_reason="cancelled"``. Leaving the ``async for``
         early cancels the turn too; either way open tool calls get ``interrupted`` results.
         """
-        turn = self._turn(message, session_id, on_busy, deps)
-        async for event in self._drive(turn, cancel):
-            yield event
+        events = self._drive(self._turn(message, session_id, on_busy, deps), cancel)
+        try:
+            async for event in events:
+                yield event
+        finally:  # close the turn now, not whenever the generator is garbage-collected
+            await events.aclose()
 
     async def run(
         self,
@@ -435,8 +463,12 @@ class Agent:
         self, session_id: str, decisions: Any = True, *, deps: Any = None
     ) -> AsyncIterator[AgentEvent]:
         """``resume`` that yields the continued turn's events."""
-        async for event in self._drive(await self._resume_turn(session_id, decisions, deps)):
-            yield event
+        events = self._drive(await self._resume_turn(session_id, decisions, deps))
+        try:
+            async for event in events:
+                yield event
+        finally:
+            await events.aclose()
 
     async def resume(
         self, session_id: str, decisions: Any = True, *, deps: Any = None

@@ -29,7 +29,9 @@ LoomError
 │   └── QueueFull / QueueTimeout  on_busy="queue" limits
 ├── StoreError                    persistence failed
 │   ├── StoreCorrupt              the database is damaged or not a Loom database
-│   └── SchemaTooNew              the database was written by a newer Loom
+│   ├── SchemaTooNew              the database was written by a newer Loom
+│   ├── ErrorNotFound             no stored error has that id
+│   └── TranscriptError           a JSONL transcript line is malformed (has .line)
 ├── HookError                     a fatal hook raised
 ├── JudgeError                    a judge failed; the panel scores it as configured, runs go on
 │   ├── JudgeOutputError          a judge model's answer was not {"score": 0..1, "reason": ...}
@@ -47,6 +49,7 @@ __all__ = [
     "ContextTooLong",
     "DuplicatePatternName",
     "EmptyPatternLibrary",
+    "ErrorNotFound",
     "HookError",
     "InputError",
     "JudgeError",
@@ -74,6 +77,7 @@ __all__ = [
     "StoreError",
     "ToolDefinitionError",
     "ToolError",
+    "TranscriptError",
 ]
 
 
@@ -228,6 +232,22 @@ class StoreCorrupt(StoreError):
 
 class SchemaTooNew(StoreError):
     """The database was written by a newer version of Loom."""
+
+
+class ErrorNotFound(StoreError, KeyError):
+    """No error with that id is stored (``loom errors show``)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else "error not found"
+
+
+class TranscriptError(StoreError):
+    """A JSONL transcript cannot be read; ``line`` is the 1-based number of the bad line."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None):
+        self.path = path
+        self.line = line
+        super().__init__(message)
 
 
 class HookError(LoomError):

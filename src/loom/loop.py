@@ -113,6 +113,7 @@ class Turn:
         self.verdict: dict[str, Any] | None = None  # the judge panel's latest, if any
         self.hctx = HookContext(agent, self.run_id, session_id)
         self.cancel_reason: str | None = None
+        self._finishing = False
         self._seq = 0
         self._journal: list[AgentEvent] = []
         self._open: dict[str, LedgerEntry] = {}  # started, not ended
@@ -221,6 +222,12 @@ class Turn:
         except Exception as exc:
             stop, error, raise_after = "error", f"{type(exc).__name__}: {exc}", exc
         finally:
+            self._finishing = True  # too late to interrupt: the turn is closing
+            if self.cancel_reason is not None and self._task.cancelling():  # type: ignore[union-attr]
+                try:  # an interrupt landed as the turn ended without awaiting: absorb it
+                    await asyncio.sleep(0)
+                except asyncio.CancelledError:
+                    self._task.uncancel()  # type: ignore[union-attr]
             try:
                 await self._finish(stop, error, started)  # type: ignore[arg-type]
             finally:
@@ -230,6 +237,8 @@ class Turn:
 
     def cancel(self, reason: str = "cancelled by the caller") -> None:
         """Stop the turn at its next await; open tool calls get ``interrupted`` results."""
+        if self._finishing:
+            return
         if self._task is not None and not self._task.done() and self.cancel_reason is None:
             self.cancel_reason = reason
             self._task.cancel()
@@ -441,6 +450,9 @@ class Turn:
     async def _record_result(
         self, call: ToolCall, result: ToolResult, started: bool = True
     ) -> ToolResult:
+        # Shape first, so the ledger keeps what the model saw (full errors and large results
+        # live in their own tables).
+        result = await self.agent._process_result(self, call, result)
         ledger = []
         if started and call.id in self._open:
             entry = self._open.pop(call.id)
@@ -461,7 +473,6 @@ class Turn:
                     result,
                 )
             )
-        result = await self.agent._process_result(self, call, result)
         kind = E.TOOL_RESULT if result.success else E.TOOL_ERROR
         content = result.to_content()
         ev = self._event(

@@ -25,9 +25,15 @@ OnBusy = Literal["queue", "drop", "interrupt"]
 
 @dataclass(slots=True)
 class SessionGate:
+    """The in-process gate of one session: an asyncio lock plus what interrupts need."""
+
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiting: int = 0
     holder_interrupt: Callable[[], None] | None = None
+    holder_run: str | None = None  # the run holding (or still taking) the gate
+    interrupt_target: str | None = None  # interrupted while it was still taking the store lock
+    tickets: int = 0
+    newest_interrupt: int = 0  # ticket of the newest waiting on_busy="interrupt" turn
 
 
 _gates: weakref.WeakKeyDictionary[object, dict[str, SessionGate]] = weakref.WeakKeyDictionary()
@@ -54,20 +60,31 @@ async def acquire(
     max_queue_depth: int,
     lock_ttl: float,
 ) -> SessionGate:
-    """Enter the session's gate according to ``on_busy``; raise a typed error if refused."""
+    """Enter the session's gate according to ``on_busy``; raise a typed error if refused.
+
+    ``interrupt`` cancels a running turn and the newest interrupting turn wins: turns with
+    ``on_busy="interrupt"`` that were still waiting when a newer one arrived give up with
+    ``SessionBusy`` without running, so a burst of interrupts runs only the last one.
+    """
     if on_busy not in ("queue", "drop", "interrupt"):
         raise InputError(f"on_busy must be 'queue', 'drop' or 'interrupt', got {on_busy!r}")
     gate = gate_for(store, session_id)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + queue_timeout
+    ticket: int | None = None
     if gate.lock.locked():
         if on_busy == "drop":
             raise SessionBusy(
                 f"session {session_id!r} is running another turn; retry later or use "
                 "on_busy='queue'"
             )
-        if on_busy == "interrupt" and gate.holder_interrupt is not None:
-            gate.holder_interrupt()
+        if on_busy == "interrupt":
+            gate.tickets += 1
+            ticket = gate.newest_interrupt = gate.tickets
+            if gate.holder_interrupt is not None:
+                gate.holder_interrupt()
+            else:  # the holder is still taking the store lock: it stops as soon as it starts
+                gate.interrupt_target = gate.holder_run
         elif gate.waiting >= max_queue_depth:
             raise QueueFull(
                 f"session {session_id!r} already has {gate.waiting} turns waiting (max "
@@ -83,9 +100,21 @@ async def acquire(
         ) from None
     finally:
         gate.waiting -= 1
+    if ticket is not None and ticket != gate.newest_interrupt:
+        gate.lock.release()
+        raise SessionBusy(
+            f"a newer turn with on_busy='interrupt' replaced this one on session "
+            f"{session_id!r} before it started; it did not run"
+        )
+    gate.holder_run, gate.holder_interrupt = run_id, None
     try:
         delay = 0.01
         while not await store.acquire_lock(session_id, run_id, lock_ttl):
+            if on_busy == "drop":
+                raise SessionBusy(
+                    f"session {session_id!r} is running a turn in another process; retry later "
+                    "or use on_busy='queue'"
+                )
             if loop.time() + delay > deadline:
                 raise QueueTimeout(
                     f"session {session_id!r} is locked by another process; waited "
@@ -94,9 +123,13 @@ async def acquire(
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
     except BaseException:
+        gate.holder_run = None
         gate.lock.release()
         raise
     gate.holder_interrupt = interrupt
+    if gate.interrupt_target == run_id:
+        gate.interrupt_target = None
+        interrupt()
     return gate
 
 
@@ -106,4 +139,5 @@ async def release(store: Store, gate: SessionGate, session_id: str, run_id: str)
     try:
         await store.release_lock(session_id, run_id)
     finally:
+        gate.holder_run = None
         gate.lock.release()

@@ -7,6 +7,7 @@ event. Backends: ``MemoryStore`` (default for the library), ``SQLiteStore`` (CLI
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -16,7 +17,20 @@ from loom.events import AgentEvent
 from loom.messages import Message, ToolResult, Usage, utcnow
 from loom.tools.base import Effect
 
-__all__ = ["LedgerEntry", "LedgerStatus", "RunRecord", "SessionInfo", "Store"]
+__all__ = [
+    "ErrorStore",
+    "KVStore",
+    "LedgerEntry",
+    "LedgerStatus",
+    "ResultStore",
+    "RunRecord",
+    "RunStore",
+    "SessionInfo",
+    "Store",
+    "StoredError",
+    "StoredResult",
+    "new_error_id",
+]
 
 LedgerStatus = Literal["started", "completed", "failed", "interrupted"]
 
@@ -119,3 +133,104 @@ class Store(Protocol):
     async def close(self) -> None:
         """Release connections and files."""
         ...
+
+
+# -- optional capabilities -------------------------------------------------------------------
+# A store implements any of these next to ``Store``; Loom duck-types them (``hasattr``) and turns
+# the matching feature on: the error channel, large results, crash recovery of whole runs.
+
+
+def new_error_id(now: datetime | None = None) -> str:
+    """``err_YYYYMMDD_HHMMSS_<6 hex>`` (seed 001): sortable by time, 24 random bits."""
+    return f"err_{(now or utcnow()).strftime('%Y%m%d_%H%M%S')}_{secrets.token_hex(3)}"
+
+
+@dataclass(slots=True)
+class StoredError:
+    """A tool failure kept in full; the model sees ``short_summary`` and ``id`` (seed 001)."""
+
+    id: str
+    session_id: str
+    tool_name: str
+    raw_error: dict[str, Any]
+    short_summary: str
+    timestamp: datetime = field(default_factory=utcnow)
+    run_id: str = ""
+    tool_call_id: str = ""
+
+
+@dataclass(slots=True)
+class StoredResult:
+    """A tool result too large to send whole; the model pages through it by ``ref``."""
+
+    ref: str
+    session_id: str
+    tool_name: str
+    content: str
+    run_id: str = ""
+    tool_call_id: str = ""
+    created_at: datetime = field(default_factory=utcnow)
+
+
+@runtime_checkable
+class ErrorStore(Protocol):
+    """The Error Submission Channel's storage (seed 001). Queries must be parameterised."""
+
+    async def save_error(self, error: StoredError) -> str:
+        """Store ``error`` under ``error.id``; return the id. Raise ``StoreError`` on failure."""
+        ...
+
+    async def get_error(self, error_id: str) -> StoredError | None:
+        """The error, or None when no error has that id."""
+        ...
+
+    async def list_errors(
+        self,
+        *,
+        session_id: str | None = None,
+        tool_name: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+    ) -> list[StoredError]:
+        """Errors matching every given filter, newest first; ``limit`` 0 means no limit."""
+        ...
+
+    async def delete_errors(self, older_than: datetime) -> int:
+        """Delete errors stored before ``older_than``; return how many."""
+        ...
+
+
+@runtime_checkable
+class ResultStore(Protocol):
+    """Storage for large tool results (seed 001 ``get_tool_result``)."""
+
+    async def save_result(self, result: StoredResult) -> str:
+        """Store the result under ``result.ref``; return the ref."""
+        ...
+
+    async def get_result(self, ref: str) -> StoredResult | None:
+        """The stored result, or None."""
+        ...
+
+
+@runtime_checkable
+class RunStore(Protocol):
+    """Lets crash recovery find runs that started and never ended."""
+
+    async def open_runs(self, session_id: str) -> list[RunRecord]:
+        """``running`` records without a later end record for the same run, oldest first."""
+        ...
+
+
+@runtime_checkable
+class KVStore(Protocol):
+    """A small namespaced key-value store (memory tiers, pattern state, ...); values are JSON."""
+
+    async def put_value(self, namespace: str, key: str, value: Any) -> None: ...
+
+    async def get_value(self, namespace: str, key: str) -> Any | None: ...
+
+    async def list_keys(self, namespace: str, prefix: str = "") -> list[str]: ...
+
+    async def delete_value(self, namespace: str, key: str) -> bool: ...

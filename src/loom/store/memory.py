@@ -14,7 +14,7 @@ __all__ = ["MemoryStore"]
 
 
 class _SessionData:
-    __slots__ = ("events", "info", "ledger", "messages", "open_calls", "runs")
+    __slots__ = ("events", "info", "ledger", "messages", "open_calls", "open_runs", "runs")
 
     def __init__(self, info: SessionInfo) -> None:
         self.info = info
@@ -23,6 +23,7 @@ class _SessionData:
         self.ledger: list[LedgerEntry] = []
         self.open_calls: dict[tuple[str, str], LedgerEntry] = {}
         self.runs: list[RunRecord] = []
+        self.open_runs: dict[str, RunRecord] = {}
 
 
 class MemoryStore:
@@ -80,7 +81,10 @@ class MemoryStore:
                 data.open_calls.pop(key, None)
         if run is not None:
             data.runs.append(run)
-            if run.status != "running":
+            if run.status == "running":
+                data.open_runs[run.run_id] = run
+            else:
+                data.open_runs.pop(run.run_id, None)
                 data.info.usage = data.info.usage + run.usage
         if messages or run is not None:
             data.info.updated_at = utcnow()
@@ -88,6 +92,11 @@ class MemoryStore:
     async def open_tool_calls(self, session_id: str) -> list[LedgerEntry]:
         data = self._sessions.get(session_id)
         return list(data.open_calls.values()) if data else []
+
+    async def open_runs(self, session_id: str) -> list[RunRecord]:
+        """Runs that started and never ended (``RunStore`` capability)."""
+        data = self._sessions.get(session_id)
+        return list(data.open_runs.values()) if data else []
 
     async def load_events(self, session_id: str, run_id: str | None = None) -> list[AgentEvent]:
         data = self._sessions.get(session_id)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import traceback
 from collections.abc import Mapping
 
 from loom.errors import ToolError
@@ -83,12 +84,15 @@ async def execute_call(
         ctx.cancel_event.set()
         raise
     except Exception as exc:
-        return error_result(
+        failed = error_result(
             call,
             "tool_exception",
             f"{type(exc).__name__}: {exc}",
             (time.perf_counter() - started) * 1000,
         )
+        # Kept for the error channel (get_error_detail); the model never reads metadata.
+        failed.metadata["traceback"] = traceback.format_exc()
+        return failed
     return ToolResult(
         tool_call_id=call.id,
         name=call.name,

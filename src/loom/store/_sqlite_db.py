@@ -1,0 +1,447 @@
+"""The SQLite plumbing under ``SQLiteStore``: one shared connection per database file per process,
+migrations, transactions, and turning ``sqlite3`` exceptions into Loom's typed errors.
+
+Why one connection: the SQLite that ships with Python 3.11 (3.40) has a WAL-reset bug that can
+corrupt a database when several connections write or checkpoint at once, so every
+``SQLiteStore`` of a process that opens the same file shares one connection, serialised by a
+lock. Why ``busy_timeout=0`` plus our own retry: a connection that waits inside SQLite for
+another process's write lock would freeze the event loop; we wait with ``asyncio.sleep`` instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from loom.errors import SchemaTooNew, StoreCorrupt, StoreError
+
+T = TypeVar("T")
+Durability = Literal["normal", "full"]
+
+APPLICATION_ID = 0x4C4F4F4D  # "LOOM": marks a file as a Loom database (PRAGMA application_id)
+
+# Named migrations, applied in order and recorded in ``loom_migrations``. Never edit one that
+# has shipped: add a new one. History tables (messages, events, ledger, runs, errors, results)
+# are append-only; ``open_calls`` / ``open_runs`` index what is still open so that recovery at
+# every turn's INTAKE costs two primary-key lookups instead of a scan of the session's history.
+# Why the layout: a commit costs about one 4 KB WAL frame per page it dirties, so the per-step
+# tables are clustered by (session_id, seq) (WITHOUT ROWID, no secondary index: one page each);
+# new rows are numbered by reading max(seq), and the session row is only rewritten by commits
+# that add messages or a run record.
+MIGRATIONS: list[tuple[str, str]] = [
+    (
+        "0001_initial",
+        """
+        CREATE TABLE sessions (
+            id TEXT PRIMARY KEY,
+            agent_name TEXT NOT NULL DEFAULT '',
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            message_count INTEGER NOT NULL DEFAULT 0,
+            input_tokens INTEGER NOT NULL DEFAULT 0,
+            output_tokens INTEGER NOT NULL DEFAULT 0,
+            requests INTEGER NOT NULL DEFAULT 0,
+            metadata TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE TABLE messages (
+            session_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            role TEXT NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        ) WITHOUT ROWID;
+        CREATE TABLE events (
+            session_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            run_id TEXT NOT NULL,
+            sequence INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            iteration INTEGER NOT NULL,
+            timestamp REAL NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        ) WITHOUT ROWID;
+        CREATE TABLE ledger (
+            session_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            run_id TEXT NOT NULL,
+            tool_call_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            status TEXT NOT NULL,
+            effect TEXT NOT NULL,
+            arguments TEXT NOT NULL,
+            result TEXT,
+            timestamp REAL NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        ) WITHOUT ROWID;
+        CREATE TABLE open_calls (
+            session_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            tool_call_id TEXT NOT NULL,
+            ledger_seq INTEGER NOT NULL,
+            PRIMARY KEY (session_id, run_id, tool_call_id)
+        ) WITHOUT ROWID;
+        CREATE TABLE open_runs (
+            session_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            run_row INTEGER NOT NULL,
+            PRIMARY KEY (session_id, run_id)
+        ) WITHOUT ROWID;
+        CREATE TABLE runs (
+            id INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            status TEXT NOT NULL,
+            input_tokens INTEGER NOT NULL,
+            output_tokens INTEGER NOT NULL,
+            requests INTEGER NOT NULL,
+            timestamp REAL NOT NULL,
+            data TEXT NOT NULL
+        );
+        CREATE INDEX runs_session ON runs (session_id);
+        CREATE TABLE errors (
+            id TEXT PRIMARY KEY,
+            timestamp REAL NOT NULL,
+            session_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            tool_call_id TEXT NOT NULL,
+            tool_name TEXT NOT NULL,
+            raw_error TEXT NOT NULL,
+            short_summary TEXT NOT NULL
+        );
+        CREATE INDEX errors_session ON errors (session_id);
+        CREATE INDEX errors_timestamp ON errors (timestamp);
+        CREATE INDEX errors_tool ON errors (tool_name);
+        CREATE TABLE results (
+            ref TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            tool_call_id TEXT NOT NULL,
+            tool_name TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            content TEXT NOT NULL
+        );
+        CREATE INDEX results_created ON results (created_at);
+        CREATE TABLE locks (
+            session_id TEXT PRIMARY KEY,
+            run_id TEXT NOT NULL,
+            host TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            start_ticks INTEGER NOT NULL,
+            acquired_at REAL NOT NULL,
+            expires_at REAL NOT NULL
+        );
+        CREATE TABLE kv (
+            namespace TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (namespace, key)
+        ) WITHOUT ROWID;
+        """,
+    ),
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks (Linux), to tell a live pid from a reused one."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return 0
+    try:
+        return int(stat[stat.rfind(")") + 2 :].split()[19])
+    except (IndexError, ValueError):
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Which process holds a session lock."""
+
+    host: str
+    pid: int
+    start_ticks: int
+
+    @classmethod
+    def me(cls) -> Owner:
+        return cls(socket.gethostname(), os.getpid(), _start_ticks(os.getpid()) or 0)
+
+    def alive(self) -> bool:
+        """False only when the owner certainly died: same host and its pid is gone or reused."""
+        if self.host != socket.gethostname():
+            return True
+        ticks = _start_ticks(self.pid)
+        if ticks is None:
+            if os.path.isdir("/proc/self"):
+                return False
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return False
+            except PermissionError:
+                return True
+            return True
+        return not (ticks and self.start_ticks and ticks != self.start_ticks)
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(exc)
+
+
+def translate(exc: sqlite3.Error, path: str, doing: str, waited: float = 0.0) -> StoreError:
+    """A typed Loom error for a ``sqlite3`` failure, saying what to do about it."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    text = str(exc)
+    if name.startswith("SQLITE_FULL") or "disk is full" in text:
+        return StoreError(
+            f"{doing} failed: the disk holding {path} is full (or the database hit its size "
+            "limit). Nothing from this step was saved; everything committed before is intact. "
+            "Free disk space and retry."
+        )
+    if _is_busy(exc):
+        return StoreError(
+            f"{doing} failed: {path} stayed locked by another process for {waited:.1f} s. "
+            "Another program holds a long write transaction on it; stop it or raise "
+            "SQLiteStore(busy_timeout=...). Nothing from this step was saved."
+        )
+    if (
+        name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
+        or "malformed" in text
+        or ("not a database" in text)
+    ):
+        return StoreCorrupt(
+            f"{path} is damaged or is not a SQLite database ({text}). Restore it from a backup "
+            "or point Loom at a new file (--store PATH / SQLiteStore(path))."
+        )
+    if name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM")):
+        return StoreError(
+            f"{doing} failed: cannot write {path} ({text}). Check the file's and its "
+            "directory's permissions."
+        )
+    return StoreError(f"{doing} failed on {path}: {type(exc).__name__}: {text}")
+
+
+@dataclass(eq=False)
+class Database:
+    """One connection to one database file, shared by every ``SQLiteStore`` of the process."""
+
+    path: str
+    conn: sqlite3.Connection
+    durability: Durability
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    users: int = 0
+    executor: ThreadPoolExecutor | None = None
+
+    def set_durability(self, durability: Durability) -> None:
+        # Two stores asking for different durability share a connection: the stronger wins.
+        if durability == "full" and self.durability != "full":
+            with self.lock:
+                self.conn.execute("PRAGMA synchronous=FULL")
+            self.durability = "full"
+
+    def thread(self) -> ThreadPoolExecutor:
+        if self.executor is None:
+            self.executor = ThreadPoolExecutor(1, thread_name_prefix="loom-sqlite")
+        return self.executor
+
+    # -- running statements ----------------------------------------------------------------------
+    def transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn`` inside ``BEGIN IMMEDIATE`` … ``COMMIT``; rolled back on any failure."""
+        with self.lock:
+            conn = self.conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                out = fn(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                raise
+            return out
+
+    def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with self.lock:
+            return fn(self.conn)
+
+    def migrate(self) -> None:
+        """Check the file is a Loom database no newer than this code; apply missing migrations."""
+
+        def check(conn: sqlite3.Connection) -> int:
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            if app_id not in (0, APPLICATION_ID):
+                raise StoreCorrupt(
+                    f"{self.path} is a SQLite database of another application "
+                    f"(application_id={app_id:#x}), not a Loom database; use another path"
+                )
+            has_table = conn.execute(
+                "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='loom_migrations'"
+            ).fetchone()[0]
+            if app_id == 0:
+                others = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+                if others and not has_table:
+                    raise StoreCorrupt(
+                        f"{self.path} holds tables but is not a Loom database; use another path"
+                    )
+            if not has_table:
+                conn.execute(
+                    "CREATE TABLE loom_migrations (version INTEGER PRIMARY KEY, "
+                    "name TEXT NOT NULL UNIQUE, applied_at REAL NOT NULL)"
+                )
+                conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            rows = conn.execute("SELECT version, name FROM loom_migrations").fetchall()
+            known = {i + 1: name for i, (name, _) in enumerate(MIGRATIONS)}
+            unknown = [name for version, name in rows if known.get(version) != name]
+            if unknown:
+                raise SchemaTooNew(
+                    f"{self.path} was written by a newer Loom (schema migrations {unknown} are "
+                    f"unknown to this version, which knows {SCHEMA_VERSION}); upgrade "
+                    "loom-agents to open it"
+                )
+            applied = {version for version, _ in rows}
+            for version, (name, sql) in enumerate(MIGRATIONS, start=1):
+                if version in applied:
+                    continue
+                for statement in sql.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO loom_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                    (version, name, time.time()),
+                )
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            return len(MIGRATIONS) - len(applied)
+
+        with self.lock:  # the common case, an up-to-date Loom database, needs no write
+            conn = self.conn
+            if conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID:
+                rows = conn.execute("SELECT version, name FROM loom_migrations").fetchall()
+                if sorted(rows) == [(i + 1, name) for i, (name, _) in enumerate(MIGRATIONS)]:
+                    return
+        self.transaction(check)
+
+
+_databases: dict[str, Database] = {}
+_registry_lock = threading.Lock()
+
+
+def open_database(path: str | Path, durability: Durability) -> Database:
+    """The process's shared connection to ``path`` (":memory:" gets a private one)."""
+    key = str(path) if str(path) == ":memory:" else os.path.realpath(path)
+    with _registry_lock:
+        db = _databases.get(key) if key != ":memory:" else None
+        if db is None:
+            db = _connect(key, durability)
+            if key != ":memory:":
+                _databases[key] = db
+        else:
+            db.set_durability(durability)
+        db.users += 1
+        return db
+
+
+def release_database(db: Database) -> None:
+    with _registry_lock:
+        db.users -= 1
+        if db.users > 0:
+            return
+        if _databases.get(db.path) is db:
+            del _databases[db.path]
+    with db.lock:
+        try:
+            db.conn.close()
+        finally:
+            if db.executor is not None:
+                db.executor.shutdown(wait=True)
+
+
+def _connect(path: str, durability: Durability) -> Database:
+    if path != ":memory:" and not os.path.isdir(os.path.dirname(path) or "."):
+        raise StoreError(f"cannot open {path}: its directory does not exist; create it first")
+    try:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0)
+    except sqlite3.Error as exc:
+        raise translate(exc, path, "opening the database") from exc
+    db = Database(path, conn, durability)
+    try:
+        conn.execute("PRAGMA busy_timeout=0")
+        _retry_sync(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone(), 5.0)
+        conn.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
+        conn.execute("PRAGMA foreign_keys=OFF")
+        _retry_sync(db.migrate, 5.0)
+    except sqlite3.Error as exc:
+        conn.close()
+        raise translate(exc, path, "opening the database") from exc
+    except BaseException:
+        conn.close()
+        raise
+    return db
+
+
+def _retry_sync(fn: Callable[[], T], timeout: float) -> T:
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        try:
+            return fn()
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+
+async def run_call(
+    db: Database, fn: Callable[[], T], *, doing: str, busy_timeout: float, threaded: bool
+) -> T:
+    """Run one store operation: inline on the event loop (default) or on the writer thread.
+
+    While another process holds the write lock we wait with ``asyncio.sleep`` (inline) or in
+    the writer thread, up to ``busy_timeout`` seconds, then raise ``StoreError``.
+    """
+    started = time.monotonic()
+    try:
+        if threaded:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(db.thread(), _retry_sync, fn, busy_timeout)
+        delay = 0.001
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or time.monotonic() - started + delay > busy_timeout:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+    except sqlite3.Error as exc:
+        raise translate(exc, db.path, doing, time.monotonic() - started) from exc
+
+
+__all__ = [
+    "APPLICATION_ID",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "Database",
+    "Durability",
+    "Owner",
+    "open_database",
+    "release_database",
+    "run_call",
+    "translate",
+]

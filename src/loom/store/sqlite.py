@@ -1,0 +1,469 @@
+"""``SQLiteStore``: the embedded, durable default (stdlib ``sqlite3``, WAL mode).
+
+```python
+from loom import Agent
+from loom.store import SQLiteStore
+
+agent = Agent(..., store=SQLiteStore(".loom/loom.db"))
+```
+
+Durability: every ``append`` is one ``BEGIN IMMEDIATE`` … ``COMMIT`` transaction. With the
+default ``durability="normal"`` (``PRAGMA synchronous=NORMAL`` in WAL mode) a commit survives the
+process being killed at any instant (SIGKILL, OOM, a crash), and the database stays consistent
+after a power cut, but the last commits before an OS crash or power loss may be lost.
+``durability="full"`` (``synchronous=FULL``) fsyncs the WAL at every commit, so a step announced
+is on disk even after a power cut; it costs about 0.2 ms per commit on an SSD.
+
+Besides ``Store`` it implements the optional capabilities of ``loom.store.base``:
+``ErrorStore``, ``ResultStore``, ``RunStore`` and ``KVStore``. Every query is parameterised.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import TypeAdapter
+
+from loom.errors import ConfigurationError, StoreError
+from loom.events import AgentEvent, EventType
+from loom.messages import Message, ToolResult, Usage
+from loom.store._sqlite_db import (
+    Database,
+    Durability,
+    Owner,
+    open_database,
+    release_database,
+    run_call,
+)
+from loom.store._sqlite_extras import SQLiteCapabilities
+from loom.store.base import LedgerEntry, RunRecord, SessionInfo
+
+__all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+_MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
+_SESSION_COLS = (
+    "id, agent_name, created_at, updated_at, message_count, input_tokens, output_tokens, "
+    "requests, metadata"
+)
+_LEDGER_COLS = (
+    "run_id, session_id, tool_call_id, name, status, arguments, effect, result, timestamp"
+)
+
+
+def _dt(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
+_json = _ENCODER.encode  # one encoder: json.dumps with options builds a new one per call
+
+
+def _session(row: Sequence[Any]) -> SessionInfo:
+    return SessionInfo(
+        id=row[0],
+        agent_name=row[1],
+        created_at=_dt(row[2]),
+        updated_at=_dt(row[3]),
+        message_count=row[4],
+        usage=Usage(input_tokens=row[5], output_tokens=row[6], requests=row[7]),
+        metadata=json.loads(row[8]),
+    )
+
+
+def _ledger(row: Sequence[Any]) -> LedgerEntry:
+    return LedgerEntry(
+        run_id=row[0],
+        session_id=row[1],
+        tool_call_id=row[2],
+        name=row[3],
+        status=row[4],
+        arguments=json.loads(row[5]),
+        effect=row[6],
+        result=ToolResult.model_validate_json(row[7]) if row[7] is not None else None,
+        timestamp=_dt(row[8]),
+    )
+
+
+def _run(row: Sequence[Any]) -> RunRecord:
+    return RunRecord(
+        run_id=row[0],
+        session_id=row[1],
+        status=row[2],
+        usage=Usage(input_tokens=row[3], output_tokens=row[4], requests=row[5]),
+        timestamp=_dt(row[6]),
+        data=json.loads(row[7]),
+    )
+
+
+def _event(row: Sequence[Any]) -> AgentEvent:
+    try:
+        kind: Any = EventType(row[3])
+    except ValueError:  # written by a newer Loom: keep the name rather than drop the event
+        kind = row[3]
+    return AgentEvent(kind, row[1], row[0], row[4], row[2], json.loads(row[6]), row[5])
+
+
+class SQLiteStore(SQLiteCapabilities):
+    """Sessions, transcripts, events, the tool-call ledger, errors and large results in SQLite.
+
+    Args:
+        path: The database file (created with its schema if missing) or ``":memory:"``.
+        durability: ``"normal"`` (default: survives process crashes) or ``"full"`` (also
+            survives power loss; fsync per commit). See the module docstring.
+        threaded: Run SQLite calls on one writer thread instead of inline on the event loop.
+            Inline is faster per step (no thread hop); a writer thread keeps the loop free
+            while ``durability="full"`` waits for fsync.
+        busy_timeout: Seconds to wait for another process's write lock before ``StoreError``.
+
+    Raises:
+        StoreCorrupt: the file is damaged or not a Loom database.
+        SchemaTooNew: the file was written by a newer Loom.
+        StoreError: the file cannot be opened (missing directory, permissions, locked).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        durability: Durability = "normal",
+        threaded: bool = False,
+        busy_timeout: float = 5.0,
+    ) -> None:
+        if durability not in ("normal", "full"):
+            raise ConfigurationError(f"durability must be 'normal' or 'full', got {durability!r}")
+        if busy_timeout < 0:
+            raise ConfigurationError(f"busy_timeout must be >= 0 seconds, got {busy_timeout}")
+        self.path = str(path)
+        self.durability: Durability = durability
+        self.threaded = threaded
+        self.busy_timeout = busy_timeout
+        self._owner = Owner.me()
+        self._db: Database | None = open_database(self.path, durability)
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r}, durability={self.durability!r})"
+
+    # -- plumbing -------------------------------------------------------------------------------
+    @property
+    def db(self) -> Database:
+        if self._db is None:
+            raise StoreError(f"SQLiteStore({self.path!r}) is closed; create a new one")
+        return self._db
+
+    async def _read(self, doing: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        db = self.db
+        return await run_call(
+            db,
+            lambda: db.read(fn),
+            doing=doing,
+            busy_timeout=self.busy_timeout,
+            threaded=self.threaded,
+        )
+
+    async def _write(self, doing: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        db = self.db
+        return await run_call(
+            db,
+            lambda: db.transaction(fn),
+            doing=doing,
+            busy_timeout=self.busy_timeout,
+            threaded=self.threaded,
+        )
+
+    # -- sessions -------------------------------------------------------------------------------
+    async def get_session(self, session_id: str) -> SessionInfo | None:
+        row = await self._read(
+            "reading a session",
+            lambda c: c.execute(
+                f"SELECT {_SESSION_COLS} FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone(),
+        )
+        return _session(row) if row else None
+
+    async def create_session(
+        self, session_id: str, *, agent_name: str = "", metadata: dict[str, Any] | None = None
+    ) -> SessionInfo:
+        now = time.time()
+
+        def create(c: sqlite3.Connection) -> Any:
+            c.execute(
+                "INSERT OR IGNORE INTO sessions (id, agent_name, created_at, updated_at, metadata)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (session_id, agent_name, now, now, _json(metadata or {})),
+            )
+            return c.execute(
+                f"SELECT {_SESSION_COLS} FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+
+        return _session(await self._write("creating a session", create))
+
+    async def list_sessions(self, limit: int = 100) -> list[SessionInfo]:
+        rows = await self._read(
+            "listing sessions",
+            lambda c: c.execute(
+                f"SELECT {_SESSION_COLS} FROM sessions ORDER BY updated_at DESC, id LIMIT ?",
+                (limit if limit > 0 else -1,),
+            ).fetchall(),
+        )
+        return [_session(r) for r in rows]
+
+    async def load_messages(self, session_id: str) -> list[Message]:
+        rows = await self._read(
+            "loading messages",
+            lambda c: c.execute(
+                "SELECT data FROM messages WHERE session_id = ? ORDER BY seq", (session_id,)
+            ).fetchall(),
+        )
+        if not rows:
+            return []
+        return _MESSAGES.validate_json("[" + ",".join(r[0] for r in rows) + "]")
+
+    # -- the one write path of a turn -----------------------------------------------------------
+    async def append(
+        self,
+        session_id: str,
+        *,
+        messages: Sequence[Message] = (),
+        events: Sequence[AgentEvent] = (),
+        ledger: Sequence[LedgerEntry] = (),
+        run: RunRecord | None = None,
+    ) -> None:
+        # Serialise before taking the lock: the transaction only runs INSERTs.
+        now = time.time()
+        msg_rows = [(m.role, m.model_dump_json()) for m in messages]
+        ev_rows = [
+            (
+                e.run_id,
+                e.sequence,
+                str(e.type),
+                e.iteration,
+                e.timestamp,
+                _json(e.data) if e.data else "{}",
+            )
+            for e in events
+        ]
+        led_rows = [
+            (
+                e.run_id,
+                e.tool_call_id,
+                e.name,
+                e.status,
+                e.effect,
+                _json(e.arguments),
+                e.result.model_dump_json() if e.result else None,
+                e.timestamp.timestamp(),
+            )
+            for e in ledger
+        ]
+        usage = run.usage if run is not None and run.status != "running" else Usage()
+
+        n = len(msg_rows)
+
+        def next_seq(c: sqlite3.Connection, table: str) -> int:
+            # A read (index seek), so a commit dirties no page for numbering its rows.
+            row = c.execute(
+                f"SELECT max(seq) FROM {table} WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            return 0 if row[0] is None else int(row[0]) + 1
+
+        def write(c: sqlite3.Connection) -> None:
+            m0 = 0
+            if msg_rows or run is not None:  # the session row changes only with these
+                row = c.execute(
+                    "UPDATE sessions SET message_count = message_count + ?, updated_at = ?, "
+                    "input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, "
+                    "requests = requests + ? WHERE id = ? RETURNING message_count",
+                    (n, now, usage.input_tokens, usage.output_tokens, usage.requests, session_id),
+                ).fetchall()
+                if row:
+                    m0 = row[0][0] - n
+                else:
+                    c.execute(
+                        "INSERT INTO sessions (id, created_at, updated_at, message_count, "
+                        "input_tokens, output_tokens, requests) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            session_id,
+                            now,
+                            now,
+                            n,
+                            usage.input_tokens,
+                            usage.output_tokens,
+                            usage.requests,
+                        ),
+                    )
+            else:
+                c.execute(
+                    "INSERT OR IGNORE INTO sessions (id, created_at, updated_at) VALUES (?, ?, ?)",
+                    (session_id, now, now),
+                )
+            e0 = next_seq(c, "events") if ev_rows else 0
+            l0 = next_seq(c, "ledger") if led_rows else 0
+            if msg_rows:
+                c.executemany(
+                    "INSERT INTO messages (session_id, seq, role, data) VALUES (?, ?, ?, ?)",
+                    [(session_id, m0 + i, role, data) for i, (role, data) in enumerate(msg_rows)],
+                )
+            if ev_rows:
+                c.executemany(
+                    "INSERT INTO events (session_id, seq, run_id, sequence, type, iteration, "
+                    "timestamp, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(session_id, e0 + i, *ev) for i, ev in enumerate(ev_rows)],
+                )
+            for i, led in enumerate(led_rows):
+                c.execute(
+                    "INSERT INTO ledger (session_id, seq, run_id, tool_call_id, name, status, "
+                    "effect, arguments, result, timestamp) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (session_id, l0 + i, *led),
+                )
+                if led[3] == "started":
+                    c.execute(
+                        "INSERT OR REPLACE INTO open_calls VALUES (?, ?, ?, ?)",
+                        (session_id, led[0], led[1], l0 + i),
+                    )
+                else:
+                    c.execute(
+                        "DELETE FROM open_calls WHERE session_id = ? AND run_id = ? AND "
+                        "tool_call_id = ?",
+                        (session_id, led[0], led[1]),
+                    )
+            if run is not None:
+                cur = c.execute(
+                    "INSERT INTO runs (session_id, run_id, status, input_tokens, output_tokens, "
+                    "requests, timestamp, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        session_id,
+                        run.run_id,
+                        run.status,
+                        run.usage.input_tokens,
+                        run.usage.output_tokens,
+                        run.usage.requests,
+                        run.timestamp.timestamp(),
+                        _json(run.data),
+                    ),
+                )
+                if run.status == "running":
+                    c.execute(
+                        "INSERT OR REPLACE INTO open_runs VALUES (?, ?, ?)",
+                        (session_id, run.run_id, cur.lastrowid),
+                    )
+                else:
+                    c.execute(
+                        "DELETE FROM open_runs WHERE session_id = ? AND run_id = ?",
+                        (session_id, run.run_id),
+                    )
+
+        await self._write("saving a step", write)
+
+    # -- ledger, runs, events -------------------------------------------------------------------
+    async def open_tool_calls(self, session_id: str) -> list[LedgerEntry]:
+        rows = await self._read(
+            "reading open tool calls",
+            lambda c: c.execute(
+                "SELECT "
+                + ", ".join(f"l.{col.strip()}" for col in _LEDGER_COLS.split(","))
+                + " FROM open_calls o JOIN ledger l"
+                " ON l.session_id = o.session_id AND l.seq = o.ledger_seq"
+                " WHERE o.session_id = ? ORDER BY l.seq",
+                (session_id,),
+            ).fetchall(),
+        )
+        return [_ledger(r) for r in rows]
+
+    async def ledger(self, session_id: str) -> list[LedgerEntry]:
+        """Every ledger entry of the session, oldest first."""
+        rows = await self._read(
+            "reading the ledger",
+            lambda c: c.execute(
+                f"SELECT {_LEDGER_COLS} FROM ledger WHERE session_id = ? ORDER BY seq",
+                (session_id,),
+            ).fetchall(),
+        )
+        return [_ledger(r) for r in rows]
+
+    async def open_runs(self, session_id: str) -> list[RunRecord]:
+        rows = await self._read(
+            "reading open runs",
+            lambda c: c.execute(
+                "SELECT r.run_id, r.session_id, r.status, r.input_tokens, r.output_tokens, "
+                "r.requests, r.timestamp, r.data FROM open_runs o JOIN runs r ON r.id = o.run_row "
+                "WHERE o.session_id = ? ORDER BY r.id",
+                (session_id,),
+            ).fetchall(),
+        )
+        return [_run(r) for r in rows]
+
+    async def list_runs(self, session_id: str) -> list[RunRecord]:
+        """Every run record (starts and ends) of the session, oldest first."""
+        rows = await self._read(
+            "listing runs",
+            lambda c: c.execute(
+                "SELECT run_id, session_id, status, input_tokens, output_tokens, requests, "
+                "timestamp, data FROM runs WHERE session_id = ? ORDER BY id",
+                (session_id,),
+            ).fetchall(),
+        )
+        return [_run(r) for r in rows]
+
+    async def load_events(self, session_id: str, run_id: str | None = None) -> list[AgentEvent]:
+        cols = "session_id, run_id, sequence, type, iteration, timestamp, data"
+        sql = f"SELECT {cols} FROM events WHERE session_id = ?"
+        params: tuple[str, ...] = (session_id,)
+        if run_id is not None:
+            sql, params = sql + " AND run_id = ?", (session_id, run_id)
+        rows = await self._read(
+            "loading events", lambda c: c.execute(sql + " ORDER BY seq", params).fetchall()
+        )
+        return [_event(r) for r in rows]
+
+    # -- session locks (across processes) -------------------------------------------------------
+    async def acquire_lock(self, session_id: str, run_id: str, ttl: float) -> bool:
+        me = self._owner
+
+        def take(c: sqlite3.Connection) -> bool:
+            now = time.time()
+            row = c.execute(
+                "SELECT run_id, host, pid, start_ticks, expires_at FROM locks WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+            if (
+                row is not None
+                and row[0] != run_id
+                and row[4] > now
+                and (Owner(row[1], row[2], row[3]).alive())
+            ):
+                return False
+            c.execute(
+                "INSERT OR REPLACE INTO locks VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (session_id, run_id, me.host, me.pid, me.start_ticks, now, now + ttl),
+            )
+            return True
+
+        return await self._write("taking a session lock", take)
+
+    async def release_lock(self, session_id: str, run_id: str) -> None:
+        await self._write(
+            "releasing a session lock",
+            lambda c: c.execute(
+                "DELETE FROM locks WHERE session_id = ? AND run_id = ?", (session_id, run_id)
+            ),
+        )
+
+    # -- maintenance ----------------------------------------------------------------------------
+    async def integrity_check(self) -> str:
+        """``PRAGMA integrity_check``: ``"ok"`` or SQLite's list of problems."""
+        rows = await self._read(
+            "checking integrity", lambda c: c.execute("PRAGMA integrity_check").fetchall()
+        )
+        return "\n".join(str(r[0]) for r in rows)
+
+    async def close(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            release_database(db)

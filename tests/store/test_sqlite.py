@@ -1,0 +1,298 @@
+"""SQLiteStore beyond the conformance suite: files, bad input, failures, locks across processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from loom import Agent
+from loom.errors import ConfigurationError, SchemaTooNew, StoreCorrupt, StoreError
+from loom.events import AgentEvent, EventType
+from loom.messages import Message, ModelResponse, ToolCall
+from loom.store import SQLiteStore
+from loom.store._sqlite_db import SCHEMA_VERSION
+from loom.store.base import LedgerEntry, RunRecord
+from loom.testing import FunctionModel, ScriptedModel
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def _turn(i: int) -> list[Message]:
+    call = ToolCall(name="lookup", arguments={"q": f"question {i}"})
+    return [
+        Message.user(f"user message number {i} " * 3),
+        Message.assistant("", [call]),
+        Message(role="tool", content=f"result {i} " * 10, tool_call_id=call.id, name="lookup"),
+        Message.assistant(f"the answer to {i} is {i * 7}"),
+    ]
+
+
+async def test_data_survives_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "loom.db"
+    s = SQLiteStore(path)
+    turn = _turn(1)
+    await s.append(
+        "s",
+        messages=turn,
+        events=[AgentEvent(EventType.AGENT_START, "r", "s", 0, 0, {"message": "x"})],
+        ledger=[LedgerEntry("r", "s", "c", "lookup", "started")],
+        run=RunRecord("r", "s", "running"),
+    )
+    await s.close()
+    s2 = SQLiteStore(path)
+    assert await s2.load_messages("s") == turn
+    assert [e.type for e in await s2.load_events("s")] == [EventType.AGENT_START]
+    assert [e.tool_call_id for e in await s2.open_tool_calls("s")] == ["c"]
+    assert [r.run_id for r in await s2.open_runs("s")] == ["r"]
+    with sqlite3.connect(path) as raw:
+        names = [r[0] for r in raw.execute("SELECT name FROM loom_migrations")]
+        assert names == ["0001_initial"]
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    await s2.close()
+
+
+async def test_stores_of_one_file_share_one_connection(tmp_path: Path) -> None:
+    a, b = SQLiteStore(tmp_path / "x.db"), SQLiteStore(str(tmp_path / "." / "x.db"))
+    assert a.db is b.db  # one writer connection per database per process
+    await a.append("s", messages=[Message.user("from a")])
+    await a.close()
+    assert [m.content for m in await b.load_messages("s")] == ["from a"]
+    await b.close()
+    with pytest.raises(StoreError, match="closed"):
+        await b.load_messages("s")
+
+
+async def test_memory_database(tmp_path: Path) -> None:
+    s = SQLiteStore(":memory:")
+    await s.append("s", messages=[Message.user("hi")])
+    assert len(await s.load_messages("s")) == 1
+    assert await s.integrity_check() == "ok"
+    await s.close()
+
+
+def test_garbage_file_is_corrupt(tmp_path: Path) -> None:
+    path = tmp_path / "loom.db"
+    path.write_bytes(b"this is not a database at all " * 200)
+    with pytest.raises(StoreCorrupt, match="damaged or is not a SQLite database"):
+        SQLiteStore(path)
+
+
+def test_other_sqlite_database_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    with sqlite3.connect(path) as raw:
+        raw.execute("CREATE TABLE customers (id INTEGER)")
+    with pytest.raises(StoreCorrupt, match="not a Loom database"):
+        SQLiteStore(path)
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as raw:
+        raw.execute("PRAGMA application_id=12345")
+    with pytest.raises(StoreCorrupt, match="another application"):
+        SQLiteStore(other)
+    with sqlite3.connect(path) as raw:  # untouched
+        assert raw.execute("SELECT name FROM sqlite_master").fetchall() == [("customers",)]
+
+
+async def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "loom.db"
+    s = SQLiteStore(path)
+    await s.append("s", messages=[Message.user("kept")])
+    await s.close()
+    with sqlite3.connect(path) as raw:
+        raw.execute("INSERT INTO loom_migrations VALUES (99, '0099_from_the_future', 0)")
+    with pytest.raises(SchemaTooNew, match=r"newer Loom.*0099_from_the_future"):
+        SQLiteStore(path)
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT count(*) FROM messages").fetchone()[0] == 1
+
+
+def test_bad_options_and_paths(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="durability"):
+        SQLiteStore(tmp_path / "a.db", durability="paranoid")  # type: ignore[arg-type]
+    with pytest.raises(StoreError, match="directory does not exist"):
+        SQLiteStore(tmp_path / "missing" / "a.db")
+
+
+async def test_full_disk_loses_nothing_committed(tmp_path: Path) -> None:
+    s = SQLiteStore(tmp_path / "loom.db")
+    await s.append("s", messages=[Message.user("committed before")])
+    # A real SQLITE_FULL: cap the file at its current size.
+    pages = s.db.conn.execute("PRAGMA page_count").fetchone()[0]
+    s.db.conn.execute(f"PRAGMA max_page_count={pages}")
+    with pytest.raises(StoreError, match=r"full.*Nothing from this step was saved"):
+        await s.append(
+            "s",
+            messages=[Message.user("x" * 200_000)],
+            events=[AgentEvent(EventType.ERROR, "r", "s", 0, 0, {})],
+        )
+    assert [m.content for m in await s.load_messages("s")] == ["committed before"]
+    info = await s.get_session("s")
+    assert info is not None and info.message_count == 1
+    assert await s.load_events("s") == []
+    s.db.conn.execute("PRAGMA max_page_count=1073741823")
+    await s.append("s", messages=[Message.user("after space was freed")])
+    assert len(await s.load_messages("s")) == 2
+    assert await s.integrity_check() == "ok"
+    await s.close()
+
+
+async def test_failed_statement_rolls_back_the_whole_step(tmp_path: Path) -> None:
+    s = SQLiteStore(tmp_path / "loom.db")
+    s.db.conn.execute(
+        "CREATE TEMP TRIGGER boom BEFORE INSERT ON events WHEN NEW.type = 'error' "
+        "BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
+    )
+    with pytest.raises(StoreError, match="injected failure"):
+        await s.append(
+            "s",
+            messages=[Message.user("lost together")],
+            ledger=[LedgerEntry("r", "s", "c", "t", "started")],
+            events=[AgentEvent(EventType.ERROR, "r", "s", 0, 0, {})],
+        )
+    assert await s.load_messages("s") == []
+    assert await s.open_tool_calls("s") == []
+    assert await s.get_session("s") is None
+    await s.append("s", messages=[Message.user("next step works")])
+    assert len(await s.load_messages("s")) == 1
+    await s.close()
+
+
+async def test_locked_database_waits_without_blocking_the_loop(tmp_path: Path) -> None:
+    path = tmp_path / "loom.db"
+    s = SQLiteStore(path, busy_timeout=0.3)
+    await s.append("s", messages=[Message.user("before")])
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process-like writer holds the write lock
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    t = asyncio.create_task(ticker())
+    started = time.monotonic()
+    with pytest.raises(StoreError, match="locked by another process"):
+        await s.append("s", messages=[Message.user("blocked")])
+    waited = time.monotonic() - started
+    t.cancel()
+    assert 0.25 < waited < 2.0
+    assert ticks >= 10, "the event loop was blocked while waiting for the lock"
+    other.execute("ROLLBACK")
+    # Reads never wait for writers in WAL mode; writes go through once the lock is gone.
+    assert [m.content for m in await s.load_messages("s")] == ["before"]
+    other.execute("BEGIN IMMEDIATE")
+    asyncio.get_running_loop().call_later(0.1, other.execute, "COMMIT")
+    await s.append("s", messages=[Message.user("after")])
+    assert len(await s.load_messages("s")) == 2
+    other.close()
+    await s.close()
+
+
+async def test_storage_grows_linearly(tmp_path: Path) -> None:
+    s = SQLiteStore(tmp_path / "loom.db")
+
+    def size() -> int:
+        c = s.db.conn
+        c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return int(c.execute("PRAGMA page_count").fetchone()[0]) * 4096
+
+    base = size()
+    for i in range(100):
+        await s.append("s", messages=_turn(i))
+    first = size() - base
+    for i in range(100, 200):
+        await s.append("s", messages=_turn(i))
+    second = size() - base - first
+    assert s.db.conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 800
+    assert 0.7 < second / first < 1.3, (first, second)
+    await s.close()
+
+
+async def test_agent_resumes_session_in_a_new_store(tmp_path: Path) -> None:
+    path = tmp_path / "loom.db"
+    agent = Agent(model=ScriptedModel(["first answer"]), store=SQLiteStore(path))
+    await agent.run("remember 42", session_id="s1")
+    await agent.store.close()
+    seen: list[list[str]] = []
+
+    def model(messages: list[Message], tools: object) -> str:
+        seen.append([m.content for m in messages])
+        return "second answer"
+
+    agent2 = Agent(model=FunctionModel(model), store=SQLiteStore(path))
+    r = await agent2.run("what did I say?", session_id="s1")
+    assert r.output == "second answer"
+    assert seen[0] == ["remember 42", "first answer", "what did I say?"]
+    info = await agent2.store.get_session("s1")
+    assert info is not None and info.message_count == 4
+    await agent2.store.close()
+
+
+_HOLDER = """
+import asyncio, sys, time
+from loom.store import SQLiteStore
+async def main():
+    s = SQLiteStore(sys.argv[1])
+    assert await s.acquire_lock("shared", "run_child", 900)
+    print("locked", flush=True)
+    await asyncio.sleep(60)
+asyncio.run(main())
+"""
+
+
+async def test_session_lock_across_processes_and_dead_owner(tmp_path: Path) -> None:
+    path = tmp_path / "loom.db"
+    SQLiteStore(path)  # create the schema first
+    child = subprocess.Popen(  # noqa: ASYNC220 - a plain child process, waited for below
+        [sys.executable, "-c", _HOLDER, str(path)],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": SRC},
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "locked"
+        s = SQLiteStore(path)
+        assert not await s.acquire_lock("shared", "run_parent", 900)  # a live process holds it
+        assert await s.acquire_lock("other-session", "run_parent", 900)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        # Its 15-minute lease has not expired, but its owner is dead: take over at once.
+        assert await s.acquire_lock("shared", "run_parent", 900)
+        await s.close()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+async def test_model_result_with_scripted_tool_roundtrip(tmp_path: Path) -> None:
+    from loom import tool
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        return f"found {q}"
+
+    store = SQLiteStore(tmp_path / "loom.db")
+    model = ScriptedModel(
+        [ModelResponse(tool_calls=[ToolCall(name="lookup", arguments={"q": "x"})]), "ok"]
+    )
+    agent = Agent(model=model, tools=[lookup], store=store)
+    r = await agent.run("go", session_id="s")
+    assert r.output == "ok"
+    ledger = await store.ledger("s")
+    assert [e.status for e in ledger] == ["started", "completed"]
+    assert ledger[1].result is not None and ledger[1].result.data == "found x"
+    runs = await store.list_runs("s")
+    assert [x.status for x in runs] == ["running", "completed"]
+    await store.close()

@@ -16,6 +16,7 @@ LoomError
 │   ├── ModelRateLimited          429 after all retries
 │   ├── ModelUnavailable          server down, 5xx, timeouts, open circuit
 │   ├── ContextTooLong            the request does not fit the model's window
+│   ├── ModelRequestError         the provider rejected the request (unknown model, bad option)
 │   └── ModelResponseError        the model answered something unusable
 ├── ToolError                     raised *by tools* to send a coded error to the model
 ├── SessionError                  session bookkeeping
@@ -44,6 +45,7 @@ __all__ = [
     "ModelAuthError",
     "ModelError",
     "ModelRateLimited",
+    "ModelRequestError",
     "ModelResponseError",
     "ModelUnavailable",
     "PermissionDenied",
@@ -118,6 +120,10 @@ class ModelUnavailable(ModelError):
 
 class ContextTooLong(ModelError):
     """The request does not fit in the model's context window."""
+
+
+class ModelRequestError(ModelError):
+    """The provider refused the request as sent (a 4xx that retrying cannot fix)."""
 
 
 class ModelResponseError(ModelError):

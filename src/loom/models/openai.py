@@ -13,8 +13,10 @@ delta only), keeps a circuit breaker per endpoint and bounds each call with a ti
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,7 +62,8 @@ def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for m in messages:
         if m.role == "assistant":
-            item: dict[str, Any] = {"role": "assistant", "content": m.content or None}
+            # "" rather than null: OpenAI accepts both, stricter servers (llama.cpp's) only "".
+            item: dict[str, Any] = {"role": "assistant", "content": m.content}
             if m.tool_calls:
                 item["tool_calls"] = [
                     {
@@ -159,10 +162,25 @@ class OpenAIModel:
         self.retry = retry or RetryPolicy()
         self.breaker = breaker or breaker_for(f"{provider}:{self.base_url}")
         self._openai = openai
-        self.client = openai.AsyncOpenAI(
-            api_key=key, base_url=self.base_url, max_retries=0, timeout=timeout,
-            http_client=http_client,
+        self._key = key
+        self._http_client = http_client
+        # httpx connections belong to the event loop that opened them, and each run_sync()
+        # has its own loop: keep one SDK client per loop.
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
         )
+
+    @property
+    def client(self) -> Any:
+        """The ``openai.AsyncOpenAI`` client for the running event loop."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = self._clients[loop] = self._openai.AsyncOpenAI(
+                api_key=self._key, base_url=self.base_url, max_retries=0, timeout=self.timeout,
+                http_client=self._http_client,
+            )
+        return client
 
     def __repr__(self) -> str:
         return f"OpenAIModel({self.model!r}, base_url={self.base_url!r})"

@@ -219,7 +219,8 @@ class Turn:
             if type(part) is TextDelta:
                 self._announce(E.LLM_DELTA, text=part.text)
             elif type(part) is RetryNotice:
-                self._announce(E.LLM_RETRY, attempt=part.attempt, delay=part.delay, error=part.error)
+                self._announce(E.LLM_RETRY, attempt=part.attempt, delay=part.delay,
+                               error=part.error)
             elif isinstance(part, ModelResponse):
                 final = part
         if final is None:

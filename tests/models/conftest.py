@@ -38,11 +38,22 @@ def llama_server() -> Iterator[str]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(HERE)])}
     cmd = [
-        sys.executable, str(HERE / "llama_server.py"),
-        "--model", str(bundled_model_path()), "--model_alias", "smollm2",
-        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "1024", "--verbose", "False",
+        sys.executable,
+        str(HERE / "llama_server.py"),
+        "--model",
+        str(bundled_model_path()),
+        "--model_alias",
+        "smollm2",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        "1024",
+        "--verbose",
+        "False",
     ]
-    log = tempfile.TemporaryFile()  # a pipe nobody reads could fill and stall the server
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - a pipe nobody reads could fill and stall the server
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 60

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
@@ -53,7 +53,7 @@ def test_a_bad_gguf_path_is_a_configuration_error_naming_it(tmp_path: Path, kind
         target.write_text("this is not a model")
     elif kind == "directory":
         target.mkdir()
-    with pytest.raises(ConfigurationError, match="model.gguf") as info:
+    with pytest.raises(ConfigurationError, match=r"model.gguf") as info:
         resolve_model(f"local:{target}")
     message = str(info.value)
     assert {"missing": "does not exist", "not_gguf": "not a GGUF", "directory": "directory"}[
@@ -78,8 +78,10 @@ async def test_text_streams_token_by_token_with_exact_usage(local_model: LocalMo
     assert "".join(p.text for _, p in deltas).strip() == final.text
     assert final.usage is not None
     prompt = local_model.prompt_tokens(
-        [{"role": "system", "content": SYSTEM.content},
-         {"role": "user", "content": "Write one sentence about the sea."}]
+        [
+            {"role": "system", "content": SYSTEM.content},
+            {"role": "user", "content": "Write one sentence about the sea."},
+        ]
     )
     assert final.usage.input_tokens == len(prompt)
     assert 0 < final.usage.output_tokens <= 24
@@ -88,8 +90,9 @@ async def test_text_streams_token_by_token_with_exact_usage(local_model: LocalMo
 
 
 async def test_max_tokens_stops_generation(local_model: LocalModel) -> None:
-    parts = await collect(local_model, [Message.user("Count from one to one hundred.")],
-                          max_tokens=5)
+    parts = await collect(
+        local_model, [Message.user("Count from one to one hundred.")], max_tokens=5
+    )
     final = parts[-1][1]
     assert isinstance(final, ModelResponse)
     assert final.finish_reason == "length"
@@ -97,8 +100,9 @@ async def test_max_tokens_stops_generation(local_model: LocalModel) -> None:
 
 
 async def test_constrained_decoding_makes_a_real_tool_call(local_model: LocalModel) -> None:
-    parts = await collect(local_model, [SYSTEM, Message.user("What is 17 + 25?")], TOOLS,
-                          max_tokens=60)
+    parts = await collect(
+        local_model, [SYSTEM, Message.user("What is 17 + 25?")], TOOLS, max_tokens=60
+    )
     final = parts[-1][1]
     assert isinstance(final, ModelResponse)
     assert [(c.name, c.arguments) for c in final.tool_calls] == [("add", {"a": 17, "b": 25})]
@@ -107,7 +111,7 @@ async def test_constrained_decoding_makes_a_real_tool_call(local_model: LocalMod
     assert not any(isinstance(p, TextDelta) for _, p in parts)  # call JSON is not shown as text
 
 
-class Unit(str, Enum):
+class Unit(StrEnum):
     celsius = "celsius"
     fahrenheit = "fahrenheit"
 
@@ -118,7 +122,9 @@ class Place(BaseModel):
 
 
 @tool
-def forecast(place: Place, unit: Unit, days: int = 1, detail: Literal["short", "long"] = "short") -> str:
+def forecast(
+    place: Place, unit: Unit, days: int = 1, detail: Literal["short", "long"] = "short"
+) -> str:
     """Weather forecast for a place.
 
     Args:
@@ -138,8 +144,13 @@ async def test_every_forced_tool_call_is_valid_and_names_a_real_tool(
     local_model: LocalModel, question: str
 ) -> None:
     tools = {t.name: t for t in (add, multiply, current_time, forecast)}
-    parts = await collect(local_model, [SYSTEM, Message.user(question)],
-                          [t.spec() for t in tools.values()], max_tokens=80, tool_choice="required")
+    parts = await collect(
+        local_model,
+        [SYSTEM, Message.user(question)],
+        [t.spec() for t in tools.values()],
+        max_tokens=80,
+        tool_choice="required",
+    )
     final = parts[-1][1]
     assert isinstance(final, ModelResponse)
     assert len(final.tool_calls) == 1
@@ -150,8 +161,9 @@ async def test_every_forced_tool_call_is_valid_and_names_a_real_tool(
 
 
 async def test_a_direct_answer_under_the_grammar_streams_as_text(local_model: LocalModel) -> None:
-    parts = await collect(local_model, [SYSTEM, Message.user("What is the capital of France?")],
-                          TOOLS, max_tokens=40)
+    parts = await collect(
+        local_model, [SYSTEM, Message.user("What is the capital of France?")], TOOLS, max_tokens=40
+    )
     final = parts[-1][1]
     assert isinstance(final, ModelResponse)
     assert not final.tool_calls
@@ -161,15 +173,24 @@ async def test_a_direct_answer_under_the_grammar_streams_as_text(local_model: Lo
 
 
 async def test_the_agent_calls_a_tool_and_answers_with_its_result(local_model: LocalModel) -> None:
-    agent = Agent(name="calc", instructions="You are a helpful assistant.", model=local_model,
-                  tools=["add", "multiply", "current_time"],
-                  model_settings=ModelSettings(max_tokens=60))
+    agent = Agent(
+        name="calc",
+        instructions="You are a helpful assistant.",
+        model=local_model,
+        tools=["add", "multiply", "current_time"],
+        model_settings=ModelSettings(max_tokens=60),
+    )
     events = [e async for e in agent.stream("What is 17 + 25?")]
     starts = [e.data for e in events if e.type is EventType.TOOL_EXECUTION_START]
     results = [e.data for e in events if e.type is EventType.TOOL_RESULT]
     finish = events[-1]
-    assert starts == [{"tool_name": "add", "tool_call_id": starts[0]["tool_call_id"],
-                       "arguments": {"a": 17, "b": 25}}]
+    assert starts == [
+        {
+            "tool_name": "add",
+            "tool_call_id": starts[0]["tool_call_id"],
+            "arguments": {"a": 17, "b": 25},
+        }
+    ]
     assert results[0]["content"] == "42"
     assert finish.type is EventType.AGENT_FINISH
     assert finish.data["stop_reason"] == "completed"
@@ -190,7 +211,9 @@ async def test_a_prompt_longer_than_the_window_is_context_too_long(
 async def test_generations_are_serialized_and_a_cancelled_one_frees_the_model(
     local_model: LocalModel,
 ) -> None:
-    stream = local_model.stream([Message.user("Tell me about dogs.")], [], ModelSettings(max_tokens=200))
+    stream = local_model.stream(
+        [Message.user("Tell me about dogs.")], [], ModelSettings(max_tokens=200)
+    )
     first = await anext(stream)
     assert isinstance(first, TextDelta)
     await stream.aclose()  # the worker must stop and release the lock

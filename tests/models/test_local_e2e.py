@@ -19,7 +19,11 @@ def test_loom_run_answers_with_the_embedded_model_and_calls_a_tool(tmp_path: Pat
     env.pop("LOOM_MODEL", None)  # the default must be the embedded model
     proc = subprocess.run(
         [sys.executable, "-m", "loom", "run", "What is 17 + 25?", "--store", ":memory:"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert "→ add" in proc.stderr and '"a": 17' in proc.stderr and '"b": 25' in proc.stderr

@@ -30,15 +30,21 @@ NESTED = ToolSpec(
         "$defs": {"Guest": {"type": "object", "properties": {"name": {"type": "string"}}}},
     },
 )
-ADD = ToolSpec("add", "Add two numbers.", {"type": "object", "properties": {
-    "a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]})
+ADD = ToolSpec(
+    "add",
+    "Add two numbers.",
+    {
+        "type": "object",
+        "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+        "required": ["a", "b"],
+    },
+)
 
 
 def test_schema_offers_each_tool_and_the_answer_and_hoists_defs() -> None:
     schema = tools_schema([ADD, NESTED], ToolMode.CHOICE)
     branches = schema["anyOf"]
-    assert [b["properties"].get("tool", {}).get("const") for b in branches] == [
-        "add", "book", None]
+    assert [b["properties"].get("tool", {}).get("const") for b in branches] == ["add", "book", None]
     assert branches[2]["properties"] == {"answer": {"type": "string"}}
     guest = branches[1]["properties"]["arguments"]["properties"]["guest"]
     assert guest == {"$ref": "#/$defs/t1_Guest"}
@@ -54,7 +60,8 @@ def test_required_mode_has_no_answer_branch() -> None:
 def test_the_schema_compiles_to_a_llama_grammar() -> None:
     llama_grammar = pytest.importorskip("llama_cpp.llama_grammar")
     grammar = llama_grammar.LlamaGrammar.from_json_schema(
-        json.dumps(tools_schema([ADD, NESTED], ToolMode.CHOICE)), verbose=False)
+        json.dumps(tools_schema([ADD, NESTED], ToolMode.CHOICE)), verbose=False
+    )
     assert "add" in grammar._grammar and "answer" in grammar._grammar
 
 
@@ -94,8 +101,8 @@ def test_answer_stream_yields_exactly_the_answer_however_it_is_split(
 ) -> None:
     raw = '{ "answer": ' + json.dumps(answer) + " }"
     stream, out, i = AnswerStream(), [], 0
-    for n in cuts + [len(raw)]:
-        out.append(stream.feed(raw[i:i + n]))
+    for n in [*cuts, len(raw)]:
+        out.append(stream.feed(raw[i : i + n]))
         i += n
     assert "".join(out) == answer
 

@@ -28,8 +28,9 @@ FAST = RetryPolicy(initial_delay=0.01, max_delay=0.02)
 
 
 def compatible(base: str, **kw: Any) -> OpenAIModel:
-    return OpenAIModel("smollm2", base_url=base, provider="openai-compatible", require_key=False,
-                       **kw)
+    return OpenAIModel(
+        "smollm2", base_url=base, provider="openai-compatible", require_key=False, **kw
+    )
 
 
 async def collect(stream: AsyncIterator[StreamPart]) -> list[StreamPart]:
@@ -38,8 +39,9 @@ async def collect(stream: AsyncIterator[StreamPart]) -> list[StreamPart]:
 
 async def test_streams_text_deltas_from_the_real_server(llama_server: str) -> None:
     model = compatible(llama_server)
-    parts = await collect(model.stream([Message.user("Say hello.")], [],
-                                       ModelSettings(max_tokens=12, temperature=0)))
+    parts = await collect(
+        model.stream([Message.user("Say hello.")], [], ModelSettings(max_tokens=12, temperature=0))
+    )
     deltas = [p.text for p in parts if isinstance(p, TextDelta)]
     final = parts[-1]
     assert isinstance(final, ModelResponse)
@@ -57,12 +59,17 @@ class ForceToolOnce:
         self.inner, self.tool, self.calls = inner, tool, 0
         self.name = inner.name
 
-    def stream(self, messages: Sequence[Message], tools: Sequence[ToolSpec],
-               settings: ModelSettings | None = None) -> AsyncIterator[StreamPart]:
+    def stream(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        settings: ModelSettings | None = None,
+    ) -> AsyncIterator[StreamPart]:
         self.calls += 1
         choice = self.tool if self.calls == 1 else None
-        return self.inner.stream(messages, tools, ModelSettings(max_tokens=30, temperature=0,
-                                                                tool_choice=choice))
+        return self.inner.stream(
+            messages, tools, ModelSettings(max_tokens=30, temperature=0, tool_choice=choice)
+        )
 
 
 async def test_a_tool_round_trip_through_the_agent(llama_server: str) -> None:
@@ -82,18 +89,21 @@ async def test_a_tool_round_trip_through_the_agent(llama_server: str) -> None:
 
 
 async def test_a_model_string_selects_the_compatible_server(llama_server: str) -> None:
-    agent = Agent(model=f"openai-compatible:{llama_server}#smollm2",
-                  model_settings=ModelSettings(max_tokens=8))
+    agent = Agent(
+        model=f"openai-compatible:{llama_server}#smollm2",
+        model_settings=ModelSettings(max_tokens=8),
+    )
     result = await agent.run("Hi!")
     assert result.stop_reason == "completed"
     assert result.output
 
 
 async def test_a_wrong_base_url_is_a_request_error_without_retries(llama_server: str) -> None:
-    model = compatible(llama_server.replace("/v1", "/nope/v1"), retry=FAST,
-                       breaker=CircuitBreaker("t"))
+    model = compatible(
+        llama_server.replace("/v1", "/nope/v1"), retry=FAST, breaker=CircuitBreaker("t")
+    )
     parts: list[StreamPart] = []
-    with pytest.raises(ModelRequestError, match="404.*check the model name and the base URL"):
+    with pytest.raises(ModelRequestError, match=r"404.*check the model name and the base URL"):
         async for part in model.stream([Message.user("hi")], [], None):
             parts.append(part)
     assert parts == []
@@ -101,12 +111,16 @@ async def test_a_wrong_base_url_is_a_request_error_without_retries(llama_server:
 
 async def test_a_server_error_is_retried_then_typed(llama_server: str) -> None:
     # llama-cpp's server answers 500 to a request it cannot validate.
-    model = compatible(llama_server, retry=RetryPolicy(max_retries=2, initial_delay=0.01),
-                       breaker=CircuitBreaker("t"))
+    model = compatible(
+        llama_server,
+        retry=RetryPolicy(max_retries=2, initial_delay=0.01),
+        breaker=CircuitBreaker("t"),
+    )
     parts: list[StreamPart] = []
-    with pytest.raises(ModelUnavailable, match="(?s)500.*gave up after 2 retries"):
-        async for part in model.stream([Message.user("hi")], [],
-                                       ModelSettings(extra={"temperature": "hot"})):
+    with pytest.raises(ModelUnavailable, match=r"(?s)500.*gave up after 2 retries"):
+        async for part in model.stream(
+            [Message.user("hi")], [], ModelSettings(extra={"temperature": "hot"})
+        ):
             parts.append(part)
     assert [p.attempt for p in parts if isinstance(p, RetryNotice)] == [1, 2]
 
@@ -140,11 +154,14 @@ def test_a_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_message_conversion() -> None:
     call = ToolCall(id="c1", name="add", arguments={"a": 1})
     bad = ToolCall(id="c2", name="add", raw_arguments="{oops")
-    out = to_openai_messages([
-        Message.system("s"), Message.user("u"),
-        Message.assistant("thinking", tool_calls=[call, bad]),
-        Message.tool(ToolResult(tool_call_id="c1", name="add", data=1)),
-    ])
+    out = to_openai_messages(
+        [
+            Message.system("s"),
+            Message.user("u"),
+            Message.assistant("thinking", tool_calls=[call, bad]),
+            Message.tool(ToolResult(tool_call_id="c1", name="add", data=1)),
+        ]
+    )
     assert out[0] == {"role": "system", "content": "s"}
     assert out[2]["tool_calls"][0]["function"] == {"name": "add", "arguments": '{"a": 1}'}
     assert out[2]["tool_calls"][1]["function"]["arguments"] == "{oops"  # shown as it was
@@ -157,24 +174,40 @@ def sse(*chunks: dict[str, Any], done: bool = True) -> bytes:
     return (body + ("data: [DONE]\n\n" if done else "")).encode()
 
 
-def chunk(delta: dict[str, Any] | None = None, finish: str | None = None,
-          usage: dict[str, int] | None = None) -> dict[str, Any]:
+def chunk(
+    delta: dict[str, Any] | None = None,
+    finish: str | None = None,
+    usage: dict[str, int] | None = None,
+) -> dict[str, Any]:
     choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]
-    return {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m",
-            "choices": choices, "usage": usage}
+    return {
+        "id": "x",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "m",
+        "choices": choices,
+        "usage": usage,
+    }
 
 
 def replay(body: bytes, status: int = 200) -> OpenAIModel:
     def handler(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(status, content=body,
-                               headers={"content-type": "text/event-stream"})
+        return httpx2.Response(status, content=body, headers={"content-type": "text/event-stream"})
 
     client = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
-    return OpenAIModel("m", api_key="k", base_url="http://replay/v1", http_client=client,
-                       retry=FAST, breaker=CircuitBreaker("replay"))
+    return OpenAIModel(
+        "m",
+        api_key="k",
+        base_url="http://replay/v1",
+        http_client=client,
+        retry=FAST,
+        breaker=CircuitBreaker("replay"),
+    )
 
 
-def tc(index: int, *, id: str | None = None, name: str | None = None, args: str = "") -> dict[str, Any]:
+def tc(
+    index: int, *, id: str | None = None, name: str | None = None, args: str = ""
+) -> dict[str, Any]:
     fn: dict[str, Any] = {"arguments": args}
     if name:
         fn["name"] = name
@@ -187,7 +220,7 @@ async def test_parallel_tool_call_deltas_are_assembled_per_index() -> None:
         chunk(tc(0, id="call_a", name="add", args="")),
         chunk(tc(1, id="call_b", name="multiply", args='{"a": ')),
         chunk(tc(0, args='{"a": 1,')),
-        chunk(tc(1, args="3, \"b\": 4}")),
+        chunk(tc(1, args='3, "b": 4}')),
         chunk(tc(0, args=' "b": 2}')),
         chunk({}, finish="tool_calls"),
         chunk(None, usage={"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}),
@@ -196,7 +229,9 @@ async def test_parallel_tool_call_deltas_are_assembled_per_index() -> None:
     final = parts[-1]
     assert isinstance(final, ModelResponse)
     assert [(c.id, c.name, c.arguments) for c in final.tool_calls] == [
-        ("call_a", "add", {"a": 1, "b": 2}), ("call_b", "multiply", {"a": 3, "b": 4})]
+        ("call_a", "add", {"a": 1, "b": 2}),
+        ("call_b", "multiply", {"a": 3, "b": 4}),
+    ]
     assert final.usage is not None
     assert (final.usage.input_tokens, final.usage.output_tokens) == (11, 7)
     assert final.finish_reason == "tool_calls"
@@ -222,16 +257,22 @@ async def test_a_stream_cut_after_output_is_unavailable_and_not_retried() -> Non
 
 async def test_a_wrong_api_key_is_an_auth_error() -> None:
     body = json.dumps({"error": {"message": "Incorrect API key provided", "type": "x"}}).encode()
-    with pytest.raises(ModelAuthError, match="Incorrect API key.*check OPENAI_API_KEY"):
+    with pytest.raises(ModelAuthError, match=r"Incorrect API key.*check OPENAI_API_KEY"):
         await collect(replay(body, status=401).stream([Message.user("x")], [], None))
 
 
 async def test_a_context_length_error_is_context_too_long_and_not_retried() -> None:
     # What OpenAI (and llama.cpp's server, for non-streamed calls) answer to an oversized prompt.
-    body = json.dumps({"error": {
-        "message": "This model's maximum context length is 1024 tokens, however you requested "
-                   "3010 tokens", "type": "invalid_request_error",
-        "code": "context_length_exceeded"}}).encode()
+    body = json.dumps(
+        {
+            "error": {
+                "message": "This model's maximum context length is 1024 tokens, however you "
+                "requested 3010 tokens",
+                "type": "invalid_request_error",
+                "code": "context_length_exceeded",
+            }
+        }
+    ).encode()
     parts: list[StreamPart] = []
     with pytest.raises(ContextTooLong, match="maximum context length is 1024"):
         async for part in replay(body, status=400).stream([Message.user("x")], [], None):

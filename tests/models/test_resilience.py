@@ -3,6 +3,7 @@ loopback HTTP server that fails on purpose."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -25,8 +26,13 @@ FAST = RetryPolicy(initial_delay=0.01, max_delay=0.02)
 
 def sse_body(text: str, *, finish: bool = True) -> bytes:
     def chunk(delta: dict[str, Any], reason: str | None = None) -> str:
-        data = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": reason}]}
+        data = {
+            "id": "x",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": reason}],
+        }
         return f"data: {json.dumps(data)}\n\n"
 
     words = text.split(" ")
@@ -117,12 +123,15 @@ async def run(model: OpenAIModel, settings: ModelSettings | None = None) -> list
 
 
 async def test_429_with_retry_after_then_500_then_success(server: FailingServer) -> None:
-    server.script.steps = [("status", 429, {"Retry-After": "1"}), ("status", 500),
-                           ("ok", "all good")]
+    server.script.steps = [
+        ("status", 429, {"Retry-After": "1"}),
+        ("status", 500),
+        ("ok", "all good"),
+    ]
     started = time.monotonic()
     parts = await run(model_for(server))
     notices = [p for p in parts if isinstance(p, RetryNotice)]
-    assert [(n.attempt, n.delay) for n in notices][0] == (1, 1.0)  # Retry-After honoured
+    assert (notices[0].attempt, notices[0].delay) == (1, 1.0)  # Retry-After honoured
     assert [n.attempt for n in notices] == [1, 2]
     assert "ModelRateLimited" in notices[0].error and "ModelUnavailable" in notices[1].error
     final = parts[-1]
@@ -147,9 +156,16 @@ async def test_each_retry_is_an_llm_retry_event_and_only_the_answer_is_stored(
     assert [(m.role, m.content) for m in stored] == [("user", "hi"), ("assistant", "fine")]
 
 
-@pytest.mark.parametrize(("status", "error"), [
-    (400, ModelRequestError), (404, ModelRequestError), (401, ModelAuthError),
-    (403, ModelAuthError), (422, ModelRequestError)])
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [
+        (400, ModelRequestError),
+        (404, ModelRequestError),
+        (401, ModelAuthError),
+        (403, ModelAuthError),
+        (422, ModelRequestError),
+    ],
+)
 async def test_a_4xx_that_retrying_cannot_fix_is_not_retried(
     server: FailingServer, status: int, error: type[Exception]
 ) -> None:
@@ -192,7 +208,7 @@ async def test_the_per_call_timeout(server: FailingServer) -> None:
     server.script.steps = [("sleep", 2.0)]
     model = model_for(server, retry=RetryPolicy(max_retries=0))
     started = time.monotonic()
-    with pytest.raises(ModelUnavailable, match="0.3 s call timeout"):
+    with pytest.raises(ModelUnavailable, match=r"0.3 s call timeout"):
         await run(model, ModelSettings(timeout=0.3))
     assert time.monotonic() - started < 1.5
 
@@ -201,9 +217,13 @@ async def test_a_server_that_is_down(server: FailingServer) -> None:
     port = server.server_port
     server.shutdown()
     server.server_close()
-    model = OpenAIModel("m", api_key="k", base_url=f"http://127.0.0.1:{port}/v1",
-                        retry=RetryPolicy(max_retries=1, initial_delay=0.01),
-                        breaker=CircuitBreaker("down"))
+    model = OpenAIModel(
+        "m",
+        api_key="k",
+        base_url=f"http://127.0.0.1:{port}/v1",
+        retry=RetryPolicy(max_retries=1, initial_delay=0.01),
+        breaker=CircuitBreaker("down"),
+    )
     with pytest.raises(ModelUnavailable, match="could not be reached"):
         await run(model)
 
@@ -219,13 +239,13 @@ async def test_the_circuit_breaker_opens_then_probes_half_open(server: FailingSe
     with pytest.raises(ModelUnavailable, match="circuit breaker for flaky is open"):
         await run(model)
     assert len(server.script.requests) == 3  # the open breaker did not call the server
-    time.sleep(0.35)
+    await asyncio.sleep(0.35)
     with pytest.raises(ModelUnavailable, match="answered 500"):  # the half-open probe fails
         await run(model)
     assert breaker.state == "open" and len(server.script.requests) == 4
     with pytest.raises(ModelUnavailable, match="is open"):
         await run(model)
-    time.sleep(0.35)
+    await asyncio.sleep(0.35)
     server.script.steps = [("ok", "back again")]
     parts = await run(model)  # the probe succeeds and closes the breaker
     assert isinstance(parts[-1], ModelResponse) and parts[-1].text == "back again"

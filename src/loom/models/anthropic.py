@@ -18,8 +18,13 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loom.errors import ConfigurationError, MissingDependencyError, ModelAuthError
-from loom.errors import ModelResponseError, ModelUnavailable
+from loom.errors import (
+    ConfigurationError,
+    MissingDependencyError,
+    ModelAuthError,
+    ModelResponseError,
+    ModelUnavailable,
+)
 from loom.messages import Message, ModelResponse, ToolCall, Usage
 from loom.models.base import ModelSettings, StreamPart, TextDelta, ToolCallDelta
 from loom.models.resilience import (
@@ -37,8 +42,12 @@ __all__ = ["AnthropicModel", "from_spec", "to_anthropic_messages"]
 
 DEFAULT_MAX_TOKENS = 4096
 DEFAULT_TIMEOUT = 120.0
-_STOP = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
-         "tool_use": "tool_calls"}
+_STOP = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+}
 
 
 def _sdk() -> Any:
@@ -69,16 +78,22 @@ def to_anthropic_messages(messages: Sequence[Message]) -> tuple[str, list[dict[s
         elif m.role == "user":
             add("user", [{"type": "text", "text": m.content}] if m.content else [])
         elif m.role == "assistant":
-            blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+            blocks: list[dict[str, Any]] = (
+                [{"type": "text", "text": m.content}] if m.content else []
+            )
             for c in m.tool_calls:
                 # Arguments that were not JSON cannot be replayed as ``input``; the tool result
                 # that follows tells the model what was wrong with them.
-                blocks.append({"type": "tool_use", "id": c.id, "name": c.name,
-                               "input": c.arguments})
+                blocks.append(
+                    {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
+                )
             add("assistant", blocks)
         elif m.role == "tool":
-            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id or "",
-                                     "content": m.content}
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": m.tool_call_id or "",
+                "content": m.content,
+            }
             if m.metadata.get("success") is False:
                 block["is_error"] = True
             add("user", [block])
@@ -128,7 +143,9 @@ class AnthropicModel:
     ) -> None:
         self._anthropic = _sdk()
         if not model:
-            raise ConfigurationError("anthropic: the model name is empty, e.g. 'anthropic:claude-opus-4-6'")
+            raise ConfigurationError(
+                "anthropic: the model name is empty, e.g. 'anthropic:claude-opus-4-6'"
+            )
         key = api_key or os.environ.get("ANTHROPIC_API_KEY")
         if not key:
             raise ModelAuthError(
@@ -137,8 +154,9 @@ class AnthropicModel:
             )
         self.model = model
         self.name = f"anthropic:{model}"
-        self.base_url = (base_url or os.environ.get("ANTHROPIC_BASE_URL")
-                         or "https://api.anthropic.com").rstrip("/")
+        self.base_url = (
+            base_url or os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
+        ).rstrip("/")
         self.max_tokens = max_tokens
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
@@ -159,7 +177,10 @@ class AnthropicModel:
         client = self._clients.get(loop)
         if client is None:
             client = self._clients[loop] = self._anthropic.AsyncAnthropic(
-                api_key=self._key, base_url=self.base_url, max_retries=0, timeout=self.timeout,
+                api_key=self._key,
+                base_url=self.base_url,
+                max_retries=0,
+                timeout=self.timeout,
                 http_client=self._http_client,
             )
         return client
@@ -195,8 +216,11 @@ class AnthropicModel:
             body["system"] = system
         if tools:
             body["tools"] = [
-                {"name": t.name, "description": t.description,
-                 "input_schema": t.parameters or {"type": "object", "properties": {}}}
+                {
+                    "name": t.name,
+                    "description": t.description,
+                    "input_schema": t.parameters or {"type": "object", "properties": {}},
+                }
                 for t in tools
             ]
             choice = _tool_choice(s.tool_choice)
@@ -225,8 +249,9 @@ class AnthropicModel:
                     output_tokens = event.message.usage.output_tokens or 0
                 elif kind == "content_block_start":
                     cb = event.content_block
-                    blocks[event.index] = _Block(cb.type, getattr(cb, "id", None),
-                                                 getattr(cb, "name", "") or "")
+                    blocks[event.index] = _Block(
+                        cb.type, getattr(cb, "id", None), getattr(cb, "name", "") or ""
+                    )
                     if cb.type == "tool_use":
                         yield ToolCallDelta(event.index, cb.id, cb.name)
                 elif kind == "content_block_delta":
@@ -251,7 +276,8 @@ class AnthropicModel:
         text = "".join("".join(b.parts) for _, b in sorted(blocks.items()) if b.kind == "text")
         calls = [
             ToolCall.from_json(b.name, "".join(b.parts), id=b.id)
-            for _, b in sorted(blocks.items()) if b.kind == "tool_use"
+            for _, b in sorted(blocks.items())
+            if b.kind == "tool_use"
         ]
         if not text and not calls and stop is None:
             raise ModelResponseError(f"{self.name} returned no content")
@@ -270,10 +296,12 @@ class AnthropicModel:
             status = exc.status_code
             kind, message = _error_of(exc)
             if status < 400:  # an ``error`` event inside a 200 stream
-                status = {"overloaded_error": 529, "rate_limit_error": 429,
-                          "api_error": 500}.get(kind, 400)
-            return classify_status(status, message, exc.response.headers, provider=where,
-                                   key_var="ANTHROPIC_API_KEY")
+                status = {"overloaded_error": 529, "rate_limit_error": 429, "api_error": 500}.get(
+                    kind, 400
+                )
+            return classify_status(
+                status, message, exc.response.headers, provider=where, key_var="ANTHROPIC_API_KEY"
+            )
         if isinstance(exc, sdk.APITimeoutError):
             return connection_failure(where, exc, timed_out=True)
         if isinstance(exc, sdk.APIConnectionError):
@@ -304,4 +332,3 @@ def _error_of(exc: Any) -> tuple[str, str]:
 def from_spec(rest: str) -> AnthropicModel:
     """``anthropic:<model>`` with ``ANTHROPIC_API_KEY``."""
     return AnthropicModel(rest.strip())
-

@@ -29,8 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loom.errors import ConfigurationError, ContextTooLong, MissingDependencyError
-from loom.errors import ModelResponseError
+from loom.errors import (
+    ConfigurationError,
+    ContextTooLong,
+    MissingDependencyError,
+    ModelResponseError,
+)
 from loom.messages import Message, ModelResponse, Usage
 from loom.models.base import ModelSettings, StreamPart, TextDelta, ToolCallDelta
 from loom.models.local_prompt import (
@@ -268,7 +272,9 @@ class LocalModel:
         )
         return tokens
 
-    def _mode(self, messages: Sequence[Message], tools: Sequence[ToolSpec], s: ModelSettings) -> str:
+    def _mode(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], s: ModelSettings
+    ) -> str:
         if not tools or s.tool_choice == "none":
             return ToolMode.TEXT
         if tool_rounds_since_user(messages) >= self.tool_rounds:
@@ -279,7 +285,7 @@ class LocalModel:
         key = json.dumps([[t.name, t.parameters] for t in tools], sort_keys=True) + mode
         grammar = self._grammars.get(key)
         if grammar is None:
-            from llama_cpp import LlamaGrammar
+            from llama_cpp.llama_grammar import LlamaGrammar
 
             try:
                 grammar = LlamaGrammar.from_json_schema(
@@ -345,7 +351,9 @@ class LocalModel:
                 if item is _END:
                     break
                 if isinstance(item, BaseException):
-                    raise ModelResponseError(f"{self.name} failed while generating: {item}") from item
+                    raise ModelResponseError(
+                        f"{self.name} failed while generating: {item}"
+                    ) from item
                 pieces.append(item)
                 visible = item if answer is None else answer.feed(item)
                 if visible:
@@ -376,8 +384,13 @@ class LocalModel:
         with loaded.lock:
             llama.set_seed(self.seed)
             for token in llama.generate(
-                prompt, temp=temperature, top_p=self.top_p, top_k=self.top_k,
-                repeat_penalty=self.repeat_penalty, grammar=grammar, reset=True,
+                prompt,
+                temp=temperature,
+                top_p=self.top_p,
+                top_k=self.top_k,
+                repeat_penalty=self.repeat_penalty,
+                grammar=grammar,
+                reset=True,
             ):
                 if stop.is_set():
                     finish = "cancelled"
@@ -399,25 +412,32 @@ class LocalModel:
     def _response(
         self, text: str, constrained: bool, n_prompt: int, stats: dict[str, Any], limit: int
     ) -> ModelResponse:
-        usage = Usage(input_tokens=n_prompt, output_tokens=stats.get("output_tokens", 0),
-                      requests=1)
+        usage = Usage(
+            input_tokens=n_prompt, output_tokens=stats.get("output_tokens", 0), requests=1
+        )
         finish = stats.get("finish", "stop")
         if not constrained:
-            return ModelResponse(text=text.strip(), usage=usage, finish_reason=finish,
-                                 model=self.name)
+            return ModelResponse(
+                text=text.strip(), usage=usage, finish_reason=finish, model=self.name
+            )
         try:
             answer, call = parse_constrained(text)
         except ValueError as exc:
-            hint = f" (it stopped at max_tokens={limit}; raise max_tokens)" if finish == "length" \
+            hint = (
+                f" (it stopped at max_tokens={limit}; raise max_tokens)"
+                if finish == "length"
                 else ""
+            )
             raise ModelResponseError(
                 f"{self.name} produced unusable tool-call JSON{hint}: {text[:200]!r}"
             ) from exc
         if call is None:
-            return ModelResponse(text=answer.strip(), usage=usage, finish_reason=finish,
-                                 model=self.name)
-        return ModelResponse(tool_calls=[call], usage=usage, finish_reason="tool_calls",
-                             model=self.name)
+            return ModelResponse(
+                text=answer.strip(), usage=usage, finish_reason=finish, model=self.name
+            )
+        return ModelResponse(
+            tool_calls=[call], usage=usage, finish_reason="tool_calls", model=self.name
+        )
 
 
 def from_spec(rest: str) -> LocalModel:

@@ -112,8 +112,9 @@ def render_messages(
             if lines:
                 out.append({"role": "assistant", "content": "\n".join(lines)})
     if messages and messages[-1].role == "tool":
-        out.append({"role": "user", "content": ANSWER_NUDGE if mode == ToolMode.TEXT
-                    else CONTINUE_NUDGE})
+        out.append(
+            {"role": "user", "content": ANSWER_NUDGE if mode == ToolMode.TEXT else CONTINUE_NUDGE}
+        )
     return out
 
 
@@ -144,19 +145,23 @@ def tools_schema(tools: Sequence[ToolSpec], mode: str) -> dict[str, Any]:
         params, defs = _prefixed(t.parameters or {"type": "object", "properties": {}}, f"t{i}_")
         params.setdefault("type", "object")
         all_defs.update(defs)
-        branches.append({
-            "type": "object",
-            "properties": {"tool": {"const": t.name}, "arguments": params},
-            "required": ["tool", "arguments"],
-            "additionalProperties": False,
-        })
+        branches.append(
+            {
+                "type": "object",
+                "properties": {"tool": {"const": t.name}, "arguments": params},
+                "required": ["tool", "arguments"],
+                "additionalProperties": False,
+            }
+        )
     if mode != ToolMode.REQUIRED:
-        branches.append({
-            "type": "object",
-            "properties": {"answer": {"type": "string"}},
-            "required": ["answer"],
-            "additionalProperties": False,
-        })
+        branches.append(
+            {
+                "type": "object",
+                "properties": {"answer": {"type": "string"}},
+                "required": ["answer"],
+                "additionalProperties": False,
+            }
+        )
     schema: dict[str, Any] = {"anyOf": branches}
     if all_defs:
         schema["$defs"] = all_defs

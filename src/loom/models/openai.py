@@ -21,8 +21,13 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loom.errors import ConfigurationError, MissingDependencyError, ModelAuthError
-from loom.errors import ModelResponseError, ModelUnavailable
+from loom.errors import (
+    ConfigurationError,
+    MissingDependencyError,
+    ModelAuthError,
+    ModelResponseError,
+    ModelUnavailable,
+)
 from loom.messages import Message, ModelResponse, ToolCall, Usage
 from loom.models.base import ModelSettings, StreamPart, TextDelta, ToolCallDelta
 from loom.models.resilience import (
@@ -177,7 +182,10 @@ class OpenAIModel:
         client = self._clients.get(loop)
         if client is None:
             client = self._clients[loop] = self._openai.AsyncOpenAI(
-                api_key=self._key, base_url=self.base_url, max_retries=0, timeout=self.timeout,
+                api_key=self._key,
+                base_url=self.base_url,
+                max_retries=0,
+                timeout=self.timeout,
                 http_client=self._http_client,
             )
         return client
@@ -291,8 +299,11 @@ class OpenAIModel:
         where = f"{self.provider} ({self.base_url})"
         if isinstance(exc, sdk.APIStatusError):
             return classify_status(
-                exc.status_code, _message(exc), exc.response.headers,
-                provider=where, key_var=self.api_key_var if self.provider == "openai" else None,
+                exc.status_code,
+                _message(exc),
+                exc.response.headers,
+                provider=where,
+                key_var=self.api_key_var if self.provider == "openai" else None,
             )
         if isinstance(exc, sdk.APITimeoutError):
             return connection_failure(where, exc, timed_out=True)
@@ -351,6 +362,9 @@ def from_ollama_spec(rest: str) -> OpenAIModel:
     """``ollama:<model>``: a local Ollama server (``OLLAMA_BASE_URL`` overrides the address)."""
     base = os.environ.get("OLLAMA_BASE_URL") or OLLAMA_URL
     return OpenAIModel(
-        rest.strip(), base_url=base, provider="ollama", api_key_var="OLLAMA_API_KEY",
+        rest.strip(),
+        base_url=base,
+        provider="ollama",
+        api_key_var="OLLAMA_API_KEY",
         require_key=False,
     )

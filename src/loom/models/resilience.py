@@ -15,6 +15,7 @@ when one probe call is let through (half-open); its success closes the breaker a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import random
 import threading
@@ -140,7 +141,9 @@ _BREAKERS: dict[str, CircuitBreaker] = {}
 _BREAKERS_LOCK = threading.Lock()
 
 
-def breaker_for(endpoint: str, failure_threshold: int = 5, reset_timeout: float = 30.0) -> CircuitBreaker:
+def breaker_for(
+    endpoint: str, failure_threshold: int = 5, reset_timeout: float = 30.0
+) -> CircuitBreaker:
     """The process-wide breaker for one provider endpoint (created on first use)."""
     with _BREAKERS_LOCK:
         found = _BREAKERS.get(endpoint)
@@ -173,7 +176,13 @@ def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-_CONTEXT_WORDS = ("context length", "context_length", "maximum context", "too long", "too many tokens")
+_CONTEXT_WORDS = (
+    "context length",
+    "context_length",
+    "maximum context",
+    "too long",
+    "too many tokens",
+)
 
 
 def classify_status(
@@ -222,7 +231,7 @@ async def resilient_stream(
     *,
     policy: RetryPolicy,
     breaker: CircuitBreaker | None,
-    timeout: float | None,
+    timeout: float | None,  # noqa: ASYNC109 - per attempt, applied around each await
     provider: str,
 ) -> AsyncIterator[StreamPart]:
     """Run ``attempt()`` with retries before the first part, the breaker, and a per-call timeout.
@@ -313,7 +322,5 @@ def _exhausted(error: ModelError, retries: int) -> ModelError:
 async def _close(stream: AsyncIterator[StreamPart]) -> None:
     aclose = getattr(stream, "aclose", None)
     if aclose is not None:
-        try:
+        with contextlib.suppress(Exception):  # closing a broken stream must not hide the error
             await aclose()
-        except Exception:  # closing a broken stream must not hide the real error
-            pass

@@ -53,18 +53,20 @@ def chat(model: LocalModel, question: str) -> list[int]:
 
 async def loom_run(agent: Agent, question: str, session: str | None = None) -> dict[str, float]:
     start = time.perf_counter()
-    first = last = 0.0
+    first = last = cpu_first = cpu_last = 0.0
     usage: dict[str, int] = {}
     async for ev in agent.stream(question, session_id=session):
         if ev.type is EventType.LLM_DELTA:
-            last = time.perf_counter()
-            first = first or last
+            last, cpu_last = time.perf_counter(), time.process_time()
+            if not first:
+                first, cpu_first = last, cpu_last
         elif ev.type is EventType.LLM_COMPLETE:
             usage = ev.data["usage"]
     n = usage["output_tokens"]
     return {
         "ttft": first - start,
         "gen_tps": (n - 1) / (last - first) if n > 1 else 0.0,
+        "cpu_ms": 1000 * (cpu_last - cpu_first) / (n - 1) if n > 1 else 0.0,
         "prompt": usage["input_tokens"],
         "out": n,
     }
@@ -92,14 +94,15 @@ def direct_generate(
 
     vocab = llama._model.vocab
     start = time.perf_counter()
-    first = last = 0.0
+    first = last = cpu_first = cpu_last = 0.0
     n = 0
     for tok in llama.generate(tokens, temp=0.0, repeat_penalty=1.0, grammar=grammar, reset=True):
         if llama_cpp.llama_vocab_is_eog(vocab, tok):
             break
         llama.detokenize([tok])
-        last = time.perf_counter()
-        first = first or last
+        last, cpu_last = time.perf_counter(), time.process_time()
+        if not first:
+            first, cpu_first = last, cpu_last
         n += 1
         if n >= max_tokens:
             break
@@ -107,6 +110,7 @@ def direct_generate(
         "ttft": first - start,
         "gen_tps": (n - 1) / (last - first) if n > 1 else 0.0,
         "ms_per_token": 1000 * (last - first) / (n - 1) if n > 1 else 0.0,
+        "cpu_ms": 1000 * (cpu_last - cpu_first) / (n - 1) if n > 1 else 0.0,
         "out": n,
     }
 
@@ -197,6 +201,8 @@ async def main(runs: int, max_tokens: int) -> dict[str, Any]:
             "llama_generate": round(g_raw, 1),
             "loom_overhead_pct_vs_create_completion": round(100 * (g_cc - g_loom) / g_cc, 2),
             "loom_overhead_pct_vs_generate": round(100 * (g_raw - g_loom) / g_raw, 2),
+            "cpu_ms_per_token_loom": round(med(gen_loom, "cpu_ms"), 2),
+            "cpu_ms_per_token_llama_generate": round(med(gen_raw, "cpu_ms"), 2),
         },
         "time_to_first_token_1k_prompt_s": {
             "loom": round(ttft_l, 3),

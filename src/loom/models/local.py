@@ -156,12 +156,12 @@ class _Loaded:
     path: Path
 
 
-_LOADED: dict[tuple[str, int], _Loaded] = {}
+_LOADED: dict[tuple[str, int, int | None, int | None], _Loaded] = {}
 _LOAD_LOCK = threading.Lock()
 
 
-def _load(path: Path, n_ctx: int, n_threads: int | None) -> _Loaded:
-    key = (str(path), n_ctx)
+def _load(path: Path, n_ctx: int, n_threads: int | None, n_threads_batch: int | None) -> _Loaded:
+    key = (str(path), n_ctx, n_threads, n_threads_batch)
     with _LOAD_LOCK:
         found = _LOADED.get(key)
         if found is not None:
@@ -173,7 +173,11 @@ def _load(path: Path, n_ctx: int, n_threads: int | None) -> _Loaded:
         try:
             with _default_params(extra):
                 llama = lib.Llama(
-                    model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, verbose=False
+                    model_path=str(path),
+                    n_ctx=n_ctx,
+                    n_threads=n_threads,
+                    n_threads_batch=n_threads_batch,
+                    verbose=False,
                 )
         except (ValueError, RuntimeError) as exc:
             raise ConfigurationError(
@@ -221,6 +225,7 @@ class LocalModel:
             text. A 135M model given tools again after a result tends to call them forever.
         seed: Sampling seed, for repeatable runs when ``temperature > 0``.
         n_threads: Threads for generation (llama.cpp's default when ``None``).
+        n_threads_batch: Threads for prompt evaluation (llama.cpp's default when ``None``).
     """
 
     def __init__(
@@ -236,6 +241,7 @@ class LocalModel:
         tool_rounds: int = 1,
         seed: int = 0,
         n_threads: int | None = None,
+        n_threads_batch: int | None = None,
     ) -> None:
         _llama_cpp()  # a missing extra fails here, before any file is looked at
         resolved = bundled_model_path() if path is None else check_gguf(Path(path))
@@ -244,7 +250,7 @@ class LocalModel:
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
         self.repeat_penalty, self.max_tokens, self.seed = repeat_penalty, max_tokens, seed
         self.tool_rounds = tool_rounds
-        self._loaded = _load(resolved, n_ctx, n_threads)
+        self._loaded = _load(resolved, n_ctx, n_threads, n_threads_batch)
         self._grammars: dict[str, Any] = {}
 
     def __repr__(self) -> str:

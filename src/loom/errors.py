@@ -20,6 +20,7 @@ LoomError
 │   ├── ModelRateLimited          429 after all retries
 │   ├── ModelUnavailable          server down, 5xx, timeouts, open circuit
 │   ├── ContextTooLong            the request does not fit the model's window
+│   ├── ModelRequestError         the provider rejected the request (unknown model, bad option)
 │   └── ModelResponseError        the model answered something unusable
 ├── ToolError                     raised *by tools* to send a coded error to the model
 │   └── ScopeViolation            a file tool was asked for a path outside its workspace
@@ -60,6 +61,7 @@ __all__ = [
     "ModelAuthError",
     "ModelError",
     "ModelRateLimited",
+    "ModelRequestError",
     "ModelResponseError",
     "ModelUnavailable",
     "PatternError",
@@ -169,6 +171,10 @@ class ModelUnavailable(ModelError):
 
 class ContextTooLong(ModelError):
     """The request does not fit in the model's context window."""
+
+
+class ModelRequestError(ModelError):
+    """The provider refused the request as sent (a 4xx that retrying cannot fix)."""
 
 
 class ModelResponseError(ModelError):

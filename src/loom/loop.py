@@ -36,7 +36,7 @@ from loom.messages import (
     Usage,
     new_id,
 )
-from loom.models.base import TextDelta
+from loom.models.base import RetryNotice, TextDelta
 from loom.store.base import LedgerEntry, LedgerStatus, RunRecord
 from loom.tools.base import RunContext
 from loom.tools.executor import error_result, execute_call
@@ -324,6 +324,10 @@ class Turn:
         async for part in self.agent.model.stream(messages, ctx.tools, self.agent.model_settings):
             if type(part) is TextDelta:
                 self._announce(E.LLM_DELTA, text=part.text)
+            elif type(part) is RetryNotice:
+                self._announce(
+                    E.LLM_RETRY, attempt=part.attempt, delay=part.delay, error=part.error
+                )
             elif isinstance(part, ModelResponse):
                 final = part
         if final is None:

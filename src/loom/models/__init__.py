@@ -11,12 +11,21 @@ import os
 from typing import Any
 
 from loom.errors import ConfigurationError
-from loom.models.base import Model, ModelSettings, StreamPart, TextDelta, ToolCallDelta, complete
+from loom.models.base import (
+    Model,
+    ModelSettings,
+    RetryNotice,
+    StreamPart,
+    TextDelta,
+    ToolCallDelta,
+    complete,
+)
 
 __all__ = [
     "PROVIDERS",
     "Model",
     "ModelSettings",
+    "RetryNotice",
     "StreamPart",
     "TextDelta",
     "ToolCallDelta",

@@ -13,6 +13,7 @@ from loom.tools.base import ToolSpec
 __all__ = [
     "Model",
     "ModelSettings",
+    "RetryNotice",
     "StreamPart",
     "TextDelta",
     "ToolCallDelta",
@@ -48,7 +49,20 @@ class ToolCallDelta:
     arguments_delta: str = ""
 
 
-StreamPart = TextDelta | ToolCallDelta | ModelResponse
+@dataclass(slots=True)
+class RetryNotice:
+    """A failed attempt that will be retried after ``delay`` seconds (the loop emits LLM_RETRY).
+
+    Providers yield it only before their first delta: once output has streamed, a failure ends
+    the call instead, so nothing is ever shown twice.
+    """
+
+    attempt: int
+    delay: float
+    error: str
+
+
+StreamPart = TextDelta | ToolCallDelta | RetryNotice | ModelResponse
 """What ``Model.stream`` yields. The last item must be the complete ``ModelResponse``."""
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 # The toolset `loom run` gives an agent that does not name its own: read-only, so nothing in
 # the workspace (the current directory unless --workspace says otherwise) changes unasked.
 DEFAULT_TOOLS = ["add", "multiply", "current_time", "read_file", "list_dir", "glob", "grep"]
+# A 135M model picks tools reliably only from a short list: the embedded model gets this one.
+LOCAL_DEFAULT_TOOLS = ["add", "multiply", "current_time"]
 DEFAULT_INSTRUCTIONS = (
     "You are a helpful assistant. Use a tool when it helps; answer briefly and plainly."
 )
@@ -90,7 +93,10 @@ def build_agent(
         if tool_names is not None:
             overrides["tools"] = tool_names
         return Agent.from_file(agent_file, **overrides)
-    overrides.setdefault("tools", tool_names if tool_names is not None else DEFAULT_TOOLS)
+    if tool_names is None:
+        spec = model or os.environ.get("LOOM_MODEL") or "local"
+        tool_names = LOCAL_DEFAULT_TOOLS if spec.split(":", 1)[0] == "local" else DEFAULT_TOOLS
+    overrides.setdefault("tools", tool_names)
     return Agent(name="loom", instructions=DEFAULT_INSTRUCTIONS, **overrides)
 
 

@@ -1,21 +1,19 @@
 """The turn: INTAKE → CONTEXT → EXECUTE → PERSIST, driven by seed 003's state machine.
 
-One ``Turn`` runs in its own task and hands its events to the caller through ``emit``. Each
-iteration assembles the context, streams one model answer, and runs the answer's tool calls
+Each iteration compiles the context, streams one model answer and runs the answer's tool calls
 concurrently; then it recurses (seed 002's ``tt``) until the model answers without tools or a
-limit stops it. Every step is committed to the store before its event goes out.
+limit stops it. Every step is committed before its event goes out (``loom.steps``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Generator, Sequence
-from enum import StrEnum
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from loom import runtime
-from loom.context import ContextRequest
+from loom.context import AssembledContext, ContextRequest
 from loom.errors import (
     ConfigurationError,
     HookError,
@@ -24,8 +22,9 @@ from loom.errors import (
     ModelResponseError,
     RunCancelled,
 )
-from loom.events import AgentEvent, EventType
-from loom.hooks import Deny, HookContext, ReplaceArguments, RequireApproval
+from loom.events import AgentEvent
+from loom.events import EventType as E
+from loom.hooks import Deny, ReplaceArguments, RequireApproval
 from loom.messages import (
     Message,
     ModelResponse,
@@ -37,7 +36,8 @@ from loom.messages import (
     new_id,
 )
 from loom.models.base import RetryNotice, TextDelta
-from loom.store.base import LedgerEntry, LedgerStatus, RunRecord
+from loom.steps import AgentState, TurnSteps
+from loom.store.base import RunRecord
 from loom.tools.base import RunContext
 from loom.tools.executor import error_result, execute_call
 
@@ -46,157 +46,46 @@ if TYPE_CHECKING:
 
 __all__ = ["AgentState", "Turn"]
 
-E = EventType
-
-
-class AgentState(StrEnum):
-    """Seed 003's states; each change is a ``STATE_CHANGE`` event."""
-
-    WAITING_FOR_USER_INPUT = "waiting_for_user_input"
-    CALLING_LLM = "calling_llm"
-    PROCESSING_LLM_RESPONSE = "processing_llm_response"
-    EXECUTING_TOOLS = "executing_tools"
-    POST_TOOLS_HOOK = "post_tools_hook"
-    ERROR = "error"
-    SHUTTING_DOWN = "shutting_down"
-
-
-class _Ready:
-    """An awaitable that is already done: skipping hook points nobody uses costs ~nothing."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __await__(self) -> Generator[None, None, Any]:
-        return self.value
-        yield  # pragma: no cover - makes this a generator
-
-
-_NO_HOOK_RESULTS: Any = _Ready(())
-
 
 class _Stop(Exception):
     def __init__(self, reason: StopReason, error: str | None = None):
         self.reason, self.error = reason, error
 
 
-class Turn:
+class Turn(TurnSteps):
     """One user message run to its answer. Create through ``Agent.stream`` / ``Agent.run``."""
 
-    def __init__(
-        self,
-        agent: Agent,
-        message: str,
-        session_id: str,
-        on_busy: str,
-        deps: Any,
-        resume: Any = None,
-    ):
-        self.agent, self.message, self.session_id, self.on_busy = (
-            agent,
-            message,
-            session_id,
-            on_busy,
-        )
-        self.deps = deps
-        self.run_id = new_id("run")
-        self.state = AgentState.WAITING_FOR_USER_INPUT
-        self.iteration = 0
+    def __init__(self, agent: Agent, message: str, session_id: str, on_busy: str, deps: Any,
+                 resume: Any = None) -> None:  # fmt: skip
+        super().__init__(agent, session_id, new_id("run"))
+        self.message, self.on_busy, self.deps = message, on_busy, deps
         self.tool_calls_made = 0
         self.usage = Usage()
-        self.history: list[Message] = []
-        self.new_messages: list[Message] = []
         self.output = ""
         self.result: RunResult | None = None
         self.verdict: dict[str, Any] | None = None  # the judge panel's latest, if any
-        self.hctx = HookContext(agent, self.run_id, session_id)
         self.cancel_reason: str | None = None
-        self._finishing = False
-        self._seq = 0
-        self._journal: list[AgentEvent] = []
-        self._open: dict[str, LedgerEntry] = {}  # started, not ended
-        self._unanswered: dict[str, ToolCall] = {}  # in a stored assistant message, no result yet
-        self._task: asyncio.Task[None] | None = None
-        self._emit: Callable[[AgentEvent], None] = lambda e: None
         self.resume = resume  # decisions for the calls a paused turn left (Agent.resume)
         self.decided: dict[str, Any] = {}  # approved at resume, run without asking again
         self.pending_approvals: list[dict[str, Any]] = []  # parked calls; the run stops after
+        self._finishing = False
+        self._task: asyncio.Task[Any] | None = None
 
-    # -- events -------------------------------------------------------------------------------
-    def _event(self, type: EventType, data: dict[str, Any]) -> AgentEvent:
-        ev = AgentEvent(type, self.run_id, self.session_id, self.iteration, self._seq, data)
-        self._seq += 1
-        return ev
-
-    def _announce(self, type: EventType, **data: Any) -> None:
-        ev = self._event(type, data)
-        if type is not E.LLM_DELTA:
-            self._journal.append(ev)
-        self._emit(ev)
-
-    async def _commit(
-        self,
-        events: list[AgentEvent],
-        *,
-        messages: Sequence[Message] = (),
-        ledger: Sequence[LedgerEntry] = (),
-        run: RunRecord | None = None,
-    ) -> None:
-        """Persist before you announce: the step and its events, then the events go out."""
-        journal, self._journal = self._journal + events, []
-        await self.agent.store.append(
-            self.session_id, messages=messages, events=journal, ledger=ledger, run=run
-        )
-        self.history.extend(messages)
-        self.new_messages.extend(messages)
-        for ev in events:
-            self._emit(ev)
-
-    def _set_state(self, state: AgentState) -> None:
-        if state is not self.state:
-            self._announce(E.STATE_CHANGE, **{"from": self.state.value, "to": state.value})
-            self.state = self.hctx.state = state
-
-    def _hook(self, point: str, *args: Any) -> Awaitable[list[Any]]:
-        hooks = self.agent._hooks.get(point)
-        return self._run_hooks(point, hooks, args) if hooks else _NO_HOOK_RESULTS
-
-    async def _run_hooks(self, point: str, hooks: Any, args: tuple[Any, ...]) -> list[Any]:
-        return [await self._call_hook(point, h, *args) for h in hooks]
-
-    async def _call_hook(self, point: str, hook: tuple[Any, bool], *args: Any) -> Any:
-        fn, fatal = hook
-        try:
-            return await fn(self.hctx, *args)
-        except Exception as exc:
-            if fatal:
-                raise HookError(f"hook {point} raised {type(exc).__name__}: {exc}") from exc
-            self._announce(E.ERROR, error=f"non-fatal hook {point}: {exc}", fatal=False)
-            return None
-
-    # -- the turn -----------------------------------------------------------------------------
     async def run(self, emit: Callable[[AgentEvent], None]) -> None:
+        """Run the turn to its end in the current task, handing each event to ``emit``."""
         self._emit, a = emit, self.agent
         self._task = asyncio.current_task()
         try:
             gate = await runtime.acquire(
-                a.store,
-                self.session_id,
-                self.run_id,
-                on_busy=self.on_busy,  # type: ignore[arg-type]
+                a.store, self.session_id, self.run_id, on_busy=self.on_busy,  # type: ignore[arg-type]
                 interrupt=lambda: self.cancel("interrupted by a newer turn"),
-                queue_timeout=a.queue_timeout,
-                max_queue_depth=a.max_queue_depth,
+                queue_timeout=a.queue_timeout, max_queue_depth=a.max_queue_depth,
                 lock_ttl=a.lock_ttl,
-            )
+            )  # fmt: skip
         except asyncio.CancelledError:
             if self.cancel_reason is None:
                 raise
-            raise RunCancelled(
-                f"cancelled while waiting for the session: {self.cancel_reason}"
-            ) from None
+            raise RunCancelled(f"cancelled while queued: {self.cancel_reason}") from None
         started, stop, error = time.perf_counter(), "completed", None
         raise_after: BaseException | None = None
         try:
@@ -213,7 +102,7 @@ class Turn:
                 raise_after = asyncio.CancelledError()
             else:
                 self._task.uncancel()  # type: ignore[union-attr]
-        except (ConfigurationError, ModelAuthError) as exc:
+        except (ConfigurationError, ModelAuthError) as exc:  # the programmer must fix these
             stop, error, raise_after = "error", str(exc), exc
         except ModelError as exc:
             stop, error = "model_error", f"{type(exc).__name__}: {exc}"
@@ -237,9 +126,9 @@ class Turn:
 
     def cancel(self, reason: str = "cancelled by the caller") -> None:
         """Stop the turn at its next await; open tool calls get ``interrupted`` results."""
-        if self._finishing:
+        if self._finishing or self.cancel_reason is not None:
             return
-        if self._task is not None and not self._task.done() and self.cancel_reason is None:
+        if self._task is not None and not self._task.done():
             self.cancel_reason = reason
             self._task.cancel()
 
@@ -248,16 +137,12 @@ class Turn:
         if await store.get_session(self.session_id) is None:
             await store.create_session(self.session_id, agent_name=a.name)
         await a._recover(self)
-        self.history = await store.load_messages(self.session_id)
-        self.hctx.messages = self.history
+        self.history = self.hctx.messages = await store.load_messages(self.session_id)
         if await a._approvals.settle(self):  # resumed a turn that waited for approval
             return
         start = self._event(E.AGENT_START, {"message": self.message, "agent": a.name})
-        await self._commit(
-            [start],
-            messages=[Message.user(self.message)],
-            run=RunRecord(self.run_id, self.session_id, "running"),
-        )
+        await self._commit([start], messages=[Message.user(self.message)],
+                           run=RunRecord(self.run_id, self.session_id, "running"))  # fmt: skip
         await a._prepare_tools(self)
 
     async def _iterate(self) -> None:
@@ -266,38 +151,14 @@ class Turn:
             self.iteration = self.hctx.iteration = self.iteration + 1
             await self._hook("before_iteration_start")
             self._announce(E.ITERATION_START)
-            await self._hook("before_context_assembly")
-            self._announce(E.CONTEXT_ASSEMBLY_START)
-            ctx = await a.context_builder.build(
-                ContextRequest(
-                    a,
-                    self.history,
-                    self.session_id,
-                    self.run_id,
-                    self.iteration,
-                    self.message,
-                    extra_system=a._extra_system(self),
-                )
-            )
-            for note_type, note in ctx.notes:
-                self._announce(note_type, **note)
-            await self._hook("after_context_assembly", ctx.messages)
-            self._announce(
-                E.CONTEXT_ASSEMBLY_COMPLETE,
-                token_estimate=ctx.token_estimate,
-                message_count=len(ctx.messages),
-            )
+            ctx = await self._context()
             self._set_state(AgentState.CALLING_LLM)
             messages = ctx.messages
             for extra in await self._hook("before_llm_call", messages):
                 if extra:
                     messages = [*messages, *extra]
-            self._announce(
-                E.LLM_START,
-                tool_count=len(ctx.tools),
-                message_count=len(messages),
-                token_estimate=ctx.token_estimate,
-            )
+            self._announce(E.LLM_START, tool_count=len(ctx.tools), message_count=len(messages),
+                           token_estimate=ctx.token_estimate)  # fmt: skip
             response = await self._call_model(messages, ctx)
             self._set_state(AgentState.PROCESSING_LLM_RESPONSE)
             await self._hook("after_llm_response", response)
@@ -319,15 +180,30 @@ class Turn:
             await self._hook("before_recursion")
             self._announce(E.RECURSION, next_iteration=self.iteration + 1)
 
-    async def _call_model(self, messages: list[Message], ctx: Any) -> ModelResponse:
+    async def _context(self) -> AssembledContext:
+        """CONTEXT: the one place the model's input is compiled, from persisted state."""
+        a = self.agent
+        await self._hook("before_context_assembly")
+        self._announce(E.CONTEXT_ASSEMBLY_START)
+        request = ContextRequest(a, self.history, self.session_id, self.run_id, self.iteration,
+                                 self.message, extra_system=a._extra_system(self))  # fmt: skip
+        ctx = await a.context_builder.build(request)
+        for note_type, note in ctx.notes:
+            self._announce(note_type, **note)
+        await self._hook("after_context_assembly", ctx.messages)
+        self._announce(E.CONTEXT_ASSEMBLY_COMPLETE, token_estimate=ctx.token_estimate,
+                       message_count=len(ctx.messages))  # fmt: skip
+        return ctx
+
+    async def _call_model(self, messages: list[Message], ctx: AssembledContext) -> ModelResponse:
+        """Stream one answer; commit it whole (a cut stream stores nothing)."""
         final: ModelResponse | None = None
         async for part in self.agent.model.stream(messages, ctx.tools, self.agent.model_settings):
             if type(part) is TextDelta:
                 self._announce(E.LLM_DELTA, text=part.text)
             elif type(part) is RetryNotice:
-                self._announce(
-                    E.LLM_RETRY, attempt=part.attempt, delay=part.delay, error=part.error
-                )
+                self._announce(E.LLM_RETRY, attempt=part.attempt, delay=part.delay,
+                               error=part.error)  # fmt: skip
             elif isinstance(part, ModelResponse):
                 final = part
         if final is None:
@@ -336,14 +212,11 @@ class Turn:
             raise _Stop("model_error", "the model returned an empty response")
         if final.usage is not None:
             self.usage = self.usage + final.usage
-        ids = [c.id for c in final.tool_calls]
-        if len(set(ids)) != len(ids) or not all(ids):  # results must pair with calls one to one
-            seen: set[str] = set()
-            for c in final.tool_calls:
-                if not c.id or c.id in seen:
-                    c.id = new_id("call")
-                seen.add(c.id)
-        msg = final.to_message()
+        seen: set[str] = set()
+        for c in final.tool_calls:  # results must pair with calls one to one
+            if not c.id or c.id in seen:
+                c.id = new_id("call")
+            seen.add(c.id)
         events = (
             [
                 self._event(
@@ -353,202 +226,101 @@ class Turn:
             if final.tool_calls
             else []
         )
-        events.append(
-            self._event(
-                E.LLM_COMPLETE,
-                {
-                    "text": final.text,
-                    "tool_call_count": len(final.tool_calls),
-                    "usage": final.usage.model_dump() if final.usage else None,
-                    "finish_reason": final.finish_reason,
-                },
-            )
-        )
-        await self._commit(events, messages=[msg])
+        events.append(self._event(E.LLM_COMPLETE, {
+            "text": final.text, "tool_call_count": len(final.tool_calls),
+            "usage": final.usage.model_dump() if final.usage else None,
+            "finish_reason": final.finish_reason}))  # fmt: skip
+        await self._commit(events, messages=[final.to_message()])
         self._unanswered.update((c.id, c) for c in final.tool_calls)
         return final
 
+    async def _screen(
+        self, index: int, call: ToolCall
+    ) -> tuple[ToolCall | None, ToolResult | None]:
+        """Limits, hooks and approval for one call: (call to run, or None) and a refusal."""
+        a = self.agent
+        if self.tool_calls_made + index >= a.max_tool_calls:
+            return None, error_result(call, "limit", "not run: the turn reached "
+                                      f"max_tool_calls={a.max_tool_calls}")  # fmt: skip
+        ask: RequireApproval | None = None
+        for hook in a._hooks.get("before_tool_execution", ()):
+            decision = await self._call_hook("before_tool_execution", hook, call)
+            if isinstance(decision, Deny):
+                return None, error_result(call, "denied", decision.reason)
+            if isinstance(decision, ReplaceArguments):
+                call = call.model_copy(update={"arguments": decision.arguments,
+                                               "raw_arguments": None})  # fmt: skip
+            ask = ask or (decision if isinstance(decision, RequireApproval) else None)
+        if ask is None:
+            return call, None
+        return await a._approvals.request(self, call, ask.reason)  # (None, None): parked
+
     async def _run_tools(self, calls: list[ToolCall]) -> list[ToolResult]:
         """Run the calls concurrently; return their results in call order."""
-        a = self.agent
         results: dict[str, ToolResult] = {}
-        budget = max(a.max_tool_calls - self.tool_calls_made, 0)
         to_run: list[ToolCall] = []
         for i, call in enumerate(calls):
-            refusal: ToolResult | None = None
-            if i >= budget:
-                refusal = error_result(
-                    call, "limit", f"not run: the turn reached max_tool_calls={a.max_tool_calls}"
-                )
-            else:
-                ask: RequireApproval | None = None
-                for hook in a._hooks.get("before_tool_execution", ()):
-                    decision = await self._call_hook("before_tool_execution", hook, call)
-                    if isinstance(decision, Deny):
-                        refusal = error_result(call, "denied", decision.reason)
-                        break
-                    if isinstance(decision, ReplaceArguments):
-                        call = call.model_copy(
-                            update={"arguments": decision.arguments, "raw_arguments": None}
-                        )
-                    ask = ask or (decision if isinstance(decision, RequireApproval) else None)
-                if refusal is None and ask is not None:
-                    approved, refusal = await a._approvals.request(self, call, ask.reason)
-                    if approved is None:
-                        continue  # parked until a human decides (loom.policy.approval)
-                    call = approved
+            runnable, refusal = await self._screen(i, call)
             if refusal is not None:
                 results[call.id] = await self._record_result(call, refusal, started=False)
-            else:
-                to_run.append(call)
+            elif runnable is not None:
+                to_run.append(runnable)
         self.tool_calls_made += len(to_run)
-        if not to_run:
-            return [results[c.id] for c in calls if c.id in results]
-        entries = [
-            LedgerEntry(
-                self.run_id,
-                self.session_id,
-                c.id,
-                c.name,
-                "started",
-                c.arguments,
-                a.effect_of(c.name),
-            )
-            for c in to_run
-        ]
-        self._open.update((e.tool_call_id, e) for e in entries)
-        await self._commit(
-            [
-                self._event(
-                    E.TOOL_EXECUTION_START,
-                    {"tool_name": c.name, "tool_call_id": c.id, "arguments": c.arguments},
-                )
-                for c in to_run
-            ],
-            ledger=entries,
-        )
-        if len(to_run) == 1:
-            only = to_run[0]
-            results[only.id] = await self._record_result(only, await self._execute(only))
-            return [results[c.id] for c in calls if c.id in results]
-        tasks = [asyncio.ensure_future(self._execute(c)) for c in to_run]
-        try:
-            pending = set(tasks)
-            while pending:
-                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for call, t in zip(to_run, tasks, strict=True):  # same-instant: call order
-                    if t.done() and call.id not in results:
-                        results[call.id] = await self._record_result(call, t.result())
-        finally:
-            for t in tasks:
-                t.cancel()
+        if to_run:
+            await self._start_calls(to_run)
+        if len(to_run) == 1:  # the common case needs no extra task
+            results[to_run[0].id] = await self._record_result(
+                to_run[0], await self._execute(to_run[0]))  # fmt: skip
+        elif to_run:
+            tasks = [asyncio.ensure_future(self._execute(c)) for c in to_run]
+            try:
+                pending = set(tasks)
+                while pending:
+                    _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    for call, t in zip(to_run, tasks, strict=True):  # same instant: call order
+                        if t.done() and call.id not in results:
+                            results[call.id] = await self._record_result(call, t.result())
+            finally:
+                for t in tasks:
+                    t.cancel()
         return [results[c.id] for c in calls if c.id in results]
 
     async def _execute(self, call: ToolCall) -> ToolResult:
         a = self.agent
-        ctx = RunContext(
-            self.session_id, self.run_id, call.id, a.name, a.workspace, self.deps, store=a.store
-        )
+        ctx = RunContext(self.session_id, self.run_id, call.id, a.name, a.workspace, self.deps,
+                         store=a.store)  # fmt: skip
         return await execute_call(call, a.tools, ctx, a.tool_timeout)
-
-    async def _record_result(
-        self, call: ToolCall, result: ToolResult, started: bool = True
-    ) -> ToolResult:
-        # Shape first, so the ledger keeps what the model saw (full errors and large results
-        # live in their own tables).
-        result = await self.agent._process_result(self, call, result)
-        ledger = []
-        if started and call.id in self._open:
-            entry = self._open.pop(call.id)
-            status: LedgerStatus = (
-                "completed"
-                if result.success
-                else ("interrupted" if result.error_code == "interrupted" else "failed")
-            )
-            ledger.append(
-                LedgerEntry(
-                    entry.run_id,
-                    entry.session_id,
-                    entry.tool_call_id,
-                    entry.name,
-                    status,
-                    entry.arguments,
-                    entry.effect,
-                    result,
-                )
-            )
-        kind = E.TOOL_RESULT if result.success else E.TOOL_ERROR
-        content = result.to_content()
-        ev = self._event(
-            kind,
-            {
-                "tool_name": call.name,
-                "tool_call_id": call.id,
-                "success": result.success,
-                "content": content,
-                "error_code": result.error_code,
-                "duration_ms": result.duration_ms,
-            },
-        )
-        await self._commit([ev], messages=[Message.tool(result, content)], ledger=ledger)
-        self._unanswered.pop(call.id, None)
-        await self._hook("after_tool_execution", call, result)
-        return result
 
     async def _finish(self, stop: StopReason, error: str | None, started: float) -> None:
         """PERSIST: close every open call, record the run's end, announce AGENT_FINISH."""
-        self._set_state(
-            AgentState.SHUTTING_DOWN
-            if stop == "cancelled"
-            else AgentState.ERROR
-            if stop in ("error", "model_error")
-            else AgentState.WAITING_FOR_USER_INPUT
-        )
+        failed = stop in ("error", "model_error")
+        self._set_state(AgentState.SHUTTING_DOWN if stop == "cancelled" else AgentState.ERROR
+                        if failed else AgentState.WAITING_FOR_USER_INPUT)  # fmt: skip
         self._announce(E.PERSIST_START)
         if error is not None and stop not in ("completed", "max_iterations", "max_tool_calls"):
             self._announce(E.ERROR, error=error, stop_reason=stop)
         for call in list(self._unanswered.values()):
-            await self._record_result(
-                call,
-                error_result(
-                    call,
-                    "interrupted",
-                    f"the run stopped ({stop}) before this call finished; its outcome is unknown",
-                ),
-            )
+            await self._record_result(call, error_result(call, "interrupted", f"the run "
+                f"stopped ({stop}) before this call finished; its outcome is unknown"))  # fmt: skip
         self.result = RunResult(
-            output=self.output,
-            messages=self.new_messages,
-            usage=self.usage,
-            session_id=self.session_id,
-            run_id=self.run_id,
-            stop_reason=stop,
-            iterations=self.iteration,
-            error=error,
-            verdict=self.verdict,
+            output=self.output, messages=self.new_messages, usage=self.usage,
+            session_id=self.session_id, run_id=self.run_id, stop_reason=stop,
+            iterations=self.iteration, error=error, verdict=self.verdict,
             pending_approvals=self.pending_approvals,
-        )
+        )  # fmt: skip
         try:
             await self._hook("after_iteration_end", self.result)
         except HookError as exc:
             self._announce(E.ERROR, error=str(exc), fatal=True)
-        finish = self._event(
-            E.AGENT_FINISH,
-            {
-                "stop_reason": stop,
-                "output": self.output,
-                "usage": self.usage.model_dump(),
-                "iterations": self.iteration,
-                "error": error,
-                "duration_ms": (time.perf_counter() - started) * 1000,
-                "pending_approvals": self.pending_approvals,
-            },
-        )
+        finish = self._event(E.AGENT_FINISH, {
+            "stop_reason": stop, "output": self.output, "usage": self.usage.model_dump(),
+            "iterations": self.iteration, "error": error,
+            "duration_ms": (time.perf_counter() - started) * 1000,
+            "pending_approvals": self.pending_approvals})  # fmt: skip
         data = {
             "error": error,
             "verdict": self.verdict,
             "pending_approvals": self.pending_approvals,
         }
-        await self._commit(
-            [finish], run=RunRecord(self.run_id, self.session_id, stop, self.usage, data=data)
-        )
+        record = RunRecord(self.run_id, self.session_id, stop, self.usage, data=data)
+        await self._commit([finish], run=record)

@@ -184,8 +184,12 @@ class Turn:
             self._announce(E.CONTEXT_ASSEMBLY_START)
             ctx = await a.context_builder.build(ContextRequest(
                 a, self.history, self.session_id, self.run_id, self.iteration, self.message))
-            for note_type, note in ctx.notes:
-                self._announce(note_type, **note)
+            if ctx.persist:  # summaries / memory bookkeeping: committed with their events
+                await self._commit([self._event(t, n) for t, n in ctx.notes],
+                                   messages=ctx.persist)
+            else:
+                for note_type, note in ctx.notes:
+                    self._announce(note_type, **note)
             await self._hook("after_context_assembly", ctx.messages)
             self._announce(E.CONTEXT_ASSEMBLY_COMPLETE, token_estimate=ctx.token_estimate,
                            message_count=len(ctx.messages))
@@ -226,6 +230,9 @@ class Turn:
             raise _Stop("model_error", "the model returned an empty response")
         if final.usage is not None:
             self.usage = self.usage + final.usage
+            observe = getattr(self.agent.context_builder, "observe_usage", None)
+            if observe is not None:  # lets an estimating token counter calibrate itself
+                observe(ctx, final.usage)
         msg = final.to_message()
         events = [self._event(E.LLM_TOOL_CALLS, {
             "tool_calls": [c.model_dump() for c in final.tool_calls]})] if final.tool_calls else []

@@ -15,6 +15,8 @@ BUILTIN_TOOLS: dict[str, str] = {
     "add": "loom.tools.basic:add",
     "multiply": "loom.tools.basic:multiply",
     "current_time": "loom.tools.basic:current_time",
+    "remember": "loom.memory.tools:remember",
+    "memory_write": "loom.memory.tools:memory_write",
 }
 
 

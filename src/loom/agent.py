@@ -161,8 +161,10 @@ class Agent:
             isinstance(reserved_output_tokens, bool) or not isinstance(reserved_output_tokens, int)
             or reserved_output_tokens < 0
         ):
-            raise AgentDefinitionError(f"must be a non-negative integer, got "
-                                       f"{reserved_output_tokens!r}", field="reserved_output_tokens")
+            raise AgentDefinitionError(
+                f"must be a non-negative integer, got {reserved_output_tokens!r}",
+                field="reserved_output_tokens",
+            )
         self.memory = memory
         if memory is not None and memory.tools:
             from loom.memory.tools import memory_tools

@@ -14,8 +14,10 @@ def _corpus() -> dict[str, list[str]]:
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     site = Path(sysconfig.get_paths()["purelib"])
     code = [p.read_text(errors="ignore") for p in sorted(stdlib.glob("*.py"))[:40]]
-    prose = [Path(p).read_text(errors="ignore")
-             for p in sorted(glob.glob(str(site / "*.dist-info" / "METADATA")))[:40]]
+    prose = [
+        Path(p).read_text(errors="ignore")
+        for p in sorted(glob.glob(str(site / "*.dist-info" / "METADATA")))[:40]
+    ]
     data = []
     for p in sorted(site.glob("**/*.json"))[:200]:
         if p.stat().st_size < 100_000:

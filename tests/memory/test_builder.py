@@ -56,8 +56,15 @@ def scripted(size: int = 120):
 
 def agent_with(model: Any, window: int = 2000, **cfg: Any) -> Agent:
     config = MemoryConfig(counter=COUNTER, retry_delays=(0.0,), memory_file=None, **cfg)
-    return Agent("t", "You are a test agent.", model=model, tools=[fetch], context_window=window,
-                 reserved_output_tokens=400, memory=config)
+    return Agent(
+        "t",
+        "You are a test agent.",
+        model=model,
+        tools=[fetch],
+        context_window=window,
+        reserved_output_tokens=400,
+        memory=config,
+    )
 
 
 async def run_turns(agent: Agent, n: int, session: str = "s") -> list[Any]:
@@ -91,7 +98,8 @@ async def test_every_call_fits_and_compression_events_are_emitted_in_order():
     starts = [e for e in events if e.type is E.LLM_START]
     agent_calls = [c for c in model.calls if not is_summary_request(c.messages)]
     assert [e.data["token_estimate"] for e in starts] == [
-        sent_tokens(c.messages, agent) for c in agent_calls]
+        sent_tokens(c.messages, agent) for c in agent_calls
+    ]
 
 
 async def test_summary_is_persisted_and_the_stored_transcript_keeps_everything():
@@ -119,12 +127,14 @@ async def test_context_is_a_function_of_the_transcript():
     history = await agent.store.load_messages("s")
     history.append(Message.user("one more"))
     live = await agent.context_builder.build(ContextRequest(agent, history, "s", "r", 1, "x"))
-    fresh_builder = SegmentedContextBuilder(agent.memory, context_window=2000,
-                                            reserved_output_tokens=400)
+    fresh_builder = SegmentedContextBuilder(
+        agent.memory, context_window=2000, reserved_output_tokens=400
+    )
     roundtrip = [Message.model_validate_json(m.model_dump_json()) for m in history]
     fresh = await fresh_builder.build(ContextRequest(agent, roundtrip, "s", "r", 1, "x"))
     assert [(m.role, m.content) for m in fresh.messages] == [
-        (m.role, m.content) for m in live.messages]
+        (m.role, m.content) for m in live.messages
+    ]
     assert fresh.persist == [] and live.persist == []  # nothing left to compress
 
 
@@ -141,12 +151,24 @@ async def test_summariser_failures_retry_with_backoff_then_fall_back():
 
     model = FunctionModel(fn)
     config = MemoryConfig(counter=COUNTER, memory_file=None, sleep=sleep)
-    agent = Agent("t", "You are a test agent.", model=model, tools=[fetch], context_window=2000,
-                  reserved_output_tokens=400, memory=config)
+    agent = Agent(
+        "t",
+        "You are a test agent.",
+        model=model,
+        tools=[fetch],
+        context_window=2000,
+        reserved_output_tokens=400,
+        memory=config,
+    )
     events = await run_turns(agent, 25)
     progress = [e.data for e in events if e.type is E.COMPRESSION_PROGRESS]
-    assert [p["status"] for p in progress[:5]] == ["attempt", "retry", "attempt", "retry",
-                                                   "attempt"]
+    assert [p["status"] for p in progress[:5]] == [
+        "attempt",
+        "retry",
+        "attempt",
+        "retry",
+        "attempt",
+    ]
     assert waits[:2] == [1.0, 2.0]
     fallback = next(e for e in events if e.type is E.COMPRESSION_FALLBACK)
     assert fallback.data["fallback_method"] == "sliding_window"
@@ -162,8 +184,11 @@ async def test_summariser_failures_retry_with_backoff_then_fall_back():
 async def test_unusable_summary_falls_back(answer):
     def fn(messages: list[Message], tools: Any) -> ModelResponse | str:
         if is_summary_request(messages):
-            return ModelResponse(text=answer) if answer.strip() else ModelResponse(
-                tool_calls=[ToolCall(name="fetch", arguments={"n": 1})])
+            return (
+                ModelResponse(text=answer)
+                if answer.strip()
+                else ModelResponse(tool_calls=[ToolCall(name="fetch", arguments={"n": 1})])
+            )
         return scripted().fn(messages, tools)  # type: ignore[return-value]
 
     agent = agent_with(FunctionModel(fn))
@@ -199,7 +224,7 @@ async def test_a_message_larger_than_the_whole_budget_is_truncated_with_a_marker
     huge = "lorem ipsum dolor " * 3000
     await agent.run(huge, session_id="big")
     sent = model.calls[0].messages
-    user = [m for m in sent if m.role == "user"][0]
+    user = next(m for m in sent if m.role == "user")
     assert "truncated to fit the context window" in user.content
     assert len(user.content) < len(huge)
     assert sent_tokens(sent, agent) <= 600
@@ -207,8 +232,13 @@ async def test_a_message_larger_than_the_whole_budget_is_truncated_with_a_marker
 
 def test_window_smaller_than_rom_plus_reserve_is_an_error_naming_the_numbers():
     with pytest.raises(ConfigurationError) as err:
-        Agent("t", "Be thorough. " * 200, model=FunctionModel(lambda m, t: "x"),
-              context_window=500, reserved_output_tokens=200)
+        Agent(
+            "t",
+            "Be thorough. " * 200,
+            model=FunctionModel(lambda m, t: "x"),
+            context_window=500,
+            reserved_output_tokens=200,
+        )
     text = str(err.value)
     assert "context_window=500" in text and "reserved_output_tokens=200" in text
     assert "system prompt takes" in text
@@ -228,8 +258,11 @@ async def test_kernel_from_tool_and_api_survives_compaction():
             return summary_text(messages)
         last = messages[-1]
         if last.role == "user" and last.content == "my name is Ada":
-            return ModelResponse(tool_calls=[ToolCall(
-                name="remember", arguments={"key": "user_name", "value": "Ada"})])
+            return ModelResponse(
+                tool_calls=[
+                    ToolCall(name="remember", arguments={"key": "user_name", "value": "Ada"})
+                ]
+            )
         return scripted().fn(messages, tools)  # type: ignore[return-value]
 
     model = FunctionModel(fn)
@@ -273,8 +306,9 @@ async def test_patterns_in_extra_system_are_truncated_to_the_rom_budget():
     agent = agent_with(scripted(), window=2000, rom_tokens=100)
     builder = agent.context_builder
     long_patterns = ["pattern: " + "use small steps " * 200]
-    ctx = await builder.build(ContextRequest(agent, [Message.user("hi")], "p", "r", 1, "hi",
-                                             extra_system=long_patterns))
+    ctx = await builder.build(
+        ContextRequest(agent, [Message.user("hi")], "p", "r", 1, "hi", extra_system=long_patterns)
+    )
     truncated = [d for t, d in ctx.notes if t is E.CONTEXT_COMPONENT_TRUNCATED]
     assert truncated and truncated[0]["component"] == "patterns"
     assert COUNTER.count(ctx.messages[0].content) <= 100
@@ -284,15 +318,25 @@ class JsonStore(MemoryStore):
     """A store that round-trips every message through JSON, like a database would."""
 
     async def load_messages(self, session_id: str) -> list[Message]:
-        return [Message.model_validate(json.loads(m.model_dump_json()))
-                for m in await super().load_messages(session_id)]
+        return [
+            Message.model_validate(json.loads(m.model_dump_json()))
+            for m in await super().load_messages(session_id)
+        ]
 
 
 async def test_works_with_a_store_that_returns_new_objects():
     model = scripted()
     config = MemoryConfig(counter=COUNTER, retry_delays=(0.0,), memory_file=None)
-    agent = Agent("t", "You are a test agent.", model=model, tools=[fetch], context_window=2000,
-                  reserved_output_tokens=400, memory=config, store=JsonStore())
+    agent = Agent(
+        "t",
+        "You are a test agent.",
+        model=model,
+        tools=[fetch],
+        context_window=2000,
+        reserved_output_tokens=400,
+        memory=config,
+        store=JsonStore(),
+    )
     events = await run_turns(agent, 25)
     assert any(e.type is E.COMPRESSION_COMPLETE for e in events)
     for call in model.calls:

@@ -22,7 +22,20 @@ from loom.messages import ToolResult
 from loom.testing import FunctionModel
 from loom.tools.base import tool
 
-WORDS = "alpha beta gamma delta result value file path error token window budget".split()
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "result",
+    "value",
+    "file",
+    "path",
+    "error",
+    "token",
+    "window",
+    "budget",
+]
 
 
 @tool
@@ -63,8 +76,9 @@ def check_adjacency(messages: list[Message]) -> None:
             i += 1
 
 
-async def simulate(turns: list[Any], window: int, reserved: int, mode: str, scale: float,
-                   l2: int | None, keep: int) -> int:
+async def simulate(
+    turns: list[Any], window: int, reserved: int, mode: str, scale: float, l2: int | None, keep: int
+) -> int:
     def summarise(messages: list[Message], tools: Any) -> str:
         if mode == "raise":
             raise RuntimeError("summariser down")
@@ -74,12 +88,23 @@ async def simulate(turns: list[Any], window: int, reserved: int, mode: str, scal
         return "## Task Overview\n" + text(n, len(messages))
 
     counter = EstimateCounter(scale=scale)
-    config = MemoryConfig(counter=counter, retry_delays=(0.0,), l2_tokens=l2,
-                          keep_tool_outputs=keep, memory_file=None,
-                          summarizer=FunctionModel(summarise, record=False))
-    agent = Agent("p", "You are a careful agent. " * 5, model=FunctionModel(lambda m, t: "x"),
-                  tools=[lookup], context_window=window, reserved_output_tokens=reserved,
-                  memory=config)
+    config = MemoryConfig(
+        counter=counter,
+        retry_delays=(0.0,),
+        l2_tokens=l2,
+        keep_tool_outputs=keep,
+        memory_file=None,
+        summarizer=FunctionModel(summarise, record=False),
+    )
+    agent = Agent(
+        "p",
+        "You are a careful agent. " * 5,
+        model=FunctionModel(lambda m, t: "x"),
+        tools=[lookup],
+        context_window=window,
+        reserved_output_tokens=reserved,
+        memory=config,
+    )
     builder = agent.context_builder
     assert isinstance(builder, SegmentedContextBuilder)
     fresh = MessageCounter(counter)
@@ -105,12 +130,17 @@ async def simulate(turns: list[Any], window: int, reserved: int, mode: str, scal
         history.append(Message.user(text(user, t)))
         await call()
         for r, round_sizes in enumerate(rounds):
-            tcs = [ToolCall(id=f"c{t}_{r}_{k}", name="lookup", arguments={"query": text(3, k)})
-                   for k in range(len(round_sizes))]
+            tcs = [
+                ToolCall(id=f"c{t}_{r}_{k}", name="lookup", arguments={"query": text(3, k)})
+                for k in range(len(round_sizes))
+            ]
             history.append(Message.assistant(tool_calls=tcs))
             for c, size in zip(tcs, round_sizes, strict=True):
-                history.append(Message.tool(ToolResult(tool_call_id=c.id, name="lookup",
-                                                       data=text(size, t + r))))
+                history.append(
+                    Message.tool(
+                        ToolResult(tool_call_id=c.id, name="lookup", data=text(size, t + r))
+                    )
+                )
             await call()
         history.append(Message.assistant(text(answer, t)))
     for name in seen:
@@ -128,8 +158,9 @@ async def simulate(turns: list[Any], window: int, reserved: int, mode: str, scal
     l2=st.one_of(st.none(), st.integers(min_value=0, max_value=600)),
     keep=st.integers(min_value=0, max_value=4),
 )
-def test_budget_and_adjacency_hold_at_every_call(turns, window, reserve_share, mode, scale, l2,
-                                                 keep):
+def test_budget_and_adjacency_hold_at_every_call(
+    turns, window, reserve_share, mode, scale, l2, keep
+):
     reserved = int(window * reserve_share)
     calls = asyncio.run(simulate(turns, window, reserved, mode, scale, l2, keep))
     assert calls >= len(turns)

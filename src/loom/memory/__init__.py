@@ -51,7 +51,23 @@ _EXPORTS = {
     "set_kernel": "loom.memory.tools",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "Budgets",
+    "EstimateCounter",
+    "MemoryConfig",
+    "MemoryReport",
+    "MessageCounter",
+    "ModelTokenCounter",
+    "Priority",
+    "SegmentedContextBuilder",
+    "TiktokenCounter",
+    "TokenCounter",
+    "counter_for_model",
+    "describe_session",
+    "memory_write",
+    "remember",
+    "set_kernel",
+]
 
 
 def __getattr__(name: str) -> Any:

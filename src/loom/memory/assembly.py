@@ -23,7 +23,6 @@ what is sent never exceeds the budget.
 from __future__ import annotations
 
 import math
-import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,14 +33,14 @@ from loom.events import EventType
 from loom.memory.config import Budgets, MemoryConfig, Priority
 from loom.memory.segments import SessionIndex, Summary
 from loom.memory.tokens import MessageCounter
+from loom.memory.trim import mask_placeholder, shrink_message, truncate_text
 from loom.messages import Message
 
-__all__ = ["PRIMING", "Measure", "Part", "Plan", "mask_placeholder", "truncate_text"]
+__all__ = ["PRIMING", "Measure", "Part", "Plan", "truncate_text"]
 
 E = EventType
 PRIMING = 3  # tokens every request spends priming the reply
 Decision = tuple[EventType, dict[str, Any]]
-_REF = re.compile(r"get_tool_result\([^)]*\)|\b(?:ref|res|result|err)_[A-Za-z0-9]{6,}\w*")
 _MIN_PART = 16
 
 
@@ -55,9 +54,13 @@ class Part:
 class Measure:
     """The size of the context if everything pending were sent (tiers capped)."""
 
-    units: list[tuple[int, int]]
+    index: SessionIndex
+    first: int  # first pending unit
+    start: int  # its conversation position
+    tail_start: int  # conversation position of the newest unit
+    pinned: int | None  # the latest user message when it is older than the newest unit
     masks: dict[int, Part]
-    l1: int
+    l1: int  # pending conversation, masks applied (pinned included when L2 covers it)
     memory_file: int
     kernel: int
     l2: int
@@ -66,42 +69,30 @@ class Measure:
     over_threshold: bool
     masked: bool = False
     savings: dict[int, int] = field(default_factory=dict)
+    _units: list[tuple[int, int]] | None = None
 
-
-def truncate_text(mc: MessageCounter, text: str, max_raw: int) -> str | None:
-    """``text`` cut (with a marker) to at most ``max_raw`` tokens; None if nothing fits."""
-    n = mc.text(text)
-    if n <= max_raw:
-        return text
-    marker = f"\n[… truncated to fit the context window; {n} tokens in full]"
-    m = mc.text(marker)
-    if m > max_raw:
-        short = "[…]"
-        return short if mc.text(short) <= max_raw else None
-    cut = int(len(text) * (max_raw - m) / n)
-    while cut > 0:
-        candidate = text[:cut] + marker
-        if mc.text(candidate) <= max_raw:
-            return candidate
-        cut = int(cut * 0.9) - 1
-    return marker
-
-
-def mask_placeholder(msg: Message, tokens: int) -> str:
-    """One line standing in for an old tool output; keeps any result reference."""
-    refs = msg.metadata.get("result_ref") or msg.metadata.get("ref")
-    found = [str(refs)] if refs else _REF.findall(msg.content)[:2]
-    first = msg.content.strip().splitlines()[0][:80] if msg.content.strip() else ""
-    ref = f"; ref {', '.join(found)}" if found else ""
-    return f"[older {msg.name or 'tool'} output masked ({tokens} tokens){ref}; began: {first}]"
+    @property
+    def units(self) -> list[tuple[int, int]]:
+        """Pending units as conversation ranges (built only when a slow path needs them)."""
+        if self._units is None:
+            self._units = self.index.units(self.first)
+        return self._units
 
 
 class Plan:
     """One build's view of the tiers, budgets and caches."""
 
-    def __init__(self, counter: MessageCounter, budgets: Budgets, index: SessionIndex,
-                 config: MemoryConfig, extra_system: Sequence[str], instructions: str,
-                 tools_raw: int, memory_text: str) -> None:
+    def __init__(
+        self,
+        counter: MessageCounter,
+        budgets: Budgets,
+        index: SessionIndex,
+        config: MemoryConfig,
+        extra_system: Sequence[str],
+        instructions: str,
+        tools_raw: int,
+        memory_text: str,
+    ) -> None:
         self.counter, self.budgets, self.index, self.cfg = counter, budgets, index, config
         scale = counter.scale
         self.budget = math.floor(budgets.total / scale)
@@ -136,13 +127,15 @@ class Plan:
 
     def _rom(self, instructions: str, patterns: list[str]) -> Part | None:
         key = ("rom", instructions, tuple(patterns), self.rom_cap)
-        hit: tuple[Part | None, list[Decision]] = self._cached(key, lambda: self._make_rom(
-            instructions, patterns))
+        hit: tuple[Part | None, list[Decision]] = self._cached(
+            key, lambda: self._make_rom(instructions, patterns)
+        )
         self.rom_decisions = hit[1]
         return hit[0]
 
-    def _make_rom(self, instructions: str, patterns: list[str]) -> tuple[Part | None,
-                                                                          list[Decision]]:
+    def _make_rom(
+        self, instructions: str, patterns: list[str]
+    ) -> tuple[Part | None, list[Decision]]:
         decisions: list[Decision] = []
         text = instructions
         if patterns:
@@ -152,35 +145,65 @@ class Plan:
             room = self.rom_cap - base
             kept = truncate_text(self.counter, joined, room) if room >= _MIN_PART else None
             if kept is None:
-                decisions.append(_note(E.CONTEXT_COMPONENT_EXCLUDED, "patterns", Priority.HIGH,
-                                       full, reason="over the ROM budget"))
+                decisions.append(
+                    _note(
+                        E.CONTEXT_COMPONENT_EXCLUDED,
+                        "patterns",
+                        Priority.HIGH,
+                        full,
+                        reason="over the ROM budget",
+                    )
+                )
             else:
-                kind = E.CONTEXT_COMPONENT_INCLUDED if kept == joined else (
-                    E.CONTEXT_COMPONENT_TRUNCATED)
-                decisions.append(_note(kind, "patterns", Priority.HIGH,
-                                       self.counter.text(kept), original_tokens=full))
+                kind = (
+                    E.CONTEXT_COMPONENT_INCLUDED
+                    if kept == joined
+                    else (E.CONTEXT_COMPONENT_TRUNCATED)
+                )
+                decisions.append(
+                    _note(
+                        kind,
+                        "patterns",
+                        Priority.HIGH,
+                        self.counter.text(kept),
+                        original_tokens=full,
+                    )
+                )
                 text = f"{instructions}\n\n{kept}" if instructions else kept
         return (self._part(text) if text else None), decisions
 
     def memory_part(self) -> Part | None:
         if not self.memory_text:
             return None
-        return self._cached(("memory", self.memory_text), lambda: self._part(
-            f"Lasting notes from MEMORY.md:\n{self.memory_text}"))  # type: ignore[no-any-return]
+        part: Part = self._cached(
+            ("memory", self.memory_text),
+            lambda: self._part(f"Lasting notes from MEMORY.md:\n{self.memory_text}"),
+        )
+        return part
 
     def kernel_part(self) -> Part | None:
         kernel = self.index.kernel
         if not kernel:
             return None
-        return self._cached(("kernel", self.index.kernel_version), lambda: self._part(
-            "Session context (Kernel):\n" + "\n".join(f"- {k}: {v}" for k, v in kernel.items())))  # type: ignore[no-any-return]
+        part: Part = self._cached(
+            ("kernel", self.index.kernel_version),
+            lambda: self._part(
+                "Session context (Kernel):\n" + "\n".join(f"- {k}: {v}" for k, v in kernel.items())
+            ),
+        )
+        return part
 
     def l2_part(self, summaries: list[Summary]) -> Part | None:
         if not summaries:
             return None
         texts = tuple(s.text for s in summaries)
-        return self._cached(("l2", texts), lambda: self._part(
-            "Summary of the earlier conversation:\n\n" + "\n\n---\n\n".join(texts)))  # type: ignore[no-any-return]
+        part: Part = self._cached(
+            ("l2", texts),
+            lambda: self._part(
+                "Summary of the earlier conversation:\n\n" + "\n\n---\n\n".join(texts)
+            ),
+        )
+        return part
 
     def l2_raw(self, summaries: list[Summary]) -> int:
         part = self.l2_part(summaries)
@@ -190,8 +213,9 @@ class Plan:
         def make() -> Part | bool:
             msg = self.index.conv[pos]
             raw = self.index.message_raw(pos)
-            masked = msg.model_copy(update={"content": mask_placeholder(
-                msg, self.counter.scaled(raw))})
+            masked = msg.model_copy(
+                update={"content": mask_placeholder(msg, self.counter.scaled(raw))}
+            )
             part = Part(masked, self.counter.message(masked))
             return part if part.raw < raw else False
 
@@ -201,17 +225,22 @@ class Plan:
     # -- measuring -------------------------------------------------------------------------------
     def measure(self, summaries: list[Summary], covered: int, *, mask: bool = False) -> Measure:
         idx, cfg = self.index, self.cfg
-        first = bisect_right(idx.unit_starts, covered)
-        units = idx.units(first)
-        start = units[0][0] if units else len(idx.conv)
-        l1 = idx.raw(start, len(idx.conv))
+        starts, n = idx.unit_starts, len(idx.conv)
+        first = bisect_right(starts, covered)
+        start = starts[first] if first < len(starts) else n
+        tail_start = starts[-1] if first < len(starts) else n
+        users = idx.user_positions
+        # the latest user message is always sent, even when a summary already covers it
+        pinned = users[-1] if users and users[-1] < tail_start else None
+        l1 = idx.raw(start, n)
+        if pinned is not None and pinned < start:
+            l1 += idx.message_raw(pinned)
         masks: dict[int, Part] = {}
         savings: dict[int, int] = {}
         masked = cfg.mask_tool_outputs == "always" or (mask and cfg.mask_tool_outputs != "never")
         if masked:
-            tail_start = units[-1][0] if units else start  # the newest unit stays verbatim
-            tp = idx.tool_positions
-            tools = tp[bisect_left(tp, start):bisect_left(tp, tail_start)]
+            tp = idx.tool_positions  # the newest unit's outputs always stay verbatim
+            tools = tp[bisect_left(tp, start) : bisect_left(tp, tail_start)]
             keep = cfg.keep_tool_outputs
             for pos in tools[: len(tools) - keep] if keep else tools:
                 part = self.mask(pos)
@@ -225,9 +254,25 @@ class Plan:
         l2_raw = min(l2.raw, self.l2_cap) if l2 else 0
         total = self.fixed + mem_raw + ker_raw + l2_raw + l1
         over = total >= cfg.compress_at * self.budget or (
-            self.l1_cap is not None and l1 >= cfg.compress_at * self.l1_cap)
-        return Measure(units, masks, l1, mem_raw, ker_raw, l2_raw, summaries, total, over,
-                       masked, savings)
+            self.l1_cap is not None and l1 >= cfg.compress_at * self.l1_cap
+        )
+        return Measure(
+            idx,
+            first,
+            start,
+            tail_start,
+            pinned,
+            masks,
+            l1,
+            mem_raw,
+            ker_raw,
+            l2_raw,
+            summaries,
+            total,
+            over,
+            masked,
+            savings,
+        )
 
     def unit_raw(self, m: Measure, unit: tuple[int, int]) -> int:
         s, e = unit
@@ -257,42 +302,69 @@ class Plan:
 
     def span_messages(self, m: Measure, start: int, end: int) -> list[Message]:
         idx = self.index
-        return [m.masks[p].message if p in m.masks else idx.conv[p]
-                for p in range(start, end) if p not in idx.orphans]
+        return [
+            m.masks[p].message if p in m.masks else idx.conv[p]
+            for p in range(start, end)
+            if p not in idx.orphans
+        ]
 
     # -- assembling ------------------------------------------------------------------------------
-    def assemble(self, m: Measure, *, reserve: int = 0) -> tuple[list[Message], int, list[Decision]]:
+    def assemble(
+        self, m: Measure, *, reserve: int = 0
+    ) -> tuple[list[Message], int, list[Decision]]:
         """Messages for the call, their raw total (with tools and priming), and the decisions."""
         idx, mc = self.index, self.counter
         budget = self.budget - reserve
         decisions = list(self.rom_decisions)
         out: list[Message] = [self.rom.message] if self.rom else []
         if self.rom:
-            decisions.insert(0, _note(E.CONTEXT_COMPONENT_INCLUDED, "system", Priority.CRITICAL,
-                                      mc.scaled(self.rom.raw)))
+            decisions.insert(
+                0,
+                _note(
+                    E.CONTEXT_COMPONENT_INCLUDED,
+                    "system",
+                    Priority.CRITICAL,
+                    mc.scaled(self.rom.raw),
+                ),
+            )
         if self.tools_raw:
-            decisions.append(_note(E.CONTEXT_COMPONENT_INCLUDED, "tools", Priority.CRITICAL,
-                                   mc.scaled(self.tools_raw)))
-        units = m.units
-        tail = units[-1] if units else None
-        users = idx.user_positions
-        # the latest user message is always sent, even when a summary already covers it
-        pinned = users[-1] if users and tail and users[-1] < tail[0] else None
+            decisions.append(
+                _note(
+                    E.CONTEXT_COMPONENT_INCLUDED,
+                    "tools",
+                    Priority.CRITICAL,
+                    mc.scaled(self.tools_raw),
+                )
+            )
+        pinned, conv = m.pinned, idx.conv
 
         def msgs(s: int, e: int) -> list[Message]:
-            return [m.masks[p].message if p in m.masks else idx.conv[p]
-                    for p in range(s, e) if p not in idx.orphans]
+            return [
+                m.masks[p].message if p in m.masks else conv[p]
+                for p in range(s, e)
+                if p not in idx.orphans
+            ]
 
-        crit = ([idx.conv[pinned]] if pinned is not None else []) + (msgs(*tail) if tail else [])
-        crit_raw = sum(mc.message(x) for x in crit)
         remaining = budget - self.fixed
-        if crit_raw > remaining:
-            crit, shrunk = self._shrink(crit, remaining)
-            decisions.append(_note(E.CONTEXT_COMPONENT_TRUNCATED, "current_turn",
-                                   Priority.CRITICAL, mc.scaled(shrunk),
-                                   original_tokens=mc.scaled(crit_raw)))
-            crit_raw = shrunk
-        remaining -= crit_raw
+        fast = m.total <= budget
+        if fast:  # everything pending fits: one slice, no per-unit work
+            crit, crit_raw = [], 0
+        else:
+            crit = ([conv[pinned]] if pinned is not None else []) + msgs(m.tail_start, len(conv))
+            crit_raw = sum(mc.message(x) for x in crit)
+            if crit_raw > remaining:
+                crit, shrunk = self._shrink(crit, remaining)
+                decisions.append(
+                    _note(
+                        E.CONTEXT_COMPONENT_TRUNCATED,
+                        "current_turn",
+                        Priority.CRITICAL,
+                        mc.scaled(shrunk),
+                        original_tokens=mc.scaled(crit_raw),
+                    )
+                )
+                crit_raw = shrunk
+            remaining -= crit_raw
 
         placed: dict[str, Message | None] = {}
         system_raw = 0
@@ -308,67 +380,153 @@ class Plan:
             remaining -= used
             system_raw += used
             placed[name] = msg
-        out.extend(x for x in (placed.get("memory_file"), placed.get("kernel"),
-                               placed.get("summaries")) if x is not None)
+        out.extend(
+            x
+            for x in (placed.get("memory_file"), placed.get("kernel"), placed.get("summaries"))
+            if x is not None
+        )
 
-        hist = [x for x in units[:-1] if pinned is None or not x[0] <= pinned < x[1]]
-        hist_raw = sum(self.unit_raw(m, x) for x in hist)
-        keep = len(hist)
-        if hist_raw > remaining:
-            used, keep = 0, 0
-            for x in reversed(hist):
-                r = self.unit_raw(m, x)
-                if used + r > remaining:
-                    break
-                used += r
-                keep += 1
-            kind = E.CONTEXT_COMPONENT_TRUNCATED if keep else E.CONTEXT_COMPONENT_EXCLUDED
-            decisions.append(_note(kind, "history", Priority.LOW, mc.scaled(used),
-                                   original_tokens=mc.scaled(hist_raw),
-                                   units=len(hist), units_kept=keep))
-            hist_raw = used
-        elif hist or crit:
-            decisions.append(_note(E.CONTEXT_COMPONENT_INCLUDED, "history", Priority.LOW,
-                                   mc.scaled(hist_raw + crit_raw), units=len(hist) + 1,
-                                   masked_tool_outputs=len(m.masks)))
-        kept_units = hist[len(hist) - keep:]
-        before = [x for x in kept_units if pinned is None or x[0] < pinned]
-        after = [x for x in kept_units if pinned is not None and x[0] > pinned]
-        for x in before:
-            out.extend(msgs(*x))
-        if pinned is not None:
-            out.append(crit[0])
-            crit = crit[1:]
-        for x in after:
-            out.extend(msgs(*x))
-        out.extend(crit)
+        if fast:
+            pending = conv[m.start :]
+            if m.masks or (idx.orphans and max(idx.orphans) >= m.start):
+                pending = msgs(m.start, len(conv))
+            if pinned is not None and pinned < m.start:
+                out.append(conv[pinned])
+            out.extend(pending)
+            hist_raw = m.l1
+            decisions.append(
+                _note(
+                    E.CONTEXT_COMPONENT_INCLUDED,
+                    "history",
+                    Priority.LOW,
+                    mc.scaled(hist_raw),
+                    masked_tool_outputs=len(m.masks),
+                )
+            )
+        else:
+            hist_raw = self._history(m, out, crit, remaining, decisions)
         total = self.fixed + system_raw + hist_raw + crit_raw
         if total > budget:  # only when even the truncated turn cannot fit
             raise ContextTooLong(
                 f"the context needs {mc.scaled(total)} tokens but the budget is "
                 f"{mc.scaled(budget)} even after compaction and truncation; raise "
-                "context_window or shorten the instructions and tool schemas")
+                "context_window or shorten the instructions and tool schemas"
+            )
         return out, total, decisions
 
-    def _fit(self, name: str, prio: Priority, part: Part, room: int
-             ) -> tuple[Message | None, int, Decision]:
+    def _history(
+        self,
+        m: Measure,
+        out: list[Message],
+        crit: list[Message],
+        remaining: int,
+        decisions: list[Decision],
+    ) -> int:
+        """Slow path: keep the newest whole units that fit; place the pinned message; append
+        the current turn. Returns the raw tokens of the kept history units."""
+        mc, pinned = self.counter, m.pinned
+        units = m.units
+
+        def msgs(s: int, e: int) -> list[Message]:
+            return [
+                m.masks[p].message if p in m.masks else self.index.conv[p]
+                for p in range(s, e)
+                if p not in self.index.orphans
+            ]
+
+        hist = [x for x in units[:-1] if pinned is None or not x[0] <= pinned < x[1]]
+        sizes = [self.unit_raw(m, x) for x in hist]
+        hist_raw = sum(sizes)
+        keep = len(hist)
+        if hist_raw > remaining:
+            used, keep = 0, 0
+            for r in reversed(sizes):
+                if used + r > remaining:
+                    break
+                used += r
+                keep += 1
+            kind = E.CONTEXT_COMPONENT_TRUNCATED if keep else E.CONTEXT_COMPONENT_EXCLUDED
+            decisions.append(
+                _note(
+                    kind,
+                    "history",
+                    Priority.LOW,
+                    mc.scaled(used),
+                    original_tokens=mc.scaled(hist_raw),
+                    units=len(hist),
+                    units_kept=keep,
+                )
+            )
+            hist_raw = used
+        else:
+            decisions.append(
+                _note(
+                    E.CONTEXT_COMPONENT_INCLUDED,
+                    "history",
+                    Priority.LOW,
+                    mc.scaled(hist_raw),
+                    units=len(hist),
+                    masked_tool_outputs=len(m.masks),
+                )
+            )
+        kept_units = hist[len(hist) - keep :]
+        for x in kept_units:
+            if pinned is None or x[0] < pinned:
+                out.extend(msgs(*x))
+        if pinned is not None:
+            out.append(crit[0])
+            crit = crit[1:]
+        for x in kept_units:
+            if pinned is not None and x[0] > pinned:
+                out.extend(msgs(*x))
+        out.extend(crit)
+        return hist_raw
+
+    def _fit(
+        self, name: str, prio: Priority, part: Part, room: int
+    ) -> tuple[Message | None, int, Decision]:
         mc = self.counter
         if part.raw <= room:
-            return part.message, part.raw, _note(E.CONTEXT_COMPONENT_INCLUDED, name, prio,
-                                                 mc.scaled(part.raw))
+            return (
+                part.message,
+                part.raw,
+                _note(E.CONTEXT_COMPONENT_INCLUDED, name, prio, mc.scaled(part.raw)),
+            )
         overhead = mc.message(Message.system(""))
-        text = truncate_text(mc, part.message.content, room - overhead) if (
-            room - overhead >= _MIN_PART) else None
+        text = (
+            truncate_text(mc, part.message.content, room - overhead)
+            if (room - overhead >= _MIN_PART)
+            else None
+        )
         if text is None:
-            return None, 0, _note(E.CONTEXT_COMPONENT_EXCLUDED, name, prio, 0,
-                                  original_tokens=mc.scaled(part.raw), reason="no room left")
+            return (
+                None,
+                0,
+                _note(
+                    E.CONTEXT_COMPONENT_EXCLUDED,
+                    name,
+                    prio,
+                    0,
+                    original_tokens=mc.scaled(part.raw),
+                    reason="no room left",
+                ),
+            )
         msg = Message.system(text)
         used = mc.message(msg)
-        return msg, used, _note(E.CONTEXT_COMPONENT_TRUNCATED, name, prio, mc.scaled(used),
-                                original_tokens=mc.scaled(part.raw))
+        return (
+            msg,
+            used,
+            _note(
+                E.CONTEXT_COMPONENT_TRUNCATED,
+                name,
+                prio,
+                mc.scaled(used),
+                original_tokens=mc.scaled(part.raw),
+            ),
+        )
 
     def _shrink(self, items: list[Message], room: int) -> tuple[list[Message], int]:
-        """Cut the largest messages of the current turn so all of it fits ``room`` (water-filling)."""
+        """Cut the largest messages of the current turn to fit ``room`` (water-filling)."""
         mc = self.counter
         sizes = [mc.message(x) for x in items]
         order = sorted(range(len(items)), key=lambda i: sizes[i])
@@ -379,17 +537,6 @@ class Plan:
                 out[i] = shrink_message(mc, items[i], share)
             left -= mc.message(out[i])
         return out, sum(mc.message(x) for x in out)
-
-
-def shrink_message(mc: MessageCounter, msg: Message, room: int) -> Message:
-    """``msg`` with its content (and, if needed, tool-call arguments) cut to ``room`` tokens."""
-    if msg.tool_calls and mc.message(msg.model_copy(update={"content": ""})) > room // 2:
-        calls = [c.model_copy(update={"arguments": {"truncated_arguments": "…"},
-                                      "raw_arguments": None}) for c in msg.tool_calls]
-        msg = msg.model_copy(update={"tool_calls": calls})
-    base = mc.message(msg.model_copy(update={"content": ""}))
-    text = truncate_text(mc, msg.content, room - base) if room - base > 0 else None
-    return msg.model_copy(update={"content": text or ""})
 
 
 def _note(kind: EventType, name: str, prio: Priority, tokens: int, **extra: Any) -> Decision:

@@ -12,7 +12,6 @@ again a function of the transcript alone.
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,12 +21,17 @@ from loom.context import AssembledContext, ContextRequest
 from loom.errors import ConfigurationError
 from loom.events import EventType
 from loom.memory import assembly
-from loom.memory.assembly import Part, Plan
+from loom.memory.assembly import Plan
 from loom.memory.compression import FLUSH_SYSTEM, FLUSH_USER, render_span, run_flush, summarise
-from loom.memory.config import DEFAULT_CONTEXT_WINDOW, Budgets, MemoryConfig, Priority
-from loom.memory.config import default_reserved_output
+from loom.memory.config import (
+    DEFAULT_CONTEXT_WINDOW,
+    Budgets,
+    MemoryConfig,
+    default_reserved_output,
+)
 from loom.memory.segments import SessionIndex, Summary
 from loom.memory.tokens import MessageCounter, TokenCounter, counter_for_model
+from loom.memory.trim import truncate_text
 from loom.messages import Message, Usage
 from loom.tools.base import spec_of
 
@@ -47,6 +51,7 @@ class _Setup:
     budgets: Budgets
     counter: MessageCounter
     summariser: Any
+    memory_path: Path | None
 
 
 @dataclass(slots=True)
@@ -112,7 +117,8 @@ class SegmentedContextBuilder:
                 f"prompt takes ~{mc.scaled(rom)} tokens and the tool schemas ~{mc.scaled(tools)}, "
                 f"reserved_output_tokens={reserved}, and a turn needs at least "
                 f"{MIN_CONVERSATION_TOKENS}; that is {need} > {window}. Raise context_window, "
-                f"lower reserved_output_tokens, or shorten the instructions / tools.")
+                f"lower reserved_output_tokens, or shorten the instructions / tools."
+            )
         del budgets
 
     def _setup(self, agent: Agent) -> _Setup:
@@ -128,8 +134,12 @@ class SegmentedContextBuilder:
             from loom.models import resolve_model
 
             summariser = resolve_model(summariser)
-        setup = _Setup(self.config.budgets(window, reserved), MessageCounter(counter),
-                       summariser or model)
+        setup = _Setup(
+            self.config.budgets(window, reserved),
+            MessageCounter(counter),
+            summariser or model,
+            self.memory_path(agent),
+        )
         self._setups[id(agent)] = (agent, setup)
         return setup
 
@@ -161,9 +171,9 @@ class SegmentedContextBuilder:
             return path
         return agent.workspace / path if agent.workspace is not None else None
 
-    def read_memory(self, agent: Agent) -> str:
+    def read_memory(self, agent: Agent, path: Path | None = None) -> str:
         """MEMORY.md's text; a missing file is empty memory."""
-        path = self.memory_path(agent)
+        path = path or self.memory_path(agent)
         if path is None:
             return ""
         try:
@@ -188,17 +198,29 @@ class SegmentedContextBuilder:
         mc, b = setup.counter, setup.budgets
         idx = self.index_for(agent, request.session_id)
         idx.update(request.history)
-        plan = Plan(mc, b, idx, cfg, request.extra_system, agent.instructions,
-                    mc.tools(agent.tool_specs), self.read_memory(agent))
+        path = setup.memory_path
+        plan = Plan(
+            mc,
+            b,
+            idx,
+            cfg,
+            request.extra_system,
+            agent.instructions,
+            mc.tools(agent.tool_specs),
+            self.read_memory(agent, path) if path else "",
+        )
         notes: list[tuple[EventType, dict[str, Any]]] = []
         view = _View(list(idx.summaries), idx.covered)
         measure = plan.measure(view.summaries, view.covered)
 
-        path = self.memory_path(agent)
-        if (cfg.memory_flush and path is not None and view.covered not in idx.flushed_cycles
-                and measure.total >= cfg.flush_at * plan.budget):
+        if (
+            cfg.memory_flush
+            and path is not None
+            and view.covered not in idx.flushed_cycles
+            and measure.total >= cfg.flush_at * plan.budget
+        ):
             await self._flush(plan, view, measure, setup, path, agent, notes)
-            plan.memory_text = self.read_memory(agent)
+            plan.memory_text = self.read_memory(agent, path)
             measure = plan.measure(view.summaries, view.covered)
 
         if measure.over_threshold:
@@ -215,8 +237,9 @@ class SegmentedContextBuilder:
             notes[:0] = decisions  # component decisions first, then compression progress
         else:
             notes[:0] = [d for d in decisions if d[0] is not E.CONTEXT_COMPONENT_INCLUDED]
-        ctx = AssembledContext(messages=messages, tools=agent.tool_specs,
-                               token_estimate=mc.scaled(raw), notes=notes)
+        ctx = AssembledContext(
+            messages=messages, tools=agent.tool_specs, token_estimate=mc.scaled(raw), notes=notes
+        )
         ctx.persist = view.persist
         if len(self._raw_of) > 1024:
             self._raw_of.clear()
@@ -231,26 +254,45 @@ class SegmentedContextBuilder:
             hit[1].observe(hit[0], usage.input_tokens)
 
     # -- MEMORY_FLUSH ----------------------------------------------------------------------------
-    async def _flush(self, plan: Plan, view: _View, measure: Any, setup: _Setup, path: Path,
-                     agent: Agent, notes: list[tuple[EventType, dict[str, Any]]]) -> None:
+    async def _flush(
+        self,
+        plan: Plan,
+        view: _View,
+        measure: Any,
+        setup: _Setup,
+        path: Path,
+        agent: Agent,
+        notes: list[tuple[EventType, dict[str, Any]]],
+    ) -> None:
         from loom.memory.tools import memory_file_tool
 
         mc = plan.counter
         extra = mc.message(Message.system(FLUSH_SYSTEM)) + mc.message(Message.user(FLUSH_USER))
         tool = spec_of(memory_file_tool(path))
         extra += mc.tools([tool]) - plan.tools_raw
-        messages, _, _ = plan.assemble(plan.measure(view.summaries, view.covered, mask=True),
-                                       reserve=max(extra, 0))
+        messages, _, _ = plan.assemble(
+            plan.measure(view.summaries, view.covered, mask=True), reserve=max(extra, 0)
+        )
         data = await run_flush(agent.model, messages, path, tool)
         data["cycle"] = view.covered
         notes.append((E.MEMORY_FLUSH, data))
-        view.persist.append(Message(
-            role="system", content=f"[memory flush: {data['status']}, {data['notes']} note(s)]",
-            metadata={"loom": "memory_flush", **data}))
+        view.persist.append(
+            Message(
+                role="system",
+                content=f"[memory flush: {data['status']}, {data['notes']} note(s)]",
+                metadata={"loom": "memory_flush", **data},
+            )
+        )
 
     # -- compression -----------------------------------------------------------------------------
-    async def _compress(self, plan: Plan, view: _View, measure: Any, setup: _Setup,
-                        notes: list[tuple[EventType, dict[str, Any]]]) -> bool:
+    async def _compress(
+        self,
+        plan: Plan,
+        view: _View,
+        measure: Any,
+        setup: _Setup,
+        notes: list[tuple[EventType, dict[str, Any]]],
+    ) -> bool:
         """Summarise the oldest span (or drop it). False when nothing can be evicted."""
         cfg, mc = self.config, plan.counter
         span = plan.choose_span(measure)
@@ -265,76 +307,161 @@ class SegmentedContextBuilder:
         span_msgs = plan.span_messages(measure, start, end)
         text = render_span(span_msgs)
         raw = mc.text(text)
-        while raw > limit:
-            text = render_span(span_msgs, limit_chars=int(len(text) * limit / raw * 0.9))
+        for _ in range(8):  # shrink toward the summariser's window; each pass cuts ≥ 10 %
+            if raw <= limit:
+                break
+            text = render_span(span_msgs, limit_chars=max(0, int(len(text) * limit / raw * 0.9)))
             raw = mc.text(text)
         before = mc.scaled(measure.total)
-        notes.append((E.COMPRESSION_START, {
-            "kind": "span", "covers_from": start, "covers_through": end - 1,
-            "messages": end - start, "span_tokens": mc.scaled(plan.index.raw(start, end)),
-            "context_tokens": before, "budget": plan.budgets.total}))
-        meta = (f"- covers conversation messages {start}–{end - 1} ({end - start} messages, "
-                f"~{mc.scaled(plan.index.raw(start, end))} tokens before compression)")
+        notes.append(
+            (
+                E.COMPRESSION_START,
+                {
+                    "kind": "span",
+                    "covers_from": start,
+                    "covers_through": end - 1,
+                    "messages": end - start,
+                    "span_tokens": mc.scaled(plan.index.raw(start, end)),
+                    "context_tokens": before,
+                    "budget": plan.budgets.total,
+                },
+            )
+        )
+        meta = (
+            f"- covers conversation messages {start}–{end - 1} ({end - start} messages, "
+            f"~{mc.scaled(plan.index.raw(start, end))} tokens before compression)"
+        )
         summary, attempts, error = await summarise(
-            plan_model(setup), text, previous=previous, words=plan.summary_words,
-            attempts=cfg.attempts, delays=cfg.retry_delays, sleep=cfg.sleep, notes=notes,
-            metadata=meta)
+            plan_model(setup),
+            text,
+            previous=previous,
+            words=plan.summary_words,
+            attempts=cfg.attempts,
+            delays=cfg.retry_delays,
+            sleep=cfg.sleep,
+            notes=notes,
+            metadata=meta,
+        )
         method = "summary"
         if summary is None:
             method = "sliding_window"
-            summary = (f"[Earlier conversation messages {start}–{end - 1} were dropped to fit "
-                       f"the context window; the summariser failed: {error}]")
-            notes.append((E.COMPRESSION_FALLBACK, {
-                "fallback_method": "sliding_window", "reason": error,
-                "dropped_messages": end - start, "attempts": attempts}))
-        self._add_summary(plan, view, Summary(start, end - 1, summary, method),
-                          {"attempts": attempts})
+            summary = (
+                f"[Earlier conversation messages {start}–{end - 1} were dropped to fit "
+                f"the context window; the summariser failed: {error}]"
+            )
+            notes.append(
+                (
+                    E.COMPRESSION_FALLBACK,
+                    {
+                        "fallback_method": "sliding_window",
+                        "reason": error,
+                        "dropped_messages": end - start,
+                        "attempts": attempts,
+                    },
+                )
+            )
+        self._add_summary(
+            plan, view, Summary(start, end - 1, summary, method), {"attempts": attempts}
+        )
         merged = await self._merge_if_needed(plan, view, setup, notes)
         after = plan.measure(view.summaries, view.covered, mask=True)
-        notes.append((E.COMPRESSION_COMPLETE, {
-            "kind": "span", "method": method, "covers_through": end - 1,
-            "tokens_before": before, "tokens_after": mc.scaled(after.total),
-            "summary_tokens": mc.scaled(mc.text(summary)), "merged": merged,
-            "attempts": attempts}))
+        notes.append(
+            (
+                E.COMPRESSION_COMPLETE,
+                {
+                    "kind": "span",
+                    "method": method,
+                    "covers_through": end - 1,
+                    "tokens_before": before,
+                    "tokens_after": mc.scaled(after.total),
+                    "summary_tokens": mc.scaled(mc.text(summary)),
+                    "merged": merged,
+                    "attempts": attempts,
+                },
+            )
+        )
         return True
 
     def _add_summary(self, plan: Plan, view: _View, s: Summary, extra: dict[str, Any]) -> None:
         s.raw_tokens = plan.counter.text(s.text)
         view.summaries = [x for x in view.summaries if x.covers_from < s.covers_from] + [s]
         view.covered = max(view.covered, s.covers_through)
-        view.persist.append(Message(role="system", content=s.text, metadata={
-            "loom": "summary", "covers_from": s.covers_from, "covers_through": s.covers_through,
-            "method": s.method, **extra}))
+        view.persist.append(
+            Message(
+                role="system",
+                content=s.text,
+                metadata={
+                    "loom": "summary",
+                    "covers_from": s.covers_from,
+                    "covers_through": s.covers_through,
+                    "method": s.method,
+                    **extra,
+                },
+            )
+        )
 
-    async def _merge_if_needed(self, plan: Plan, view: _View, setup: _Setup,
-                               notes: list[tuple[EventType, dict[str, Any]]]) -> bool:
+    async def _merge_if_needed(
+        self, plan: Plan, view: _View, setup: _Setup, notes: list[tuple[EventType, dict[str, Any]]]
+    ) -> bool:
         """L2 over its budget: merge every summary into one ("compressed further")."""
         if len(view.summaries) < 2 or plan.l2_raw(view.summaries) <= plan.l2_cap:
             return False
         cfg, mc = self.config, plan.counter
         joined = "\n\n".join(s.text for s in view.summaries)
         first, last = view.summaries[0].covers_from, view.covered
-        notes.append((E.COMPRESSION_START, {
-            "kind": "merge", "covers_from": first, "covers_through": last,
-            "summaries": len(view.summaries), "span_tokens": mc.scaled(mc.text(joined))}))
-        meta = (f"- merges {len(view.summaries)} summaries covering conversation messages "
-                f"{first}–{last}")
+        notes.append(
+            (
+                E.COMPRESSION_START,
+                {
+                    "kind": "merge",
+                    "covers_from": first,
+                    "covers_through": last,
+                    "summaries": len(view.summaries),
+                    "span_tokens": mc.scaled(mc.text(joined)),
+                },
+            )
+        )
+        meta = (
+            f"- merges {len(view.summaries)} summaries covering conversation messages "
+            f"{first}–{last}"
+        )
         text, attempts, error = await summarise(
-            plan_model(setup), joined, previous=None, words=plan.summary_words,
-            attempts=cfg.attempts, delays=cfg.retry_delays, sleep=cfg.sleep, notes=notes,
-            metadata=meta)
+            plan_model(setup),
+            joined,
+            previous=None,
+            words=plan.summary_words,
+            attempts=cfg.attempts,
+            delays=cfg.retry_delays,
+            sleep=cfg.sleep,
+            notes=notes,
+            metadata=meta,
+        )
         method = "merge"
         if text is None:
             method = "merge_fallback"
-            kept = assembly.truncate_text(mc, "\n\n".join(s.text for s in view.summaries[::-1]),
-                                          plan.l2_cap - 16)
+            kept = truncate_text(
+                mc, "\n\n".join(s.text for s in view.summaries[::-1]), plan.l2_cap - 16
+            )
             text = kept or "[earlier summaries dropped]"
-            notes.append((E.COMPRESSION_FALLBACK, {
-                "fallback_method": "sliding_window", "reason": error, "kind": "merge"}))
+            notes.append(
+                (
+                    E.COMPRESSION_FALLBACK,
+                    {"fallback_method": "sliding_window", "reason": error, "kind": "merge"},
+                )
+            )
         self._add_summary(plan, view, Summary(first, last, text, method), {"attempts": attempts})
-        notes.append((E.COMPRESSION_COMPLETE, {
-            "kind": "merge", "method": method, "covers_through": last,
-            "summary_tokens": mc.scaled(mc.text(text)), "attempts": attempts}))
+        notes.append(
+            (
+                E.COMPRESSION_COMPLETE,
+                {
+                    "kind": "merge",
+                    "method": method,
+                    "covers_through": last,
+                    "summary_tokens": mc.scaled(mc.text(text)),
+                    "attempts": attempts,
+                },
+            )
+        )
         return True
 
 

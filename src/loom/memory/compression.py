@@ -31,8 +31,16 @@ __all__ = [
     "summarise",
 ]
 
-SEGMENTS = ("Task Overview", "Key Decisions", "Progress", "Blockers", "Open Items", "Context",
-            "Next Steps", "Metadata")
+SEGMENTS = (
+    "Task Overview",
+    "Key Decisions",
+    "Progress",
+    "Blockers",
+    "Open Items",
+    "Context",
+    "Next Steps",
+    "Metadata",
+)
 
 SUMMARY_INSTRUCTIONS = (
     "You compress the history of a conversation between a user and an AI agent so the agent "
@@ -43,8 +51,10 @@ SUMMARY_INSTRUCTIONS = (
 )
 
 FLUSH_SYSTEM = "Session nearing compaction. Store durable memories now."
-FLUSH_USER = ("Write any lasting notes to MEMORY.md with the memory_write tool (one call per "
-              "note); reply with NO_REPLY if nothing to store.")
+FLUSH_USER = (
+    "Write any lasting notes to MEMORY.md with the memory_write tool (one call per "
+    "note); reply with NO_REPLY if nothing to store."
+)
 NO_REPLY = "NO_REPLY"
 
 Note = tuple[EventType, dict[str, Any]]
@@ -56,8 +66,9 @@ def render_span(messages: Sequence[Message], limit_chars: int | None = None) -> 
     lines = []
     for m in messages:
         if m.role == "assistant" and m.tool_calls:
-            calls = "; ".join(f"{c.name}({json.dumps(c.arguments, ensure_ascii=False)})"
-                              for c in m.tool_calls)
+            calls = "; ".join(
+                f"{c.name}({json.dumps(c.arguments, ensure_ascii=False)})" for c in m.tool_calls
+            )
             text = f"{m.content}\n(called {calls})" if m.content else f"(called {calls})"
             lines.append(f"[assistant] {text}")
         elif m.role == "tool":
@@ -66,7 +77,7 @@ def render_span(messages: Sequence[Message], limit_chars: int | None = None) -> 
             lines.append(f"[{m.role}] {m.content}")
     text = "\n".join(lines)
     if limit_chars is not None and len(text) > limit_chars:
-        text = text[:limit_chars] + "\n[… span cut to fit the summariser's window]"
+        text = text[: max(limit_chars, 0)] + "\n[… span cut to fit the summariser's window]"
     return text
 
 
@@ -103,7 +114,9 @@ async def summarise(
     """
     user = f"Conversation to summarise:\n{span_text}"
     if previous:
-        user = f"Summary of what came before (for continuity, do not repeat it):\n{previous}\n\n{user}"
+        user = (
+            f"Summary of what came before (for continuity, do not repeat it):\n{previous}\n\n{user}"
+        )
     messages = [Message.system(SUMMARY_INSTRUCTIONS.format(words=words)), Message.user(user)]
     settings = ModelSettings(temperature=0.0, max_tokens=max(64, int(words * 2)))
     error = ""
@@ -118,8 +131,12 @@ async def summarise(
             error = f"{type(exc).__name__}: {exc}"
         if attempt < attempts:
             delay = delays[min(attempt - 1, len(delays) - 1)] if delays else 0.0
-            notes.append((EventType.COMPRESSION_PROGRESS, {
-                "status": "retry", "attempt": attempt, "error": error, "delay": delay}))
+            notes.append(
+                (
+                    EventType.COMPRESSION_PROGRESS,
+                    {"status": "retry", "attempt": attempt, "error": error, "delay": delay},
+                )
+            )
             if delay > 0:
                 await sleep(delay)
     return None, attempts, error
@@ -149,16 +166,27 @@ async def run_flush(
     try:
         response = await complete(model, messages, [tool])
     except Exception as exc:
-        return {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "notes": 0,
-                "path": str(path)}
-    notes = [str(c.arguments.get("note", "")) for c in response.tool_calls
-             if c.name == tool.name and c.arguments.get("note")]
+        return {
+            "status": "failed",
+            "error": f"{type(exc).__name__}: {exc}",
+            "notes": 0,
+            "path": str(path),
+        }
+    notes = [
+        str(c.arguments.get("note", ""))
+        for c in response.tool_calls
+        if c.name == tool.name and c.arguments.get("note")
+    ]
     if notes:
         try:
             append_memory_notes(path, notes)
         except OSError as exc:
-            return {"status": "failed", "error": f"cannot write {path}: {exc}", "notes": 0,
-                    "path": str(path)}
+            return {
+                "status": "failed",
+                "error": f"cannot write {path}: {exc}",
+                "notes": 0,
+                "path": str(path),
+            }
         return {"status": "written", "notes": len(notes), "path": str(path)}
     status = "no_reply" if response.text.strip().upper().startswith(NO_REPLY) else "ignored"
     return {"status": status, "notes": 0, "path": str(path), "suppressed": True}

@@ -103,18 +103,20 @@ class MemoryConfig:
     component_events: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("rom_tokens", "kernel_tokens", "l1_tokens", "l2_tokens",
-                     "memory_file_tokens"):
+        for name in ("rom_tokens", "kernel_tokens", "l1_tokens", "l2_tokens", "memory_file_tokens"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < 0):
-                raise ConfigurationError(f"MemoryConfig.{name} must be a non-negative integer "
-                                         f"or None, got {value!r}")
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
+                raise ConfigurationError(
+                    f"MemoryConfig.{name} must be a non-negative integer or None, got {value!r}"
+                )
         for name in ("compress_at", "flush_at", "keep_ratio"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 < value <= 1:
                 raise ConfigurationError(
-                    f"MemoryConfig.{name} must be a share of the budget in (0, 1], got {value!r}")
+                    f"MemoryConfig.{name} must be a share of the budget in (0, 1], got {value!r}"
+                )
         if self.attempts < 1:
             raise ConfigurationError(f"MemoryConfig.attempts must be >= 1, got {self.attempts}")
         if self.keep_tool_outputs < 0:
@@ -122,13 +124,18 @@ class MemoryConfig:
         if self.mask_tool_outputs not in ("pressure", "always", "never"):
             raise ConfigurationError(
                 "MemoryConfig.mask_tool_outputs must be 'pressure', 'always' or 'never', "
-                f"got {self.mask_tool_outputs!r}")
+                f"got {self.mask_tool_outputs!r}"
+            )
 
     @classmethod
     def seed_defaults(cls, **overrides: Any) -> MemoryConfig:
         """Seed 000's fixed budgets: ROM 5k, Kernel 2k, L1 10k, L2 3k."""
-        values: dict[str, Any] = {"rom_tokens": 5000, "kernel_tokens": 2000,
-                                  "l1_tokens": 10_000, "l2_tokens": 3000}
+        values: dict[str, Any] = {
+            "rom_tokens": 5000,
+            "kernel_tokens": 2000,
+            "l1_tokens": 10_000,
+            "l2_tokens": 3000,
+        }
         values.update(overrides)
         return cls(**values)
 
@@ -138,13 +145,16 @@ class MemoryConfig:
         if total <= 0:
             raise ConfigurationError(
                 f"context_window={window} leaves nothing after reserved_output_tokens="
-                f"{reserved_output}; raise the window or lower the reserve")
+                f"{reserved_output}; raise the window or lower the reserve"
+            )
 
         def pick(value: int | None, share: float) -> int:
             return min(value, total) if value is not None else int(total * share)
 
         return Budgets(
-            window=window, reserved_output=reserved_output, total=total,
+            window=window,
+            reserved_output=reserved_output,
+            total=total,
             rom=pick(self.rom_tokens, _SHARES["rom"]),
             kernel=pick(self.kernel_tokens, _SHARES["kernel"]),
             l1=self.l1_tokens if self.l1_tokens is not None else total,

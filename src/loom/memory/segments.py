@@ -76,7 +76,9 @@ class SessionIndex:
     def update(self, history: Sequence[Message]) -> None:
         """Fold in the messages appended since the last call (or rebuild if history changed)."""
         n = len(history)
-        if self.seen and (n < self.seen or _fingerprint(history[self.seen - 1]) != self.fingerprint):
+        if self.seen and (
+            n < self.seen or _fingerprint(history[self.seen - 1]) != self.fingerprint
+        ):
             self.reset()
         if n == self.seen:
             return

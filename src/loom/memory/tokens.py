@@ -161,8 +161,24 @@ _PIECES = re.compile(
 
 # Mean cl100k tokens per piece, by piece length (measured on stdlib source and package READMEs
 # that the accuracy tests do not use).
-_WORD = (1.0, 1.0, 1.01, 1.05, 1.06, 1.08, 1.13, 1.24, 1.28, 1.52, 1.42, 1.48, 1.64, 1.92, 1.98,
-         1.99)
+_WORD = (
+    1.0,
+    1.0,
+    1.01,
+    1.05,
+    1.06,
+    1.08,
+    1.13,
+    1.24,
+    1.28,
+    1.52,
+    1.42,
+    1.48,
+    1.64,
+    1.92,
+    1.98,
+    1.99,
+)
 _PUNCT = (1.0, 1.0, 1.0, 1.03, 1.2, 1.51, 1.91, 2.35, 2.73, 2.98, 2.82, 3.28, 3.42)
 
 

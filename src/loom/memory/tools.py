@@ -51,8 +51,10 @@ def memory_file_tool(path: str | Path | None = None, name: str = "memory_write")
         where = target
         if not where.is_absolute():
             if ctx.workspace is None:
-                raise ToolError("this agent has no workspace, so there is no MEMORY.md to write",
-                                code="unavailable")
+                raise ToolError(
+                    "this agent has no workspace, so there is no MEMORY.md to write",
+                    code="unavailable",
+                )
             where = Path(ctx.workspace) / where
         if not note.strip():
             raise ToolError("note must not be empty", code="invalid_arguments")
@@ -74,10 +76,18 @@ async def set_kernel(store: Any, session_id: str, key: str, value: str | None) -
         from loom.errors import InputError
 
         raise InputError("kernel key must be a non-empty string")
-    await store.append(session_id, messages=[Message(
-        role="system", content=f"[kernel] {key} = {value}" if value is not None
-        else f"[kernel] {key} removed",
-        metadata={"loom": "kernel", "key": key.strip(), "value": value})])
+    await store.append(
+        session_id,
+        messages=[
+            Message(
+                role="system",
+                content=f"[kernel] {key} = {value}"
+                if value is not None
+                else f"[kernel] {key} removed",
+                metadata={"loom": "kernel", "key": key.strip(), "value": value},
+            )
+        ],
+    )
 
 
 def memory_tools(config: Any, taken: Any = ()) -> list[FunctionTool]:

@@ -223,7 +223,11 @@ class Plan:
         return hit if hit else None
 
     # -- measuring -------------------------------------------------------------------------------
-    def measure(self, summaries: list[Summary], covered: int, *, mask: bool = False) -> Measure:
+    def measure(
+        self, summaries: list[Summary], covered: int, *, mask: bool = False, keep: int | None = None
+    ) -> Measure:
+        """Sizes of the tiers; ``mask`` masks old tool outputs (keeping ``keep`` newest ones,
+        default ``keep_tool_outputs``)."""
         idx, cfg = self.index, self.cfg
         starts, n = idx.unit_starts, len(idx.conv)
         first = bisect_right(starts, covered)
@@ -241,7 +245,7 @@ class Plan:
         if masked:
             tp = idx.tool_positions  # the newest unit's outputs always stay verbatim
             tools = tp[bisect_left(tp, start) : bisect_left(tp, tail_start)]
-            keep = cfg.keep_tool_outputs
+            keep = cfg.keep_tool_outputs if keep is None else keep
             for pos in tools[: len(tools) - keep] if keep else tools:
                 part = self.mask(pos)
                 if part is not None:

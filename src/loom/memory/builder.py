@@ -225,6 +225,12 @@ class SegmentedContextBuilder:
 
         if measure.over_threshold:
             measure = plan.measure(view.summaries, view.covered, mask=True)
+            if measure.over_threshold and cfg.keep_tool_outputs:
+                # masking the kept outputs too is cheaper than a summary; the newest unit's
+                # outputs stay verbatim either way
+                all_masked = plan.measure(view.summaries, view.covered, mask=True, keep=0)
+                if not all_masked.over_threshold:
+                    measure = all_masked
             rounds = 0
             while measure.over_threshold and rounds < _MAX_ROUNDS:
                 rounds += 1

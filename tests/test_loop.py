@@ -45,8 +45,17 @@ async def collect(agent: Agent, message: str = "go", **kw: object) -> list[Agent
     return [e async for e in agent.stream(message, **kw)]  # type: ignore[arg-type]
 
 
+COMPONENTS = (
+    E.CONTEXT_COMPONENT_INCLUDED,
+    E.CONTEXT_COMPONENT_TRUNCATED,
+    E.CONTEXT_COMPONENT_EXCLUDED,
+)
+
+
 def types(events: list[AgentEvent], *, skip: tuple[EventType, ...] = ()) -> list[EventType]:
-    return [e.type for e in events if e.type not in (E.STATE_CHANGE, E.LLM_DELTA, *skip)]
+    """Event types without state changes, deltas and context-component decisions."""
+    noise = (E.STATE_CHANGE, E.LLM_DELTA, *COMPONENTS, *skip)
+    return [e.type for e in events if e.type not in noise]
 
 
 async def test_two_tool_run_event_sequence() -> None:
@@ -74,6 +83,9 @@ async def test_two_tool_run_event_sequence() -> None:
         E.AGENT_FINISH,
     ]
     assert [e.sequence for e in events] == list(range(len(events)))
+    starts = [i for i, e in enumerate(events) if e.type is E.CONTEXT_ASSEMBLY_START]
+    for i in starts:  # each assembly reports its component decisions before it completes
+        assert events[i + 1].type in COMPONENTS
     assert len({(e.run_id, e.session_id) for e in events}) == 1
     assert [e.iteration for e in events if e.type is E.ITERATION_START] == [1, 2]
     results = [e.data["content"] for e in events if e.type is E.TOOL_RESULT]

@@ -9,7 +9,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loom.context import ContextBuilder, FullHistoryBuilder
+from loom.context import ContextBuilder
 from loom.errors import AgentDefinitionError, ConfigurationError, InputError
 from loom.events import AgentEvent
 from loom.hooks import compile_hooks
@@ -24,12 +24,34 @@ from loom.tools.registry import resolve_tool
 if TYPE_CHECKING:
     from loom.judge.panel import JudgePanel
     from loom.loop import Turn
+    from loom.memory.config import MemoryConfig
     from loom.patterns.library import PatternLibrary
     from loom.policy.approval import PendingApproval
 
 __all__ = ["Agent"]
 
 _DONE = object()
+
+
+def default_builder(agent: Agent) -> ContextBuilder:
+    """The segmented, budgeted builder; checks the window now when it is already known."""
+    from loom.memory.builder import SegmentedContextBuilder
+    from loom.memory.config import MemoryConfig
+
+    if agent.memory is not None and not isinstance(agent.memory, MemoryConfig):
+        raise AgentDefinitionError(
+            f"must be a loom.memory.MemoryConfig, got {type(agent.memory).__name__}",
+            field="memory",
+        )
+    builder = SegmentedContextBuilder(
+        agent.memory,
+        context_window=agent.context_window,
+        reserved_output_tokens=agent.reserved_output_tokens,
+    )
+    model = agent._model if agent._model is not None else agent._model_spec
+    if agent.context_window is not None or isinstance(getattr(model, "context_window", None), int):
+        builder.check(agent, model)
+    return builder
 
 
 def _discard(event: AgentEvent) -> None:
@@ -95,7 +117,8 @@ class Agent:
         workspace: Root directory for file tools, passed to tools in ``RunContext``.
         model_settings: Temperature, max tokens, ... for every model call.
         max_message_chars: Longest user message accepted.
-        context_builder: Compiles the context for each call (default: whole history).
+        context_builder: Compiles the context for each call (default: the segmented,
+            budgeted builder of ``loom.memory``).
         deps: Any object handed to tools as ``RunContext.deps``.
         patterns: A ``PatternLibrary`` (or a directory of pattern YAML files): the patterns
             matching each user message go into ROM for that turn.
@@ -115,6 +138,11 @@ class Agent:
             it can page through with ``get_tool_result``; None sends every result whole.
             With a store that keeps errors, failed calls go through the error channel and
             ``get_error_detail`` is registered (seed 001).
+        context_window: The model's context window in tokens (default: the model's
+            ``context_window`` attribute, else 128 000). Every call stays inside it.
+        reserved_output_tokens: Tokens kept free for the answer (default:
+            ``model_settings.max_tokens``, else min(4000, window / 4)).
+        memory: A ``loom.memory.MemoryConfig``: segment budgets, compression, MEMORY.md.
     """
 
     __slots__ = (  # noqa: RUF023 - new fields are appended so parallel branches merge cleanly
@@ -148,6 +176,9 @@ class Agent:
         "judges",
         "max_result_chars",
         "_shaper",
+        "context_window",
+        "reserved_output_tokens",
+        "memory",
     )
 
     def __init__(
@@ -176,6 +207,9 @@ class Agent:
         permissions: Any = None,
         approval_handler: Any = None,
         max_result_chars: int | None = 8000,
+        context_window: int | None = None,
+        reserved_output_tokens: int | None = None,
+        memory: MemoryConfig | None = None,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise AgentDefinitionError("must be a non-empty string", field="name")
@@ -198,6 +232,26 @@ class Agent:
         self.queue_timeout = _positive("queue_timeout", queue_timeout, integer=False)
         self.max_queue_depth = _positive("max_queue_depth", max_queue_depth, integer=True)
         self.lock_ttl = _positive("lock_ttl", lock_ttl, integer=False)
+        self.context_window = (
+            None
+            if context_window is None
+            else _positive("context_window", context_window, integer=True)
+        )
+        self.reserved_output_tokens = reserved_output_tokens
+        if reserved_output_tokens is not None and (
+            isinstance(reserved_output_tokens, bool)
+            or not isinstance(reserved_output_tokens, int)
+            or reserved_output_tokens < 0
+        ):
+            raise AgentDefinitionError(
+                f"must be a non-negative integer, got {reserved_output_tokens!r}",
+                field="reserved_output_tokens",
+            )
+        self.memory = memory
+        if memory is not None and memory.tools:
+            from loom.memory.tools import memory_tools
+
+            tools = [*tools, *memory_tools(memory, [getattr(t, "name", t) for t in tools])]
         self.tools: dict[str, Tool] = {}
         self._toolsets: list[Any] = []  # MCP servers & co: their tools load on the first run
         self._tool_owners: dict[str, str] = {}  # tool name -> toolset that provided it
@@ -227,7 +281,7 @@ class Agent:
         # The permission check comes first (seed 002's ToolPipeline), then the user's hooks.
         self._hooks = compile_hooks([self.permissions, *self.hooks])
         self.model_settings = model_settings
-        self.context_builder: ContextBuilder = context_builder or FullHistoryBuilder()
+        self.context_builder: ContextBuilder = context_builder or default_builder(self)
         self.deps = deps
         if isinstance(patterns, str | Path):
             from loom.patterns.library import PatternLibrary

@@ -40,13 +40,16 @@ class AssembledContext:
     """The compiled context: messages and tools for the call, its token estimate, and notes.
 
     ``notes`` are (event type, data) pairs the loop emits in order: component decisions,
-    compression progress.
+    compression progress. ``persist`` are messages the builder derived (summaries, memory
+    bookkeeping) that the loop appends to the transcript, together with the notes' events,
+    before it calls the model, so the next context is again a function of the transcript.
     """
 
     messages: list[Message]
     tools: list[ToolSpec]
     token_estimate: int
     notes: list[tuple[EventType, dict[str, Any]]] = field(default_factory=list)
+    persist: list[Message] = field(default_factory=list)
 
 
 class ContextBuilder(Protocol):

@@ -188,8 +188,11 @@ class Turn(TurnSteps):
         request = ContextRequest(a, self.history, self.session_id, self.run_id, self.iteration,
                                  self.message, extra_system=a._extra_system(self))  # fmt: skip
         ctx = await a.context_builder.build(request)
-        for note_type, note in ctx.notes:
-            self._announce(note_type, **note)
+        if ctx.persist:  # summaries and memory bookkeeping: committed with their events
+            await self._commit([self._event(t, n) for t, n in ctx.notes], messages=ctx.persist)
+        else:
+            for note_type, note in ctx.notes:
+                self._announce(note_type, **note)
         await self._hook("after_context_assembly", ctx.messages)
         self._announce(E.CONTEXT_ASSEMBLY_COMPLETE, token_estimate=ctx.token_estimate,
                        message_count=len(ctx.messages))  # fmt: skip
@@ -212,6 +215,9 @@ class Turn(TurnSteps):
             raise _Stop("model_error", "the model returned an empty response")
         if final.usage is not None:
             self.usage = self.usage + final.usage
+            observe = getattr(self.agent.context_builder, "observe_usage", None)
+            if observe is not None:  # lets an estimating token counter calibrate itself
+                observe(ctx, final.usage)
         seen: set[str] = set()
         for c in final.tool_calls:  # results must pair with calls one to one
             if not c.id or c.id in seen:

@@ -23,6 +23,8 @@ BUILTIN_TOOLS: dict[str, str] = {
     "grep": "loom.tools.builtin.search:grep",
     "bash": "loom.tools.builtin.shell:bash",
     "web_fetch": "loom.tools.builtin.web:web_fetch",
+    "remember": "loom.memory.tools:remember",
+    "memory_write": "loom.memory.tools:memory_write",
 }
 
 

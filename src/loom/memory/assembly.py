@@ -1,0 +1,547 @@
+"""Priority context assembly (seed 002) over the memory tiers.
+
+Components, in seed 002's order of admission (non-truncatable first, then truncatable ones by
+priority), and where they land in the message list:
+
+| component        | priority     | truncatable                | sent as                        |
+| ---------------- | ------------ | -------------------------- | ------------------------------ |
+| ``system``       | CRITICAL 100 | no (a configuration error) | first system message (ROM)     |
+| ``tools``        | CRITICAL 100 | no                         | the tool schemas (ROM)         |
+| ``current_turn`` | CRITICAL 100 | content only, with marker  | latest user message + newest unit |
+| ``patterns``     | HIGH 90      | yes, to the ROM budget     | inside the ROM system message  |
+| ``kernel``       | HIGH 90      | yes                        | system message after MEMORY.md |
+| ``memory_file``  | MEDIUM 70    | yes                        | system message after ROM       |
+| ``summaries``    | MEDIUM 70    | yes                        | system message before history  |
+| ``history``      | LOW 50       | by whole units, oldest first | the conversation             |
+| masked outputs   | OPTIONAL 30  | replaced by a placeholder  | inside ``history``             |
+
+Every decision becomes a CONTEXT_COMPONENT_INCLUDED / TRUNCATED / EXCLUDED note. All arithmetic
+is in the counter's raw tokens against ``budget = floor(total / scale)``, so the scaled total of
+what is sent never exceeds the budget.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from loom.errors import ContextTooLong
+from loom.events import EventType
+from loom.memory.config import Budgets, MemoryConfig, Priority
+from loom.memory.segments import SessionIndex, Summary
+from loom.memory.tokens import MessageCounter
+from loom.memory.trim import mask_placeholder, shrink_message, truncate_text
+from loom.messages import Message
+
+__all__ = ["PRIMING", "Measure", "Part", "Plan", "truncate_text"]
+
+E = EventType
+PRIMING = 3  # tokens every request spends priming the reply
+Decision = tuple[EventType, dict[str, Any]]
+_MIN_PART = 16
+
+
+@dataclass(slots=True)
+class Part:
+    message: Message
+    raw: int
+
+
+@dataclass(slots=True)
+class Measure:
+    """The size of the context if everything pending were sent (tiers capped)."""
+
+    index: SessionIndex
+    first: int  # first pending unit
+    start: int  # its conversation position
+    tail_start: int  # conversation position of the newest unit
+    pinned: int | None  # the latest user message when it is older than the newest unit
+    masks: dict[int, Part]
+    l1: int  # pending conversation, masks applied (pinned included when L2 covers it)
+    memory_file: int
+    kernel: int
+    l2: int
+    summaries: list[Summary]
+    total: int
+    over_threshold: bool
+    masked: bool = False
+    savings: dict[int, int] = field(default_factory=dict)
+    _units: list[tuple[int, int]] | None = None
+
+    @property
+    def units(self) -> list[tuple[int, int]]:
+        """Pending units as conversation ranges (built only when a slow path needs them)."""
+        if self._units is None:
+            self._units = self.index.units(self.first)
+        return self._units
+
+
+class Plan:
+    """One build's view of the tiers, budgets and caches."""
+
+    def __init__(
+        self,
+        counter: MessageCounter,
+        budgets: Budgets,
+        index: SessionIndex,
+        config: MemoryConfig,
+        extra_system: Sequence[str],
+        instructions: str,
+        tools_raw: int,
+        memory_text: str,
+    ) -> None:
+        self.counter, self.budgets, self.index, self.cfg = counter, budgets, index, config
+        scale = counter.scale
+        self.budget = math.floor(budgets.total / scale)
+
+        def cap(tokens: int) -> int:
+            return math.floor(tokens / scale)
+
+        self.rom_cap, self.kernel_cap = cap(budgets.rom), cap(budgets.kernel)
+        self.l2_cap, self.memory_cap = cap(budgets.l2), cap(budgets.memory_file)
+        self.l1_cap = cap(budgets.l1) if config.l1_tokens is not None else None
+        self.summary_words = max(40, int(self.l2_cap * 0.35))
+        self.tools_raw = tools_raw
+        self.memory_text = memory_text
+        self.rom_decisions: list[Decision] = []
+        self.rom = self._rom(instructions, [s for s in extra_system if s])
+        self.fixed = (self.rom.raw if self.rom else 0) + tools_raw + PRIMING
+
+    # -- cached parts ----------------------------------------------------------------------------
+    def _cached(self, key: Any, make: Any) -> Any:
+        d = self.index.derived
+        hit = d.get(key)
+        if hit is None:
+            hit = d[key] = make()
+            if len(d) > 4096:  # old masks of long sessions; cheap to remake
+                d.clear()
+                d[key] = hit
+        return hit
+
+    def _part(self, text: str) -> Part:
+        msg = Message.system(text)
+        return Part(msg, self.counter.message(msg))
+
+    def _rom(self, instructions: str, patterns: list[str]) -> Part | None:
+        key = ("rom", instructions, tuple(patterns), self.rom_cap)
+        hit: tuple[Part | None, list[Decision]] = self._cached(
+            key, lambda: self._make_rom(instructions, patterns)
+        )
+        self.rom_decisions = hit[1]
+        return hit[0]
+
+    def _make_rom(
+        self, instructions: str, patterns: list[str]
+    ) -> tuple[Part | None, list[Decision]]:
+        decisions: list[Decision] = []
+        text = instructions
+        if patterns:
+            joined = "\n\n".join(patterns)
+            base = self.counter.text(instructions) + 2 if instructions else 0
+            full = self.counter.text(joined)
+            room = self.rom_cap - base
+            kept = truncate_text(self.counter, joined, room) if room >= _MIN_PART else None
+            if kept is None:
+                decisions.append(
+                    _note(
+                        E.CONTEXT_COMPONENT_EXCLUDED,
+                        "patterns",
+                        Priority.HIGH,
+                        full,
+                        reason="over the ROM budget",
+                    )
+                )
+            else:
+                kind = (
+                    E.CONTEXT_COMPONENT_INCLUDED
+                    if kept == joined
+                    else (E.CONTEXT_COMPONENT_TRUNCATED)
+                )
+                decisions.append(
+                    _note(
+                        kind,
+                        "patterns",
+                        Priority.HIGH,
+                        self.counter.text(kept),
+                        original_tokens=full,
+                    )
+                )
+                text = f"{instructions}\n\n{kept}" if instructions else kept
+        return (self._part(text) if text else None), decisions
+
+    def memory_part(self) -> Part | None:
+        if not self.memory_text:
+            return None
+        part: Part = self._cached(
+            ("memory", self.memory_text),
+            lambda: self._part(f"Lasting notes from MEMORY.md:\n{self.memory_text}"),
+        )
+        return part
+
+    def kernel_part(self) -> Part | None:
+        kernel = self.index.kernel
+        if not kernel:
+            return None
+        part: Part = self._cached(
+            ("kernel", self.index.kernel_version),
+            lambda: self._part(
+                "Session context (Kernel):\n" + "\n".join(f"- {k}: {v}" for k, v in kernel.items())
+            ),
+        )
+        return part
+
+    def l2_part(self, summaries: list[Summary]) -> Part | None:
+        if not summaries:
+            return None
+        texts = tuple(s.text for s in summaries)
+        part: Part = self._cached(
+            ("l2", texts),
+            lambda: self._part(
+                "Summary of the earlier conversation:\n\n" + "\n\n---\n\n".join(texts)
+            ),
+        )
+        return part
+
+    def l2_raw(self, summaries: list[Summary]) -> int:
+        part = self.l2_part(summaries)
+        return part.raw if part else 0
+
+    def mask(self, pos: int) -> Part | None:
+        def make() -> Part | bool:
+            msg = self.index.conv[pos]
+            raw = self.index.message_raw(pos)
+            masked = msg.model_copy(
+                update={"content": mask_placeholder(msg, self.counter.scaled(raw))}
+            )
+            part = Part(masked, self.counter.message(masked))
+            return part if part.raw < raw else False
+
+        hit = self._cached(("mask", pos), make)
+        return hit if hit else None
+
+    # -- measuring -------------------------------------------------------------------------------
+    def measure(
+        self, summaries: list[Summary], covered: int, *, mask: bool = False, keep: int | None = None
+    ) -> Measure:
+        """Sizes of the tiers; ``mask`` masks old tool outputs (keeping ``keep`` newest ones,
+        default ``keep_tool_outputs``)."""
+        idx, cfg = self.index, self.cfg
+        starts, n = idx.unit_starts, len(idx.conv)
+        first = bisect_right(starts, covered)
+        start = starts[first] if first < len(starts) else n
+        tail_start = starts[-1] if first < len(starts) else n
+        users = idx.user_positions
+        # the latest user message is always sent, even when a summary already covers it
+        pinned = users[-1] if users and users[-1] < tail_start else None
+        l1 = idx.raw(start, n)
+        if pinned is not None and pinned < start:
+            l1 += idx.message_raw(pinned)
+        masks: dict[int, Part] = {}
+        savings: dict[int, int] = {}
+        masked = cfg.mask_tool_outputs == "always" or (mask and cfg.mask_tool_outputs != "never")
+        if masked:
+            tp = idx.tool_positions  # the newest unit's outputs always stay verbatim
+            tools = tp[bisect_left(tp, start) : bisect_left(tp, tail_start)]
+            keep = cfg.keep_tool_outputs if keep is None else keep
+            for pos in tools[: len(tools) - keep] if keep else tools:
+                part = self.mask(pos)
+                if part is not None:
+                    masks[pos] = part
+                    savings[pos] = idx.message_raw(pos) - part.raw
+                    l1 -= savings[pos]
+        mem, ker, l2 = self.memory_part(), self.kernel_part(), self.l2_part(summaries)
+        mem_raw = min(mem.raw, self.memory_cap) if mem else 0
+        ker_raw = min(ker.raw, self.kernel_cap) if ker else 0
+        l2_raw = min(l2.raw, self.l2_cap) if l2 else 0
+        total = self.fixed + mem_raw + ker_raw + l2_raw + l1
+        over = total >= cfg.compress_at * self.budget or (
+            self.l1_cap is not None and l1 >= cfg.compress_at * self.l1_cap
+        )
+        return Measure(
+            idx,
+            first,
+            start,
+            tail_start,
+            pinned,
+            masks,
+            l1,
+            mem_raw,
+            ker_raw,
+            l2_raw,
+            summaries,
+            total,
+            over,
+            masked,
+            savings,
+        )
+
+    def unit_raw(self, m: Measure, unit: tuple[int, int]) -> int:
+        s, e = unit
+        raw = self.index.raw(s, e)
+        if m.savings:
+            raw -= sum(v for p, v in m.savings.items() if s <= p < e)
+        return raw
+
+    def choose_span(self, m: Measure) -> tuple[int, int] | None:
+        """The oldest units to summarise: all but the newest ones that fit ``keep_ratio``."""
+        units = m.units
+        if len(units) < 2:
+            return None
+        l1_room = self.budget - self.fixed - m.memory_file - m.kernel - self.l2_cap
+        if self.l1_cap is not None:
+            l1_room = min(l1_room, self.l1_cap)
+        target = self.cfg.keep_ratio * max(l1_room, 0)
+        kept = self.unit_raw(m, units[-1])
+        keep_from = len(units) - 1
+        for j in range(len(units) - 2, 0, -1):
+            r = self.unit_raw(m, units[j])
+            if kept + r > target:
+                break
+            kept += r
+            keep_from = j
+        return units[0][0], units[keep_from - 1][1]
+
+    def span_messages(self, m: Measure, start: int, end: int) -> list[Message]:
+        idx = self.index
+        return [
+            m.masks[p].message if p in m.masks else idx.conv[p]
+            for p in range(start, end)
+            if p not in idx.orphans
+        ]
+
+    # -- assembling ------------------------------------------------------------------------------
+    def assemble(
+        self, m: Measure, *, reserve: int = 0
+    ) -> tuple[list[Message], int, list[Decision]]:
+        """Messages for the call, their raw total (with tools and priming), and the decisions."""
+        idx, mc = self.index, self.counter
+        budget = self.budget - reserve
+        decisions = list(self.rom_decisions)
+        out: list[Message] = [self.rom.message] if self.rom else []
+        if self.rom:
+            decisions.insert(
+                0,
+                _note(
+                    E.CONTEXT_COMPONENT_INCLUDED,
+                    "system",
+                    Priority.CRITICAL,
+                    mc.scaled(self.rom.raw),
+                ),
+            )
+        if self.tools_raw:
+            decisions.append(
+                _note(
+                    E.CONTEXT_COMPONENT_INCLUDED,
+                    "tools",
+                    Priority.CRITICAL,
+                    mc.scaled(self.tools_raw),
+                )
+            )
+        pinned, conv = m.pinned, idx.conv
+
+        def msgs(s: int, e: int) -> list[Message]:
+            return [
+                m.masks[p].message if p in m.masks else conv[p]
+                for p in range(s, e)
+                if p not in idx.orphans
+            ]
+
+        remaining = budget - self.fixed
+        fast = m.total <= budget
+        if fast:  # everything pending fits: one slice, no per-unit work
+            crit, crit_raw = [], 0
+        else:
+            crit = ([conv[pinned]] if pinned is not None else []) + msgs(m.tail_start, len(conv))
+            crit_raw = sum(mc.message(x) for x in crit)
+            if crit_raw > remaining:
+                crit, shrunk = self._shrink(crit, remaining)
+                decisions.append(
+                    _note(
+                        E.CONTEXT_COMPONENT_TRUNCATED,
+                        "current_turn",
+                        Priority.CRITICAL,
+                        mc.scaled(shrunk),
+                        original_tokens=mc.scaled(crit_raw),
+                    )
+                )
+                crit_raw = shrunk
+            remaining -= crit_raw
+
+        placed: dict[str, Message | None] = {}
+        system_raw = 0
+        for name, prio, part, cap in (  # admitted by priority, sent in tier order below
+            ("kernel", Priority.HIGH, self.kernel_part(), self.kernel_cap),
+            ("memory_file", Priority.MEDIUM, self.memory_part(), self.memory_cap),
+            ("summaries", Priority.MEDIUM, self.l2_part(m.summaries), self.l2_cap),
+        ):
+            if part is None:
+                continue
+            msg, used, note = self._fit(name, prio, part, min(cap, remaining))
+            decisions.append(note)
+            remaining -= used
+            system_raw += used
+            placed[name] = msg
+        out.extend(
+            x
+            for x in (placed.get("memory_file"), placed.get("kernel"), placed.get("summaries"))
+            if x is not None
+        )
+
+        if fast:
+            pending = conv[m.start :]
+            if m.masks or (idx.orphans and max(idx.orphans) >= m.start):
+                pending = msgs(m.start, len(conv))
+            if pinned is not None and pinned < m.start:
+                out.append(conv[pinned])
+            out.extend(pending)
+            hist_raw = m.l1
+            decisions.append(
+                _note(
+                    E.CONTEXT_COMPONENT_INCLUDED,
+                    "history",
+                    Priority.LOW,
+                    mc.scaled(hist_raw),
+                    masked_tool_outputs=len(m.masks),
+                )
+            )
+        else:
+            hist_raw = self._history(m, out, crit, remaining, decisions)
+        total = self.fixed + system_raw + hist_raw + crit_raw
+        if total > budget:  # only when even the truncated turn cannot fit
+            raise ContextTooLong(
+                f"the context needs {mc.scaled(total)} tokens but the budget is "
+                f"{mc.scaled(budget)} even after compaction and truncation; raise "
+                "context_window or shorten the instructions and tool schemas"
+            )
+        return out, total, decisions
+
+    def _history(
+        self,
+        m: Measure,
+        out: list[Message],
+        crit: list[Message],
+        remaining: int,
+        decisions: list[Decision],
+    ) -> int:
+        """Slow path: keep the newest whole units that fit; place the pinned message; append
+        the current turn. Returns the raw tokens of the kept history units."""
+        mc, pinned = self.counter, m.pinned
+        units = m.units
+
+        def msgs(s: int, e: int) -> list[Message]:
+            return [
+                m.masks[p].message if p in m.masks else self.index.conv[p]
+                for p in range(s, e)
+                if p not in self.index.orphans
+            ]
+
+        hist = [x for x in units[:-1] if pinned is None or not x[0] <= pinned < x[1]]
+        sizes = [self.unit_raw(m, x) for x in hist]
+        hist_raw = sum(sizes)
+        keep = len(hist)
+        if hist_raw > remaining:
+            used, keep = 0, 0
+            for r in reversed(sizes):
+                if used + r > remaining:
+                    break
+                used += r
+                keep += 1
+            kind = E.CONTEXT_COMPONENT_TRUNCATED if keep else E.CONTEXT_COMPONENT_EXCLUDED
+            decisions.append(
+                _note(
+                    kind,
+                    "history",
+                    Priority.LOW,
+                    mc.scaled(used),
+                    original_tokens=mc.scaled(hist_raw),
+                    units=len(hist),
+                    units_kept=keep,
+                )
+            )
+            hist_raw = used
+        else:
+            decisions.append(
+                _note(
+                    E.CONTEXT_COMPONENT_INCLUDED,
+                    "history",
+                    Priority.LOW,
+                    mc.scaled(hist_raw),
+                    units=len(hist),
+                    masked_tool_outputs=len(m.masks),
+                )
+            )
+        kept_units = hist[len(hist) - keep :]
+        for x in kept_units:
+            if pinned is None or x[0] < pinned:
+                out.extend(msgs(*x))
+        if pinned is not None:
+            out.append(crit[0])
+            crit = crit[1:]
+        for x in kept_units:
+            if pinned is not None and x[0] > pinned:
+                out.extend(msgs(*x))
+        out.extend(crit)
+        return hist_raw
+
+    def _fit(
+        self, name: str, prio: Priority, part: Part, room: int
+    ) -> tuple[Message | None, int, Decision]:
+        mc = self.counter
+        if part.raw <= room:
+            return (
+                part.message,
+                part.raw,
+                _note(E.CONTEXT_COMPONENT_INCLUDED, name, prio, mc.scaled(part.raw)),
+            )
+        overhead = mc.message(Message.system(""))
+        text = (
+            truncate_text(mc, part.message.content, room - overhead)
+            if (room - overhead >= _MIN_PART)
+            else None
+        )
+        if text is None:
+            return (
+                None,
+                0,
+                _note(
+                    E.CONTEXT_COMPONENT_EXCLUDED,
+                    name,
+                    prio,
+                    0,
+                    original_tokens=mc.scaled(part.raw),
+                    reason="no room left",
+                ),
+            )
+        msg = Message.system(text)
+        used = mc.message(msg)
+        return (
+            msg,
+            used,
+            _note(
+                E.CONTEXT_COMPONENT_TRUNCATED,
+                name,
+                prio,
+                mc.scaled(used),
+                original_tokens=mc.scaled(part.raw),
+            ),
+        )
+
+    def _shrink(self, items: list[Message], room: int) -> tuple[list[Message], int]:
+        """Cut the largest messages of the current turn to fit ``room`` (water-filling)."""
+        mc = self.counter
+        sizes = [mc.message(x) for x in items]
+        order = sorted(range(len(items)), key=lambda i: sizes[i])
+        left, out = room, list(items)
+        for rank, i in enumerate(order):
+            share = left // (len(items) - rank)
+            if sizes[i] > share:
+                out[i] = shrink_message(mc, items[i], share)
+            left -= mc.message(out[i])
+        return out, sum(mc.message(x) for x in out)
+
+
+def _note(kind: EventType, name: str, prio: Priority, tokens: int, **extra: Any) -> Decision:
+    return kind, {"component": name, "priority": int(prio), "tokens": tokens, **extra}

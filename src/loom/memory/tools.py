@@ -1,0 +1,101 @@
+"""Built-in memory tools and the Kernel API.
+
+- ``remember(key, value)``: sets a Kernel fact for the session. The tool's result *is* the
+  record: the context builder reads Kernel entries back from the persisted results, so nothing
+  else is written and the context stays a function of the transcript.
+- ``memory_write(note)``: appends a lasting note to MEMORY.md in the agent's workspace.
+- ``set_kernel(store, session_id, key, value)``: the same as ``remember`` from code, stored as a
+  bookkeeping entry in the transcript (works with any ``Store``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from loom.errors import ToolError
+from loom.memory.compression import append_memory_notes
+from loom.messages import Message
+from loom.tools.base import FunctionTool, RunContext, tool
+
+__all__ = ["memory_file_tool", "memory_tools", "memory_write", "remember", "set_kernel"]
+
+
+@tool(effect="idempotent", blocking=False)
+def remember(key: str, value: str) -> dict[str, Any]:
+    """Remember a fact about this session (the user's name, a goal, a preference).
+
+    The fact stays in your context for the rest of the session, even after older turns are
+    summarised. Setting a key again replaces its value; an empty value forgets the key.
+
+    Args:
+        key: Short name of the fact, for example "user_name" or "goal".
+        value: The fact itself.
+    """
+    key = key.strip()
+    if not key:
+        raise ToolError("key must not be empty", code="invalid_arguments")
+    return {"kernel": {"key": key, "value": value if value.strip() else None}}
+
+
+def memory_file_tool(path: str | Path | None = None, name: str = "memory_write") -> FunctionTool:
+    """A ``memory_write`` tool that appends to ``path`` (relative paths: inside the workspace)."""
+    target = Path(path) if path is not None else Path("MEMORY.md")
+
+    def memory_write(ctx: RunContext, note: str) -> str:
+        """Save a lasting note to MEMORY.md; it is shown to you in every later conversation.
+
+        Args:
+            note: One self-contained fact or lesson worth keeping.
+        """
+        where = target
+        if not where.is_absolute():
+            if ctx.workspace is None:
+                raise ToolError(
+                    "this agent has no workspace, so there is no MEMORY.md to write",
+                    code="unavailable",
+                )
+            where = Path(ctx.workspace) / where
+        if not note.strip():
+            raise ToolError("note must not be empty", code="invalid_arguments")
+        append_memory_notes(where, [note])
+        return f"saved to {where.name}"
+
+    return FunctionTool(memory_write, name=name, effect="at_most_once")
+
+
+memory_write = memory_file_tool()
+
+
+async def set_kernel(store: Any, session_id: str, key: str, value: str | None) -> None:
+    """Set (or with ``None`` remove) a Kernel entry for a session, from code.
+
+    Call it between turns: an entry written while a turn runs is seen from the next turn on.
+    """
+    if not key or not key.strip():
+        from loom.errors import InputError
+
+        raise InputError("kernel key must be a non-empty string")
+    await store.append(
+        session_id,
+        messages=[
+            Message(
+                role="system",
+                content=f"[kernel] {key} = {value}"
+                if value is not None
+                else f"[kernel] {key} removed",
+                metadata={"loom": "kernel", "key": key.strip(), "value": value},
+            )
+        ],
+    )
+
+
+def memory_tools(config: Any, taken: Any = ()) -> list[FunctionTool]:
+    """The tools ``MemoryConfig(tools=True)`` adds, minus names the agent already uses."""
+    names = set(taken)
+    out: list[FunctionTool] = []
+    if "remember" not in names:
+        out.append(remember)
+    if config.memory_file is not None and "memory_write" not in names:
+        out.append(memory_file_tool(config.memory_file))
+    return out

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from loom.cli.sessions_cmd import StoreOpt, err, out, run_with_store
 
@@ -73,7 +74,11 @@ def list_errors(
         table.add_column(col)
     for e in errors:
         table.add_row(
-            e.id, f"{e.timestamp:%Y-%m-%d %H:%M:%S}", e.session_id, e.tool_name, e.short_summary
+            e.id,
+            f"{e.timestamp:%Y-%m-%d %H:%M:%S}",
+            e.session_id,
+            e.tool_name,
+            escape(e.short_summary),
         )
     out.print(table)
 
@@ -97,7 +102,7 @@ def show(
         f"[bold]{e.id}[/]  {e.timestamp:%Y-%m-%d %H:%M:%S}  session={e.session_id}  "
         f"run={e.run_id}  tool={e.tool_name}"
     )
-    out.print(f"[red]{e.short_summary}[/]")
+    out.print(f"[red]{escape(e.short_summary)}[/]")
     raw = dict(e.raw_error)
     trace = raw.pop("traceback", None)
     out.print_json(json.dumps(raw, ensure_ascii=False, default=str))

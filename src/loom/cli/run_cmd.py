@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 if TYPE_CHECKING:
     from loom.agent import Agent
@@ -126,25 +127,24 @@ class _Renderer:
         if self.as_json:
             return
         if event.type is E.LLM_DELTA:
-            out.print(d["text"], end="", soft_wrap=True)
+            out.print(d["text"], end="", soft_wrap=True, markup=False)
             self.in_text = True
             return
         if self.in_text and event.type in (E.LLM_COMPLETE, E.TOOL_EXECUTION_START, E.ERROR):
             out.print()
             self.in_text = False
         if event.type is E.TOOL_EXECUTION_START:
-            args = json.dumps(d["arguments"], ensure_ascii=False)
+            args = escape(json.dumps(d["arguments"], ensure_ascii=False))
             err.print(f"[cyan]→ {d['tool_name']}[/]({args})")
         elif event.type in (E.TOOL_RESULT, E.TOOL_ERROR):
             mark = "[green]✓[/]" if d["success"] else "[red]✗[/]"
-            text = str(d["content"]).replace("\n", " ")
-            err.print(
-                f"  {mark} {d['tool_name']}: {text[:200]} [dim]({d['duration_ms']:.0f} ms)[/]"
-            )
+            text = escape(str(d["content"]).replace("\n", " ")[:200])
+            err.print(f"  {mark} {d['tool_name']}: {text} [dim]({d['duration_ms']:.0f} ms)[/]")
         elif event.type is E.APPROVAL_REQUIRED:
-            err.print(f"[yellow]approval needed[/] for {d.get('tool_name')}: {d.get('reason', '')}")
+            reason = escape(str(d.get("reason", "")))
+            err.print(f"[yellow]approval needed[/] for {d.get('tool_name')}: {reason}")
         elif event.type is E.ERROR:
-            err.print(f"[red]error:[/] {d.get('error')}")
+            err.print(f"[red]error:[/] {escape(str(d.get('error')))}")
 
 
 def _ask_approval(pending: PendingApproval) -> Any:
@@ -153,7 +153,7 @@ def _ask_approval(pending: PendingApproval) -> Any:
 
     from loom.policy.approval import Approve, Edit, Reject
 
-    args = json.dumps(pending.arguments, ensure_ascii=False)
+    args = escape(json.dumps(pending.arguments, ensure_ascii=False))
     err.print(f"[bold yellow]Allow[/] [cyan]{pending.tool_name}[/]({args})?")
     try:
         answer = Prompt.ask(
@@ -215,7 +215,7 @@ def _summary(result: dict[str, Any], session_id: str) -> None:
 
 
 def _fail(exc: Exception) -> None:
-    err.print(f"[red]{type(exc).__name__}:[/] {exc}")
+    err.print(f"[red]{type(exc).__name__}:[/] {escape(str(exc))}")
     raise typer.Exit(code=2)
 
 
@@ -285,7 +285,7 @@ def chat(
             try:
                 result = await _turn(agent, line, session_id, False)
             except LoomError as exc:
-                err.print(f"[red]{type(exc).__name__}:[/] {exc}")
+                err.print(f"[red]{type(exc).__name__}:[/] {escape(str(exc))}")
                 continue
             _summary(result, session_id)
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 if TYPE_CHECKING:
     from loom.store.sqlite import SQLiteStore
@@ -98,15 +99,31 @@ def list_sessions(
 
 
 @app.command("show")
-def show(session_id: SessionArg, store: StoreOpt = None) -> None:
-    """Show a session: its metadata, runs and messages with their roles."""
+def show(
+    session_id: SessionArg,
+    store: StoreOpt = None,
+    agent_file: Annotated[
+        Path | None, typer.Option("--agent", "-a", help="Agent definition for the memory view.")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="Model whose window and tokenizer to use.")
+    ] = None,
+) -> None:
+    """Show a session: metadata, memory tiers with token counts, runs and messages."""
     from rich.table import Table
 
-    async def load(s: SQLiteStore) -> tuple[Any, Any, Any]:
-        info = await _require(s, session_id)
-        return info, await s.list_runs(session_id), await s.load_messages(session_id)
+    from loom.agent import Agent
+    from loom.memory.describe import describe_session
 
-    info, runs, messages = run_with_store(store, load)
+    overrides: dict[str, Any] = {"model": model} if model else {}
+    viewer = Agent.from_file(agent_file, **overrides) if agent_file else Agent(**overrides)
+
+    async def load(s: SQLiteStore) -> tuple[Any, Any, Any, Any]:
+        info = await _require(s, session_id)
+        report = await describe_session(s, session_id, viewer)
+        return info, await s.list_runs(session_id), await s.load_messages(session_id), report
+
+    info, runs, messages, report = run_with_store(store, load)
     out.print(
         f"[bold]{info.id}[/]  agent={info.agent_name or '-'}  messages={info.message_count}"
         f"  tokens={info.usage.input_tokens}/{info.usage.output_tokens}"
@@ -118,6 +135,12 @@ def show(session_id: SessionArg, store: StoreOpt = None) -> None:
         out.print(
             "runs: " + ", ".join(f"{r.run_id} ({ends.get(r.run_id, 'open')})" for r in starts)
         )
+    tiers = Table(title=f"memory (window {report.context_window:,}, budget {report.budget:,})")
+    for col in ("tier", "tokens", "budget", "items", "detail"):
+        tiers.add_column(col)
+    for row in report.rows():
+        tiers.add_row(*row)
+    out.print(tiers)
     table = Table(show_lines=False)
     for col in ("#", "role", "content"):
         table.add_column(col)
@@ -131,7 +154,7 @@ def show(session_id: SessionArg, store: StoreOpt = None) -> None:
             content = (content + " " if content else "") + f"→ {calls}"
         if m.role == "tool":
             content = f"[{m.name}] {content}"
-        table.add_row(str(n), f"[{style.get(m.role, '')}]{m.role}[/]", _clip(content))
+        table.add_row(str(n), f"[{style.get(m.role, '')}]{m.role}[/]", escape(_clip(content)))
     out.print(table)
 
 
@@ -163,7 +186,7 @@ def events(
             str(ev.sequence),
             str(ev.iteration),
             str(ev.type),
-            _clip(json.dumps(ev.data, ensure_ascii=False, default=str), 80),
+            escape(_clip(json.dumps(ev.data, ensure_ascii=False, default=str), 80)),
         )
     out.print(table)
 

@@ -37,8 +37,13 @@ def test_list_and_show(session: str) -> None:
         "tool",
         "The tool add returned: 5",
         "(completed)",
+        "[add] 5",  # tool name in brackets printed as text, not read as Rich markup
     ):
         assert text in r.output
+    tiers = {line.split("│")[1].strip() for line in r.output.splitlines() if line.count("│") > 5}
+    assert {"ROM", "Kernel", "L1", "L2"} <= tiers
+    l1 = next(line for line in r.output.splitlines() if line.startswith("│ L1"))
+    assert int(l1.split("│")[2].strip().replace(",", "")) > 0  # the turn's tokens are in L1
 
 
 def test_events_in_order(session: str) -> None:

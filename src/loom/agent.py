@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loom.context import ContextBuilder
+from loom.driving import discard, drive, watch
 from loom.errors import AgentDefinitionError, ConfigurationError, InputError
 from loom.events import AgentEvent
 from loom.hooks import compile_hooks
@@ -29,8 +28,6 @@ if TYPE_CHECKING:
     from loom.policy.approval import PendingApproval
 
 __all__ = ["Agent"]
-
-_DONE = object()
 
 
 def default_builder(agent: Agent) -> ContextBuilder:
@@ -52,43 +49,6 @@ def default_builder(agent: Agent) -> ContextBuilder:
     if agent.context_window is not None or isinstance(getattr(model, "context_window", None), int):
         builder.check(agent, model)
     return builder
-
-
-def _discard(event: AgentEvent) -> None:
-    return None
-
-
-class _Channel:
-    """A one-consumer event queue that is cheaper than ``asyncio.Queue`` on the hot path."""
-
-    __slots__ = ("items", "waiter")
-
-    def __init__(self) -> None:
-        self.items: deque[Any] = deque()
-        self.waiter: asyncio.Future[None] | None = None
-
-    def put(self, item: Any) -> None:
-        self.items.append(item)
-        waiter = self.waiter
-        if waiter is not None:
-            self.waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-
-    async def get(self) -> Any:
-        while not self.items:
-            self.waiter = asyncio.get_running_loop().create_future()
-            await self.waiter
-        return self.items.popleft()
-
-
-def _watch(cancel: asyncio.Event | None, turn: Turn) -> asyncio.Future[Any] | None:
-    """Cancel ``turn`` when ``cancel`` is set."""
-    if cancel is None:
-        return None
-    watcher = asyncio.ensure_future(cancel.wait())
-    watcher.add_done_callback(lambda f: None if f.cancelled() else turn.cancel())
-    return watcher
 
 
 def _positive(field: str, value: Any, *, integer: bool) -> Any:
@@ -412,26 +372,6 @@ class Agent:
             self.deps if deps is None else deps,
         )
 
-    async def _drive(
-        self, turn: Turn, cancel: asyncio.Event | None = None
-    ) -> AsyncGenerator[AgentEvent, None]:
-        """Run the turn in its own task and hand its events over as they come."""
-        channel = _Channel()
-        task = asyncio.ensure_future(turn.run(channel.put))
-        task.add_done_callback(lambda _: channel.put(_DONE))
-        watcher = _watch(cancel, turn)
-        try:
-            while (item := await channel.get()) is not _DONE:
-                yield item
-            await task  # re-raise what the turn raised
-        finally:
-            if watcher is not None:
-                watcher.cancel()
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-
     async def stream(
         self,
         message: str,
@@ -449,7 +389,7 @@ class Agent:
         ``cancel`` stops the turn with ``stop_reason="cancelled"``. Leaving the ``async for``
         early cancels the turn too; either way open tool calls get ``interrupted`` results.
         """
-        events = self._drive(self._turn(message, session_id, on_busy, deps), cancel)
+        events = drive(self._turn(message, session_id, on_busy, deps), cancel)
         try:
             async for event in events:
                 yield event
@@ -468,9 +408,9 @@ class Agent:
         """Run one turn to its end and return the ``RunResult`` (arguments as for ``stream``)."""
         turn = self._turn(message, session_id, on_busy, deps)
         # No event consumer: the turn runs in the caller's task and its events go nowhere.
-        watcher = _watch(cancel, turn)
+        watcher = watch(cancel, turn)
         try:
-            await turn.run(_discard)
+            await turn.run(discard)
         finally:
             if watcher is not None:
                 watcher.cancel()
@@ -517,7 +457,7 @@ class Agent:
         self, session_id: str, decisions: Any = True, *, deps: Any = None
     ) -> AsyncIterator[AgentEvent]:
         """``resume`` that yields the continued turn's events."""
-        events = self._drive(await self._resume_turn(session_id, decisions, deps))
+        events = drive(await self._resume_turn(session_id, decisions, deps))
         try:
             async for event in events:
                 yield event
@@ -535,7 +475,7 @@ class Agent:
         model reads, and the turn goes on from there. Works in a new process on the same store.
         """
         turn = await self._resume_turn(session_id, decisions, deps)
-        async for _ in self._drive(turn):
+        async for _ in drive(turn):
             pass
         assert turn.result is not None
         return turn.result

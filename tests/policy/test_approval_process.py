@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("loom.store.sqlite")
-
 SCRIPT = r'''
 import asyncio, json, sys
 from pathlib import Path

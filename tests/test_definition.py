@@ -82,3 +82,10 @@ def test_bad_files_name_the_problem(
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(AgentDefinitionError, match="file not found"):
         Agent.from_file(tmp_path / "nope.md")
+
+
+@pytest.mark.parametrize("path", sorted(Path(__file__).parent.parent.glob("examples/agents/*.md")))
+def test_shipped_example_agents_load(path: Path) -> None:
+    agent = Agent.from_file(path)
+    assert agent.name == path.stem
+    assert agent.instructions

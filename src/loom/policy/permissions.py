@@ -157,6 +157,11 @@ class PermissionManager:
             )
         self._session: dict[str, list[PermissionRule]] = {}
         self._loaded: set[str] = set()
+        # rules that name each tool, valid while ``rules`` equals the snapshot (see _relevant)
+        self._relevant_memo: tuple[list[PermissionRule], dict[str, list[PermissionRule]]] = (
+            [],
+            {},
+        )
 
     def _load(self, config: Mapping[str, Any], source: str) -> None:
         for key, value in config.items():
@@ -230,10 +235,9 @@ class PermissionManager:
         session_id: str | None = None,
     ) -> Verdict:
         """The verdict for one call (pure: no I/O except resolving paths in the workspace)."""
-        rules = self.rules
         session = self._session.get(session_id or "", ())
         name = call.name
-        relevant = [r for r in rules if r.tool == name or text_matches(r.tool, name)]
+        relevant = self._relevant(name)
         remembered = [r for r in session if r.tool == name or text_matches(r.tool, name)]
         key, kind = _subject_of(tool, name)
         if kind == "command" or any(r.pattern is not None for r in (*relevant, *remembered)):
@@ -263,6 +267,18 @@ class PermissionManager:
         if self.safe_mode:
             return Verdict("ask", f"safe mode: every call to {name} needs approval")
         return verdicts[0] if verdicts else Verdict("allow", "no subject")
+
+    def _relevant(self, name: str) -> list[PermissionRule]:
+        """The rules whose tool pattern matches ``name`` (memoised: checks run every call)."""
+        snapshot, memo = self._relevant_memo
+        # ``rules`` is a public list: any edit drops the memo (as do many distinct names)
+        if snapshot != self.rules or len(memo) > 256:
+            snapshot, memo = list(self.rules), {}
+            self._relevant_memo = (snapshot, memo)
+        hit = memo.get(name)
+        if hit is None:
+            hit = memo[name] = [r for r in snapshot if r.tool == name or text_matches(r.tool, name)]
+        return hit
 
     def _decide(
         self,

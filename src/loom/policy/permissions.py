@@ -312,14 +312,28 @@ class PermissionManager:
         if ctx.session_id not in self._loaded:
             await self._load_session(ctx)
         agent = ctx.agent
-        verdict = self.check(
-            call, agent.tools.get(call.name), workspace=agent.workspace, session_id=ctx.session_id
-        )
+        tool = agent.tools.get(call.name)
+        if self._plainly_allowed(call.name, tool, ctx.session_id):
+            return None
+        verdict = self.check(call, tool, workspace=agent.workspace, session_id=ctx.session_id)
         if verdict.action == "deny":
             return Deny(verdict.reason)
         if verdict.action == "ask":
             return RequireApproval(verdict.reason)
         return None
+
+    def _plainly_allowed(self, name: str, tool: Tool | None, session_id: str) -> bool:
+        """True when ``check`` could only answer the default "allow": no rule names the tool,
+        nothing was remembered in the session, and it is not a command (which is screened for
+        risky words). Most calls of most agents take this path, so it skips building a verdict.
+        """
+        return (
+            self.default == "allow"
+            and not self.safe_mode
+            and not self._relevant(name)
+            and not self._session.get(session_id)
+            and _subject_of(tool, name)[1] != "command"
+        )
 
 
 class _Implied(str):

@@ -158,10 +158,8 @@ class PermissionManager:
         self._session: dict[str, list[PermissionRule]] = {}
         self._loaded: set[str] = set()
         # rules that name each tool, valid while ``rules`` equals the snapshot (see _relevant)
-        self._relevant_memo: tuple[list[PermissionRule], dict[str, list[PermissionRule]]] = (
-            [],
-            {},
-        )
+        self._relevant_memo: tuple[list[PermissionRule], dict[str, list[PermissionRule]]] | None
+        self._relevant_memo = None  # made on the first check: agents cost little to construct
 
     def _load(self, config: Mapping[str, Any], source: str) -> None:
         for key, value in config.items():
@@ -270,14 +268,14 @@ class PermissionManager:
 
     def _relevant(self, name: str) -> list[PermissionRule]:
         """The rules whose tool pattern matches ``name`` (memoised: checks run every call)."""
-        snapshot, memo = self._relevant_memo
+        memo = self._relevant_memo
         # ``rules`` is a public list: any edit drops the memo (as do many distinct names)
-        if snapshot != self.rules or len(memo) > 256:
-            snapshot, memo = list(self.rules), {}
-            self._relevant_memo = (snapshot, memo)
-        hit = memo.get(name)
+        if memo is None or memo[0] != self.rules or len(memo[1]) > 256:
+            memo = self._relevant_memo = (list(self.rules), {})
+        rules, by_name = memo
+        hit = by_name.get(name)
         if hit is None:
-            hit = memo[name] = [r for r in snapshot if r.tool == name or text_matches(r.tool, name)]
+            hit = by_name[name] = [r for r in rules if r.tool == name or text_matches(r.tool, name)]
         return hit
 
     def _decide(

@@ -37,6 +37,10 @@ StopReason = Literal[
 """Why a run ended. ``RunResult.stop_reason`` is always one of these."""
 
 
+# One encoder for the hot paths: ``json.dumps`` with options builds a new encoder on every call.
+JSON_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -114,7 +118,7 @@ class ToolResult(_Model):
         if isinstance(self.data, str):
             return self.data
         try:
-            return json.dumps(self.data, ensure_ascii=False, default=str)
+            return JSON_ENCODER.encode(self.data)
         except (TypeError, ValueError):
             return str(self.data)
 

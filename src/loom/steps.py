@@ -104,7 +104,8 @@ class TurnSteps:
 
     def _set_state(self, state: AgentState) -> None:
         if state is not self.state:
-            self._announce(E.STATE_CHANGE, **{"from": self.state.value, "to": state.value})
+            # ``_value_`` is the plain str ``.value`` returns, without enum's descriptor lookup
+            self._announce(E.STATE_CHANGE, **{"from": self.state._value_, "to": state._value_})
             self.state = self.hctx.state = state
 
     def _hook(self, point: str, *args: Any) -> Awaitable[list[Any]]:

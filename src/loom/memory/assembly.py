@@ -82,6 +82,29 @@ class Measure:
 class Plan:
     """One build's view of the tiers, budgets and caches."""
 
+    # slots: the builder keeps one plan per session between builds (see SegmentedContextBuilder)
+    __slots__ = (
+        "budget",
+        "budgets",
+        "cfg",
+        "counter",
+        "extra_system",
+        "fixed",
+        "index",
+        "instructions",
+        "kernel_cap",
+        "l1_cap",
+        "l2_cap",
+        "memory_cap",
+        "memory_text",
+        "rom",
+        "rom_cap",
+        "rom_decisions",
+        "scale",
+        "summary_words",
+        "tools_raw",
+    )
+
     def __init__(
         self,
         counter: MessageCounter,
@@ -94,7 +117,8 @@ class Plan:
         memory_text: str,
     ) -> None:
         self.counter, self.budgets, self.index, self.cfg = counter, budgets, index, config
-        scale = counter.scale
+        self.scale = scale = counter.scale
+        self.instructions, self.extra_system = instructions, tuple(extra_system)
         self.budget = math.floor(budgets.total / scale)
 
         def cap(tokens: int) -> int:
@@ -109,6 +133,27 @@ class Plan:
         self.rom_decisions: list[Decision] = []
         self.rom = self._rom(instructions, [s for s in extra_system if s])
         self.fixed = (self.rom.raw if self.rom else 0) + tools_raw + PRIMING
+
+    def made_from(
+        self,
+        counter: MessageCounter,
+        budgets: Budgets,
+        config: MemoryConfig,
+        extra_system: Sequence[str],
+        instructions: str,
+        tools_raw: int,
+    ) -> bool:
+        """True when this plan was built from these inputs, so a later build may reuse it
+        (only ``memory_text`` is read at use time; the rest is fixed at construction)."""
+        return (
+            counter is self.counter
+            and counter.scale == self.scale
+            and budgets is self.budgets
+            and config is self.cfg
+            and tools_raw == self.tools_raw
+            and instructions == self.instructions
+            and tuple(extra_system) == self.extra_system
+        )
 
     # -- cached parts ----------------------------------------------------------------------------
     def _cached(self, key: Any, make: Any) -> Any:

@@ -87,6 +87,7 @@ class SegmentedContextBuilder:
         self.reserved_output_tokens = reserved_output_tokens
         self._max_sessions = max_sessions
         self._sessions: OrderedDict[tuple[int, str], SessionIndex] = OrderedDict()
+        self._plans: dict[tuple[int, str], Plan] = {}  # each session's last plan (see build)
         self._setups: dict[int, tuple[Agent, _Setup]] = {}
         self._raw_of: dict[int, tuple[int, Any]] = {}
         self._file_cache: dict[Path, tuple[tuple[int, int], str]] = {}
@@ -156,7 +157,8 @@ class SegmentedContextBuilder:
         if idx is None:
             idx = self._sessions[key] = SessionIndex(self._setup(agent).counter)
             if len(self._sessions) > self._max_sessions:
-                self._sessions.popitem(last=False)
+                evicted, _ = self._sessions.popitem(last=False)
+                self._plans.pop(evicted, None)
         else:
             self._sessions.move_to_end(key)
         return idx
@@ -199,16 +201,22 @@ class SegmentedContextBuilder:
         idx = self.index_for(agent, request.session_id)
         idx.update(request.history)
         path = setup.memory_path
-        plan = Plan(
-            mc,
-            b,
-            idx,
-            cfg,
-            request.extra_system,
-            agent.instructions,
-            mc.tools(agent.tool_specs),
-            self.read_memory(agent, path) if path else "",
-        )
+        memory_text = self.read_memory(agent, path) if path else ""
+        tools_raw = mc.tools(agent.tool_specs)
+        # Between builds usually only messages were appended: the session's previous plan
+        # (caps, ROM) still holds, and remaking it costs more than checking its inputs.
+        # Kept beside the index, not in it: an evicted index must not sit in a reference cycle.
+        key = (id(agent), request.session_id)
+        plan = self._plans.get(key)
+        if (
+            plan is None
+            or plan.index is not idx
+            or not plan.made_from(mc, b, cfg, request.extra_system, agent.instructions, tools_raw)
+        ):
+            plan = self._plans[key] = Plan(
+                mc, b, idx, cfg, request.extra_system, agent.instructions, tools_raw, memory_text
+            )
+        plan.memory_text = memory_text
         notes: list[tuple[EventType, dict[str, Any]]] = []
         view = _View(list(idx.summaries), idx.covered)
         measure = plan.measure(view.summaries, view.covered)

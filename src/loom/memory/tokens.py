@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from loom.errors import ConfigurationError, MissingDependencyError
-from loom.messages import Message
+from loom.messages import JSON_ENCODER, Message
 from loom.tools.base import ToolSpec
 
 __all__ = [
@@ -265,7 +265,7 @@ _REPLY_PRIMING = 3
 def _arguments_text(call: Any) -> str:
     if call.raw_arguments is not None:
         return str(call.raw_arguments)
-    return json.dumps(call.arguments, ensure_ascii=False, default=str)
+    return JSON_ENCODER.encode(call.arguments)  # json.dumps(..., ensure_ascii=False, default=str)
 
 
 class MessageCounter:
@@ -291,7 +291,10 @@ class MessageCounter:
 
     def message(self, msg: Message) -> int:
         """Raw tokens of one message as sent: overhead, content, name, tool calls."""
-        calls = tuple((c.name, _arguments_text(c)) for c in msg.tool_calls)
+        # most messages carry no calls: skip building an empty generator for them
+        calls: tuple[tuple[str, str], ...] = ()
+        if msg.tool_calls:
+            calls = tuple((c.name, _arguments_text(c)) for c in msg.tool_calls)
         key = (msg.role, msg.content, msg.name, calls)
         hit = self._cache.get(key)
         if hit is not None:

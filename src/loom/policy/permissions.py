@@ -157,6 +157,9 @@ class PermissionManager:
             )
         self._session: dict[str, list[PermissionRule]] = {}
         self._loaded: set[str] = set()
+        # rules that name each tool, valid while ``rules`` equals the snapshot (see _relevant)
+        self._relevant_memo: tuple[list[PermissionRule], dict[str, list[PermissionRule]]] | None
+        self._relevant_memo = None  # made on the first check: agents cost little to construct
 
     def _load(self, config: Mapping[str, Any], source: str) -> None:
         for key, value in config.items():
@@ -230,10 +233,9 @@ class PermissionManager:
         session_id: str | None = None,
     ) -> Verdict:
         """The verdict for one call (pure: no I/O except resolving paths in the workspace)."""
-        rules = self.rules
         session = self._session.get(session_id or "", ())
         name = call.name
-        relevant = [r for r in rules if r.tool == name or text_matches(r.tool, name)]
+        relevant = self._relevant(name)
         remembered = [r for r in session if r.tool == name or text_matches(r.tool, name)]
         key, kind = _subject_of(tool, name)
         if kind == "command" or any(r.pattern is not None for r in (*relevant, *remembered)):
@@ -263,6 +265,18 @@ class PermissionManager:
         if self.safe_mode:
             return Verdict("ask", f"safe mode: every call to {name} needs approval")
         return verdicts[0] if verdicts else Verdict("allow", "no subject")
+
+    def _relevant(self, name: str) -> list[PermissionRule]:
+        """The rules whose tool pattern matches ``name`` (memoised: checks run every call)."""
+        memo = self._relevant_memo
+        # ``rules`` is a public list: any edit drops the memo (as do many distinct names)
+        if memo is None or memo[0] != self.rules or len(memo[1]) > 256:
+            memo = self._relevant_memo = (list(self.rules), {})
+        rules, by_name = memo
+        hit = by_name.get(name)
+        if hit is None:
+            hit = by_name[name] = [r for r in rules if r.tool == name or text_matches(r.tool, name)]
+        return hit
 
     def _decide(
         self,
@@ -296,14 +310,28 @@ class PermissionManager:
         if ctx.session_id not in self._loaded:
             await self._load_session(ctx)
         agent = ctx.agent
-        verdict = self.check(
-            call, agent.tools.get(call.name), workspace=agent.workspace, session_id=ctx.session_id
-        )
+        tool = agent.tools.get(call.name)
+        if self._plainly_allowed(call.name, tool, ctx.session_id):
+            return None
+        verdict = self.check(call, tool, workspace=agent.workspace, session_id=ctx.session_id)
         if verdict.action == "deny":
             return Deny(verdict.reason)
         if verdict.action == "ask":
             return RequireApproval(verdict.reason)
         return None
+
+    def _plainly_allowed(self, name: str, tool: Tool | None, session_id: str) -> bool:
+        """True when ``check`` could only answer the default "allow": no rule names the tool,
+        nothing was remembered in the session, and it is not a command (which is screened for
+        risky words). Most calls of most agents take this path, so it skips building a verdict.
+        """
+        return (
+            self.default == "allow"
+            and not self.safe_mode
+            and not self._relevant(name)
+            and not self._session.get(session_id)
+            and _subject_of(tool, name)[1] != "command"
+        )
 
 
 class _Implied(str):

@@ -226,6 +226,11 @@ class FunctionTool:
             ) from None
         return {name: getattr(model, name) for name in self._fast_fields}
 
+    @property
+    def runs_inline(self) -> bool:
+        """A sync tool run on the event loop's thread: nothing can interrupt it mid-call."""
+        return not self.is_async and not self.blocking
+
     async def run(self, ctx: RunContext, arguments: dict[str, Any]) -> Any:
         args = (ctx,) if self._takes_ctx else ()
         if self.is_async:

@@ -66,8 +66,12 @@ async def execute_call(
         return error_result(call, "invalid_arguments", str(exc))
     timeout = t.timeout if t.timeout is not None else default_timeout
     try:
-        async with asyncio.timeout(timeout):
+        if getattr(t, "runs_inline", False):
+            # It never awaits, so a timer could not fire before it returns: skip arming one.
             data = await t.run(ctx, arguments)
+        else:
+            async with asyncio.timeout(timeout):
+                data = await t.run(ctx, arguments)
     except TimeoutError:
         # Async tools were cancelled by the timeout; a sync tool's thread cannot be killed, so it
         # is abandoned with its cancel flag set for it to notice.

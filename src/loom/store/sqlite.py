@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import TypeAdapter
+from pydantic_core import to_json
 
 from loom.errors import ConfigurationError, StoreError
 from loom.events import AgentEvent, EventType
@@ -66,8 +67,10 @@ def _dt(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
-_json = _ENCODER.encode  # one encoder: json.dumps with options builds a new one per call
+def _json(obj: Any) -> str:
+    # pydantic-core's encoder is 2-4x faster than json's on the ~15 small dicts a step writes;
+    # same JSON for JSON values (NaN kept); other objects: pydantic's form, else str().
+    return to_json(obj, fallback=str, inf_nan_mode="constants").decode()
 
 
 def _session(row: Sequence[Any]) -> SessionInfo:

@@ -11,6 +11,7 @@ start, the tool result).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import statistics
 import sys
@@ -73,17 +74,21 @@ async def measure(make_store: Any) -> tuple[float, float]:
 async def main() -> None:
     tmp = Path(tempfile.mkdtemp())
     configs: dict[str, Any] = {
-        "memory": MemoryStore,
-        "sqlite_normal_inline": lambda: SQLiteStore(tmp / "a.db"),
-        "sqlite_full_inline": lambda: SQLiteStore(tmp / "b.db", durability="full"),
-        "sqlite_normal_thread": lambda: SQLiteStore(tmp / "c.db", threaded=True),
-        "sqlite_full_thread": lambda: SQLiteStore(tmp / "d.db", durability="full", threaded=True),
+        "memory": lambda d: MemoryStore(),
+        "sqlite_normal_inline": lambda d: SQLiteStore(d / "a.db"),
+        "sqlite_full_inline": lambda d: SQLiteStore(d / "b.db", durability="full"),
+        "sqlite_normal_thread": lambda d: SQLiteStore(d / "c.db", threaded=True),
+        "sqlite_full_thread": lambda d: SQLiteStore(d / "d.db", durability="full", threaded=True),
     }
-    # Interleaved rounds, median per config: the machine is shared and noisy.
+    # Interleaved rounds, median per config: the machine is shared and noisy. Each round gets
+    # new database files: reusing them would resume round 1's sessions, so later SQLite rounds
+    # would build contexts from longer histories than MemoryStore's fresh sessions.
     rounds: dict[str, list[tuple[float, float]]] = {name: [] for name in configs}
-    for _ in range(1 if QUICK else 3):
+    for r in range(1 if QUICK else 3):
+        folder = tmp / f"round{r}"
+        folder.mkdir()
         for name, make in configs.items():
-            rounds[name].append(await measure(make))
+            rounds[name].append(await measure(functools.partial(make, folder)))
     results = {name: statistics.median(w for w, _ in v) for name, v in rounds.items()}
     cpus = {name: statistics.median(c for _, c in v) for name, v in rounds.items()}
     base, cpu_base = results["memory"], cpus["memory"]

@@ -18,7 +18,7 @@ from loom.errors import ConfigurationError, SchemaTooNew, StoreCorrupt, StoreErr
 from loom.events import AgentEvent, EventType
 from loom.messages import Message, ModelResponse, ToolCall
 from loom.store import SQLiteStore
-from loom.store._sqlite_db import SCHEMA_VERSION
+from loom.store._sqlite_db import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from loom.store.base import LedgerEntry, RunRecord
 from loom.testing import FunctionModel, ScriptedModel
 
@@ -54,7 +54,7 @@ async def test_data_survives_reopen(tmp_path: Path) -> None:
     assert [r.run_id for r in await s2.open_runs("s")] == ["r"]
     with sqlite3.connect(path) as raw:
         names = [r[0] for r in raw.execute("SELECT name FROM loom_migrations")]
-        assert names == ["0001_initial"]
+        assert names == [name for name, _ in MIGRATIONS]
         assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     await s2.close()
@@ -112,6 +112,47 @@ async def test_newer_schema_is_refused(tmp_path: Path) -> None:
         SQLiteStore(path)
     with sqlite3.connect(path) as raw:
         assert raw.execute("SELECT count(*) FROM messages").fetchone()[0] == 1
+
+
+async def test_database_of_schema_0001_is_migrated_with_its_data(tmp_path: Path) -> None:
+    # A file as Loom wrote it before 0002: the session row held message_count and updated_at.
+    path = tmp_path / "old.db"
+    old = [Message.user("first"), Message.assistant("reply")]
+    with sqlite3.connect(path) as raw:
+        for statement in MIGRATIONS[0][1].split(";"):
+            raw.execute(statement)
+        raw.execute(
+            "CREATE TABLE loom_migrations (version INTEGER PRIMARY KEY, "
+            "name TEXT NOT NULL UNIQUE, applied_at REAL NOT NULL)"
+        )
+        raw.execute("INSERT INTO loom_migrations VALUES (1, '0001_initial', 0)")
+        raw.execute(f"PRAGMA application_id={APPLICATION_ID}")
+        raw.execute(
+            "INSERT INTO sessions (id, created_at, updated_at, message_count, requests) "
+            "VALUES ('old', 1000, 2000, 2, 1), ('older', 500, 1500, 0, 0)"
+        )
+        raw.executemany(
+            "INSERT INTO messages VALUES ('old', ?, ?, ?)",
+            [(i, m.role, m.model_dump_json()) for i, m in enumerate(old)],
+        )
+    s = SQLiteStore(path)
+    info = await s.get_session("old")
+    assert info is not None and info.message_count == 2 and info.usage.requests == 1
+    assert info.updated_at.timestamp() == 2000
+    assert [i.id for i in await s.list_sessions()] == ["old", "older"]
+    await s.append("older", messages=[Message.user("new")])
+    info = await s.get_session("older")
+    assert info is not None and info.message_count == 1 and info.updated_at.timestamp() > 2000
+    assert [i.id for i in await s.list_sessions()] == ["older", "old"]
+    third = Message.user("third")
+    await s.append("old", messages=[third])
+    assert await s.load_messages("old") == [*old, third]
+    info = await s.get_session("old")
+    assert info is not None and info.message_count == 3
+    await s.close()
+    with sqlite3.connect(path) as raw:
+        names = [r[0] for r in raw.execute("SELECT name FROM loom_migrations ORDER BY version")]
+        assert names == [name for name, _ in MIGRATIONS]
 
 
 def test_bad_options_and_paths(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ APPLICATION_ID = 0x4C4F4F4D  # "LOOM": marks a file as a Loom database (PRAGMA a
 # Why the layout: a commit costs about one 4 KB WAL frame per page it dirties, so the per-step
 # tables are clustered by (session_id, seq) (WITHOUT ROWID, no secondary index: one page each);
 # new rows are numbered by reading max(seq), and the session row is only rewritten by commits
-# that add messages or a run record.
+# that add a run record (see 0002).
 MIGRATIONS: list[tuple[str, str]] = [
     (
         "0001_initial",
@@ -150,6 +150,11 @@ MIGRATIONS: list[tuple[str, str]] = [
         ) WITHOUT ROWID;
         """,
     ),
+    # Why: the session row used to be rewritten by every commit that added messages (one more
+    # WAL frame and statement per commit). A session's message count and last-change time are
+    # now read from its last message row; sessions.message_count / updated_at keep the values
+    # of older rows and updated_at still moves with run records.
+    ("0002_messages_appended_at", "ALTER TABLE messages ADD COLUMN appended_at REAL"),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -119,12 +119,25 @@ def rss_kib() -> float:
 
 
 def in_flight(n: int) -> dict[str, float]:
-    """RSS growth per run with ``n`` runs parked mid-turn (inside the model call)."""
-    grown = asyncio.run(_in_flight_measure(n))
-    return {"in_flight_runs": n, "rss_kib_per_run": grown / n}
+    """Memory per run with ``n`` runs parked mid-turn (inside the model call).
+
+    Measured in a fresh interpreter: in this one, memory freed by the earlier benchmarks would
+    be reused and hide the growth. RSS is what the process costs; tracemalloc counts the Python
+    objects a parked run holds (its task, turn, session and journal in the in-memory store).
+    """
+
+    def measure(mode: str) -> float:
+        out = subprocess.run(
+            [sys.executable, __file__, "--in-flight-only", str(n), "--in-flight-mode", mode],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return float(out.stdout)
+
+    rss, traced = measure("rss"), measure("traced")  # tracemalloc's own tables would inflate RSS
+    return {"in_flight_runs": n, "rss_kib_per_run": rss / n, "traced_kib_per_run": traced / n}
 
 
-async def _in_flight_measure(n: int) -> float:
+async def _in_flight_measure(n: int, mode: str) -> float:
     gate = asyncio.Event()
     gate.set()
 
@@ -133,24 +146,28 @@ async def _in_flight_measure(n: int) -> float:
         return ModelResponse(text="3")
 
     agent = Agent(name="f", model=FunctionModel(answer, record=False), tools=[add])
-    for i in range(50):  # warm caches and allocator pools
+    for i in range(50):  # warm caches and lazy imports
         await agent.run("warm up", session_id=f"w{i}")
     gate.clear()
     gc.collect()
     base = rss_kib()
+    if mode == "traced":
+        tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
     tasks = [asyncio.create_task(agent.run("what is 1 + 2?", session_id=f"s{i}")) for i in range(n)]
     for _ in range(200):
         await asyncio.sleep(0.02)
-        parked = sum(1 for t in tasks if not t.done())
-        if parked == n and len(agent.store._sessions) >= n + 50:  # type: ignore[attr-defined]
+        if len(agent.store._sessions) >= n + 50:  # type: ignore[attr-defined]
             break
     await asyncio.sleep(0.2)
     gc.collect()
+    traced = (tracemalloc.get_traced_memory()[0] - before) / 1024
+    tracemalloc.stop()
     grown = rss_kib() - base
     gate.set()
     results = await asyncio.gather(*tasks)
     assert all(r.output == "3" for r in results)
-    return grown
+    return traced if mode == "traced" else grown
 
 
 def import_time(repeats: int) -> dict[str, float]:
@@ -173,7 +190,12 @@ def import_time(repeats: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--in-flight-only", type=int, metavar="N", help=argparse.SUPPRESS)
+    parser.add_argument("--in-flight-mode", default="rss", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.in_flight_only:
+        print(asyncio.run(_in_flight_measure(args.in_flight_only, args.in_flight_mode)))
+        return
     runs = 100 if args.quick else 300
     result: dict[str, Any] = {"runs_per_median": runs}
     result["thread_tool"] = per_step("add", add, runs)

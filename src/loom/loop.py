@@ -24,7 +24,6 @@ from loom.errors import (
 )
 from loom.events import AgentEvent
 from loom.events import EventType as E
-from loom.hooks import Deny, ReplaceArguments, RequireApproval
 from loom.messages import (
     Message,
     ModelResponse,
@@ -59,7 +58,6 @@ class Turn(TurnSteps):
                  resume: Any = None) -> None:  # fmt: skip
         super().__init__(agent, session_id, new_id("run"))
         self.message, self.on_busy, self.deps = message, on_busy, deps
-        self.tool_calls_made = 0
         self.usage = Usage()
         self.output = ""
         self.result: RunResult | None = None
@@ -239,27 +237,6 @@ class Turn(TurnSteps):
         await self._commit(events, messages=[final.to_message()])
         self._unanswered.update((c.id, c) for c in final.tool_calls)
         return final
-
-    async def _screen(
-        self, index: int, call: ToolCall
-    ) -> tuple[ToolCall | None, ToolResult | None]:
-        """Limits, hooks and approval for one call: (call to run, or None) and a refusal."""
-        a = self.agent
-        if self.tool_calls_made + index >= a.max_tool_calls:
-            return None, error_result(call, "limit", "not run: the turn reached "
-                                      f"max_tool_calls={a.max_tool_calls}")  # fmt: skip
-        ask: RequireApproval | None = None
-        for hook in a._hooks.get("before_tool_execution", ()):
-            decision = await self._call_hook("before_tool_execution", hook, call)
-            if isinstance(decision, Deny):
-                return None, error_result(call, "denied", decision.reason)
-            if isinstance(decision, ReplaceArguments):
-                call = call.model_copy(update={"arguments": decision.arguments,
-                                               "raw_arguments": None})  # fmt: skip
-            ask = ask or (decision if isinstance(decision, RequireApproval) else None)
-        if ask is None:
-            return call, None
-        return await a._approvals.request(self, call, ask.reason)  # (None, None): parked
 
     async def _run_tools(self, calls: list[ToolCall]) -> list[ToolResult]:
         """Run the calls concurrently; return their results in call order."""

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from loom.errors import HookError
 from loom.events import AgentEvent, EventType
-from loom.hooks import HookContext
+from loom.hooks import Deny, HookContext, ReplaceArguments, RequireApproval
 from loom.messages import Message, ToolCall, ToolResult
 from loom.store.base import LedgerEntry, LedgerStatus, RunRecord
+from loom.tools.executor import error_result
 
 if TYPE_CHECKING:
     from loom.agent import Agent
@@ -69,6 +70,7 @@ class TurnSteps:
         self._emit: Callable[[AgentEvent], None] = lambda e: None
         self._seq = 0
         self._journal: list[AgentEvent] = []
+        self.tool_calls_made = 0
         self._open: dict[str, LedgerEntry] = {}  # tool calls started, not ended
         self._unanswered: dict[str, ToolCall] = {}  # in a stored assistant message, no result
 
@@ -124,6 +126,28 @@ class TurnSteps:
                 raise HookError(f"hook {point} raised {type(exc).__name__}: {exc}") from exc
             self._announce(E.ERROR, error=f"non-fatal hook {point}: {exc}", fatal=False)
             return None
+
+    async def _screen(
+        self, index: int, call: ToolCall
+    ) -> tuple[ToolCall | None, ToolResult | None]:
+        """Limits, hooks and approval for one call: (call to run, or None) and a refusal."""
+        a = self.agent
+        if self.tool_calls_made + index >= a.max_tool_calls:
+            return None, error_result(call, "limit", "not run: the turn reached "
+                                      f"max_tool_calls={a.max_tool_calls}")  # fmt: skip
+        ask: RequireApproval | None = None
+        for hook in a._hooks.get("before_tool_execution", ()):
+            decision = await self._call_hook("before_tool_execution", hook, call)
+            if isinstance(decision, Deny):
+                return None, error_result(call, "denied", decision.reason)
+            if isinstance(decision, ReplaceArguments):
+                call = call.model_copy(update={"arguments": decision.arguments,
+                                               "raw_arguments": None})  # fmt: skip
+            ask = ask or (decision if isinstance(decision, RequireApproval) else None)
+        if ask is None:
+            return call, None
+        # (None, None) means parked until a human decides (loom.policy.approval)
+        return await a._approvals.request(self, call, ask.reason)  # type: ignore[arg-type]
 
     async def _start_calls(self, calls: Sequence[ToolCall]) -> None:
         """Ledger rows ``started`` for the calls, committed before any of them runs."""

@@ -72,7 +72,7 @@ async def recover_session(agent: Agent, turn: Turn) -> None:
 
     for entry in open_calls:
         if entry.tool_call_id in answered:  # result stored but the ledger not closed
-            await store.append(session_id, ledger=[_end(entry, "interrupted", None)])
+            await store.append(session_id, ledger=[entry.ended("interrupted", None)])
             continue
         call = ToolCall(id=entry.tool_call_id, name=entry.name, arguments=entry.arguments)
         if entry.effect in ("pure", "idempotent"):
@@ -130,19 +130,6 @@ def _dangling(messages: list[Message], answered: set[str]) -> list[ToolCall]:
     ]
 
 
-def _end(entry: LedgerEntry, status: LedgerStatus, result: ToolResult | None) -> LedgerEntry:
-    return LedgerEntry(
-        entry.run_id,
-        entry.session_id,
-        entry.tool_call_id,
-        entry.name,
-        status,
-        entry.arguments,
-        entry.effect,
-        result,
-    )
-
-
 async def _rerun(agent: Agent, turn: Turn, call: ToolCall, entry: LedgerEntry) -> ToolResult:
     # The same run_id and tool_call_id as the first attempt: the same idempotency key.
     ctx = RunContext(
@@ -182,7 +169,7 @@ async def _record(
             if result.success
             else ("interrupted" if result.error_code == "interrupted" else "failed")
         )
-        ledger.append(_end(entry, status, result))
+        ledger.append(entry.ended(status, result))
     await journal.store.append(
         journal.session_id, messages=[Message.tool(result)], events=[event], ledger=ledger
     )

@@ -181,12 +181,7 @@ class TurnSteps:
             status: LedgerStatus = "completed" if result.success else "failed"
             if result.error_code == "interrupted":
                 status = "interrupted"
-            ledger.append(
-                LedgerEntry(
-                    entry.run_id, entry.session_id, entry.tool_call_id, entry.name, status,
-                    entry.arguments, entry.effect, result,
-                )
-            )  # fmt: skip
+            ledger.append(entry.ended(status, result))
         content = result.to_content()
         ev = self._event(
             E.TOOL_RESULT if result.success else E.TOOL_ERROR,

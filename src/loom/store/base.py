@@ -67,6 +67,11 @@ class LedgerEntry:
     result: ToolResult | None = None
     timestamp: datetime = field(default_factory=utcnow)
 
+    def ended(self, status: LedgerStatus, result: ToolResult | None) -> LedgerEntry:
+        """The entry that closes this call with ``status`` and ``result``."""
+        return LedgerEntry(self.run_id, self.session_id, self.tool_call_id, self.name, status,
+                           self.arguments, self.effect, result)  # fmt: skip
+
 
 @dataclass(slots=True)
 class RunRecord:

@@ -56,16 +56,7 @@ def _started(run: str, call: str, name: str = "t") -> LedgerEntry:
 
 def _ended(entry: LedgerEntry, status: LedgerStatus = "completed") -> LedgerEntry:
     result = ToolResult(tool_call_id=entry.tool_call_id, name=entry.name, data={"ok": True})
-    return LedgerEntry(
-        entry.run_id,
-        entry.session_id,
-        entry.tool_call_id,
-        entry.name,
-        status,
-        entry.arguments,
-        entry.effect,
-        result,
-    )
+    return entry.ended(status, result)
 
 
 class StoreContract:

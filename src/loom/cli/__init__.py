@@ -19,6 +19,7 @@ app = typer.Typer(
 )
 app.command("run")(run_cmd.run)
 app.command("chat")(run_cmd.chat)
+app.command("resume")(run_cmd.resume)
 app.add_typer(sessions_cmd.app, name="sessions")
 app.add_typer(errors_cmd.app, name="errors")
 app.add_typer(patterns_cmd.app, name="patterns")

@@ -290,3 +290,62 @@ def chat(
             _summary(result, session_id)
 
     asyncio.run(loop())
+
+
+def resume(
+    session: Annotated[str, typer.Argument(help="The session that waits for approval.")],
+    approve: Annotated[
+        bool, typer.Option("--approve", help="Approve every pending call without asking.")
+    ] = False,
+    reject: Annotated[
+        str | None,
+        typer.Option(
+            "--reject", metavar="REASON", help="Reject every pending call; the model reads REASON."
+        ),
+    ] = None,
+    agent_file: AgentOpt = None,
+    model: ModelOpt = None,
+    store: StoreOpt = None,
+    tools: ToolsOpt = None,
+    workspace: WorkspaceOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print every event as JSON.")] = False,
+) -> None:
+    """Decide the tool calls a paused session waits on, and continue its turn."""
+    from loom.errors import InputError, LoomError
+    from loom.policy.approval import Reject
+
+    if approve and reject is not None:
+        _fail(InputError("give --approve or --reject, not both"))
+    try:
+        agent = build_agent(agent_file, model, open_store(store), tools, workspace, ask_approval)
+        pending = asyncio.run(agent.pending_approvals(session))
+        if not pending:
+            raise InputError(
+                f"session {session!r} has no tool call waiting for approval; "
+                "see `loom sessions show` for its state"
+            )
+        if approve:
+            decisions: Any = True
+        elif reject is not None:
+            decisions = Reject(reject or "the user said no")
+        else:  # ask about each call, as `loom run` would have
+            decisions = {p.tool_call_id: _ask_approval(p) for p in pending}
+        _load_model(agent)
+
+        async def go() -> dict[str, Any]:
+            render = _Renderer(as_json)
+            try:
+                async for event in agent.resume_stream(session, decisions):
+                    render(event)
+            finally:
+                await agent.aclose()
+            return render.result
+
+        result = asyncio.run(go())
+    except LoomError as exc:
+        _fail(exc)
+        return
+    if not as_json:
+        _summary(result, session)
+    if result.get("stop_reason") not in ("completed", "awaiting_approval"):
+        raise typer.Exit(code=1)

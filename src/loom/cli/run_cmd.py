@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from loom.agent import Agent
     from loom.events import AgentEvent
     from loom.policy.approval import PendingApproval
@@ -187,20 +189,33 @@ async def ask_approval(pending: PendingApproval) -> Any:
     return await asyncio.to_thread(_ask_approval, pending)
 
 
-async def _turn(agent: Agent, message: str, session: str | None, as_json: bool) -> dict[str, Any]:
+async def _render(events: AsyncIterator[AgentEvent], as_json: bool) -> dict[str, Any]:
+    """Print a turn's events; return the AGENT_FINISH data."""
     render = _Renderer(as_json)
-    async for event in agent.stream(message, session_id=session):
+    async for event in events:
         render(event)
     return render.result
 
 
-async def _turn_and_close(
-    agent: Agent, message: str, session: str | None, as_json: bool
+async def _turn(agent: Agent, message: str, session: str | None, as_json: bool) -> dict[str, Any]:
+    return await _render(agent.stream(message, session_id=session), as_json)
+
+
+async def _render_and_close(
+    agent: Agent, events: AsyncIterator[AgentEvent], as_json: bool
 ) -> dict[str, Any]:
     try:
-        return await _turn(agent, message, session, as_json)
+        return await _render(events, as_json)
     finally:
         await agent.aclose()  # stop MCP servers before the event loop ends
+
+
+def _end(result: dict[str, Any], session_id: str, as_json: bool) -> None:
+    """The one-line summary, and exit code 1 unless the turn completed or waits for approval."""
+    if not as_json:
+        _summary(result, session_id)
+    if result.get("stop_reason") not in ("completed", "awaiting_approval"):
+        raise typer.Exit(code=1)
 
 
 def _summary(result: dict[str, Any], session_id: str) -> None:
@@ -237,14 +252,12 @@ def run(
         agent = build_agent(agent_file, model, open_store(store), tools, workspace, ask_approval)
         _load_model(agent)
         session_id = session or new_id("session")
-        result = asyncio.run(_turn_and_close(agent, message, session_id, as_json))
+        events = agent.stream(message, session_id=session_id)
+        result = asyncio.run(_render_and_close(agent, events, as_json))
     except LoomError as exc:
         _fail(exc)
         return
-    if not as_json:
-        _summary(result, session_id)
-    if result.get("stop_reason") not in ("completed", "awaiting_approval"):
-        raise typer.Exit(code=1)
+    _end(result, session_id, as_json)
 
 
 def chat(
@@ -332,20 +345,9 @@ def resume(
             decisions = {p.tool_call_id: _ask_approval(p) for p in pending}
         _load_model(agent)
 
-        async def go() -> dict[str, Any]:
-            render = _Renderer(as_json)
-            try:
-                async for event in agent.resume_stream(session, decisions):
-                    render(event)
-            finally:
-                await agent.aclose()
-            return render.result
-
-        result = asyncio.run(go())
+        events = agent.resume_stream(session, decisions)
+        result = asyncio.run(_render_and_close(agent, events, as_json))
     except LoomError as exc:
         _fail(exc)
         return
-    if not as_json:
-        _summary(result, session)
-    if result.get("stop_reason") not in ("completed", "awaiting_approval"):
-        raise typer.Exit(code=1)
+    _end(result, session, as_json)

@@ -94,3 +94,13 @@ class AgentEvent:
             "timestamp": self.timestamp,
             "data": self.data,
         }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AgentEvent:
+        """The event ``to_dict`` wrote (an unknown type name is kept as a plain string)."""
+        try:
+            kind: Any = EventType(d["type"])
+        except ValueError:  # written by a newer Loom: keep the name rather than drop the event
+            kind = d["type"]
+        return cls(kind, d["run_id"], d["session_id"], d.get("iteration", 0), d["sequence"],
+                   d.get("data") or {}, d.get("timestamp", 0.0))  # fmt: skip

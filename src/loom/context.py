@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from loom.events import EventType
 from loom.messages import Message
-from loom.tools.base import ToolSpec
+from loom.messages import ToolSpec
 
 if TYPE_CHECKING:
     from loom.agent import Agent

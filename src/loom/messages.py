@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -11,12 +12,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "Message",
+    "Effect",
     "ModelResponse",
     "Role",
     "RunResult",
     "StopReason",
     "ToolCall",
     "ToolResult",
+    "ToolSpec",
     "Usage",
     "new_id",
     "utcnow",
@@ -35,6 +38,23 @@ StopReason = Literal[
     "error",  # a fatal hook or an internal error; see the ERROR event
 ]
 """Why a run ended. ``RunResult.stop_reason`` is always one of these."""
+
+
+Effect = Literal["pure", "idempotent", "at_most_once"]
+"""What re-running a tool after a crash would do.
+
+``pure``: no side effects; ``idempotent``: side effects that are safe to repeat with the same
+idempotency key; ``at_most_once``: never re-run automatically (writes, commands, payments).
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """What a model is told about a tool: name, description, JSON schema of the arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
 
 
 # One encoder for the hot paths: ``json.dumps`` with options builds a new encoder on every call.

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from loom.errors import InputError, ModelResponseError
 from loom.messages import Message, ModelResponse, ToolCall, Usage
 from loom.models.base import ModelSettings, StreamPart, TextDelta, ToolCallDelta
-from loom.tools.base import ToolSpec
+from loom.messages import ToolSpec
 
 __all__ = ["FunctionModel", "ModelCall", "ScriptedModel", "demo_model"]
 

@@ -17,7 +17,7 @@ from typing import Any
 from loom.events import EventType
 from loom.messages import Message
 from loom.models.base import ModelSettings, complete
-from loom.tools.base import ToolSpec
+from loom.messages import ToolSpec
 
 __all__ = [
     "FLUSH_SYSTEM",

@@ -30,7 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from loom.errors import ConfigurationError, MissingDependencyError
 from loom.messages import JSON_ENCODER, Message
-from loom.tools.base import ToolSpec
+from loom.messages import ToolSpec
 
 __all__ = [
     "EstimateCounter",

@@ -8,7 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from loom.errors import ModelResponseError
 from loom.messages import Message, ModelResponse
-from loom.tools.base import ToolSpec
+from loom.messages import ToolSpec
 
 __all__ = [
     "Model",

@@ -46,7 +46,7 @@ from loom.models.local_prompt import (
     tool_rounds_since_user,
     tools_schema,
 )
-from loom.tools.base import ToolSpec
+from loom.messages import ToolSpec
 
 __all__ = ["BUNDLED_MODEL_FILE", "LocalModel", "bundled_model_path", "from_spec"]
 

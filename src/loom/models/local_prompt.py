@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from loom.messages import Message, ToolCall
-from loom.tools.base import ToolSpec
+from loom.messages import ToolSpec
 
 __all__ = [
     "AnswerStream",

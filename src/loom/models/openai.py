@@ -39,7 +39,7 @@ from loom.models.resilience import (
     connection_failure,
     resilient_stream,
 )
-from loom.tools.base import ToolSpec
+from loom.messages import ToolSpec
 
 __all__ = [
     "OpenAIModel",

@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from loom.events import AgentEvent
 from loom.messages import Message, ToolResult, Usage, utcnow
-from loom.tools.base import Effect
+from loom.messages import Effect
 
 __all__ = [
     "ErrorStore",

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
 from loom.errors import ToolDefinitionError
+from loom.messages import Effect, ToolSpec
 
 __all__ = [
     "Effect",
@@ -25,13 +26,6 @@ __all__ = [
     "ToolSpec",
     "tool",
 ]
-
-Effect = Literal["pure", "idempotent", "at_most_once"]
-"""What re-running a tool after a crash would do.
-
-``pure``: no side effects; ``idempotent``: side effects that are safe to repeat with the same
-idempotency key; ``at_most_once``: never re-run automatically (writes, commands, payments).
-"""
 
 _NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -65,15 +59,6 @@ class RunContext:
     def cancelled(self) -> bool:
         """True once the call timed out or the run was cancelled; long sync tools should poll it."""
         return self._cancel is not None and self._cancel.is_set()
-
-
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
-    """What a model is told about a tool: name, description, JSON schema of the arguments."""
-
-    name: str
-    description: str
-    parameters: dict[str, Any]
 
 
 class ToolArgumentsError(Exception):

@@ -1,54 +1,42 @@
-"""``Agent``: what an agent is (instructions, model, tools, limits, hooks) and how to run it."""
+"""``Agent``: the frozen definition of an agent (instructions, model, tools, limits, policies).
+
+An ``Agent`` holds no store, cache, connection or per-session state, so one agent can be shared
+by any number of concurrent sessions, runtimes and processes. Running it is the runtime's job
+(``loom.runtime``): ``agent.run(...)`` uses the agent's default runtime, ``Runtime(store).run(
+agent, ...)`` an explicit one. Change a definition with ``agent.replace(**changes)``; build one
+from an ``AGENT.md`` / YAML file with ``Agent.from_file`` and write it back with
+``agent.to_definition()``.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from loom.context import ContextBuilder
-from loom.driving import discard, drive, watch
 from loom.errors import AgentDefinitionError, ConfigurationError, InputError
 from loom.events import AgentEvent
 from loom.hooks import compile_hooks
-from loom.messages import RunResult, ToolCall, ToolResult, new_id
-from loom.models import resolve_model
+from loom.messages import Effect, RunResult
 from loom.models.base import Model, ModelSettings
-from loom.runtime import OnBusy
 from loom.store.base import Store
-from loom.tools.base import Effect, FunctionTool, Tool, ToolSpec, spec_of
+from loom.tools.base import FunctionTool, Tool, spec_of
 from loom.tools.registry import resolve_tool
 
 if TYPE_CHECKING:
+    from loom.context import ContextBuilder
+    from loom.definition import AgentDefinition
+    from loom.gates import OnBusy
     from loom.judge.panel import JudgePanel
-    from loom.loop import Turn
     from loom.memory.config import MemoryConfig
     from loom.patterns.library import PatternLibrary
     from loom.policy.approval import PendingApproval
+    from loom.runtime import Runtime
 
 __all__ = ["Agent"]
-
-
-def default_builder(agent: Agent) -> ContextBuilder:
-    """The segmented, budgeted builder; checks the window now when it is already known."""
-    from loom.memory.builder import SegmentedContextBuilder
-    from loom.memory.config import MemoryConfig
-
-    if agent.memory is not None and not isinstance(agent.memory, MemoryConfig):
-        raise AgentDefinitionError(
-            f"must be a loom.memory.MemoryConfig, got {type(agent.memory).__name__}",
-            field="memory",
-        )
-    builder = SegmentedContextBuilder(
-        agent.memory,
-        context_window=agent.context_window,
-        reserved_output_tokens=agent.reserved_output_tokens,
-    )
-    model = agent._model if agent._model is not None else agent._model_spec
-    if agent.context_window is not None or isinstance(getattr(model, "context_window", None), int):
-        builder.check(agent, model)
-    return builder
 
 
 def _positive(field: str, value: Any, *, integer: bool) -> Any:
@@ -59,27 +47,92 @@ def _positive(field: str, value: Any, *, integer: bool) -> Any:
     return value
 
 
+def _check_model(model: Any) -> str | Model | None:
+    """A model string's provider must exist now, not at the first run (the model itself is
+    loaded by the runtime when it is first used)."""
+    if model is None:
+        env = os.environ.get("LOOM_MODEL")
+        if env:
+            _check_model(env)
+        return None
+    if isinstance(model, str):
+        from loom.models import PROVIDERS
+
+        provider = model.strip().partition(":")[0]
+        if not model.strip():
+            raise AgentDefinitionError("is empty; try 'local' or 'openai:gpt-4o-mini'",
+                                       field="model")  # fmt: skip
+        if provider not in PROVIDERS:
+            known = ", ".join(sorted(PROVIDERS))
+            raise AgentDefinitionError(
+                f"unknown model provider {provider!r} in {model!r}; known providers: {known}. "
+                "Write it as 'provider:model', for example 'openai:gpt-4o-mini'.",
+                field="model",
+            )
+        return model
+    if not callable(getattr(model, "stream", None)):
+        raise AgentDefinitionError(
+            f"must be a model string or an object with stream(); got {type(model).__name__}",
+            field="model",
+        )
+    return model  # type: ignore[no-any-return]
+
+
+def _check_store(store: Any) -> Store | None:
+    if store is None or isinstance(store, Store):
+        return store
+    if isinstance(store, str | Path):  # a path means a SQLite file (documented)
+        from loom.store.sqlite import SQLiteStore
+
+        return SQLiteStore(store)
+    raise ConfigurationError(
+        f"store must be a loom.store.Store (SQLiteStore('loom.db'), MemoryStore()) or a path to "
+        f"a SQLite file, got {type(store).__name__}"
+    )
+
+
+def _check_workspace(workspace: Any) -> Path | None:
+    if workspace is None:
+        return None
+    path = Path(workspace)
+    if not path.is_dir():
+        what = "does not exist" if not path.exists() else "is not a directory"
+        raise ConfigurationError(
+            f"workspace {str(path)!r} {what}; create it or point workspace= at an existing "
+            "directory (file tools work inside it)"
+        )
+    return path
+
+
 class Agent:
-    """An agent definition you can run.
+    """An agent definition you can run. Immutable once built: derive with ``replace``.
 
     Args:
         name: Identifies the agent in sessions, events and logs.
         instructions: The system prompt.
         model: A ``Model`` or a model string (``"local"``, ``"openai:gpt-4o-mini"``, ...);
-            default ``$LOOM_MODEL`` or ``"local"``. Resolved on first use.
-        tools: ``@tool`` functions, ``Tool`` objects, or names of built-in tools.
+            default ``$LOOM_MODEL`` or ``"local"``. Its provider is checked now; the model is
+            loaded by the runtime on first use (once per process for a model string).
+        tools: ``@tool`` functions, ``Tool`` objects, names of built-in tools, or toolsets
+            (``mcp_server(...)``: each runtime holds its own connection).
         max_iterations: Model calls per turn before the run stops (``"max_iterations"``).
         max_tool_calls: Tool executions per turn before the run stops (``"max_tool_calls"``).
-        timeout: Wall-clock seconds per turn (``"timeout"``).
+        timeout: Wall-clock seconds per turn, INTAKE (recovery, resume) included (``"timeout"``).
         tool_timeout: Default seconds per tool call; ``@tool(timeout=...)`` overrides it.
         hooks: Lifecycle hook objects, called in order (see ``loom.hooks``).
-        store: Where sessions live; default an in-memory store private to this agent.
-        workspace: Root directory for file tools, passed to tools in ``RunContext``.
+        store: Where the agent's default runtime keeps sessions: a ``Store``, or a path, which
+            means a SQLite file (``SQLiteStore(path)``). Default: an in-memory store private
+            to this agent. ``Runtime(store).run(agent, ...)`` runs it on any other store.
+        workspace: Root directory for file tools (must exist), passed in ``RunContext``.
         model_settings: Temperature, max tokens, ... for every model call.
         max_message_chars: Longest user message accepted.
-        context_builder: Compiles the context for each call (default: the segmented,
-            budgeted builder of ``loom.memory``).
-        deps: Any object handed to tools as ``RunContext.deps``.
+        queue_timeout: Seconds a turn waits for its busy session (``on_busy="queue"``).
+        max_queue_depth: Turns that may wait for one session.
+        lock_ttl: Kept for compatibility; leases are renewed while a turn runs (see
+            ``Runtime(lease_ttl=...)``).
+        context_builder: Compiles the context for each call (default: the segmented, budgeted
+            builder of ``loom.memory``, one per runtime).
+        deps: Any object handed to tools as ``RunContext.deps`` (``run(deps=...)`` overrides).
         patterns: A ``PatternLibrary`` (or a directory of pattern YAML files): the patterns
             matching each user message go into ROM for that turn.
         judges: A ``JudgePanel`` (or a list of judges, aggregated by mean) that scores each final
@@ -97,7 +150,7 @@ class Agent:
             result longer than this is stored and the model gets a preview and a reference
             it can page through with ``get_tool_result``; None sends every result whole.
             With a store that keeps errors, failed calls go through the error channel and
-            ``get_error_detail`` is registered (seed 001).
+            ``get_error_detail`` is offered (both only to agents that have tools).
         context_window: The model's context window in tokens (default: the model's
             ``context_window`` attribute, else 128 000). Every call stays inside it.
         reserved_output_tokens: Tokens kept free for the answer (default:
@@ -105,40 +158,38 @@ class Agent:
         memory: A ``loom.memory.MemoryConfig``: segment budgets, compression, MEMORY.md.
     """
 
-    __slots__ = (  # noqa: RUF023 - new fields are appended so parallel branches merge cleanly
-        "_approvals",
-        "_hooks",
-        "_model",
-        "_model_spec",
-        "_store",
-        "_tool_owners",
-        "_toolsets",
+    __slots__ = (
+        "_given",
         "approval_handler",
+        "compiled_hooks",
         "context_builder",
+        "context_window",
+        "default_store",
         "deps",
         "hooks",
         "instructions",
+        "judges",
         "lock_ttl",
         "max_iterations",
         "max_message_chars",
         "max_queue_depth",
+        "max_result_chars",
         "max_tool_calls",
+        "memory",
         "model_settings",
+        "model_spec",
         "name",
+        "patterns",
         "permissions",
         "queue_timeout",
+        "reserved_output_tokens",
         "timeout",
         "tool_specs",
         "tool_timeout",
         "tools",
+        "toolsets",
         "workspace",
-        "patterns",
-        "judges",
-        "max_result_chars",
-        "_shaper",
-        "context_window",
-        "reserved_output_tokens",
-        "memory",
+        "__weakref__",
     )
 
     def __init__(
@@ -153,7 +204,7 @@ class Agent:
         timeout: float = 600.0,
         tool_timeout: float = 30.0,
         hooks: Sequence[object] = (),
-        store: Store | None = None,
+        store: Store | str | Path | None = None,
         workspace: str | Path | None = None,
         model_settings: ModelSettings | None = None,
         max_message_chars: int = 100_000,
@@ -171,33 +222,26 @@ class Agent:
         reserved_output_tokens: int | None = None,
         memory: MemoryConfig | None = None,
     ) -> None:
+        given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        put = object.__setattr__
+        put(self, "_given", MappingProxyType(given))
         if not isinstance(name, str) or not name.strip():
             raise AgentDefinitionError("must be a non-empty string", field="name")
         if not isinstance(instructions, str):
             raise AgentDefinitionError("must be a string", field="instructions")
-        self.name = name
-        self.instructions = instructions
-        self._model_spec = model
-        self._model: Model | None = None if model is None or isinstance(model, str) else model
-        if self._model is not None and not hasattr(self._model, "stream"):
-            raise AgentDefinitionError(
-                f"must be a model string or an object with stream(); got {type(model).__name__}",
-                field="model",
-            )
-        self.max_iterations = _positive("max_iterations", max_iterations, integer=True)
-        self.max_tool_calls = _positive("max_tool_calls", max_tool_calls, integer=True)
-        self.timeout = _positive("timeout", timeout, integer=False)
-        self.tool_timeout = _positive("tool_timeout", tool_timeout, integer=False)
-        self.max_message_chars = _positive("max_message_chars", max_message_chars, integer=True)
-        self.queue_timeout = _positive("queue_timeout", queue_timeout, integer=False)
-        self.max_queue_depth = _positive("max_queue_depth", max_queue_depth, integer=True)
-        self.lock_ttl = _positive("lock_ttl", lock_ttl, integer=False)
-        self.context_window = (
-            None
-            if context_window is None
-            else _positive("context_window", context_window, integer=True)
-        )
-        self.reserved_output_tokens = reserved_output_tokens
+        put(self, "name", name)
+        put(self, "instructions", instructions)
+        put(self, "model_spec", _check_model(model))
+        for field_name, value, integer in (
+            ("max_iterations", max_iterations, True), ("max_tool_calls", max_tool_calls, True),
+            ("timeout", timeout, False), ("tool_timeout", tool_timeout, False),
+            ("max_message_chars", max_message_chars, True),
+            ("queue_timeout", queue_timeout, False), ("max_queue_depth", max_queue_depth, True),
+            ("lock_ttl", lock_ttl, False),
+        ):  # fmt: skip
+            put(self, field_name, _positive(field_name, value, integer=integer))
+        put(self, "context_window", None if context_window is None
+            else _positive("context_window", context_window, integer=True))  # fmt: skip
         if reserved_output_tokens is not None and (
             isinstance(reserved_output_tokens, bool)
             or not isinstance(reserved_output_tokens, int)
@@ -207,42 +251,51 @@ class Agent:
                 f"must be a non-negative integer, got {reserved_output_tokens!r}",
                 field="reserved_output_tokens",
             )
-        self.memory = memory
-        if memory is not None and memory.tools:
-            from loom.memory.tools import memory_tools
+        put(self, "reserved_output_tokens", reserved_output_tokens)
+        if memory is not None:
+            from loom.memory.config import MemoryConfig
 
-            tools = [*tools, *memory_tools(memory, [getattr(t, "name", t) for t in tools])]
-        self.tools: dict[str, Tool] = {}
-        self._toolsets: list[Any] = []  # MCP servers & co: their tools load on the first run
-        self._tool_owners: dict[str, str] = {}  # tool name -> toolset that provided it
+            if not isinstance(memory, MemoryConfig):
+                raise AgentDefinitionError(
+                    f"must be a loom.memory.MemoryConfig, got {type(memory).__name__}",
+                    field="memory",
+                )
+            if memory.tools:
+                from loom.memory.tools import memory_tools
+
+                tools = [*tools, *memory_tools(memory, [getattr(t, "name", t) for t in tools])]
+        put(self, "memory", memory)
+        own: dict[str, Tool] = {}
+        toolsets: list[Any] = []  # MCP servers & co: each runtime loads their tools per turn
         for t in tools:
             if hasattr(t, "load_tools") and not hasattr(t, "run"):
-                self._toolsets.append(t)
+                toolsets.append(t)
                 continue
             resolved = resolve_tool(t)
-            if resolved.name in self.tools:
+            if resolved.name in own:
                 raise AgentDefinitionError(
                     f"two tools are named {resolved.name!r}; tool names must be unique",
                     field="tools",
                 )
-            self.tools[resolved.name] = resolved
-        self.tool_specs: list[ToolSpec] = [spec_of(t) for t in self.tools.values()]
-        self.hooks = list(hooks)
-        self._store = store
-        self.workspace = Path(workspace) if workspace is not None else None
-        from loom.policy.approval import ApprovalGate
+            own[resolved.name] = resolved
+        put(self, "tools", MappingProxyType(own))
+        put(self, "toolsets", tuple(toolsets))
+        put(self, "tool_specs", [spec_of(t) for t in own.values()])
+        put(self, "hooks", tuple(hooks))
+        put(self, "default_store", _check_store(store))
+        put(self, "workspace", _check_workspace(workspace))
         from loom.policy.permissions import build_permissions
 
-        self.permissions = build_permissions(permissions, self.workspace)
+        perms = build_permissions(permissions, self.workspace)
+        put(self, "permissions", perms)
         if approval_handler is not None and not callable(approval_handler):
             raise AgentDefinitionError("must be a callable", field="approval_handler")
-        self.approval_handler = approval_handler
-        self._approvals = ApprovalGate(self)
+        put(self, "approval_handler", approval_handler)
         # The permission check comes first (seed 002's ToolPipeline), then the user's hooks.
-        self._hooks = compile_hooks([self.permissions, *self.hooks])
-        self.model_settings = model_settings
-        self.context_builder: ContextBuilder = context_builder or default_builder(self)
-        self.deps = deps
+        put(self, "compiled_hooks", compile_hooks([perms, *self.hooks]))
+        put(self, "model_settings", model_settings)
+        put(self, "context_builder", context_builder)
+        put(self, "deps", deps)
         if isinstance(patterns, str | Path):
             from loom.patterns.library import PatternLibrary
 
@@ -252,105 +305,66 @@ class Agent:
                 f"must be a PatternLibrary or a directory, got {type(patterns).__name__}",
                 field="patterns",
             )
-        self.patterns: PatternLibrary | None = patterns
-        self.judges: JudgePanel | None = None
+        put(self, "patterns", patterns)
         if judges is not None:
             from loom.judge.panel import JudgePanel
 
             if not isinstance(judges, JudgePanel):
                 items: list[Any] = [judges] if hasattr(judges, "evaluate") else list(judges)
                 judges = JudgePanel(items)
-            self.judges = judges
-        self.max_result_chars = (
-            None
-            if max_result_chars is None
-            else _positive("max_result_chars", max_result_chars, integer=True)
-        )
-        self._shaper: Any = None
-        if store is not None and (hasattr(store, "save_error") or hasattr(store, "save_result")):
-            from loom.tools.channel import ResultShaper
+        put(self, "judges", judges)
+        put(self, "max_result_chars", None if max_result_chars is None
+            else _positive("max_result_chars", max_result_chars, integer=True))  # fmt: skip
+        if context_builder is None and (
+            context_window is not None
+            or isinstance(getattr(self.model_spec, "context_window", None), int)
+        ):  # the window is known now: check that the instructions and tools fit it
+            from loom.memory.builder import SegmentedContextBuilder
 
-            self._shaper = ResultShaper.for_store(store, self.max_result_chars)
-            for builtin in self._shaper.builtin_tools() if self._shaper else ():
-                if builtin.name not in self.tools:  # a tool of the user's with that name wins
-                    self.tools[builtin.name] = builtin
-                    self.tool_specs.append(spec_of(builtin))
+            SegmentedContextBuilder(
+                memory, context_window=context_window, reserved_output_tokens=reserved_output_tokens
+            ).check(self, self.model_spec)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(
+            f"Agent is frozen (one definition is shared by every session); use "
+            f"agent.replace({name}=...) for a changed copy"
+        )
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, tools={list(self.tools)})"
 
-    # -- lazily resolved parts ----------------------------------------------------------------
+    def replace(self, **changes: Any) -> Agent:
+        """A new agent with ``changes`` applied to the arguments this one was built with."""
+        unknown = [k for k in changes if k not in self._given]
+        if unknown:
+            raise AgentDefinitionError(f"Agent has no argument {unknown[0]!r}", field=unknown[0])
+        return type(self)(**{**self._given, **changes})
+
+    # -- resolved parts (owned by the runtime, not the agent) -----------------------------------
+    @property
+    def runtime(self) -> Runtime:
+        """The default runtime ``run`` / ``stream`` / ``resume`` use."""
+        from loom.runtime import runtime_for
+
+        return runtime_for(self)
+
     @property
     def model(self) -> Model:
-        """The model, resolved from its string on first use."""
-        if self._model is None:
-            self._model = resolve_model(self._model_spec)
-        return self._model
+        """The model, resolved by the runtime (a model string loads once per process)."""
+        return self.runtime.model_for(self)
 
     @property
     def store(self) -> Store:
-        if self._store is None:
-            from loom.store.memory import MemoryStore
-
-            self._store = MemoryStore()
-        return self._store
+        """The default runtime's store (``store=`` if given, else its in-memory store)."""
+        return self.runtime.store
 
     def effect_of(self, tool_name: str) -> Effect:
         t = self.tools.get(tool_name)
         return getattr(t, "effect", "at_most_once") if t is not None else "pure"
 
-    # -- extension points used by the loop (overridden by stores, policies, ...) -------------
-    async def _recover(self, turn: Turn) -> None:
-        """Close tool calls a crashed or cancelled earlier run left open in this session."""
-        from loom.recovery import recover_session
-
-        await recover_session(self, turn)
-
-    async def _prepare_tools(self, turn: Turn) -> None:
-        """Load the tools of MCP servers (and other toolsets) before the turn's first call."""
-        if self._toolsets:
-            from loom.tools.toolset import load_toolsets
-
-            await load_toolsets(self, turn)
-
-    async def aclose(self) -> None:
-        """Close MCP connections (and other toolsets); the agent reconnects if run again."""
-        for ts in self._toolsets:
-            await ts.aclose()
-
-    async def __aenter__(self) -> Agent:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def _process_result(self, turn: Turn, call: ToolCall, result: ToolResult) -> ToolResult:
-        """Shape a result before the model sees it (error channel, large results)."""
-        if self._shaper is None:
-            return result
-        shaped: ToolResult = await self._shaper(turn, call, result)
-        return shaped
-
-    def _extra_system(self, turn: Turn) -> list[str]:
-        """ROM additions for this turn's context: the matched patterns (matched once a turn)."""
-        if self.patterns is None:
-            return []
-        from loom.patterns.turn import patterns_for_turn
-
-        return patterns_for_turn(self.patterns, turn)
-
-    async def _review(self, turn: Turn, answer: str) -> bool:
-        """Judge a final answer; True when the loop should ask the model again."""
-        if self.judges is None:
-            return False
-        from loom.judge.turn import review_answer
-
-        return await review_answer(self.judges, turn, answer)
-
-    # -- running ------------------------------------------------------------------------------
-    def _turn(self, message: str, session_id: str | None, on_busy: str, deps: Any) -> Turn:
-        from loom.loop import Turn
-
+    def check_message(self, message: Any) -> str:
+        """The user message if it is acceptable, else ``InputError`` saying why."""
         if not isinstance(message, str):
             raise InputError(f"message must be a string, got {type(message).__name__}")
         if not message.strip():
@@ -360,18 +374,9 @@ class Agent:
                 f"message is {len(message):,} characters, over this agent's max_message_chars="
                 f"{self.max_message_chars:,}; shorten it or raise the limit"
             )
-        if session_id is not None and (not isinstance(session_id, str) or not session_id.strip()):
-            raise InputError("session_id must be a non-empty string or None")
-        if on_busy not in ("queue", "drop", "interrupt"):
-            raise InputError(f"on_busy must be 'queue', 'drop' or 'interrupt', got {on_busy!r}")
-        return Turn(
-            self,
-            message,
-            session_id or new_id("session"),
-            on_busy,
-            self.deps if deps is None else deps,
-        )
+        return message
 
+    # -- running (on the default runtime) -------------------------------------------------------
     async def stream(
         self,
         message: str,
@@ -389,11 +394,12 @@ class Agent:
         ``cancel`` stops the turn with ``stop_reason="cancelled"``. Leaving the ``async for``
         early cancels the turn too; either way open tool calls get ``interrupted`` results.
         """
-        events = drive(self._turn(message, session_id, on_busy, deps), cancel)
+        events = self.runtime.stream(self, message, session_id=session_id, on_busy=on_busy,
+                                     deps=deps, cancel=cancel)  # fmt: skip
         try:
             async for event in events:
                 yield event
-        finally:  # close the turn now, not whenever the generator is garbage-collected
+        finally:
             await events.aclose()
 
     async def run(
@@ -406,16 +412,8 @@ class Agent:
         cancel: asyncio.Event | None = None,
     ) -> RunResult:
         """Run one turn to its end and return the ``RunResult`` (arguments as for ``stream``)."""
-        turn = self._turn(message, session_id, on_busy, deps)
-        # No event consumer: the turn runs in the caller's task and its events go nowhere.
-        watcher = watch(cancel, turn)
-        try:
-            await turn.run(discard)
-        finally:
-            if watcher is not None:
-                watcher.cancel()
-        assert turn.result is not None
-        return turn.result
+        return await self.runtime.run(self, message, session_id=session_id, on_busy=on_busy,
+                                      deps=deps, cancel=cancel)  # fmt: skip
 
     def run_sync(
         self,
@@ -437,27 +435,13 @@ class Agent:
     # -- human approval ----------------------------------------------------------------------
     async def pending_approvals(self, session_id: str) -> list[PendingApproval]:
         """The calls of ``session_id`` waiting for a human decision (see ``resume``)."""
-        from loom.policy.approval import pending_approvals
-
-        return await pending_approvals(self.store, session_id)
-
-    async def _resume_turn(self, session_id: str, decisions: Any, deps: Any) -> Turn:
-        from loom.loop import Turn
-        from loom.policy.approval import _match
-
-        pending = await self.pending_approvals(session_id)
-        if not pending:
-            raise InputError(f"session {session_id!r} has no tool calls waiting for approval")
-        _match(decisions, pending, session_id)  # raise a clear error before the turn starts
-        return Turn(
-            self, "", session_id, "queue", self.deps if deps is None else deps, resume=decisions
-        )
+        return await self.runtime.pending_approvals(session_id)
 
     async def resume_stream(
         self, session_id: str, decisions: Any = True, *, deps: Any = None
     ) -> AsyncIterator[AgentEvent]:
         """``resume`` that yields the continued turn's events."""
-        events = drive(await self._resume_turn(session_id, decisions, deps))
+        events = self.runtime.resume_stream(self, session_id, decisions, deps=deps)
         try:
             async for event in events:
                 yield event
@@ -474,17 +458,23 @@ class Agent:
         to every pending call. Approved calls run, rejected ones become ``denied`` results the
         model reads, and the turn goes on from there. Works in a new process on the same store.
         """
-        turn = await self._resume_turn(session_id, decisions, deps)
-        async for _ in drive(turn):
-            pass
-        assert turn.result is not None
-        return turn.result
+        return await self.runtime.resume(self, session_id, decisions, deps=deps)
 
     def resume_sync(self, session_id: str, decisions: Any = True, *, deps: Any = None) -> RunResult:
         """``resume`` for code without an event loop."""
         return asyncio.run(self.resume(session_id, decisions, deps=deps))
 
-    # -- definitions from files ---------------------------------------------------------------
+    async def aclose(self) -> None:
+        """Close the default runtime's MCP connections; they reconnect if the agent runs again."""
+        await self.runtime.aclose()
+
+    async def __aenter__(self) -> Agent:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- definitions in files -----------------------------------------------------------------
     @classmethod
     def from_file(
         cls, path: str | Path, *, tools: Sequence[Tool | FunctionTool] = (), **overrides: Any
@@ -497,3 +487,19 @@ class Agent:
         from loom.definition import load_definition
 
         return load_definition(cls, Path(path), tools, overrides)
+
+    def to_definition(self) -> AgentDefinition:
+        """This agent as an ``AgentDefinition`` (write it with ``definition.to_markdown()``).
+
+        Tools are listed by name (pass your own tools again to ``from_file``); MCP servers keep
+        their settings. A ``Model`` object (not a string) cannot be written and is left out.
+        """
+        from loom.definition import definition_of
+
+        return definition_of(self)
+
+    @property
+    def given(self) -> Mapping[str, Any]:
+        """The arguments this agent was built with (read-only)."""
+        return self._given
+

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loom.events import EventType
-from loom.messages import Message
-from loom.messages import ToolSpec
+from loom.messages import Message, ToolSpec
 
 if TYPE_CHECKING:
     from loom.agent import Agent
@@ -24,7 +23,8 @@ __all__ = ["AssembledContext", "ContextBuilder", "ContextRequest", "FullHistoryB
 
 @dataclass(slots=True)
 class ContextRequest:
-    """What the builder may read: the agent, the persisted history, and turn identity."""
+    """What the builder may read: the agent, the committed transcript, turn identity, and
+    this turn's tool specs and model (from the turn's ``RunDeps``)."""
 
     agent: Agent
     history: Sequence[Message]
@@ -33,6 +33,8 @@ class ContextRequest:
     iteration: int
     user_message: str
     extra_system: list[str] = field(default_factory=list)  # e.g. matched patterns for ROM
+    tool_specs: list[ToolSpec] = field(default_factory=list)
+    model: Any = None
 
 
 @dataclass(slots=True)
@@ -78,6 +80,6 @@ class FullHistoryBuilder:
         chars = sum(len(m.content) for m in messages)
         return AssembledContext(
             messages=messages,
-            tools=request.agent.tool_specs,
+            tools=request.tool_specs,
             token_estimate=chars // 4 + 4 * len(messages),
         )

@@ -35,7 +35,13 @@ from loom.tools.base import Tool
 if TYPE_CHECKING:
     from loom.agent import Agent
 
-__all__ = ["AgentDefinition", "MCPServerConfig", "load_definition", "parse_definition"]
+__all__ = [
+    "AgentDefinition",
+    "MCPServerConfig",
+    "definition_of",
+    "load_definition",
+    "parse_definition",
+]
 
 
 class MCPServerConfig(BaseModel):
@@ -72,6 +78,17 @@ class AgentDefinition(BaseModel):
     workspace: str | None = None
     permissions: dict[str, Any] | None = None
     mcp_servers: dict[str, MCPServerConfig] = Field(default_factory=dict)
+
+    def to_markdown(self) -> str:
+        """The definition as an ``AGENT.md`` file (YAML front matter + instructions)."""
+        data = self.model_dump(exclude={"instructions"}, exclude_defaults=True)
+        data["name"] = self.name
+        if "mcp_servers" in data:
+            data["mcp_servers"] = {
+                k: v.model_dump(exclude_defaults=True) for k, v in self.mcp_servers.items()
+            }
+        front = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+        return f"---\n{front}---\n{self.instructions}\n"
 
 
 def _split_front_matter(text: str, path: Path) -> tuple[dict[str, Any], str]:
@@ -162,3 +179,33 @@ def load_definition(
         raise AgentDefinitionError(str(exc), path=str(path)) from None
     except ConfigurationError as exc:  # e.g. a bad permission rule
         raise AgentDefinitionError(str(exc), path=str(path)) from None
+
+
+def definition_of(agent: Agent) -> AgentDefinition:
+    """The ``AgentDefinition`` that rebuilds ``agent`` (its tools by name)."""
+    given = agent.given
+    servers: dict[str, MCPServerConfig] = {}
+    for ts in agent.toolsets:
+        if all(hasattr(ts, a) for a in ("command", "args", "url", "prefix")):
+            servers[ts.name] = MCPServerConfig(
+                command=ts.command, args=list(ts.args), env=dict(ts.env), cwd=ts.cwd,
+                url=ts.url, headers=dict(ts.headers), prefix=ts.prefix,
+                tools=sorted(ts.only) if ts.only is not None else None,
+                connect_timeout=ts.connect_timeout, call_timeout=ts.call_timeout,
+            )  # fmt: skip
+    memory_tools = {"remember", "memory_write"}
+    names = [n for n in agent.tools if not (agent.memory is not None and n in memory_tools)]
+    permissions = given.get("permissions")
+    return AgentDefinition(
+        name=agent.name,
+        instructions=agent.instructions,
+        model=agent.model_spec if isinstance(agent.model_spec, str) else None,
+        tools=names,
+        max_iterations=agent.max_iterations,
+        max_tool_calls=agent.max_tool_calls,
+        timeout=agent.timeout,
+        tool_timeout=agent.tool_timeout,
+        workspace=str(agent.workspace) if agent.workspace is not None else None,
+        permissions=dict(permissions) if isinstance(permissions, dict) else None,
+        mcp_servers=servers,
+    )

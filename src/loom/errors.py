@@ -34,6 +34,7 @@ LoomError
 │   ├── ErrorNotFound             no stored error has that id
 │   └── TranscriptError           a JSONL transcript line is malformed (has .line)
 ├── HookError                     a fatal hook raised
+│   └── ApprovalHandlerError      an approval handler raised (the call did not run)
 ├── JudgeError                    a judge failed; the panel scores it as configured, runs go on
 │   ├── JudgeOutputError          a judge model's answer was not {"score": 0..1, "reason": ...}
 │   └── JudgeTimeout              a judge took longer than its timeout
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 __all__ = [
     "AgentDefinitionError",
+    "ApprovalHandlerError",
     "ConfigurationError",
     "ContextTooLong",
     "DuplicatePatternName",
@@ -258,6 +260,10 @@ class TranscriptError(StoreError):
 
 class HookError(LoomError):
     """A lifecycle hook raised and was not marked non-fatal."""
+
+
+class ApprovalHandlerError(HookError):
+    """An approval handler raised; the call it was deciding did not run."""
 
 
 class JudgeError(LoomError):

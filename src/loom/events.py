@@ -1,5 +1,19 @@
 """The typed event stream every run produces.
 
+Every event is an instance of one class per ``EventType`` (``AgentStart``, ``ToolResultEvent``,
+…), all subclasses of ``AgentEvent``. They share an envelope (``run_id``, ``session_id``,
+``parent_run_id`` for crews, ``iteration``, ``sequence``, ``timestamp``) and carry typed payload
+fields; payload keys the class does not declare are kept in ``extra`` so nothing is lost.
+``event.data`` gives the payload as a plain dict (the form the README's event table documents),
+``to_dict()`` / ``from_dict()`` are the stable JSON form (``schema_version`` 1) the store, the
+CLI's ``--json`` and the server use, and ``EVENT_ADAPTER`` validates that form with pydantic
+and produces its JSON schema.
+
+Why dataclasses and not pydantic models: a step emits a dozen events, and a validated pydantic
+model costs ~5 µs to build against ~0.7 µs for a slotted dataclass (measured with pydantic
+2.13); pydantic validates them at the edges (``from_dict(validate=True)``, ``EVENT_ADAPTER``),
+where input comes from outside.
+
 Names follow seed 002. Seed 004 names the events its loop must emit; they map one to one:
 
 | seed 004       | Loom EventType                                 |
@@ -16,20 +30,35 @@ Names follow seed 002. Seed 004 names the events its loop must emit; they map on
 
 Seed 003's state machine shows up as ``STATE_CHANGE`` events whose ``data`` holds
 ``{"from": ..., "to": ...}`` with :class:`loom.AgentState` values.
+
+Six event types put a message into the session's transcript (``AgentEvent.message()``):
+``USER_MESSAGE``, ``LLM_COMPLETE``, ``TOOL_RESULT``, ``TOOL_ERROR``, ``JUDGE_RETRY`` (the judges'
+correction) and ``MEMORY_RECORD`` (a summary or a MEMORY.md flush marker). The transcript is
+exactly ``loom.journal.transcript(events)``.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-__all__ = ["AgentEvent", "EventType"]
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
+
+    from loom.messages import Message
+
+__all__ = ["EVENT_CLASSES", "SCHEMA_VERSION", "AgentEvent", "EventType", "make_event"]
+
+SCHEMA_VERSION = 1
+"""Version of the JSON form (``AgentEvent.to_dict``); bumped on any incompatible change."""
 
 
 class EventType(StrEnum):
     AGENT_START = "agent_start"
+    USER_MESSAGE = "user_message"
     ITERATION_START = "iteration_start"
     STATE_CHANGE = "state_change"
     CONTEXT_ASSEMBLY_START = "context_assembly_start"
@@ -42,6 +71,7 @@ class EventType(StrEnum):
     COMPRESSION_FALLBACK = "compression_fallback"
     COMPRESSION_COMPLETE = "compression_complete"
     MEMORY_FLUSH = "memory_flush"
+    MEMORY_RECORD = "memory_record"
     PATTERNS_MATCHED = "patterns_matched"
     LLM_START = "llm_start"
     LLM_DELTA = "llm_delta"
@@ -57,38 +87,67 @@ class EventType(StrEnum):
     JUDGE_START = "judge_start"
     JUDGE_RESULT = "judge_result"
     JUDGE_RETRY = "judge_retry"
+    RUN_RECOVERED = "run_recovered"
+    WARNING = "warning"
     PERSIST_START = "persist_start"
     AGENT_FINISH = "agent_finish"
     ERROR = "error"
 
 
-@dataclass(slots=True)
+E = EventType
+
+
+def _at(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+@dataclass(slots=True, kw_only=True)
 class AgentEvent:
-    """One thing that happened in a run.
+    """One thing that happened in a run: the envelope every event type shares.
 
     ``sequence`` is monotonic within a run (starting at 0); ``timestamp`` is wall-clock seconds
-    since the epoch. ``data`` holds the event's payload; its keys are documented per type in the
-    README's event table.
+    since the epoch; ``parent_run_id`` names the run that started this one (crews).
     """
 
-    type: EventType
+    type: Any  # each subclass narrows it to its own Literal (the discriminator)
     run_id: str
     session_id: str
-    iteration: int
-    sequence: int
-    data: dict[str, Any] = field(default_factory=dict)
+    iteration: int = 0
+    sequence: int = 0
     timestamp: float = field(default_factory=time.time)
+    parent_run_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # payload field name -> key in ``data`` when they differ ("from" is a keyword)
+    KEYS: ClassVar[dict[str, str]] = {}
+    PAYLOAD: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The payload as a plain dict: declared fields plus ``extra``."""
+        keys = self.KEYS
+        out = {keys.get(n, n): getattr(self, n) for n in self.PAYLOAD}
+        if self.extra:
+            out.update(self.extra)
+        return out
 
     @property
     def text(self) -> str:
         """The text delta of an ``LLM_DELTA`` event, empty for every other type."""
-        return str(self.data.get("text", "")) if self.type is EventType.LLM_DELTA else ""
+        return ""
+
+    def message(self) -> Message | None:
+        """The transcript message this event adds, or None (most events add none)."""
+        return None
 
     def to_dict(self) -> dict[str, Any]:
+        """The stable JSON form (``schema_version`` 1)."""
         return {
-            "type": self.type.value,
+            "schema_version": SCHEMA_VERSION,
+            "type": str(self.type),
             "run_id": self.run_id,
             "session_id": self.session_id,
+            "parent_run_id": self.parent_run_id,
             "iteration": self.iteration,
             "sequence": self.sequence,
             "timestamp": self.timestamp,
@@ -96,11 +155,484 @@ class AgentEvent:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> AgentEvent:
-        """The event ``to_dict`` wrote (an unknown type name is kept as a plain string)."""
-        try:
-            kind: Any = EventType(d["type"])
-        except ValueError:  # written by a newer Loom: keep the name rather than drop the event
-            kind = d["type"]
-        return cls(kind, d["run_id"], d["session_id"], d.get("iteration", 0), d["sequence"],
-                   d.get("data") or {}, d.get("timestamp", 0.0))  # fmt: skip
+    def from_dict(cls, d: dict[str, Any], *, validate: bool = False) -> AgentEvent:
+        """The event ``to_dict`` wrote; ``validate=True`` checks the payload's types with
+        pydantic (for input from outside). An unknown type name (a newer Loom) is kept as an
+        ``UnknownEvent`` rather than dropped."""
+        event = make_event(
+            d["type"],
+            d["run_id"],
+            d["session_id"],
+            d.get("iteration", 0),
+            d["sequence"],
+            d.get("data") or {},
+            timestamp=d.get("timestamp"),
+            parent_run_id=d.get("parent_run_id"),
+        )
+        if validate and not isinstance(event, UnknownEvent):
+            from pydantic import TypeAdapter
+
+            adapter: TypeAdapter[Any] = _adapter_for(type(event))
+            adapter.validate_python(
+                {f.name: getattr(event, f.name) for f in fields(event)}, strict=False
+            )
+        return event
+
+
+def _payload(cls: type[AgentEvent]) -> type[AgentEvent]:
+    base = {f.name for f in fields(AgentEvent)}
+    cls.PAYLOAD = tuple(f.name for f in fields(cls) if f.name not in base)
+    return cls
+
+
+def _tool_message(ev: Any) -> Message:
+    from loom.messages import Message
+
+    meta = dict(ev.metadata)
+    if not ev.success:
+        meta.update(success=False, error_code=ev.error_code)
+    return Message(role="tool", content=ev.content, tool_call_id=ev.tool_call_id,
+                   name=ev.tool_name, timestamp=_at(ev.timestamp), metadata=meta)  # fmt: skip
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class AgentStart(AgentEvent):
+    type: Literal[E.AGENT_START] = E.AGENT_START
+    message_text: str = ""
+    agent: str = ""
+    resume: bool = False
+    KEYS: ClassVar[dict[str, str]] = {"message_text": "message"}
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class UserMessage(AgentEvent):
+    """The user's message entered the transcript (after INTAKE closed what was left open)."""
+
+    type: Literal[E.USER_MESSAGE] = E.USER_MESSAGE
+    content: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def message(self) -> Message:
+        from loom.messages import Message
+
+        return Message(role="user", content=self.content, timestamp=_at(self.timestamp),
+                       metadata=dict(self.metadata))  # fmt: skip
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class IterationStart(AgentEvent):
+    type: Literal[E.ITERATION_START] = E.ITERATION_START
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class StateChange(AgentEvent):
+    type: Literal[E.STATE_CHANGE] = E.STATE_CHANGE
+    from_state: str = ""
+    to_state: str = ""
+    KEYS: ClassVar[dict[str, str]] = {"from_state": "from", "to_state": "to"}
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class ContextAssemblyStart(AgentEvent):
+    type: Literal[E.CONTEXT_ASSEMBLY_START] = E.CONTEXT_ASSEMBLY_START
+
+
+@dataclass(slots=True, kw_only=True)
+class _Component(AgentEvent):
+    component: str = ""
+    priority: int = 0
+    tokens: int = 0
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class ContextComponentIncluded(_Component):
+    type: Literal[E.CONTEXT_COMPONENT_INCLUDED] = E.CONTEXT_COMPONENT_INCLUDED
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class ContextComponentTruncated(_Component):
+    type: Literal[E.CONTEXT_COMPONENT_TRUNCATED] = E.CONTEXT_COMPONENT_TRUNCATED
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class ContextComponentExcluded(_Component):
+    type: Literal[E.CONTEXT_COMPONENT_EXCLUDED] = E.CONTEXT_COMPONENT_EXCLUDED
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class ContextAssemblyComplete(AgentEvent):
+    type: Literal[E.CONTEXT_ASSEMBLY_COMPLETE] = E.CONTEXT_ASSEMBLY_COMPLETE
+    token_estimate: int = 0
+    message_count: int = 0
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class CompressionStart(AgentEvent):
+    type: Literal[E.COMPRESSION_START] = E.COMPRESSION_START
+    kind: str = ""
+    covers_from: int = 0
+    covers_through: int = 0
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class CompressionProgress(AgentEvent):
+    type: Literal[E.COMPRESSION_PROGRESS] = E.COMPRESSION_PROGRESS
+    status: str = ""
+    attempt: int = 0
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class CompressionFallback(AgentEvent):
+    type: Literal[E.COMPRESSION_FALLBACK] = E.COMPRESSION_FALLBACK
+    fallback_method: str = ""
+    reason: str = ""
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class CompressionComplete(AgentEvent):
+    type: Literal[E.COMPRESSION_COMPLETE] = E.COMPRESSION_COMPLETE
+    kind: str = ""
+    method: str = ""
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class MemoryFlush(AgentEvent):
+    type: Literal[E.MEMORY_FLUSH] = E.MEMORY_FLUSH
+    status: str = ""
+    notes: int = 0
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class MemoryRecord(AgentEvent):
+    """A message the memory stage adds to the transcript: a summary or a flush marker."""
+
+    type: Literal[E.MEMORY_RECORD] = E.MEMORY_RECORD
+    content: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def message(self) -> Message:
+        from loom.messages import Message
+
+        return Message(role="system", content=self.content, timestamp=_at(self.timestamp),
+                       metadata=dict(self.metadata))  # fmt: skip
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class PatternsMatched(AgentEvent):
+    type: Literal[E.PATTERNS_MATCHED] = E.PATTERNS_MATCHED
+    patterns: list[dict[str, Any]] = field(default_factory=list)
+    library_version: int = 0
+    library_size: int = 0
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class LlmStart(AgentEvent):
+    type: Literal[E.LLM_START] = E.LLM_START
+    tool_count: int = 0
+    message_count: int = 0
+    token_estimate: int = 0
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class LlmDelta(AgentEvent):
+    type: Literal[E.LLM_DELTA] = E.LLM_DELTA
+    delta: str = ""
+    KEYS: ClassVar[dict[str, str]] = {"delta": "text"}
+
+    @property
+    def text(self) -> str:
+        return self.delta
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class LlmToolCalls(AgentEvent):
+    type: Literal[E.LLM_TOOL_CALLS] = E.LLM_TOOL_CALLS
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class LlmComplete(AgentEvent):
+    """The model's whole answer: its assistant message (text and tool calls)."""
+
+    type: Literal[E.LLM_COMPLETE] = E.LLM_COMPLETE
+    answer: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tool_call_count: int = 0
+    usage: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    model: str | None = None
+    KEYS: ClassVar[dict[str, str]] = {"answer": "text"}
+
+    def message(self) -> Message:
+        from loom.messages import Message, ToolCall
+
+        calls = [ToolCall.model_validate(c) for c in self.tool_calls]
+        return Message(role="assistant", content=self.answer, tool_calls=calls,
+                       timestamp=_at(self.timestamp))  # fmt: skip
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class LlmRetry(AgentEvent):
+    type: Literal[E.LLM_RETRY] = E.LLM_RETRY
+    attempt: int = 0
+    delay: float = 0.0
+    error: str = ""
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class ToolExecutionStart(AgentEvent):
+    type: Literal[E.TOOL_EXECUTION_START] = E.TOOL_EXECUTION_START
+    tool_name: str = ""
+    tool_call_id: str = ""
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True, kw_only=True)
+class _ToolEnd(AgentEvent):
+    tool_name: str = ""
+    tool_call_id: str = ""
+    success: bool = True
+    content: str = ""
+    error_code: str | None = None
+    duration_ms: float = 0.0
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def message(self) -> Message:
+        return _tool_message(self)
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class ToolResultEvent(_ToolEnd):
+    type: Literal[E.TOOL_RESULT] = E.TOOL_RESULT
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class ToolErrorEvent(_ToolEnd):
+    type: Literal[E.TOOL_ERROR] = E.TOOL_ERROR
+    success: bool = False
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class ApprovalRequired(AgentEvent):
+    type: Literal[E.APPROVAL_REQUIRED] = E.APPROVAL_REQUIRED
+    tool_call_id: str = ""
+    tool_name: str = ""
+    arguments: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class ApprovalDecisionEvent(AgentEvent):
+    type: Literal[E.APPROVAL_DECISION] = E.APPROVAL_DECISION
+    tool_call_id: str = ""
+    tool_name: str = ""
+    decision: str = ""  # approve | reject | edit | expired
+    decided_by: str = ""  # handler | resume | new_message
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class Recursion(AgentEvent):
+    type: Literal[E.RECURSION] = E.RECURSION
+    next_iteration: int = 0
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class JudgeStart(AgentEvent):
+    type: Literal[E.JUDGE_START] = E.JUDGE_START
+    attempt: int = 0
+    answer: str = ""
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class JudgeResult(AgentEvent):
+    type: Literal[E.JUDGE_RESULT] = E.JUDGE_RESULT
+    score: float = 0.0
+    passed: bool = False
+    final: bool = False
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class JudgeRetry(AgentEvent):
+    """A failing verdict: the correction the model reads next (a user-role message)."""
+
+    type: Literal[E.JUDGE_RETRY] = E.JUDGE_RETRY
+    attempt: int = 0
+    next_attempt: int = 0
+    score: float = 0.0
+    threshold: float = 0.0
+    correction: str = ""
+
+    def message(self) -> Message:
+        from loom.messages import Message
+
+        meta = {"judge_correction": True, "attempt": self.attempt, "score": self.score,
+                "threshold": self.threshold}  # fmt: skip
+        return Message(role="user", content=self.correction, timestamp=_at(self.timestamp),
+                       metadata=meta)  # fmt: skip
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class RunRecovered(AgentEvent):
+    """A run that died (its process was killed) was closed by this one."""
+
+    type: Literal[E.RUN_RECOVERED] = E.RUN_RECOVERED
+    recovered_run_id: str = ""
+    stop_reason: str = "crashed"
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class Warning(AgentEvent):  # noqa: A001 - the event's name; never imported bare
+    """Something the user should know that did not stop the run (a tool server failed, text
+    was made representable, ...). Also in ``RunResult.warnings``."""
+
+    type: Literal[E.WARNING] = E.WARNING
+    warning: str = ""
+    source: str = ""
+    KEYS: ClassVar[dict[str, str]] = {"warning": "message"}
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class PersistStart(AgentEvent):
+    type: Literal[E.PERSIST_START] = E.PERSIST_START
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class AgentFinish(AgentEvent):
+    type: Literal[E.AGENT_FINISH] = E.AGENT_FINISH
+    stop_reason: str = ""
+    output: str = ""
+    usage: dict[str, Any] = field(default_factory=dict)
+    iterations: int = 0
+    error: str | None = None
+    duration_ms: float = 0.0
+    pending_approvals: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class ErrorEvent(AgentEvent):
+    type: Literal[E.ERROR] = E.ERROR
+    error: str = ""
+    fatal: bool = True
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class UnknownEvent(AgentEvent):
+    """An event of a type this Loom does not know (written by a newer one); payload in extra."""
+
+    type: str = ""
+
+
+EVENT_CLASSES: dict[EventType, type[AgentEvent]] = {
+    cls.__dataclass_fields__["type"].default: cls  # type: ignore[misc]
+    for cls in (
+        AgentStart, UserMessage, IterationStart, StateChange, ContextAssemblyStart,
+        ContextComponentIncluded, ContextComponentTruncated, ContextComponentExcluded,
+        ContextAssemblyComplete, CompressionStart, CompressionProgress, CompressionFallback,
+        CompressionComplete, MemoryFlush, MemoryRecord, PatternsMatched, LlmStart, LlmDelta,
+        LlmToolCalls, LlmComplete, LlmRetry, ToolExecutionStart, ToolResultEvent, ToolErrorEvent,
+        ApprovalRequired, ApprovalDecisionEvent, Recursion, JudgeStart, JudgeResult, JudgeRetry,
+        RunRecovered, Warning, PersistStart, AgentFinish, ErrorEvent,
+    )
+}  # fmt: skip
+assert set(EVENT_CLASSES) == set(EventType), "every EventType needs its class"
+
+# data key -> field name, per class (the inverse of KEYS), precomputed for make_event
+_FIELDS: dict[type[AgentEvent], dict[str, str]] = {
+    cls: {cls.KEYS.get(n, n): n for n in cls.PAYLOAD} for cls in EVENT_CLASSES.values()
+}
+
+
+def make_event(
+    type: EventType | str,
+    run_id: str,
+    session_id: str,
+    iteration: int,
+    sequence: int,
+    data: dict[str, Any] | None = None,
+    *,
+    timestamp: float | None = None,
+    parent_run_id: str | None = None,
+) -> AgentEvent:
+    """Build the typed event for ``type`` from a payload dict (unknown keys go to ``extra``)."""
+    try:
+        kind = EventType(type)
+    except ValueError:
+        return UnknownEvent(type=str(type), run_id=run_id, session_id=session_id,
+                            iteration=iteration, sequence=sequence, extra=dict(data or {}),
+                            timestamp=time.time() if timestamp is None else timestamp,
+                            parent_run_id=parent_run_id)  # fmt: skip
+    cls = EVENT_CLASSES[kind]
+    known = _FIELDS[cls]
+    kwargs: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    if data:
+        for key, value in data.items():
+            name = known.get(key)
+            if name is None:
+                extra[key] = value
+            else:
+                kwargs[name] = value
+    if timestamp is not None:
+        kwargs["timestamp"] = timestamp
+    return cls(run_id=run_id, session_id=session_id, iteration=iteration, sequence=sequence,
+               parent_run_id=parent_run_id, extra=extra, **kwargs)  # fmt: skip
+
+
+_ADAPTERS: dict[type[AgentEvent], Any] = {}
+
+
+def _adapter_for(cls: type[AgentEvent]) -> Any:
+    from pydantic import TypeAdapter
+
+    adapter = _ADAPTERS.get(cls)
+    if adapter is None:
+        adapter = _ADAPTERS[cls] = TypeAdapter(cls)
+    return adapter
+
+
+def event_adapter() -> TypeAdapter[Any]:
+    """A pydantic ``TypeAdapter`` over the discriminated union of every event class (by
+    ``type``): ``event_adapter().json_schema()`` documents the events' fields."""
+    from typing import Union
+
+    from pydantic import Field, TypeAdapter
+
+    union = Union[tuple(EVENT_CLASSES.values())]  # type: ignore[valid-type]  # noqa: UP007
+    return TypeAdapter(Annotated[union, Field(discriminator="type")])

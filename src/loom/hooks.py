@@ -23,10 +23,11 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from loom.errors import HookError
 from loom.messages import Message, ModelResponse, RunResult, ToolCall, ToolResult, Usage
 
 if TYPE_CHECKING:
@@ -60,7 +61,8 @@ HOOK_POINTS = (
 
 @dataclass(slots=True)
 class HookContext:
-    """What a hook sees: the run's identity, its iteration, and a dict hooks may share."""
+    """What a hook sees: the run's identity, its iteration, this turn's tool table, the
+    session's remembered permission decisions, and a dict hooks may share."""
 
     agent: Agent
     run_id: str
@@ -69,6 +71,8 @@ class HookContext:
     state: str = ""
     messages: list[Message] = field(default_factory=list)
     shared: dict[str, Any] = field(default_factory=dict)
+    tools: dict[str, Any] = field(default_factory=dict)
+    remembered: list[Any] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,3 +243,55 @@ class MetricsHook:
 
     async def after_iteration_end(self, ctx: HookContext, result: RunResult) -> None:
         self._m(ctx).stop_reason = result.stop_reason
+
+
+class _Ready:
+    """An awaitable that is already done: skipping hook points nobody uses costs ~nothing."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __await__(self) -> Generator[None, None, Any]:
+        return self.value
+        yield  # pragma: no cover - makes this a generator
+
+
+_NO_RESULTS: Any = _Ready(())
+
+
+class HookRunner:
+    """Calls one run's compiled hooks; a non-fatal hook's failure goes to ``report``."""
+
+    __slots__ = ("compiled", "ctx", "report")
+
+    def __init__(
+        self,
+        compiled: dict[str, list[tuple[HookFn, bool]]],
+        ctx: HookContext,
+        report: Callable[[str], None],
+    ) -> None:
+        self.compiled, self.ctx, self.report = compiled, ctx, report
+
+    def __call__(self, point: str, *args: Any) -> Awaitable[list[Any]]:
+        """Run every hook of ``point``; their return values, in order."""
+        hooks = self.compiled.get(point)
+        return self._all(point, hooks, args) if hooks else _NO_RESULTS
+
+    def at(self, point: str) -> list[tuple[HookFn, bool]]:
+        return self.compiled.get(point, [])
+
+    async def _all(self, point: str, hooks: Any, args: tuple[Any, ...]) -> list[Any]:
+        return [await self.call(point, h, *args) for h in hooks]
+
+    async def call(self, point: str, hook: tuple[HookFn, bool], *args: Any) -> Any:
+        """Call one hook; a fatal hook's exception becomes ``HookError``."""
+        fn, fatal = hook
+        try:
+            return await fn(self.ctx, *args)
+        except Exception as exc:
+            if fatal:
+                raise HookError(f"hook {point} raised {type(exc).__name__}: {exc}") from exc
+            self.report(f"non-fatal hook {point}: {exc}")
+            return None

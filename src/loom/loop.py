@@ -1,8 +1,13 @@
 """The turn: INTAKE → CONTEXT → EXECUTE → PERSIST, driven by seed 003's state machine.
 
-Each iteration compiles the context, streams one model answer and runs the answer's tool calls
-concurrently; then it recurses (seed 002's ``tt``) until the model answers without tools or a
-limit stops it. Every step is committed before its event goes out (``loom.steps``).
+INTAKE takes the session's lease, builds this turn's ``RunDeps``, closes what dead runs left
+open (``loom.recovery``), applies the decisions of a resumed turn or expires calls a new message
+left undecided, and commits the user's message. Then each iteration compiles the context,
+streams one model answer and runs its tool calls (``loom.calls``), and recurses (seed 002's
+``tt``) until the model answers without tools or a limit stops it; judges may send a final
+answer back. PERSIST closes every open call and records the run's end. All of it, INTAKE too,
+runs under the turn timeout, and every step is committed by the run's ``Journal`` before its
+event goes out.
 """
 
 from __future__ import annotations
@@ -10,40 +15,49 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from loom import runtime
+from loom import gates
+from loom.calls import CallRunner
 from loom.context import AssembledContext, ContextRequest
-from loom.errors import (
-    ConfigurationError,
-    HookError,
-    ModelAuthError,
-    ModelError,
-    ModelResponseError,
-    RunCancelled,
-)
-from loom.events import AgentEvent
-from loom.events import EventType as E
-from loom.messages import (
-    Message,
-    ModelResponse,
-    RunResult,
-    StopReason,
-    ToolCall,
-    ToolResult,
-    Usage,
-    new_id,
-)
+from loom.errors import ConfigurationError, HookError, ModelAuthError, ModelError
+from loom.errors import ModelResponseError, RunCancelled  # fmt: skip
+from loom.events import (
+    AgentEvent, AgentFinish, AgentStart, ContextAssemblyComplete, ContextAssemblyStart,
+    ErrorEvent, EventType, IterationStart, JudgeRetry, JudgeStart, LlmComplete, LlmDelta,
+    LlmRetry, LlmStart, LlmToolCalls, MemoryRecord, PatternsMatched, PersistStart, Recursion,
+    RunRecovered, StateChange, UserMessage,
+)  # fmt: skip
+from loom.hooks import HookContext, HookRunner
+from loom.journal import Journal
+from loom.messages import Message, ModelResponse, RunResult, StopReason, ToolCall, Usage, new_id
 from loom.models.base import RetryNotice, TextDelta
-from loom.steps import AgentState, TurnSteps
+from loom.policy.approval import apply_decision, expired_result, match_decisions
+from loom.policy.approval import pending_approvals, unanswered_calls  # fmt: skip
+from loom.recovery import CRASHED, call_of, find_loose_ends, never_started, outcome_unknown
 from loom.store.base import RunRecord
-from loom.tools.base import RunContext
-from loom.tools.executor import error_result, execute_call
 
 if TYPE_CHECKING:
     from loom.agent import Agent
+    from loom.runtime import RunDeps, Runtime
 
 __all__ = ["AgentState", "Turn"]
+
+
+class AgentState(StrEnum):
+    """Seed 003's states; each change is a ``STATE_CHANGE`` event."""
+
+    WAITING_FOR_USER_INPUT = "waiting_for_user_input"
+    CALLING_LLM = "calling_llm"
+    PROCESSING_LLM_RESPONSE = "processing_llm_response"
+    EXECUTING_TOOLS = "executing_tools"
+    POST_TOOLS_HOOK = "post_tools_hook"
+    ERROR = "error"
+    SHUTTING_DOWN = "shutting_down"
+
+
+S = AgentState
 
 
 class _Stop(Exception):
@@ -51,44 +65,51 @@ class _Stop(Exception):
         self.reason, self.error = reason, error
 
 
-class Turn(TurnSteps):
-    """One user message run to its answer. Create through ``Agent.stream`` / ``Agent.run``."""
+class Turn:
+    """One user message (or one resume) run to its answer. Made by ``Runtime``."""
 
-    def __init__(self, agent: Agent, message: str, session_id: str, on_busy: str, deps: Any,
-                 resume: Any = None) -> None:  # fmt: skip
-        super().__init__(agent, session_id, new_id("run"))
-        self.message, self.on_busy, self.deps = message, on_busy, deps
-        self.usage = Usage()
-        self.output = ""
-        self.result: RunResult | None = None
+    def __init__(self, runtime: Runtime, agent: Agent, message: str | None, session_id: str,
+                 on_busy: str, deps: Any, *, resume: Any = None,
+                 parent_run_id: str | None = None) -> None:  # fmt: skip
+        self.runtime, self.agent, self.session_id = runtime, agent, session_id
+        self.run_id = new_id("run")
+        self.message, self.resume = message or "", resume
+        self.on_busy, self.user_deps, self.parent_run_id = on_busy, deps, parent_run_id
+        self.iteration, self.state, self.usage, self.output = 0, S.WAITING_FOR_USER_INPUT, Usage(), ""
         self.verdict: dict[str, Any] | None = None  # the judge panel's latest, if any
+        self.result: RunResult | None = None
         self.cancel_reason: str | None = None
-        self.resume = resume  # decisions for the calls a paused turn left (Agent.resume)
-        self.decided: dict[str, Any] = {}  # approved at resume, run without asking again
-        self.pending_approvals: list[dict[str, Any]] = []  # parked calls; the run stops after
+        self.rom: list[str] = []  # matched patterns, fixed for the turn
+        self.hctx = HookContext(agent, self.run_id, session_id)
         self._finishing = False
         self._task: asyncio.Task[Any] | None = None
 
     async def run(self, emit: Callable[[AgentEvent], None]) -> None:
         """Run the turn to its end in the current task, handing each event to ``emit``."""
-        self._emit, a = emit, self.agent
+        a, rt = self.agent, self.runtime
         self._task = asyncio.current_task()
+        gate = rt.gate(self.session_id)
         try:
-            gate = await runtime.acquire(
-                a.store, self.session_id, self.run_id, on_busy=self.on_busy,  # type: ignore[arg-type]
-                interrupt=lambda: self.cancel("interrupted by a newer turn"),
-                queue_timeout=a.queue_timeout, max_queue_depth=a.max_queue_depth,
-                lock_ttl=a.lock_ttl,
-            )  # fmt: skip
+            await gates.acquire(gate, rt.store, self.session_id, self.run_id,
+                                on_busy=self.on_busy,  # type: ignore[arg-type]
+                                interrupt=lambda: self.cancel("interrupted by a newer turn"),
+                                queue_timeout=a.queue_timeout, max_queue_depth=a.max_queue_depth,
+                                lock_ttl=rt.lease_ttl)  # fmt: skip
         except asyncio.CancelledError:
             if self.cancel_reason is None:
                 raise
             raise RunCancelled(f"cancelled while queued: {self.cancel_reason}") from None
-        started, stop, error = time.perf_counter(), "completed", None
-        raise_after: BaseException | None = None
+        except BaseException:
+            rt.forget_gate(self.session_id, gate)
+            raise
+        renew = asyncio.ensure_future(gates.keep_alive(rt.store, gate, rt.lease_ttl, self.cancel))
+        self.j = Journal(rt.store, self.session_id, self.run_id, [], lease=gate.lease,
+                         parent_run_id=self.parent_run_id, observers=rt.observers)  # fmt: skip
+        self.j.emit = emit
+        started, stop, error, raise_after = time.perf_counter(), "completed", None, None
         try:
-            await self._intake()
             async with asyncio.timeout(a.timeout):
+                await self._intake()
                 await self._iterate()
         except _Stop as s:
             stop, error = s.reason, s.error
@@ -110,6 +131,7 @@ class Turn(TurnSteps):
             stop, error, raise_after = "error", f"{type(exc).__name__}: {exc}", exc
         finally:
             self._finishing = True  # too late to interrupt: the turn is closing
+            renew.cancel()
             if self.cancel_reason is not None and self._task.cancelling():  # type: ignore[union-attr]
                 try:  # an interrupt landed as the turn ended without awaiting: absorb it
                     await asyncio.sleep(0)
@@ -118,7 +140,8 @@ class Turn(TurnSteps):
             try:
                 await self._finish(stop, error, started)  # type: ignore[arg-type]
             finally:
-                await runtime.release(a.store, gate, self.session_id, self.run_id)
+                await gates.release(rt.store, gate)
+                rt.forget_gate(self.session_id, gate)
         if raise_after is not None:
             raise raise_after
 
@@ -130,81 +153,151 @@ class Turn(TurnSteps):
             self.cancel_reason = reason
             self._task.cancel()
 
+    # -- INTAKE -----------------------------------------------------------------------------------
     async def _intake(self) -> None:
-        a, store = self.agent, self.agent.store
-        if await store.get_session(self.session_id) is None:
-            await store.create_session(self.session_id, agent_name=a.name)
-        await a._recover(self)
-        self.history = self.hctx.messages = await store.load_messages(self.session_id)
-        if await a._approvals.settle(self):  # resumed a turn that waited for approval
-            return
-        start = self._event(E.AGENT_START, {"message": self.message, "agent": a.name})
-        await self._commit([start], messages=[Message.user(self.message)],
-                           run=RunRecord(self.run_id, self.session_id, "running"))  # fmt: skip
-        await a._prepare_tools(self)
+        a, rt, j, sid = self.agent, self.runtime, self.j, self.session_id
+        view = await rt.session_view(sid)
+        j.history = view.messages
+        self.deps = d = await rt.deps_for(a, sid, view, self.user_deps)
+        self.hctx.tools, self.hctx.remembered, self.hctx.messages = d.tools, d.remembered, j.history
+        self.hooks = HookRunner(a.compiled_hooks, self.hctx,
+                                lambda e: j.announce(ErrorEvent, error=e, fatal=False))  # fmt: skip
+        self.calls = CallRunner(d, j, self.hooks)
+        ran_with = {"model": getattr(d.model, "name", type(d.model).__name__),
+                    "context_window": _window(d)}  # fmt: skip
+        if await rt.store.get_session(sid) is None:
+            await rt.store.create_session(sid, agent_name=a.name, metadata=ran_with)
+        await j.commit([j.event(AgentStart, message_text=self.message, agent=a.name,
+                                resume=self.resume is not None, extra=ran_with)],
+                       run=RunRecord(self.run_id, sid, "running"))  # fmt: skip
+        for w in d.warnings:
+            j.warn(w, "toolset")
+        unanswered = unanswered_calls(j.history)
+        pending = await pending_approvals(rt.store, sid, j.history) if unanswered else []
+        await self._recover(unanswered, {p.tool_call_id for p in pending})
+        if self.resume is not None:
+            return await self._settle(pending)
+        for p in pending:  # a new message instead of a decision: the parked calls are denied
+            await self.calls.decide(p, None, "new_message")
+            await self.calls.record(p.call, expired_result(p.call), started=False)
+        if a.patterns is not None:
+            from loom.patterns.turn import match_patterns
 
+            self.rom, payload = match_patterns(a.patterns, self.message)
+            j.announce(PatternsMatched, **payload)
+        await j.commit([j.event(UserMessage, content=self.message)])
+
+    async def _recover(self, unanswered: dict[str, ToolCall], waiting: set[str]) -> None:
+        """Close what dead runs of the session left open (``loom.recovery``)."""
+        rt, j, c = self.runtime, self.j, self.calls
+        ends = await find_loose_ends(rt.store, rt.capabilities.runs, self.session_id,
+                                     unanswered, waiting, self.run_id)  # fmt: skip
+        if not ends:
+            return
+        if ends.ledger_only:
+            await j.commit([], ledger=[e.ended("interrupted", None) for e in ends.ledger_only])
+        for e in ends.rerun:  # the same idempotency key as the first attempt
+            call = call_of(e)
+            result = await c.execute(call, run_id=e.run_id)
+            await c.record(call, result, entry=e, metadata={"recovered": "rerun",
+                                                            "from_run": e.run_id})  # fmt: skip
+        for e in ends.unknown:
+            await c.record(call_of(e), outcome_unknown(call_of(e)), entry=e,
+                           metadata={"recovered": "interrupted", "from_run": e.run_id})  # fmt: skip
+        for call in ends.never_ran:
+            await c.record(call, never_started(call), started=False,
+                           metadata={"recovered": "never_started"})  # fmt: skip
+        for run in ends.dead_runs:
+            await j.commit([j.event(RunRecovered, recovered_run_id=run.run_id)],
+                           run=RunRecord(run.run_id, self.session_id, CRASHED,
+                                         data={"recovered_by": self.run_id}))  # fmt: skip
+
+    async def _settle(self, pending: list[Any]) -> None:
+        """A resumed turn: apply the human's decisions, run what was approved."""
+        decisions = match_decisions(self.resume, pending, self.session_id)
+        self.message = next((m.content for m in reversed(self.j.history) if m.role == "user"), "")
+        to_run = []
+        for p in pending:
+            decision = decisions[p.tool_call_id]
+            await self.calls.decide(p, decision, "resume")
+            call, refusal = apply_decision(p.call, decision)
+            if refusal is not None:
+                await self.calls.record(call, refusal, started=False)
+            else:
+                self.calls.decided.add(call.id)
+                to_run.append(call)
+        if to_run:
+            await self.calls.run(to_run)
+        if self.calls.parked:
+            raise _Stop("awaiting_approval")
+
+    # -- the iterations (CONTEXT, EXECUTE, recursion) ----------------------------------------------
     async def _iterate(self) -> None:
-        a = self.agent
+        a, j, hook = self.agent, self.j, self.hooks
         while True:
-            self.iteration = self.hctx.iteration = self.iteration + 1
-            await self._hook("before_iteration_start")
-            self._announce(E.ITERATION_START)
+            self.iteration = j.iteration = self.hctx.iteration = self.iteration + 1
+            await hook("before_iteration_start")
+            j.announce(IterationStart)
             ctx = await self._context()
-            self._set_state(AgentState.CALLING_LLM)
+            self._set_state(S.CALLING_LLM)
             messages = ctx.messages
-            for extra in await self._hook("before_llm_call", messages):
+            for extra in await hook("before_llm_call", messages):
                 if extra:
                     messages = [*messages, *extra]
-            self._announce(E.LLM_START, tool_count=len(ctx.tools), message_count=len(messages),
-                           token_estimate=ctx.token_estimate)  # fmt: skip
+            j.announce(LlmStart, tool_count=len(ctx.tools), message_count=len(messages),
+                       token_estimate=ctx.token_estimate)  # fmt: skip
             response = await self._call_model(messages, ctx)
-            self._set_state(AgentState.PROCESSING_LLM_RESPONSE)
-            await self._hook("after_llm_response", response)
+            self._set_state(S.PROCESSING_LLM_RESPONSE)
+            await hook("after_llm_response", response)
             if not response.tool_calls:
                 self.output = response.text
-                if await a._review(self, response.text):
-                    continue  # the judges failed it; a correction is in the history
+                if a.judges is not None and await self._review(response.text):
+                    continue  # the judges failed it; their correction is in the transcript
                 return
-            self._set_state(AgentState.EXECUTING_TOOLS)
-            results = await self._run_tools(response.tool_calls)
-            if self.pending_approvals:
+            self._set_state(S.EXECUTING_TOOLS)
+            results = await self.calls.run(response.tool_calls)
+            if self.calls.parked:
                 raise _Stop("awaiting_approval")
-            self._set_state(AgentState.POST_TOOLS_HOOK)
-            await self._hook("post_tools", results)
-            if self.tool_calls_made >= a.max_tool_calls:
+            self._set_state(S.POST_TOOLS_HOOK)
+            await hook("post_tools", results)
+            if self.calls.made >= a.max_tool_calls:
                 raise _Stop("max_tool_calls", f"reached max_tool_calls={a.max_tool_calls}")
             if self.iteration >= a.max_iterations:
                 raise _Stop("max_iterations", f"reached max_iterations={a.max_iterations}")
-            await self._hook("before_recursion")
-            self._announce(E.RECURSION, next_iteration=self.iteration + 1)
+            await hook("before_recursion")
+            j.announce(Recursion, next_iteration=self.iteration + 1)
 
     async def _context(self) -> AssembledContext:
-        """CONTEXT: the one place the model's input is compiled, from persisted state."""
-        a = self.agent
-        await self._hook("before_context_assembly")
-        self._announce(E.CONTEXT_ASSEMBLY_START)
-        request = ContextRequest(a, self.history, self.session_id, self.run_id, self.iteration,
-                                 self.message, extra_system=a._extra_system(self))  # fmt: skip
-        ctx = await a.context_builder.build(request)
-        if ctx.persist:  # summaries and memory bookkeeping: committed with their events
-            await self._commit([self._event(t, n) for t, n in ctx.notes], messages=ctx.persist)
+        """CONTEXT: the one place the model's input is compiled, from the committed transcript."""
+        d, j = self.deps, self.j
+        await self.hooks("before_context_assembly")
+        j.announce(ContextAssemblyStart)
+        request = ContextRequest(self.agent, j.history, self.session_id, self.run_id,
+                                 self.iteration, self.message, extra_system=self.rom,
+                                 tool_specs=d.tool_specs, model=d.model)  # fmt: skip
+        ctx = await d.builder.build(request)
+        notes = [j.event_of(t, n) for t, n in ctx.notes]
+        if ctx.persist:  # summaries and flush markers: committed with their events
+            records = [j.event(MemoryRecord, content=m.content, metadata=dict(m.metadata))
+                       for m in ctx.persist]  # fmt: skip
+            await j.commit([*notes, *records])
         else:
-            for note_type, note in ctx.notes:
-                self._announce(note_type, **note)
-        await self._hook("after_context_assembly", ctx.messages)
-        self._announce(E.CONTEXT_ASSEMBLY_COMPLETE, token_estimate=ctx.token_estimate,
-                       message_count=len(ctx.messages))  # fmt: skip
+            for ev in notes:
+                j.send(ev)
+        await self.hooks("after_context_assembly", ctx.messages)
+        j.announce(ContextAssemblyComplete, token_estimate=ctx.token_estimate,
+                   message_count=len(ctx.messages))  # fmt: skip
         return ctx
 
     async def _call_model(self, messages: list[Message], ctx: AssembledContext) -> ModelResponse:
         """Stream one answer; commit it whole (a cut stream stores nothing)."""
+        d, j = self.deps, self.j
         final: ModelResponse | None = None
-        async for part in self.agent.model.stream(messages, ctx.tools, self.agent.model_settings):
+        async for part in d.model.stream(messages, ctx.tools, self.agent.model_settings):
             if type(part) is TextDelta:
-                self._announce(E.LLM_DELTA, text=part.text)
+                j.announce(LlmDelta, delta=part.text)
             elif type(part) is RetryNotice:
-                self._announce(E.LLM_RETRY, attempt=part.attempt, delay=part.delay,
-                               error=part.error)  # fmt: skip
+                j.announce(LlmRetry, attempt=part.attempt, delay=part.delay, error=part.error)
             elif isinstance(part, ModelResponse):
                 final = part
         if final is None:
@@ -213,97 +306,82 @@ class Turn(TurnSteps):
             raise _Stop("model_error", "the model returned an empty response")
         if final.usage is not None:
             self.usage = self.usage + final.usage
-            observe = getattr(self.agent.context_builder, "observe_usage", None)
-            if observe is not None:  # lets an estimating token counter calibrate itself
-                observe(ctx, final.usage)
+            observe = getattr(d.builder, "observe_usage", None)
+            if observe is not None and getattr(d.model, "reports_real_usage", True):
+                observe(ctx, final.usage)  # lets an estimating token counter calibrate itself
         seen: set[str] = set()
         for c in final.tool_calls:  # results must pair with calls one to one
             if not c.id or c.id in seen:
                 c.id = new_id("call")
             seen.add(c.id)
-        events = (
-            [
-                self._event(
-                    E.LLM_TOOL_CALLS, {"tool_calls": [c.model_dump() for c in final.tool_calls]}
-                )
-            ]
-            if final.tool_calls
-            else []
-        )
-        events.append(self._event(E.LLM_COMPLETE, {
-            "text": final.text, "tool_call_count": len(final.tool_calls),
-            "usage": final.usage.model_dump() if final.usage else None,
-            "finish_reason": final.finish_reason}))  # fmt: skip
-        await self._commit(events, messages=[final.to_message()])
-        self._unanswered.update((c.id, c) for c in final.tool_calls)
+        calls = [c.model_dump() for c in final.tool_calls]
+        if calls:
+            j.announce(LlmToolCalls, tool_calls=calls)
+        await j.commit([j.event(LlmComplete, answer=final.text, tool_calls=calls,
+                                tool_call_count=len(calls), finish_reason=final.finish_reason,
+                                usage=final.usage.model_dump() if final.usage else None,
+                                model=final.model)])  # fmt: skip
+        self.calls.unanswered.update((c.id, c) for c in final.tool_calls)
         return final
 
-    async def _run_tools(self, calls: list[ToolCall]) -> list[ToolResult]:
-        """Run the calls concurrently; return their results in call order."""
-        results: dict[str, ToolResult] = {}
-        to_run: list[ToolCall] = []
-        for i, call in enumerate(calls):
-            runnable, refusal = await self._screen(i, call)
-            if refusal is not None:
-                results[call.id] = await self._record_result(call, refusal, started=False)
-            elif runnable is not None:
-                to_run.append(runnable)
-        self.tool_calls_made += len(to_run)
-        if to_run:
-            await self._start_calls(to_run)
-        if len(to_run) == 1:  # the common case needs no extra task
-            results[to_run[0].id] = await self._record_result(
-                to_run[0], await self._execute(to_run[0]))  # fmt: skip
-        elif to_run:
-            tasks = [asyncio.ensure_future(self._execute(c)) for c in to_run]
-            try:
-                pending = set(tasks)
-                while pending:
-                    _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                    for call, t in zip(to_run, tasks, strict=True):  # same instant: call order
-                        if t.done() and call.id not in results:
-                            results[call.id] = await self._record_result(call, t.result())
-            finally:
-                for t in tasks:
-                    t.cancel()
-        return [results[c.id] for c in calls if c.id in results]
+    async def _review(self, answer: str) -> bool:
+        """Judge a final answer; True when the loop should ask the model again."""
+        from loom.judge.turn import review_answer
 
-    async def _execute(self, call: ToolCall) -> ToolResult:
-        a = self.agent
-        ctx = RunContext(self.session_id, self.run_id, call.id, a.name, a.workspace, self.deps,
-                         store=a.store)  # fmt: skip
-        return await execute_call(call, a.tools, ctx, a.tool_timeout)
+        panel, j = self.agent.judges, self.j
+        assert panel is not None
+        attempt = int((self.verdict or {}).get("attempt", 0)) + 1
+        j.announce(JudgeStart, attempt=attempt, answer=answer,
+                   extra={"judges": list(panel.names), "strategy": panel.strategy,
+                          "threshold": panel.threshold})  # fmt: skip
+        review = await review_answer(panel, self.message, answer, j.history, self.verdict,
+                                     can_iterate=self.iteration < self.agent.max_iterations,
+                                     session_id=self.session_id, run_id=self.run_id)  # fmt: skip
+        self.verdict = review.verdict
+        await j.commit([j.event_of(EventType.JUDGE_RESULT, review.verdict)])
+        if review.retry is None:
+            return False
+        await j.commit([j.event(JudgeRetry, **review.retry)])
+        return True
 
+    def _set_state(self, state: AgentState) -> None:
+        if state is not self.state:
+            self.j.announce(StateChange, from_state=self.state._value_, to_state=state._value_)
+            self.state = self.hctx.state = state
+
+    # -- PERSIST ----------------------------------------------------------------------------------
     async def _finish(self, stop: StopReason, error: str | None, started: float) -> None:
         """PERSIST: close every open call, record the run's end, announce AGENT_FINISH."""
+        j = self.j
         failed = stop in ("error", "model_error")
-        self._set_state(AgentState.SHUTTING_DOWN if stop == "cancelled" else AgentState.ERROR
-                        if failed else AgentState.WAITING_FOR_USER_INPUT)  # fmt: skip
-        self._announce(E.PERSIST_START)
+        self._set_state(S.SHUTTING_DOWN if stop == "cancelled" else S.ERROR if failed
+                        else S.WAITING_FOR_USER_INPUT)  # fmt: skip
+        j.announce(PersistStart)
         if error is not None and stop not in ("completed", "max_iterations", "max_tool_calls"):
-            self._announce(E.ERROR, error=error, stop_reason=stop)
-        for call in list(self._unanswered.values()):
-            await self._record_result(call, error_result(call, "interrupted", f"the run "
-                f"stopped ({stop}) before this call finished; its outcome is unknown"))  # fmt: skip
+            j.announce(ErrorEvent, error=error, extra={"stop_reason": stop})
+        calls = getattr(self, "calls", None)
+        if calls is not None:
+            await calls.close_unanswered(stop)
+        parked = calls.parked if calls is not None else []
         self.result = RunResult(
-            output=self.output, messages=self.new_messages, usage=self.usage,
-            session_id=self.session_id, run_id=self.run_id, stop_reason=stop,
-            iterations=self.iteration, error=error, verdict=self.verdict,
-            pending_approvals=self.pending_approvals,
+            output=self.output, messages=j.added, usage=self.usage, session_id=self.session_id,
+            run_id=self.run_id, stop_reason=stop, iterations=self.iteration, error=error,
+            verdict=self.verdict, pending_approvals=parked, warnings=j.warnings,
         )  # fmt: skip
-        try:
-            await self._hook("after_iteration_end", self.result)
-        except HookError as exc:
-            self._announce(E.ERROR, error=str(exc), fatal=True)
-        finish = self._event(E.AGENT_FINISH, {
-            "stop_reason": stop, "output": self.output, "usage": self.usage.model_dump(),
-            "iterations": self.iteration, "error": error,
-            "duration_ms": (time.perf_counter() - started) * 1000,
-            "pending_approvals": self.pending_approvals})  # fmt: skip
-        data = {
-            "error": error,
-            "verdict": self.verdict,
-            "pending_approvals": self.pending_approvals,
-        }
-        record = RunRecord(self.run_id, self.session_id, stop, self.usage, data=data)
-        await self._commit([finish], run=record)
+        if calls is not None:
+            try:
+                await self.hooks("after_iteration_end", self.result)
+            except HookError as exc:
+                j.announce(ErrorEvent, error=str(exc), fatal=True)
+        finish = j.event(AgentFinish, stop_reason=stop, output=self.output,
+                         usage=self.usage.model_dump(), iterations=self.iteration, error=error,
+                         duration_ms=(time.perf_counter() - started) * 1000,
+                         pending_approvals=parked, warnings=list(j.warnings))  # fmt: skip
+        data = {"error": error, "verdict": self.verdict, "pending_approvals": parked}
+        await j.commit([finish], run=RunRecord(self.run_id, self.session_id, stop, self.usage,
+                                               data=data))  # fmt: skip
+
+
+def _window(d: RunDeps) -> int | None:
+    window_of = getattr(d.builder, "window_of", None)
+    return window_of(d.agent, d.model)[0] if window_of is not None else None

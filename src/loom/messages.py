@@ -210,3 +210,6 @@ class RunResult(_Model):
     error: str | None = None
     verdict: dict[str, Any] | None = None
     pending_approvals: list[dict[str, Any]] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    """What the user should know that did not stop the run: a tool server that failed to
+    start, text that had to be escaped to be stored, ..."""

@@ -1,143 +1,381 @@
-"""What a process holds while agents run: one execution gate per session.
+"""The runtime: what a process holds while agents run, and the per-turn dependencies.
 
-Seed 004: exactly one execution per session. A turn that finds its session busy either waits
-(``on_busy="queue"``, FIFO, bounded depth and wait), gives up (``"drop"``), or cancels the
-running turn and takes over (``"interrupt"``). Within a process the gate is an asyncio lock per
-(store, session); across processes the store's own lock (``Store.acquire_lock``, with an expiry
-so a dead process cannot hold a session for ever) is taken as well.
+An ``Agent`` is a frozen definition. A ``Runtime`` owns everything with state: the store, the
+session gates and leases, live MCP connections (one per runtime for each server an agent lists),
+context builders with their caches, resolved models, and each session's transcript as last
+committed. For every turn it builds a fresh ``RunDeps`` (pydantic-ai's ``GraphAgentDeps``): the
+model, this turn's tool table, the hooks with the session's remembered permission decisions,
+the result shaper and the context builder. Nothing a turn does is written back onto the agent,
+so one ``Agent`` serves any number of runtimes, sessions and processes at once.
+
+``Agent.run`` / ``stream`` / ``resume`` use a default runtime per agent (its ``store=``, else a
+private in-memory store); a server or worker makes its own::
+
+    runtime = Runtime(store=SQLiteStore("loom.db"))
+    result = await runtime.run(agent, "hello", session_id="s1")
 """
 
 from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Any
 
-from loom.errors import InputError, QueueFull, QueueTimeout, SessionBusy
-from loom.store.base import Store
+from loom.driving import discard, drive, watch
+from loom.errors import ConfigurationError, InputError
+from loom.events import AgentEvent, ApprovalDecisionEvent
+from loom.gates import OnBusy, SessionGate
+from loom.messages import Message, RunResult, ToolSpec, new_id
+from loom.store.base import Store, capabilities_of
+from loom.tools.base import Tool, spec_of
 
-__all__ = ["OnBusy", "SessionGate", "gate_for"]
+if TYPE_CHECKING:
+    from loom.agent import Agent
+    from loom.context import ContextBuilder
+    from loom.models.base import Model
+    from loom.policy.approval import PendingApproval
+    from loom.policy.permissions import PermissionRule
+    from loom.tools.channel import ResultShaper
 
-OnBusy = Literal["queue", "drop", "interrupt"]
+__all__ = ["OnBusy", "RunDeps", "Runtime", "runtime_for"]
 
 
 @dataclass(slots=True)
-class SessionGate:
-    """The in-process gate of one session: an asyncio lock plus what interrupts need."""
+class RunDeps:
+    """What one turn runs with, built fresh by the runtime for that turn."""
 
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    waiting: int = 0
-    holder_interrupt: Callable[[], None] | None = None
-    holder_run: str | None = None  # the run holding (or still taking) the gate
-    interrupt_target: str | None = None  # interrupted while it was still taking the store lock
-    tickets: int = 0
-    newest_interrupt: int = 0  # ticket of the newest waiting on_busy="interrupt" turn
+    agent: Agent
+    store: Store
+    model: Model
+    tools: dict[str, Tool]  # this turn's tool table (the agent's, toolsets', built-ins)
+    tool_specs: list[ToolSpec]
+    builder: ContextBuilder
+    shaper: ResultShaper | None
+    remembered: list[PermissionRule]  # the session's "always"/"never" decisions, from the store
+    user_deps: Any = None
+    warnings: list[str] = field(default_factory=list)  # found while building (toolsets, ...)
 
-
-_gates: weakref.WeakKeyDictionary[object, dict[str, SessionGate]] = weakref.WeakKeyDictionary()
-
-
-def gate_for(store: Store, session_id: str) -> SessionGate:
-    per_store = _gates.get(store)
-    if per_store is None:
-        per_store = _gates[store] = {}
-    gate = per_store.get(session_id)
-    if gate is None:
-        gate = per_store[session_id] = SessionGate()
-    return gate
+    def effect_of(self, tool_name: str) -> Any:
+        t = self.tools.get(tool_name)
+        return getattr(t, "effect", "at_most_once") if t is not None else "pure"
 
 
-async def acquire(
-    store: Store,
-    session_id: str,
-    run_id: str,
-    *,
-    on_busy: OnBusy,
-    interrupt: Callable[[], None],
-    queue_timeout: float,
-    max_queue_depth: int,
-    lock_ttl: float,
-) -> SessionGate:
-    """Enter the session's gate according to ``on_busy``; raise a typed error if refused.
+@dataclass(slots=True)
+class SessionView:
+    """A session's transcript as this runtime last committed or read it (append-only, so a
+    longer stored transcript only adds to it), and its remembered permission rules."""
 
-    ``interrupt`` cancels a running turn and the newest interrupting turn wins: turns with
-    ``on_busy="interrupt"`` that were still waiting when a newer one arrived give up with
-    ``SessionBusy`` without running, so a burst of interrupts runs only the last one.
+    messages: list[Message]
+    remembered: list[PermissionRule] | None = None
+
+
+class Runtime:
+    """Owns a store, session leases, connections and caches; runs agents on them.
+
+    Args:
+        store: Where sessions live; default a new in-memory store.
+        lease_ttl: Seconds a session lease lasts without renewal (renewed every third of it
+            while a turn runs); another process takes a session over only after that.
+        observers: Called with every event of every run (after it is committed): the hook
+            point for tracers and metrics.
+        max_cached_sessions: Sessions whose transcript stays in memory between turns.
     """
-    if on_busy not in ("queue", "drop", "interrupt"):
-        raise InputError(f"on_busy must be 'queue', 'drop' or 'interrupt', got {on_busy!r}")
-    gate = gate_for(store, session_id)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + queue_timeout
-    ticket: int | None = None
-    if gate.lock.locked():
-        if on_busy == "drop":
-            raise SessionBusy(
-                f"session {session_id!r} is running another turn; retry later or use "
-                "on_busy='queue'"
+
+    def __init__(
+        self,
+        store: Store | None = None,
+        *,
+        lease_ttl: float = 30.0,
+        observers: Sequence[Callable[[AgentEvent], None]] = (),
+        max_cached_sessions: int = 512,
+    ) -> None:
+        if store is None:
+            from loom.store.memory import MemoryStore
+
+            store = MemoryStore()
+        if not isinstance(store, Store):
+            raise ConfigurationError(
+                f"store must implement loom.store.Store (e.g. SQLiteStore('loom.db')), got "
+                f"{type(store).__name__}"
             )
-        if on_busy == "interrupt":
-            gate.tickets += 1
-            ticket = gate.newest_interrupt = gate.tickets
-            if gate.holder_interrupt is not None:
-                gate.holder_interrupt()
-            else:  # the holder is still taking the store lock: it stops as soon as it starts
-                gate.interrupt_target = gate.holder_run
-        elif gate.waiting >= max_queue_depth:
-            raise QueueFull(
-                f"session {session_id!r} already has {gate.waiting} turns waiting (max "
-                f"{max_queue_depth}); retry later"
-            )
-    gate.waiting += 1
-    try:
-        async with asyncio.timeout_at(deadline):
-            await gate.lock.acquire()
-    except TimeoutError:
-        raise QueueTimeout(
-            f"waited {queue_timeout:g} s for session {session_id!r} to be free; retry later"
-        ) from None
-    finally:
-        gate.waiting -= 1
-    if ticket is not None and ticket != gate.newest_interrupt:
-        gate.lock.release()
-        raise SessionBusy(
-            f"a newer turn with on_busy='interrupt' replaced this one on session "
-            f"{session_id!r} before it started; it did not run"
+        self.store = store
+        self.capabilities = capabilities_of(store)
+        self.lease_ttl = lease_ttl
+        self.observers = tuple(observers)
+        self._gates: dict[str, SessionGate] = {}
+        self._sessions: OrderedDict[str, SessionView] = OrderedDict()
+        self._max_sessions = max_cached_sessions
+        self._builders: weakref.WeakKeyDictionary[Agent, ContextBuilder] = (
+            weakref.WeakKeyDictionary()
         )
-    gate.holder_run, gate.holder_interrupt = run_id, None
-    try:
-        delay = 0.01
-        while not await store.acquire_lock(session_id, run_id, lock_ttl):
-            if on_busy == "drop":
-                raise SessionBusy(
-                    f"session {session_id!r} is running a turn in another process; retry later "
-                    "or use on_busy='queue'"
+        self._toolsets: dict[int, tuple[Any, Any]] = {}  # id(spec) -> (spec, live toolset)
+
+    def __repr__(self) -> str:
+        return f"Runtime(store={self.store!r})"
+
+    # -- what the runtime holds -----------------------------------------------------------------
+    def gate(self, session_id: str) -> SessionGate:
+        gate = self._gates.get(session_id)
+        if gate is None:
+            gate = self._gates[session_id] = SessionGate()
+        return gate
+
+    def forget_gate(self, session_id: str, gate: SessionGate) -> None:
+        if not gate.lock.locked() and not gate.waiting and self._gates.get(session_id) is gate:
+            del self._gates[session_id]
+
+    def model_for(self, agent: Agent) -> Model:
+        """The agent's model, resolved once per runtime (a model string loads its provider)."""
+        spec = agent.model_spec
+        if not isinstance(spec, str | None):
+            return spec
+        return _shared_model(spec)
+
+    def builder_for(self, agent: Agent) -> ContextBuilder:
+        """The agent's context builder in this runtime (its own, or a segmented one)."""
+        if agent.context_builder is not None:
+            return agent.context_builder
+        builder = self._builders.get(agent)
+        if builder is None:
+            from loom.memory.builder import SegmentedContextBuilder
+
+            builder = self._builders[agent] = SegmentedContextBuilder(
+                agent.memory,
+                context_window=agent.context_window,
+                reserved_output_tokens=agent.reserved_output_tokens,
+            )
+        return builder
+
+    def toolset(self, spec: Any) -> Any:
+        """This runtime's live instance of a toolset the agent lists (MCP connections are
+        per runtime, so one runtime's failing server never touches another's)."""
+        hit = self._toolsets.get(id(spec))
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+        fresh = getattr(spec, "fresh", None)
+        live = fresh() if callable(fresh) else spec
+        self._toolsets[id(spec)] = (spec, live)
+        return live
+
+    async def session_view(self, session_id: str) -> SessionView:
+        """The session's transcript, reading from the store only what was added since this
+        runtime last saw it (call under the session's lease)."""
+        count = await self.store.message_count(session_id)
+        view = self._sessions.get(session_id)
+        if view is not None and len(view.messages) <= count:
+            if len(view.messages) < count:  # another process added to it
+                view.messages.extend(
+                    await self.store.load_messages(session_id, start=len(view.messages))
                 )
-            if loop.time() + delay > deadline:
-                raise QueueTimeout(
-                    f"session {session_id!r} is locked by another process; waited "
-                    f"{queue_timeout:g} s. Retry later."
-                )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.5)
-    except BaseException:
-        gate.holder_run = None
-        gate.lock.release()
-        raise
-    gate.holder_interrupt = interrupt
-    if gate.interrupt_target == run_id:
-        gate.interrupt_target = None
-        interrupt()
-    return gate
+                view.remembered = None
+            self._sessions.move_to_end(session_id)
+            return view
+        view = self._sessions[session_id] = SessionView(await self.store.load_messages(session_id))
+        if len(self._sessions) > self._max_sessions:
+            self._sessions.popitem(last=False)
+        return view
+
+    async def remembered_rules(self, session_id: str, view: SessionView) -> list[PermissionRule]:
+        """The session's remembered permission decisions, read from its journal."""
+        if view.remembered is None:
+            from loom.policy.permissions import PermissionRule
+
+            rules = []
+            for ev in await self.store.load_events(session_id):
+                if isinstance(ev, ApprovalDecisionEvent):
+                    for r in ev.extra.get("remember_rules") or ():
+                        rules.append(
+                            PermissionRule(r["tool"], r.get("pattern"), r["action"], "session")
+                        )
+            view.remembered = rules
+        return view.remembered
+
+    async def deps_for(
+        self, agent: Agent, session_id: str, view: SessionView, user_deps: Any
+    ) -> RunDeps:
+        """Build this turn's ``RunDeps``: model, tool table, builder, shaper, remembered rules."""
+        tools = dict(agent.tools)
+        warnings: list[str] = []
+        if agent.toolsets:
+            from loom.tools.toolset import load_toolsets
+
+            live = [self.toolset(ts) for ts in agent.toolsets]
+            tools, warnings = await load_toolsets(live, tools)
+        shaper = None
+        caps = self.capabilities
+        if caps.errors is not None or caps.results is not None:
+            from loom.tools.channel import ResultShaper, builtin_tools
+
+            shaper = ResultShaper.for_store(caps, agent.max_result_chars)
+            if shaper is not None and agent.tools:  # useful only when the agent has tools
+                for builtin in builtin_tools(shaper):
+                    tools.setdefault(builtin.name, builtin)
+        specs = (
+            agent.tool_specs
+            if tools.keys() == agent.tools.keys()
+            else [spec_of(t) for t in tools.values()]
+        )
+        return RunDeps(
+            agent=agent,
+            store=self.store,
+            model=self.model_for(agent),
+            tools=tools,
+            tool_specs=specs,
+            builder=self.builder_for(agent),
+            shaper=shaper,
+            remembered=await self.remembered_rules(session_id, view),
+            user_deps=agent.deps if user_deps is None else user_deps,
+            warnings=warnings,
+        )
+
+    # -- running --------------------------------------------------------------------------------
+    def _turn(
+        self,
+        agent: Agent,
+        message: str | None,
+        session_id: str | None,
+        on_busy: str,
+        deps: Any,
+        resume: Any = None,
+        parent_run_id: str | None = None,
+    ) -> Any:
+        from loom.loop import Turn
+
+        if message is not None:
+            message = agent.check_message(message)
+        if session_id is not None and (not isinstance(session_id, str) or not session_id.strip()):
+            raise InputError("session_id must be a non-empty string or None")
+        if on_busy not in ("queue", "drop", "interrupt"):
+            raise InputError(f"on_busy must be 'queue', 'drop' or 'interrupt', got {on_busy!r}")
+        return Turn(self, agent, message, session_id or new_id("session"), on_busy, deps,
+                    resume=resume, parent_run_id=parent_run_id)  # fmt: skip
+
+    async def stream(
+        self,
+        agent: Agent,
+        message: str,
+        *,
+        session_id: str | None = None,
+        on_busy: OnBusy = "queue",
+        deps: Any = None,
+        cancel: asyncio.Event | None = None,
+        parent_run_id: str | None = None,
+    ) -> AsyncIterator[AgentEvent]:
+        """Run one turn of ``agent`` and yield its events as they happen (see ``Agent.stream``)."""
+        turn = self._turn(agent, message, session_id, on_busy, deps, parent_run_id=parent_run_id)
+        events = drive(turn, cancel)
+        try:
+            async for event in events:
+                yield event
+        finally:  # close the turn now, not whenever the generator is garbage-collected
+            await events.aclose()
+
+    async def run(
+        self,
+        agent: Agent,
+        message: str,
+        *,
+        session_id: str | None = None,
+        on_busy: OnBusy = "queue",
+        deps: Any = None,
+        cancel: asyncio.Event | None = None,
+        parent_run_id: str | None = None,
+    ) -> RunResult:
+        """Run one turn of ``agent`` to its end (see ``Agent.run``)."""
+        turn = self._turn(agent, message, session_id, on_busy, deps, parent_run_id=parent_run_id)
+        watcher = watch(cancel, turn)  # no event consumer: the turn runs in the caller's task
+        try:
+            await turn.run(discard)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+        assert turn.result is not None
+        return turn.result  # type: ignore[no-any-return]
+
+    async def pending_approvals(self, session_id: str) -> list[PendingApproval]:
+        """The calls of ``session_id`` waiting for a human decision."""
+        from loom.policy.approval import pending_approvals
+
+        return await pending_approvals(self.store, session_id)
+
+    async def _resume_turn(self, agent: Agent, session_id: str, decisions: Any, deps: Any) -> Any:
+        from loom.policy.approval import match_decisions
+
+        pending = await self.pending_approvals(session_id)
+        if not pending:
+            raise InputError(f"session {session_id!r} has no tool calls waiting for approval")
+        match_decisions(decisions, pending, session_id)  # a clear error before the turn starts
+        return self._turn(agent, None, session_id, "queue", deps, resume=decisions)
+
+    async def resume_stream(
+        self, agent: Agent, session_id: str, decisions: Any = True, *, deps: Any = None
+    ) -> AsyncIterator[AgentEvent]:
+        """``resume`` that yields the continued turn's events."""
+        events = drive(await self._resume_turn(agent, session_id, decisions, deps))
+        try:
+            async for event in events:
+                yield event
+        finally:
+            await events.aclose()
+
+    async def resume(
+        self, agent: Agent, session_id: str, decisions: Any = True, *, deps: Any = None
+    ) -> RunResult:
+        """Continue a turn that stopped with ``stop_reason="awaiting_approval"`` (see
+        ``Agent.resume``)."""
+        turn = await self._resume_turn(agent, session_id, decisions, deps)
+        await turn.run(discard)
+        assert turn.result is not None
+        return turn.result  # type: ignore[no-any-return]
+
+    async def aclose(self) -> None:
+        """Close this runtime's MCP connections (and other live toolsets). The store is the
+        caller's: close it yourself (``await store.close()``)."""
+        toolsets, self._toolsets = list(self._toolsets.values()), {}
+        for _, live in toolsets:
+            await live.aclose()
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
-async def release(store: Store, gate: SessionGate, session_id: str, run_id: str) -> None:
-    """Release both locks; always runs, even when the store fails."""
-    gate.holder_interrupt = None
-    try:
-        await store.release_lock(session_id, run_id)
-    finally:
-        gate.holder_run = None
-        gate.lock.release()
+_MODELS: dict[str, Any] = {}
+
+
+def _shared_model(spec: str | None) -> Model:
+    """Models resolved from strings are shared by the whole process: loading the embedded
+    model twice would double its memory for nothing."""
+    import os
+
+    from loom.models import resolve_model
+
+    key = spec or os.environ.get("LOOM_MODEL") or "local"
+    model = _MODELS.get(key)
+    if model is None:
+        model = _MODELS[key] = resolve_model(key)
+    return model  # type: ignore[no-any-return]
+
+
+_DEFAULTS: weakref.WeakKeyDictionary[Agent, Runtime] = weakref.WeakKeyDictionary()
+_BY_STORE: weakref.WeakKeyDictionary[Any, Runtime] = weakref.WeakKeyDictionary()
+
+
+def runtime_for(agent: Agent) -> Runtime:
+    """The default runtime of ``agent``: the process's runtime for its ``store=`` (shared by
+    every agent on that store), else one private to the agent with an in-memory store."""
+    store = agent.store
+    if store is not None:
+        rt = _BY_STORE.get(store)
+        if rt is None:
+            rt = _BY_STORE[store] = Runtime(store)
+        return rt
+    rt = _DEFAULTS.get(agent)
+    if rt is None:
+        rt = _DEFAULTS[agent] = Runtime()
+    return rt

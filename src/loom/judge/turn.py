@@ -1,78 +1,63 @@
-"""The judge step of a turn: score a final answer; on failure, add a correction and go again."""
+"""The judge step of a turn, as a decision: score a final answer, say whether to go again.
+
+``review_answer`` calls the panel and returns a ``Review``: the ``JUDGE_RESULT`` payload (the
+verdict, with the score history) and, when the answer failed with attempts and iterations left,
+the correction the model should read next. The loop commits both through its journal (the
+correction becomes a ``role="user"`` message via the ``JUDGE_RETRY`` event).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from loom.events import EventType
 from loom.judge.base import JudgeContext
 from loom.messages import Message
 
 if TYPE_CHECKING:
     from loom.judge.panel import JudgePanel
-    from loom.loop import Turn
 
-__all__ = ["review_answer"]
+__all__ = ["Review", "review_answer"]
 
 
-async def review_answer(panel: JudgePanel, turn: Turn, answer: str) -> bool:
-    """Judge ``answer``; return True when the loop should ask the model again.
+@dataclass(slots=True)
+class Review:
+    """What the judges decided about one answer."""
 
-    Emits ``JUDGE_START`` and ``JUDGE_RESULT`` (persisted, with the verdict). On a failing
-    verdict with attempts and iterations left, commits a ``role="user"`` correction message
-    (``metadata["judge_correction"]``) quoting the judges' reasons together with ``JUDGE_RETRY``.
-    ``turn.verdict`` always holds the latest verdict, which ends up in ``RunResult.verdict``.
-    """
-    previous = turn.verdict or {}
+    attempt: int
+    verdict: dict[str, Any]  # the JUDGE_RESULT payload; ends up in RunResult.verdict
+    retry: dict[str, Any] | None  # the JUDGE_RETRY payload (with "correction"), or None
+
+
+async def review_answer(
+    panel: JudgePanel,
+    question: str,
+    answer: str,
+    history: Sequence[Message],
+    previous: dict[str, Any] | None,
+    *,
+    can_iterate: bool,
+    session_id: str,
+    run_id: str,
+) -> Review:
+    """Judge ``answer`` (``previous`` is the turn's last verdict, if any)."""
+    previous = previous or {}
     attempt = int(previous.get("attempt", 0)) + 1
-    turn._announce(
-        EventType.JUDGE_START,
-        attempt=attempt,
-        answer=answer,
-        judges=list(panel.names),
-        strategy=panel.strategy,
-        threshold=panel.threshold,
-    )
     verdict = await panel.evaluate(
-        turn.message,
+        question,
         answer,
-        JudgeContext(
-            messages=list(turn.history),
-            attempt=attempt,
-            session_id=turn.session_id,
-            run_id=turn.run_id,
-        ),
+        JudgeContext(messages=list(history), attempt=attempt, session_id=session_id,
+                     run_id=run_id),  # fmt: skip
     )
     data = verdict.to_dict()
     data["history"] = [*previous.get("history", []), verdict.score]
-    can_retry = attempt < panel.max_retries and turn.iteration < turn.agent.max_iterations
+    can_retry = attempt < panel.max_retries and can_iterate
     data["final"] = verdict.passed or not can_retry
     if not verdict.passed and not can_retry:
         data["gave_up"] = "max_retries" if attempt >= panel.max_retries else "max_iterations"
-    turn.verdict = data
-    await turn._commit([turn._event(EventType.JUDGE_RESULT, data)])
     if data["final"]:
-        return False
-    correction = panel.correction(verdict)
-    message = Message(
-        role="user",
-        content=correction,
-        metadata={
-            "judge_correction": True,
-            "attempt": attempt,
-            "score": verdict.score,
-            "threshold": verdict.threshold,
-        },
-    )
-    retry = turn._event(
-        EventType.JUDGE_RETRY,
-        {
-            "attempt": attempt,
-            "next_attempt": attempt + 1,
-            "score": verdict.score,
-            "threshold": verdict.threshold,
-            "correction": correction,
-        },
-    )
-    await turn._commit([retry], messages=[message])
-    return True
+        return Review(attempt, data, None)
+    retry = {"attempt": attempt, "next_attempt": attempt + 1, "score": verdict.score,
+             "threshold": verdict.threshold, "correction": panel.correction(verdict)}  # fmt: skip
+    return Review(attempt, data, retry)

@@ -32,7 +32,7 @@ from loom.memory.config import (
 from loom.memory.segments import SessionIndex, Summary
 from loom.memory.tokens import MessageCounter, TokenCounter, counter_for_model
 from loom.memory.trim import truncate_text
-from loom.messages import Message, Usage
+from loom.messages import Message, ToolSpec, Usage
 from loom.tools.base import spec_of
 
 if TYPE_CHECKING:
@@ -104,13 +104,19 @@ class SegmentedContextBuilder:
             reserved = default_reserved_output(window, settings.max_tokens if settings else None)
         return window, reserved
 
-    def check(self, agent: Agent, model: Any = None, counter: TokenCounter | None = None) -> None:
+    def check(
+        self,
+        agent: Agent,
+        model: Any = None,
+        counter: TokenCounter | None = None,
+        tool_specs: list[ToolSpec] | None = None,
+    ) -> None:
         """Raise ``ConfigurationError`` when the window cannot hold ROM + reserve + a turn."""
         window, reserved = self.window_of(agent, model)
         budgets = self.config.budgets(window, reserved)
         mc = MessageCounter(counter or self.config.counter or counter_for_model(model))
         rom = mc.message(Message.system(agent.instructions)) if agent.instructions else 0
-        tools = mc.tools(agent.tool_specs)
+        tools = mc.tools(agent.tool_specs if tool_specs is None else tool_specs)
         need = mc.scaled(rom + tools + assembly.PRIMING) + reserved + MIN_CONVERSATION_TOKENS
         if need > window:
             raise ConfigurationError(
@@ -122,11 +128,10 @@ class SegmentedContextBuilder:
             )
         del budgets
 
-    def _setup(self, agent: Agent) -> _Setup:
+    def _setup(self, agent: Agent, model: Any) -> _Setup:
         hit = self._setups.get(id(agent))
         if hit is not None and hit[0] is agent:
             return hit[1]
-        model = agent.model
         counter = self.config.counter or counter_for_model(model)
         self.check(agent, model, counter)
         window, reserved = self.window_of(agent, model)
@@ -144,18 +149,18 @@ class SegmentedContextBuilder:
         self._setups[id(agent)] = (agent, setup)
         return setup
 
-    def counter_for(self, agent: Agent) -> MessageCounter:
-        """The message counter this builder uses for ``agent``."""
-        return self._setup(agent).counter
+    def counter_for(self, agent: Agent, model: Any) -> MessageCounter:
+        """The message counter this builder uses for ``agent`` with ``model``."""
+        return self._setup(agent, model).counter
 
-    def budgets_for(self, agent: Agent) -> Budgets:
-        return self._setup(agent).budgets
+    def budgets_for(self, agent: Agent, model: Any) -> Budgets:
+        return self._setup(agent, model).budgets
 
-    def index_for(self, agent: Agent, session_id: str) -> SessionIndex:
+    def index_for(self, agent: Agent, session_id: str, model: Any) -> SessionIndex:
         key = (id(agent), session_id)
         idx = self._sessions.get(key)
         if idx is None:
-            idx = self._sessions[key] = SessionIndex(self._setup(agent).counter)
+            idx = self._sessions[key] = SessionIndex(self._setup(agent, model).counter)
             if len(self._sessions) > self._max_sessions:
                 evicted, _ = self._sessions.popitem(last=False)
                 self._plans.pop(evicted, None)
@@ -195,14 +200,14 @@ class SegmentedContextBuilder:
 
     # -- the build -------------------------------------------------------------------------------
     async def build(self, request: ContextRequest) -> AssembledContext:
-        agent, cfg = request.agent, self.config
-        setup = self._setup(agent)
+        agent, cfg, model = request.agent, self.config, request.model
+        setup = self._setup(agent, model)
         mc, b = setup.counter, setup.budgets
-        idx = self.index_for(agent, request.session_id)
+        idx = self.index_for(agent, request.session_id, model)
         idx.update(request.history)
         path = setup.memory_path
         memory_text = self.read_memory(agent, path) if path else ""
-        tools_raw = mc.tools(agent.tool_specs)
+        tools_raw = mc.tools(request.tool_specs)
         # Between builds usually only messages were appended: the session's previous plan
         # (caps, ROM) still holds, and remaking it costs more than checking its inputs.
         # Kept beside the index, not in it: an evicted index must not sit in a reference cycle.
@@ -227,7 +232,7 @@ class SegmentedContextBuilder:
             and view.covered not in idx.flushed_cycles
             and measure.total >= cfg.flush_at * plan.budget
         ):
-            await self._flush(plan, view, measure, setup, path, agent, notes)
+            await self._flush(plan, view, measure, setup, path, model, notes)
             plan.memory_text = self.read_memory(agent, path)
             measure = plan.measure(view.summaries, view.covered)
 
@@ -252,7 +257,7 @@ class SegmentedContextBuilder:
         else:
             notes[:0] = [d for d in decisions if d[0] is not E.CONTEXT_COMPONENT_INCLUDED]
         ctx = AssembledContext(
-            messages=messages, tools=agent.tool_specs, token_estimate=mc.scaled(raw), notes=notes
+            messages=messages, tools=request.tool_specs, token_estimate=mc.scaled(raw), notes=notes
         )
         ctx.persist = view.persist
         if len(self._raw_of) > 1024:
@@ -275,7 +280,7 @@ class SegmentedContextBuilder:
         measure: Any,
         setup: _Setup,
         path: Path,
-        agent: Agent,
+        model: Any,
         notes: list[tuple[EventType, dict[str, Any]]],
     ) -> None:
         from loom.memory.tools import memory_file_tool
@@ -287,7 +292,7 @@ class SegmentedContextBuilder:
         messages, _, _ = plan.assemble(
             plan.measure(view.summaries, view.covered, mask=True), reserve=max(extra, 0)
         )
-        data = await run_flush(agent.model, messages, path, tool)
+        data = await run_flush(model, messages, path, tool)
         data["cycle"] = view.covered
         notes.append((E.MEMORY_FLUSH, data))
         view.persist.append(
@@ -346,7 +351,7 @@ class SegmentedContextBuilder:
             f"~{mc.scaled(plan.index.raw(start, end))} tokens before compression)"
         )
         summary, attempts, error = await summarise(
-            plan_model(setup),
+            setup.summariser,
             text,
             previous=previous,
             words=plan.summary_words,
@@ -440,7 +445,7 @@ class SegmentedContextBuilder:
             f"{first}–{last}"
         )
         text, attempts, error = await summarise(
-            plan_model(setup),
+            setup.summariser,
             joined,
             previous=None,
             words=plan.summary_words,
@@ -477,7 +482,3 @@ class SegmentedContextBuilder:
             )
         )
         return True
-
-
-def plan_model(setup: _Setup) -> Any:
-    return setup.summariser

@@ -75,8 +75,12 @@ async def describe_session(
 
     Raises ``SessionNotFound`` when the store has no such session.
     """
-    if await store.get_session(session_id) is None:
+    info = await store.get_session(session_id)
+    if info is None:
         raise SessionNotFound(f"no session {session_id!r} in this store")
+    # the window the session actually ran with (recorded at its first turn), unless the agent
+    # sets one
+    recorded = info.metadata.get("context_window")
     if builder is None:
         own = agent.context_builder
         builder = (
@@ -84,11 +88,12 @@ async def describe_session(
             if isinstance(own, SegmentedContextBuilder)
             else SegmentedContextBuilder(
                 agent.memory,
-                context_window=agent.context_window,
+                context_window=agent.context_window
+                or (recorded if isinstance(recorded, int) else None),
                 reserved_output_tokens=agent.reserved_output_tokens,
             )
         )
-    model = agent._model if agent._model is not None else agent._model_spec
+    model = agent.model_spec
     counter = builder.config.counter or counter_for_model(model)
     mc = MessageCounter(counter)
     window, reserved = builder.window_of(agent, model)

@@ -10,13 +10,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from loom.policy.approval import Approve, Decision, Edit, PendingApproval, Reject
+    from loom.policy.approval import Approve, ApprovalDecision, Edit, PendingApproval, Reject
     from loom.policy.permissions import PermissionManager, PermissionRule
     from loom.policy.scope import Workspace
 
 _EXPORTS = {
     "Approve": "loom.policy.approval",
-    "Decision": "loom.policy.approval",
+    "ApprovalDecision": "loom.policy.approval",
     "Edit": "loom.policy.approval",
     "PendingApproval": "loom.policy.approval",
     "Reject": "loom.policy.approval",
@@ -27,7 +27,7 @@ _EXPORTS = {
 
 __all__ = [
     "Approve",
-    "Decision",
+    "ApprovalDecision",
     "Edit",
     "PendingApproval",
     "PermissionManager",

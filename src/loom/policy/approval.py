@@ -1,7 +1,7 @@
 """Human-in-the-loop approval (seed 002 ``HITLHook``): pause, decide, resume.
 
-A hook (normally the ``PermissionManager``) answers ``RequireApproval`` for a call. The turn
-then commits an ``APPROVAL_REQUIRED`` event carrying the pending call and:
+A hook (normally the ``PermissionManager``) answers ``RequireApproval`` for a call. The loop
+(``loom.calls``) then commits an ``APPROVAL_REQUIRED`` event carrying the pending call and:
 
 - with an ``approval_handler`` (sync or async, receives a ``PendingApproval``) awaits its
   ``Approve()`` / ``Reject(reason)`` / ``Edit(arguments)`` and goes on;
@@ -16,6 +16,9 @@ is in an assistant message's tool calls, no tool message answers it, no ledger e
 for it, and an ``APPROVAL_REQUIRED`` event names it with no ``APPROVAL_DECISION`` after it.
 ``pending_approvals()`` implements exactly that. A new user message on a session with pending
 calls closes them as ``denied`` ("not approved") before the new turn starts.
+
+This module holds the data and the decisions (pure functions); the loop commits what they
+decide through the journal, so approvals write nothing themselves.
 """
 
 from __future__ import annotations
@@ -25,30 +28,31 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from loom.errors import InputError
-from loom.events import AgentEvent, EventType
+from loom.errors import ApprovalHandlerError, InputError
+from loom.events import ApprovalDecisionEvent, ApprovalRequired
 from loom.messages import Message, ToolCall, ToolResult
 from loom.policy.permissions import Action, PermissionRule, _subject_of, _subjects
-from loom.store.base import RunRecord, Store
+from loom.store.base import Store
 from loom.tools.executor import error_result
 
 if TYPE_CHECKING:
-    from loom.agent import Agent
-    from loom.loop import Turn
+    from loom.tools.base import Tool
 
 __all__ = [
-    "ApprovalGate",
+    "ApprovalDecision",
     "ApprovalHandler",
     "Approve",
-    "Decision",
     "Edit",
     "PendingApproval",
     "Reject",
+    "apply_decision",
+    "ask_handler",
     "coerce_decision",
+    "decision_payload",
+    "match_decisions",
     "pending_approvals",
+    "unanswered_calls",
 ]
-
-E = EventType
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +79,8 @@ class Edit:
     arguments: dict[str, Any]
 
 
-Decision = Approve | Reject | Edit
+ApprovalDecision = Approve | Reject | Edit
+"""What a human (or an approval handler) decided about one pending call."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,11 +106,11 @@ class PendingApproval:
         return ToolCall(id=self.tool_call_id, name=self.tool_name, arguments=dict(self.arguments))
 
 
-ApprovalHandler = Callable[[PendingApproval], "Decision | bool | str | Awaitable[Any]"]
+ApprovalHandler = Callable[[PendingApproval], "ApprovalDecision | bool | str | Awaitable[Any]"]
 
 
-def coerce_decision(value: Any) -> Decision:
-    """A ``Decision`` from what a handler or an API caller returned.
+def coerce_decision(value: Any) -> ApprovalDecision:
+    """An ``ApprovalDecision`` from what a handler or an API caller returned.
 
     Accepts a ``Decision``, ``True``/``False``, ``"approve"``/``"reject"`` (also ``"yes"``,
     ``"no"``, ``"always"``), or a mapping ``{"decision": "approve" | "reject" | "edit",
@@ -140,14 +145,20 @@ def coerce_decision(value: Any) -> Decision:
     )
 
 
-def _unanswered(history: Sequence[Message]) -> dict[str, ToolCall]:
-    answered = {m.tool_call_id for m in history if m.role == "tool"}
+def unanswered_calls(history: Sequence[Message]) -> dict[str, ToolCall]:
+    """Tool calls of the current exchange (after the last user message) with no result.
+
+    Only the newest exchange can hold any: every turn answers or parks its calls, and a new
+    user message closes what was parked, so this reads the tail, not the whole session."""
+    start = len(history)
+    while start > 0 and not (
+        history[start - 1].role == "user" and not history[start - 1].metadata.get("judge_correction")
+    ):
+        start -= 1
+    tail = history[start:]
+    answered = {m.tool_call_id for m in tail if m.role == "tool"}
     return {
-        c.id: c
-        for m in history
-        if m.role == "assistant"
-        for c in m.tool_calls
-        if c.id not in answered
+        c.id: c for m in tail if m.role == "assistant" for c in m.tool_calls if c.id not in answered
     }
 
 
@@ -157,20 +168,25 @@ async def pending_approvals(
     """The calls of a session that wait for a decision, oldest first."""
     if history is None:
         history = await store.load_messages(session_id)
-    open_calls = _unanswered(history)
+    open_calls = unanswered_calls(history)
     if not open_calls:
         return []
     required: dict[str, PendingApproval] = {}
     for ev in await store.load_events(session_id):
-        cid = str(ev.data.get("tool_call_id", ""))
-        if ev.type is E.APPROVAL_REQUIRED and cid in open_calls:
-            required[cid] = PendingApproval.from_dict(ev.data)
-        elif ev.type is E.APPROVAL_DECISION:
-            required.pop(cid, None)
+        if isinstance(ev, ApprovalRequired) and ev.tool_call_id in open_calls:
+            required[ev.tool_call_id] = PendingApproval(
+                ev.session_id, ev.run_id, ev.tool_call_id, ev.tool_name, dict(ev.arguments),
+                ev.reason,
+            )  # fmt: skip
+        elif isinstance(ev, ApprovalDecisionEvent):
+            required.pop(ev.tool_call_id, None)
     return list(required.values())
 
 
-def _match(decisions: Any, pending: list[PendingApproval], session_id: str) -> dict[str, Decision]:
+def match_decisions(
+    decisions: Any, pending: list[PendingApproval], session_id: str
+) -> dict[str, ApprovalDecision]:
+    """Each pending call's decision; ``InputError`` for unknown or missing calls."""
     ids = [p.tool_call_id for p in pending]
     if isinstance(decisions, Mapping) and not (
         "decision" in decisions and len(ids) == 1 and ids[0] not in decisions
@@ -192,14 +208,17 @@ def _match(decisions: Any, pending: list[PendingApproval], session_id: str) -> d
     return dict.fromkeys(ids, one)
 
 
-def _remember_rules(p: PendingApproval, decision: Decision, agent: Agent) -> list[PermissionRule]:
+def remember_rules(
+    p: PendingApproval, decision: ApprovalDecision, tool: Tool | None
+) -> list[PermissionRule]:
+    """The session rules an "always" / "never" decision adds (none for a one-off)."""
     remember = getattr(decision, "remember", False)
     if not remember:
         return []
     action: Action = "deny" if isinstance(decision, Reject) else "allow"
     if remember == "tool":
         return [PermissionRule(p.tool_name, None, action, "session")]
-    key, kind = _subject_of(agent.tools.get(p.tool_name), p.tool_name)
+    key, kind = _subject_of(tool, p.tool_name)
     if key is None:  # the same compact JSON the rules match for such tools
         return [
             PermissionRule(p.tool_name, _subjects(p.call, None, kind, None)[0], action, "session")
@@ -217,115 +236,54 @@ def _remember_rules(p: PendingApproval, decision: Decision, agent: Agent) -> lis
     return [PermissionRule(p.tool_name, value, action, "session")]
 
 
-class ApprovalGate:
-    """The turn's side of approvals: asks the handler or parks the call; resumes later."""
+def decision_payload(
+    p: PendingApproval, decision: ApprovalDecision | None, how: str, rules: list[PermissionRule]
+) -> dict[str, Any]:
+    """The ``APPROVAL_DECISION`` event's payload (``decision=None`` means expired)."""
+    data: dict[str, Any] = {"tool_call_id": p.tool_call_id, "tool_name": p.tool_name,
+                            "decided_by": how}  # fmt: skip
+    if isinstance(decision, Approve):
+        data["decision"] = "approve"
+    elif isinstance(decision, Reject):
+        data.update(decision="reject", reason=decision.reason)
+    elif isinstance(decision, Edit):
+        data.update(decision="edit", arguments=decision.arguments)
+    else:
+        data["decision"] = "expired"
+    if rules:
+        data["remember_rules"] = [
+            {"tool": r.tool, "pattern": r.pattern, "action": r.action} for r in rules
+        ]
+    return data
 
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
 
-    def _decision_event(
-        self, turn: Turn, p: PendingApproval, decision: Decision | None, how: str
-    ) -> AgentEvent:
-        data: dict[str, Any] = {
-            "tool_call_id": p.tool_call_id,
-            "tool_name": p.tool_name,
-            "decided_by": how,
-        }
-        if isinstance(decision, Approve):
-            data["decision"] = "approve"
-        elif isinstance(decision, Reject):
-            data.update(decision="reject", reason=decision.reason)
-        elif isinstance(decision, Edit):
-            data.update(decision="edit", arguments=decision.arguments)
-        else:
-            data["decision"] = "expired"
-        rules = _remember_rules(p, decision, self.agent) if decision is not None else []
-        for rule in rules:
-            self.agent.permissions.remember(turn.session_id, rule)
-        if rules:
-            data["remember_rules"] = [
-                {"tool": r.tool, "pattern": r.pattern, "action": r.action} for r in rules
-            ]
-        return turn._event(E.APPROVAL_DECISION, data)
+def apply_decision(call: ToolCall, decision: ApprovalDecision) -> tuple[ToolCall, ToolResult | None]:
+    """The call to run (edited arguments applied) and, for a rejection, its ``denied`` result."""
+    if isinstance(decision, Reject):
+        return call, error_result(call, "denied", f"rejected by the user: {decision.reason}")
+    if isinstance(decision, Edit):
+        return call.model_copy(update={"arguments": decision.arguments, "raw_arguments": None}), None
+    return call, None
 
-    async def request(
-        self, turn: Turn, call: ToolCall, reason: str
-    ) -> tuple[ToolCall | None, ToolResult | None]:
-        """``(call to run, None)``, ``(call, denied result)``, or ``(None, None)`` if parked."""
-        if turn.decided.pop(call.id, None) is not None:
-            return call, None  # decided at resume, before the hooks ran again
-        p = PendingApproval(
-            turn.session_id, turn.run_id, call.id, call.name, dict(call.arguments), reason
-        )
-        await turn._commit([turn._event(E.APPROVAL_REQUIRED, p.to_dict())])
-        handler = self.agent.approval_handler
-        if handler is None:
-            turn.pending_approvals.append(p.to_dict())
-            turn._unanswered.pop(call.id, None)  # not interrupted: parked for a decision
-            return None, None
-        answer = handler(p)
+
+def expired_result(call: ToolCall) -> ToolResult:
+    """The result of a parked call the user answered with a new message instead."""
+    return error_result(
+        call, "denied", "not approved: the user sent a new message instead of deciding on this call"
+    )
+
+
+async def ask_handler(handler: Any, pending: PendingApproval) -> ApprovalDecision:
+    """Ask an approval handler; its failure is an ``ApprovalHandlerError`` naming it."""
+    try:
+        answer = handler(pending)
         if inspect.isawaitable(answer):
             answer = await answer
-        decision = coerce_decision(answer)
-        await turn._commit([self._decision_event(turn, p, decision, "handler")])
-        return self._apply(call, decision)
-
-    @staticmethod
-    def _apply(call: ToolCall, decision: Decision) -> tuple[ToolCall, ToolResult | None]:
-        if isinstance(decision, Reject):
-            return call, error_result(call, "denied", f"rejected by the user: {decision.reason}")
-        if isinstance(decision, Edit):
-            return call.model_copy(
-                update={"arguments": decision.arguments, "raw_arguments": None}
-            ), None
-        return call, None
-
-    async def settle(self, turn: Turn) -> bool:
-        """At intake: resume a paused turn (True), or expire stale pending calls (False)."""
-        if turn.resume is None and not _unanswered(turn.history):
-            return False
-        store, sid = self.agent.store, turn.session_id
-        pending = await pending_approvals(store, sid, turn.history)
-        if turn.resume is None:
-            await self._expire(turn, pending)
-            return False
-        if not pending:
-            raise InputError(f"session {sid!r} has no tool calls waiting for approval")
-        decisions = _match(turn.resume, pending, sid)
-        last_user = next((m.content for m in reversed(turn.history) if m.role == "user"), "")
-        turn.message = last_user
-        start = turn._event(
-            E.AGENT_START, {"message": last_user, "agent": self.agent.name, "resume": True}
-        )
-        await turn._commit([start], run=RunRecord(turn.run_id, sid, "running"))
-        await self.agent._prepare_tools(turn)  # MCP tools must exist before approved calls run
-        to_run: list[ToolCall] = []
-        for p in pending:
-            d = decisions[p.tool_call_id]
-            call = p.call
-            turn._unanswered[call.id] = call
-            await turn._commit([self._decision_event(turn, p, d, "resume")])
-            call, refusal = self._apply(call, d)
-            if refusal is not None:
-                await turn._record_result(call, refusal, started=False)
-            else:
-                turn.decided[call.id] = d
-                to_run.append(call)
-        if to_run:
-            await turn._run_tools(to_run)
-        return True
-
-    async def _expire(self, turn: Turn, pending: list[PendingApproval]) -> None:
-        for p in pending:
-            result = error_result(
-                p.call,
-                "denied",
-                "not approved: the user sent a new message instead of deciding on this call",
-            )
-            msg = Message.tool(result)
-            await self.agent.store.append(
-                turn.session_id,
-                messages=[msg],
-                events=[self._decision_event(turn, p, None, "new_message")],
-            )
-            turn.history.append(msg)
+    except Exception as exc:
+        name = getattr(handler, "__qualname__", type(handler).__name__)
+        raise ApprovalHandlerError(
+            f"the approval handler {name} raised {type(exc).__name__}: {exc} (deciding on "
+            f"{pending.tool_name} call {pending.tool_call_id}); the call did not run. Fix the "
+            "handler, or leave approval_handler unset to pause and decide with resume()."
+        ) from exc
+    return coerce_decision(answer)

@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from loom.errors import ConfigurationError
-from loom.events import EventType
 from loom.hooks import Deny, HookContext, RequireApproval
 from loom.messages import ToolCall
 from loom.policy.matching import path_matches, text_matches
@@ -51,7 +50,7 @@ __all__ = [
     "Action",
     "PermissionManager",
     "PermissionRule",
-    "Verdict",
+    "PermissionVerdict",
     "build_permissions",
 ]
 
@@ -113,7 +112,7 @@ class PermissionRule:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class PermissionVerdict:
     """The outcome of a check: the action, why, and the rule that decided (if one did)."""
 
     action: Action
@@ -155,8 +154,6 @@ class PermissionManager:
             raise ConfigurationError(
                 f"permissions: default must be allow, deny or ask, got {self.default!r}"
             )
-        self._session: dict[str, list[PermissionRule]] = {}
-        self._loaded: set[str] = set()
         # rules that name each tool, valid while ``rules`` equals the snapshot (see _relevant)
         self._relevant_memo: tuple[list[PermissionRule], dict[str, list[PermissionRule]]] | None
         self._relevant_memo = None  # made on the first check: agents cost little to construct
@@ -208,21 +205,6 @@ class PermissionManager:
         rules = ", ".join(f"{r}: {r.action}" for r in self.rules)
         return f"PermissionManager({{{rules}}}, default={self.default!r}, safe={self.safe_mode})"
 
-    # -- remembered decisions -----------------------------------------------------------------
-    def remember(self, session_id: str, rule: PermissionRule) -> None:
-        """Apply ``rule`` to the rest of the session (a human's "always" / "never")."""
-        self._session.setdefault(session_id, []).append(rule)
-
-    async def _load_session(self, ctx: HookContext) -> None:
-        self._loaded.add(ctx.session_id)
-        for ev in await ctx.agent.store.load_events(ctx.session_id):
-            if ev.type is EventType.APPROVAL_DECISION:
-                for r in ev.data.get("remember_rules") or ():
-                    self.remember(
-                        ctx.session_id,
-                        PermissionRule(r["tool"], r.get("pattern"), r["action"], "session"),
-                    )
-
     # -- checking -----------------------------------------------------------------------------
     def check(
         self,
@@ -230,13 +212,15 @@ class PermissionManager:
         tool: Tool | None = None,
         *,
         workspace: Path | None = None,
-        session_id: str | None = None,
-    ) -> Verdict:
-        """The verdict for one call (pure: no I/O except resolving paths in the workspace)."""
-        session = self._session.get(session_id or "", ())
+        remembered: Sequence[PermissionRule] = (),
+    ) -> PermissionVerdict:
+        """The verdict for one call (pure: no I/O except resolving paths in the workspace).
+
+        ``remembered`` are the session's "always"/"never" decisions (read from its journal by
+        the runtime, never kept here: one manager serves every session and process)."""
         name = call.name
         relevant = self._relevant(name)
-        remembered = [r for r in session if r.tool == name or text_matches(r.tool, name)]
+        remembered = [r for r in remembered if r.tool == name or text_matches(r.tool, name)]
         key, kind = _subject_of(tool, name)
         if kind == "command" or any(r.pattern is not None for r in (*relevant, *remembered)):
             subjects = _subjects(call, key, kind, workspace)
@@ -263,8 +247,8 @@ class PermissionManager:
         if ask is not None:
             return ask
         if self.safe_mode:
-            return Verdict("ask", f"safe mode: every call to {name} needs approval")
-        return verdicts[0] if verdicts else Verdict("allow", "no subject")
+            return PermissionVerdict("ask", f"safe mode: every call to {name} needs approval")
+        return verdicts[0] if verdicts else PermissionVerdict("allow", "no subject")
 
     def _relevant(self, name: str) -> list[PermissionRule]:
         """The rules whose tool pattern matches ``name`` (memoised: checks run every call)."""
@@ -285,7 +269,7 @@ class PermissionManager:
         kind: str,
         rules: list[PermissionRule],
         remembered: list[PermissionRule],
-    ) -> Verdict:
+    ) -> PermissionVerdict:
         def hits(pool: list[PermissionRule], action: str) -> PermissionRule | None:
             for r in pool:
                 if r.action == action and _pattern_hits(r.pattern, subject, kind):
@@ -294,33 +278,34 @@ class PermissionManager:
 
         shown = name if subject is None else f"{name}({subject})"
         if (r := hits(rules, "deny") or hits(remembered, "deny")) is not None:
-            return Verdict("deny", f"{shown} is denied by the rule {r} ({r.source})", r)
+            return PermissionVerdict("deny", f"{shown} is denied by the rule {r} ({r.source})", r)
         if (r := hits(remembered, "allow")) is not None:
-            return Verdict("allow", f"approved earlier in this session ({r})", r)
+            return PermissionVerdict("allow", f"approved earlier in this session ({r})", r)
         if (r := hits(rules, "ask")) is not None:
-            return Verdict("ask", f"{shown} needs approval (rule {r}, {r.source})", r)
+            return PermissionVerdict("ask", f"{shown} needs approval (rule {r}, {r.source})", r)
         if (r := hits(rules, "allow")) is not None:
-            return Verdict("allow", f"allowed by {r}", r)
-        return Verdict(self.default, f"{shown}: no rule matches; the default is {self.default}")
+            return PermissionVerdict("allow", f"allowed by {r}", r)
+        return PermissionVerdict(self.default, f"{shown}: no rule matches; the default is {self.default}")
 
     # -- the hook -----------------------------------------------------------------------------
     async def before_tool_execution(
         self, ctx: HookContext, call: ToolCall
     ) -> Deny | RequireApproval | None:
-        if ctx.session_id not in self._loaded:
-            await self._load_session(ctx)
-        agent = ctx.agent
-        tool = agent.tools.get(call.name)
-        if self._plainly_allowed(call.name, tool, ctx.session_id):
+        tool = ctx.tools.get(call.name)
+        if self._plainly_allowed(call.name, tool, ctx.remembered):
             return None
-        verdict = self.check(call, tool, workspace=agent.workspace, session_id=ctx.session_id)
+        verdict = self.check(
+            call, tool, workspace=ctx.agent.workspace, remembered=ctx.remembered
+        )
         if verdict.action == "deny":
             return Deny(verdict.reason)
         if verdict.action == "ask":
             return RequireApproval(verdict.reason)
         return None
 
-    def _plainly_allowed(self, name: str, tool: Tool | None, session_id: str) -> bool:
+    def _plainly_allowed(
+        self, name: str, tool: Tool | None, remembered: Sequence[PermissionRule]
+    ) -> bool:
         """True when ``check`` could only answer the default "allow": no rule names the tool,
         nothing was remembered in the session, and it is not a command (which is screened for
         risky words). Most calls of most agents take this path, so it skips building a verdict.
@@ -329,7 +314,7 @@ class PermissionManager:
             self.default == "allow"
             and not self.safe_mode
             and not self._relevant(name)
-            and not self._session.get(session_id)
+            and not remembered
             and _subject_of(tool, name)[1] != "command"
         )
 
@@ -402,14 +387,14 @@ def _pattern_hits(pattern: str | None, subject: str | None, kind: str) -> bool:
     return text_matches(pattern, subject)
 
 
-def _unlisted_risk(call: ToolCall, rules: list[PermissionRule]) -> Verdict | None:
+def _unlisted_risk(call: ToolCall, rules: list[PermissionRule]) -> PermissionVerdict | None:
     """Ask for a shell construct no allow rule names explicitly (see ``loom.policy.shell``)."""
     from loom.policy.shell import analyze
 
     command = str(call.arguments.get("command", ""))
     found = analyze(command)
     if found.error is not None:
-        return Verdict(
+        return PermissionVerdict(
             "ask", f"bash: the command could not be parsed ({found.error}); it needs approval"
         )
     allows = [r for r in rules if r.action == "allow" and r.pattern]
@@ -419,7 +404,7 @@ def _unlisted_risk(call: ToolCall, rules: list[PermissionRule]) -> Verdict | Non
                 _names(r.pattern or "", risk, c) and text_matches(r.pattern or "", c.source)
                 for r in allows
             ):
-                return Verdict("ask", f"bash: {risk} in {c.source!r} needs approval")
+                return PermissionVerdict("ask", f"bash: {risk} in {c.source!r} needs approval")
     return None
 
 

@@ -15,15 +15,14 @@ only ever read data of the session that calls them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import functools
+from typing import Any
 
 from loom.errors import StoreError, ToolError
 from loom.messages import ToolCall, ToolResult, new_id
 from loom.store.base import StoredError, StoredResult, new_error_id
 from loom.tools.base import FunctionTool, RunContext, tool
 
-if TYPE_CHECKING:
-    from loom.loop import Turn
 
 __all__ = [
     "ERROR_DETAIL_TOOL",
@@ -78,41 +77,47 @@ def truncate_error(message: str, limit: int = FALLBACK_CHARS) -> str:
 
 
 class ResultShaper:
-    """What ``Agent._process_result`` runs for every tool result when the store has the
-    capabilities: errors go to the error channel, large results to the result store."""
+    """What the loop runs for every tool result when the store has the capabilities (see
+    ``loom.store.base.capabilities_of``): errors go to the error channel, large results to the
+    result store."""
 
-    def __init__(self, store: Any, max_result_chars: int | None) -> None:
-        self.errors = store if _has(store, "save_error", "get_error") else None
-        self.results = store if _has(store, "save_result", "get_result") else None
+    def __init__(self, errors: Any, results: Any, max_result_chars: int | None) -> None:
+        self.errors = errors
+        self.results = results
         self.max_result_chars = max_result_chars
 
     @classmethod
-    def for_store(cls, store: Any, max_result_chars: int | None) -> ResultShaper | None:
-        shaper = cls(store, max_result_chars)
+    def for_store(cls, capabilities: Any, max_result_chars: int | None) -> ResultShaper | None:
+        """A shaper for a store with these capabilities, or None when it would do nothing."""
+        shaper = cls(capabilities.errors, capabilities.results, max_result_chars)
         if shaper.errors is None and (shaper.results is None or max_result_chars is None):
             return None
         return shaper
 
-    def builtin_tools(self) -> list[FunctionTool]:
-        out = []
-        if self.errors is not None:
-            out.append(error_detail_tool())
-        if self.results is not None and self.max_result_chars is not None:
-            out.append(result_tool(self.max_result_chars))
-        return out
-
-    async def __call__(self, turn: Turn, call: ToolCall, result: ToolResult) -> ToolResult:
+    async def __call__(
+        self, session_id: str, run_id: str, call: ToolCall, result: ToolResult
+    ) -> ToolResult:
         if call.name in (ERROR_DETAIL_TOOL, RESULT_TOOL):
             return result  # their output is already bounded; never re-store it
         if not result.success:
             if self.errors is None or result.error_code in _NOT_TOOL_FAILURES:
                 return result
-            return await self.submit_error(turn.session_id, turn.run_id, call, result)
+            return await self.submit_error(session_id, run_id, call, result)
         if self.results is not None and self.max_result_chars is not None:
             content = result.to_content()
             if len(content) > self.max_result_chars:
-                return await self.store_large(turn.session_id, turn.run_id, call, result, content)
+                return await self.store_large(session_id, run_id, call, result, content)
         return result
+
+
+def builtin_tools(shaper: ResultShaper) -> list[FunctionTool]:
+    """The tools that read what the shaper stored (made once per process, shared by agents)."""
+    out = []
+    if shaper.errors is not None:
+        out.append(error_detail_tool())
+    if shaper.results is not None and shaper.max_result_chars is not None:
+        out.append(result_tool(shaper.max_result_chars))
+    return out
 
     async def submit_error(
         self, session_id: str, run_id: str, call: ToolCall, result: ToolResult
@@ -180,10 +185,7 @@ class ResultShaper:
         )
 
 
-def _has(store: Any, *names: str) -> bool:
-    return all(callable(getattr(store, n, None)) for n in names)
-
-
+@functools.cache
 def error_detail_tool() -> FunctionTool:
     """The ``get_error_detail`` tool (reads ``RunContext.store``)."""
 
@@ -217,6 +219,7 @@ def error_detail_tool() -> FunctionTool:
     return tool(name=ERROR_DETAIL_TOOL, effect="pure")(get_error_detail)
 
 
+@functools.cache
 def result_tool(max_result_chars: int) -> FunctionTool:
     """The ``get_tool_result`` tool; pages are at most ``max_result_chars - 300`` characters."""
     page_max = max(max_result_chars - 300, 100)

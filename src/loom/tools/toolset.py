@@ -1,22 +1,22 @@
 """Toolsets: objects that provide several tools at run time (MCP servers).
 
 A toolset has ``name``, ``async load_tools() -> list[Tool]`` (called at the start of every
-turn; cache inside and reconnect when needed) and ``async aclose()``. Put it in
+turn; cache inside and reconnect when needed) and ``async aclose()``; optionally ``fresh()``,
+a new unconnected copy, so each runtime holds its own connection. Put it in
 ``Agent(tools=[...])`` next to ordinary tools.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+import logging
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
-from loom.events import EventType
-from loom.tools.base import Tool, spec_of
-
-if TYPE_CHECKING:
-    from loom.agent import Agent
-    from loom.loop import Turn
+from loom.tools.base import Tool
 
 __all__ = ["Toolset", "load_toolsets"]
+
+log = logging.getLogger("loom.tools")
 
 
 @runtime_checkable
@@ -30,52 +30,41 @@ class Toolset(Protocol):
     async def aclose(self) -> None: ...
 
 
-async def load_toolsets(agent: Agent, turn: Turn) -> None:
-    """Register every toolset's tools on the agent; report failures and name clashes.
+async def load_toolsets(
+    toolsets: Sequence[Any], base: dict[str, Tool]
+) -> tuple[dict[str, Tool], list[str]]:
+    """This turn's tool table: ``base`` plus every toolset's tools, and the problems found.
 
-    A toolset that fails to load is reported with a non-fatal ``ERROR`` event and the turn goes
-    on without its tools. A tool whose name is already taken (by a built-in, your own tool or
-    another toolset) is skipped and reported; give the toolset a ``prefix`` to keep both.
+    A toolset that fails to load is reported (and logged) and the turn goes on without its
+    tools. A tool whose name is already taken (by a built-in, your own tool or another toolset)
+    is skipped and reported; give the toolset a ``prefix`` to keep both. Nothing is written
+    back anywhere: the table belongs to one turn.
     """
-    owners = agent._tool_owners
-    changed = False
-    for ts in agent._toolsets:
+    tools = dict(base)
+    problems: list[str] = []
+    owners: dict[str, str] = {}
+    for ts in toolsets:
         try:
-            tools = await ts.load_tools()
+            loaded = await ts.load_tools()
         except Exception as exc:
-            turn._announce(
-                EventType.ERROR,
-                error=f"tool server {ts.name!r} is unavailable: {exc}",
-                fatal=False,
-                toolset=ts.name,
+            problems.append(
+                f"tool server {ts.name!r} is unavailable, so its tools are not offered this "
+                f"turn: {exc}"
             )
-            for name in [n for n, owner in owners.items() if owner == ts.name]:
-                agent.tools.pop(name, None)  # its tools cannot be called now
-                del owners[name]
-                changed = True
             continue
-        for problem in getattr(ts, "problems", None) or ():
-            turn._announce(EventType.ERROR, error=problem, fatal=False, toolset=ts.name)
-        for t in tools:
-            owner = owners.get(t.name)
-            if owner == ts.name:
-                if agent.tools.get(t.name) is not t:
-                    agent.tools[t.name] = t
-                    changed = True
-                continue
-            if t.name in agent.tools or owner is not None:
+        problems.extend(getattr(ts, "problems", None) or ())
+        for t in loaded:
+            if t.name in tools:
+                owner = owners.get(t.name)
                 taken_by = f"tool server {owner!r}" if owner else "a tool the agent already has"
-                turn._announce(
-                    EventType.ERROR,
-                    error=f"tool server {ts.name!r} offers a tool named {t.name!r}, which "
-                    f"{taken_by} already uses; it is skipped. Give the server a prefix "
-                    "(mcp_server(..., prefix='name_')) to use both.",
-                    fatal=False,
-                    toolset=ts.name,
+                problems.append(
+                    f"tool server {ts.name!r} offers a tool named {t.name!r}, which {taken_by} "
+                    "already uses; it is skipped. Give the server a prefix "
+                    "(mcp_server(..., prefix='name_')) to use both."
                 )
                 continue
-            agent.tools[t.name] = t
+            tools[t.name] = t
             owners[t.name] = ts.name
-            changed = True
-    if changed:
-        agent.tool_specs = [spec_of(t) for t in agent.tools.values()]
+    for p in problems:
+        log.warning("%s", p)
+    return tools, problems

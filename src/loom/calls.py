@@ -1,0 +1,189 @@
+"""EXECUTE's tool half: screen each call, start it, run the batch concurrently, record results.
+
+For one model answer's tool calls: limits and ``before_tool_execution`` hooks screen each call
+(deny, rewrite arguments, or ask a human); the calls that may run get ``started`` ledger rows,
+committed before any of them runs; they run together, each under its own timeout; each result
+is shaped (error channel, large results) and committed with its ``TOOL_RESULT`` /
+``TOOL_ERROR`` event and ledger end, **in call order** (seed 000): a result that finishes early
+waits, in memory, for the calls before it. Everything is written through the run's ``Journal``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from loom.events import (
+    ApprovalDecisionEvent,
+    ApprovalRequired,
+    ToolErrorEvent,
+    ToolExecutionStart,
+    ToolResultEvent,
+)
+from loom.hooks import Deny, HookRunner, ReplaceArguments, RequireApproval
+from loom.messages import ToolCall, ToolResult
+from loom.policy.approval import (
+    PendingApproval,
+    apply_decision,
+    ask_handler,
+    decision_payload,
+    remember_rules,
+)
+from loom.store.base import LedgerEntry, LedgerStatus
+from loom.tools.base import RunContext
+from loom.tools.executor import error_result, execute_call
+
+if TYPE_CHECKING:
+    from loom.journal import Journal
+    from loom.runtime import RunDeps
+
+__all__ = ["CallRunner"]
+
+
+class CallRunner:
+    """Runs one turn's tool calls and records their results (see the module docstring)."""
+
+    def __init__(self, deps: RunDeps, journal: Journal, hooks: HookRunner) -> None:
+        self.deps, self.journal, self.hooks = deps, journal, hooks
+        self.agent = deps.agent
+        self.made = 0  # executions this turn (max_tool_calls)
+        self.open: dict[str, LedgerEntry] = {}  # started, not ended
+        self.unanswered: dict[str, ToolCall] = {}  # in a committed assistant message, no result
+        self.parked: list[dict[str, Any]] = []  # waiting for a human; the run stops after
+        self.decided: set[str] = set()  # approved at resume: run without asking again
+
+    async def run(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
+        """Screen, start and run ``calls``; their results in call order (parked ones omitted)."""
+        slots: list[Any] = []  # per call: a refusal result, a task, or None (parked)
+        to_run: list[ToolCall] = []
+        for i, call in enumerate(calls):
+            runnable, refusal = await self._screen(i, call)
+            if refusal is not None:
+                slots.append((call, refusal))
+            elif runnable is not None:
+                slots.append((runnable, None))
+                to_run.append(runnable)
+            else:
+                slots.append(None)
+        self.made += len(to_run)
+        if to_run:
+            await self.start(to_run)
+        tasks = {c.id: asyncio.ensure_future(self.execute(c)) for c in to_run[1:]}
+        results: list[ToolResult] = []
+        try:
+            for slot in slots:  # in call order; later calls keep running meanwhile
+                if slot is None:
+                    continue
+                call, refusal = slot
+                if refusal is not None:
+                    results.append(await self.record(call, refusal, started=False))
+                    continue
+                task = tasks.get(call.id)
+                result = await (task if task is not None else self.execute(call))
+                results.append(await self.record(call, result))
+        finally:
+            for t in tasks.values():
+                t.cancel()
+        return results
+
+    async def _screen(self, index: int, call: ToolCall) -> tuple[ToolCall | None, ToolResult | None]:
+        """Limits, hooks and approval for one call: (call to run, or None) and a refusal."""
+        limit = self.agent.max_tool_calls
+        if self.made + index >= limit:
+            return None, error_result(call, "limit", f"not run: the turn reached "
+                                      f"max_tool_calls={limit}")  # fmt: skip
+        ask: RequireApproval | None = None
+        for hook in self.hooks.at("before_tool_execution"):
+            decision = await self.hooks.call("before_tool_execution", hook, call)
+            if isinstance(decision, Deny):
+                return None, error_result(call, "denied", decision.reason)
+            if isinstance(decision, ReplaceArguments):
+                call = call.model_copy(update={"arguments": decision.arguments,
+                                               "raw_arguments": None})  # fmt: skip
+            ask = ask or (decision if isinstance(decision, RequireApproval) else None)
+        if ask is None or call.id in self.decided:
+            self.decided.discard(call.id)
+            return call, None
+        return await self._approval(call, ask.reason)
+
+    async def _approval(self, call: ToolCall, reason: str) -> tuple[ToolCall | None, ToolResult | None]:
+        j = self.journal
+        p = PendingApproval(j.session_id, j.run_id, call.id, call.name, dict(call.arguments), reason)
+        await j.commit([j.event(ApprovalRequired, tool_call_id=call.id, tool_name=call.name,
+                                arguments=dict(call.arguments), reason=reason)])  # fmt: skip
+        handler = self.agent.approval_handler
+        if handler is None:  # parked until a human decides (resume)
+            self.parked.append(p.to_dict())
+            self.unanswered.pop(call.id, None)
+            return None, None
+        decision = await ask_handler(handler, p)
+        await self.decide(p, decision, "handler")
+        return apply_decision(call, decision)
+
+    async def decide(self, p: PendingApproval, decision: Any, how: str) -> None:
+        """Commit a decision on a pending call; "always"/"never" apply to the rest of the
+        session (they are read back from this event by later turns, in any process)."""
+        rules = remember_rules(p, decision, self.deps.tools.get(p.tool_name))
+        self.deps.remembered.extend(rules)
+        j = self.journal
+        data = decision_payload(p, decision, how, rules)
+        extra = {k: v for k, v in data.items() if k not in ("tool_call_id", "tool_name",
+                                                             "decision", "decided_by")}  # fmt: skip
+        await j.commit([j.event(ApprovalDecisionEvent, tool_call_id=p.tool_call_id,
+                                tool_name=p.tool_name, decision=data["decision"], decided_by=how,
+                                extra=extra)])  # fmt: skip
+
+    async def start(self, calls: Sequence[ToolCall]) -> None:
+        """Ledger rows ``started`` for the calls, committed before any of them runs."""
+        j, sid = self.journal, self.journal.session_id
+        rows = [LedgerEntry(j.run_id, sid, c.id, c.name, "started", c.arguments,
+                            self.deps.effect_of(c.name)) for c in calls]  # fmt: skip
+        self.open.update((r.tool_call_id, r) for r in rows)
+        events = [j.event(ToolExecutionStart, tool_name=c.name, tool_call_id=c.id,
+                          arguments=c.arguments) for c in calls]  # fmt: skip
+        await j.commit(events, ledger=rows)
+
+    async def execute(self, call: ToolCall, run_id: str | None = None) -> ToolResult:
+        """Run one call (``run_id``: the run whose idempotency key a recovered call keeps)."""
+        d, j = self.deps, self.journal
+        ctx = RunContext(j.session_id, run_id or j.run_id, call.id, self.agent.name,
+                         self.agent.workspace, d.user_deps, store=d.store)  # fmt: skip
+        return await execute_call(call, d.tools, ctx, self.agent.tool_timeout)
+
+    async def record(
+        self,
+        call: ToolCall,
+        result: ToolResult,
+        *,
+        started: bool = True,
+        entry: LedgerEntry | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> ToolResult:
+        """Shape a call's result, commit it (event, transcript message, ledger end), then run
+        the ``after_tool_execution`` hooks."""
+        j = self.journal
+        shaper = self.deps.shaper
+        if shaper is not None:  # the ledger keeps what the model saw; full text lives aside
+            result = await shaper(j.session_id, j.run_id, call, result)
+        ledger = []
+        entry = entry or (self.open.pop(call.id, None) if started else None)
+        if entry is not None:
+            status: LedgerStatus = "completed" if result.success else "failed"
+            if result.error_code == "interrupted":
+                status = "interrupted"
+            ledger.append(entry.ended(status, result))
+        cls = ToolResultEvent if result.success else ToolErrorEvent
+        ev = j.event(cls, tool_name=call.name, tool_call_id=call.id, success=result.success,
+                     content=result.to_content(), error_code=result.error_code,
+                     duration_ms=result.duration_ms, metadata=metadata or {})  # fmt: skip
+        await j.commit([ev], ledger=ledger)
+        self.unanswered.pop(call.id, None)
+        await self.hooks("after_tool_execution", call, result)
+        return result
+
+    async def close_unanswered(self, stop: str) -> None:
+        """PERSIST: every call still without a result gets an ``interrupted`` one."""
+        for call in list(self.unanswered.values()):
+            await self.record(call, error_result(call, "interrupted", f"the run stopped ({stop}) "
+                              "before this call finished; its outcome is unknown"))  # fmt: skip

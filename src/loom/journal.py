@@ -1,0 +1,218 @@
+"""The journal: the only writer of a session's history.
+
+A ``Journal`` belongs to one run. It numbers the run's events, makes the text they carry
+representable (lone surrogates from undecodable bytes become visible escapes), commits each
+step (events, the messages those events put into the transcript, ledger rows, run records)
+in one ``Store.append`` under the session's lease, and only then emits the events: persist
+before you announce. Events that are not steps (``ITERATION_START``, ``STATE_CHANGE``, …) are
+emitted at once and journaled with the next commit; ``LLM_DELTA`` is never journaled (the
+``LLM_COMPLETE`` that follows carries the whole answer).
+
+The transcript is a function of the journal: ``transcript(events)`` keeps, in order, the
+message each event adds (``AgentEvent.message()``). The journal derives the messages it commits
+with that same function, so ``Store.load_messages`` always equals ``transcript(load_events)``;
+the JSONL export, ``loom sessions show`` and the context builder all read that transcript.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from loom.events import AgentEvent, EventType, LlmDelta, make_event
+from loom.messages import Message
+from loom.store.base import LedgerEntry, RunRecord
+
+if TYPE_CHECKING:
+    from loom.store.base import Lease, Store
+
+__all__ = ["Journal", "representable", "transcript"]
+
+Ev = TypeVar("Ev", bound=AgentEvent)
+
+
+def transcript(events: Iterable[AgentEvent]) -> list[Message]:
+    """The session's messages, derived from its journal (events in journal order)."""
+    out: list[Message] = []
+    for event in events:
+        m = event.message()
+        if m is not None:
+            out.append(m)
+    return out
+
+
+def representable(text: str) -> tuple[str, bool]:
+    """``text`` with lone surrogates (from bytes that were not UTF-8) replaced by a visible
+    ``\\xNN`` / ``\\uXXXX`` escape, and whether anything was replaced."""
+    if text.isascii():
+        return text, False
+    try:
+        text.encode("utf-8")
+        return text, False
+    except UnicodeEncodeError:
+        pass
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if 0xD800 <= o <= 0xDFFF:
+            # surrogateescape maps byte 0xNN to U+DCNN: show the byte; other lone surrogates
+            # show their code point
+            out.append(f"\\x{o - 0xDC00:02x}" if 0xDC80 <= o <= 0xDCFF else f"\\u{o:04x}")
+        else:
+            out.append(ch)
+    return "".join(out), True
+
+
+def clean(value: Any) -> tuple[Any, bool]:
+    """``value`` (str, list, dict of them) with every string made representable."""
+    if isinstance(value, str):
+        return representable(value)
+    if isinstance(value, dict):
+        changed = False
+        out_d: dict[Any, Any] = {}
+        for k, v in value.items():
+            ck, c1 = clean(k) if isinstance(k, str) else (k, False)
+            cv, c2 = clean(v)
+            changed = changed or c1 or c2
+            out_d[ck] = cv
+        return (out_d, True) if changed else (value, False)
+    if isinstance(value, list | tuple):
+        items = [clean(v) for v in value]
+        if any(c for _, c in items):
+            return [v for v, _ in items], True
+        return value, False
+    return value, False
+
+
+_TEXT_FIELDS = ("content", "answer", "correction", "message_text", "arguments", "tool_calls")
+
+
+class Journal:
+    """Numbers, commits and emits one run's events (see the module docstring).
+
+    ``history`` is the session's transcript as committed (shared with the runtime's session
+    cache, so the next turn reads it without going back to the store); ``added`` is what this
+    run committed to it.
+    """
+
+    __slots__ = (
+        "added",
+        "emit",
+        "history",
+        "iteration",
+        "lease",
+        "observers",
+        "parent_run_id",
+        "pending",
+        "run_id",
+        "seq",
+        "session_id",
+        "store",
+        "warnings",
+    )
+
+    def __init__(
+        self,
+        store: Store,
+        session_id: str,
+        run_id: str,
+        history: list[Message],
+        *,
+        lease: Lease | None = None,
+        parent_run_id: str | None = None,
+        observers: Sequence[Callable[[AgentEvent], None]] = (),
+    ) -> None:
+        self.store, self.session_id, self.run_id = store, session_id, run_id
+        self.history = history
+        self.added: list[Message] = []
+        self.lease = lease
+        self.parent_run_id = parent_run_id
+        self.iteration = 0
+        self.seq = 0
+        self.pending: list[AgentEvent] = []
+        self.emit: Callable[[AgentEvent], None] = _discard
+        self.observers = tuple(observers)
+        self.warnings: list[str] = []
+
+    def event(self, cls: type[Ev], **payload: Any) -> Ev:
+        """A new event of this run, numbered next."""
+        ev = cls(run_id=self.run_id, session_id=self.session_id, iteration=self.iteration,
+                 sequence=self.seq, parent_run_id=self.parent_run_id, **payload)  # fmt: skip
+        self.seq += 1
+        return ev
+
+    def event_of(self, type: EventType, data: dict[str, Any]) -> AgentEvent:
+        """A new event of this run from a payload dict (plugins describe events that way)."""
+        ev = make_event(type, self.run_id, self.session_id, self.iteration, self.seq, data,
+                        parent_run_id=self.parent_run_id)  # fmt: skip
+        self.seq += 1
+        return ev
+
+    def announce(self, cls: type[AgentEvent], **payload: Any) -> None:
+        """Emit an event that is not a step (journaled with the next commit; deltas never)."""
+        self.send(self.event(cls, **payload))
+
+    def send(self, ev: AgentEvent) -> None:
+        """Emit a numbered event that is not a step (journaled with the next commit)."""
+        if type(ev) is not LlmDelta:
+            self.pending.append(ev)
+        self._out(ev)
+
+    def warn(self, text: str, source: str) -> None:
+        """Record a warning: in ``RunResult.warnings`` and as a ``WARNING`` event."""
+        from loom.events import Warning
+
+        self.warnings.append(text)
+        self.announce(Warning, warning=text, source=source)
+
+    async def commit(
+        self,
+        events: Sequence[AgentEvent],
+        *,
+        ledger: Sequence[LedgerEntry] = (),
+        run: RunRecord | None = None,
+    ) -> list[Message]:
+        """Commit a step (its events, their messages, ledger rows, a run record), then emit
+        the events. Returns the messages the step added to the transcript."""
+        messages: list[Message] = []
+        for ev in events:
+            self._make_representable(ev)
+            m = ev.message()
+            if m is not None:
+                messages.append(m)
+        journal, self.pending = [*self.pending, *events], []
+        await self.store.append(self.session_id, messages=messages, events=journal,
+                                ledger=ledger, run=run, lease=self.lease)  # fmt: skip
+        self.history.extend(messages)
+        self.added.extend(messages)
+        for ev in events:
+            self._out(ev)
+        return messages
+
+    def _out(self, ev: AgentEvent) -> None:
+        self.emit(ev)
+        for observe in self.observers:
+            observe(ev)
+
+    def _make_representable(self, ev: AgentEvent) -> None:
+        changed: list[str] = []
+        for name in _TEXT_FIELDS:
+            value = getattr(ev, name, None)
+            if value is None or isinstance(value, int | float):
+                continue
+            fixed, did = clean(value)
+            if did:
+                setattr(ev, name, fixed)
+                changed.append(name)
+        if changed:
+            note = (
+                f"{ev.type} {'/'.join(changed)} held text that was not valid Unicode (bytes "
+                "that were not UTF-8); it was stored with those bytes shown as \\xNN escapes"
+            )
+            if note not in self.warnings:
+                self.warnings.append(note)
+            ev.extra["escaped"] = changed
+
+
+def _discard(event: AgentEvent) -> None:
+    return None

@@ -32,6 +32,8 @@ LoomError
 │   ├── StoreCorrupt              the database is damaged or not a Loom database
 │   ├── SchemaTooNew              the database was written by a newer Loom
 │   ├── ErrorNotFound             no stored error has that id
+│   ├── LeaseLost                 another holder took the session's lease over (fencing)
+│   ├── SerializationError        a value cannot be stored as JSON (names the field)
 │   └── TranscriptError           a JSONL transcript line is malformed (has .line)
 ├── HookError                     a fatal hook raised
 │   └── ApprovalHandlerError      an approval handler raised (the call did not run)
@@ -58,6 +60,7 @@ __all__ = [
     "JudgeError",
     "JudgeOutputError",
     "JudgeTimeout",
+    "LeaseLost",
     "LoomError",
     "MissingDependencyError",
     "ModelAuthError",
@@ -74,6 +77,7 @@ __all__ = [
     "RunCancelled",
     "SchemaTooNew",
     "ScopeViolation",
+    "SerializationError",
     "SessionBusy",
     "SessionError",
     "SessionNotFound",
@@ -240,6 +244,22 @@ class StoreCorrupt(StoreError):
 
 class SchemaTooNew(StoreError):
     """The database was written by a newer version of Loom."""
+
+
+class LeaseLost(StoreError):
+    """The session's lease changed hands: this holder's token is stale and may not write.
+
+    Raised by ``Store.renew_lease`` and by ``Store.append(..., lease=...)``; nothing of the
+    refused write was committed. The run must stop: another process now owns the session.
+    """
+
+
+class SerializationError(StoreError):
+    """A value cannot be stored (no JSON form, nested too deeply, or refers to itself).
+
+    The message names the field (for example ``tool result data['when']``); it is raised
+    before anything of the step is committed.
+    """
 
 
 class ErrorNotFound(StoreError, KeyError):

@@ -155,6 +155,14 @@ MIGRATIONS: list[tuple[str, str]] = [
     # now read from its last message row; sessions.message_count / updated_at keep the values
     # of older rows and updated_at still moves with run records.
     ("0002_messages_appended_at", "ALTER TABLE messages ADD COLUMN appended_at REAL"),
+    # Why: leases with fencing (issue #11). Every acquire gives the session's lock row a new
+    # token (the last + 1) that appends check in their transaction; a release marks the row
+    # instead of deleting it, so the token never goes back and a stale holder stays fenced.
+    (
+        "0003_lease_tokens",
+        "ALTER TABLE locks ADD COLUMN token INTEGER NOT NULL DEFAULT 0;"
+        "ALTER TABLE locks ADD COLUMN released INTEGER NOT NULL DEFAULT 0",
+    ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

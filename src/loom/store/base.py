@@ -8,6 +8,7 @@ event. Backends: ``MemoryStore`` (default for the library), ``SQLiteStore`` (CLI
 from __future__ import annotations
 
 import secrets
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,6 +21,7 @@ from loom.messages import Effect
 __all__ = [
     "ErrorStore",
     "KVStore",
+    "Lease",
     "LedgerEntry",
     "LedgerStatus",
     "ResultStore",
@@ -27,8 +29,10 @@ __all__ = [
     "RunStore",
     "SessionInfo",
     "Store",
+    "StoreCapabilities",
     "StoredError",
     "StoredResult",
+    "capabilities_of",
     "new_error_id",
 ]
 
@@ -85,6 +89,23 @@ class RunRecord:
     data: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The right to write one session's journal, held by one run until ``expires_at``.
+
+    Fencing: ``token`` strictly increases every time the session's lease changes hands (and is
+    never reused, even after a release), and ``Store.append(..., lease=lease)`` checks it in the
+    same transaction as the write. A holder that was paused past its expiry and taken over
+    therefore cannot write any more, while a holder whose lease expired but was not taken over
+    still can (the token is what counts, not the clock).
+    """
+
+    session_id: str
+    run_id: str
+    token: int
+    expires_at: float  # time.time() seconds
+
+
 @runtime_checkable
 class Store(Protocol):
     """What a persistence backend provides. Run ``loom.store.conformance`` against yours."""
@@ -103,8 +124,16 @@ class Store(Protocol):
         """Most recently updated first."""
         ...
 
-    async def load_messages(self, session_id: str) -> list[Message]:
-        """The session's whole transcript, oldest first."""
+    async def load_messages(self, session_id: str, start: int = 0) -> list[Message]:
+        """The session's transcript from position ``start`` (0-based) on, oldest first.
+
+        An index range read: the cost depends on the messages returned, not on the session's
+        length. ``start`` past the end gives ``[]``; a negative ``start`` is an ``InputError``.
+        """
+        ...
+
+    async def message_count(self, session_id: str) -> int:
+        """How many messages the session's transcript holds (0 for an unknown session)."""
         ...
 
     async def append(
@@ -115,8 +144,16 @@ class Store(Protocol):
         events: Sequence[AgentEvent] = (),
         ledger: Sequence[LedgerEntry] = (),
         run: RunRecord | None = None,
+        lease: Lease | None = None,
     ) -> None:
-        """Commit all of it atomically, or raise ``StoreError`` and commit none of it."""
+        """Commit all of it atomically, or raise ``StoreError`` and commit none of it.
+
+        With ``lease``, the same transaction checks that ``lease.token`` is still the session's
+        current lease token and raises ``LeaseLost`` (committing nothing) when it is not. An
+        expired lease that nobody took over still writes. ``lease=None`` writes unchecked (for
+        tooling and tests). Every value goes through ``loom.store.codec``: one that cannot be
+        stored raises ``SerializationError`` before anything is committed.
+        """
         ...
 
     async def open_tool_calls(self, session_id: str) -> list[LedgerEntry]:
@@ -127,12 +164,21 @@ class Store(Protocol):
         """Journaled events in the order they were emitted."""
         ...
 
-    async def acquire_lock(self, session_id: str, run_id: str, ttl: float) -> bool:
-        """Take the session's execution lock unless a live (unexpired) one is held."""
+    async def acquire_lease(self, session_id: str, run_id: str, ttl: float) -> Lease | None:
+        """Take the session's lease for ``ttl`` seconds, or None while another holder has it.
+
+        A lease is held until it expires or is released (``SQLiteStore`` also treats a holder
+        whose process died as gone). Every successful acquire returns a new token, one more
+        than the session's last, so earlier holders are fenced off.
+        """
         ...
 
-    async def release_lock(self, session_id: str, run_id: str) -> None:
-        """Release the lock if ``run_id`` holds it."""
+    async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        """Extend the lease to now + ``ttl``; ``LeaseLost`` if it changed hands or was released."""
+        ...
+
+    async def release_lease(self, lease: Lease) -> None:
+        """Give the lease up; no effect if ``lease`` no longer holds it."""
         ...
 
     async def close(self) -> None:
@@ -141,8 +187,9 @@ class Store(Protocol):
 
 
 # -- optional capabilities -------------------------------------------------------------------
-# A store implements any of these next to ``Store``; Loom duck-types them (``hasattr``) and turns
-# the matching feature on: the error channel, large results, crash recovery of whole runs.
+# A store implements any of these next to ``Store``; ``capabilities_of`` checks them once per
+# store (``isinstance`` against the Protocols) and Loom turns the matching feature on: the error
+# channel, large results, crash recovery of whole runs, key-values.
 
 
 def new_error_id(now: datetime | None = None) -> str:
@@ -239,3 +286,69 @@ class KVStore(Protocol):
     async def list_keys(self, namespace: str, prefix: str = "") -> list[str]: ...
 
     async def delete_value(self, namespace: str, key: str) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCapabilities:
+    """The optional capabilities one store has: each field is the store itself, or None."""
+
+    errors: ErrorStore | None = None
+    results: ResultStore | None = None
+    runs: RunStore | None = None
+    kv: KVStore | None = None
+
+
+_capabilities: weakref.WeakKeyDictionary[Any, StoreCapabilities] = weakref.WeakKeyDictionary()
+
+
+def capabilities_of(store: Store) -> StoreCapabilities:
+    """Which optional capabilities ``store`` implements, checked once per store object.
+
+    Use the returned fields instead of ``hasattr``: ``caps.errors`` is the store typed as an
+    ``ErrorStore`` when it is one, else None.
+    """
+    try:
+        return _capabilities[store]
+    except (KeyError, TypeError):  # TypeError: not weak-referenceable (checked, not cached)
+        pass
+    caps = StoreCapabilities(
+        errors=store if isinstance(store, ErrorStore) else None,
+        results=store if isinstance(store, ResultStore) else None,
+        runs=store if isinstance(store, RunStore) else None,
+        kv=store if isinstance(store, KVStore) else None,
+    )
+    try:
+        _capabilities[store] = caps
+    except TypeError:
+        pass
+    return caps
+
+
+class LegacyLocks:
+    """Deprecated ``acquire_lock`` / ``release_lock``, kept on top of leases for old callers.
+
+    Use ``acquire_lease`` / ``renew_lease`` / ``release_lease`` and pass the lease to
+    ``append``: these wrappers keep the lease to themselves, so their writes are not fenced.
+    """
+
+    _legacy_leases: dict[tuple[str, str], Lease]
+
+    async def acquire_lease(self, session_id: str, run_id: str, ttl: float) -> Lease | None:
+        raise NotImplementedError
+
+    async def release_lease(self, lease: Lease) -> None:
+        raise NotImplementedError
+
+    async def acquire_lock(self, session_id: str, run_id: str, ttl: float) -> bool:
+        """Deprecated: ``acquire_lease(...) is not None`` (the holder may take it again)."""
+        lease = await self.acquire_lease(session_id, run_id, ttl)
+        if lease is None:
+            return False
+        self._legacy_leases[(session_id, run_id)] = lease
+        return True
+
+    async def release_lock(self, session_id: str, run_id: str) -> None:
+        """Deprecated: release the lease ``acquire_lock`` took for ``run_id``, if any."""
+        lease = self._legacy_leases.pop((session_id, run_id), None)
+        if lease is not None:
+            await self.release_lease(lease)

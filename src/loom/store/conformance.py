@@ -15,35 +15,69 @@ class TestMyStore(StoreContract):
 
 Each test gets a fresh, empty store from your ``store`` fixture. Tests of the optional
 capabilities (``RunStore``, ``ErrorStore``, ``ResultStore``, ``KVStore``) skip when the store
-does not have them. Needs pytest and pytest-asyncio (``asyncio_mode = "auto"``).
+does not have them (``loom.store.base.capabilities_of``). Needs pytest and pytest-asyncio
+(``asyncio_mode = "auto"``).
+
+Besides the basics the contract checks leases with fencing (a stale token cannot write, and
+the refused write commits nothing), bounded transcript reads, and that values go through
+``loom.store.codec``: lone surrogates are escaped, non-JSON values read back as their JSON
+form, and a value that cannot be stored raises ``SerializationError`` before any commit.
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from loom.errors import InputError, LeaseLost, SerializationError
 from loom.events import AgentEvent, EventType
 from loom.messages import Message, ToolCall, ToolResult, Usage, utcnow
 from loom.store.base import (
+    Lease,
     LedgerEntry,
     LedgerStatus,
     RunRecord,
+    StoreCapabilities,
     StoredError,
     StoredResult,
+    capabilities_of,
     new_error_id,
 )
 
 __all__ = ["StoreContract"]
 
 
-def _needs(store: Any, *names: str) -> None:
-    missing = [n for n in names if not callable(getattr(store, n, None))]
-    if missing:
-        pytest.skip(f"{type(store).__name__} does not implement {', '.join(missing)}")
+def _needs(store: Any, capability: str) -> None:
+    caps = capabilities_of(store)
+    if getattr(caps, capability) is None:
+        field = StoreCapabilities.__dataclass_fields__[capability]
+        pytest.skip(f"{type(store).__name__} is not a {field.type}")
+
+
+async def _until_expired(lease: Lease) -> None:
+    # Waiting for a ttl to run out is the one wait these tests need: it is what they test.
+    while time.time() <= lease.expires_at:
+        await asyncio.sleep(max(lease.expires_at - time.time(), 0) + 0.005)
+
+
+def _deep(levels: int) -> Any:
+    value: Any = "bottom"
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+async def _nothing_stored(store: Any, session_id: str) -> None:
+    assert await store.load_messages(session_id) == []
+    assert await store.load_events(session_id) == []
+    assert await store.open_tool_calls(session_id) == []
+    caps = capabilities_of(store)
+    if caps.runs is not None:
+        assert await caps.runs.open_runs(session_id) == []
 
 
 def _ev(run: str, seq: int, kind: EventType = EventType.ITERATION_START, **data: Any) -> AgentEvent:
@@ -171,7 +205,7 @@ class StoreContract:
         assert (info.usage.input_tokens, info.usage.output_tokens) == (15, 3)
 
     async def test_open_runs(self, store: Any) -> None:
-        _needs(store, "open_runs")
+        _needs(store, "runs")
         await store.append("s", run=RunRecord("r1", "s", "running"))
         await store.append("s", run=RunRecord("r2", "s", "running"))
         await store.append("s", run=RunRecord("r1", "s", "completed"))
@@ -179,26 +213,230 @@ class StoreContract:
         await store.append("s", run=RunRecord("r2", "s", "crashed"))
         assert await store.open_runs("s") == []
 
-    # -- locks ------------------------------------------------------------------------------------
-    async def test_lock_excludes_other_runs_until_released(self, store: Any) -> None:
-        assert await store.acquire_lock("s", "r1", 60)
-        assert not await store.acquire_lock("s", "r2", 60)
-        assert await store.acquire_lock("s", "r1", 60)  # the holder may renew
-        assert await store.acquire_lock("other", "r2", 60)  # locks are per session
-        await store.release_lock("s", "r2")  # not the holder: no effect
-        assert not await store.acquire_lock("s", "r3", 60)
-        await store.release_lock("s", "r1")
-        assert await store.acquire_lock("s", "r3", 60)
+    # -- bounded reads ----------------------------------------------------------------------------
+    async def test_load_messages_from_a_position(self, store: Any) -> None:
+        msgs = [Message.user(f"m{i}") for i in range(7)]
+        await store.append("s", messages=msgs[:3])
+        await store.append("s", messages=msgs[3:])
+        await store.append("other", messages=[Message.user("elsewhere")])
+        assert await store.load_messages("s", 0) == msgs
+        assert await store.load_messages("s", 4) == msgs[4:]
+        assert await store.load_messages("s", start=6) == msgs[6:]
+        assert await store.load_messages("s", 7) == []
+        assert await store.load_messages("s", 100) == []
+        assert await store.load_messages("nope", 2) == []
+        with pytest.raises(InputError, match="start"):
+            await store.load_messages("s", -1)
 
-    async def test_expired_lock_can_be_taken(self, store: Any) -> None:
-        assert await store.acquire_lock("s", "r1", 0.05)
-        await asyncio.sleep(0.1)
-        assert await store.acquire_lock("s", "r2", 60)
-        assert not await store.acquire_lock("s", "r1", 60)
+    async def test_message_count(self, store: Any) -> None:
+        assert await store.message_count("s") == 0
+        await store.append("s", messages=[Message.user("a"), Message.assistant("b")])
+        await store.append("s", events=[_ev("r1", 0)])  # no messages: count unchanged
+        await store.append("other", messages=[Message.user("c")])
+        assert await store.message_count("s") == 2
+        await store.append("s", messages=[Message.user("d")])
+        assert await store.message_count("s") == 3
+        assert await store.message_count("other") == 1
+
+    # -- leases -----------------------------------------------------------------------------------
+    async def test_lease_excludes_other_runs_until_released(self, store: Any) -> None:
+        first = await store.acquire_lease("s", "r1", 60)
+        assert first is not None and (first.session_id, first.run_id) == ("s", "r1")
+        assert first.expires_at > time.time() + 50
+        assert await store.acquire_lease("s", "r2", 60) is None
+        again = await store.acquire_lease("s", "r1", 60)  # the holder may take it again...
+        assert again is not None and again.token > first.token  # ...with a new token
+        other = await store.acquire_lease("other", "r2", 60)  # leases are per session
+        assert other is not None
+        stale = Lease("s", "r2", again.token + 5, time.time() + 60)
+        await store.release_lease(stale)  # not the holder: no effect
+        await store.release_lease(first)  # an old token of the holder: no effect either
+        assert await store.acquire_lease("s", "r3", 60) is None
+        await store.release_lease(again)
+        third = await store.acquire_lease("s", "r3", 60)
+        assert third is not None and third.token > again.token
+
+    async def test_tokens_increase_across_releases(self, store: Any) -> None:
+        tokens = []
+        for i in range(4):
+            lease = await store.acquire_lease("s", f"r{i}", 60)
+            assert lease is not None
+            tokens.append(lease.token)
+            await store.release_lease(lease)
+        assert tokens == sorted(set(tokens)), tokens
+        released = Lease("s", "r3", tokens[-1], time.time() + 60)
+        with pytest.raises(LeaseLost):  # a released lease writes no more
+            await store.append("s", messages=[Message.user("late")], lease=released)
+        with pytest.raises(LeaseLost):
+            await store.renew_lease(released, 60)
+
+    async def test_renew_extends_and_keeps_the_token(self, store: Any) -> None:
+        lease = await store.acquire_lease("s", "r1", 0.2)
+        assert lease is not None
+        renewed = await store.renew_lease(lease, 60)
+        assert renewed.token == lease.token and renewed.run_id == "r1"
+        assert renewed.expires_at > lease.expires_at + 50
+        await _until_expired(lease)  # the first expiry passed; the renewal holds
+        assert await store.acquire_lease("s", "r2", 60) is None
+        await store.append("s", messages=[Message.user("still mine")], lease=renewed)
+        await store.append("s", messages=[Message.user("old copy")], lease=lease)  # same token
+        assert [m.content for m in await store.load_messages("s")] == ["still mine", "old copy"]
+
+    async def test_expired_lease_is_taken_over_and_fenced(self, store: Any) -> None:
+        old = await store.acquire_lease("s", "r1", 0.05)
+        assert old is not None
+        await store.append("s", messages=[Message.user("before")], lease=old)
+        await _until_expired(old)
+        new = await store.acquire_lease("s", "r2", 60)
+        assert new is not None and new.token > old.token
+        assert await store.acquire_lease("s", "r1", 60) is None  # the old holder is out
+        started = _started("r1", "c1")
+        with pytest.raises(LeaseLost, match="r1"):
+            await store.append(
+                "s",
+                messages=[Message.user("stale")],
+                events=[_ev("r1", 0)],
+                ledger=[started],
+                run=RunRecord("r1", "s", "running"),
+                lease=old,
+            )
+        with pytest.raises(LeaseLost):
+            await store.renew_lease(old, 60)
+        # Nothing of the refused step was committed.
+        assert [m.content for m in await store.load_messages("s")] == ["before"]
+        assert await store.message_count("s") == 1
+        assert await store.load_events("s") == []
+        assert await store.open_tool_calls("s") == []
+        caps = capabilities_of(store)
+        if caps.runs is not None:
+            assert await caps.runs.open_runs("s") == []
+        await store.release_lease(old)  # the stale holder's release does not free the session
+        assert await store.acquire_lease("s", "r3", 60) is None
+        await store.append("s", messages=[Message.user("new holder")], lease=new)
+        assert [m.content for m in await store.load_messages("s")] == ["before", "new holder"]
+
+    async def test_expired_lease_nobody_took_still_writes(self, store: Any) -> None:
+        lease = await store.acquire_lease("s", "r1", 0.02)
+        assert lease is not None
+        await _until_expired(lease)
+        await store.append("s", messages=[Message.user("late but unopposed")], lease=lease)
+        renewed = await store.renew_lease(lease, 60)  # and it can still be renewed
+        assert renewed.token == lease.token
+        assert [m.content for m in await store.load_messages("s")] == ["late but unopposed"]
+
+    async def test_lease_of_another_session_cannot_write(self, store: Any) -> None:
+        lease = await store.acquire_lease("a", "r1", 60)
+        assert lease is not None
+        with pytest.raises(LeaseLost, match="session"):
+            await store.append("b", messages=[Message.user("x")], lease=lease)
+        assert await store.load_messages("b") == []
+
+    # -- one serialisation ------------------------------------------------------------------------
+    async def test_lone_surrogates_are_escaped_everywhere(self, store: Any) -> None:
+        # A file name that is not UTF-8, as os.fsdecode gives it: byte 0xff -> U+DCFF.
+        bad = "report-" + chr(0xDCFF) + ".txt"
+        name = "report-\\udcff.txt"  # what the store keeps: the visible escape
+        call = ToolCall(name="ls", arguments={"path": bad, bad: [bad]})
+        msgs = [
+            Message.user(f"read {bad}"),
+            Message.assistant("", [call]),
+            Message(role="tool", content=bad, tool_call_id=call.id, name="ls",
+                    metadata={bad: bad}),  # fmt: skip
+        ]
+        started = LedgerEntry("r1", "s", call.id, "ls", "started", {"path": bad})
+        result = ToolResult(tool_call_id=call.id, name="ls", data={"files": [bad], bad: 1})
+        await store.append(
+            "s",
+            messages=msgs,
+            events=[_ev("r1", 0, EventType.TOOL_RESULT, output=bad, **{bad: 2})],
+            ledger=[started],
+            run=RunRecord("r1", "s", "running", data={"note": bad}),
+        )
+        got = await store.load_messages("s")
+        assert got[0].content == f"read {name}"
+        assert got[1].tool_calls[0].arguments == {"path": name, name: [name]}
+        assert got[2].content == name and got[2].metadata == {name: name}
+        event = (await store.load_events("s"))[0]
+        assert event.data == {"output": name, name: 2}
+        opened = await store.open_tool_calls("s")
+        assert opened[0].arguments == {"path": name}
+        caps = capabilities_of(store)
+        if caps.runs is not None:
+            assert (await caps.runs.open_runs("s"))[0].data == {"note": name}
+        await store.append("s", ledger=[started.ended("completed", result)])
+        split_pair = "a pair " + chr(0xD83D) + chr(0xDE00)  # a UTF-16 pair left as two halves
+        await store.append("s", messages=[Message.user(split_pair)])
+        assert (await store.load_messages("s", 3))[0].content == "a pair 😀"
+
+    async def test_non_json_values_read_back_as_their_json_form(self, store: Any) -> None:
+        when = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
+        value = {"when": when, "pair": (1, 2), "nested": _deep(100), "nan": float("inf")}
+        msg = Message(role="tool", content="x", tool_call_id="c", name="t", metadata=value)
+        await store.append(
+            "s",
+            messages=[msg],
+            events=[_ev("r1", 0, EventType.TOOL_RESULT, **value)],
+            ledger=[LedgerEntry("r1", "s", "c", "t", "started", dict(value))],
+        )
+        expected = {
+            "when": "2024-05-06T07:08:09Z",
+            "pair": [1, 2],
+            "nested": _deep(100),
+            "nan": float("inf"),
+        }
+        assert (await store.load_messages("s"))[0].metadata == expected
+        assert (await store.load_events("s"))[0].data == expected
+        assert (await store.open_tool_calls("s"))[0].arguments == expected
+        # A float field holding NaN reads back (a model's own JSON form would write null,
+        # which the field then refuses: a session that could not be loaded any more).
+        odd = ToolResult(tool_call_id="c", name="t", data=value, duration_ms=float("nan"))
+        await store.append("s", messages=[Message(role="tool", content="y", metadata={
+            "result": odd})])  # fmt: skip
+        back = ToolResult.model_validate((await store.load_messages("s", 1))[0].metadata["result"])
+        assert back.data == expected and back.duration_ms != back.duration_ms  # NaN
+
+    @pytest.mark.parametrize("case", ["object", "cycle", "too_deep", "bad_bytes"])
+    async def test_unstorable_values_fail_typed_and_commit_nothing(
+        self, store: Any, case: str
+    ) -> None:
+        cycle: dict[str, Any] = {}
+        cycle["self"] = cycle
+        bad: Any = {
+            "object": object(),
+            "cycle": cycle,
+            "too_deep": _deep(1000),
+            "bad_bytes": b"\xff\xfe",
+        }[case]
+        why = {
+            "object": "no JSON form",
+            "cycle": "refers to itself",
+            "too_deep": "nested more than",
+            "bad_bytes": "no JSON form",
+        }[case]
+        call = _started("r1", "c1")
+        result = ToolResult(tool_call_id="c1", name="t", data={"value": bad})
+        attempts: list[tuple[str, dict[str, Any]]] = [
+            (r"tool message\.metadata\['value'\]", {"messages": [Message.user("ok"),
+                Message(role="tool", content="x", metadata={"value": bad})]}),
+            (r"tool_result event data\['value'\]", {"events": [
+                _ev("r1", 0, EventType.TOOL_RESULT, value=bad)]}),
+            (r"result of tool call 't'\.data\['value'\]", {"ledger": [
+                call.ended("completed", result)]}),
+            (r"arguments of tool call 't'\['value'\]", {"ledger": [
+                LedgerEntry("r1", "s", "c2", "t", "started", {"value": bad})]}),
+            (r"data of run record 'running'\['value'\]", {"run": RunRecord(
+                "r1", "s", "running", data={"value": bad})}),
+        ]  # fmt: skip
+        for where, parts in attempts:
+            # Valid parts come with the bad one: it must stop all of them.
+            step: dict[str, Any] = {"messages": [Message.user("ok")], "ledger": [call], **parts}
+            with pytest.raises(SerializationError, match=f"{where}.*{why}"):
+                await store.append("s", **step)
+        await _nothing_stored(store, "s")
 
     # -- optional: errors, results, key-values ----------------------------------------------------
     async def test_error_store(self, store: Any) -> None:
-        _needs(store, "save_error", "get_error", "list_errors", "delete_errors")
+        _needs(store, "errors")
         old = utcnow() - timedelta(days=40)
         stored = [
             StoredError(new_error_id(old), "s1", "fetch", {"message": "old"}, "old", old),
@@ -228,7 +466,7 @@ class StoreContract:
         assert len(await store.list_errors(limit=0)) == 2
 
     async def test_result_store(self, store: Any) -> None:
-        _needs(store, "save_result", "get_result")
+        _needs(store, "results")
         content = "line\n" * 50_000
         ref = await store.save_result(StoredResult("res_1", "s", "dump", content, "r", "c"))
         got = await store.get_result(ref)
@@ -236,7 +474,7 @@ class StoreContract:
         assert await store.get_result("res_missing") is None
 
     async def test_kv_store(self, store: Any) -> None:
-        _needs(store, "put_value", "get_value", "list_keys", "delete_value")
+        _needs(store, "kv")
         await store.put_value("mem", "s1/l2", {"summary": "x", "n": [1]})
         await store.put_value("mem", "s1/l2", {"summary": "y"})
         await store.put_value("mem", "s2/l2", 3)

@@ -1,14 +1,22 @@
-"""``MemoryStore``: the in-process store the library uses when no store is given."""
+"""``MemoryStore``: the in-process store the library uses when no store is given.
+
+It keeps what ``SQLiteStore`` keeps, encoded by the same ``loom.store.codec`` (JSON text),
+and decodes it on every read: a value that cannot be stored fails here exactly as it fails
+on SQLite, and what a test reads back is what production reads back.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
+from loom.errors import InputError, LeaseLost
 from loom.events import AgentEvent
 from loom.messages import Message, utcnow
-from loom.store.base import LedgerEntry, RunRecord, SessionInfo
+from loom.store import codec
+from loom.store.base import Lease, LedgerEntry, LegacyLocks, RunRecord, SessionInfo
 
 __all__ = ["MemoryStore"]
 
@@ -18,42 +26,79 @@ class _SessionData:
 
     def __init__(self, info: SessionInfo) -> None:
         self.info = info
-        self.messages: list[Message] = []
-        self.events: list[AgentEvent] = []
-        self.ledger: list[LedgerEntry] = []
-        self.open_calls: dict[tuple[str, str], LedgerEntry] = {}
-        self.runs: list[RunRecord] = []
-        self.open_runs: dict[str, RunRecord] = {}
+        self.messages: list[str] = []
+        self.events: list[codec.EventRow] = []
+        self.ledger: list[codec.LedgerRow] = []
+        self.open_calls: dict[tuple[str, str], codec.LedgerRow] = {}
+        self.runs: list[codec.RunRow] = []
+        self.open_runs: dict[str, codec.RunRow] = {}
 
 
-class MemoryStore:
+@dataclass(slots=True)
+class _LeaseRow:
+    """A session's lease; kept after release so that tokens keep increasing."""
+
+    run_id: str
+    token: int
+    expires_at: float
+    released: bool = False
+
+
+def _check_lease(current: _LeaseRow | None, lease: Lease, session_id: str) -> None:
+    if lease.session_id != session_id:
+        raise LeaseLost(
+            f"the lease of session {lease.session_id!r} cannot write to session {session_id!r}"
+        )
+    if current is None or current.token != lease.token or current.released:
+        raise LeaseLost(_lost_message(lease, None if current is None else current.token))
+
+
+def _lost_message(lease: Lease, token: int | None) -> str:
+    now = "released" if token == lease.token else f"now held with token {token}"
+    return (
+        f"run {lease.run_id!r} lost the lease of session {lease.session_id!r} (its token "
+        f"{lease.token} is stale: {now}); another run took the session over, so nothing was "
+        "written. Stop this run; the session's new holder carries on."
+    )
+
+
+class MemoryStore(LegacyLocks):
     """Keeps everything in dictionaries; lost when the process exits."""
 
     def __init__(self) -> None:
         self._sessions: dict[str, _SessionData] = {}
-        self._locks: dict[str, tuple[str, float]] = {}
+        self._leases: dict[str, _LeaseRow] = {}
+        self._legacy_leases: dict[tuple[str, str], Lease] = {}
 
     async def get_session(self, session_id: str) -> SessionInfo | None:
         data = self._sessions.get(session_id)
-        return data.info if data else None
+        return replace(data.info) if data else None
 
     async def create_session(
         self, session_id: str, *, agent_name: str = "", metadata: dict[str, Any] | None = None
     ) -> SessionInfo:
         data = self._sessions.get(session_id)
         if data is None:
+            # Through the codec as SQLite does: same refusals, same values read back.
+            meta = codec.decode_value(codec.encode_value(metadata or {}, "session metadata"))
             data = self._sessions[session_id] = _SessionData(
-                SessionInfo(id=session_id, agent_name=agent_name, metadata=dict(metadata or {}))
+                SessionInfo(id=session_id, agent_name=agent_name, metadata=meta)
             )
-        return data.info
+        return replace(data.info)
 
     async def list_sessions(self, limit: int = 100) -> list[SessionInfo]:
         infos = sorted((d.info for d in self._sessions.values()), key=lambda i: i.updated_at)
-        return infos[::-1][:limit]
+        return [replace(i) for i in infos[::-1][: limit if limit > 0 else None]]
 
-    async def load_messages(self, session_id: str) -> list[Message]:
+    async def load_messages(self, session_id: str, start: int = 0) -> list[Message]:
+        if start < 0:
+            raise InputError(f"load_messages: start must be >= 0, got {start}")
         data = self._sessions.get(session_id)
-        return list(data.messages) if data else []
+        return codec.decode_messages(data.messages[start:]) if data else []
+
+    async def message_count(self, session_id: str) -> int:
+        data = self._sessions.get(session_id)
+        return len(data.messages) if data else 0
 
     async def append(
         self,
@@ -63,59 +108,85 @@ class MemoryStore:
         events: Sequence[AgentEvent] = (),
         ledger: Sequence[LedgerEntry] = (),
         run: RunRecord | None = None,
+        lease: Lease | None = None,
     ) -> None:
+        # Encode everything first: a refusal (SerializationError, LeaseLost) commits nothing.
+        msg_rows = [codec.encode_message(m) for m in messages]
+        ev_rows = [codec.encode_event(e) for e in events]
+        led_rows = [codec.encode_ledger(e) for e in ledger]
+        run_row = codec.encode_run(run) if run is not None else None
+        if lease is not None:
+            _check_lease(self._leases.get(session_id), lease, session_id)
         data = self._sessions.get(session_id)
         if data is None:
             data = self._sessions[session_id] = _SessionData(SessionInfo(id=session_id))
-        if messages:
-            data.messages.extend(messages)
-            data.info.message_count += len(messages)
-        if events:
-            data.events.extend(events)
-        for entry in ledger:
-            data.ledger.append(entry)
-            key = (entry.run_id, entry.tool_call_id)
-            if entry.status == "started":
-                data.open_calls[key] = entry
+        if msg_rows:
+            data.messages.extend(msg_rows)
+            data.info.message_count += len(msg_rows)
+        if ev_rows:
+            data.events.extend(ev_rows)
+        for row in led_rows:
+            data.ledger.append(row)
+            key = (row.run_id, row.tool_call_id)
+            if row.status == "started":
+                data.open_calls[key] = row
             else:
                 data.open_calls.pop(key, None)
-        if run is not None:
-            data.runs.append(run)
+        if run is not None and run_row is not None:
+            data.runs.append(run_row)
             if run.status == "running":
-                data.open_runs[run.run_id] = run
+                data.open_runs[run_row.run_id] = run_row
             else:
-                data.open_runs.pop(run.run_id, None)
+                data.open_runs.pop(run_row.run_id, None)
                 data.info.usage = data.info.usage + run.usage
         if messages or run is not None:
             data.info.updated_at = utcnow()
 
     async def open_tool_calls(self, session_id: str) -> list[LedgerEntry]:
         data = self._sessions.get(session_id)
-        return list(data.open_calls.values()) if data else []
+        if data is None:
+            return []
+        return [codec.decode_ledger(session_id, r) for r in data.open_calls.values()]
 
     async def open_runs(self, session_id: str) -> list[RunRecord]:
         """Runs that started and never ended (``RunStore`` capability)."""
         data = self._sessions.get(session_id)
-        return list(data.open_runs.values()) if data else []
+        if data is None:
+            return []
+        return [codec.decode_run(session_id, r) for r in data.open_runs.values()]
 
     async def load_events(self, session_id: str, run_id: str | None = None) -> list[AgentEvent]:
         data = self._sessions.get(session_id)
         if data is None:
             return []
-        return [e for e in data.events if run_id is None or e.run_id == run_id]
+        return [
+            codec.decode_event(session_id, r)
+            for r in data.events
+            if run_id is None or r.run_id == run_id
+        ]
 
-    async def acquire_lock(self, session_id: str, run_id: str, ttl: float) -> bool:
-        now = time.monotonic()
-        held = self._locks.get(session_id)
-        if held is not None and held[1] > now and held[0] != run_id:
-            return False
-        self._locks[session_id] = (run_id, now + ttl)
-        return True
+    # -- leases ---------------------------------------------------------------------------------
+    async def acquire_lease(self, session_id: str, run_id: str, ttl: float) -> Lease | None:
+        now = time.time()
+        held = self._leases.get(session_id)
+        if held is not None and not held.released and held.expires_at > now:
+            if held.run_id != run_id:
+                return None
+        token = held.token + 1 if held is not None else 1
+        self._leases[session_id] = _LeaseRow(run_id, token, now + ttl)
+        return Lease(session_id, run_id, token, now + ttl)
 
-    async def release_lock(self, session_id: str, run_id: str) -> None:
-        held = self._locks.get(session_id)
-        if held is not None and held[0] == run_id:
-            del self._locks[session_id]
+    async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        held = self._leases.get(lease.session_id)
+        _check_lease(held, lease, lease.session_id)
+        assert held is not None  # _check_lease raised otherwise
+        held.expires_at = time.time() + ttl
+        return replace(lease, expires_at=held.expires_at)
+
+    async def release_lease(self, lease: Lease) -> None:
+        held = self._leases.get(lease.session_id)
+        if held is not None and held.token == lease.token:
+            held.released = True
 
     async def close(self) -> None:
         return None

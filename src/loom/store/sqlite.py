@@ -20,7 +20,6 @@ Besides ``Store`` it implements the optional capabilities of ``loom.store.base``
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -28,12 +27,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import TypeAdapter
-from pydantic_core import to_json
-
-from loom.errors import ConfigurationError, StoreError
-from loom.events import AgentEvent, EventType
-from loom.messages import Message, ToolResult, Usage
+from loom.errors import ConfigurationError, InputError, LeaseLost, StoreError
+from loom.events import AgentEvent
+from loom.messages import Message, Usage
+from loom.store import codec
 from loom.store._sqlite_db import (
     Database,
     Durability,
@@ -43,12 +40,11 @@ from loom.store._sqlite_db import (
     run_call,
 )
 from loom.store._sqlite_extras import SQLiteCapabilities
-from loom.store.base import LedgerEntry, RunRecord, SessionInfo
+from loom.store.base import Lease, LedgerEntry, LegacyLocks, RunRecord, SessionInfo
 
 __all__ = ["SQLiteStore"]
 
 T = TypeVar("T")
-_MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 # A session's message count and last change come from its last message row (migration 0002:
 # appends no longer rewrite the session row); rows written before 0002 have no appended_at.
 _SESSION_SELECT = (
@@ -58,19 +54,13 @@ _SESSION_SELECT = (
     "LEFT JOIN messages m ON m.session_id = s.id "
     "AND m.seq = (SELECT max(seq) FROM messages WHERE session_id = s.id)"
 )
-_LEDGER_COLS = (
-    "run_id, session_id, tool_call_id, name, status, arguments, effect, result, timestamp"
-)
+# The columns of codec.LedgerRow, in its order.
+_LEDGER_COLS = "run_id, tool_call_id, name, status, effect, arguments, result, timestamp"
+_RUN_COLS = "run_id, status, input_tokens, output_tokens, requests, timestamp, data"
 
 
 def _dt(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
-
-
-def _json(obj: Any) -> str:
-    # pydantic-core's encoder is 2-4x faster than json's on the ~15 small dicts a step writes;
-    # same JSON for JSON values (NaN kept); other objects: pydantic's form, else str().
-    return to_json(obj, fallback=str, inf_nan_mode="constants").decode()
 
 
 def _session(row: Sequence[Any]) -> SessionInfo:
@@ -81,44 +71,38 @@ def _session(row: Sequence[Any]) -> SessionInfo:
         updated_at=_dt(row[3]),
         message_count=row[4],
         usage=Usage(input_tokens=row[5], output_tokens=row[6], requests=row[7]),
-        metadata=json.loads(row[8]),
+        metadata=codec.decode_value(row[8]),
     )
 
 
-def _ledger(row: Sequence[Any]) -> LedgerEntry:
-    return LedgerEntry(
-        run_id=row[0],
-        session_id=row[1],
-        tool_call_id=row[2],
-        name=row[3],
-        status=row[4],
-        arguments=json.loads(row[5]),
-        effect=row[6],
-        result=ToolResult.model_validate_json(row[7]) if row[7] is not None else None,
-        timestamp=_dt(row[8]),
+def _lost(lease: Lease, row: Sequence[Any] | None) -> LeaseLost:
+    if row is None:
+        now = "no lease is recorded"
+    elif row[0] == lease.token:
+        now = "released"
+    else:
+        now = f"now held with token {row[0]} by run {row[2]!r}"
+    return LeaseLost(
+        f"run {lease.run_id!r} lost the lease of session {lease.session_id!r} (its token "
+        f"{lease.token} is stale: {now}); another run took the session over, so nothing was "
+        "written. Stop this run; the session's new holder carries on."
     )
 
 
-def _run(row: Sequence[Any]) -> RunRecord:
-    return RunRecord(
-        run_id=row[0],
-        session_id=row[1],
-        status=row[2],
-        usage=Usage(input_tokens=row[3], output_tokens=row[4], requests=row[5]),
-        timestamp=_dt(row[6]),
-        data=json.loads(row[7]),
-    )
+def _check_lease(c: sqlite3.Connection, session_id: str, lease: Lease) -> None:
+    """Raise ``LeaseLost`` unless ``lease`` is the session's current, unreleased lease."""
+    if lease.session_id != session_id:
+        raise LeaseLost(
+            f"the lease of session {lease.session_id!r} cannot write to session {session_id!r}"
+        )
+    row = c.execute(
+        "SELECT token, released, run_id FROM locks WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    if row is None or row[0] != lease.token or row[1]:
+        raise _lost(lease, row)
 
 
-def _event(row: Sequence[Any]) -> AgentEvent:
-    try:
-        kind: Any = EventType(row[3])
-    except ValueError:  # written by a newer Loom: keep the name rather than drop the event
-        kind = row[3]
-    return AgentEvent(kind, row[1], row[0], row[4], row[2], json.loads(row[6]), row[5])
-
-
-class SQLiteStore(SQLiteCapabilities):
+class SQLiteStore(SQLiteCapabilities, LegacyLocks):
     """Sessions, transcripts, events, the tool-call ledger, errors and large results in SQLite.
 
     Args:
@@ -153,6 +137,7 @@ class SQLiteStore(SQLiteCapabilities):
         self.threaded = threaded
         self.busy_timeout = busy_timeout
         self._owner = Owner.me()
+        self._legacy_leases: dict[tuple[str, str], Lease] = {}
         self._db: Database | None = open_database(self.path, durability)
 
     def __repr__(self) -> str:
@@ -197,12 +182,13 @@ class SQLiteStore(SQLiteCapabilities):
         self, session_id: str, *, agent_name: str = "", metadata: dict[str, Any] | None = None
     ) -> SessionInfo:
         now = time.time()
+        encoded = codec.encode_value(metadata or {}, "session metadata")
 
         def create(c: sqlite3.Connection) -> Any:
             c.execute(
                 "INSERT OR IGNORE INTO sessions (id, agent_name, created_at, updated_at, metadata)"
                 " VALUES (?, ?, ?, ?, ?)",
-                (session_id, agent_name, now, now, _json(metadata or {})),
+                (session_id, agent_name, now, now, encoded),
             )
             return c.execute(_SESSION_SELECT + " WHERE s.id = ?", (session_id,)).fetchone()
 
@@ -218,16 +204,27 @@ class SQLiteStore(SQLiteCapabilities):
         )
         return [_session(r) for r in rows]
 
-    async def load_messages(self, session_id: str) -> list[Message]:
+    async def load_messages(self, session_id: str, start: int = 0) -> list[Message]:
+        if start < 0:
+            raise InputError(f"load_messages: start must be >= 0, got {start}")
+        # seq is the message's 0-based position: a range seek on the (session_id, seq) key.
         rows = await self._read(
             "loading messages",
             lambda c: c.execute(
-                "SELECT data FROM messages WHERE session_id = ? ORDER BY seq", (session_id,)
+                "SELECT data FROM messages WHERE session_id = ? AND seq >= ? ORDER BY seq",
+                (session_id, start),
             ).fetchall(),
         )
-        if not rows:
-            return []
-        return _MESSAGES.validate_json("[" + ",".join(r[0] for r in rows) + "]")
+        return codec.decode_messages([r[0] for r in rows])
+
+    async def message_count(self, session_id: str) -> int:
+        row = await self._read(
+            "counting messages",
+            lambda c: c.execute(
+                "SELECT max(seq) FROM messages WHERE session_id = ?", (session_id,)
+            ).fetchone(),
+        )
+        return 0 if row[0] is None else int(row[0]) + 1
 
     # -- the one write path of a turn -----------------------------------------------------------
     async def append(
@@ -238,34 +235,15 @@ class SQLiteStore(SQLiteCapabilities):
         events: Sequence[AgentEvent] = (),
         ledger: Sequence[LedgerEntry] = (),
         run: RunRecord | None = None,
+        lease: Lease | None = None,
     ) -> None:
-        # Serialise before taking the lock: the transaction only runs INSERTs.
+        # Serialise before taking the lock (the transaction only runs INSERTs); a value that
+        # cannot be stored raises SerializationError here, before anything is written.
         now = time.time()
-        msg_rows = [(m.role, m.model_dump_json()) for m in messages]
-        ev_rows = [
-            (
-                e.run_id,
-                e.sequence,
-                str(e.type),
-                e.iteration,
-                e.timestamp,
-                _json(e.data) if e.data else "{}",
-            )
-            for e in events
-        ]
-        led_rows = [
-            (
-                e.run_id,
-                e.tool_call_id,
-                e.name,
-                e.status,
-                e.effect,
-                _json(e.arguments),
-                e.result.model_dump_json() if e.result else None,
-                e.timestamp.timestamp(),
-            )
-            for e in ledger
-        ]
+        msg_rows = [(m.role, codec.encode_message(m)) for m in messages]
+        ev_rows = [codec.encode_event(e) for e in events]
+        led_rows = [codec.encode_ledger(e) for e in ledger]
+        run_row = codec.encode_run(run) if run is not None else None
         usage = run.usage if run is not None and run.status != "running" else Usage()
 
         def next_seq(c: sqlite3.Connection, table: str) -> int:
@@ -276,6 +254,8 @@ class SQLiteStore(SQLiteCapabilities):
             return 0 if row[0] is None else int(row[0]) + 1
 
         def write(c: sqlite3.Connection) -> None:
+            if lease is not None:  # fencing: in the same transaction as the write
+                _check_lease(c, session_id, lease)
             # Only a run record changes the session row (usage, updated_at); other commits
             # leave it untouched so that they write one WAL frame less (migration 0002).
             if run is not None:
@@ -337,30 +317,20 @@ class SQLiteStore(SQLiteCapabilities):
                         "tool_call_id = ?",
                         (session_id, led[0], led[1]),
                     )
-            if run is not None:
+            if run_row is not None:
                 cur = c.execute(
-                    "INSERT INTO runs (session_id, run_id, status, input_tokens, output_tokens, "
-                    "requests, timestamp, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        session_id,
-                        run.run_id,
-                        run.status,
-                        run.usage.input_tokens,
-                        run.usage.output_tokens,
-                        run.usage.requests,
-                        run.timestamp.timestamp(),
-                        _json(run.data),
-                    ),
+                    f"INSERT INTO runs (session_id, {_RUN_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (session_id, *run_row),
                 )
-                if run.status == "running":
+                if run_row.status == "running":
                     c.execute(
                         "INSERT OR REPLACE INTO open_runs VALUES (?, ?, ?)",
-                        (session_id, run.run_id, cur.lastrowid),
+                        (session_id, run_row.run_id, cur.lastrowid),
                     )
                 else:
                     c.execute(
                         "DELETE FROM open_runs WHERE session_id = ? AND run_id = ?",
-                        (session_id, run.run_id),
+                        (session_id, run_row.run_id),
                     )
 
         await self._write("saving a step", write)
@@ -378,7 +348,7 @@ class SQLiteStore(SQLiteCapabilities):
                 (session_id,),
             ).fetchall(),
         )
-        return [_ledger(r) for r in rows]
+        return [codec.decode_ledger(session_id, r) for r in rows]
 
     async def ledger(self, session_id: str) -> list[LedgerEntry]:
         """Every ledger entry of the session, oldest first."""
@@ -389,34 +359,34 @@ class SQLiteStore(SQLiteCapabilities):
                 (session_id,),
             ).fetchall(),
         )
-        return [_ledger(r) for r in rows]
+        return [codec.decode_ledger(session_id, r) for r in rows]
 
     async def open_runs(self, session_id: str) -> list[RunRecord]:
         rows = await self._read(
             "reading open runs",
             lambda c: c.execute(
-                "SELECT r.run_id, r.session_id, r.status, r.input_tokens, r.output_tokens, "
-                "r.requests, r.timestamp, r.data FROM open_runs o JOIN runs r ON r.id = o.run_row "
-                "WHERE o.session_id = ? ORDER BY r.id",
+                "SELECT "
+                + ", ".join(f"r.{col.strip()}" for col in _RUN_COLS.split(","))
+                + " FROM open_runs o JOIN runs r ON r.id = o.run_row"
+                " WHERE o.session_id = ? ORDER BY r.id",
                 (session_id,),
             ).fetchall(),
         )
-        return [_run(r) for r in rows]
+        return [codec.decode_run(session_id, r) for r in rows]
 
     async def list_runs(self, session_id: str) -> list[RunRecord]:
         """Every run record (starts and ends) of the session, oldest first."""
         rows = await self._read(
             "listing runs",
             lambda c: c.execute(
-                "SELECT run_id, session_id, status, input_tokens, output_tokens, requests, "
-                "timestamp, data FROM runs WHERE session_id = ? ORDER BY id",
+                f"SELECT {_RUN_COLS} FROM runs WHERE session_id = ? ORDER BY id",
                 (session_id,),
             ).fetchall(),
         )
-        return [_run(r) for r in rows]
+        return [codec.decode_run(session_id, r) for r in rows]
 
     async def load_events(self, session_id: str, run_id: str | None = None) -> list[AgentEvent]:
-        cols = "session_id, run_id, sequence, type, iteration, timestamp, data"
+        cols = "run_id, sequence, type, iteration, timestamp, data"  # codec.EventRow's order
         sql = f"SELECT {cols} FROM events WHERE session_id = ?"
         params: tuple[str, ...] = (session_id,)
         if run_id is not None:
@@ -424,38 +394,55 @@ class SQLiteStore(SQLiteCapabilities):
         rows = await self._read(
             "loading events", lambda c: c.execute(sql + " ORDER BY seq", params).fetchall()
         )
-        return [_event(r) for r in rows]
+        return [codec.decode_event(session_id, r) for r in rows]
 
-    # -- session locks (across processes) -------------------------------------------------------
-    async def acquire_lock(self, session_id: str, run_id: str, ttl: float) -> bool:
+    # -- session leases (across processes) ------------------------------------------------------
+    async def acquire_lease(self, session_id: str, run_id: str, ttl: float) -> Lease | None:
         me = self._owner
 
-        def take(c: sqlite3.Connection) -> bool:
+        def take(c: sqlite3.Connection) -> Lease | None:
             now = time.time()
             row = c.execute(
-                "SELECT run_id, host, pid, start_ticks, expires_at FROM locks WHERE session_id = ?",
+                "SELECT run_id, host, pid, start_ticks, expires_at, token, released FROM locks "
+                "WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
             if (
                 row is not None
+                and not row[6]
                 and row[0] != run_id
                 and row[4] > now
-                and (Owner(row[1], row[2], row[3]).alive())
+                and Owner(row[1], row[2], row[3]).alive()  # a dead holder's lease is void
             ):
-                return False
+                return None
+            # The row is never deleted (release marks it), so the token survives releases.
+            token = int(row[5]) + 1 if row is not None else 1
             c.execute(
-                "INSERT OR REPLACE INTO locks VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (session_id, run_id, me.host, me.pid, me.start_ticks, now, now + ttl),
+                "INSERT OR REPLACE INTO locks (session_id, run_id, host, pid, start_ticks, "
+                "acquired_at, expires_at, token, released) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0)",
+                (session_id, run_id, me.host, me.pid, me.start_ticks, now, now + ttl, token),
             )
-            return True
+            return Lease(session_id, run_id, token, now + ttl)
 
-        return await self._write("taking a session lock", take)
+        return await self._write("taking a session lease", take)
 
-    async def release_lock(self, session_id: str, run_id: str) -> None:
+    async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        def renew(c: sqlite3.Connection) -> Lease:
+            _check_lease(c, lease.session_id, lease)
+            expires = time.time() + ttl
+            c.execute(
+                "UPDATE locks SET expires_at = ? WHERE session_id = ?", (expires, lease.session_id)
+            )
+            return Lease(lease.session_id, lease.run_id, lease.token, expires)
+
+        return await self._write("renewing a session lease", renew)
+
+    async def release_lease(self, lease: Lease) -> None:
         await self._write(
-            "releasing a session lock",
+            "releasing a session lease",
             lambda c: c.execute(
-                "DELETE FROM locks WHERE session_id = ? AND run_id = ?", (session_id, run_id)
+                "UPDATE locks SET released = 1 WHERE session_id = ? AND token = ?",
+                (lease.session_id, lease.token),
             ),
         )
 

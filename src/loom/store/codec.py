@@ -1,0 +1,326 @@
+"""The one serialisation every store uses: messages, events, ledger entries and run records.
+
+Both built-in stores keep exactly what this module produces (``SQLiteStore`` in its columns,
+``MemoryStore`` in its lists) and read it back through it, so a value that cannot be stored
+fails the same way on both, before anything of the step is committed (issue #12: tests on the
+in-memory store passed while SQLite failed).
+
+What a value becomes:
+
+- JSON values (dict, list, str, int, float, bool, None) are kept as they are; NaN and
+  infinities are kept (written ``NaN``, ``Infinity``, as Python's ``json`` does), also in
+  pydantic models, whose own JSON form would make them ``null``.
+- Other values are stored as their JSON form and read back as it: ``datetime`` / ``date`` /
+  ``time`` → ISO 8601 strings, ``timedelta`` → ISO 8601 durations, tuples and sets → lists,
+  ``UUID`` / ``Decimal`` / ``Path`` / enums → their text or value, pydantic models and
+  dataclasses → objects, ``bytes`` → text when they are UTF-8.
+- Text that is not valid Unicode (a *lone surrogate*, as ``os.fsdecode`` makes of a file
+  name that is not UTF-8, or half of a broken UTF-16 pair) is escaped, not refused: each lone
+  surrogate becomes the six visible characters ``\\udcXX`` (a backslash, ``u`` and its four
+  hex digits), in keys and values alike; a high and low surrogate that form a pair become
+  the character they encode. The escape is not undone on reading: the text stays valid
+  UTF-8 everywhere it goes (SQLite, JSONL exports, a model provider's API).
+- Anything else raises :class:`~loom.errors.SerializationError` naming the field: an object
+  with no JSON form, a structure that refers to itself, one nested deeper than
+  :data:`MAX_DEPTH` levels (it could be written but not read back), bytes that are not UTF-8.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import fields, is_dataclass
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel, TypeAdapter
+from pydantic_core import PydanticSerializationError, from_json, to_json
+
+from loom.errors import SerializationError
+from loom.events import AgentEvent
+from loom.messages import Message, ToolResult, Usage
+from loom.store.base import LedgerEntry, RunRecord
+
+__all__ = [
+    "MAX_DEPTH",
+    "EventRow",
+    "LedgerRow",
+    "RunRow",
+    "decode_event",
+    "decode_ledger",
+    "decode_messages",
+    "decode_run",
+    "decode_value",
+    "encode_event",
+    "encode_ledger",
+    "encode_message",
+    "encode_run",
+    "encode_value",
+    "scrub_text",
+]
+
+#: The deepest nesting a stored value may have. The JSON parser that reads values back (jiter,
+#: inside pydantic) stops at 200 levels; a few are kept for the envelope (a message's fields,
+#: the list a transcript is read into).
+MAX_DEPTH = 190
+
+_MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
+# A high surrogate followed by a low one (a UTF-16 pair left split), or a lone surrogate.
+_SURROGATES = re.compile("([\ud800-\udbff][\udc00-\udfff])|[\ud800-\udfff]")
+
+
+# -- text and values --------------------------------------------------------------------------
+def _fix_surrogate(match: re.Match[str]) -> str:
+    pair = match.group(1)
+    if pair is not None:
+        return pair.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+    return f"\\u{ord(match.group(0)):04x}"
+
+
+def scrub_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by its visible ``\\udcXX`` escape."""
+    if text.isascii():  # the common case costs one C call
+        return text
+    return _SURROGATES.sub(_fix_surrogate, text)
+
+
+def _scrub(value: Any) -> Any:
+    """``value`` with every string in it scrubbed (containers and models rebuilt as JSON)."""
+    if isinstance(value, str):
+        return scrub_text(value)
+    if isinstance(value, dict):
+        return {_scrub(k): _scrub(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_scrub(v) for v in value]
+    if isinstance(value, BaseModel):  # python mode: strings are not encoded yet
+        return _scrub(value.model_dump())
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _scrub(getattr(value, f.name)) for f in fields(value)}
+    return value
+
+
+def _children(value: Any) -> list[tuple[str, Any]]:
+    if isinstance(value, BaseModel):
+        return [(f".{name}", getattr(value, name)) for name in type(value).model_fields]
+    if is_dataclass(value) and not isinstance(value, type):
+        return [(f".{f.name}", getattr(value, f.name)) for f in fields(value)]
+    if isinstance(value, dict):
+        return [(f"[{k!r}]", v) for k, v in value.items()]
+    if isinstance(value, list | tuple | set | frozenset):
+        return [(f"[{i}]", v) for i, v in enumerate(value)]
+    return []
+
+
+def _locate(value: Any, path: str, seen: set[int], depth: int) -> tuple[str, str] | None:
+    """Where in ``value`` the first part without a JSON form is, and why (failure path only)."""
+    if depth > MAX_DEPTH:
+        return path, f"is nested more than {MAX_DEPTH} levels deep"
+    kids = _children(value)
+    if kids:
+        if id(value) in seen:
+            return path, "refers to itself (a circular reference)"
+        seen.add(id(value))
+        for step, child in kids:
+            found = _locate(child, path + step, seen, depth + 1)
+            if found is not None:
+                return found
+        seen.discard(id(value))
+        return None
+    try:
+        to_json(value, inf_nan_mode="constants")
+    except PydanticSerializationError as exc:
+        return path, f"has no JSON form ({type(value).__name__}: {exc})"
+    return None
+
+
+def _refuse(value: Any, what: str, exc: Exception | None) -> SerializationError:
+    found = _locate(value, "", set(), 0)
+    if found is not None:
+        where, why = found
+        if len(where) > 120:  # a very deep path: its start and its end say enough
+            where = f"{where[:80]}…{where[-30:]}"
+        detail = f"{what}{where} {why}"
+    else:
+        detail = f"{what} cannot be stored as JSON ({exc})"
+    return SerializationError(
+        f"{detail}. Nothing of this step was saved. Store only JSON-compatible values "
+        "(dict, list, str, int, float, bool, None, datetime, pydantic models); convert other "
+        "objects (for example with str() or .model_dump()) before returning or storing them."
+    )
+
+
+def encode_value(value: Any, what: str) -> str:
+    """``value`` as JSON text, valid UTF-8, readable back by :func:`decode_value`.
+
+    Raises:
+        SerializationError: ``value`` has no JSON form; the message names the part (``what``
+            is the field's name, e.g. ``"tool result"``).
+    """
+    try:
+        # A model's own JSON form would turn NaN and infinities into null, which a float field
+        # then refuses on reading (a session that cannot be loaded); its Python form keeps them.
+        plain = value.model_dump() if isinstance(value, BaseModel) else value
+        text = to_json(plain, inf_nan_mode="constants").decode()
+    except PydanticSerializationError as exc:
+        if "surrogates not allowed" not in str(exc):
+            raise _refuse(value, what, exc) from None
+        try:  # the rare path: scrub every string of the JSON tree, then encode that
+            text = to_json(_scrub(value), inf_nan_mode="constants").decode()
+        except (ValueError, RecursionError) as exc2:  # PydanticSerializationError too
+            raise _refuse(value, what, exc2) from None
+    except (ValueError, RecursionError) as exc:
+        raise _refuse(value, what, exc) from None
+    # Reading stops at 200 levels; only text with that many brackets can be that deep, so the
+    # trial read runs for big values only (a typical step has a few dozen brackets).
+    if text.count("[") + text.count("{") >= MAX_DEPTH:
+        try:
+            from_json("[[[[[[[[[[" + text + "]]]]]]]]]]")
+        except ValueError:
+            raise SerializationError(
+                f"{what} is nested more than {MAX_DEPTH} levels deep, deeper than can be "
+                "read back. Nothing of this step was saved. Flatten the value (or store it "
+                "as a string) before returning or storing it."
+            ) from None
+    return text
+
+
+def decode_value(text: str) -> Any:
+    """The JSON value :func:`encode_value` wrote."""
+    return from_json(text)
+
+
+# -- messages ---------------------------------------------------------------------------------
+def encode_message(message: Message) -> str:
+    """One message as JSON text (the ``data`` column of SQLite's ``messages`` table)."""
+    return encode_value(message, f"{message.role} message")
+
+
+def decode_messages(texts: Sequence[str]) -> list[Message]:
+    """The messages :func:`encode_message` wrote, in order (one parse for all of them)."""
+    if not texts:
+        return []
+    return _MESSAGES.validate_json("[" + ",".join(texts) + "]")
+
+
+# -- events -----------------------------------------------------------------------------------
+class EventRow(NamedTuple):
+    """An event as stored: plain columns and its ``data`` as JSON text."""
+
+    run_id: str
+    sequence: int
+    type: str
+    iteration: int
+    timestamp: float
+    data: str
+
+
+def encode_event(event: AgentEvent) -> EventRow:
+    """An event as stored (its fields from ``AgentEvent.to_dict``)."""
+    d = event.to_dict()
+    data = d["data"]
+    return EventRow(
+        scrub_text(d["run_id"]),
+        d["sequence"],
+        d["type"],
+        d["iteration"],
+        d["timestamp"],
+        encode_value(data, f"{d['type']} event data") if data else "{}",
+    )
+
+
+def decode_event(session_id: str, row: Sequence[Any]) -> AgentEvent:
+    """The event of a stored :class:`EventRow` (through ``AgentEvent.from_dict``)."""
+    return AgentEvent.from_dict(
+        {
+            "type": row[2],
+            "run_id": row[0],
+            "session_id": session_id,
+            "iteration": row[3],
+            "sequence": row[1],
+            "timestamp": row[4],
+            "data": from_json(row[5]),
+        }
+    )
+
+
+# -- ledger -----------------------------------------------------------------------------------
+class LedgerRow(NamedTuple):
+    """A ledger entry as stored: plain columns, arguments and result as JSON text."""
+
+    run_id: str
+    tool_call_id: str
+    name: str
+    status: str
+    effect: str
+    arguments: str
+    result: str | None
+    timestamp: float
+
+
+def encode_ledger(entry: LedgerEntry) -> LedgerRow:
+    """A ``LedgerEntry`` as stored; its ``ToolResult`` goes through :func:`encode_value`."""
+    return LedgerRow(
+        scrub_text(entry.run_id),
+        scrub_text(entry.tool_call_id),
+        scrub_text(entry.name),
+        entry.status,
+        entry.effect,
+        encode_value(entry.arguments, f"arguments of tool call {entry.name!r}"),
+        encode_value(entry.result, f"result of tool call {entry.name!r}")
+        if entry.result is not None
+        else None,
+        entry.timestamp.timestamp(),
+    )
+
+
+def decode_ledger(session_id: str, row: Sequence[Any]) -> LedgerEntry:
+    """The ``LedgerEntry`` of a stored :class:`LedgerRow`."""
+    return LedgerEntry(
+        run_id=row[0],
+        session_id=session_id,
+        tool_call_id=row[1],
+        name=row[2],
+        status=row[3],
+        arguments=from_json(row[5]),
+        effect=row[4],
+        result=ToolResult.model_validate_json(row[6]) if row[6] is not None else None,
+        timestamp=datetime.fromtimestamp(row[7], UTC),
+    )
+
+
+# -- run records ------------------------------------------------------------------------------
+class RunRow(NamedTuple):
+    """A run record as stored: plain columns and its ``data`` as JSON text."""
+
+    run_id: str
+    status: str
+    input_tokens: int
+    output_tokens: int
+    requests: int
+    timestamp: float
+    data: str
+
+
+def encode_run(run: RunRecord) -> RunRow:
+    """A ``RunRecord`` as stored."""
+    return RunRow(
+        scrub_text(run.run_id),
+        scrub_text(run.status),
+        run.usage.input_tokens,
+        run.usage.output_tokens,
+        run.usage.requests,
+        run.timestamp.timestamp(),
+        encode_value(run.data, f"data of run record {run.status!r}") if run.data else "{}",
+    )
+
+
+def decode_run(session_id: str, row: Sequence[Any]) -> RunRecord:
+    """The ``RunRecord`` of a stored :class:`RunRow`."""
+    return RunRecord(
+        run_id=row[0],
+        session_id=session_id,
+        status=row[1],
+        usage=Usage(input_tokens=row[2], output_tokens=row[3], requests=row[4]),
+        timestamp=datetime.fromtimestamp(row[5], UTC),
+        data=from_json(row[6]),
+    )

@@ -48,9 +48,15 @@ def test_plain_functions_become_tools() -> None:
     assert agent.tool_specs[0].description == "Double it."
 
 
-def test_model_string_is_resolved_lazily() -> None:
-    agent = Agent(model="nosuch:thing")  # no error until the model is needed
+def test_unknown_model_provider_fails_at_construction() -> None:
+    # the provider is checked when the agent is built (issue 12 #17), the model loaded later
     from loom.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="unknown model provider 'nosuch'"):
-        _ = agent.model
+        Agent(model="nosuch:thing")
+
+
+def test_model_string_is_loaded_lazily() -> None:
+    # a known provider is not loaded until the first run needs it
+    agent = Agent(model="openai-compatible:http://127.0.0.1:9/v1#m")
+    assert agent.model_spec == "openai-compatible:http://127.0.0.1:9/v1#m"

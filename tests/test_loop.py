@@ -63,6 +63,7 @@ async def test_two_tool_run_event_sequence() -> None:
     events = await collect(Agent(model=model, tools=[add]))
     assert types(events) == [
         E.AGENT_START,
+        E.USER_MESSAGE,  # the user's message enters the transcript after INTAKE
         E.ITERATION_START,
         E.CONTEXT_ASSEMBLY_START,
         E.CONTEXT_ASSEMBLY_COMPLETE,

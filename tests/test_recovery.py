@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from loom import Agent, RunContext, tool
-from loom.events import AgentEvent, EventType
+from loom.events import EventType, make_event
 from loom.messages import Message, ModelResponse, ToolCall
 from loom.store import MemoryStore, SQLiteStore
 from loom.store.base import LedgerEntry, RunRecord
@@ -66,14 +66,14 @@ async def crash_state(
     await store.append(
         session,
         messages=[Message.user("do things")],
-        events=[AgentEvent(EventType.AGENT_START, run, session, 0, 0, {"message": "do things"})],
+        events=[make_event(EventType.AGENT_START, run, session, 0, 0, {"message": "do things"})],
         run=RunRecord(run, session, "running"),
     )
     await store.append(
         session,
         messages=[Message.assistant("", calls)],
         events=[
-            AgentEvent(
+            make_event(
                 EventType.LLM_TOOL_CALLS,
                 run,
                 session,
@@ -81,7 +81,7 @@ async def crash_state(
                 1,
                 {"tool_calls": [c.model_dump() for c in calls]},
             ),
-            AgentEvent(EventType.LLM_COMPLETE, run, session, 1, 2, {"text": ""}),
+            make_event(EventType.LLM_COMPLETE, run, session, 1, 2, {"text": ""}),
         ],
     )
     if started:
@@ -139,9 +139,18 @@ async def test_open_calls_resolved_by_effect(store: Any) -> None:
     sent = [m.role for m in seen[0]]
     assert sent[-5:] == ["assistant", "tool", "tool", "tool", "user"]
     assert await store.open_runs("s") == []
-    journal = await store.load_events("s", "run_dead")
-    assert journal[-1].type is EventType.AGENT_FINISH
-    assert journal[-1].data["stop_reason"] == "crashed" and journal[-1].data["recovered"]
+    # One journal: the recovering run records the dead run's end and the recovered results.
+    journal = await store.load_events("s", r.run_id)
+    closed = [e for e in journal if e.type is EventType.RUN_RECOVERED]
+    assert [(e.data["recovered_run_id"], e.data["stop_reason"]) for e in closed] == [
+        ("run_dead", "crashed")
+    ]
+    recovered = {e.data["tool_call_id"]: e.data["metadata"]["recovered"] for e in journal
+                 if e.type in (EventType.TOOL_RESULT, EventType.TOOL_ERROR)}  # fmt: skip
+    assert recovered == {calls[0].id: "interrupted", calls[1].id: "rerun", calls[2].id: "rerun"}
+    assert not any(
+        e.type is EventType.AGENT_FINISH for e in await store.load_events("s", "run_dead")
+    )
 
 
 async def test_calls_that_never_started_are_marked_not_run(store: Any) -> None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from loom.errors import AgentDefinitionError, ConfigurationError, InputError
 from loom.events import AgentEvent
 from loom.hooks import compile_hooks
-from loom.messages import Effect, RunResult
+from loom.messages import Effect, RunResult, ToolSpec
 from loom.models.base import Model, ModelSettings
 from loom.store.base import Store
 from loom.tools.base import FunctionTool, Tool, spec_of
@@ -159,6 +159,7 @@ class Agent:
     """
 
     __slots__ = (
+        "__weakref__",
         "_given",
         "approval_handler",
         "compiled_hooks",
@@ -189,8 +190,37 @@ class Agent:
         "tools",
         "toolsets",
         "workspace",
-        "__weakref__",
     )
+    _given: Mapping[str, Any]
+    approval_handler: Any
+    compiled_hooks: dict[str, list[Any]]
+    context_builder: ContextBuilder | None
+    context_window: int | None
+    default_store: Store | None
+    deps: Any
+    hooks: tuple[object, ...]
+    instructions: str
+    judges: JudgePanel | None
+    lock_ttl: float
+    max_iterations: int
+    max_message_chars: int
+    max_queue_depth: int
+    max_result_chars: int | None
+    max_tool_calls: int
+    memory: MemoryConfig | None
+    model_settings: ModelSettings | None
+    model_spec: str | Model | None
+    name: str
+    patterns: PatternLibrary | None
+    permissions: Any
+    queue_timeout: float
+    reserved_output_tokens: int | None
+    timeout: float
+    tool_specs: list[ToolSpec]
+    tool_timeout: float
+    tools: Mapping[str, Tool]
+    toolsets: tuple[Any, ...]
+    workspace: Path | None
 
     def __init__(
         self,
@@ -502,4 +532,3 @@ class Agent:
     def given(self) -> Mapping[str, Any]:
         """The arguments this agent was built with (read-only)."""
         return self._given
-

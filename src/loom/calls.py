@@ -87,7 +87,9 @@ class CallRunner:
                 t.cancel()
         return results
 
-    async def _screen(self, index: int, call: ToolCall) -> tuple[ToolCall | None, ToolResult | None]:
+    async def _screen(
+        self, index: int, call: ToolCall
+    ) -> tuple[ToolCall | None, ToolResult | None]:
         """Limits, hooks and approval for one call: (call to run, or None) and a refusal."""
         limit = self.agent.max_tool_calls
         if self.made + index >= limit:
@@ -107,9 +109,13 @@ class CallRunner:
             return call, None
         return await self._approval(call, ask.reason)
 
-    async def _approval(self, call: ToolCall, reason: str) -> tuple[ToolCall | None, ToolResult | None]:
+    async def _approval(
+        self, call: ToolCall, reason: str
+    ) -> tuple[ToolCall | None, ToolResult | None]:
         j = self.journal
-        p = PendingApproval(j.session_id, j.run_id, call.id, call.name, dict(call.arguments), reason)
+        p = PendingApproval(
+            j.session_id, j.run_id, call.id, call.name, dict(call.arguments), reason
+        )
         await j.commit([j.event(ApprovalRequired, tool_call_id=call.id, tool_name=call.name,
                                 arguments=dict(call.arguments), reason=reason)])  # fmt: skip
         handler = self.agent.approval_handler

@@ -170,8 +170,6 @@ class AgentEvent:
             parent_run_id=d.get("parent_run_id"),
         )
         if validate and not isinstance(event, UnknownEvent):
-            from pydantic import TypeAdapter
-
             adapter: TypeAdapter[Any] = _adapter_for(type(event))
             adapter.validate_python(
                 {f.name: getattr(event, f.name) for f in fields(event)}, strict=False
@@ -513,7 +511,7 @@ class RunRecovered(AgentEvent):
 
 @_payload
 @dataclass(slots=True, kw_only=True)
-class Warning(AgentEvent):  # noqa: A001 - the event's name; never imported bare
+class Warning(AgentEvent):
     """Something the user should know that did not stop the run (a tool server failed, text
     was made representable, ...). Also in ``RunResult.warnings``."""
 
@@ -634,5 +632,6 @@ def event_adapter() -> TypeAdapter[Any]:
 
     from pydantic import Field, TypeAdapter
 
-    union = Union[tuple(EVENT_CLASSES.values())]  # type: ignore[valid-type]  # noqa: UP007
-    return TypeAdapter(Annotated[union, Field(discriminator="type")])
+    union: Any = Union[tuple(EVENT_CLASSES.values())]  # noqa: UP007
+    annotated: Any = Annotated[union, Field(discriminator="type")]
+    return TypeAdapter(annotated)

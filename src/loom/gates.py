@@ -16,8 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from loom.errors import InputError, QueueFull, QueueTimeout, SessionBusy
-from loom.errors import LeaseLost
+from loom.errors import InputError, LeaseLost, QueueFull, QueueTimeout, SessionBusy
 from loom.store.base import Lease, Store
 
 __all__ = ["OnBusy", "SessionGate", "acquire", "keep_alive", "release"]

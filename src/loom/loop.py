@@ -21,20 +21,49 @@ from typing import TYPE_CHECKING, Any
 from loom import gates
 from loom.calls import CallRunner
 from loom.context import AssembledContext, ContextRequest
-from loom.errors import ConfigurationError, HookError, ModelAuthError, ModelError
-from loom.errors import ModelResponseError, RunCancelled  # fmt: skip
+from loom.errors import (  # fmt: skip
+    ConfigurationError,
+    HookError,
+    ModelAuthError,
+    ModelError,
+    ModelResponseError,
+    RunCancelled,
+)
 from loom.events import (
-    AgentEvent, AgentFinish, AgentStart, ContextAssemblyComplete, ContextAssemblyStart,
-    ErrorEvent, EventType, IterationStart, JudgeRetry, JudgeStart, LlmComplete, LlmDelta,
-    LlmRetry, LlmStart, LlmToolCalls, MemoryRecord, PatternsMatched, PersistStart, Recursion,
-    RunRecovered, StateChange, UserMessage,
+    AgentEvent,
+    AgentFinish,
+    AgentStart,
+    ContextAssemblyComplete,
+    ContextAssemblyStart,
+    ErrorEvent,
+    EventType,
+    IterationStart,
+    JudgeRetry,
+    JudgeStart,
+    LlmComplete,
+    LlmDelta,
+    LlmRetry,
+    LlmStart,
+    LlmToolCalls,
+    MemoryRecord,
+    PatternsMatched,
+    PersistStart,
+    Recursion,
+    RunRecovered,
+    StateChange,
+    UserMessage,
 )  # fmt: skip
 from loom.hooks import HookContext, HookRunner
 from loom.journal import Journal
 from loom.messages import Message, ModelResponse, RunResult, StopReason, ToolCall, Usage, new_id
 from loom.models.base import RetryNotice, TextDelta
-from loom.policy.approval import apply_decision, expired_result, match_decisions
-from loom.policy.approval import pending_approvals, unanswered_calls  # fmt: skip
+from loom.policy.approval import (  # fmt: skip
+    apply_decision,
+    expired_result,
+    match_decisions,
+    pending_approvals,
+    unanswered_calls,
+)
 from loom.recovery import CRASHED, call_of, find_loose_ends, never_started, outcome_unknown
 from loom.store.base import RunRecord
 
@@ -75,7 +104,12 @@ class Turn:
         self.run_id = new_id("run")
         self.message, self.resume = message or "", resume
         self.on_busy, self.user_deps, self.parent_run_id = on_busy, deps, parent_run_id
-        self.iteration, self.state, self.usage, self.output = 0, S.WAITING_FOR_USER_INPUT, Usage(), ""
+        self.iteration, self.state, self.usage, self.output = (
+            0,
+            S.WAITING_FOR_USER_INPUT,
+            Usage(),
+            "",
+        )
         self.verdict: dict[str, Any] | None = None  # the judge panel's latest, if any
         self.result: RunResult | None = None
         self.cancel_reason: str | None = None
@@ -106,7 +140,8 @@ class Turn:
         self.j = Journal(rt.store, self.session_id, self.run_id, [], lease=gate.lease,
                          parent_run_id=self.parent_run_id, observers=rt.observers)  # fmt: skip
         self.j.emit = emit
-        started, stop, error, raise_after = time.perf_counter(), "completed", None, None
+        started, stop, error = time.perf_counter(), "completed", None
+        raise_after: BaseException | None = None
         try:
             async with asyncio.timeout(a.timeout):
                 await self._intake()

@@ -11,8 +11,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
-    "Message",
     "Effect",
+    "Message",
     "ModelResponse",
     "Role",
     "RunResult",

@@ -91,8 +91,8 @@ def outcome_unknown(call: ToolCall) -> ToolResult:
 
 
 def never_started(call: ToolCall) -> ToolResult:
-    return error_result(call, "interrupted", f"the run stopped before this call started: "
-                        f"{call.name} did not run. Call it again if it is still needed.")  # fmt: skip
+    why = f"the run stopped before this call started: {call.name} did not run. Call it again "
+    return error_result(call, "interrupted", why + "if it is still needed.")
 
 
 def call_of(entry: LedgerEntry) -> ToolCall:

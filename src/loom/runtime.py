@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -263,7 +263,7 @@ class Runtime:
         deps: Any = None,
         cancel: asyncio.Event | None = None,
         parent_run_id: str | None = None,
-    ) -> AsyncIterator[AgentEvent]:
+    ) -> AsyncGenerator[AgentEvent, None]:
         """Run one turn of ``agent`` and yield its events as they happen (see ``Agent.stream``)."""
         turn = self._turn(agent, message, session_id, on_busy, deps, parent_run_id=parent_run_id)
         events = drive(turn, cancel)
@@ -312,7 +312,7 @@ class Runtime:
 
     async def resume_stream(
         self, agent: Agent, session_id: str, decisions: Any = True, *, deps: Any = None
-    ) -> AsyncIterator[AgentEvent]:
+    ) -> AsyncGenerator[AgentEvent, None]:
         """``resume`` that yields the continued turn's events."""
         events = drive(await self._resume_turn(agent, session_id, decisions, deps))
         try:
@@ -345,7 +345,7 @@ class Runtime:
         await self.aclose()
 
 
-_MODELS: dict[str, Any] = {}
+_MODELS: dict[str, Model] = {}
 
 
 def _shared_model(spec: str | None) -> Model:
@@ -359,7 +359,7 @@ def _shared_model(spec: str | None) -> Model:
     model = _MODELS.get(key)
     if model is None:
         model = _MODELS[key] = resolve_model(key)
-    return model  # type: ignore[no-any-return]
+    return model
 
 
 _DEFAULTS: weakref.WeakKeyDictionary[Agent, Runtime] = weakref.WeakKeyDictionary()
@@ -369,7 +369,7 @@ _BY_STORE: weakref.WeakKeyDictionary[Any, Runtime] = weakref.WeakKeyDictionary()
 def runtime_for(agent: Agent) -> Runtime:
     """The default runtime of ``agent``: the process's runtime for its ``store=`` (shared by
     every agent on that store), else one private to the agent with an in-memory store."""
-    store = agent.store
+    store = agent.default_store
     if store is not None:
         rt = _BY_STORE.get(store)
         if rt is None:

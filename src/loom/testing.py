@@ -21,9 +21,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from loom.errors import InputError, ModelResponseError
-from loom.messages import Message, ModelResponse, ToolCall, Usage
+from loom.messages import Message, ModelResponse, ToolCall, ToolSpec, Usage
 from loom.models.base import ModelSettings, StreamPart, TextDelta, ToolCallDelta
-from loom.messages import ToolSpec
 
 __all__ = ["FunctionModel", "ModelCall", "ScriptedModel", "demo_model"]
 

@@ -50,7 +50,7 @@ async def test_matched_patterns_go_into_rom_for_every_call_of_the_turn() -> None
         (p["score"] for p in data["patterns"]), reverse=True
     )
     assert data["library_version"] == 0 and data["library_size"] == len(library)
-    assert matched[0].iteration == 1
+    assert matched[0].iteration == 0  # matched at INTAKE, before the first iteration
     assert events.index(matched[0]) < next(i for i, e in enumerate(events) if e.type is E.LLM_START)
 
     # Both model calls got the same system message: instructions + the matched pattern.

@@ -15,7 +15,7 @@ import pytest
 
 from loom import Agent
 from loom.errors import ConfigurationError, SchemaTooNew, StoreCorrupt, StoreError
-from loom.events import AgentEvent, EventType
+from loom.events import EventType, make_event
 from loom.messages import Message, ModelResponse, ToolCall
 from loom.store import SQLiteStore
 from loom.store._sqlite_db import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
@@ -42,7 +42,7 @@ async def test_data_survives_reopen(tmp_path: Path) -> None:
     await s.append(
         "s",
         messages=turn,
-        events=[AgentEvent(EventType.AGENT_START, "r", "s", 0, 0, {"message": "x"})],
+        events=[make_event(EventType.AGENT_START, "r", "s", 0, 0, {"message": "x"})],
         ledger=[LedgerEntry("r", "s", "c", "lookup", "started")],
         run=RunRecord("r", "s", "running"),
     )
@@ -172,7 +172,7 @@ async def test_full_disk_loses_nothing_committed(tmp_path: Path) -> None:
         await s.append(
             "s",
             messages=[Message.user("x" * 200_000)],
-            events=[AgentEvent(EventType.ERROR, "r", "s", 0, 0, {})],
+            events=[make_event(EventType.ERROR, "r", "s", 0, 0, {})],
         )
     assert [m.content for m in await s.load_messages("s")] == ["committed before"]
     info = await s.get_session("s")
@@ -196,7 +196,7 @@ async def test_failed_statement_rolls_back_the_whole_step(tmp_path: Path) -> Non
             "s",
             messages=[Message.user("lost together")],
             ledger=[LedgerEntry("r", "s", "c", "t", "started")],
-            events=[AgentEvent(EventType.ERROR, "r", "s", 0, 0, {})],
+            events=[make_event(EventType.ERROR, "r", "s", 0, 0, {})],
         )
     assert await s.load_messages("s") == []
     assert await s.open_tool_calls("s") == []

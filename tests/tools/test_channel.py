@@ -15,7 +15,7 @@ from loom.messages import Message, ModelResponse, ToolCall
 from loom.store import MemoryStore, SQLiteStore
 from loom.store.base import new_error_id
 from loom.testing import FunctionModel, ScriptedModel
-from loom.tools.channel import summarize_error, truncate_error
+from loom.tools.channel import result_tool, summarize_error, truncate_error
 
 ERR_ID = re.compile(r"err_\d{8}_\d{6}_[0-9a-f]{6}")
 
@@ -73,22 +73,44 @@ async def test_an_error_id_clash_draws_a_new_id(
     assert stored is not None and stored.raw_error == {"m": 2}
 
 
-def test_builtin_tools_only_with_a_capable_store(store: SQLiteStore) -> None:
-    assert {"get_error_detail", "get_tool_result"} <= set(Agent(store=store).tools)
-    assert [s.name for s in Agent(store=store).tool_specs][-2:] == [
-        "get_error_detail",
-        "get_tool_result",
-    ]
-    assert "get_tool_result" not in Agent(store=store, max_result_chars=None).tools
-    assert not {"get_error_detail", "get_tool_result"} & set(Agent().tools)
-    assert not {"get_error_detail", "get_tool_result"} & set(Agent(store=MemoryStore()).tools)
+async def _offered(agent: Agent) -> list[tuple[str, str]]:
+    """(name, description) of the tools the model is offered on a turn of ``agent``."""
+    seen: list[list[tuple[str, str]]] = []
+
+    def fn(messages: list[Message], tools: list[Any]) -> str:
+        seen.append([(t.name, t.description) for t in tools])
+        return "ok"
+
+    await agent.replace(model=FunctionModel(fn)).run("hi")
+    return seen[0]
+
+
+@tool
+def noop() -> str:
+    """Do nothing."""
+    return ""
+
+
+async def test_builtin_tools_offered_only_with_a_capable_store_and_own_tools(
+    store: SQLiteStore,
+) -> None:
+    names = [n for n, _ in await _offered(Agent(store=store, tools=[noop]))]
+    assert names == ["noop", "get_error_detail", "get_tool_result"]
+    no_pages = Agent(store=store, tools=[noop], max_result_chars=None)
+    assert [n for n, _ in await _offered(no_pages)] == ["noop", "get_error_detail"]
+    # issue 12 #7: with no tools of its own there is nothing for them to serve, and offering
+    # them pushed the small local model into tool-call JSON
+    assert await _offered(Agent(store=store)) == []
+    assert [n for n, _ in await _offered(Agent(tools=[noop]))] == ["noop"]
+    assert [n for n, _ in await _offered(Agent(store=MemoryStore(), tools=[noop]))] == ["noop"]
 
     @tool(name="get_error_detail")
     def mine(error_id: str) -> str:
         """The user's own."""
         return "mine"
 
-    assert Agent(store=store, tools=[mine]).tools["get_error_detail"] is mine
+    offered = await _offered(Agent(store=store, tools=[mine]))
+    assert [d for n, d in offered if n == "get_error_detail"] == ["The user's own."]
 
 
 @tool(effect="pure")
@@ -305,7 +327,7 @@ async def test_large_results_off_and_bad_refs(store: SQLiteStore) -> None:
             "b",
         ]
     )
-    await Agent(model=model, store=store).run("y", session_id="t")
+    await Agent(model=model, tools=[dump], store=store).run("y", session_id="t")
     codes = [m.metadata["error_code"] for m in await store.load_messages("t") if m.role == "tool"]
     assert codes == ["RESULT_NOT_FOUND", "RESULT_NOT_FOUND"]
 
@@ -322,7 +344,7 @@ async def test_get_tool_result_offsets(store: SQLiteStore) -> None:
 
     await store.save_result(StoredResult("res_abc", "s", "dump", "0123456789"))
     ctx = RunContext("s", "r", "c", store=store)
-    t = Agent(store=store).tools["get_tool_result"]
+    t = result_tool(8000)
     out = await t.run(ctx, t.validate({"ref": "res_abc", "offset": 4, "length": 3}))
     assert out == (
         '[res_abc: characters 4-7 of 10; continue with get_tool_result(ref="res_abc", '

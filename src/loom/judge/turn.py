@@ -47,8 +47,7 @@ async def review_answer(
     verdict = await panel.evaluate(
         question,
         answer,
-        JudgeContext(messages=list(history), attempt=attempt, session_id=session_id,
-                     run_id=run_id),  # fmt: skip
+        JudgeContext(messages=list(history), attempt=attempt, session_id=session_id, run_id=run_id),
     )
     data = verdict.to_dict()
     data["history"] = [*previous.get("history", []), verdict.score]

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from loom.events import EventType
-from loom.messages import Message
+from loom.messages import Message, ToolSpec
 from loom.models.base import ModelSettings, complete
-from loom.messages import ToolSpec
 
 __all__ = [
     "FLUSH_SYSTEM",

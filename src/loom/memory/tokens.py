@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from loom.errors import ConfigurationError, MissingDependencyError
-from loom.messages import JSON_ENCODER, Message
-from loom.messages import ToolSpec
+from loom.messages import JSON_ENCODER, Message, ToolSpec
 
 __all__ = [
     "EstimateCounter",

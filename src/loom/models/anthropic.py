@@ -25,7 +25,7 @@ from loom.errors import (
     ModelResponseError,
     ModelUnavailable,
 )
-from loom.messages import Message, ModelResponse, ToolCall, Usage
+from loom.messages import Message, ModelResponse, ToolCall, ToolSpec, Usage
 from loom.models.base import ModelSettings, StreamPart, TextDelta, ToolCallDelta
 from loom.models.resilience import (
     CircuitBreaker,
@@ -36,7 +36,6 @@ from loom.models.resilience import (
     connection_failure,
     resilient_stream,
 )
-from loom.messages import ToolSpec
 
 __all__ = ["AnthropicModel", "from_spec", "to_anthropic_messages"]
 

@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from loom.errors import ModelResponseError
-from loom.messages import Message, ModelResponse
-from loom.messages import ToolSpec
+from loom.messages import Message, ModelResponse, ToolSpec
 
 __all__ = [
     "Model",

@@ -35,7 +35,7 @@ from loom.errors import (
     MissingDependencyError,
     ModelResponseError,
 )
-from loom.messages import Message, ModelResponse, Usage
+from loom.messages import Message, ModelResponse, ToolSpec, Usage
 from loom.models.base import ModelSettings, StreamPart, TextDelta, ToolCallDelta
 from loom.models.local_prompt import (
     AnswerStream,
@@ -46,7 +46,6 @@ from loom.models.local_prompt import (
     tool_rounds_since_user,
     tools_schema,
 )
-from loom.messages import ToolSpec
 
 __all__ = ["BUNDLED_MODEL_FILE", "LocalModel", "bundled_model_path", "from_spec"]
 

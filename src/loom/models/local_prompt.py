@@ -19,8 +19,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from loom.messages import Message, ToolCall
-from loom.messages import ToolSpec
+from loom.messages import Message, ToolCall, ToolSpec
 
 __all__ = [
     "AnswerStream",

@@ -28,7 +28,7 @@ from loom.errors import (
     ModelResponseError,
     ModelUnavailable,
 )
-from loom.messages import Message, ModelResponse, ToolCall, Usage
+from loom.messages import Message, ModelResponse, ToolCall, ToolSpec, Usage
 from loom.models.base import ModelSettings, StreamPart, TextDelta, ToolCallDelta
 from loom.models.resilience import (
     CircuitBreaker,
@@ -39,7 +39,6 @@ from loom.models.resilience import (
     connection_failure,
     resilient_stream,
 )
-from loom.messages import ToolSpec
 
 __all__ = [
     "OpenAIModel",

@@ -10,7 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from loom.policy.approval import Approve, ApprovalDecision, Edit, PendingApproval, Reject
+    from loom.policy.approval import ApprovalDecision, Approve, Edit, PendingApproval, Reject
     from loom.policy.permissions import PermissionManager, PermissionRule
     from loom.policy.scope import Workspace
 
@@ -26,8 +26,8 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "Approve",
     "ApprovalDecision",
+    "Approve",
     "Edit",
     "PendingApproval",
     "PermissionManager",

@@ -152,7 +152,8 @@ def unanswered_calls(history: Sequence[Message]) -> dict[str, ToolCall]:
     user message closes what was parked, so this reads the tail, not the whole session."""
     start = len(history)
     while start > 0 and not (
-        history[start - 1].role == "user" and not history[start - 1].metadata.get("judge_correction")
+        history[start - 1].role == "user"
+        and not history[start - 1].metadata.get("judge_correction")
     ):
         start -= 1
     tail = history[start:]
@@ -257,12 +258,16 @@ def decision_payload(
     return data
 
 
-def apply_decision(call: ToolCall, decision: ApprovalDecision) -> tuple[ToolCall, ToolResult | None]:
+def apply_decision(
+    call: ToolCall, decision: ApprovalDecision
+) -> tuple[ToolCall, ToolResult | None]:
     """The call to run (edited arguments applied) and, for a rejection, its ``denied`` result."""
     if isinstance(decision, Reject):
         return call, error_result(call, "denied", f"rejected by the user: {decision.reason}")
     if isinstance(decision, Edit):
-        return call.model_copy(update={"arguments": decision.arguments, "raw_arguments": None}), None
+        return call.model_copy(
+            update={"arguments": decision.arguments, "raw_arguments": None}
+        ), None
     return call, None
 
 

@@ -285,7 +285,9 @@ class PermissionManager:
             return PermissionVerdict("ask", f"{shown} needs approval (rule {r}, {r.source})", r)
         if (r := hits(rules, "allow")) is not None:
             return PermissionVerdict("allow", f"allowed by {r}", r)
-        return PermissionVerdict(self.default, f"{shown}: no rule matches; the default is {self.default}")
+        return PermissionVerdict(
+            self.default, f"{shown}: no rule matches; the default is {self.default}"
+        )
 
     # -- the hook -----------------------------------------------------------------------------
     async def before_tool_execution(
@@ -294,9 +296,7 @@ class PermissionManager:
         tool = ctx.tools.get(call.name)
         if self._plainly_allowed(call.name, tool, ctx.remembered):
             return None
-        verdict = self.check(
-            call, tool, workspace=ctx.agent.workspace, remembered=ctx.remembered
-        )
+        verdict = self.check(call, tool, workspace=ctx.agent.workspace, remembered=ctx.remembered)
         if verdict.action == "deny":
             return Deny(verdict.reason)
         if verdict.action == "ask":

@@ -15,8 +15,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from loom.events import AgentEvent
-from loom.messages import Message, ToolResult, Usage, utcnow
-from loom.messages import Effect
+from loom.messages import Effect, Message, ToolResult, Usage, utcnow
 
 __all__ = [
     "ErrorStore",

@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 
 from loom.errors import InputError, LeaseLost, SerializationError
-from loom.events import AgentEvent, EventType
+from loom.events import AgentEvent, EventType, make_event
 from loom.messages import Message, ToolCall, ToolResult, Usage, utcnow
 from loom.store.base import (
     Lease,
@@ -81,7 +81,7 @@ async def _nothing_stored(store: Any, session_id: str) -> None:
 
 
 def _ev(run: str, seq: int, kind: EventType = EventType.ITERATION_START, **data: Any) -> AgentEvent:
-    return AgentEvent(kind, run, "s", 1, seq, data)
+    return make_event(kind, run, "s", 1, seq, data)
 
 
 def _started(run: str, call: str, name: str = "t") -> LedgerEntry:
@@ -166,7 +166,7 @@ class StoreContract:
             ("r2", 0),
             ("r1", 2),
         ]
-        assert every[0].type is EventType.AGENT_START and every[0].data == {"message": "m"}
+        assert every[0].type is EventType.AGENT_START and every[0].data["message"] == "m"
         assert every[1].data == {"note": {"nested": [1]}}
         assert [e.sequence for e in await store.load_events("s", "r1")] == [0, 1, 2]
 
@@ -340,8 +340,9 @@ class StoreContract:
         msgs = [
             Message.user(f"read {bad}"),
             Message.assistant("", [call]),
-            Message(role="tool", content=bad, tool_call_id=call.id, name="ls",
-                    metadata={bad: bad}),  # fmt: skip
+            Message(
+                role="tool", content=bad, tool_call_id=call.id, name="ls", metadata={bad: bad}
+            ),  # fmt: skip
         ]
         started = LedgerEntry("r1", "s", call.id, "ls", "started", {"path": bad})
         result = ToolResult(tool_call_id=call.id, name="ls", data={"files": [bad], bad: 1})
@@ -357,7 +358,7 @@ class StoreContract:
         assert got[1].tool_calls[0].arguments == {"path": name, name: [name]}
         assert got[2].content == name and got[2].metadata == {name: name}
         event = (await store.load_events("s"))[0]
-        assert event.data == {"output": name, name: 2}
+        assert event.extra == {"output": name, name: 2}  # keys TOOL_RESULT does not declare
         opened = await store.open_tool_calls("s")
         assert opened[0].arguments == {"path": name}
         caps = capabilities_of(store)
@@ -385,7 +386,7 @@ class StoreContract:
             "nan": float("inf"),
         }
         assert (await store.load_messages("s"))[0].metadata == expected
-        assert (await store.load_events("s"))[0].data == expected
+        assert (await store.load_events("s"))[0].extra == expected
         assert (await store.open_tool_calls("s"))[0].arguments == expected
         # A float field holding NaN reads back (a model's own JSON form would write null,
         # which the field then refuses: a session that could not be loaded any more).

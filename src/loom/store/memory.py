@@ -155,6 +155,11 @@ class MemoryStore(LegacyLocks):
             return []
         return [codec.decode_run(session_id, r) for r in data.open_runs.values()]
 
+    async def list_runs(self, session_id: str) -> list[RunRecord]:
+        """Every run record (starts and ends) of the session, oldest first (as SQLiteStore)."""
+        data = self._sessions.get(session_id)
+        return [] if data is None else [codec.decode_run(session_id, r) for r in data.runs]
+
     async def load_events(self, session_id: str, run_id: str | None = None) -> list[AgentEvent]:
         data = self._sessions.get(session_id)
         if data is None:

@@ -23,7 +23,6 @@ from loom.messages import ToolCall, ToolResult, new_id
 from loom.store.base import StoredError, StoredResult, new_error_id
 from loom.tools.base import FunctionTool, RunContext, tool
 
-
 __all__ = [
     "ERROR_DETAIL_TOOL",
     "RESULT_TOOL",
@@ -109,16 +108,6 @@ class ResultShaper:
                 return await self.store_large(session_id, run_id, call, result, content)
         return result
 
-
-def builtin_tools(shaper: ResultShaper) -> list[FunctionTool]:
-    """The tools that read what the shaper stored (made once per process, shared by agents)."""
-    out = []
-    if shaper.errors is not None:
-        out.append(error_detail_tool())
-    if shaper.results is not None and shaper.max_result_chars is not None:
-        out.append(result_tool(shaper.max_result_chars))
-    return out
-
     async def submit_error(
         self, session_id: str, run_id: str, call: ToolCall, result: ToolResult
     ) -> ToolResult:
@@ -183,6 +172,16 @@ def builtin_tools(shaper: ResultShaper) -> list[FunctionTool]:
                 "metadata": {**result.metadata, "result_ref": ref, "result_chars": len(content)},
             }
         )
+
+
+def builtin_tools(shaper: ResultShaper) -> list[FunctionTool]:
+    """The tools that read what the shaper stored (made once per process, shared by agents)."""
+    out = []
+    if shaper.errors is not None:
+        out.append(error_detail_tool())
+    if shaper.results is not None and shaper.max_result_chars is not None:
+        out.append(result_tool(shaper.max_result_chars))
+    return out
 
 
 @functools.cache

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from loom import Agent, ToolError, tool
+from loom.journal import transcript
 from loom.messages import Message, ModelResponse, ToolCall
 from loom.store import MemoryStore, SQLiteStore
-from loom.store.replay import replay_session
 from loom.testing import ScriptedModel
 
 
@@ -57,7 +57,7 @@ async def test_replay_rebuilds_the_transcript(kind: str, tmp_path: Path) -> None
     await agent.run("1+2?", session_id="s")
     await agent.run("2+2?", session_id="s")
     stored = await store.load_messages("s")
-    rebuilt = await replay_session(store, "s")
+    rebuilt = transcript(await store.load_events("s"))
     assert len(stored) == 9
     assert [_key(m) for m in rebuilt] == [_key(m) for m in stored]
     await store.close()

@@ -88,6 +88,15 @@ async def execute_call(
         if getattr(t, "runs_inline", False):
             # It never awaits, so a timer could not fire before it returns: skip arming one.
             data = await t.run(ctx, arguments)
+        elif getattr(t, "runs_in_thread", False):
+            # Loom's own thread wrapper ends at once when cancelled (the thread is abandoned),
+            # so no separate task is needed to keep the timeout.
+            try:
+                async with asyncio.timeout(timeout):
+                    data = await t.run(ctx, arguments)
+            except TimeoutError:
+                ctx.cancel_event.set()
+                raise _TimedOut from None
         else:
             data = await _run_limited(t, ctx, arguments, limit=timeout)
     except _TimedOut:

@@ -8,7 +8,15 @@ from typing import Any
 import pytest
 
 from loom import Agent, EventType, ModelResponse, ToolCall, tool
-from loom.hooks import Deny, HookContext, LoggingHook, MetricsHook, ReplaceArguments
+from loom.errors import ConfigurationError, HookDefinitionError
+from loom.hooks import (
+    Deny,
+    HookContext,
+    LoggingHook,
+    MetricsHook,
+    ReplaceArguments,
+    compile_hooks,
+)
 from loom.messages import Message
 from loom.testing import ScriptedModel
 
@@ -147,3 +155,32 @@ async def test_logging_hook_logs(caplog: pytest.LogCaptureFixture) -> None:
     )
     text = caplog.text
     assert "tool echo" in text and "finished: completed" in text
+
+
+# -- misspelled hook points (issue #12 item 18) ----------------------------------------------
+class Misspelled:
+    async def before_tool_exec(self, ctx: HookContext, call: ToolCall) -> None:
+        """Never called: not a hook point."""
+
+    def _before_helper(self) -> None:
+        """Private helpers are not checked."""
+
+    def summary(self) -> str:
+        return "other public methods are fine"
+
+
+def test_a_misspelled_hook_method_is_a_typed_error_naming_the_closest_point() -> None:
+    with pytest.raises(HookDefinitionError, match="did you mean 'before_tool_execution'") as info:
+        Agent(model=ScriptedModel(["x"]), hooks=[Misspelled()])
+    assert "before_tool_exec" in str(info.value)
+    assert isinstance(info.value, ConfigurationError)
+
+
+def test_close_misspellings_without_a_prefix_are_caught_too() -> None:
+    class Typo:
+        def befor_llm_call(self, ctx: HookContext, messages: list[Message]) -> None:
+            """Never called."""
+
+    with pytest.raises(HookDefinitionError, match="did you mean 'before_llm_call'"):
+        compile_hooks([Typo()])
+    assert compile_hooks([LoggingHook(), MetricsHook()])  # the built-in hooks pass

@@ -9,6 +9,8 @@ LoomError
 ├── ConfigurationError            bad agent definition, bad option, unknown provider
 │   ├── AgentDefinitionError      an AGENT.md / YAML file that does not validate
 │   ├── ToolDefinitionError       a function @tool cannot turn into a tool
+│   ├── HookDefinitionError       a hook method's name is not a hook point (names the closest)
+│   ├── PermissionsFileError      a permission rules file cannot be read (path, fix)
 │   ├── MissingDependencyError    an optional extra is not installed
 │   └── PatternError              a pattern library cannot be used as asked
 │       ├── PatternFileError      one pattern file does not parse or validate (path, field)
@@ -23,7 +25,9 @@ LoomError
 │   ├── ModelRequestError         the provider rejected the request (unknown model, bad option)
 │   └── ModelResponseError        the model answered something unusable
 ├── ToolError                     raised *by tools* to send a coded error to the model
-│   └── ScopeViolation            a file tool was asked for a path outside its workspace
+│   ├── ScopeViolation            a file tool was asked for a path outside its workspace
+│   ├── ToolArgumentsError        a call's arguments do not match the tool's schema
+│   └── MCPServerError            an MCP server cannot be reached or answered unusably
 ├── SessionError                  session bookkeeping
 │   ├── SessionNotFound
 │   ├── SessionBusy               on_busy="drop" and the session is running
@@ -40,9 +44,11 @@ LoomError
 ├── JudgeError                    a judge failed; the panel scores it as configured, runs go on
 │   ├── JudgeOutputError          a judge model's answer was not {"score": 0..1, "reason": ...}
 │   └── JudgeTimeout              a judge took longer than its timeout
-├── PermissionDenied              a policy refused an action outside a tool call
+├── ValueNotRepresentable         a value cannot become JSON (contains itself, too deep/large)
 └── RunCancelled                  the caller cancelled a run
 ```
+
+A permission rule that denies a tool call does not raise: the model gets a ``denied`` result.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ __all__ = [
     "DuplicatePatternName",
     "EmptyPatternLibrary",
     "ErrorNotFound",
+    "HookDefinitionError",
     "HookError",
     "InputError",
     "JudgeError",
@@ -62,6 +69,7 @@ __all__ = [
     "JudgeTimeout",
     "LeaseLost",
     "LoomError",
+    "MCPServerError",
     "MissingDependencyError",
     "ModelAuthError",
     "ModelError",
@@ -71,7 +79,7 @@ __all__ = [
     "ModelUnavailable",
     "PatternError",
     "PatternFileError",
-    "PermissionDenied",
+    "PermissionsFileError",
     "QueueFull",
     "QueueTimeout",
     "RunCancelled",
@@ -83,9 +91,11 @@ __all__ = [
     "SessionNotFound",
     "StoreCorrupt",
     "StoreError",
+    "ToolArgumentsError",
     "ToolDefinitionError",
     "ToolError",
     "TranscriptError",
+    "ValueNotRepresentable",
 ]
 
 
@@ -110,6 +120,22 @@ class AgentDefinitionError(ConfigurationError):
 
 class ToolDefinitionError(ConfigurationError):
     """A function cannot be turned into a tool (unsupported signature, bad name, ...)."""
+
+
+class HookDefinitionError(ConfigurationError):
+    """A hook object has a public method that looks like a hook point but is not one.
+
+    Such a method would never be called; the message names the closest hook point. Helper
+    methods whose names start with ``_`` are not checked.
+    """
+
+
+class PermissionsFileError(ConfigurationError):
+    """A permission rules file (``.loom/permissions.yaml``) cannot be read; ``path`` names it."""
+
+    def __init__(self, message: str, *, path: str):
+        self.path = path
+        super().__init__(f"{path}: {message}")
 
 
 class MissingDependencyError(ConfigurationError):
@@ -211,6 +237,26 @@ class ScopeViolation(ToolError):
         super().__init__(message, code=code)
 
 
+class ToolArgumentsError(ToolError):
+    """A call's arguments failed validation; ``str()`` is a message written for the model.
+
+    The executor turns it into an ``invalid_arguments`` result; a tool may raise it too.
+    """
+
+    def __init__(self, message: str, *, code: str = "invalid_arguments"):
+        super().__init__(message, code=code)
+
+
+class MCPServerError(ToolError):
+    """An MCP server could not be reached or answered something unusable.
+
+    Code ``mcp_unavailable`` by default: whether a call in flight took effect is unknown.
+    """
+
+    def __init__(self, message: str, *, code: str = "mcp_unavailable"):
+        super().__init__(message, code=code)
+
+
 class SessionError(LoomError):
     """Session bookkeeping failed."""
 
@@ -302,8 +348,12 @@ class JudgeTimeout(JudgeError):
     """A judge took longer than its timeout."""
 
 
-class PermissionDenied(LoomError):
-    """A policy refused an action."""
+class ValueNotRepresentable(LoomError, ValueError):
+    """A value cannot be turned into JSON-native data (``loom.text.json_native``).
+
+    It contains itself, is nested too deeply, holds too many items, or its ``str()`` raises.
+    A tool result like that becomes a ``tool_exception`` result whose message says why.
+    """
 
 
 class RunCancelled(LoomError):

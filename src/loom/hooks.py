@@ -14,12 +14,18 @@ Return values that matter:
 - ``before_tool_execution`` may return ``Deny(reason)`` (the model gets a ``denied`` result)
   or ``ReplaceArguments({...})``; later hooks see the replaced arguments.
 
+A public method whose name looks like a hook point but is not one (``before_tool_exec``,
+``after_llm_responce``) would never be called: ``compile_hooks`` raises ``HookDefinitionError``
+naming the closest hook point. Name helper methods with a leading ``_``.
+
 A hook that raises stops the run with an ``ERROR`` event and ``stop_reason="error"``, unless
 the hook object has ``fatal = False``, in which case the error is reported and the run goes on.
 """
 
 from __future__ import annotations
 
+import difflib
+import functools
 import inspect
 import logging
 import time
@@ -27,7 +33,7 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from loom.errors import HookError
+from loom.errors import HookDefinitionError, HookError
 from loom.messages import Message, ModelResponse, RunResult, ToolCall, ToolResult, Usage
 
 if TYPE_CHECKING:
@@ -131,10 +137,43 @@ def _as_async(fn: Callable[..., Any]) -> HookFn:
     return call
 
 
+_HOOK_PREFIXES = ("before_", "after_", "post_", "on_")
+
+
+@functools.lru_cache(maxsize=256)
+def _misnamed(names: frozenset[str]) -> tuple[tuple[str, str], ...]:
+    """(name, closest hook point) for each name that looks like a misspelled hook point."""
+    found = []
+    for name in sorted(names):
+        if name in HOOK_POINTS or name.startswith("_"):
+            continue
+        close = difflib.get_close_matches(name, HOOK_POINTS, n=1, cutoff=0.8)
+        if close or name.startswith(_HOOK_PREFIXES):
+            best = close or difflib.get_close_matches(name, HOOK_POINTS, n=1, cutoff=0.0)
+            found.append((name, best[0]))
+    return tuple(found)
+
+
+def _check_names(h: object) -> None:
+    names = frozenset(n for n in dir(h) if not n.startswith("_"))
+    for name, closest in _misnamed(names):
+        if callable(getattr(h, name, None)):
+            raise HookDefinitionError(
+                f"hook {type(h).__name__} has a method {name!r}, which is not a hook point and "
+                f"would never be called; did you mean {closest!r}? Hook points: "
+                f"{', '.join(HOOK_POINTS)}. Rename a helper method to start with '_'."
+            )
+
+
 def compile_hooks(hooks: Sequence[object]) -> dict[str, list[tuple[HookFn, bool]]]:
-    """Per hook point, the bound methods to call and whether each one is fatal."""
+    """Per hook point, the bound methods to call and whether each one is fatal.
+
+    Raises ``HookDefinitionError`` for a public method named like a hook point that is not
+    one (a misspelling would otherwise be ignored without a word).
+    """
     table: dict[str, list[tuple[HookFn, bool]]] = {}
     for h in hooks:
+        _check_names(h)
         fatal = bool(getattr(h, "fatal", True))
         for point in HOOK_POINTS:
             method = getattr(h, point, None)

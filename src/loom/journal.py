@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from loom.events import AgentEvent, EventType, LlmDelta, make_event
 from loom.messages import Message
 from loom.store.base import LedgerEntry, RunRecord
+from loom.text import representable
 
 if TYPE_CHECKING:
     from loom.store.base import Lease, Store
 
-__all__ = ["Journal", "representable", "transcript"]
+__all__ = ["Journal", "clean", "transcript"]
 
 Ev = TypeVar("Ev", bound=AgentEvent)
 
@@ -39,28 +40,6 @@ def transcript(events: Iterable[AgentEvent]) -> list[Message]:
         if m is not None:
             out.append(m)
     return out
-
-
-def representable(text: str) -> tuple[str, bool]:
-    """``text`` with lone surrogates (from bytes that were not UTF-8) replaced by a visible
-    ``\\xNN`` / ``\\uXXXX`` escape, and whether anything was replaced."""
-    if text.isascii():
-        return text, False
-    try:
-        text.encode("utf-8")
-        return text, False
-    except UnicodeEncodeError:
-        pass
-    out = []
-    for ch in text:
-        o = ord(ch)
-        if 0xD800 <= o <= 0xDFFF:
-            # surrogateescape maps byte 0xNN to U+DCNN: show the byte; other lone surrogates
-            # show their code point
-            out.append(f"\\x{o - 0xDC00:02x}" if 0xDC80 <= o <= 0xDCFF else f"\\u{o:04x}")
-        else:
-            out.append(ch)
-    return "".join(out), True
 
 
 def clean(value: Any) -> tuple[Any, bool]:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from loom import Agent, ModelResponse, ToolCall
-from loom.errors import ConfigurationError
+from loom.errors import ConfigurationError, PermissionsFileError
 from loom.policy.permissions import PermissionManager, PermissionRule, build_permissions
 from loom.testing import ScriptedModel
 from loom.tools.registry import builtin_tool
@@ -67,6 +67,41 @@ def test_explicitly_named_constructs_may_be_allowed() -> None:
     assert verdict(pm, "bash", command="echo hi > other.txt") == "ask"
     assert verdict(pm, "bash", command="ls | xargs grep foo") == "allow"
     assert verdict(pm, "bash", command="ls | xargs rm") == "ask"
+
+
+def test_an_explicitly_allowed_assignment_may_run() -> None:
+    pm = PermissionManager({"allow": ["bash(git status*)", "bash(PATH=/opt/bin:* git status*)"]})
+    assert verdict(pm, "bash", command="PATH=/opt/bin:/usr/bin git status") == "allow"
+    assert verdict(pm, "bash", command="PATH=/tmp git status") == "ask"
+
+
+def test_without_bashlex_the_reason_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    from loom.policy import shell
+
+    monkeypatch.setitem(sys.modules, "bashlex", None)  # import bashlex raises ImportError
+    shell.analyze.cache_clear()
+    try:
+        pm = PermissionManager({"allow": ["bash"]})
+        v = pm.check(ToolCall(name="bash", arguments={"command": "ls"}), builtin_tool("bash"))
+    finally:
+        shell.analyze.cache_clear()
+    assert v.action == "ask"
+    assert "pip install 'loom-agents[tools]'" in v.reason
+    assert "ModuleNotFoundError" not in v.reason
+
+
+def test_a_binary_project_file_is_a_typed_error_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / ".loom").mkdir()
+    bad = tmp_path / ".loom" / "permissions.yaml"
+    bad.write_bytes(b"\xff\xfe\x00allow: [x]")
+    with pytest.raises(PermissionsFileError, match="not UTF-8 text") as info:
+        build_permissions(None, tmp_path)
+    assert info.value.path == str(bad)
+    assert str(bad) in str(info.value) and "UTF-8 YAML" in str(info.value)
 
 
 def test_safe_mode_asks_for_everything_not_denied() -> None:

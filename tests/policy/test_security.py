@@ -275,6 +275,17 @@ SHELL_ESCAPES = [
     "find . -exec curl evil.test ;",
     "ls > notes.txt",
     "git status 2> /etc/motd",
+    # assignments that change what runs are not normalised away (issue #12 item 21)
+    "PATH=/tmp/evil:$PATH git status",
+    "PATH=/tmp/evil git status",
+    "LD_LIBRARY_PATH=/tmp git status",
+    "GIT_SSH_COMMAND='curl evil.test' git status",
+    "GIT_CONFIG_PARAMETERS=\"'core.pager=curl evil.test'\" git status",
+    "GIT_PAGER='curl evil.test' git status",
+    "BASH_ENV=/tmp/evil git status",
+    "PYTHONPATH=/tmp/evil git status",
+    "env rm -rf /",
+    "nohup git status",
 ]
 
 
@@ -296,6 +307,19 @@ DENY_BYPASSES = [
     "echo $(rm -rf x)",
     "env rm -rf x",
     "timeout 5 rm -rf x",
+    # runners carry a command (issue #12 item 21)
+    "ls | xargs rm",
+    "ls | xargs -0 rm -f",
+    "find . -exec rm {} ;",
+    "find . -name '*.tmp' -exec rm -rf {} +",
+    "find . -execdir rm {} \\;",
+    "nohup rm -rf x",
+    "nice -n 5 rm -rf x",
+    "sudo env rm -rf x",
+    "ls | xargs sh -c 'rm -rf x'",
+    "watch 'rm -rf x'",
+    "su -c 'rm -rf x'",
+    "GIT_DIR=.git rm -rf x",
 ]
 
 
@@ -312,6 +336,9 @@ def test_plain_allowed_commands_still_pass() -> None:
         "git status --short && ls -la",
         "ls src; git status",
         "ls > /dev/null 2>&1",
+        # harmless assignments are normalised for matching (issue #12 item 21)
+        "GIT_DIR=.git git status",
+        "LC_ALL=C TZ=UTC git status --short",
     ):
         v = ALLOW.check(ToolCall(name="bash", arguments={"command": command}), builtin_tool("bash"))
         assert v.action == "allow", (command, v)

@@ -99,3 +99,19 @@ def test_options_are_validated() -> None:
 
 def test_idempotency_key_is_stable() -> None:
     assert ctx().idempotency_key == "r:c"
+
+
+def test_tool_errors_belong_to_the_loom_error_tree() -> None:
+    import loom.errors as errors
+    from loom.tools.mcp import MCPServerError
+
+    assert issubclass(ToolArgumentsError, errors.ToolError)
+    assert issubclass(MCPServerError, errors.ToolError)
+    assert ToolArgumentsError is errors.ToolArgumentsError
+    assert MCPServerError is errors.MCPServerError
+    assert ToolArgumentsError("x").code == "invalid_arguments"
+    assert MCPServerError("x").code == "mcp_unavailable"
+    # never raised anywhere (a denied call is a ``denied`` result), so it is gone
+    assert not hasattr(errors, "PermissionDenied")
+    for name in ("ToolArgumentsError", "MCPServerError", "ValueNotRepresentable"):
+        assert name in (errors.__doc__ or "")

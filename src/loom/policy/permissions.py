@@ -28,7 +28,9 @@ restart) and rank between deny and ask.
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 import posixpath
 import re
@@ -37,10 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from loom.errors import ConfigurationError
+from loom.errors import ConfigurationError, PermissionsFileError
 from loom.hooks import Deny, HookContext, RequireApproval
 from loom.messages import ToolCall
 from loom.policy.matching import path_matches, text_matches
+from loom.policy.shell import BASHLEX_MISSING, analyze
 
 if TYPE_CHECKING:
     from loom.tools.base import Tool
@@ -69,6 +72,8 @@ DEFAULT_RULES: dict[str, Action] = {
 network ask, everything else (your own tools, read-only built-ins) is allowed."""
 
 PROJECT_FILE = ".loom/permissions.yaml"
+
+log = logging.getLogger("loom.policy")
 
 # Built-in subjects, for tools that do not carry a ``permission_subject`` attribute.
 _SUBJECTS: dict[str, tuple[str, str]] = {
@@ -184,12 +189,28 @@ class PermissionManager:
         import yaml
 
         p = Path(path)
+        example = "e.g. 'allow: [read_file]' and 'deny: [\"bash(rm *)\"]'"
         try:
             data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigurationError(f"{p}: cannot read permission rules: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise PermissionsFileError(
+                f"cannot read permission rules: the file is not UTF-8 text (byte "
+                f"{exc.object[exc.start]:#04x} at offset {exc.start}). Write it as UTF-8 YAML, "
+                f"{example}, or delete it",
+                path=str(p),
+            ) from None
+        except OSError as exc:
+            raise PermissionsFileError(
+                f"cannot read permission rules: {exc.strerror or exc}", path=str(p)
+            ) from None
+        except yaml.YAMLError as exc:
+            raise PermissionsFileError(
+                f"cannot read permission rules: the YAML does not parse: {exc}", path=str(p)
+            ) from None
         if not isinstance(data, Mapping):
-            raise ConfigurationError(f"{p}: permission rules must be a YAML mapping")
+            raise PermissionsFileError(
+                f"permission rules must be a YAML mapping, {example}", path=str(p)
+            )
         return cls(data, source=str(p))
 
     def merged(self, other: PermissionManager) -> PermissionManager:
@@ -222,19 +243,18 @@ class PermissionManager:
         relevant = self._relevant(name)
         remembered = [r for r in remembered if r.tool == name or text_matches(r.tool, name)]
         key, kind = _subject_of(tool, name)
-        if kind == "command" or any(r.pattern is not None for r in (*relevant, *remembered)):
-            subjects = _subjects(call, key, kind, workspace)
+        groups: list[_Forms]
+        if kind == "command":
+            groups = _command_forms(call, key)
+        elif any(r.pattern is not None for r in (*relevant, *remembered)):
+            groups = [_Forms([s]) for s in _subjects(call, key, kind, workspace)]
         else:  # no rule looks at the arguments: skip parsing and resolving them
-            subjects = [None]
+            groups = [_Forms([None])]
         verdicts = []
-        for s in subjects:
-            v = self._decide(name, s, kind, relevant, remembered)
-            # What a wrapper runs must not be denied, but need not be allowed on its own.
-            if (
-                not isinstance(s, _Implied)
-                or v.action == "deny"
-                or (v.action == "ask" and v.rule is not None)
-            ):
+        for g in groups:
+            v = self._decide_forms(name, g.forms, kind, relevant, remembered)
+            # What a runner carries must not be denied, but need not be allowed on its own.
+            if not g.implied or (v.action != "allow" and v.rule is not None):
                 verdicts.append(v)
         deny = next((v for v in verdicts if v.action == "deny"), None)
         if deny is not None:
@@ -261,6 +281,25 @@ class PermissionManager:
         if hit is None:
             hit = by_name[name] = [r for r in rules if r.tool == name or text_matches(r.tool, name)]
         return hit
+
+    def _decide_forms(
+        self,
+        name: str,
+        forms: list[str | None],
+        kind: str,
+        rules: list[PermissionRule],
+        remembered: list[PermissionRule],
+    ) -> PermissionVerdict:
+        """One subject written several ways (``FOO=1 git status`` and ``git status``): denied or
+        asked if any form is, allowed if any form is allowed, else the default."""
+        if len(forms) == 1:
+            return self._decide(name, forms[0], kind, rules, remembered)
+        found = [self._decide(name, f, kind, rules, remembered) for f in forms]
+        for wanted in ("deny", "ask", "allow"):
+            for v in found:
+                if v.action == wanted and v.rule is not None:
+                    return v
+        return found[0]
 
     def _decide(
         self,
@@ -319,10 +358,22 @@ class PermissionManager:
         )
 
 
-class _Implied(str):
-    """A subject that only deny and ask rules apply to (the inner command of a wrapper)."""
+@dataclass(slots=True)
+class _Forms:
+    """The ways one subject is written; ``implied``: only deny and ask rules apply to it (the
+    command a runner such as ``xargs`` or ``sudo`` carries)."""
 
-    __slots__ = ()
+    forms: list[str | None]
+    implied: bool = False
+
+
+def _command_forms(call: ToolCall, key: str | None) -> list[_Forms]:
+    value = call.arguments.get(key or "command")
+    command = "" if value is None else str(value)
+    found = analyze(command)
+    if found.error is not None or not found.commands:
+        return [_Forms([command])]  # unparseable: matched whole, and _unlisted_risk asks
+    return [_Forms(list(c.forms()), c.implied) for c in found.commands]
 
 
 def _subject_of(tool: Tool | None, name: str) -> tuple[str | None, str]:
@@ -342,15 +393,6 @@ def _subjects(call: ToolCall, key: str | None, kind: str, workspace: Path | None
     value = str(value)
     if kind == "path":
         return _path_variants(value, workspace)
-    if kind == "command":
-        from loom.policy.shell import analyze
-
-        found = analyze(value)
-        if found.error is not None:
-            return [value]  # unparseable: matched whole, and _unlisted_risk asks
-        return [
-            _Implied(form) if c.implied else form for c in found.commands for form in c.forms()
-        ] or [value]
     return [value]
 
 
@@ -389,10 +431,12 @@ def _pattern_hits(pattern: str | None, subject: str | None, kind: str) -> bool:
 
 def _unlisted_risk(call: ToolCall, rules: list[PermissionRule]) -> PermissionVerdict | None:
     """Ask for a shell construct no allow rule names explicitly (see ``loom.policy.shell``)."""
-    from loom.policy.shell import analyze
-
     command = str(call.arguments.get("command", ""))
     found = analyze(command)
+    if found.error == BASHLEX_MISSING:
+        _warn_no_parser()
+        why = f"bash: {BASHLEX_MISSING}. Until then every command needs approval"
+        return PermissionVerdict("ask", why)
     if found.error is not None:
         return PermissionVerdict(
             "ask", f"bash: the command could not be parsed ({found.error}); it needs approval"
@@ -408,8 +452,15 @@ def _unlisted_risk(call: ToolCall, rules: list[PermissionRule]) -> PermissionVer
     return None
 
 
+@functools.cache
+def _warn_no_parser() -> None:
+    log.warning("%s", BASHLEX_MISSING)
+
+
 def _names(pattern: str, risk: str, c: Any) -> bool:
     """Whether an allow pattern explicitly names the risky construct."""
+    if risk.startswith("assignment to "):
+        return risk.split()[2].rstrip(",") + "=" in pattern
     if risk.startswith("output redirected"):
         return ">" in pattern
     if risk.endswith("substitution"):

@@ -9,17 +9,29 @@ Constructs that can hide what runs are reported as *risks*; a command with a ris
 approval unless an allow rule names the construct explicitly (see ``loom.policy.permissions``):
 command and process substitution, redirection of output to a file, wrappers that run another
 command (``sudo``, ``env``, ``xargs``, ``sh -c``, ``eval``, ...), a command name that is not a
-literal word, and function definitions.
+literal word, function definitions, and assignments to variables that change what a command
+runs or loads (``LD_PRELOAD=``, ``PATH=``, ``GIT_SSH_COMMAND=``, see ``DANGEROUS_VARIABLES``).
+
+The command a runner carries (``xargs rm``, ``find . -exec rm {} ;``, ``sudo rm``, ``env rm``,
+``nohup``/``timeout``/``nice`` ..., ``sh -c '...'``, ``watch '...'``, ``su -c '...'``) is analysed
+too and reported as an *implied* command: deny and ask rules reach it, and it needs no allow
+rule of its own (the runner itself asks). ``xargs`` appends its input to the command, so
+``xargs rm`` is matched as ``rm`` and as ``rm {}``.
+
+Other assignments in front of a command (``GIT_DIR=.git git status``) are normalised away for
+matching: ``argv`` is the command without them.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import os
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["WRAPPERS", "ShellAnalysis", "SimpleCommand", "analyze"]
+__all__ = ["DANGEROUS_VARIABLES", "WRAPPERS", "ShellAnalysis", "SimpleCommand", "analyze"]
 
 WRAPPERS: frozenset[str] = frozenset(
     {
@@ -66,6 +78,49 @@ WRAPPERS: frozenset[str] = frozenset(
 """Commands that run other commands. ``find`` counts only with ``-exec``/``-execdir``/``-ok``/
 ``-delete``, ``awk`` only with ``system(``; the rest always."""
 
+DANGEROUS_VARIABLES: tuple[str, ...] = (
+    "LD_*",
+    "DYLD_*",
+    "*PATH",
+    "PATH*",
+    "BASH_ENV",
+    "ENV",
+    "BASH_FUNC_*",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PS4",
+    "IFS",
+    "PROMPT_COMMAND",
+    "GLIBC_TUNABLES",
+    "GCONV_PATH",
+    "MALLOC_*",
+    "PYTHON*",
+    "PERL*",
+    "RUBY*",
+    "NODE_*",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "*_OPTIONS",
+    "*OPTS",
+    "GIT_CONFIG*",
+    "GIT_SSH*",
+    "GIT_EXEC_PATH",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_PROXY_COMMAND",
+    "GIT_ASKPASS",
+    "SSH_ASKPASS",
+    "*EDITOR",
+    "VISUAL",
+    "*PAGER",
+    "LESSOPEN",
+    "LESSCLOSE",
+    "*_COMMAND",
+    "*_CMD",
+    "*_HOOK",
+)
+"""Variables (``fnmatch`` patterns) whose assignment in front of a command can change what
+runs or is loaded; such an assignment asks unless an allow rule spells it (``LD_PRELOAD=``)."""
+
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh"})
 _FILE_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&"})
 _SAFE_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
@@ -102,12 +157,18 @@ class ShellAnalysis:
     error: str | None = None
 
 
+class _NoParser(Exception):
+    pass
+
+
 @functools.lru_cache(maxsize=512)
 def analyze(command: str) -> ShellAnalysis:
     """Split ``command`` into its simple commands and their risks (cached)."""
     result = ShellAnalysis(command)
     try:
         _parse_into(command, result.commands, depth=0)
+    except _NoParser:
+        return ShellAnalysis(command, [], BASHLEX_MISSING)
     except Exception as exc:  # bashlex raises several types, all meaning "cannot tell"
         return ShellAnalysis(command, [], f"{type(exc).__name__}: {exc}")
     if not result.commands and command.strip():
@@ -115,8 +176,17 @@ def analyze(command: str) -> ShellAnalysis:
     return result
 
 
+BASHLEX_MISSING = (
+    "the shell parser bashlex is not installed, so the command cannot be checked against "
+    "the permission rules; install it with: pip install 'loom-agents[tools]'"
+)
+
+
 def _parse_into(command: str, out: list[SimpleCommand], depth: int) -> None:
-    import bashlex
+    try:
+        import bashlex
+    except ImportError:
+        raise _NoParser from None
 
     if depth > _MAX_DEPTH:
         raise ValueError("commands nested too deeply")
@@ -162,6 +232,10 @@ def _command(node: Any, src: str, out: list[SimpleCommand], depth: int) -> None:
     name_at = -1
     dynamic = False
     for part in node.parts:
+        if part.kind == "assignment" and name_at < 0:
+            var = part.word.split("=", 1)[0]
+            if _dangerous(var):
+                risks.append(f"assignment to {var}, which can change what runs")
         if part.kind in ("word", "assignment"):
             if part.kind == "word" and name_at < 0 and not dynamic:
                 if any(p.kind in ("parameter", "commandsubstitution") for p in part.parts or ()):
@@ -195,14 +269,10 @@ def _command(node: Any, src: str, out: list[SimpleCommand], depth: int) -> None:
         risks.append(wrapper)
     argv = " ".join([name, *args]) if name else ""
     out.append(SimpleCommand(" ".join(words), _slice(src, node), name, _unique(risks), argv))
-    for unwrapped in _unwrap(name, args):  # what a wrapper runs: deny rules reach it too
-        inner_name = os.path.basename(unwrapped[0])
-        text = " ".join(unwrapped)
-        out.append(
-            SimpleCommand(
-                text, text, inner_name, [], " ".join([inner_name, *unwrapped[1:]]), implied=True
-            )
-        )
+    # What a runner runs: analysed like any command line, so deny rules reach it (and what it
+    # runs in turn), but marked implied: it needs no allow rule of its own.
+    for carried in _carried(name, args):
+        _parse_implied(shlex.join(carried), out, depth + 1)
     for sub in inner:
         _visit(sub, src, out, depth)
     if name in _SHELLS and "-c" in args:  # look inside: deny rules still apply there
@@ -211,6 +281,37 @@ def _command(node: Any, src: str, out: list[SimpleCommand], depth: int) -> None:
             _parse_into(args[i + 1], out, depth + 1)
     elif name == "eval" and args:
         _parse_into(" ".join(args), out, depth + 1)
+    elif name in _RUN_STRING and args:
+        # ``watch``, ``su -c``, ``script -c``, ``flock -c`` hand a string to a shell.
+        text = _string_argument(name, args)
+        if text:
+            _parse_implied(text, out, depth + 1)
+
+
+def _parse_implied(command: str, out: list[SimpleCommand], depth: int) -> None:
+    first = len(out)
+    _parse_into(command, out, depth)
+    for c in out[first:]:
+        c.implied = True
+
+
+_RUN_STRING = frozenset({"watch", "su", "script", "flock"})
+
+
+def _string_argument(name: str, args: list[str]) -> str:
+    if name == "watch":
+        return " ".join(a for a in args if not a.startswith("-"))
+    for flag in ("-c", "--command"):
+        if flag in args:
+            i = args.index(flag)
+            if i + 1 < len(args):
+                return args[i + 1]
+    return ""
+
+
+@functools.lru_cache(maxsize=256)
+def _dangerous(var: str) -> bool:
+    return any(fnmatch.fnmatchcase(var, p) for p in DANGEROUS_VARIABLES)
 
 
 _UNWRAP = frozenset(
@@ -230,19 +331,51 @@ _UNWRAP = frozenset(
         "timeout",
         "xargs",
         "flock",
+        "chroot",
+        "unshare",
+        "nsenter",
+        "busybox",
+        "parallel",
+        "ssh",
+        "caffeinate",
+        "systemd-run",
+        "firejail",
+        "proxychains",
+        "torsocks",
     }
 )
+_FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 
 
-def _unwrap(name: str, args: list[str]) -> list[list[str]]:
-    """The command lines a wrapper such as ``sudo -u x rm y`` may run: each tail of its
-    arguments that starts at a plain word (``x rm y``, ``rm y``, ``y``), at most five."""
+def _carried(name: str, args: list[str]) -> list[list[str]]:
+    """The command lines a runner may run.
+
+    For ``find``, each ``-exec ... ;`` body. For the others (``sudo -u x rm y``), each tail of
+    the arguments that starts at a plain word (``x rm y``, ``rm y``, ``y``), at most five, since
+    which words are option values cannot be known; ``xargs`` tails also with ``{}`` appended,
+    standing for the input it adds.
+    """
+    if name == "find":
+        found: list[list[str]] = []
+        for i, a in enumerate(args):
+            if a in _FIND_EXEC:
+                body: list[str] = []
+                for w in args[i + 1 :]:
+                    if w in (";", "\\;", "+"):
+                        break
+                    body.append(w)
+                if body:
+                    found.append(body)
+        return found
     if name not in _UNWRAP:
         return []
     starts = [
         i for i, a in enumerate(args) if not a.startswith("-") and not (name == "env" and "=" in a)
     ]
-    return [args[i:] for i in starts[:5]]
+    tails = [args[i:] for i in starts[:5]]
+    if name == "xargs":
+        tails += [[*t, "{}"] for t in tails]
+    return tails
 
 
 def _redirect_risk(node: Any) -> str | None:

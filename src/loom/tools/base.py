@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import re
 import threading
@@ -14,8 +13,9 @@ from typing import Any, Protocol, get_type_hints, overload, runtime_checkable
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
-from loom.errors import ToolDefinitionError
+from loom.errors import ToolArgumentsError, ToolDefinitionError
 from loom.messages import Effect, ToolSpec
+from loom.tools.threads import run_in_tool_thread
 
 __all__ = [
     "Effect",
@@ -59,10 +59,6 @@ class RunContext:
     def cancelled(self) -> bool:
         """True once the call timed out or the run was cancelled; long sync tools should poll it."""
         return self._cancel is not None and self._cancel.is_set()
-
-
-class ToolArgumentsError(Exception):
-    """Arguments failed validation; ``str()`` is a message written for the model."""
 
 
 @runtime_checkable
@@ -216,13 +212,18 @@ class FunctionTool:
         """A sync tool run on the event loop's thread: nothing can interrupt it mid-call."""
         return not self.is_async and not self.blocking
 
+    @property
+    def runs_in_thread(self) -> bool:
+        """A sync tool run on Loom's tool threads: a timeout abandons it, it cannot be stopped."""
+        return not self.is_async and self.blocking
+
     async def run(self, ctx: RunContext, arguments: dict[str, Any]) -> Any:
         args = (ctx,) if self._takes_ctx else ()
         if self.is_async:
             return await self.fn(*args, **arguments)
         if not self.blocking:
             return self.fn(*args, **arguments)
-        return await asyncio.to_thread(self.fn, *args, **arguments)
+        return await run_in_tool_thread(self.fn, *args, **arguments)
 
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.parameters)
@@ -271,8 +272,9 @@ def tool(
         timeout: Seconds before the call is cancelled (default: the agent's ``tool_timeout``).
         effect: ``"pure"``, ``"idempotent"`` or ``"at_most_once"`` (default), used by crash
             recovery to decide whether an interrupted call may run again.
-        blocking: Sync functions run in a worker thread unless ``blocking=False`` says they
-            return at once (pure computation); async functions always run on the loop.
+        blocking: Sync functions run on Loom's tool threads (``loom.tools.threads``) unless
+            ``blocking=False`` says they return at once (pure computation); async functions
+            always run on the loop.
     """
 
     def wrap(f: Callable[..., Any]) -> FunctionTool:

@@ -2,42 +2,61 @@
 
 Every failure the model caused or can react to becomes an error result with a stable code:
 
-| code                | cause                                                      |
-| ------------------- | ---------------------------------------------------------- |
-| ``unknown_tool``      | the model named a tool the agent does not have            |
-| ``invalid_json``      | the arguments were not a JSON object                      |
-| ``invalid_arguments`` | the arguments did not match the tool's schema             |
-| ``timeout``           | the call ran past its timeout and was cancelled/abandoned |
-| ``tool_exception``    | the tool raised; the message names the exception          |
-| ``denied``            | a hook or the permission policy refused the call          |
-| ``interrupted``       | the run stopped (cancel, crash) before the call finished  |
-| ``limit``             | the turn's ``max_tool_calls`` was reached                 |
-| any ToolError code    | the tool raised ``loom.ToolError(code=...)``              |
+| code                  | cause                                                        |
+| --------------------- | ------------------------------------------------------------ |
+| ``unknown_tool``        | the model named a tool the agent does not have              |
+| ``invalid_json``        | the arguments were not a JSON object                        |
+| ``invalid_arguments``   | the arguments did not match the tool's schema               |
+| ``timeout``             | the call ran past its timeout (async: cancelled; sync:      |
+|                       | abandoned, its thread may still run)                         |
+| ``capacity_exhausted``  | every tool thread is busy (see ``loom.tools.threads``)      |
+| ``tool_exception``      | the tool raised, or returned a value that cannot be stored  |
+| ``denied``              | a hook or the permission policy refused the call            |
+| ``interrupted``         | the run stopped (cancel, crash) before the call finished    |
+| ``limit``               | the turn's ``max_tool_calls`` was reached                   |
+| any ToolError code      | the tool raised ``loom.ToolError(code=...)``                |
+
+A successful result's ``data`` is converted here, once, to JSON-native data
+(``loom.text.json_native``): every store, export and provider can then take it as it is.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import traceback
 from collections.abc import Mapping
+from typing import Any
 
-from loom.errors import ToolError
+from loom.errors import ToolArgumentsError, ToolError, ValueNotRepresentable
 from loom.messages import ToolCall, ToolResult
-from loom.tools.base import RunContext, Tool, ToolArgumentsError
+from loom.text import json_native, representable
+from loom.tools.base import RunContext, Tool
+from loom.tools.threads import configure_tool_threads
 
-__all__ = ["error_result", "execute_call"]
+__all__ = ["configure_tool_threads", "error_result", "execute_call"]
+
+log = logging.getLogger("loom.tools")
+
+# Tasks of timed-out tools that did not stop when cancelled: kept referenced until they end.
+_detached: set[asyncio.Task[Any]] = set()
 
 
 def error_result(call: ToolCall, code: str, message: str, duration_ms: float = 0.0) -> ToolResult:
+    """A failed result for ``call``; the message is made storable (see ``loom.text``)."""
     return ToolResult(
         tool_call_id=call.id,
         name=call.name,
         success=False,
         error_code=code,
-        error_message=message,
+        error_message=representable(message)[0],
         duration_ms=duration_ms,
     )
+
+
+class _TimedOut(Exception):
+    pass
 
 
 async def execute_call(
@@ -46,7 +65,7 @@ async def execute_call(
     ctx: RunContext,
     default_timeout: float,
 ) -> ToolResult:
-    """Validate and run one call under its timeout."""
+    """Validate and run one call under its timeout; convert its value to JSON-native data."""
     started = time.perf_counter()
     t = tools.get(call.name)
     if t is None:
@@ -69,17 +88,29 @@ async def execute_call(
         if getattr(t, "runs_inline", False):
             # It never awaits, so a timer could not fire before it returns: skip arming one.
             data = await t.run(ctx, arguments)
+        elif getattr(t, "runs_in_thread", False):
+            # Loom's own thread wrapper ends at once when cancelled (the thread is abandoned),
+            # so no separate task is needed to keep the timeout.
+            try:
+                async with asyncio.timeout(timeout):
+                    data = await t.run(ctx, arguments)
+            except TimeoutError:
+                ctx.cancel_event.set()
+                raise _TimedOut from None
         else:
-            async with asyncio.timeout(timeout):
-                data = await t.run(ctx, arguments)
-    except TimeoutError:
-        # Async tools were cancelled by the timeout; a sync tool's thread cannot be killed, so it
-        # is abandoned with its cancel flag set for it to notice.
-        ctx.cancel_event.set()
+            data = await _run_limited(t, ctx, arguments, limit=timeout)
+    except _TimedOut:
+        if getattr(t, "runs_in_thread", False):
+            what = (
+                "It is a sync tool, and Python cannot stop a thread: the call was abandoned and "
+                "may still be running in the background, so its effects may still happen"
+            )
+        else:
+            what = "It was cancelled; whatever it returns later is discarded"
         return error_result(
             call,
             "timeout",
-            f"{call.name} did not finish within {timeout:g} s and was stopped",
+            f"{call.name} did not finish within {timeout:g} s. {what}.",
             (time.perf_counter() - started) * 1000,
         )
     except ToolError as exc:
@@ -97,10 +128,84 @@ async def execute_call(
         # Kept for the error channel (get_error_detail); the model never reads metadata.
         failed.metadata["traceback"] = traceback.format_exc()
         return failed
-    return ToolResult(
-        tool_call_id=call.id,
-        name=call.name,
-        success=True,
-        data=data,
-        duration_ms=(time.perf_counter() - started) * 1000,
+    duration_ms = (time.perf_counter() - started) * 1000
+    # The one serialisation of a result, decided before anything is committed: a value no
+    # store could hold becomes an error now instead of failing (and being lost) at the commit.
+    try:
+        data, escaped = json_native(data)
+    except ValueNotRepresentable as exc:
+        return error_result(
+            call,
+            "tool_exception",
+            f"{call.name} ran, but its return value cannot be stored: {exc}",
+            duration_ms,
+        )
+    result = ToolResult(
+        tool_call_id=call.id, name=call.name, success=True, data=data, duration_ms=duration_ms
     )
+    if escaped:
+        result.metadata["escaped_strings"] = escaped
+    return result
+
+
+async def _run_limited(t: Tool, ctx: RunContext, arguments: dict[str, Any], *, limit: float) -> Any:
+    """``t.run`` in its own task, waited for at most ``limit`` seconds.
+
+    Its own task so that the timeout does not depend on the tool: a tool that swallows its
+    cancellation is left running (detached, logged) and the caller gets the timeout at once.
+    """
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(t.run(ctx, arguments))
+    waiter = loop.create_future()
+
+    def wake(_: asyncio.Task[Any]) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    task.add_done_callback(wake)
+    try:
+        async with asyncio.timeout(limit):
+            await waiter
+    except TimeoutError:
+        ctx.cancel_event.set()
+        task.remove_done_callback(wake)
+        task.cancel()
+        _detach(task, t.name, limit)
+        raise _TimedOut from None
+    except asyncio.CancelledError:
+        # The run is being cancelled: cancel the tool too and give it a moment to clean up
+        # (kill its processes, close files), without letting a stubborn tool hold the run.
+        ctx.cancel_event.set()
+        task.remove_done_callback(wake)
+        task.cancel()
+        await asyncio.wait((task,), timeout=_CANCEL_GRACE)
+        if not task.done():
+            _detach(task, t.name, limit)
+        raise
+    return task.result()
+
+
+_CANCEL_GRACE = 1.0
+
+
+def _detach(task: asyncio.Task[Any], name: str, timeout: float) -> None:
+    _detached.add(task)
+    since = time.perf_counter()
+
+    def ended(done: asyncio.Task[Any]) -> None:
+        _detached.discard(done)
+        if done.cancelled():
+            return  # it stopped when asked: nothing to report
+        late = time.perf_counter() - since
+        exc = done.exception()
+        outcome = f"raised {type(exc).__name__}" if exc is not None else "returned a value"
+        log.warning(
+            "tool %s ignored its cancellation after its %g s timeout and %s %.1f s later; "
+            "that outcome was discarded (the model was told it timed out)",
+            name,
+            timeout,
+            outcome,
+            late,
+        )
+
+    task.add_done_callback(ended)

@@ -35,20 +35,19 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from loom.errors import ConfigurationError, MissingDependencyError, ToolError
-from loom.tools.base import Effect, RunContext, ToolArgumentsError
+from loom.errors import (
+    ConfigurationError,
+    MCPServerError,
+    MissingDependencyError,
+    ToolArgumentsError,
+    ToolError,
+)
+from loom.tools.base import Effect, RunContext
 
 __all__ = ["MCPServer", "MCPServerError", "MCPTool", "mcp_server"]
 
 _NAME_OK = re.compile(r"[^a-zA-Z0-9_-]")
 _CONNECTION_CLOSED = -32000
-
-
-class MCPServerError(ToolError):
-    """An MCP server could not be reached or answered something unusable."""
-
-    def __init__(self, message: str, *, code: str = "mcp_unavailable"):
-        super().__init__(message, code=code)
 
 
 def _sdk() -> Any:

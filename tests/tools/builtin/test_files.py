@@ -180,3 +180,63 @@ def test_agent_uses_builtin_tools_by_name(root: Path) -> None:
     result = agent.run_sync("bump Y")
     assert result.stop_reason == "completed"
     assert (root / "src/util.py").read_text() == "X = 1\nY = 20\n"
+
+
+# -- names and contents that are not UTF-8 (issue #12 item 1) ----------------------------------
+def _non_utf8_workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)
+    with open(os.path.join(os.fsencode(ws), b"\xff.txt"), "wb") as f:
+        f.write(b"needle here\n")
+    (ws / "sub" / "latin.txt").write_bytes(b"caf\xe9 needle\n")
+    return ws
+
+
+def test_non_utf8_names_are_escaped_and_said_so(tmp_path: Path) -> None:
+    ws = _non_utf8_workspace(tmp_path)
+    c = RunContext("s", "r", "c", workspace=ws)
+    listed = files.list_dir.fn(c, path=".")
+    found = search.glob.fn(c, pattern="**/*.txt")
+    grepped = search.grep.fn(c, pattern="needle")
+    for out in (listed, found, grepped):
+        out.encode("utf-8")  # no lone surrogates left
+        assert "\\xff.txt" in out
+        assert "1 name is not valid UTF-8" in out
+    assert "sub/latin.txt:1: caf\ufffd needle" in grepped
+    assert "1 file with matches is not valid UTF-8" in grepped
+
+
+def test_read_file_says_when_bytes_were_replaced(tmp_path: Path) -> None:
+    ws = _non_utf8_workspace(tmp_path)
+    out = files.read_file.fn(RunContext("s", "r", "c", workspace=ws), path="sub/latin.txt")
+    assert out.startswith("caf\ufffd needle\n")
+    assert "1 line of sub/latin.txt held bytes that are not valid UTF-8" in out
+
+
+def test_edit_file_refuses_to_corrupt_a_non_utf8_file(tmp_path: Path) -> None:
+    ws = _non_utf8_workspace(tmp_path)
+    with pytest.raises(ToolError, match="not valid UTF-8") as info:
+        files.edit_file.fn(
+            RunContext("s", "r", "c", workspace=ws),
+            path="sub/latin.txt",
+            old_string="needle",
+            new_string="pin",
+        )
+    assert info.value.code == "not_utf8"
+    assert (ws / "sub" / "latin.txt").read_bytes() == b"caf\xe9 needle\n"
+
+
+async def test_a_session_listing_a_non_utf8_name_keeps_working(tmp_path: Path) -> None:
+    ws = _non_utf8_workspace(tmp_path)
+    model = ScriptedModel(
+        [
+            ModelResponse(tool_calls=[ToolCall(name="list_dir", arguments={})]),
+            "listed",
+            "second turn",
+        ]
+    )
+    agent = Agent(model=model, tools=["list_dir"], workspace=ws)
+    first = await agent.run("list", session_id="s")
+    assert first.stop_reason == "completed", first.error
+    second = await agent.run("again", session_id="s")
+    assert second.stop_reason == "completed", second.error

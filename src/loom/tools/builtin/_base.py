@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
+from loom.text import representable
 from loom.tools.base import Effect, FunctionTool
 
-__all__ = ["BuiltinTool", "SubjectKind", "builtin"]
+__all__ = ["BuiltinTool", "NameEscapes", "SubjectKind", "builtin", "decode_counting"]
 
 SubjectKind = Literal["path", "command", "url", "text"]
 
@@ -37,3 +38,40 @@ def builtin(
         return BuiltinTool(fn, effect=effect, subject=subject, timeout=timeout)
 
     return wrap
+
+
+class NameEscapes:
+    """Makes file names storable and counts those that had to be escaped.
+
+    A name that is not UTF-8 comes from ``os.listdir`` with lone surrogates; it is shown with
+    ``\\xNN`` escapes for its undecodable bytes (``loom.text.representable``), and ``note()``
+    says so in the tool's output.
+    """
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, name: str) -> str:
+        shown, changed = representable(name)
+        self.count += changed
+        return shown
+
+    def note(self) -> str | None:
+        """A closing line for the output, or None when every name was valid UTF-8."""
+        if not self.count:
+            return None
+        n = self.count
+        return (
+            f"[{n} name{'s are' if n > 1 else ' is'} not valid UTF-8: undecodable bytes are "
+            "shown as \\xNN escapes, and file tools cannot open such a path by the escaped name]"
+        )
+
+
+def decode_counting(raw: bytes) -> tuple[str, bool]:
+    """UTF-8 text of ``raw``, undecodable bytes replaced by U+FFFD; whether any were."""
+    try:
+        return raw.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", errors="replace"), True

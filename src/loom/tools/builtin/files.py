@@ -9,7 +9,7 @@ import stat
 from loom.errors import ToolError
 from loom.policy.scope import workspace_of
 from loom.tools.base import RunContext
-from loom.tools.builtin._base import builtin
+from loom.tools.builtin._base import NameEscapes, builtin, decode_counting
 
 __all__ = ["MAX_READ_BYTES", "edit_file", "list_dir", "read_file", "write_file"]
 
@@ -21,13 +21,12 @@ MAX_DIFF_CHARS = 8000
 _SNIFF = 8192
 
 
-def _decode(data: bytes, path: str, size: int) -> str:
+def _refuse_binary(data: bytes, path: str, size: int, tool: str = "read_file") -> None:
     if b"\x00" in data[:_SNIFF]:
         raise ToolError(
-            f"{path!r} is a binary file ({size:,} bytes); read_file returns text only",
+            f"{path!r} is a binary file ({size:,} bytes); {tool} works on text only",
             code="binary_file",
         )
-    return data.decode("utf-8", errors="replace")
 
 
 @builtin(effect="pure", subject=("path", "path"))
@@ -47,10 +46,10 @@ def read_file(ctx: RunContext, path: str, start_line: int = 1, max_lines: int = 
     ws = workspace_of(ctx.workspace, tool="read_file")
     with ws.open_read(path) as f:
         size = os.fstat(f.fileno()).st_size
-        _decode(f.read(_SNIFF), path, size)
+        _refuse_binary(f.read(_SNIFF), path, size)
         f.seek(0)
         lines: list[str] = []
-        used = line_no = 0
+        used = line_no = replaced = 0
         stop: str | None = None
         for raw in f:
             line_no += 1
@@ -62,13 +61,22 @@ def read_file(ctx: RunContext, path: str, start_line: int = 1, max_lines: int = 
             if used + len(raw) > MAX_READ_BYTES:
                 stop = f"the {MAX_READ_BYTES // 1024} KB read cap"
                 if not lines:  # one huge line: show its start rather than nothing
-                    lines.append(raw[:MAX_READ_BYTES].decode("utf-8", errors="replace") + "\n")
+                    text, bad = decode_counting(raw[:MAX_READ_BYTES])
+                    replaced += bad
+                    lines.append(text + "\n")
                 break
             used += len(raw)
-            lines.append(raw.decode("utf-8", errors="replace"))
+            text, bad = decode_counting(raw)
+            replaced += bad
+            lines.append(text)
     if start_line > 1 and not lines:
         raise ToolError(f"{path!r} has fewer than {start_line} lines", code="invalid_arguments")
     text = "".join(lines)
+    if replaced:
+        text += (
+            f"\n[{replaced} line{'s' if replaced > 1 else ''} of {path} held bytes that are not "
+            "valid UTF-8; they are shown as U+FFFD (\N{REPLACEMENT CHARACTER})]"
+        )
     if stop is not None:
         last = start_line + len(lines) - 1
         text += (
@@ -130,7 +138,16 @@ def edit_file(
         data = f.read(MAX_EDIT_BYTES + 1)
     if len(data) > MAX_EDIT_BYTES:
         raise ToolError(f"{path!r} is larger than {MAX_EDIT_BYTES:,} bytes", code="too_large")
-    before = _decode(data, path, len(data))
+    _refuse_binary(data, path, len(data), "edit_file")
+    try:
+        before = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # Editing through a lossy decode would write U+FFFD over every such byte.
+        raise ToolError(
+            f"{path!r} is not valid UTF-8 text (byte {data[exc.start]:#04x} at offset "
+            f"{exc.start}); edit_file would corrupt it. Use bash (e.g. sed) for this file",
+            code="not_utf8",
+        ) from None
     count = before.count(old_string)
     if count == 0:
         hint = ""
@@ -179,6 +196,7 @@ def list_dir(ctx: RunContext, path: str = ".", max_entries: int = 500) -> str:
     """
     ws = workspace_of(ctx.workspace, tool="list_dir")
     fd, rel = ws.open_dir(path)
+    shown = NameEscapes()
     try:
         names = sorted(os.listdir(fd))
         lines: list[str] = []
@@ -188,14 +206,16 @@ def list_dir(ctx: RunContext, path: str = ".", max_entries: int = 500) -> str:
             except OSError:
                 continue
             if stat.S_ISDIR(st.st_mode):
-                lines.append(f"{name}/")
+                lines.append(f"{shown(name)}/")
             elif stat.S_ISLNK(st.st_mode):
-                lines.append(f"{name} -> {os.readlink(name, dir_fd=fd)}")
+                lines.append(f"{shown(name)} -> {shown(os.readlink(name, dir_fd=fd))}")
             else:
-                lines.append(f"{name}  ({st.st_size:,} bytes)")
+                lines.append(f"{shown(name)}  ({st.st_size:,} bytes)")
     finally:
         os.close(fd)
     if len(names) > max_entries:
         lines.append(f"[{len(names) - max_entries} more entries not shown]")
-    header = f"{rel}/ ({len(names)} entries)"
+    if (note := shown.note()) is not None:
+        lines.append(note)
+    header = f"{shown(rel)}/ ({len(names)} entries)"
     return "\n".join([header, *lines]) if lines else f"{header}: empty"

@@ -10,7 +10,7 @@ from loom.errors import ScopeViolation, ToolError
 from loom.policy.matching import compile_path_glob
 from loom.policy.scope import workspace_of
 from loom.tools.base import RunContext
-from loom.tools.builtin._base import builtin
+from loom.tools.builtin._base import NameEscapes, builtin, decode_counting
 
 __all__ = ["glob", "grep"]
 
@@ -43,17 +43,20 @@ def glob(ctx: RunContext, pattern: str, path: str = ".", max_results: int = 500)
     prefix = "" if base == "." else base + "/"
     found: list[str] = []
     total = 0
+    shown = NameEscapes()
     for rel, _name, _fd, st in ws.walk(path):
         if stat.S_ISDIR(st.st_mode):
             continue
         if rx.match(rel[len(prefix) :]):
             total += 1
             if len(found) < max_results:
-                found.append(rel)
+                found.append(shown(rel))
     if not found:
-        return f"no files match {pattern!r} under {base}"
+        return f"no files match {pattern!r} under {shown(base)}"
     if total > len(found):
         found.append(f"[{total - len(found)} more matches not shown; narrow the pattern]")
+    if (note := shown.note()) is not None:
+        found.append(note)
     return "\n".join(found)
 
 
@@ -92,9 +95,13 @@ def grep(
         base = t.rel
     out: list[str] = []
     files = matched_files = 0
+    shown = NameEscapes()
+    replaced = [0]  # files with matches whose bytes were not all valid UTF-8
     if single:
         with ws.open_read(path) as f:
-            _grep_lines(f.read(MAX_GREP_FILE_BYTES + 1), base, rx, out, max_matches)
+            _grep_lines(
+                f.read(MAX_GREP_FILE_BYTES + 1), shown(base), rx, out, max_matches, replaced
+            )
         files = 1
     else:
         prefix = "" if base == "." else base + "/"
@@ -115,12 +122,20 @@ def grep(
                 data = f.read(MAX_GREP_FILE_BYTES + 1)
             files += 1
             before = len(out)
-            _grep_lines(data, rel, rx, out, max_matches)
+            _grep_lines(data, shown(rel), rx, out, max_matches, replaced)
             matched_files += len(out) > before
     if not out:
         return f"no matches for {pattern!r} in {files} file{'s' if files != 1 else ''}"
     if len(out) >= max_matches:
         out.append(f"[stopped at max_matches={max_matches}; narrow the pattern or the path]")
+    if replaced[0]:
+        n = replaced[0]
+        out.append(
+            f"[{n} file{'s' if n > 1 else ''} with matches {'are' if n > 1 else 'is'} not valid "
+            "UTF-8; undecodable bytes are shown as U+FFFD (\N{REPLACEMENT CHARACTER})]"
+        )
+    if (note := shown.note()) is not None:
+        out.append(note)
     return "\n".join(out)
 
 
@@ -132,10 +147,21 @@ def _is_file(dir_fd: int, name: str) -> bool:
     return stat.S_ISREG(st.st_mode)
 
 
-def _grep_lines(data: bytes, rel: str, rx: re.Pattern[str], out: list[str], limit: int) -> None:
+def _grep_lines(
+    data: bytes, rel: str, rx: re.Pattern[str], out: list[str], limit: int, replaced: list[int]
+) -> None:
     if b"\x00" in data[:_SNIFF]:
         return
-    for no, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+    text, lossy = decode_counting(data)
+    before = len(out)
+    try:
+        _match_lines(text, rel, rx, out, limit)
+    finally:
+        replaced[0] += lossy and len(out) > before
+
+
+def _match_lines(text: str, rel: str, rx: re.Pattern[str], out: list[str], limit: int) -> None:
+    for no, line in enumerate(text.splitlines(), 1):
         if rx.search(line):
             if len(line) > MAX_LINE_CHARS:
                 line = line[:MAX_LINE_CHARS] + "…"

@@ -20,6 +20,11 @@ E = EventType
 COUNTER = TiktokenCounter("cl100k_base")
 
 
+def turn_deps(agent: Any) -> dict[str, Any]:
+    """What the runtime puts into a ContextRequest for ``agent``: its tool specs and model."""
+    return {"tool_specs": agent.tool_specs, "model": agent.model}
+
+
 @tool(effect="pure", blocking=False)
 def fetch(n: int) -> str:
     """Return n words of data.
@@ -126,12 +131,16 @@ async def test_context_is_a_function_of_the_transcript():
     await run_turns(agent, 20)
     history = await agent.store.load_messages("s")
     history.append(Message.user("one more"))
-    live = await agent.context_builder.build(ContextRequest(agent, history, "s", "r", 1, "x"))
+    live = await agent.runtime.builder_for(agent).build(
+        ContextRequest(agent, history, "s", "r", 1, "x", **turn_deps(agent))
+    )
     fresh_builder = SegmentedContextBuilder(
         agent.memory, context_window=2000, reserved_output_tokens=400
     )
     roundtrip = [Message.model_validate_json(m.model_dump_json()) for m in history]
-    fresh = await fresh_builder.build(ContextRequest(agent, roundtrip, "s", "r", 1, "x"))
+    fresh = await fresh_builder.build(
+        ContextRequest(agent, roundtrip, "s", "r", 1, "x", **turn_deps(agent))
+    )
     assert [(m.role, m.content) for m in fresh.messages] == [
         (m.role, m.content) for m in live.messages
     ]
@@ -304,10 +313,19 @@ async def test_component_decisions_are_emitted():
 
 async def test_patterns_in_extra_system_are_truncated_to_the_rom_budget():
     agent = agent_with(scripted(), window=2000, rom_tokens=100)
-    builder = agent.context_builder
+    builder = agent.runtime.builder_for(agent)
     long_patterns = ["pattern: " + "use small steps " * 200]
     ctx = await builder.build(
-        ContextRequest(agent, [Message.user("hi")], "p", "r", 1, "hi", extra_system=long_patterns)
+        ContextRequest(
+            agent,
+            [Message.user("hi")],
+            "p",
+            "r",
+            1,
+            "hi",
+            extra_system=long_patterns,
+            **turn_deps(agent),
+        )
     )
     truncated = [d for t, d in ctx.notes if t is E.CONTEXT_COMPONENT_TRUNCATED]
     assert truncated and truncated[0]["component"] == "patterns"

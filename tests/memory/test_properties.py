@@ -38,6 +38,11 @@ WORDS = [
 ]
 
 
+def turn_deps(agent: Any) -> dict[str, Any]:
+    """What the runtime puts into a ContextRequest for ``agent``: its tool specs and model."""
+    return {"tool_specs": agent.tool_specs, "model": agent.model}
+
+
 @tool
 def lookup(query: str) -> str:
     """Look something up.
@@ -105,7 +110,7 @@ async def simulate(
         reserved_output_tokens=reserved,
         memory=config,
     )
-    builder = agent.context_builder
+    builder = agent.runtime.builder_for(agent)
     assert isinstance(builder, SegmentedContextBuilder)
     fresh = MessageCounter(counter)
     budget = window - reserved
@@ -115,7 +120,9 @@ async def simulate(
 
     async def call() -> None:
         nonlocal calls
-        ctx = await builder.build(ContextRequest(agent, history, "s", "r", 1, "u"))
+        ctx = await builder.build(
+            ContextRequest(agent, history, "s", "r", 1, "u", **turn_deps(agent))
+        )
         history.extend(ctx.persist)
         for kind, _ in ctx.notes:
             seen[kind.name] = seen.get(kind.name, 0) + 1

@@ -67,7 +67,7 @@ def test_show_and_cleanup(ids: list[str]) -> None:
     assert r.exit_code == 0 and "Code timeout: timeout" in r.output and "Trace!" in r.output
     r = runner.invoke(app, ["errors", "show", "err_20000101_000000_aaaaaa"])
     assert r.exit_code == 1 and "ErrorNotFound" in r.output
-    r = runner.invoke(app, ["errors", "cleanup", "--older-than", "30d"])
+    r = runner.invoke(app, ["errors", "cleanup", "--older-than", "30d", "--yes"])
     assert r.exit_code == 0 and "deleted 1 errors" in r.output
     r = runner.invoke(app, ["errors", "list"], env={"COLUMNS": "200"})
     assert ids[0] not in r.output and "2 errors" in r.output

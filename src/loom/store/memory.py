@@ -117,5 +117,10 @@ class MemoryStore:
         if held is not None and held[0] == run_id:
             del self._locks[session_id]
 
+    async def delete_session(self, session_id: str) -> bool:
+        """Forget a session and its lock; False when there was no such session."""
+        self._locks.pop(session_id, None)
+        return self._sessions.pop(session_id, None) is not None
+
     async def close(self) -> None:
         return None

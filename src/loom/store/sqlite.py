@@ -63,6 +63,20 @@ _LEDGER_COLS = (
 )
 
 
+# Every table with rows that belong to one session (delete_session clears them all).
+_SESSION_TABLES = (
+    "messages",
+    "events",
+    "ledger",
+    "open_calls",
+    "open_runs",
+    "runs",
+    "errors",
+    "results",
+    "locks",
+)
+
+
 def _dt(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
 
@@ -425,6 +439,22 @@ class SQLiteStore(SQLiteCapabilities):
             "loading events", lambda c: c.execute(sql + " ORDER BY seq", params).fetchall()
         )
         return [_event(r) for r in rows]
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a session and everything kept for it (messages, events, runs, tool-call
+        ledger, stored errors and results, its lock) in one transaction.
+
+        Returns False when there was no such session. The caller makes sure no run is using
+        the session (take its lock first, as ``loom sessions delete`` does).
+        """
+
+        def delete(c: sqlite3.Connection) -> bool:
+            found = c.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
+            for table in _SESSION_TABLES:
+                c.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+            return found
+
+        return await self._write("deleting a session", delete)
 
     # -- session locks (across processes) -------------------------------------------------------
     async def acquire_lock(self, session_id: str, run_id: str, ttl: float) -> bool:

@@ -81,12 +81,14 @@ def terminal() -> Iterator[Callable[..., Any]]:
     pexpect = pytest.importorskip("pexpect")
     children: list[Any] = []
 
-    def spawn(*args: str, cwd: Path, timeout: float = 60) -> Any:
+    def spawn(*args: str, cwd: Path, timeout: float = 60, term: str = "dumb") -> Any:
+        # TERM=dumb: Rich prints plain text, no colour codes between the words tests look for
+        # (and no animated spinner: pass term="xterm" to see one).
         child = pexpect.spawn(
             sys.executable,
             ["-m", "loom", *args],
             cwd=str(cwd),
-            env=dict(os.environ, PYTHONPATH=SRC, TERM="dumb"),  # dumb: text without colour codes
+            env=dict(os.environ, PYTHONPATH=SRC, TERM=term),
             encoding="utf-8",
             timeout=timeout,
             dimensions=(24, 200),

@@ -13,10 +13,11 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -259,13 +260,16 @@ def choose_session(store: Any, session: str | None, new: bool) -> str:
 def _load_model(agent: Agent) -> None:
     """Resolve (for the local model: load) the agent's model, showing that it is happening.
 
-    The load runs in a worker thread while the main thread waits on an event: a wait that
-    Ctrl-C interrupts at once. In the main thread, llama.cpp's load left Ctrl-C to land in a
+    The load runs in a worker thread. In the main thread, llama.cpp's load let Ctrl-C land in a
     Python callback it makes, where the KeyboardInterrupt was swallowed and the run went on.
-    The interrupted load is abandoned (a thread cannot be stopped); it ends with the process.
+    While it loads, Ctrl-C only sets a flag (a KeyboardInterrupt raised inside Rich's spinner
+    could leave the console holding back later output); the main thread sees the flag within
+    50 ms, stops the spinner cleanly and raises KeyboardInterrupt. The abandoned load cannot be
+    stopped (it is C code in a thread); the process ends once it is out of llama.cpp.
     """
     done = threading.Event()
     failed: list[BaseException] = []
+    interrupted: list[bool] = []
 
     def load() -> None:
         try:
@@ -275,11 +279,44 @@ def _load_model(agent: Agent) -> None:
         finally:
             done.set()
 
-    with err.status("Loading the model…", spinner="dots"):
-        threading.Thread(target=load, name="loom-model-load", daemon=True).start()
-        done.wait()
+    def on_sigint(signum: int, frame: object) -> None:
+        interrupted.append(True)
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_sigint) if in_main else None
+    private = _private_stderr()
+    try:
+        with err.status("Loading the model…", spinner="dots"):
+            threading.Thread(target=load, name="loom-model-load", daemon=True).start()
+            while not done.wait(0.05) and not interrupted:
+                pass
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
+        if private is not None and not interrupted:
+            err.file = None  # type: ignore[assignment]  # back to following sys.stderr
+            private.close()
+    if interrupted:
+        raise KeyboardInterrupt
     if failed:
         raise failed[0]
+
+
+def _private_stderr() -> IO[str] | None:
+    """Point ``err`` at a copy of the stderr descriptor while a model loads, and return it.
+
+    llama-cpp-python silences a load by pointing descriptors 1 and 2 (and sys.stdout/stderr)
+    at /dev/null until it returns: the spinner and, after Ctrl-C, the message saying the run
+    was stopped went there while the abandoned load went on. The copy stays in place after an
+    interrupt, for the process's last words. None when stderr has no descriptor (tests).
+    """
+    try:
+        fd = os.dup(sys.stderr.fileno())
+    except (AttributeError, OSError, ValueError):
+        return None
+    private = os.fdopen(fd, "w", encoding="utf-8", errors="replace", buffering=1)
+    err.file = private
+    return private
 
 
 class _Renderer:

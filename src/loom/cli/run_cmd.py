@@ -381,7 +381,7 @@ async def read_line(prompt: str) -> str:
     except (OSError, ValueError):  # replaced by something without a file descriptor
         fd, terminal = -1, False
     if not terminal:
-        line = await asyncio.to_thread(stdin.readline)
+        line: str = await asyncio.to_thread(stdin.readline)
         if not line:
             raise EOFError
         return line.rstrip("\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
 from pathlib import Path
 
@@ -67,7 +68,44 @@ def test_show_and_cleanup(ids: list[str]) -> None:
     assert r.exit_code == 0 and "Code timeout: timeout" in r.output and "Trace!" in r.output
     r = runner.invoke(app, ["errors", "show", "err_20000101_000000_aaaaaa"])
     assert r.exit_code == 1 and "ErrorNotFound" in r.output
-    r = runner.invoke(app, ["errors", "cleanup", "--older-than", "30d"])
+    r = runner.invoke(app, ["errors", "cleanup", "--older-than", "30d", "--yes"])
     assert r.exit_code == 0 and "deleted 1 errors" in r.output
     r = runner.invoke(app, ["errors", "list"], env={"COLUMNS": "200"})
     assert ids[0] not in r.output and "2 errors" in r.output
+
+
+def test_ids_are_never_cut_and_json_is_offered(ids: list[str]) -> None:
+    r = runner.invoke(app, ["errors", "list"], env={"COLUMNS": "80"})  # piped and narrow
+    assert r.exit_code == 0 and all(i in r.output for i in ids), r.output
+    listed = json.loads(runner.invoke(app, ["errors", "list", "--json"]).output)
+    assert sorted(e["id"] for e in listed) == sorted(ids)
+    one = json.loads(runner.invoke(app, ["errors", "show", ids[1], "--json"]).output)
+    assert one["id"] == ids[1] and one["raw_error"]["traceback"] == "Trace!"
+
+
+def test_cleanup_asks_before_deleting(ids: list[str]) -> None:
+    r = runner.invoke(app, ["errors", "cleanup", "--older-than", "0d"], input="n\n")
+    assert r.exit_code == 1 and "Delete 3 errors" in r.output and "nothing deleted" in r.output
+    r = runner.invoke(app, ["errors", "cleanup", "--older-than", "0d"])  # no one to answer
+    assert r.exit_code == 1 and "nothing deleted" in r.output
+    assert len(json.loads(runner.invoke(app, ["errors", "list", "--json"]).output)) == 3
+    r = runner.invoke(app, ["errors", "cleanup", "--older-than", "0d"], input="y\n")
+    assert r.exit_code == 0 and "deleted 3 errors" in r.output
+
+
+def test_bracketed_ids_and_names_are_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".loom").mkdir()
+
+    async def fill() -> str:
+        s = SQLiteStore(tmp_path / ".loom" / "loom.db")
+        error = StoredError(new_error_id(), "[s1]", "[b]tool", {"message": "[red]x"}, "[red]x")
+        found = await s.save_error(error)
+        await s.close()
+        return found
+
+    eid = asyncio.run(fill())
+    r = runner.invoke(app, ["errors", "list"], env={"COLUMNS": "200"})
+    assert "[s1]" in r.output and "[b]tool" in r.output and "[red]x" in r.output
+    r = runner.invoke(app, ["errors", "show", eid])
+    assert "session=[s1]" in r.output and "tool=[b]tool" in r.output

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+pexpect = pytest.importorskip("pexpect")
+SRC = str(Path(__file__).resolve().parents[2] / "src")  # this checkout, not an installed loom
 
 
 def loom(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -15,6 +23,7 @@ def loom(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         cwd=cwd,
         timeout=120,
+        env=dict(os.environ, PYTHONPATH=SRC),
     )
 
 
@@ -67,3 +76,93 @@ def test_chat_keeps_one_session(tmp_path: Path) -> None:
         if line.startswith("session")
     }
     assert len(sessions) == 1
+
+
+def test_empty_tools_means_no_tools(tmp_path: Path) -> None:
+    out = loom("run", "what is 2 + 40?", "--model", "demo", "--tools", "", "--store", ":memory:",
+               cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "You said: what is 2 + 40?" in out.stdout and "→ add" not in out.stderr
+
+
+def test_session_must_exist_unless_new(tmp_path: Path) -> None:
+    typo = loom("run", "hi", "--model", "demo", "--session", "mine", cwd=tmp_path)
+    assert typo.returncode == 2 and "no session 'mine'" in typo.stderr
+    assert "--new" in typo.stderr
+    first = loom("run", "hi", "--model", "demo", "--session", "mine", "--new", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    again = loom("run", "2 + 3", "--model", "demo", "--session", "mine", cwd=tmp_path)
+    assert again.returncode == 0 and "returned: 5" in again.stdout
+    clash = loom("run", "hi", "--model", "demo", "--session", "mine", "--create", cwd=tmp_path)
+    assert clash.returncode == 2 and "already exists" in clash.stderr
+
+
+def test_version_and_help_show_flags_plainly(tmp_path: Path) -> None:
+    from loom import __version__
+
+    version = loom("--version", cwd=tmp_path)
+    assert version.returncode == 0 and version.stdout.strip() == f"loom {__version__}"
+    for command in (["run"], ["resume"], ["errors", "cleanup"], ["sessions", "list"]):
+        shown = loom(*command, "--help", cwd=tmp_path)
+        assert shown.returncode == 0, shown.stderr
+        assert "<bool>" not in shown.stdout and "--help" in shown.stdout
+
+
+def test_errors_are_not_wrapped_when_piped(tmp_path: Path) -> None:
+    out = loom("run", "hi", "--model", "nosuch:x", "--store", ":memory:", cwd=tmp_path)
+    assert out.returncode == 2
+    line = next(x for x in out.stderr.splitlines() if "unknown model provider" in x)
+    assert len(line) > 80 and line.rstrip().endswith("'openai:gpt-4o-mini'.")
+
+
+def test_bracketed_text_is_printed_as_text(tmp_path: Path) -> None:
+    # A session id and a user message that look like Rich markup come out as typed.
+    out = loom("run", "[bold]hi[/bold]", "--model", "demo", "--session", "[s]1", "--new",
+               cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "You said: [bold]hi[/bold]" in out.stdout and "session [s]1 ·" in out.stderr
+
+
+def test_a_python_agent_by_module_attr(tmp_path: Path, agents: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "loom", "run", "deploy staging", "--agent", "agents:deployer",
+         "--store", ":memory:"],
+        input="y\n", capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        env=dict(os.environ, PYTHONPATH=SRC),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "✓ deploy: deployed staging" in out.stderr and "done: deployed staging" in out.stdout
+    for bad, said in (
+        ("agents:nothing", "has no attribute 'nothing'"),
+        ("missing_module:agent", "importing 'missing_module' failed"),
+        ("agents.py:deploy", "deploy(**settings) failed"),
+    ):
+        out = loom("run", "hi", "--agent", bad, "--store", ":memory:", cwd=tmp_path)
+        assert out.returncode == 2 and said in " ".join(out.stderr.split()), out.stderr
+
+
+def test_chat_in_a_terminal(tmp_path: Path, agents: Path, terminal: Callable[..., Any]) -> None:
+    child = terminal("chat", "--agent", "agents.py:chatty", "--store", ":memory:", cwd=tmp_path)
+    child.expect_exact("you> ")
+    child.sendline("")  # an empty line does not quit
+    child.expect_exact("you> ")
+    child.send("abc")
+    child.expect_exact("abc")
+    child.sendintr()  # at the prompt, Ctrl-C clears the line
+    child.expect_exact("you> ")
+    child.sendline("hello")
+    child.expect(r"echo: (\w+)")
+    assert child.match.group(1) == "hello"
+    child.expect_exact("you> ")
+    child.sendline("hang")
+    child.expect_exact("partial answer")
+    child.sendintr()  # mid-answer, Ctrl-C stops the answer and returns to the prompt
+    child.expect_exact("stopped")
+    child.expect_exact("you> ")
+    child.sendline("again")  # the session is usable after the stopped answer
+    child.expect_exact("echo: again")
+    child.expect_exact("you> ")
+    child.sendeof()  # Ctrl-D quits
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0

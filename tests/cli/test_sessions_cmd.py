@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from pathlib import Path
@@ -72,3 +73,59 @@ def test_unknown_session_and_missing_database(session: str, tmp_path: Path) -> N
     )
     assert r.exit_code == 1 and "no Loom database" in r.output
     assert not (tmp_path / "none.db").exists()
+
+
+LONG = "session_" + "0123456789abcdef" * 4  # longer than a narrow terminal's id column
+
+
+@pytest.fixture
+def long_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["run", "--model", "demo", "hi", "--session", LONG, "--new"])
+    assert r.exit_code == 0, r.output
+    return LONG
+
+
+def test_ids_are_never_cut_and_json_is_offered(long_session: str) -> None:
+    # CliRunner is not a terminal: what `loom sessions list | ...` gets, 80 columns wide.
+    r = runner.invoke(app, ["sessions", "list"], env={"COLUMNS": "80"})
+    assert r.exit_code == 0 and long_session in r.output, r.output
+    listed = json.loads(runner.invoke(app, ["sessions", "list", "--json"]).output)
+    assert [s["id"] for s in listed] == [long_session] and listed[0]["message_count"] == 2
+    shown = json.loads(runner.invoke(app, ["sessions", "show", long_session, "--json"]).output)
+    assert shown["session"]["id"] == long_session
+    assert [m["role"] for m in shown["messages"]] == ["user", "assistant"]
+    assert {"completed", "running"} <= {r["status"] for r in shown["runs"]}
+    assert shown["memory"]["context_window"] > 0
+    journal = runner.invoke(app, ["sessions", "events", long_session, "--json"]).output
+    run_ids = {json.loads(line)["run_id"] for line in journal.splitlines()}
+    r = runner.invoke(app, ["sessions", "events", long_session], env={"COLUMNS": "80"})
+    assert r.exit_code == 0 and run_ids and all(i in r.output for i in run_ids), r.output
+
+
+def test_delete_asks_then_removes_everything(long_session: str, tmp_path: Path) -> None:
+    r = runner.invoke(app, ["sessions", "delete", long_session], input="n\n")
+    assert r.exit_code == 1 and "nothing deleted" in r.output
+    r = runner.invoke(app, ["sessions", "delete", long_session], input="y\n")
+    assert r.exit_code == 0 and f"deleted session {long_session}" in r.output
+    with sqlite3.connect(tmp_path / ".loom" / "loom.db") as raw:
+        for table in ("sessions", "messages", "events", "runs", "ledger"):
+            assert raw.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] == 0, table
+    r = runner.invoke(app, ["sessions", "delete", long_session, "--yes"])
+    assert r.exit_code == 1 and "SessionNotFound" in r.output
+
+
+def test_memory_store_delete_session() -> None:
+    from loom.store.memory import MemoryStore
+
+    async def go() -> tuple[bool, bool, object]:
+        s = MemoryStore()
+        await s.create_session("a")
+        return await s.delete_session("a"), await s.delete_session("a"), await s.get_session("a")
+
+    assert asyncio.run(go()) == (True, False, None)
+
+
+def test_markup_in_an_error_message_is_printed_as_text(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["sessions", "list", "--store", str(tmp_path / "[x]" / "none.db")])
+    assert r.exit_code == 1 and f"{tmp_path}/[x]/none.db" in "".join(r.output.split("\n"))

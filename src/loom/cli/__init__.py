@@ -6,6 +6,8 @@ dependencies inside the command functions so ``loom --help`` stays fast.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from loom.cli import errors_cmd, patterns_cmd, run_cmd, sessions_cmd
@@ -16,7 +18,33 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from loom import __version__
+
+        typer.echo(f"loom {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print Loom's version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Run, chat with and inspect Loom agents."""
+
+
 app.command("run")(run_cmd.run)
 app.command("chat")(run_cmd.chat)
 app.command("resume")(run_cmd.resume)

@@ -10,7 +10,8 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from loom.cli.sessions_cmd import StoreOpt, err, out, run_with_store
+from loom.cli._console import emit_json, out, say_error
+from loom.cli.sessions_cmd import JsonOpt, StoreOpt, confirm, id_column, run_with_store
 
 app = typer.Typer(help="Inspect errors stored by the error channel.", no_args_is_help=True)
 
@@ -44,7 +45,7 @@ def _parse(text: str | None, what: str) -> datetime | None:
     try:
         return parse_when(text, what)
     except LoomError as exc:
-        err.print(f"[red]{type(exc).__name__}:[/] {exc}")
+        say_error(exc)
         raise typer.Exit(code=2) from None
 
 
@@ -58,6 +59,7 @@ def list_errors(
     since: Annotated[str | None, typer.Option(help="Newer than: 30d, 2h, or ISO time.")] = None,
     until: Annotated[str | None, typer.Option(help="Older than: 30d, 2h, or ISO time.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many (0: all).")] = 50,
+    as_json: JsonOpt = False,
 ) -> None:
     """List stored tool errors, newest first."""
     from rich.table import Table
@@ -69,15 +71,21 @@ def list_errors(
             session_id=session, tool_name=tool, since=start, until=end, limit=limit
         ),
     )
+    if as_json:
+        emit_json(errors)
+        return
     table = Table(title=f"{len(errors)} errors")
-    for col in ("error id", "time", "session", "tool", "summary"):
+    id_column(table, "error id", [e.id for e in errors])
+    table.add_column("time", no_wrap=True)
+    id_column(table, "session", [e.session_id for e in errors])
+    for col in ("tool", "summary"):
         table.add_column(col)
     for e in errors:
         table.add_row(
-            e.id,
+            escape(e.id),
             f"{e.timestamp:%Y-%m-%d %H:%M:%S}",
-            e.session_id,
-            e.tool_name,
+            escape(e.session_id),
+            escape(e.tool_name),
             escape(e.short_summary),
         )
     out.print(table)
@@ -87,6 +95,7 @@ def list_errors(
 def show(
     error_id: Annotated[str, typer.Argument(help="The id, e.g. err_20260131_120000_a1b2c3.")],
     store: StoreOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Show one stored error in full (message, arguments, traceback)."""
     from loom.errors import ErrorNotFound
@@ -98,9 +107,12 @@ def show(
         return found
 
     e = run_with_store(store, get)
+    if as_json:
+        emit_json(e)
+        return
     out.print(
-        f"[bold]{e.id}[/]  {e.timestamp:%Y-%m-%d %H:%M:%S}  session={e.session_id}  "
-        f"run={e.run_id}  tool={e.tool_name}"
+        f"[bold]{escape(e.id)}[/]  {e.timestamp:%Y-%m-%d %H:%M:%S}  "
+        f"session={escape(e.session_id)}  run={escape(e.run_id)}  tool={escape(e.tool_name)}"
     )
     out.print(f"[red]{escape(e.short_summary)}[/]")
     raw = dict(e.raw_error)
@@ -114,9 +126,20 @@ def show(
 def cleanup(
     older_than: Annotated[str, typer.Option(help="Delete errors older than this: 30d, 12h, ISO.")],
     store: StoreOpt = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
-    """Delete stored errors older than an age (seed 001: errors otherwise stay for ever)."""
+    """Delete stored errors older than an age (seed 001: errors otherwise stay for ever).
+
+    Asks first (``--older-than 0d`` deletes every error) unless ``--yes``.
+    """
     cutoff = _parse(older_than, "--older-than")
     assert cutoff is not None
+    when = f"{cutoff:%Y-%m-%d %H:%M:%S}"
+    doomed = run_with_store(store, lambda s: s.list_errors(until=cutoff, limit=0))
+    if not doomed:
+        out.print(f"no errors older than {when}")
+        return
+    if not yes:
+        confirm(f"Delete {len(doomed)} errors older than {when}?")
     n = run_with_store(store, lambda s: s.delete_errors(cutoff))
-    out.print(f"deleted {n} errors older than {cutoff:%Y-%m-%d %H:%M:%S}")
+    out.print(f"deleted {n} errors older than {when}")

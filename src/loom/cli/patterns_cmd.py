@@ -19,9 +19,9 @@ DirArg = Annotated[Path, typer.Argument(help="Directory of pattern *.yaml files.
 
 
 def _consoles() -> tuple[Console, Console]:
-    from rich.console import Console
+    from loom.cli._console import err, out
 
-    return Console(), Console(stderr=True)
+    return out, err
 
 
 def _load(directory: Path, err: Console) -> PatternLibrary:
@@ -31,7 +31,9 @@ def _load(directory: Path, err: Console) -> PatternLibrary:
     try:
         return PatternLibrary.from_dir(directory, allow_empty=True)
     except PatternError as exc:
-        err.print(f"[red]error:[/] {exc}")
+        from rich.markup import escape
+
+        err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2) from None
 
 
@@ -49,19 +51,33 @@ def _report_problems(library: PatternLibrary, err: Console) -> int:
 
 
 @app.command("list")
-def list_patterns(directory: DirArg) -> None:
+def list_patterns(
+    directory: DirArg,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
     """Show every valid pattern in DIR; report invalid files (exit 1 if any)."""
     from rich.markup import escape
     from rich.table import Table
 
     out, err = _consoles()
     library = _load(directory, err)
+    if as_json:
+        print(
+            json.dumps(
+                [
+                    {"name": p.name, "title": p.title, "keywords": p.keywords, "tools": p.tools}
+                    for p in library
+                ],
+                ensure_ascii=False,
+            )
+        )
+        raise typer.Exit(_report_problems(library, err))
     table = Table(title=f"{len(library)} patterns in {escape(str(directory))}")
     for column in ("name", "title", "keywords", "tools"):
         table.add_column(column, overflow="fold")
     for p in library:
         keywords = ", ".join(p.keywords[:5]) + (", ..." if len(p.keywords) > 5 else "")
-        table.add_row(p.name, escape(p.title), escape(keywords), ", ".join(p.tools))
+        table.add_row(escape(p.name), escape(p.title), escape(keywords), escape(", ".join(p.tools)))
     out.print(table)
     raise typer.Exit(_report_problems(library, err))
 
@@ -99,7 +115,7 @@ def match_patterns(
         for column in ("#", "score", "name", "title"):
             table.add_column(column)
         for i, (p, s) in enumerate(matches, 1):
-            table.add_row(str(i), f"{s:.3f}", p.name, escape(p.title))
+            table.add_row(str(i), f"{s:.3f}", escape(p.name), escape(p.title))
         out.print(table)
     raise typer.Exit(_report_problems(library, err))
 
@@ -111,5 +127,7 @@ def validate_patterns(directory: DirArg) -> None:
     library = _load(directory, err)
     code = _report_problems(library, err)
     if code == 0:
-        out.print(f"[green]✓[/] {len(library)} patterns valid in {directory}")
+        from rich.markup import escape
+
+        out.print(f"[green]✓[/] {len(library)} patterns valid in {escape(str(directory))}")
     raise typer.Exit(code)

@@ -1,17 +1,28 @@
-"""``loom run`` and ``loom chat``: stream an agent's answer live in the terminal."""
+"""``loom run``, ``loom chat`` and ``loom resume``: stream an agent's answer live in the terminal.
+
+Ctrl-C: stops the run (exit code 130) wherever it comes, model load included; in ``loom chat`` it
+stops the answer and returns to the prompt, and at the prompt it clears the line.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib
+import importlib.util
 import json
 import os
+import re
+import signal
 import sys
+import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
+
+from loom.cli._console import err, fail, out, say_error
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -28,19 +39,29 @@ LOCAL_DEFAULT_TOOLS = ["add", "multiply", "current_time"]
 DEFAULT_INSTRUCTIONS = (
     "You are a helpful assistant. Use a tool when it helps; answer briefly and plainly."
 )
-
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+# Shell convention for "stopped by SIGINT" (128 + 2).
+EXIT_INTERRUPTED = 130
 
 AgentOpt = Annotated[
-    Path | None, typer.Option("--agent", "-a", help="An AGENT.md or YAML agent definition.")
+    str | None,
+    typer.Option(
+        "--agent",
+        "-a",
+        help="An AGENT.md or YAML agent definition, or an agent built in Python: "
+        "module:attr or file.py[:attr] (an Agent, or a function returning one).",
+    ),
 ]
 ModelOpt = Annotated[
     str | None,
     typer.Option("--model", "-m", help="Model string, e.g. local, openai:gpt-4o-mini, demo."),
 ]
 SessionOpt = Annotated[
-    str | None, typer.Option("--session", "-s", help="Continue this session id.")
+    str | None,
+    typer.Option("--session", "-s", help="Continue this existing session (with --new: create it)."),
+]
+NewOpt = Annotated[
+    bool,
+    typer.Option("--new", "--create", help="Start a new session named by --session."),
 ]
 StoreOpt = Annotated[
     str | None,
@@ -52,7 +73,9 @@ WorkspaceOpt = Annotated[
 ]
 ToolsOpt = Annotated[
     str | None,
-    typer.Option("--tools", help="Comma-separated built-in tool names (default: a small set)."),
+    typer.Option(
+        "--tools", help="Comma-separated built-in tool names; '' for none (default: a small set)."
+    ),
 ]
 
 
@@ -71,31 +94,139 @@ def open_store(path: str | None) -> Any:
     return SQLiteStore(target)
 
 
+_DEFINITION_SUFFIXES = (".md", ".yaml", ".yml")
+# module:attr (a dotted module name) or path/to/file.py[:attr].
+_PYTHON_SPEC = re.compile(r"^(?P<target>[\w.]+|.+\.py)(?::(?P<attr>[A-Za-z_]\w*))?$")
+
+
+def is_python_agent(spec: str) -> bool:
+    """Whether ``--agent`` names a Python agent (module:attr, file.py[:attr]), not a file."""
+    if spec.lower().endswith(_DEFINITION_SUFFIXES):
+        return False
+    m = _PYTHON_SPEC.match(spec)
+    return m is not None and (m["attr"] is not None or m["target"].endswith(".py"))
+
+
+def _import_target(target: str) -> Any:
+    from loom.errors import ConfigurationError
+
+    if target.endswith(".py"):
+        path = Path(target).resolve()
+        if not path.is_file():
+            raise ConfigurationError(f"--agent {target}: no such Python file")
+        # A script's siblings import as they would under `python file.py`.
+        sys.path.insert(0, str(path.parent))
+        spec = importlib.util.spec_from_file_location(f"_loom_agent_{path.stem}", path)
+        if spec is None or spec.loader is None:
+            raise ConfigurationError(f"--agent {target}: Python cannot load this file")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        return module
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m`: modules in the current directory
+    return importlib.import_module(target)
+
+
+def load_python_agent(spec: str, settings: dict[str, Any]) -> Agent:
+    """The Agent named by ``module:attr`` or ``file.py[:attr]`` (attr defaults to ``agent``).
+
+    ``attr`` is an ``Agent`` (used as it is built: its own model, tools and store) or a function
+    called with the command line's settings as keywords (``store``, ``workspace``,
+    ``approval_handler``, and ``model`` / ``tools`` when given) that returns an Agent.
+    """
+    from loom.agent import Agent
+    from loom.errors import ConfigurationError, LoomError
+
+    m = _PYTHON_SPEC.match(spec)
+    assert m is not None  # is_python_agent() said so
+    target, attr = m["target"], m["attr"] or "agent"
+    try:
+        module = _import_target(target)
+    except LoomError:
+        raise
+    except Exception as exc:  # the user's module failed to import: say which and why
+        raise ConfigurationError(
+            f"--agent {spec}: importing {target!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    obj = getattr(module, attr, None)
+    if obj is None:
+        raise ConfigurationError(
+            f"--agent {spec}: {target!r} has no attribute {attr!r}; name the Agent (or the "
+            "function that builds it) after a colon, e.g. my_agents:support"
+        )
+    if isinstance(obj, Agent):
+        given = [f"--{k}" for k in ("model", "tools") if k in settings]
+        if given:
+            raise ConfigurationError(
+                f"--agent {spec} is an Agent already built, so {' and '.join(given)} cannot "
+                "change it; make it a function that takes the settings as keywords instead"
+            )
+        if obj.approval_handler is None and settings.get("approval_handler") is not None:
+            obj.approval_handler = settings["approval_handler"]  # ask on this terminal
+        return obj
+    if not callable(obj):
+        raise ConfigurationError(
+            f"--agent {spec}: {attr!r} is a {type(obj).__name__}; it must be an Agent or a "
+            "function returning one"
+        )
+    try:
+        built = obj(**settings)
+    except LoomError:
+        raise
+    except Exception as exc:
+        raise ConfigurationError(
+            f"--agent {spec}: {attr}(**settings) failed: {type(exc).__name__}: {exc}. It is "
+            f"called with the keywords {', '.join(sorted(settings))}"
+        ) from exc
+    if not isinstance(built, Agent):
+        raise ConfigurationError(
+            f"--agent {spec}: {attr}() returned a {type(built).__name__}, not an Agent"
+        )
+    return built
+
+
+def parse_tools(tools: str | None) -> list[str] | None:
+    """``--tools``: None when not given (the default set); ``''`` means no tools at all."""
+    if tools is None:
+        return None
+    return [t.strip() for t in tools.split(",") if t.strip()]
+
+
 def build_agent(
-    agent_file: Path | None,
+    agent_file: str | None,
     model: str | None,
     store: Any,
     tools: str | None,
     workspace: Path | None = None,
     approval_handler: Any = None,
 ) -> Agent:
+    """The agent a command runs: from ``--agent`` (a definition file or Python) or the default."""
     from loom.agent import Agent
     from loom.definition import parse_definition
 
     overrides: dict[str, Any] = {"store": store}
     if approval_handler is not None:
         overrides["approval_handler"] = approval_handler
+    tool_names = parse_tools(tools)
+    if agent_file is not None and is_python_agent(agent_file):
+        overrides["workspace"] = (workspace or Path.cwd()).resolve()
+        if model:
+            overrides["model"] = model
+        if tool_names is not None:
+            overrides["tools"] = tool_names
+        return load_python_agent(agent_file, overrides)
+    path = Path(agent_file) if agent_file is not None else None
     if workspace is not None:
         overrides["workspace"] = workspace.resolve()
-    elif agent_file is None or parse_definition(agent_file).workspace is None:
+    elif path is None or parse_definition(path).workspace is None:
         overrides["workspace"] = Path.cwd()
     if model:
         overrides["model"] = model
-    tool_names = [t.strip() for t in tools.split(",") if t.strip()] if tools else None
-    if agent_file is not None:
+    if path is not None:
         if tool_names is not None:
             overrides["tools"] = tool_names
-        return Agent.from_file(agent_file, **overrides)
+        return Agent.from_file(path, **overrides)
     if tool_names is None:
         spec = model or os.environ.get("LOOM_MODEL") or "local"
         tool_names = LOCAL_DEFAULT_TOOLS if spec.split(":", 1)[0] == "local" else DEFAULT_TOOLS
@@ -103,10 +234,89 @@ def build_agent(
     return Agent(name="loom", instructions=DEFAULT_INSTRUCTIONS, **overrides)
 
 
+def choose_session(store: Any, session: str | None, new: bool) -> str:
+    """The session a turn runs in: ``--session`` must exist unless ``--new`` asks to create it.
+
+    A misspelt id used to start a fresh, empty session without a word.
+    """
+    from loom.errors import InputError, SessionNotFound
+    from loom.messages import new_id
+
+    if session is None:
+        return new_id("session")
+    exists = asyncio.run(store.get_session(session)) is not None
+    if new and exists:
+        raise InputError(
+            f"session {session!r} already exists; drop --new to continue it, or pick another id"
+        )
+    if not new and not exists:
+        raise SessionNotFound(
+            f"no session {session!r} in this store; see `loom sessions list`, or add --new to "
+            "start a session with that id"
+        )
+    return session
+
+
 def _load_model(agent: Agent) -> None:
-    # Loading a local model takes seconds: show it instead of looking frozen.
-    with err.status("Loading the model…", spinner="dots"):
-        _ = agent.model
+    """Resolve (for the local model: load) the agent's model, showing that it is happening.
+
+    The load runs in a worker thread. In the main thread, llama.cpp's load let Ctrl-C land in a
+    Python callback it makes, where the KeyboardInterrupt was swallowed and the run went on.
+    While it loads, Ctrl-C only sets a flag (a KeyboardInterrupt raised inside Rich's spinner
+    could leave the console holding back later output); the main thread sees the flag within
+    50 ms, stops the spinner cleanly and raises KeyboardInterrupt. The abandoned load cannot be
+    stopped (it is C code in a thread); the process ends once it is out of llama.cpp.
+    """
+    done = threading.Event()
+    failed: list[BaseException] = []
+    interrupted: list[bool] = []
+
+    def load() -> None:
+        try:
+            _ = agent.model
+        except BaseException as exc:  # handed to the main thread, which raises it
+            failed.append(exc)
+        finally:
+            done.set()
+
+    def on_sigint(signum: int, frame: object) -> None:
+        interrupted.append(True)
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_sigint) if in_main else None
+    private = _private_stderr()
+    try:
+        with err.status("Loading the model…", spinner="dots"):
+            threading.Thread(target=load, name="loom-model-load", daemon=True).start()
+            while not done.wait(0.05) and not interrupted:
+                pass
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
+        if private is not None and not interrupted:
+            err.file = None  # type: ignore[assignment]  # back to following sys.stderr
+            private.close()
+    if interrupted:
+        raise KeyboardInterrupt
+    if failed:
+        raise failed[0]
+
+
+def _private_stderr() -> IO[str] | None:
+    """Point ``err`` at a copy of the stderr descriptor while a model loads, and return it.
+
+    llama-cpp-python silences a load by pointing descriptors 1 and 2 (and sys.stdout/stderr)
+    at /dev/null until it returns: the spinner and, after Ctrl-C, the message saying the run
+    was stopped went there while the abandoned load went on. The copy stays in place after an
+    interrupt, for the process's last words. None when stderr has no descriptor (tests).
+    """
+    try:
+        fd = os.dup(sys.stderr.fileno())
+    except (AttributeError, OSError, ValueError):
+        return None
+    private = os.fdopen(fd, "w", encoding="utf-8", errors="replace", buffering=1)
+    err.file = private
+    return private
 
 
 class _Renderer:
@@ -116,6 +326,12 @@ class _Renderer:
         self.as_json = as_json
         self.in_text = False
         self.result: dict[str, Any] = {}
+
+    def end_text(self) -> None:
+        """End a line of streamed text (before other output, or when the answer is cut)."""
+        if self.in_text:
+            out.print()
+            self.in_text = False
 
     def __call__(self, event: AgentEvent) -> None:
         from loom.events import EventType as E
@@ -132,68 +348,119 @@ class _Renderer:
             out.print(d["text"], end="", soft_wrap=True, markup=False)
             self.in_text = True
             return
-        if self.in_text and event.type in (E.LLM_COMPLETE, E.TOOL_EXECUTION_START, E.ERROR):
-            out.print()
-            self.in_text = False
+        if event.type in (E.LLM_COMPLETE, E.TOOL_EXECUTION_START, E.ERROR):
+            self.end_text()
         if event.type is E.TOOL_EXECUTION_START:
             args = escape(json.dumps(d["arguments"], ensure_ascii=False))
-            err.print(f"[cyan]→ {d['tool_name']}[/]({args})")
+            err.print(f"[cyan]→ {escape(str(d['tool_name']))}[/]({args})")
         elif event.type in (E.TOOL_RESULT, E.TOOL_ERROR):
             mark = "[green]✓[/]" if d["success"] else "[red]✗[/]"
             text = escape(str(d["content"]).replace("\n", " ")[:200])
-            err.print(f"  {mark} {d['tool_name']}: {text} [dim]({d['duration_ms']:.0f} ms)[/]")
+            name = escape(str(d["tool_name"]))
+            err.print(f"  {mark} {name}: {text} [dim]({d['duration_ms']:.0f} ms)[/]")
         elif event.type is E.APPROVAL_REQUIRED:
             reason = escape(str(d.get("reason", "")))
-            err.print(f"[yellow]approval needed[/] for {d.get('tool_name')}: {reason}")
+            err.print(f"[yellow]approval needed[/] for {escape(str(d.get('tool_name')))}: {reason}")
         elif event.type is E.ERROR:
             err.print(f"[red]error:[/] {escape(str(d.get('error')))}")
 
 
-def _ask_approval(pending: PendingApproval) -> Any:
-    """The CLI's approval handler: a Rich prompt on the terminal (blocking; run in a thread)."""
-    from rich.prompt import Prompt
+async def read_line(prompt: str) -> str:
+    """Print ``prompt`` (Rich markup) on stderr and read one line of stdin; EOFError at its end.
 
+    On a terminal the line is read by the event loop (``add_reader``), not by a thread: Ctrl-C
+    cancels the wait and nothing is left blocked on the terminal to eat the next line typed.
+    """
+    err.print(prompt, end="")
+    stdin = sys.stdin
+    if stdin is None:
+        raise EOFError
+    try:
+        fd = stdin.fileno()
+        terminal = os.isatty(fd)
+    except (OSError, ValueError):  # replaced by something without a file descriptor
+        fd, terminal = -1, False
+    if not terminal:
+        line: str = await asyncio.to_thread(stdin.readline)
+        if not line:
+            raise EOFError
+        return line.rstrip("\n")
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[bytes] = loop.create_future()
+    buffer = bytearray()
+
+    def readable() -> None:
+        chunk = os.read(fd, 4096)
+        buffer.extend(chunk)
+        if not ready.done() and (not chunk or b"\n" in chunk):
+            ready.set_result(bytes(buffer))
+
+    loop.add_reader(fd, readable)
+    try:
+        data = await ready
+    finally:
+        loop.remove_reader(fd)
+    if not data:  # Ctrl-D on an empty line
+        raise EOFError
+    return data.decode(errors="replace").rstrip("\n")
+
+
+_CHOICES = escape("[y]es, [n]o, [a]lways in this session, [e]dit arguments [y/n/a/e] (n): ")
+
+
+async def ask_approval(pending: PendingApproval) -> Any:
+    """The CLI's approval handler: asks on the terminal. Ctrl-C raises (nothing is decided)."""
     from loom.policy.approval import Approve, Edit, Reject
 
-    args = escape(json.dumps(pending.arguments, ensure_ascii=False))
-    err.print(f"[bold yellow]Allow[/] [cyan]{pending.tool_name}[/]({args})?")
+    raw = json.dumps(pending.arguments, ensure_ascii=False)
+    err.print(f"[bold yellow]Allow[/] [cyan]{escape(pending.tool_name)}[/]({escape(raw)})?")
     try:
-        answer = Prompt.ask(
-            "  [y]es, [n]o, [a]lways in this session, [e]dit arguments",
-            choices=["y", "n", "a", "e"],
-            default="n",
-            console=err,
-        )
-        if answer == "y":
+        while True:
+            answer = (await read_line("  " + _CHOICES)).strip().lower() or "n"
+            if answer in ("y", "n", "a", "e", "yes", "no", "always", "edit"):
+                break
+            err.print("  [red]answer y, n, a or e[/]")
+        if answer[0] == "y":
             return Approve()
-        if answer == "a":
+        if answer[0] == "a":
             return Approve(remember=True)
-        if answer == "e":
+        if answer[0] == "e":
             while True:
-                text = Prompt.ask("  new arguments (JSON object)", default=args, console=err)
+                text = await read_line(
+                    f"  new arguments (JSON object; empty keeps {escape(raw)}): "
+                )
+                if not text.strip():
+                    return Edit(dict(pending.arguments))
                 try:
                     value = json.loads(text)
                 except json.JSONDecodeError as exc:
-                    err.print(f"  [red]not JSON:[/] {exc}")
+                    err.print(f"  [red]not JSON:[/] {escape(str(exc))}")
                     continue
                 if isinstance(value, dict):
                     return Edit(value)
                 err.print("  [red]give a JSON object[/]")
-        reason = Prompt.ask("  reason for the model (optional)", default="", console=err)
-        return Reject(reason or "the user said no")
-    except (EOFError, KeyboardInterrupt):
+        reason = await read_line("  reason for the model (optional): ")
+        return Reject(reason.strip() or "the user said no")
+    except EOFError:
+        err.print()
         return Reject("no answer: the terminal's input is closed")
-
-
-async def ask_approval(pending: PendingApproval) -> Any:
-    return await asyncio.to_thread(_ask_approval, pending)
 
 
 async def _render(events: AsyncIterator[AgentEvent], as_json: bool) -> dict[str, Any]:
     """Print a turn's events; return the AGENT_FINISH data."""
     render = _Renderer(as_json)
-    async for event in events:
-        render(event)
+    try:
+        async for event in events:
+            render(event)
+    except BaseException:
+        render.end_text()  # a cut answer still ends its line
+        raise
+    finally:
+        # Closed here, not left to garbage collection: a stream abandoned by Ctrl-C would
+        # keep the session's lock until it was collected.
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
     return render.result
 
 
@@ -220,18 +487,18 @@ def _end(result: dict[str, Any], session_id: str, as_json: bool) -> None:
 
 def _summary(result: dict[str, Any], session_id: str) -> None:
     usage = result.get("usage") or {}
-    reason = result.get("stop_reason")
+    reason = escape(str(result.get("stop_reason")))
     style = "green" if reason == "completed" else "yellow"
     err.print(
-        f"[dim]session {session_id} · [{style}]{reason}[/{style}] · "
+        f"[dim]session {escape(session_id)} · [{style}]{reason}[/{style}] · "
         f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out tokens · "
         f"{result.get('iterations', 0)} iterations · {result.get('duration_ms', 0) / 1000:.1f} s[/]"
     )
 
 
-def _fail(exc: Exception) -> None:
-    err.print(f"[red]{type(exc).__name__}:[/] {escape(str(exc))}")
-    raise typer.Exit(code=2)
+def _interrupted(what: str) -> typer.Exit:
+    err.print(f"\n[yellow]interrupted:[/] {what}")
+    return typer.Exit(code=EXIT_INTERRUPTED)
 
 
 def run(
@@ -239,70 +506,131 @@ def run(
     agent_file: AgentOpt = None,
     model: ModelOpt = None,
     session: SessionOpt = None,
+    new: NewOpt = False,
     store: StoreOpt = None,
     tools: ToolsOpt = None,
     workspace: WorkspaceOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print every event as JSON.")] = False,
 ) -> None:
-    """Run one turn and stream the answer."""
+    """Run one turn and stream the answer. Ctrl-C stops it (exit code 130)."""
     from loom.errors import LoomError
-    from loom.messages import new_id
 
     try:
-        agent = build_agent(agent_file, model, open_store(store), tools, workspace, ask_approval)
+        the_store = open_store(store)
+        agent = build_agent(agent_file, model, the_store, tools, workspace, ask_approval)
+        session_id = choose_session(the_store, session, new)
         _load_model(agent)
-        session_id = session or new_id("session")
         events = agent.stream(message, session_id=session_id)
         result = asyncio.run(_render_and_close(agent, events, as_json))
     except LoomError as exc:
-        _fail(exc)
-        return
+        raise fail(exc, 2) from None
+    except KeyboardInterrupt:
+        raise _interrupted("the run was stopped") from None
     _end(result, session_id, as_json)
+
+
+def _line_editing() -> None:
+    # Arrow keys and history for input() on a terminal; absent on some platforms, and fine so.
+    if sys.stdin is not None and sys.stdin.isatty():
+        with contextlib.suppress(ImportError):
+            import readline  # noqa: F401
 
 
 def chat(
     agent_file: AgentOpt = None,
     model: ModelOpt = None,
     session: SessionOpt = None,
+    new: NewOpt = False,
     store: StoreOpt = None,
     tools: ToolsOpt = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Talk with an agent in one session; an empty line or Ctrl-D ends."""
+    """Chat in one session. Ctrl-C stops an answer or clears the line; Ctrl-D quits."""
     from loom.errors import LoomError
-    from loom.messages import new_id
 
     try:
-        agent = build_agent(agent_file, model, open_store(store), tools, workspace, ask_approval)
+        the_store = open_store(store)
+        agent = build_agent(agent_file, model, the_store, tools, workspace, ask_approval)
+        session_id = choose_session(the_store, session, new)
         _load_model(agent)
     except LoomError as exc:
-        _fail(exc)
-        return
-    session_id = session or new_id("session")
-    err.print(f"[dim]session {session_id}; empty line to quit[/]")
-
-    async def loop() -> None:
+        raise fail(exc, 2) from None
+    except KeyboardInterrupt:
+        raise _interrupted("stopped while starting") from None
+    err.print(
+        f"[dim]session {escape(session_id)}; Ctrl-C stops an answer or clears the line, "
+        "Ctrl-D quits[/]"
+    )
+    _line_editing()
+    # One event loop for the whole chat, and input() read outside it: between turns Ctrl-C is
+    # an ordinary KeyboardInterrupt at the prompt; during a turn the Runner turns it into a
+    # cancellation of that turn alone.
+    with asyncio.Runner() as runner:
         try:
-            await chat_loop()
+            while True:
+                try:
+                    line = input("you> ")
+                except KeyboardInterrupt:
+                    out.print()  # the typed line is dropped: a fresh prompt
+                    continue
+                except EOFError:
+                    out.print()
+                    return
+                if not line.strip():
+                    continue
+                try:
+                    result = runner.run(_turn(agent, line, session_id, False))
+                except KeyboardInterrupt:
+                    err.print("[yellow]stopped[/]")
+                    continue
+                except LoomError as exc:
+                    say_error(exc)
+                    continue
+                _summary(result, session_id)
         finally:
-            await agent.aclose()
+            runner.run(agent.aclose())
 
-    async def chat_loop() -> None:
-        while True:
-            try:
-                line = await asyncio.to_thread(input, "you> ")
-            except EOFError:
-                return
-            if not line.strip():
-                return
-            try:
-                result = await _turn(agent, line, session_id, False)
-            except LoomError as exc:
-                err.print(f"[red]{type(exc).__name__}:[/] {escape(str(exc))}")
-                continue
-            _summary(result, session_id)
 
-    asyncio.run(loop())
+async def _known_tools(agent: Agent) -> set[str]:
+    """Every tool name the agent can call, including those its tool servers (MCP) provide."""
+    names = set(agent.tools)
+    for spec in agent.toolsets:
+        try:  # the runtime's own connection, closed with it (agent.aclose())
+            names.update(t.name for t in await agent.runtime.toolset(spec).load_tools())
+        except Exception:  # the server is down: its calls cannot run now, so they count unknown
+            continue
+    return names
+
+
+async def _check_resumable(agent: Agent, session: str) -> list[PendingApproval]:
+    """The pending calls, after making sure this agent can run every one of them.
+
+    Deciding a call the agent does not have would use up the approval and fail the call with
+    ``unknown_tool``, leaving the program that paused the session nothing to resume.
+    """
+    from loom.errors import InputError
+
+    pending = await agent.pending_approvals(session)
+    if not pending:
+        raise InputError(
+            f"session {session!r} has no tool call waiting for approval; "
+            "see `loom sessions show` for its state"
+        )
+    missing = sorted({p.tool_name for p in pending} - await _known_tools(agent))
+    if missing:
+        await agent.aclose()
+        have = ", ".join(sorted(agent.tools)) or "none"
+        raise InputError(
+            f"session {session!r} waits on {', '.join(repr(n) for n in missing)}, a tool this "
+            f"agent does not have (its tools: {have}); nothing was decided. Pass the agent "
+            "that paused the session with --agent: an AGENT.md, or module:attr / file.py:attr "
+            "for an agent built in Python"
+        )
+    return pending
+
+
+async def _ask_each(pending: list[PendingApproval]) -> dict[str, Any]:
+    return {p.tool_call_id: await ask_approval(p) for p in pending}
 
 
 def resume(
@@ -323,31 +651,35 @@ def resume(
     workspace: WorkspaceOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print every event as JSON.")] = False,
 ) -> None:
-    """Decide the tool calls a paused session waits on, and continue its turn."""
+    """Decide the tool calls a paused session waits on, and continue its turn.
+
+    Ctrl-C while asking decides nothing: the calls keep waiting (exit code 130).
+    """
     from loom.errors import InputError, LoomError
     from loom.policy.approval import Reject
 
     if approve and reject is not None:
-        _fail(InputError("give --approve or --reject, not both"))
+        raise fail(InputError("give --approve or --reject, not both"), 2)
+    decided = False
     try:
         agent = build_agent(agent_file, model, open_store(store), tools, workspace, ask_approval)
-        pending = asyncio.run(agent.pending_approvals(session))
-        if not pending:
-            raise InputError(
-                f"session {session!r} has no tool call waiting for approval; "
-                "see `loom sessions show` for its state"
-            )
+        pending = asyncio.run(_check_resumable(agent, session))
         if approve:
             decisions: Any = True
         elif reject is not None:
             decisions = Reject(reject or "the user said no")
         else:  # ask about each call, as `loom run` would have
-            decisions = {p.tool_call_id: _ask_approval(p) for p in pending}
+            decisions = asyncio.run(_ask_each(pending))
         _load_model(agent)
-
+        decided = True
         events = agent.resume_stream(session, decisions)
         result = asyncio.run(_render_and_close(agent, events, as_json))
     except LoomError as exc:
-        _fail(exc)
-        return
+        raise fail(exc, 2) from None
+    except KeyboardInterrupt:
+        if decided:
+            raise _interrupted("the resumed run was stopped") from None
+        raise _interrupted(
+            f"nothing was decided; the calls still wait (loom resume {session})"
+        ) from None
     _end(result, session, as_json)

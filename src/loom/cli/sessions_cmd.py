@@ -1,4 +1,4 @@
-"""`loom sessions`: list, show, events, export (reads the session database)."""
+"""`loom sessions`: list, show, events, export, delete (the session database)."""
 
 from __future__ import annotations
 
@@ -10,21 +10,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
 from rich.markup import escape
+
+from loom.cli._console import emit_json, err, out, say_error
 
 if TYPE_CHECKING:
     from loom.store.sqlite import SQLiteStore
 
 T = TypeVar("T")
-app = typer.Typer(help="Inspect sessions.", no_args_is_help=True)
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+app = typer.Typer(help="Inspect and delete sessions.", no_args_is_help=True)
 
 StoreOpt = Annotated[
     str | None, typer.Option("--store", help="Session database (default .loom/loom.db).")
 ]
 SessionArg = Annotated[str, typer.Argument(help="The session id.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def id_column(table: Any, name: str, ids: list[str]) -> None:
+    """Add a column for ids that Rich never cuts or wraps: an id must paste back whole."""
+    table.add_column(name, no_wrap=True, min_width=max((len(i) for i in ids), default=len(name)))
 
 
 def open_existing(path: str | None) -> SQLiteStore:
@@ -54,7 +59,7 @@ def run_with_store(path: str | None, fn: Callable[[SQLiteStore], Awaitable[T]]) 
     try:
         return asyncio.run(go())
     except LoomError as exc:
-        err.print(f"[red]{type(exc).__name__}:[/] {exc}")
+        say_error(exc)
         raise typer.Exit(code=1) from None
 
 
@@ -78,18 +83,23 @@ def _clip(text: str, width: int = 100) -> str:
 def list_sessions(
     store: StoreOpt = None,
     limit: Annotated[int, typer.Option(help="How many sessions, newest first.")] = 50,
+    as_json: JsonOpt = False,
 ) -> None:
     """List sessions, most recently updated first."""
     from rich.table import Table
 
     sessions = run_with_store(store, lambda s: s.list_sessions(limit))
+    if as_json:
+        emit_json(sessions)
+        return
     table = Table(title=f"{len(sessions)} sessions")
-    for col in ("session", "agent", "messages", "tokens in/out", "created", "updated"):
+    id_column(table, "session", [i.id for i in sessions])
+    for col in ("agent", "messages", "tokens in/out", "created", "updated"):
         table.add_column(col, justify="right" if col in ("messages", "tokens in/out") else "left")
     for i in sessions:
         table.add_row(
-            i.id,
-            i.agent_name,
+            escape(i.id),
+            escape(i.agent_name),
             str(i.message_count),
             f"{i.usage.input_tokens}/{i.usage.output_tokens}",
             f"{i.created_at:%Y-%m-%d %H:%M:%S}",
@@ -108,6 +118,7 @@ def show(
     model: Annotated[
         str | None, typer.Option("--model", "-m", help="Model whose window and tokenizer to use.")
     ] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Show a session: metadata, memory tiers with token counts, runs and messages."""
     from rich.table import Table
@@ -124,8 +135,12 @@ def show(
         return info, await s.list_runs(session_id), await s.load_messages(session_id), report
 
     info, runs, messages, report = run_with_store(store, load)
+    if as_json:
+        emit_json({"session": info, "runs": runs, "memory": report, "messages": messages})
+        return
     out.print(
-        f"[bold]{info.id}[/]  agent={info.agent_name or '-'}  messages={info.message_count}"
+        f"[bold]{escape(info.id)}[/]  agent={escape(info.agent_name or '-')}"
+        f"  messages={info.message_count}"
         f"  tokens={info.usage.input_tokens}/{info.usage.output_tokens}"
         f"  created={info.created_at:%Y-%m-%d %H:%M:%S}"
     )
@@ -133,13 +148,14 @@ def show(
     starts = [r for r in runs if r.status == "running"]
     if starts:
         out.print(
-            "runs: " + ", ".join(f"{r.run_id} ({ends.get(r.run_id, 'open')})" for r in starts)
+            "runs: "
+            + ", ".join(f"{escape(r.run_id)} ({ends.get(r.run_id, 'open')})" for r in starts)
         )
     tiers = Table(title=f"memory (window {report.context_window:,}, budget {report.budget:,})")
     for col in ("tier", "tokens", "budget", "items", "detail"):
         tiers.add_column(col)
     for row in report.rows():
-        tiers.add_row(*row)
+        tiers.add_row(*(escape(cell) for cell in row))
     out.print(tiers)
     table = Table(show_lines=False)
     for col in ("#", "role", "content"):
@@ -175,14 +191,15 @@ def events(
     journal = run_with_store(store, load)
     if as_json:
         for ev in journal:
-            sys.stdout.write(json.dumps(ev.to_dict(), default=str) + "\n")
+            emit_json(ev.to_dict())
         return
     table = Table(title=f"{len(journal)} events")
-    for col in ("run", "seq", "iter", "type", "data"):
+    id_column(table, "run", [ev.run_id for ev in journal])
+    for col in ("seq", "iter", "type", "data"):
         table.add_column(col)
     for ev in journal:
         table.add_row(
-            ev.run_id,
+            escape(ev.run_id),
             str(ev.sequence),
             str(ev.iteration),
             str(ev.type),
@@ -212,4 +229,45 @@ def export(
         return
     with output.open("w", encoding="utf-8") as f:
         n = write_jsonl(messages, f)
-    err.print(f"wrote {n} messages to {output}")
+    err.print(f"wrote {n} messages to {escape(str(output))}")
+
+
+@app.command("delete")
+def delete(
+    session_id: SessionArg,
+    store: StoreOpt = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete a session: its messages, events, runs, stored errors and results."""
+    from loom.errors import SessionBusy
+    from loom.messages import new_id
+
+    async def count(s: SQLiteStore) -> Any:
+        return await _require(s, session_id)
+
+    info = run_with_store(store, count)
+    if not yes:
+        confirm(f"Delete session {info.id} and its {info.message_count} messages?")
+    lock = new_id("delete")
+
+    async def remove(s: SQLiteStore) -> bool:
+        # The session's lock keeps a run in another process from writing into it meanwhile.
+        if not await s.acquire_lock(session_id, lock, 60.0):
+            raise SessionBusy(
+                f"session {session_id!r} is running in another process; try again when it ends"
+            )
+        return await s.delete_session(session_id)
+
+    run_with_store(store, remove)
+    out.print(f"deleted session {escape(session_id)}")
+
+
+def confirm(question: str) -> None:
+    """Ask yes/no (default no) on stderr; anything but yes, or no input at all, exits 1."""
+    try:
+        agreed = typer.confirm(question, default=False, err=True)
+    except typer.Abort:  # end of input: nobody said yes
+        agreed = False
+    if not agreed:
+        err.print("nothing deleted")
+        raise typer.Exit(code=1)

@@ -193,5 +193,10 @@ class MemoryStore(LegacyLocks):
         if held is not None and held.token == lease.token:
             held.released = True
 
+    async def delete_session(self, session_id: str) -> bool:
+        """Forget a session and its lock; False when there was no such session."""
+        self._locks.pop(session_id, None)
+        return self._sessions.pop(session_id, None) is not None
+
     async def close(self) -> None:
         return None

@@ -59,6 +59,19 @@ _LEDGER_COLS = "run_id, tool_call_id, name, status, effect, arguments, result, t
 _RUN_COLS = "run_id, status, input_tokens, output_tokens, requests, timestamp, data"
 
 
+# Every table with rows that belong to one session (delete_session clears them all).
+_SESSION_TABLES = (
+    "messages",
+    "events",
+    "ledger",
+    "open_calls",
+    "open_runs",
+    "runs",
+    "errors",
+    "results",
+)  # not locks: a session's lease row keeps its fencing token increasing (it is released)
+
+
 def _dt(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
 
@@ -395,6 +408,23 @@ class SQLiteStore(SQLiteCapabilities, LegacyLocks):
             "loading events", lambda c: c.execute(sql + " ORDER BY seq", params).fetchall()
         )
         return [codec.decode_event(session_id, r) for r in rows]
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a session and everything kept for it (messages, events, runs, tool-call
+        ledger, stored errors and results, its lock) in one transaction.
+
+        Returns False when there was no such session. The caller makes sure no run is using
+        the session (take its lock first, as ``loom sessions delete`` does).
+        """
+
+        def delete(c: sqlite3.Connection) -> bool:
+            found = c.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
+            for table in _SESSION_TABLES:
+                c.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+            c.execute("UPDATE locks SET released = 1 WHERE session_id = ?", (session_id,))
+            return found
+
+        return await self._write("deleting a session", delete)
 
     # -- session leases (across processes) ------------------------------------------------------
     async def acquire_lease(self, session_id: str, run_id: str, ttl: float) -> Lease | None:

@@ -194,8 +194,11 @@ class MemoryStore(LegacyLocks):
             held.released = True
 
     async def delete_session(self, session_id: str) -> bool:
-        """Forget a session and its lock; False when there was no such session."""
-        self._locks.pop(session_id, None)
+        """Forget a session (its lease row stays, released, so tokens keep increasing);
+        False when there was no such session."""
+        held = self._leases.get(session_id)
+        if held is not None:
+            held.released = True
         return self._sessions.pop(session_id, None) is not None
 
     async def close(self) -> None:

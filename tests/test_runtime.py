@@ -1,15 +1,20 @@
-"""Session gates: one turn per session; queue, drop and interrupt."""
+"""The runtime: session gates (queue, drop, interrupt), leases, per-turn state, bounded reads."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from loom import Agent, ModelResponse
+from loom import Agent, ModelResponse, ToolCall, tool
 from loom.errors import QueueFull, SessionBusy
-from loom.messages import Message
-from loom.testing import FunctionModel
+from loom.messages import Message, RunResult
+from loom.policy.approval import Approve, PendingApproval, Reject
+from loom.runtime import Runtime
+from loom.store import MemoryStore, SQLiteStore
+from loom.testing import FunctionModel, ScriptedModel
 
 
 def slow_model(delay: float) -> FunctionModel:
@@ -64,3 +69,171 @@ async def test_different_sessions_run_in_parallel() -> None:
     started = loop.time()
     await asyncio.gather(*(agent.run("x", session_id=f"p{i}") for i in range(5)))
     assert loop.time() - started < 0.6
+
+
+# -- the runtime owns the state; the agent is a shared, frozen definition ----------------------
+
+
+class FlakyServer:
+    """A toolset (as an MCP server is): each runtime gets its own ``fresh()`` copy, and a copy
+    whose ``fail`` is set cannot list its tools, as a server that did not start."""
+
+    name = "flaky"
+
+    def __init__(self) -> None:
+        self.fail = False
+        self.label = ""
+        self.closed = False
+
+    def fresh(self) -> FlakyServer:
+        return FlakyServer()
+
+    async def load_tools(self) -> list[Any]:
+        if self.fail:
+            raise ConnectionError(f"server for {self.label} did not start")
+        label = self.label
+
+        @tool(name="whoami")
+        def whoami() -> str:
+            """Say which runtime's server answered."""
+            return label
+
+        return [whoami]
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+@tool
+def gated(n: int) -> str:
+    """A tool every call of which needs a human's approval (see the permissions below)."""
+    return f"gated {n}"
+
+
+async def test_one_agent_shared_by_200_sessions_leaks_nothing(tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    def handler(p: PendingApproval) -> Approve | Reject:
+        asked.append(p.session_id)
+        index = int(p.session_id.split("-")[1])  # even sessions say "always", odd "never"
+        return Approve(remember="tool") if index % 2 == 0 else Reject("no", remember="tool")
+
+    def model(messages: list[Message], tools: list[Any]) -> ModelResponse | str:
+        names = sorted(t.name for t in tools)
+        turn = sum(1 for m in messages if m.role == "user")
+        last = messages[-1]
+        if last.role == "user":
+            calls = [ToolCall(name="gated", arguments={"n": turn})]
+            if "whoami" in names:
+                calls.append(ToolCall(name="whoami"))
+            return ModelResponse(tool_calls=calls)
+        results = [m.content for m in messages if m.role == "tool"][-2:]
+        return f"tools={names} results={results}"
+
+    server = FlakyServer()
+    agent = Agent(model=FunctionModel(model), tools=[gated, server], approval_handler=handler,
+                  permissions={"ask": ["gated"], "default": "allow"})  # fmt: skip
+    runtimes: list[Runtime] = []
+    for i in range(200):  # every tenth runtime on its own SQLite file, the rest in memory
+        store = SQLiteStore(tmp_path / f"{i}.db") if i % 10 == 0 else MemoryStore()
+        rt = Runtime(store)
+        live = rt.toolset(server)
+        live.label, live.fail = f"s-{i}", i % 3 == 0
+        runtimes.append(rt)
+
+    async def session(i: int) -> list[RunResult]:
+        rt, sid = runtimes[i], f"s-{i}"
+        return [await rt.run(agent, f"turn {k}", session_id=sid) for k in (1, 2)]
+
+    results = await asyncio.gather(*(session(i) for i in range(200)))
+    for i, (first, second) in enumerate(results):
+        sid = f"s-{i}"
+        assert first.stop_reason == second.stop_reason == "completed", (i, first.error)
+        failing = i % 3 == 0
+        # this runtime's server state only: its own label answers, or its own failure shows
+        assert ("whoami" in first.output) is not failing
+        if failing:
+            assert any(f"server for {sid} did not start" in w for w in first.warnings)
+        else:
+            assert f"'{sid}'" in first.output.replace('"', "'") and not first.warnings
+        # the remembered decision is this session's own: asked once, then applied
+        expected = "gated 2" if i % 2 == 0 else "rejected by the user"
+        tool_texts = [m.content for m in second.messages if m.role == "tool"]
+        assert any(expected in t or (i % 2 and "denied" in t) for t in tool_texts), tool_texts
+        store_sessions = [s.id for s in await runtimes[i].store.list_sessions()]
+        assert store_sessions == [sid]  # nothing of another session in this store
+    assert sorted(asked) == sorted(f"s-{i}" for i in range(200))  # each session asked once
+    assert server.label == "" and not server.fail  # the agent's own toolset never touched
+    assert agent.tools.keys() == {"gated"}  # no toolset tool written back onto the agent
+    for rt in runtimes:
+        await rt.aclose()
+        await rt.store.close()
+
+
+async def test_agent_is_frozen() -> None:
+    agent = Agent(model=FunctionModel(lambda m, t: "x"), max_iterations=3)
+    with pytest.raises(AttributeError, match="frozen"):
+        agent.max_iterations = 5  # type: ignore[misc]
+    assert agent.replace(max_iterations=5).max_iterations == 5 and agent.max_iterations == 3
+
+
+class CountingStore(MemoryStore):
+    """Records how many messages and events each call read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[tuple[str, int]] = []
+
+    async def load_messages(self, session_id: str, start: int = 0) -> list[Message]:
+        out = await super().load_messages(session_id, start)
+        self.reads.append(("messages", len(out)))
+        return out
+
+    async def load_events(self, session_id: str, run_id: str | None = None) -> list[Any]:
+        out = await super().load_events(session_id, run_id)
+        self.reads.append(("events", len(out)))
+        return out
+
+
+async def test_intake_reads_are_bounded_by_what_changed_not_by_session_length() -> None:
+    store = CountingStore()
+    agent = Agent(model=FunctionModel(lambda m, t: "ok"))
+    runtime = Runtime(store)
+    for i in range(60):
+        store.reads.clear()
+        await runtime.run(agent, f"m{i}", session_id="long")
+        if i > 0:  # the transcript is cached: nothing was read, however long the session
+            assert store.reads == [], (i, store.reads)
+    # another process (a new runtime) appended: the next turn reads only the messages it added
+    # (and, once, the journal for permission decisions that process may have remembered: the
+    # one read that still grows with the session, see docs/architecture.md)
+    await Runtime(store).run(agent, "elsewhere", session_id="long")
+    store.reads.clear()
+    await runtime.run(agent, "back", session_id="long")
+    assert [r for r in store.reads if r[0] == "messages"] == [("messages", 2)]
+
+
+async def test_a_long_turn_keeps_its_lease(tmp_path: Path) -> None:
+    """A turn longer than the lease's ttl renews it: another runtime cannot take the session."""
+    entered, leave = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def slow() -> str:
+        """Wait."""
+        entered.set()
+        await leave.wait()
+        return "done"
+
+    model = ScriptedModel([ModelResponse(tool_calls=[ToolCall(name="slow")]), "ok"])
+    agent = Agent(model=model, tools=[slow])
+    store = SQLiteStore(tmp_path / "l.db")
+    turn = asyncio.create_task(Runtime(store, lease_ttl=0.3).run(agent, "go", session_id="s"))
+    await entered.wait()
+    other = Runtime(SQLiteStore(tmp_path / "l.db"))  # as another process would
+    for _ in range(4):  # well past the ttl: renewed every 0.1 s
+        await asyncio.sleep(0.3)
+        with pytest.raises(SessionBusy):
+            await other.run(Agent(model=FunctionModel(lambda m, t: "x")), "x", session_id="s",
+                            on_busy="drop")  # fmt: skip
+    leave.set()
+    assert (await turn).stop_reason == "completed"

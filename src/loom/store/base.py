@@ -7,6 +7,7 @@ event. Backends: ``MemoryStore`` (default for the library), ``SQLiteStore`` (CLI
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import weakref
 from collections.abc import Sequence
@@ -317,10 +318,8 @@ def capabilities_of(store: Store) -> StoreCapabilities:
         runs=store if isinstance(store, RunStore) else None,
         kv=store if isinstance(store, KVStore) else None,
     )
-    try:
+    with contextlib.suppress(TypeError):
         _capabilities[store] = caps
-    except TypeError:
-        pass
     return caps
 
 

@@ -169,9 +169,13 @@ class MemoryStore(LegacyLocks):
     async def acquire_lease(self, session_id: str, run_id: str, ttl: float) -> Lease | None:
         now = time.time()
         held = self._leases.get(session_id)
-        if held is not None and not held.released and held.expires_at > now:
-            if held.run_id != run_id:
-                return None
+        if (
+            held is not None
+            and not held.released
+            and held.expires_at > now
+            and held.run_id != run_id
+        ):
+            return None
         token = held.token + 1 if held is not None else 1
         self._leases[session_id] = _LeaseRow(run_id, token, now + ttl)
         return Lease(session_id, run_id, token, now + ttl)

@@ -85,7 +85,7 @@ async def test_a_failing_answer_is_retried_with_a_correction_quoting_the_reasons
         (2, True, 1.0),
     ]
     assert any(e.type is E.JUDGE_RETRY for e in journal)
-    run = store._sessions["s"].runs[-1]
+    run = (await store.list_runs("s"))[-1]
     assert run.status == "completed"
     assert run.data["verdict"]["passed"] is True and run.data["verdict"]["history"] == [0.0, 1.0]
 

@@ -155,6 +155,16 @@ class MemoryStore(LegacyLocks):
             return []
         return [codec.decode_run(session_id, r) for r in data.open_runs.values()]
 
+    async def ledger(self, session_id: str) -> list[LedgerEntry]:
+        """Every ledger entry of the session, oldest first (as ``SQLiteStore.ledger``)."""
+        data = self._sessions.get(session_id)
+        return [codec.decode_ledger(session_id, r) for r in data.ledger] if data else []
+
+    async def list_runs(self, session_id: str) -> list[RunRecord]:
+        """Every run record (starts and ends), oldest first (as ``SQLiteStore.list_runs``)."""
+        data = self._sessions.get(session_id)
+        return [codec.decode_run(session_id, r) for r in data.runs] if data else []
+
     async def load_events(self, session_id: str, run_id: str | None = None) -> list[AgentEvent]:
         data = self._sessions.get(session_id)
         if data is None:

@@ -49,7 +49,7 @@ class SQLiteCapabilities:
     # -- ErrorStore -----------------------------------------------------------------------------
     async def save_error(self, error: StoredError) -> str:
         error.id = error.id or new_error_id(error.timestamp)
-        raw = encode_value(error.raw_error, f"raw_error of error {error.id}")
+        raw = encode_value(error.raw_error, "raw_error of error {}", error.id)
         summary = scrub_text(error.short_summary)
 
         def insert(c: sqlite3.Connection) -> str:
@@ -167,7 +167,7 @@ class SQLiteCapabilities:
 
     # -- KVStore --------------------------------------------------------------------------------
     async def put_value(self, namespace: str, key: str, value: Any) -> None:
-        encoded = encode_value(value, f"value {namespace}/{key}")
+        encoded = encode_value(value, "value {}/{}", namespace, key)
         await self._write(
             "saving a value",
             lambda c: c.execute(

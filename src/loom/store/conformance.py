@@ -51,11 +51,13 @@ from loom.store.base import (
 __all__ = ["StoreContract"]
 
 
+_PROTOCOLS = {"errors": "ErrorStore", "results": "ResultStore", "runs": "RunStore", "kv": "KVStore"}
+
+
 def _needs(store: Any, capability: str) -> None:
-    caps = capabilities_of(store)
+    caps: StoreCapabilities = capabilities_of(store)
     if getattr(caps, capability) is None:
-        field = StoreCapabilities.__dataclass_fields__[capability]
-        pytest.skip(f"{type(store).__name__} is not a {field.type}")
+        pytest.skip(f"{type(store).__name__} is not a {_PROTOCOLS[capability]}")
 
 
 async def _until_expired(lease: Lease) -> None:

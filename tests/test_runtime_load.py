@@ -68,12 +68,8 @@ class Harness:
             assert calls == results, turn
         assert await self.store.open_tool_calls("s") == []
         assert await self.store.open_runs("s") == []
-        assert (
-            self.store.db.conn.execute("SELECT count(*) FROM locks WHERE released = 0").fetchone()[
-                0
-            ]
-            == 0
-        )  # no live lease left behind
+        held = "SELECT count(*) FROM locks WHERE released = 0"  # released rows keep the token
+        assert self.store.db.conn.execute(held).fetchone()[0] == 0
         assert max(self.effects.values(), default=0) <= 1, "a side effect ran twice"
         return turns
 
@@ -167,7 +163,8 @@ async def test_lock_released_after_a_failing_turn(tmp_path: Path) -> None:
     agent = Agent(model=FunctionModel(broken), store=store)
     with pytest.raises(RuntimeError):
         await agent.run("x", session_id="s")
-    assert store.db.conn.execute("SELECT count(*) FROM locks WHERE released = 0").fetchone()[0] == 0
+    held = "SELECT count(*) FROM locks WHERE released = 0"  # released rows keep the token
+    assert store.db.conn.execute(held).fetchone()[0] == 0
     ok = Agent(model=FunctionModel(lambda m, t: "fine"), store=store)
     r = await ok.run("y", session_id="s", on_busy="drop")
     assert r.output == "fine"

@@ -1,10 +1,12 @@
-"""SQLiteStore beyond the conformance suite: files, bad input, failures, locks across processes."""
+"""SQLiteStore beyond the conformance suite: files, bad input, failures, leases across processes."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from loom import Agent
-from loom.errors import ConfigurationError, SchemaTooNew, StoreCorrupt, StoreError
+from loom.errors import ConfigurationError, LeaseLost, SchemaTooNew, StoreCorrupt, StoreError
 from loom.events import EventType, make_event
 from loom.messages import Message, ModelResponse, ToolCall
 from loom.store import SQLiteStore
@@ -284,14 +286,14 @@ import asyncio, sys, time
 from loom.store import SQLiteStore
 async def main():
     s = SQLiteStore(sys.argv[1])
-    assert await s.acquire_lock("shared", "run_child", 900)
+    assert await s.acquire_lease("shared", "run_child", 900) is not None
     print("locked", flush=True)
     await asyncio.sleep(60)
 asyncio.run(main())
 """
 
 
-async def test_session_lock_across_processes_and_dead_owner(tmp_path: Path) -> None:
+async def test_session_lease_across_processes_and_dead_owner(tmp_path: Path) -> None:
     path = tmp_path / "loom.db"
     SQLiteStore(path)  # create the schema first
     child = subprocess.Popen(  # noqa: ASYNC220 - a plain child process, waited for below
@@ -303,17 +305,203 @@ async def test_session_lock_across_processes_and_dead_owner(tmp_path: Path) -> N
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "locked"
         s = SQLiteStore(path)
-        assert not await s.acquire_lock("shared", "run_parent", 900)  # a live process holds it
-        assert await s.acquire_lock("other-session", "run_parent", 900)
+        # A live process holds it.
+        assert await s.acquire_lease("shared", "run_parent", 900) is None
+        assert await s.acquire_lease("other-session", "run_parent", 900) is not None
         child.send_signal(signal.SIGKILL)
         child.wait()
         # Its 15-minute lease has not expired, but its owner is dead: take over at once.
-        assert await s.acquire_lock("shared", "run_parent", 900)
+        lease = await s.acquire_lease("shared", "run_parent", 900)
+        assert lease is not None and lease.token == 2
         await s.close()
     finally:
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+# A lease holder in its own process, driven line by line over stdin/stdout, so that the test
+# orders both processes with messages rather than sleeps.
+_FENCED = """
+import asyncio, json, sys
+from loom.errors import LeaseLost
+from loom.messages import Message
+from loom.events import AgentEvent, EventType
+from loom.store import SQLiteStore
+from loom.store.base import LedgerEntry, RunRecord
+
+async def main():
+    s = SQLiteStore(sys.argv[1])
+    ttl = float(sys.argv[2])
+    lease = await s.acquire_lease("shared", "run_a", ttl)
+    print(json.dumps({"token": lease.token, "expires_at": lease.expires_at}), flush=True)
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "renew":
+            lease = await s.renew_lease(lease, ttl)
+            print(json.dumps({"expires_at": lease.expires_at}), flush=True)
+        elif command == "append":
+            try:
+                await s.append(
+                    "shared",
+                    messages=[Message.user("from A")],
+                    events=[make_event(EventType.AGENT_START, "run_a", "shared", 0, 0, {})],
+                    ledger=[LedgerEntry("run_a", "shared", "call_a", "t", "started")],
+                    run=RunRecord("run_a", "shared", "running"),
+                    lease=lease,
+                )
+            except LeaseLost as exc:
+                print(json.dumps({"lost": str(exc)}), flush=True)
+            else:
+                print(json.dumps({"wrote": True}), flush=True)
+        elif command == "exit":
+            break
+    await s.close()
+
+asyncio.run(main())
+"""
+
+
+def _holder(path: Path, ttl: float) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", _FENCED, str(path), str(ttl)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": SRC},
+        text=True,
+    )
+
+
+def _ask(child: subprocess.Popen[str], command: str | None = None) -> dict[str, object]:
+    assert child.stdin is not None and child.stdout is not None
+    if command is not None:
+        child.stdin.write(command + "\n")
+        child.stdin.flush()
+    line = child.stdout.readline()
+    assert line, f"the holder process died (exit code {child.poll()})"
+    return dict(json.loads(line))
+
+
+async def test_paused_holder_taken_over_cannot_write(tmp_path: Path) -> None:
+    # Issue #11, "Tests that can fail": a process whose lease was taken over cannot append.
+    path = tmp_path / "loom.db"
+    SQLiteStore(path)
+    a = _holder(path, ttl=1.0)
+    b = SQLiteStore(path)
+    try:
+        first = _ask(a)
+        expires = float(str(first["expires_at"]))
+        a.send_signal(signal.SIGSTOP)  # A freezes (a GC pause, a stopped VM) holding the lease
+        # A stopped process is alive: its lease holds until it expires.
+        assert await b.acquire_lease("shared", "run_b", 60) is None
+        await asyncio.sleep(max(expires - time.time(), 0) + 0.01)  # waiting out the ttl
+        assert time.time() > expires
+        lease_b = await b.acquire_lease("shared", "run_b", 60)
+        assert lease_b is not None and lease_b.token == int(str(first["token"])) + 1
+        await b.append("shared", messages=[Message.user("from B")], lease=lease_b)
+        a.send_signal(signal.SIGCONT)  # A wakes up and carries on with its step
+        answer = _ask(a, "append")
+        assert "lost" in answer, answer
+        assert "run_a" in str(answer["lost"]) and "run_b" in str(answer["lost"])
+        _ask_exit(a)
+        # Nothing of A's step is in the database.
+        assert [m.content for m in await b.load_messages("shared")] == ["from B"]
+        assert await b.load_events("shared") == []
+        assert await b.open_tool_calls("shared") == []
+        assert await b.open_runs("shared") == []
+        with sqlite3.connect(path) as raw:
+            assert raw.execute("SELECT count(*) FROM messages").fetchone()[0] == 1
+            assert raw.execute("SELECT count(*) FROM ledger").fetchone()[0] == 0
+            assert raw.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+    finally:
+        if a.poll() is None:
+            a.send_signal(signal.SIGCONT)
+            a.kill()
+            a.wait()
+        await b.close()
+
+
+def _ask_exit(child: subprocess.Popen[str]) -> None:
+    assert child.stdin is not None
+    child.stdin.write("exit\n")
+    child.stdin.flush()
+    assert child.wait(timeout=30) == 0
+
+
+async def test_long_holder_that_renews_keeps_its_lease(tmp_path: Path) -> None:
+    # Issue #11: a long turn keeps its lease (renewed while it runs) and still writes.
+    path = tmp_path / "loom.db"
+    SQLiteStore(path)
+    a = _holder(path, ttl=0.3)
+    b = SQLiteStore(path)
+    try:
+        first = _ask(a)
+        original_expiry = float(str(first["expires_at"]))
+        # A renews until well past its first expiry; B never gets the session meanwhile.
+        renewals = 0
+        while time.time() <= original_expiry + 0.3:
+            renewed = _ask(a, "renew")
+            assert float(str(renewed["expires_at"])) > time.time()
+            assert await b.acquire_lease("shared", "run_b", 60) is None
+            renewals += 1
+        assert renewals >= 2
+        assert _ask(a, "append") == {"wrote": True}
+        _ask_exit(a)
+        assert [m.content for m in await b.load_messages("shared")] == ["from A"]
+        assert [e.tool_call_id for e in await b.open_tool_calls("shared")] == ["call_a"]
+    finally:
+        if a.poll() is None:
+            a.kill()
+            a.wait()
+        await b.close()
+
+
+async def test_lease_tokens_survive_release_and_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "loom.db"
+    s = SQLiteStore(path)
+    lease = await s.acquire_lease("s", "r1", 60)
+    assert lease is not None and lease.token == 1
+    await s.release_lease(lease)
+    await s.close()
+    s = SQLiteStore(path)
+    again = await s.acquire_lease("s", "r2", 60)
+    assert again is not None and again.token == 2
+    with pytest.raises(LeaseLost):
+        await s.append("s", messages=[Message.user("stale")], lease=lease)
+    assert await s.load_messages("s") == []
+    await s.close()
+
+
+async def test_database_of_schema_0002_gets_lease_tokens(tmp_path: Path) -> None:
+    # A file written before 0003, with a lock row of the old kind (no token): it is migrated,
+    # the old row counts as token 0, and its holder's lock still excludes others until it ends.
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as raw:
+        for statement in MIGRATIONS[0][1].split(";"):
+            raw.execute(statement)
+        raw.execute(MIGRATIONS[1][1])
+        raw.execute(
+            "CREATE TABLE loom_migrations (version INTEGER PRIMARY KEY, "
+            "name TEXT NOT NULL UNIQUE, applied_at REAL NOT NULL)"
+        )
+        raw.executemany(
+            "INSERT INTO loom_migrations VALUES (?, ?, 0)",
+            [(1, MIGRATIONS[0][0]), (2, MIGRATIONS[1][0])],
+        )
+        raw.execute(f"PRAGMA application_id={APPLICATION_ID}")
+        raw.execute(
+            "INSERT INTO locks VALUES ('held', 'old_run', ?, ?, 0, ?, ?)",
+            (socket.gethostname(), os.getpid(), time.time(), time.time() + 900),
+        )
+    s = SQLiteStore(path)
+    assert await s.acquire_lease("held", "new_run", 60) is None
+    with sqlite3.connect(path) as raw:
+        names = [r[0] for r in raw.execute("SELECT name FROM loom_migrations ORDER BY version")]
+        assert names == [name for name, _ in MIGRATIONS]
+        raw.execute("UPDATE locks SET expires_at = 0")
+    lease = await s.acquire_lease("held", "new_run", 60)
+    assert lease is not None and lease.token == 1
+    await s.close()
 
 
 async def test_model_result_with_scripted_tool_roundtrip(tmp_path: Path) -> None:

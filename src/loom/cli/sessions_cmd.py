@@ -251,8 +251,9 @@ def delete(
     lock = new_id("delete")
 
     async def remove(s: SQLiteStore) -> bool:
-        # The session's lock keeps a run in another process from writing into it meanwhile.
-        if not await s.acquire_lock(session_id, lock, 60.0):
+        # The session's lease keeps a run in another process from writing into it meanwhile.
+        lease = await s.acquire_lease(session_id, lock, 60.0)
+        if lease is None:
             raise SessionBusy(
                 f"session {session_id!r} is running in another process; try again when it ends"
             )

@@ -7,13 +7,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from loom.store.base import LedgerEntry, LedgerStatus, RunRecord, SessionInfo, Store
+from loom.store.base import (
+    Lease,
+    LedgerEntry,
+    LedgerStatus,
+    RunRecord,
+    SessionInfo,
+    Store,
+    StoreCapabilities,
+    capabilities_of,
+)
 from loom.store.memory import MemoryStore
 
 if TYPE_CHECKING:
     from loom.store.sqlite import SQLiteStore
 
 __all__ = [
+    "Lease",
     "LedgerEntry",
     "LedgerStatus",
     "MemoryStore",
@@ -21,6 +31,8 @@ __all__ = [
     "SQLiteStore",
     "SessionInfo",
     "Store",
+    "StoreCapabilities",
+    "capabilities_of",
 ]
 
 

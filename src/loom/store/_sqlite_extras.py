@@ -6,7 +6,6 @@ only SQL built at run time joins constant fragments).
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -15,10 +14,9 @@ from typing import Any, TypeVar
 
 from loom.errors import StoreError
 from loom.store.base import StoredError, StoredResult, new_error_id
+from loom.store.codec import decode_value, encode_value, scrub_text
 
 T = TypeVar("T")
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
-_json = _ENCODER.encode
 _ERROR_COLS = "id, timestamp, session_id, run_id, tool_call_id, tool_name, raw_error, short_summary"
 
 
@@ -34,7 +32,7 @@ def _error(row: Sequence[Any]) -> StoredError:
         run_id=row[3],
         tool_call_id=row[4],
         tool_name=row[5],
-        raw_error=json.loads(row[6]),
+        raw_error=decode_value(row[6]),
         short_summary=row[7],
     )
 
@@ -51,6 +49,8 @@ class SQLiteCapabilities:
     # -- ErrorStore -----------------------------------------------------------------------------
     async def save_error(self, error: StoredError) -> str:
         error.id = error.id or new_error_id(error.timestamp)
+        raw = encode_value(error.raw_error, "raw_error of error {}", error.id)
+        summary = scrub_text(error.short_summary)
 
         def insert(c: sqlite3.Connection) -> str:
             for _ in range(5):
@@ -63,9 +63,9 @@ class SQLiteCapabilities:
                             error.session_id,
                             error.run_id,
                             error.tool_call_id,
-                            error.tool_name,
-                            _json(error.raw_error),
-                            error.short_summary,
+                            scrub_text(error.tool_name),
+                            raw,
+                            summary,
                         ),
                     )
                     return error.id
@@ -133,9 +133,9 @@ class SQLiteCapabilities:
                     result.session_id,
                     result.run_id,
                     result.tool_call_id,
-                    result.tool_name,
+                    scrub_text(result.tool_name),
                     result.created_at.timestamp(),
-                    result.content,
+                    scrub_text(result.content),
                 ),
             ),
         )
@@ -167,13 +167,14 @@ class SQLiteCapabilities:
 
     # -- KVStore --------------------------------------------------------------------------------
     async def put_value(self, namespace: str, key: str, value: Any) -> None:
+        encoded = encode_value(value, "value {}/{}", namespace, key)
         await self._write(
             "saving a value",
             lambda c: c.execute(
                 "INSERT INTO kv (namespace, key, value, updated_at) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, "
                 "updated_at = excluded.updated_at",
-                (namespace, key, _json(value), time.time()),
+                (namespace, key, encoded, time.time()),
             ),
         )
 
@@ -184,7 +185,7 @@ class SQLiteCapabilities:
                 "SELECT value FROM kv WHERE namespace = ? AND key = ?", (namespace, key)
             ).fetchone(),
         )
-        return json.loads(row[0]) if row else None
+        return decode_value(row[0]) if row else None
 
     async def list_keys(self, namespace: str, prefix: str = "") -> list[str]:
         rows = await self._read(

@@ -7,6 +7,7 @@ event. Backends: ``MemoryStore`` (default for the library), ``SQLiteStore`` (CLI
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import weakref
 from collections.abc import Sequence
@@ -316,38 +317,6 @@ def capabilities_of(store: Store) -> StoreCapabilities:
         runs=store if isinstance(store, RunStore) else None,
         kv=store if isinstance(store, KVStore) else None,
     )
-    try:
+    with contextlib.suppress(TypeError):
         _capabilities[store] = caps
-    except TypeError:
-        pass
     return caps
-
-
-class LegacyLocks:
-    """Deprecated ``acquire_lock`` / ``release_lock``, kept on top of leases for old callers.
-
-    Use ``acquire_lease`` / ``renew_lease`` / ``release_lease`` and pass the lease to
-    ``append``: these wrappers keep the lease to themselves, so their writes are not fenced.
-    """
-
-    _legacy_leases: dict[tuple[str, str], Lease]
-
-    async def acquire_lease(self, session_id: str, run_id: str, ttl: float) -> Lease | None:
-        raise NotImplementedError
-
-    async def release_lease(self, lease: Lease) -> None:
-        raise NotImplementedError
-
-    async def acquire_lock(self, session_id: str, run_id: str, ttl: float) -> bool:
-        """Deprecated: ``acquire_lease(...) is not None`` (the holder may take it again)."""
-        lease = await self.acquire_lease(session_id, run_id, ttl)
-        if lease is None:
-            return False
-        self._legacy_leases[(session_id, run_id)] = lease
-        return True
-
-    async def release_lock(self, session_id: str, run_id: str) -> None:
-        """Deprecated: release the lease ``acquire_lock`` took for ``run_id``, if any."""
-        lease = self._legacy_leases.pop((session_id, run_id), None)
-        if lease is not None:
-            await self.release_lease(lease)

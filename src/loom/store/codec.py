@@ -149,37 +149,41 @@ def _refuse(value: Any, what: str, exc: Exception | None) -> SerializationError:
     )
 
 
-def encode_value(value: Any, what: str) -> str:
+def encode_value(value: Any, what: str, *what_args: object) -> str:
     """``value`` as JSON text, valid UTF-8, readable back by :func:`decode_value`.
 
+    ``what`` names the field for error messages, formatted with ``what_args`` only when
+    needed (``encode_value(data, "{} event data", kind)``: this runs ~15 times a step).
+
     Raises:
-        SerializationError: ``value`` has no JSON form; the message names the part (``what``
-            is the field's name, e.g. ``"tool result"``).
+        SerializationError: ``value`` cannot be stored; the message names the part.
     """
     try:
         # A model's own JSON form would turn NaN and infinities into null, which a float field
         # then refuses on reading (a session that cannot be loaded); its Python form keeps them.
-        plain = value.model_dump() if isinstance(value, BaseModel) else value
-        text = to_json(plain, inf_nan_mode="constants").decode()
+        plain = value
+        if type(value) is not dict and isinstance(value, BaseModel):
+            plain = value.model_dump()
+        text: str = to_json(plain, inf_nan_mode="constants").decode()
     except PydanticSerializationError as exc:
         if "surrogates not allowed" not in str(exc):
-            raise _refuse(value, what, exc) from None
-        try:  # the rare path: scrub every string of the JSON tree, then encode that
+            raise _refuse(value, what.format(*what_args), exc) from None
+        try:  # the rare path: scrub every string of the value, then encode that
             text = to_json(_scrub(value), inf_nan_mode="constants").decode()
         except (ValueError, RecursionError) as exc2:  # PydanticSerializationError too
-            raise _refuse(value, what, exc2) from None
+            raise _refuse(value, what.format(*what_args), exc2) from None
     except (ValueError, RecursionError) as exc:
-        raise _refuse(value, what, exc) from None
-    # Reading stops at 200 levels; only text with that many brackets can be that deep, so the
-    # trial read runs for big values only (a typical step has a few dozen brackets).
-    if text.count("[") + text.count("{") >= MAX_DEPTH:
+        raise _refuse(value, what.format(*what_args), exc) from None
+    # Reading stops at 200 levels. Text that deep has at least two brackets a level, so the
+    # count (and, past it, a trial read) runs for big values only.
+    if len(text) >= 2 * MAX_DEPTH and text.count("[") + text.count("{") >= MAX_DEPTH:
         try:
             from_json("[[[[[[[[[[" + text + "]]]]]]]]]]")
         except ValueError:
             raise SerializationError(
-                f"{what} is nested more than {MAX_DEPTH} levels deep, deeper than can be "
-                "read back. Nothing of this step was saved. Flatten the value (or store it "
-                "as a string) before returning or storing it."
+                f"{what.format(*what_args)} is nested more than {MAX_DEPTH} levels deep, "
+                "deeper than can be read back. Nothing of this step was saved. Flatten the "
+                "value (or store it as a string) before returning or storing it."
             ) from None
     return text
 
@@ -192,7 +196,7 @@ def decode_value(text: str) -> Any:
 # -- messages ---------------------------------------------------------------------------------
 def encode_message(message: Message) -> str:
     """One message as JSON text (the ``data`` column of SQLite's ``messages`` table)."""
-    return encode_value(message, f"{message.role} message")
+    return encode_value(message, "{} message", message.role)
 
 
 def decode_messages(texts: Sequence[str]) -> list[Message]:
@@ -224,7 +228,7 @@ def encode_event(event: AgentEvent) -> EventRow:
         d["type"],
         d["iteration"],
         d["timestamp"],
-        encode_value(data, f"{d['type']} event data") if data else "{}",
+        encode_value(data, "{} event data", d["type"]) if data else "{}",
     )
 
 
@@ -265,8 +269,8 @@ def encode_ledger(entry: LedgerEntry) -> LedgerRow:
         scrub_text(entry.name),
         entry.status,
         entry.effect,
-        encode_value(entry.arguments, f"arguments of tool call {entry.name!r}"),
-        encode_value(entry.result, f"result of tool call {entry.name!r}")
+        encode_value(entry.arguments, "arguments of tool call {!r}", entry.name),
+        encode_value(entry.result, "result of tool call {!r}", entry.name)
         if entry.result is not None
         else None,
         entry.timestamp.timestamp(),
@@ -310,7 +314,7 @@ def encode_run(run: RunRecord) -> RunRow:
         run.usage.output_tokens,
         run.usage.requests,
         run.timestamp.timestamp(),
-        encode_value(run.data, f"data of run record {run.status!r}") if run.data else "{}",
+        encode_value(run.data, "data of run record {!r}", run.status) if run.data else "{}",
     )
 
 

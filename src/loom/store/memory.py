@@ -16,7 +16,7 @@ from loom.errors import InputError, LeaseLost
 from loom.events import AgentEvent
 from loom.messages import Message, utcnow
 from loom.store import codec
-from loom.store.base import Lease, LedgerEntry, LegacyLocks, RunRecord, SessionInfo
+from loom.store.base import Lease, LedgerEntry, RunRecord, SessionInfo
 
 __all__ = ["MemoryStore"]
 
@@ -62,7 +62,7 @@ def _lost_message(lease: Lease, token: int | None) -> str:
     )
 
 
-class MemoryStore(LegacyLocks):
+class MemoryStore:
     """Keeps everything in dictionaries; lost when the process exits."""
 
     def __init__(self) -> None:
@@ -155,10 +155,15 @@ class MemoryStore(LegacyLocks):
             return []
         return [codec.decode_run(session_id, r) for r in data.open_runs.values()]
 
-    async def list_runs(self, session_id: str) -> list[RunRecord]:
-        """Every run record (starts and ends) of the session, oldest first (as SQLiteStore)."""
+    async def ledger(self, session_id: str) -> list[LedgerEntry]:
+        """Every ledger entry of the session, oldest first (as ``SQLiteStore.ledger``)."""
         data = self._sessions.get(session_id)
-        return [] if data is None else [codec.decode_run(session_id, r) for r in data.runs]
+        return [codec.decode_ledger(session_id, r) for r in data.ledger] if data else []
+
+    async def list_runs(self, session_id: str) -> list[RunRecord]:
+        """Every run record (starts and ends), oldest first (as ``SQLiteStore.list_runs``)."""
+        data = self._sessions.get(session_id)
+        return [codec.decode_run(session_id, r) for r in data.runs] if data else []
 
     async def load_events(self, session_id: str, run_id: str | None = None) -> list[AgentEvent]:
         data = self._sessions.get(session_id)
@@ -174,9 +179,13 @@ class MemoryStore(LegacyLocks):
     async def acquire_lease(self, session_id: str, run_id: str, ttl: float) -> Lease | None:
         now = time.time()
         held = self._leases.get(session_id)
-        if held is not None and not held.released and held.expires_at > now:
-            if held.run_id != run_id:
-                return None
+        if (
+            held is not None
+            and not held.released
+            and held.expires_at > now
+            and held.run_id != run_id
+        ):
+            return None
         token = held.token + 1 if held is not None else 1
         self._leases[session_id] = _LeaseRow(run_id, token, now + ttl)
         return Lease(session_id, run_id, token, now + ttl)

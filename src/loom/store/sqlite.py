@@ -40,7 +40,7 @@ from loom.store._sqlite_db import (
     run_call,
 )
 from loom.store._sqlite_extras import SQLiteCapabilities
-from loom.store.base import Lease, LedgerEntry, LegacyLocks, RunRecord, SessionInfo
+from loom.store.base import Lease, LedgerEntry, RunRecord, SessionInfo
 
 __all__ = ["SQLiteStore"]
 
@@ -115,7 +115,7 @@ def _check_lease(c: sqlite3.Connection, session_id: str, lease: Lease) -> None:
         raise _lost(lease, row)
 
 
-class SQLiteStore(SQLiteCapabilities, LegacyLocks):
+class SQLiteStore(SQLiteCapabilities):
     """Sessions, transcripts, events, the tool-call ledger, errors and large results in SQLite.
 
     Args:

@@ -1,0 +1,186 @@
+"""One serialisation for every store (issue #12 item 2); store capabilities (#11 item 8)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loom.errors import SerializationError, StoreError
+from loom.events import AgentEvent, EventType
+from loom.messages import Message, ToolResult
+from loom.store import MemoryStore, SQLiteStore, codec
+from loom.store.base import (
+    LedgerEntry,
+    StoreCapabilities,
+    StoredError,
+    StoredResult,
+    capabilities_of,
+    new_error_id,
+)
+
+LONE = chr(0xDC80)  # os.fsdecode(b"\x80"): a file name byte that is not UTF-8
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    s: Any = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "l.db")
+    yield s
+    await s.close()
+
+
+def test_scrub_text_escapes_lone_surrogates_and_joins_pairs() -> None:
+    assert codec.scrub_text("plain") == "plain"
+    assert codec.scrub_text("café ✓") == "café ✓"
+    assert codec.scrub_text("a" + LONE + "b") == "a\\udc80b"
+    assert codec.scrub_text(chr(0xD800)) == "\\ud800"
+    assert codec.scrub_text(chr(0xD83D) + chr(0xDE00)) == "😀"  # a pair split in two
+    assert codec.scrub_text(chr(0xDE00) + chr(0xD83D)) == "\\ude00\\ud83d"  # wrong order
+    assert codec.scrub_text("x" + LONE).encode() == b"x\\udc80"  # valid UTF-8 now
+
+
+def test_encode_value_round_trips_json_and_escapes_surrogates() -> None:
+    value = {"k" + LONE: ["v" + LONE, 1, 2.5, None, True], "when": datetime(2024, 1, 2, tzinfo=UTC)}
+    text = codec.encode_value(value, "x")
+    text.encode()  # valid UTF-8
+    assert codec.decode_value(text) == {
+        "k\\udc80": ["v\\udc80", 1, 2.5, None, True],
+        "when": "2024-01-02T00:00:00Z",
+    }
+
+
+def test_refusals_name_the_field() -> None:
+    class Opaque:
+        pass
+
+    with pytest.raises(SerializationError, match=r"tool result\.data\['rows'\]\[1\] has no JSON"):
+        codec.encode_value(
+            ToolResult(tool_call_id="c", name="t", data={"rows": [1, Opaque()]}), "tool result"
+        )
+    assert issubclass(SerializationError, StoreError)
+
+
+async def test_failures_are_identical_on_both_stores(tmp_path: Path) -> None:
+    # The same bad value must fail with the same typed error and message on every store.
+    class Opaque:
+        pass
+
+    loop: list[Any] = []
+    loop.append(loop)
+    bad_values: list[Any] = [Opaque(), loop, b"\xff", _deep(500)]
+    memory, sqlite = MemoryStore(), SQLiteStore(tmp_path / "l.db")
+    for bad in bad_values:
+        steps: list[dict[str, Any]] = [
+            {"messages": [Message(role="tool", content="x", metadata={"v": bad})]},
+            {"events": [AgentEvent(EventType.TOOL_RESULT, "r", "s", 0, 0, {"v": bad})]},
+            {
+                "ledger": [
+                    LedgerEntry(
+                        "r",
+                        "s",
+                        "c",
+                        "t",
+                        "completed",
+                        {},
+                        "idempotent",
+                        ToolResult(tool_call_id="c", name="t", data=bad),
+                    )
+                ]
+            },
+        ]
+        for step in steps:
+            errors = []
+            for s in (memory, sqlite):
+                with pytest.raises(SerializationError) as info:
+                    await s.append("s", **{"messages": [Message.user("ok")], **step})
+                errors.append(str(info.value))
+            assert errors[0] == errors[1]
+    for s in (memory, sqlite):
+        assert await s.load_messages("s") == []
+        assert await s.load_events("s") == []
+    await sqlite.close()
+
+
+def _deep(levels: int) -> Any:
+    value: Any = 0
+    for _ in range(levels):
+        value = {"d": value}
+    return value
+
+
+async def test_tool_result_round_trips_identically(store: Any) -> None:
+    when = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    result = ToolResult(
+        tool_call_id="c",
+        name="ls",
+        data={"files": ["a" + LONE], "when": when, "deep": _deep(150), "set": {3}},
+        metadata={"path": LONE},
+    )
+    # A started entry carrying a result: open_tool_calls reads it back on every store.
+    entry = LedgerEntry("r", "s", "c", "ls", "started", {"p": LONE}, "pure", result)
+    await store.append("s", ledger=[entry])
+    (back,) = await store.open_tool_calls("s")
+    assert back.result is not None
+    assert back.result.data == {
+        "files": ["a\\udc80"],
+        "when": "2024-05-06T07:08:09.123456Z",
+        "deep": _deep(150),
+        "set": [3],
+    }
+    assert back.result.metadata == {"path": "\\udc80"} and back.arguments == {"p": "\\udc80"}
+    assert back == codec.decode_ledger("s", codec.encode_ledger(entry))
+
+
+async def test_sqlite_error_and_result_stores_take_surrogates(tmp_path: Path) -> None:
+    s = SQLiteStore(tmp_path / "l.db")
+    err = StoredError(new_error_id(), "s", "ls" + LONE, {"message": "no " + LONE}, "x" + LONE)
+    await s.save_error(err)
+    got = await s.get_error(err.id)
+    assert got is not None and got.raw_error == {"message": "no \\udc80"}
+    assert got.short_summary == "x\\udc80" and got.tool_name == "ls\\udc80"
+    await s.save_result(StoredResult("res_1", "s", "cat", "body " + LONE))
+    res = await s.get_result("res_1")
+    assert res is not None and res.content == "body \\udc80"
+    with pytest.raises(SerializationError, match=r"value mem/k\['v'\] has no JSON form"):
+        await s.put_value("mem", "k", {"v": object()})
+    assert await s.get_value("mem", "k") is None
+    await s.close()
+
+
+async def test_memory_store_keeps_no_live_objects() -> None:
+    # What MemoryStore returns is decoded from its stored text: changing the objects given
+    # to it (or the ones it returned) changes nothing stored, as on SQLite.
+    s = MemoryStore()
+    msg = Message(role="user", content="hi", metadata={"tags": ["a"]})
+    await s.append("s", messages=[msg])
+    msg.metadata["tags"].append("changed")
+    got = await s.load_messages("s")
+    assert got[0].metadata == {"tags": ["a"]}
+    got[0].metadata["tags"].append("again")
+    assert (await s.load_messages("s"))[0].metadata == {"tags": ["a"]}
+
+
+# -- capabilities ------------------------------------------------------------------------------
+async def test_capabilities_checked_once_per_store(tmp_path: Path) -> None:
+    memory = MemoryStore()
+    caps = capabilities_of(memory)
+    assert caps == StoreCapabilities(runs=memory)
+    assert capabilities_of(memory) is caps  # cached
+    sqlite = SQLiteStore(tmp_path / "l.db")
+    full = capabilities_of(sqlite)
+    assert full.errors is full.results is full.runs is full.kv is sqlite
+    await sqlite.close()
+
+
+def test_capabilities_of_a_store_without_weakref_support() -> None:
+    class Slotted:
+        __slots__ = ()
+
+        async def open_runs(self, session_id: str) -> list[Any]:
+            return []
+
+    caps = capabilities_of(Slotted())  # type: ignore[arg-type]
+    assert caps.runs is not None and caps.errors is None

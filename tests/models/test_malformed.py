@@ -121,7 +121,7 @@ async def test_garbage_after_text_has_streamed_is_a_typed_error(server: GarbageS
     "body",
     [
         'data: {"choices": 5}\n\n',  # JSON, but not a chunk
-        'data: [1, 2, 3]\n\n',
+        "data: [1, 2, 3]\n\n",
         openai_chunk({"content": {"text": "hi"}}),
         openai_chunk({"tool_calls": [{"index": "first", "function": {"name": "f"}}]}),
         openai_chunk({"tool_calls": [{"index": 0, "function": {"name": "f", "arguments": 7}}]}),
@@ -133,7 +133,7 @@ async def test_an_openai_chunk_of_the_wrong_shape_is_a_typed_error(
     server: GarbageServer, body: str
 ) -> None:
     server.body = body.encode() + b"data: [DONE]\n\n"
-    with pytest.raises(ModelResponseError, match="cannot read|broke after output"):
+    with pytest.raises(ModelResponseError, match=r"cannot read|broke after output"):
         await collect(openai_model(server))
 
 

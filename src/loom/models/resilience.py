@@ -2,15 +2,15 @@
 
 Providers wrap one streaming attempt in :func:`resilient_stream`. It retries (with ``tenacity``)
 an attempt that failed *before its first delta* (429, 5xx, timeouts, lost connections) with
-exponential backoff and full jitter, honouring ``Retry-After``; it never retries after output has streamed, so a
-user never sees text twice and the loop never stores a half answer (it stores only the final
-``ModelResponse``). Each retry is announced as a :class:`~loom.models.base.RetryNotice`, which
-the loop turns into an ``LLM_RETRY`` event.
+exponential backoff and full jitter, honouring ``Retry-After``; it never retries after output
+has streamed, so a user never sees text twice and the loop never stores a half answer (it
+stores only the final ``ModelResponse``). Each retry is announced as a
+:class:`~loom.models.base.RetryNotice`, which the loop turns into an ``LLM_RETRY`` event.
 
 A :class:`CircuitBreaker` per provider endpoint (tenacity has none; this one is small and
-thread-safe) opens after ``failure_threshold`` consecutive
-failures: calls then fail at once with ``ModelUnavailable`` until ``reset_timeout`` has passed,
-when one probe call is let through (half-open); its success closes the breaker again.
+thread-safe) opens after ``failure_threshold`` consecutive failures: calls then fail at once
+with ``ModelUnavailable`` until ``reset_timeout`` has passed, when one probe call is let
+through (half-open); its success closes the breaker again.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import contextlib
 import email.utils
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -79,7 +79,7 @@ class RetryPolicy:
             return max(0.0, min(retry_after, self.max_retry_after))
         import tenacity
 
-        state = tenacity.RetryCallState(None, None, (), {})
+        state = tenacity.RetryCallState(tenacity.Retrying(), None, (), {})
         state.attempt_number = retry + 1  # tenacity counts attempts from 1
         return float(self.backoff()(state))
 
@@ -313,12 +313,16 @@ class _Backoff:
 
     def __init__(self, policy: RetryPolicy) -> None:
         self.policy = policy
+        self.wait = policy.backoff()
         self.last = 0.0
 
     def __call__(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome is not None else None
         hint = exc.failure.retry_after if isinstance(exc, _Transient) else None
-        self.last = self.policy.delay(state.attempt_number - 1, hint)
+        if hint is not None:  # the server said when: Retry-After wins over the backoff
+            self.last = self.policy.delay(0, hint)
+        else:
+            self.last = float(self.wait(state))
         return self.last
 
 
@@ -332,7 +336,7 @@ async def _attempt_once(
     breaker: CircuitBreaker | None,
     timeout: float | None,  # noqa: ASYNC109 - per attempt, applied around each await
     provider: str,
-) -> AsyncIterator[StreamPart]:
+) -> AsyncGenerator[StreamPart, None]:
     """One attempt: its parts, or a typed error, or ``_Transient`` if nothing had streamed."""
     if breaker is not None:
         breaker.before_call()

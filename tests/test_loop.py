@@ -11,7 +11,7 @@ import pytest
 from loom import Agent, AgentState, EventType, ModelResponse, ToolCall, tool
 from loom.errors import ModelUnavailable
 from loom.events import AgentEvent
-from loom.messages import Message
+from loom.messages import Message, Usage
 from loom.models.base import TextDelta
 from loom.testing import FunctionModel, ScriptedModel
 
@@ -284,10 +284,13 @@ async def test_session_continues_across_runs() -> None:
 
 
 async def test_usage_and_run_result_fields() -> None:
-    model = ScriptedModel([calls(("add", {"a": 1, "b": 2})), "3"])
+    first = calls(("add", {"a": 1, "b": 2}))
+    first.usage = Usage(input_tokens=30, output_tokens=5, requests=1)
+    last = ModelResponse(text="3", usage=Usage(input_tokens=40, output_tokens=1, requests=1))
+    model = ScriptedModel([first, last])
     result = await Agent(model=model, tools=[add]).run("sum")
     assert result.usage.requests == 2
-    assert result.usage.input_tokens > 0
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (70, 6)  # summed per call
     assert result.iterations == 2
     assert result.run_id.startswith("run_") and result.session_id.startswith("session_")
     assert [m.role for m in result.messages] == ["user", "assistant", "tool", "assistant"]

@@ -56,7 +56,7 @@ from loom.events import (
 from loom.hooks import HookContext, HookRunner
 from loom.journal import Journal
 from loom.messages import Message, ModelResponse, RunResult, StopReason, ToolCall, Usage, new_id
-from loom.models.base import RetryNotice, TextDelta
+from loom.models.base import RetryNotice, TextDelta, reports_real_usage
 from loom.policy.approval import (  # fmt: skip
     apply_decision,
     expired_result,
@@ -342,7 +342,7 @@ class Turn:
         if final.usage is not None:
             self.usage = self.usage + final.usage
             observe = getattr(d.builder, "observe_usage", None)
-            if observe is not None and getattr(d.model, "reports_real_usage", True):
+            if observe is not None and reports_real_usage(d.model):
                 observe(ctx, final.usage)  # lets an estimating token counter calibrate itself
         seen: set[str] = set()
         for c in final.tool_calls:  # results must pair with calls one to one

@@ -10,24 +10,26 @@ model.assert_all_consumed()
 model.calls[0].messages   # what the loop sent on the first call
 ```
 Both stream their text in word-sized deltas, like a real model, and record every call.
+
+They report no token counts of their own: a response's usage is what the script or function
+gave, else ``Usage(requests=1)`` (one request, zero tokens). They set
+``reports_real_usage = False``, so Loom's token estimator never calibrates itself from them.
 """
 
 from __future__ import annotations
 
 import inspect
-import operator
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from loom.errors import InputError, ModelResponseError
 from loom.messages import Message, ModelResponse, ToolCall, ToolSpec, Usage
-from loom.models.base import ModelSettings, StreamPart, TextDelta, ToolCallDelta
+from loom.models.base import ModelSettings, StreamPart, TextDelta
 
 __all__ = ["FunctionModel", "ModelCall", "ScriptedModel", "demo_model"]
 
 _WORDS = re.compile(r"\S+\s*|\s+")
-_CONTENT = operator.attrgetter("content")
 
 
 @dataclass(slots=True)
@@ -51,31 +53,19 @@ class _Recorder:
             self.calls.append(ModelCall(list(messages), list(tools), s))
 
 
-def _estimate_usage(messages: Sequence[Message], response: ModelResponse) -> Usage:
-    # Rough on purpose: test models have no tokenizer; ~4 characters a token. map() keeps the
-    # O(history) sum in C, so the double stays out of loop-overhead benchmarks.
-    chars_in = sum(map(len, map(_CONTENT, messages)))
-    chars_out = len(response.text) + sum(len(str(c.arguments)) for c in response.tool_calls)
-    return Usage(input_tokens=chars_in // 4 + 1, output_tokens=chars_out // 4 + 1, requests=1)
-
-
-def _parts(response: ModelResponse, messages: Sequence[Message]) -> list[StreamPart]:
-    """What a test model streams for ``response``: word deltas, call deltas, the response."""
+def _parts(response: ModelResponse) -> list[StreamPart]:
+    """What a test model streams for ``response``: word deltas, then the response."""
     parts: list[StreamPart] = [TextDelta(chunk) for chunk in _WORDS.findall(response.text)]
-    parts.extend(
-        ToolCallDelta(index=i, id=call.id, name=call.name)
-        for i, call in enumerate(response.tool_calls)
-    )
     if response.usage is None:
-        response = response.model_copy(update={"usage": _estimate_usage(messages, response)})
+        # A request was made, but no tokens were counted: inventing a count (it was once
+        # characters / 4) let the token estimator calibrate itself from fiction.
+        response = response.model_copy(update={"usage": Usage(requests=1)})
     parts.append(response)
     return parts
 
 
-async def _stream_response(
-    response: ModelResponse, messages: Sequence[Message]
-) -> AsyncIterator[StreamPart]:
-    for part in _parts(response, messages):
+async def _stream_response(response: ModelResponse) -> AsyncIterator[StreamPart]:
+    for part in _parts(response):
         yield part
 
 
@@ -85,6 +75,8 @@ class ScriptedModel:
     Entries may be ``ModelResponse`` objects or plain strings (a text answer). When the list runs
     out, the next call fails with ``ModelResponseError``.
     """
+
+    reports_real_usage = False  # scripted usage is not a tokenizer's count
 
     def __init__(
         self,
@@ -129,7 +121,7 @@ class ScriptedModel:
             )
         response = self.responses[self._next]
         self._next += 1
-        return _stream_response(response, messages)
+        return _stream_response(response)
 
 
 ModelFunction = Callable[
@@ -142,6 +134,8 @@ class FunctionModel:
 
     ``fn`` returns a ``ModelResponse`` or a ``str``.
     """
+
+    reports_real_usage = False  # a function's usage is not a tokenizer's count
 
     def __init__(self, fn: ModelFunction, *, name: str = "function", record: bool = True) -> None:
         if not callable(fn):
@@ -173,7 +167,7 @@ class FunctionModel:
                 "or a str"
             )
         # Parts built eagerly and yielded here: one async generator per call, not two nested.
-        for part in _parts(out, messages):
+        for part in _parts(out):
             yield part
 
 

@@ -12,11 +12,16 @@ import pytest
 from pydantic import BaseModel
 
 from loom import Agent, tool
-from loom.errors import ConfigurationError, ContextTooLong, MissingDependencyError
+from loom.errors import (
+    ConfigurationError,
+    ContextTooLong,
+    MissingDependencyError,
+    ModelResponseError,
+)
 from loom.events import EventType
 from loom.messages import Message, ModelResponse
 from loom.models import resolve_model
-from loom.models.base import ModelSettings, TextDelta, ToolCallDelta
+from loom.models.base import ModelSettings, TextDelta
 from loom.models.local import BUNDLED_MODEL_FILE, LocalModel, bundled_model_path, from_spec
 from loom.tools.basic import add, current_time, multiply
 
@@ -107,8 +112,8 @@ async def test_constrained_decoding_makes_a_real_tool_call(local_model: LocalMod
     assert isinstance(final, ModelResponse)
     assert [(c.name, c.arguments) for c in final.tool_calls] == [("add", {"a": 17, "b": 25})]
     assert final.finish_reason == "tool_calls"
-    assert any(isinstance(p, ToolCallDelta) and p.name == "add" for _, p in parts)
-    assert not any(isinstance(p, TextDelta) for _, p in parts)  # call JSON is not shown as text
+    # the call JSON is not shown as text: the final response is the only part
+    assert [type(p) for _, p in parts] == [ModelResponse]
 
 
 class Unit(StrEnum):
@@ -230,3 +235,28 @@ async def test_generations_are_serialized_and_a_cancelled_one_frees_the_model(
     )
     assert text_a and text_b
     assert a1 <= b0 or b1 <= a0  # one ran after the other, never interleaved
+
+
+@pytest.mark.parametrize(
+    ("output", "what"),
+    [
+        ('{"tool": "add", "arguments": {"a": 1', "cut off"),
+        ('{"answer": "\\uZZZZ"}', "a bad \\u escape while the answer streams"),
+        ("[1, 2]", "not an object"),
+        ('{"neither": 1}', "neither tool nor answer"),
+    ],
+)
+async def test_malformed_constrained_output_is_a_typed_error(
+    local_model: LocalModel, monkeypatch: pytest.MonkeyPatch, output: str, what: str
+) -> None:
+    """Whatever the sampler emits under the grammar (a fallback grammar is looser), a bad
+    answer ends as ``ModelResponseError``, never a raw ``ValueError``."""
+
+    def generate(prompt, grammar, temperature, limit, put, stop, stats):  # type: ignore[no-untyped-def]
+        for i in range(0, len(output), 3):  # in token-sized pieces, as llama.cpp would
+            put(output[i : i + 3])
+        stats["output_tokens"], stats["finish"] = len(output), "stop"
+
+    monkeypatch.setattr(local_model, "_generate", generate)
+    with pytest.raises(ModelResponseError, match="unusable tool-call JSON"):
+        await collect(local_model, [SYSTEM, Message.user("What is 1 + 2?")], TOOLS)

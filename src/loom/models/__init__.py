@@ -17,8 +17,8 @@ from loom.models.base import (
     RetryNotice,
     StreamPart,
     TextDelta,
-    ToolCallDelta,
     complete,
+    reports_real_usage,
 )
 
 __all__ = [
@@ -28,8 +28,8 @@ __all__ = [
     "RetryNotice",
     "StreamPart",
     "TextDelta",
-    "ToolCallDelta",
     "complete",
+    "reports_real_usage",
     "resolve_model",
 ]
 

@@ -11,50 +11,34 @@ requires. Retries, the circuit breaker and the call timeout come from
 
 from __future__ import annotations
 
-import asyncio
 import os
-import weakref
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loom.errors import (
-    ConfigurationError,
-    MissingDependencyError,
-    ModelAuthError,
-    ModelResponseError,
-    ModelUnavailable,
-)
+from loom.errors import ConfigurationError, ModelResponseError, ModelUnavailable
 from loom.messages import Message, ModelResponse, ToolCall, ToolSpec, Usage
-from loom.models.base import ModelSettings, StreamPart, TextDelta, ToolCallDelta
-from loom.models.resilience import (
-    CircuitBreaker,
-    Failure,
-    RetryPolicy,
-    breaker_for,
-    classify_status,
-    connection_failure,
-    resilient_stream,
+from loom.models._client import (
+    DEFAULT_TIMEOUT,
+    RemoteModel,
+    import_sdk,
+    malformed_chunk,
+    read_api_key,
+    sdk_events,
 )
+from loom.models.base import ModelSettings, StreamPart, TextDelta
+from loom.models.resilience import CircuitBreaker, RetryPolicy
 
 __all__ = ["AnthropicModel", "from_spec", "to_anthropic_messages"]
 
 DEFAULT_MAX_TOKENS = 4096
-DEFAULT_TIMEOUT = 120.0
+ANTHROPIC_URL = "https://api.anthropic.com"
 _STOP = {
     "end_turn": "stop",
     "stop_sequence": "stop",
     "max_tokens": "length",
     "tool_use": "tool_calls",
 }
-
-
-def _sdk() -> Any:
-    try:
-        import anthropic
-    except ImportError:
-        raise MissingDependencyError("anthropic", "anthropic", "The Anthropic provider") from None
-    return anthropic
 
 
 def to_anthropic_messages(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
@@ -117,7 +101,7 @@ class _Block:
     parts: list[str] = field(default_factory=list)
 
 
-class AnthropicModel:
+class AnthropicModel(RemoteModel):
     """A Claude model behind the Messages API, streamed.
 
     Args:
@@ -127,6 +111,8 @@ class AnthropicModel:
         max_tokens: Default answer length (the API requires one).
         timeout / retry / breaker / http_client: as for :class:`loom.models.openai.OpenAIModel`.
     """
+
+    client_class = "AsyncAnthropic"
 
     def __init__(
         self,
@@ -140,66 +126,27 @@ class AnthropicModel:
         breaker: CircuitBreaker | None = None,
         http_client: Any = None,
     ) -> None:
-        self._anthropic = _sdk()
+        sdk = import_sdk("anthropic", "anthropic", "The Anthropic provider")
         if not model:
             raise ConfigurationError(
                 "anthropic: the model name is empty, e.g. 'anthropic:claude-opus-4-6'"
             )
-        key = api_key or os.environ.get("ANTHROPIC_API_KEY")
-        if not key:
-            raise ModelAuthError(
-                "the anthropic provider needs an API key: set the ANTHROPIC_API_KEY environment "
-                "variable"
-            )
-        self.model = model
-        self.name = f"anthropic:{model}"
-        self.base_url = (
-            base_url or os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
-        ).rstrip("/")
-        self.max_tokens = max_tokens
-        self.timeout = timeout
-        self.retry = retry or RetryPolicy()
-        self.breaker = breaker or breaker_for(f"anthropic:{self.base_url}")
-        self._key = key
-        self._http_client = http_client
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
-            weakref.WeakKeyDictionary()
+        super().__init__(
+            model,
+            sdk=sdk,
+            provider="anthropic",
+            key=read_api_key(api_key, "ANTHROPIC_API_KEY", provider="anthropic", required=True),
+            key_var="ANTHROPIC_API_KEY",
+            base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_URL,
+            timeout=timeout,
+            retry=retry,
+            breaker=breaker,
+            http_client=http_client,
         )
+        self.max_tokens = max_tokens
 
     def __repr__(self) -> str:
         return f"AnthropicModel({self.model!r})"
-
-    @property
-    def client(self) -> Any:
-        """The ``anthropic.AsyncAnthropic`` client for the running event loop."""
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            client = self._clients[loop] = self._anthropic.AsyncAnthropic(
-                api_key=self._key,
-                base_url=self.base_url,
-                max_retries=0,
-                timeout=self.timeout,
-                http_client=self._http_client,
-            )
-        return client
-
-    def stream(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-        settings: ModelSettings | None = None,
-    ) -> AsyncIterator[StreamPart]:
-        """Stream one answer; retried before the first delta on transient failures."""
-        s = settings or ModelSettings()
-        return resilient_stream(
-            lambda: self._attempt(messages, tools, s),
-            self._classify,
-            policy=self.retry,
-            breaker=self.breaker,
-            timeout=s.timeout if s.timeout is not None else self.timeout,
-            provider=f"anthropic ({self.base_url})",
-        )
 
     def _request(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], s: ModelSettings
@@ -234,80 +181,92 @@ class AnthropicModel:
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], s: ModelSettings
     ) -> AsyncIterator[StreamPart]:
         stream = await self.client.messages.create(**self._request(messages, tools, s))
-        blocks: dict[int, _Block] = {}
-        input_tokens = output_tokens = 0
-        stop: str | None = None
-        finished = False
-        model_name = self.model
+        read = _Reading(model=self.model)
         async with stream:
-            async for event in stream:
-                kind = event.type
-                if kind == "message_start":
-                    model_name = event.message.model or model_name
-                    input_tokens = _tokens_in(event.message.usage)
-                    output_tokens = event.message.usage.output_tokens or 0
-                elif kind == "content_block_start":
-                    cb = event.content_block
-                    blocks[event.index] = _Block(
-                        cb.type, getattr(cb, "id", None), getattr(cb, "name", "") or ""
-                    )
-                    if cb.type == "tool_use":
-                        yield ToolCallDelta(event.index, cb.id, cb.name)
-                elif kind == "content_block_delta":
-                    block = blocks.get(event.index)
-                    d = event.delta
-                    if block is None:
-                        continue
-                    if d.type == "text_delta":
-                        block.parts.append(d.text)
-                        yield TextDelta(d.text)
-                    elif d.type == "input_json_delta":
-                        block.parts.append(d.partial_json)
-                        yield ToolCallDelta(event.index, arguments_delta=d.partial_json)
-                elif kind == "message_delta":
-                    stop = event.delta.stop_reason or stop
-                    if event.usage is not None:
-                        output_tokens = event.usage.output_tokens or output_tokens
-                elif kind == "message_stop":
-                    finished = True
-        if not finished:
+            async for event in sdk_events(stream, self.name):
+                with malformed_chunk(self.name, event):
+                    text = read.event(event)
+                if text:
+                    yield TextDelta(text)
+        if not read.finished:
             raise ModelUnavailable(f"{self.name}: the stream ended before message_stop")
-        text = "".join("".join(b.parts) for _, b in sorted(blocks.items()) if b.kind == "text")
+        with malformed_chunk(self.name, read):  # names, ids, reasons of the wrong type
+            response = read.response(self.name)
+        yield response
+
+    def _status(self, exc: Any, kind: str) -> int:
+        if exc.status_code < 400:  # an ``error`` event inside a 200 stream
+            return {"overloaded_error": 529, "rate_limit_error": 429, "api_error": 500}.get(
+                kind, 400
+            )
+        return int(exc.status_code)
+
+
+@dataclass(slots=True)
+class _Reading:
+    """What the events of one streamed answer have said so far."""
+
+    model: str
+    blocks: dict[int, _Block] = field(default_factory=dict)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    stop: str | None = None
+    finished: bool = False
+
+    def event(self, event: Any) -> str:
+        """Take in one event; return its new text (tool input JSON is assembled, not shown)."""
+        kind = event.type
+        if kind == "message_start":
+            self.model = event.message.model or self.model
+            self.input_tokens = _tokens_in(event.message.usage)
+            self.output_tokens = event.message.usage.output_tokens or 0
+        elif kind == "content_block_start":
+            cb = event.content_block
+            self.blocks[event.index] = _Block(
+                cb.type, getattr(cb, "id", None), getattr(cb, "name", "") or ""
+            )
+        elif kind == "content_block_delta":
+            block = self.blocks.get(event.index)
+            d = event.delta
+            if block is None:
+                return ""
+            if d.type == "text_delta":
+                if not isinstance(d.text, str):
+                    raise TypeError("text_delta text is not a string")
+                block.parts.append(d.text)
+                return d.text
+            if d.type == "input_json_delta":
+                if not isinstance(d.partial_json, str):
+                    raise TypeError("input_json_delta partial_json is not a string")
+                block.parts.append(d.partial_json)
+        elif kind == "message_delta":
+            self.stop = event.delta.stop_reason or self.stop
+            if event.usage is not None:
+                self.output_tokens = event.usage.output_tokens or self.output_tokens
+        elif kind == "message_stop":
+            self.finished = True
+        return ""
+
+    def response(self, name: str) -> ModelResponse:
+        """The whole answer, once ``message_stop`` has arrived."""
+        ordered = [b for _, b in sorted(self.blocks.items())]
+        text = "".join("".join(b.parts) for b in ordered if b.kind == "text")
         calls = [
             ToolCall.from_json(b.name, "".join(b.parts), id=b.id)
-            for _, b in sorted(blocks.items())
+            for b in ordered
             if b.kind == "tool_use"
         ]
-        if not text and not calls and stop is None:
-            raise ModelResponseError(f"{self.name} returned no content")
-        yield ModelResponse(
+        if not text and not calls and self.stop is None:
+            raise ModelResponseError(f"{name} returned no content")
+        return ModelResponse(
             text=text,
             tool_calls=calls,
-            usage=Usage(input_tokens=input_tokens, output_tokens=output_tokens, requests=1),
-            finish_reason=_STOP.get(stop or "", stop),
-            model=model_name,
+            usage=Usage(
+                input_tokens=self.input_tokens, output_tokens=self.output_tokens, requests=1
+            ),
+            finish_reason=_STOP.get(self.stop or "", self.stop),
+            model=self.model,
         )
-
-    def _classify(self, exc: BaseException) -> Failure | None:
-        sdk = self._anthropic
-        where = f"anthropic ({self.base_url})"
-        if isinstance(exc, sdk.APIStatusError):
-            status = exc.status_code
-            kind, message = _error_of(exc)
-            if status < 400:  # an ``error`` event inside a 200 stream
-                status = {"overloaded_error": 529, "rate_limit_error": 429, "api_error": 500}.get(
-                    kind, 400
-                )
-            return classify_status(
-                status, message, exc.response.headers, provider=where, key_var="ANTHROPIC_API_KEY"
-            )
-        if isinstance(exc, sdk.APITimeoutError):
-            return connection_failure(where, exc, timed_out=True)
-        if isinstance(exc, sdk.APIConnectionError):
-            return connection_failure(where, exc)
-        from loom.models.openai import _transport_failure
-
-        return _transport_failure(where, exc)
 
 
 def _tokens_in(usage: Any) -> int:
@@ -317,15 +276,6 @@ def _tokens_in(usage: Any) -> int:
         + (getattr(usage, "cache_creation_input_tokens", None) or 0)
         + (getattr(usage, "cache_read_input_tokens", None) or 0)
     )
-
-
-def _error_of(exc: Any) -> tuple[str, str]:
-    body = getattr(exc, "body", None)
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict):
-            return str(inner.get("type", "")), str(inner.get("message", exc))
-    return "", str(getattr(exc, "message", exc))
 
 
 def from_spec(rest: str) -> AnthropicModel:

@@ -15,8 +15,8 @@ __all__ = [
     "RetryNotice",
     "StreamPart",
     "TextDelta",
-    "ToolCallDelta",
     "complete",
+    "reports_real_usage",
 ]
 
 
@@ -39,16 +39,6 @@ class TextDelta:
 
 
 @dataclass(slots=True)
-class ToolCallDelta:
-    """Progress on a tool call being streamed (for display; the final response has the call)."""
-
-    index: int
-    id: str | None = None
-    name: str | None = None
-    arguments_delta: str = ""
-
-
-@dataclass(slots=True)
 class RetryNotice:
     """A failed attempt that will be retried after ``delay`` seconds (the loop emits LLM_RETRY).
 
@@ -61,17 +51,25 @@ class RetryNotice:
     error: str
 
 
-StreamPart = TextDelta | ToolCallDelta | RetryNotice | ModelResponse
-"""What ``Model.stream`` yields. The last item must be the complete ``ModelResponse``."""
+StreamPart = TextDelta | RetryNotice | ModelResponse
+"""What ``Model.stream`` yields. The last item must be the complete ``ModelResponse``.
+
+Tool calls arrive only in the final response: nothing consumes partial call arguments, so
+providers assemble them and do not stream them."""
 
 
 @runtime_checkable
 class Model(Protocol):
     """A language model. Implement ``stream``; ``loom.models.complete`` gives the one-shot form.
 
-    ``stream`` yields ``TextDelta`` / ``ToolCallDelta`` parts as they arrive and finally exactly
-    one ``ModelResponse`` holding the whole answer (text, tool calls, usage). A stream that ends
-    without a ``ModelResponse`` was cut off, and the loop treats it as a failed call.
+    ``stream`` yields ``TextDelta`` parts as they arrive (and ``RetryNotice`` before a retry)
+    and finally exactly one ``ModelResponse`` holding the whole answer (text, tool calls,
+    usage). A stream that ends without a ``ModelResponse`` was cut off, and the loop treats it
+    as a failed call.
+
+    A model may set ``reports_real_usage = False`` (the test models do): the usage it reports,
+    if any, is then not the provider's token count, and token estimators must not learn from
+    it (see :func:`reports_real_usage`).
     """
 
     name: str
@@ -84,6 +82,15 @@ class Model(Protocol):
     ) -> AsyncIterator[StreamPart]:
         """Stream one answer to ``messages`` with ``tools`` available."""
         ...
+
+
+def reports_real_usage(model: object) -> bool:
+    """Whether ``model``'s reported usage is a real token count that estimators may learn from.
+
+    ``False`` for models that say so with ``reports_real_usage = False`` (``ScriptedModel``,
+    ``FunctionModel``); ``True`` otherwise, so a model class need not declare it.
+    """
+    return bool(getattr(model, "reports_real_usage", True))
 
 
 async def complete(

@@ -36,7 +36,7 @@ from loom.errors import (
     ModelResponseError,
 )
 from loom.messages import Message, ModelResponse, ToolSpec, Usage
-from loom.models.base import ModelSettings, StreamPart, TextDelta, ToolCallDelta
+from loom.models.base import ModelSettings, StreamPart, TextDelta
 from loom.models.local_prompt import (
     AnswerStream,
     ToolMode,
@@ -360,15 +360,22 @@ class LocalModel:
                         f"{self.name} failed while generating: {item}"
                     ) from item
                 pieces.append(item)
-                visible = item if answer is None else answer.feed(item)
+                visible = item if answer is None else self._feed(answer, item, pieces)
                 if visible:
                     yield TextDelta(visible)
         finally:
             stop.set()  # the worker stops at its next token if we were cancelled
         response = self._response("".join(pieces), grammar is not None, len(prompt), stats, limit)
-        for i, call in enumerate(response.tool_calls):
-            yield ToolCallDelta(i, call.id, call.name, json.dumps(call.arguments))
         yield response
+
+    def _feed(self, answer: AnswerStream, piece: str, pieces: list[str]) -> str:
+        """The answer text in ``piece``; a malformed escape in the JSON is a typed error."""
+        try:
+            return answer.feed(piece)
+        except ValueError as exc:  # e.g. "\\u" followed by non-hex digits
+            raise ModelResponseError(
+                f"{self.name} produced unusable tool-call JSON: {''.join(pieces)[:200]!r}"
+            ) from exc
 
     def _generate(
         self,

@@ -13,32 +13,24 @@ delta only), keeps a circuit breaker per endpoint and bounds each call with a ti
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import weakref
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loom.errors import (
-    ConfigurationError,
-    MissingDependencyError,
-    ModelAuthError,
-    ModelResponseError,
-    ModelUnavailable,
-)
+from loom.errors import ConfigurationError, ModelResponseError, ModelUnavailable
 from loom.messages import Message, ModelResponse, ToolCall, ToolSpec, Usage
-from loom.models.base import ModelSettings, StreamPart, TextDelta, ToolCallDelta
-from loom.models.resilience import (
-    CircuitBreaker,
-    Failure,
-    RetryPolicy,
-    breaker_for,
-    classify_status,
-    connection_failure,
-    resilient_stream,
+from loom.models._client import (
+    DEFAULT_TIMEOUT,
+    RemoteModel,
+    import_sdk,
+    malformed_chunk,
+    read_api_key,
+    sdk_events,
 )
+from loom.models.base import ModelSettings, StreamPart, TextDelta
+from loom.models.resilience import CircuitBreaker, RetryPolicy
 
 __all__ = [
     "OpenAIModel",
@@ -50,15 +42,6 @@ __all__ = [
 
 OPENAI_URL = "https://api.openai.com/v1"
 OLLAMA_URL = "http://localhost:11434/v1"
-DEFAULT_TIMEOUT = 120.0
-
-
-def _sdk() -> Any:
-    try:
-        import openai
-    except ImportError:
-        raise MissingDependencyError("openai", "openai", "The OpenAI provider") from None
-    return openai
 
 
 def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -116,7 +99,7 @@ class _PendingCall:
     arguments: list[str] = field(default_factory=list)
 
 
-class OpenAIModel:
+class OpenAIModel(RemoteModel):
     """A chat model behind the Chat Completions API, streamed.
 
     Args:
@@ -130,6 +113,8 @@ class OpenAIModel:
         breaker: Circuit breaker; default one shared per base URL in the process.
         http_client: An ``httpx2.AsyncClient`` for the SDK (proxies, tests).
     """
+
+    client_class = "AsyncOpenAI"
 
     def __init__(
         self,
@@ -145,70 +130,31 @@ class OpenAIModel:
         breaker: CircuitBreaker | None = None,
         http_client: Any = None,
     ) -> None:
-        openai = _sdk()
-        if not model:
-            raise ConfigurationError(f"{provider}: the model name is empty")
-        key = api_key or os.environ.get(api_key_var)
-        if not key:
-            if require_key:
-                raise ModelAuthError(
-                    f"the {provider} provider needs an API key: set the {api_key_var} "
-                    f"environment variable (or use 'ollama:<model>' / "
-                    "'openai-compatible:<url>#<model>' for a local server)"
-                )
-            key = "not-needed"  # the SDK insists on a value; local servers ignore it
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_URL).rstrip("/")
-        self.model = model
-        self.provider = provider
-        self.name = f"{provider}:{model}"
-        self.api_key_var = api_key_var
-        self.timeout = timeout
-        self.retry = retry or RetryPolicy()
-        self.breaker = breaker or breaker_for(f"{provider}:{self.base_url}")
-        self._openai = openai
-        self._key = key
-        self._http_client = http_client
-        # httpx connections belong to the event loop that opened them, and each run_sync()
-        # has its own loop: keep one SDK client per loop.
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
-            weakref.WeakKeyDictionary()
+        sdk = import_sdk("openai", "openai", "The OpenAI provider")
+        key = read_api_key(
+            api_key,
+            api_key_var,
+            provider=provider,
+            required=require_key,
+            hint=" (or use 'ollama:<model>' / 'openai-compatible:<url>#<model>' for a local "
+            "server)",
         )
-
-    @property
-    def client(self) -> Any:
-        """The ``openai.AsyncOpenAI`` client for the running event loop."""
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            client = self._clients[loop] = self._openai.AsyncOpenAI(
-                api_key=self._key,
-                base_url=self.base_url,
-                max_retries=0,
-                timeout=self.timeout,
-                http_client=self._http_client,
-            )
-        return client
+        super().__init__(
+            model,
+            sdk=sdk,
+            provider=provider,
+            key=key,
+            key_var=api_key_var if provider == "openai" else None,
+            base_url=base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_URL,
+            timeout=timeout,
+            retry=retry,
+            breaker=breaker,
+            http_client=http_client,
+        )
+        self.api_key_var = api_key_var
 
     def __repr__(self) -> str:
         return f"OpenAIModel({self.model!r}, base_url={self.base_url!r})"
-
-    def stream(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-        settings: ModelSettings | None = None,
-    ) -> AsyncIterator[StreamPart]:
-        """Stream one answer; retried before the first delta on transient failures."""
-        s = settings or ModelSettings()
-        timeout = s.timeout if s.timeout is not None else self.timeout
-        return resilient_stream(
-            lambda: self._attempt(messages, tools, s),
-            self._classify,
-            policy=self.retry,
-            breaker=self.breaker,
-            timeout=timeout,
-            provider=f"{self.provider} ({self.base_url})",
-        )
 
     def _request(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], s: ModelSettings
@@ -235,106 +181,88 @@ class OpenAIModel:
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], s: ModelSettings
     ) -> AsyncIterator[StreamPart]:
         stream = await self.client.chat.completions.create(**self._request(messages, tools, s))
-        text: list[str] = []
-        calls: dict[int, _PendingCall] = {}
-        usage: Usage | None = None
-        finish: str | None = None
-        model_name: str | None = None
+        read = _Reading()
         async with stream:
-            async for chunk in stream:
-                model_name = chunk.model or model_name
-                if chunk.usage is not None:
-                    usage = Usage(
-                        input_tokens=chunk.usage.prompt_tokens or 0,
-                        output_tokens=chunk.usage.completion_tokens or 0,
-                        requests=1,
-                    )
-                for choice in chunk.choices or ():
-                    if choice.finish_reason:
-                        finish = choice.finish_reason
-                    delta = choice.delta
-                    if delta is None:
-                        continue
-                    if delta.content:
-                        text.append(delta.content)
-                        yield TextDelta(delta.content)
-                    for tc in delta.tool_calls or ():
-                        # Parallel calls interleave; each is keyed by its index.
-                        pending = calls.setdefault(tc.index, _PendingCall())
-                        fn = tc.function
-                        name = fn.name if fn is not None and fn.name else None
-                        args = fn.arguments if fn is not None and fn.arguments else ""
-                        if tc.id:
-                            pending.id = tc.id
-                        if name and name != pending.name:
-                            # OpenAI sends the name once; some servers repeat it in every
-                            # chunk, and a few split it: append only what is new.
-                            pending.name += name
-                        elif name:
-                            name = None
-                        if args:
-                            pending.arguments.append(args)
-                        yield ToolCallDelta(tc.index, tc.id, name, args)
-        if finish is None:
+            async for chunk in sdk_events(stream, self.name):
+                with malformed_chunk(self.name, chunk):
+                    text = read.chunk(chunk)
+                if text:
+                    yield TextDelta(text)
+        if read.finish is None:
             # OpenAI-style servers always close a choice with a finish reason; a stream that
             # ends without one was cut off, however complete its text looks.
             raise ModelUnavailable(f"{self.name}: the stream ended before the answer was finished")
-        tool_calls = []
-        for index in sorted(calls):
-            p = calls[index]
-            if not p.name:
-                raise ModelResponseError(f"{self.name} streamed a tool call without a name")
-            tool_calls.append(ToolCall.from_json(p.name, "".join(p.arguments), id=p.id))
-        yield ModelResponse(
-            text="".join(text),
-            tool_calls=tool_calls,
-            usage=usage or Usage(requests=1),
-            finish_reason=finish,
-            model=model_name or self.model,
-        )
+        with malformed_chunk(self.name, read):  # ids, names, reasons of the wrong type
+            response = read.response(self.name, self.model)
+        yield response
 
-    def _classify(self, exc: BaseException) -> Failure | None:
-        sdk = self._openai
-        where = f"{self.provider} ({self.base_url})"
-        if isinstance(exc, sdk.APIStatusError):
-            return classify_status(
-                exc.status_code,
-                _message(exc),
-                exc.response.headers,
-                provider=where,
-                key_var=self.api_key_var if self.provider == "openai" else None,
+
+@dataclass(slots=True)
+class _Reading:
+    """What the chunks of one streamed answer have said so far."""
+
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, _PendingCall] = field(default_factory=dict)
+    usage: Usage | None = None
+    finish: str | None = None
+    model: str | None = None
+
+    def chunk(self, chunk: Any) -> str:
+        """Take in one chunk; return its new text (tool-call deltas are assembled, not shown)."""
+        self.model = chunk.model or self.model
+        if chunk.usage is not None:
+            self.usage = Usage(
+                input_tokens=chunk.usage.prompt_tokens or 0,
+                output_tokens=chunk.usage.completion_tokens or 0,
+                requests=1,
             )
-        if isinstance(exc, sdk.APITimeoutError):
-            return connection_failure(where, exc, timed_out=True)
-        if isinstance(exc, sdk.APIConnectionError):
-            return connection_failure(where, exc)
-        if isinstance(exc, sdk.APIError):  # an error event inside the stream
-            return connection_failure(where, exc)
-        return _transport_failure(where, exc)
+        new: list[str] = []
+        for choice in chunk.choices or ():
+            if choice.finish_reason:
+                self.finish = choice.finish_reason
+            delta = choice.delta
+            if delta is None:
+                continue
+            if delta.content:
+                if not isinstance(delta.content, str):
+                    raise TypeError(f"content is {type(delta.content).__name__}, not a string")
+                new.append(delta.content)
+            for tc in delta.tool_calls or ():
+                # Parallel calls interleave; each is keyed by its index. The SDK does not
+                # validate chunks, so a field of the wrong type is caught here, not later.
+                if not isinstance(tc.index, int):
+                    raise TypeError(f"tool call index is {tc.index!r}, not an integer")
+                pending = self.calls.setdefault(tc.index, _PendingCall())
+                fn = tc.function
+                name = fn.name if fn is not None and fn.name else None
+                if tc.id:
+                    pending.id = tc.id
+                if name and name != pending.name:
+                    # OpenAI sends the name once; some servers repeat it in every chunk, and a
+                    # few split it: append only what is new.
+                    pending.name += name
+                if fn is not None and fn.arguments:
+                    if not isinstance(fn.arguments, str):
+                        raise TypeError("tool call arguments are not a string")
+                    pending.arguments.append(fn.arguments)
+        self.text.extend(new)
+        return "".join(new)
 
-
-def _message(exc: Any) -> str:
-    body = getattr(exc, "body", None)
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])
-        if isinstance(inner, str):
-            return inner
-    return str(getattr(exc, "message", exc))
-
-
-def _transport_failure(where: str, exc: BaseException) -> Failure | None:
-    """Low-level HTTP errors that escape the SDK while a stream is read."""
-    try:
-        import httpx2
-    except ImportError:  # pragma: no cover - both SDKs depend on it
-        return None
-    if isinstance(exc, httpx2.TimeoutException):
-        return connection_failure(where, exc, timed_out=True)
-    if isinstance(exc, httpx2.TransportError):
-        return connection_failure(where, exc)
-    return None
+    def response(self, name: str, model: str) -> ModelResponse:
+        """The whole answer, once the stream has finished."""
+        tool_calls = []
+        for index in sorted(self.calls):
+            p = self.calls[index]
+            if not p.name:
+                raise ModelResponseError(f"{name} streamed a tool call without a name")
+            tool_calls.append(ToolCall.from_json(p.name, "".join(p.arguments), id=p.id))
+        return ModelResponse(
+            text="".join(self.text),
+            tool_calls=tool_calls,
+            usage=self.usage or Usage(requests=1),
+            finish_reason=self.finish,
+            model=self.model or model,
+        )
 
 
 def from_spec(rest: str) -> OpenAIModel:

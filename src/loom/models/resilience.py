@@ -1,15 +1,16 @@
 """Retries, a circuit breaker and per-call timeouts for remote model providers.
 
-Providers wrap one streaming attempt in :func:`resilient_stream`. It retries an attempt that
-failed *before its first delta* (429, 5xx, timeouts, lost connections) with exponential backoff
-and full jitter, honouring ``Retry-After``; it never retries after output has streamed, so a
-user never sees text twice and the loop never stores a half answer (it stores only the final
-``ModelResponse``). Each retry is announced as a :class:`~loom.models.base.RetryNotice`, which
-the loop turns into an ``LLM_RETRY`` event.
+Providers wrap one streaming attempt in :func:`resilient_stream`. It retries (with ``tenacity``)
+an attempt that failed *before its first delta* (429, 5xx, timeouts, lost connections) with
+exponential backoff and full jitter, honouring ``Retry-After``; it never retries after output
+has streamed, so a user never sees text twice and the loop never stores a half answer (it
+stores only the final ``ModelResponse``). Each retry is announced as a
+:class:`~loom.models.base.RetryNotice`, which the loop turns into an ``LLM_RETRY`` event.
 
-A :class:`CircuitBreaker` per provider endpoint opens after ``failure_threshold`` consecutive
-failures: calls then fail at once with ``ModelUnavailable`` until ``reset_timeout`` has passed,
-when one probe call is let through (half-open); its success closes the breaker again.
+A :class:`CircuitBreaker` per provider endpoint (tenacity has none; this one is small and
+thread-safe) opens after ``failure_threshold`` consecutive failures: calls then fail at once
+with ``ModelUnavailable`` until ``reset_timeout`` has passed, when one probe call is let
+through (half-open); its success closes the breaker again.
 """
 
 from __future__ import annotations
@@ -17,12 +18,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
-import random
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from loom.errors import (
     ContextTooLong,
@@ -34,6 +34,10 @@ from loom.errors import (
     ModelUnavailable,
 )
 from loom.models.base import RetryNotice, StreamPart
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
+    from tenacity.wait import wait_base
 
 __all__ = [
     "CircuitBreaker",
@@ -62,12 +66,22 @@ class RetryPolicy:
     max_retry_after: float = 60.0
     jitter: bool = True
 
+    def backoff(self) -> wait_base:
+        """This policy's backoff as a tenacity wait strategy (without ``Retry-After``)."""
+        import tenacity
+
+        kind = tenacity.wait_random_exponential if self.jitter else tenacity.wait_exponential
+        return kind(multiplier=self.initial_delay, max=self.max_delay, exp_base=self.multiplier)
+
     def delay(self, retry: int, retry_after: float | None = None) -> float:
         """Seconds to wait before retry number ``retry`` (0-based)."""
         if retry_after is not None:
             return max(0.0, min(retry_after, self.max_retry_after))
-        ceiling = min(self.max_delay, self.initial_delay * self.multiplier**retry)
-        return random.uniform(0.0, ceiling) if self.jitter else ceiling
+        import tenacity
+
+        state = tenacity.RetryCallState(tenacity.Retrying(), None, (), {})
+        state.attempt_number = retry + 1  # tenacity counts attempts from 1
+        return float(self.backoff()(state))
 
 
 NO_RETRY = RetryPolicy(max_retries=0)
@@ -239,49 +253,128 @@ async def resilient_stream(
     ``classify`` turns an exception raised by an attempt into a :class:`Failure`; ``None`` means
     "not a provider failure" and the exception propagates untouched (a bug, a cancellation).
     ``timeout`` bounds each attempt from its start to its last part.
+
+    tenacity decides whether to retry, how long to wait and when to stop. Its sleep is a no-op
+    because the wait must be announced (a :class:`RetryNotice`) before it is slept, and a
+    notice can only be yielded from here, not from inside tenacity.
     """
-    retry = 0
-    while True:
-        if breaker is not None:
-            breaker.before_call()
-        started = False
-        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
-        stream = attempt()
-        try:
-            while True:
-                try:
-                    # The timeout wraps only the wait for the next part, never a yield, so it
-                    # cannot fire while the caller is busy with a part we handed it.
-                    async with asyncio.timeout_at(deadline):
-                        part = await anext(stream)
-                except StopAsyncIteration:
-                    break
-                started = True
-                yield part
-        except (Exception, asyncio.CancelledError) as exc:
-            failure = _failure_of(exc, classify, provider, timeout)
-            if failure is None:
-                if breaker is not None:
-                    breaker.release_probe()
-                raise
-            if breaker is not None and failure.counts_for_breaker:
-                breaker.record_failure()
-            elif breaker is not None:
+    import tenacity
+
+    backoff = _Backoff(policy)
+    retrying = tenacity.AsyncRetrying(
+        retry=tenacity.retry_if_exception_type(_Transient),
+        stop=tenacity.stop_after_attempt(policy.max_retries + 1),
+        wait=backoff,
+        sleep=_announce_first,
+        reraise=True,
+    )
+    transient: _Transient | None = None
+    gave_up: _Transient | None = None
+    try:
+        async for round_ in retrying:
+            if transient is not None:  # the previous attempt failed and tenacity said retry
+                number = round_.retry_state.attempt_number - 1
+                error = transient.failure.error
+                yield RetryNotice(number, backoff.last, f"{type(error).__name__}: {error}")
+                await asyncio.sleep(backoff.last)
+            transient = None
+            try:
+                # Parts are yielded outside tenacity's attempt block: it would swallow a
+                # GeneratorExit or CancelledError thrown in at a yield. aclosing: a caller that
+                # stops early closes the provider's stream now, not at garbage collection.
+                one = _attempt_once(attempt, classify, breaker, timeout, provider)
+                async with contextlib.aclosing(one) as parts:
+                    async for part in parts:
+                        yield part
+            except _Transient as exc:
+                transient = exc
+            with round_:
+                if transient is not None:
+                    raise transient
+    except _Transient as exc:  # tenacity stopped: retries are used up
+        gave_up = exc
+    if gave_up is not None:  # raised outside the handler, so no _Transient in its context
+        error, cause = _exhausted(gave_up.failure.error, policy.max_retries), gave_up.__cause__
+        if error is cause:
+            raise error
+        raise error from cause
+
+
+class _Transient(Exception):
+    """An attempt failed before its first part with a failure worth retrying."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(str(failure.error))
+        self.failure = failure
+
+
+class _Backoff:
+    """tenacity's wait strategy for a policy, remembering the last wait for the notice."""
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        self.policy = policy
+        self.wait = policy.backoff()
+        self.last = 0.0
+
+    def __call__(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        hint = exc.failure.retry_after if isinstance(exc, _Transient) else None
+        if hint is not None:  # the server said when: Retry-After wins over the backoff
+            self.last = self.policy.delay(0, hint)
+        else:
+            self.last = float(self.wait(state))
+        return self.last
+
+
+async def _announce_first(_seconds: float) -> None:
+    """tenacity's sleep: none; the stream yields its notice, then sleeps itself."""
+
+
+async def _attempt_once(
+    attempt: Callable[[], AsyncIterator[StreamPart]],
+    classify: Callable[[BaseException], Failure | None],
+    breaker: CircuitBreaker | None,
+    timeout: float | None,  # noqa: ASYNC109 - per attempt, applied around each await
+    provider: str,
+) -> AsyncGenerator[StreamPart, None]:
+    """One attempt: its parts, or a typed error, or ``_Transient`` if nothing had streamed."""
+    if breaker is not None:
+        breaker.before_call()
+    started = False
+    deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+    stream = attempt()
+    try:
+        while True:
+            try:
+                # The timeout wraps only the wait for the next part, never a yield, so it
+                # cannot fire while the caller is busy with a part we handed it.
+                async with asyncio.timeout_at(deadline):
+                    part = await anext(stream)
+            except StopAsyncIteration:
+                break
+            started = True
+            yield part
+    except (Exception, asyncio.CancelledError) as exc:
+        failure = _failure_of(exc, classify, provider, timeout)
+        if failure is None:
+            if breaker is not None:
                 breaker.release_probe()
-            if started:
-                raise _cut_off(failure.error, provider) from exc
-            if not failure.retryable or retry >= policy.max_retries:
-                raise _exhausted(failure.error, retry) from exc
-            delay = policy.delay(retry, failure.retry_after)
-            retry += 1
-            yield RetryNotice(retry, delay, f"{type(failure.error).__name__}: {failure.error}")
-            await asyncio.sleep(delay)
-            continue
-        finally:
-            await _close(stream)
-        if breaker is not None:
-            breaker.record_success()
-        return
+            raise
+        if breaker is not None and failure.counts_for_breaker:
+            breaker.record_failure()
+        elif breaker is not None:
+            breaker.release_probe()
+        if started:  # never retried: the caller has already seen output
+            raise _cut_off(failure.error, provider) from exc
+        if failure.retryable:
+            raise _Transient(failure) from exc
+        if failure.error is exc:
+            raise
+        raise failure.error from exc
+    finally:
+        await _close(stream)
+    if breaker is not None:
+        breaker.record_success()
 
 
 def _failure_of(

@@ -179,6 +179,10 @@ class CallRunner:
             if result.error_code == "interrupted":
                 status = "interrupted"
             ledger.append(entry.ended(status, result))
+        if result.metadata.get("escaped_strings"):
+            j.warn(f"{call.name} returned text that was not valid Unicode (bytes that were "
+                   "not UTF-8); it is stored with those bytes shown as \\xNN escapes",
+                   "tool")  # fmt: skip
         cls = ToolResultEvent if result.success else ToolErrorEvent
         ev = j.event(cls, tool_name=call.name, tool_call_id=call.id, success=result.success,
                      content=result.to_content(), error_code=result.error_code,

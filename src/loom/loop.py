@@ -22,6 +22,7 @@ from loom import gates
 from loom.calls import CallRunner
 from loom.context import AssembledContext, ContextRequest
 from loom.errors import (  # fmt: skip
+    ApprovalHandlerError,
     ConfigurationError,
     HookError,
     ModelAuthError,
@@ -156,7 +157,7 @@ class Turn:
                 raise_after = asyncio.CancelledError()
             else:
                 self._task.uncancel()  # type: ignore[union-attr]
-        except (ConfigurationError, ModelAuthError) as exc:  # the programmer must fix these
+        except (ConfigurationError, ModelAuthError, ApprovalHandlerError) as exc:  # fix the code
             stop, error, raise_after = "error", str(exc), exc
         except ModelError as exc:
             stop, error = "model_error", f"{type(exc).__name__}: {exc}"

@@ -348,7 +348,7 @@ class _Renderer:
             out.print(d["text"], end="", soft_wrap=True, markup=False)
             self.in_text = True
             return
-        if event.type in (E.LLM_COMPLETE, E.TOOL_EXECUTION_START, E.ERROR):
+        if event.type in (E.LLM_COMPLETE, E.TOOL_EXECUTION_START, E.ERROR, E.WARNING):
             self.end_text()
         if event.type is E.TOOL_EXECUTION_START:
             args = escape(json.dumps(d["arguments"], ensure_ascii=False))
@@ -363,6 +363,8 @@ class _Renderer:
             err.print(f"[yellow]approval needed[/] for {escape(str(d.get('tool_name')))}: {reason}")
         elif event.type is E.ERROR:
             err.print(f"[red]error:[/] {escape(str(d.get('error')))}")
+        elif event.type is E.WARNING:
+            err.print(f"[yellow]warning:[/] {escape(str(d.get('message')))}")
 
 
 async def read_line(prompt: str) -> str:

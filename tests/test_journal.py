@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from loom import Agent, ToolError, tool
+from loom import Agent, RunContext, ToolError, tool
 from loom.errors import StoreError
 from loom.events import AgentEvent, EventType
 from loom.journal import transcript
+from loom.judge import FunctionJudge, JudgePanel
 from loom.messages import Message, ModelResponse, ToolCall
 from loom.runtime import Runtime
 from loom.store import MemoryStore, SQLiteStore
-from loom.testing import ScriptedModel
+from loom.testing import FunctionModel, ScriptedModel
 
 
 def _key(m: Message) -> tuple[Any, ...]:
@@ -152,3 +157,170 @@ async def test_every_event_a_stream_consumer_saw_is_in_the_journal() -> None:
     missing = [e.type for e in seen if e.type is not EventType.LLM_DELTA
                and (e.run_id, e.sequence) not in stored]  # fmt: skip
     assert missing == []
+
+
+# -- journal ⇄ transcript, over random runs ----------------------------------------------------
+
+TOOL_KINDS = ["ok", "fail", "slow", "ask", "hang"]
+
+
+class Dying(MemoryStore):
+    """A view of another store that a process can die in front of: once ``dead``, every write
+    fails, as nothing reaches the disk after a SIGKILL."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        self.inner, self.dead = inner, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def append(self, session_id: str, **kw: Any) -> None:
+        if self.dead:
+            raise StoreError("the process is dead")
+        await self.inner.append(session_id, **kw)
+
+    async def renew_lease(self, lease: Any, ttl: float) -> Any:
+        if self.dead:
+            raise StoreError("the process is dead")
+        return await self.inner.renew_lease(lease, ttl)
+
+    async def release_lease(self, lease: Any) -> None:
+        if self.dead:
+            raise StoreError("the process is dead")
+        await self.inner.release_lease(lease)
+
+
+def _plan_model(plans: list[list[list[str]]]) -> FunctionModel:
+    """Turn t (its user message says "turn t") answers with the batches of tool calls of
+    ``plans[t]`` one model call after another, then with text."""
+
+    def fn(messages: list[Message], tools: list[Any]) -> ModelResponse | str:
+        start = max(i for i, m in enumerate(messages)
+                    if m.role == "user" and not m.metadata.get("judge_correction"))  # fmt: skip
+        turn = int(messages[start].content.split()[1])
+        done = sum(1 for m in messages[start:] if m.role == "assistant" and m.tool_calls)
+        if messages[-1].role == "user" and messages[-1].metadata.get("judge_correction"):
+            return f"turn {turn}, corrected"
+        plan = plans[turn] if turn < len(plans) else []
+        if done < len(plan):
+            return ModelResponse(tool_calls=[ToolCall(name=k, arguments={"n": turn})
+                                             for k in plan[done]])  # fmt: skip
+        return f"turn {turn}, answered"
+
+    return FunctionModel(fn)
+
+
+def _key(m: Message) -> tuple[Any, ...]:
+    return (m.role, m.content, [(c.id, c.name) for c in m.tool_calls], m.tool_call_id)
+
+
+async def _scenario(plans: list[list[list[str]]], decisions: list[str], judge: list[bool]) -> None:
+    inner = MemoryStore()
+    hang_started = asyncio.Event()
+
+    @tool(effect="pure")
+    def ok(n: int) -> int:
+        """Works."""
+        return n
+
+    @tool
+    def fail(n: int) -> str:
+        """Fails."""
+        raise ToolError(f"failed {n}", code="BROKEN")
+
+    @tool(timeout=0.01)
+    async def slow(n: int) -> str:
+        """Times out."""
+        await asyncio.sleep(5)
+        return "late"
+
+    @tool
+    def ask(n: int) -> str:
+        """Needs approval."""
+        return f"approved {n}"
+
+    attempts: set[str] = set()
+
+    @tool(effect="idempotent")
+    async def hang(ctx: RunContext, n: int) -> str:
+        """Its process dies while it runs; recovery re-runs it with the same key."""
+        if ctx.idempotency_key in attempts:
+            return "recovered"
+        attempts.add(ctx.idempotency_key)
+        hang_started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    verdicts = iter(judge)
+
+    def judge_fn(question: str, answer: str, ctx: Any) -> tuple[bool, str]:
+        return (("corrected" in answer) or not next(verdicts, False), "add more detail")
+
+    model = _plan_model(plans)
+    agent = Agent(model=model, tools=[ok, fail, slow, ask, hang], max_iterations=12,
+                  permissions={"ask": ["ask"], "default": "allow"},
+                  judges=JudgePanel([FunctionJudge(judge_fn)], max_retries=2))  # fmt: skip
+
+    async def step(call: Any) -> Any:
+        """Run ``call(runtime)`` as a new process would; the process dies if hang starts."""
+        dying = Dying(inner)
+        hang_started.clear()
+        task = asyncio.ensure_future(call(Runtime(dying, lease_ttl=0.05)))
+        started = asyncio.ensure_future(hang_started.wait())
+        await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
+        started.cancel()
+        if task.done():
+            return task.result()
+        dying.dead = True  # SIGKILL: nothing more reaches the store
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        await asyncio.sleep(0.06)  # the dead process's lease runs out
+        return None
+
+    for t in range(len(plans)):
+        result = await step(lambda rt, t=t: rt.run(agent, f"turn {t}", session_id="s"))
+        while result is not None and result.stop_reason == "awaiting_approval":
+            how = decisions[t % len(decisions)]
+            if how == "expire":  # the user sends the next message instead; it decides
+                break
+            result = await step(lambda rt, how=how: rt.resume(agent, "s", how == "approve"))
+    final = await step(lambda rt: rt.run(agent, f"turn {len(plans)}", session_id="s"))
+    assert final.stop_reason in ("completed", "max_iterations"), final.error
+
+    events = await inner.load_events("s")
+    stored = await inner.load_messages("s")
+    assert [_key(m) for m in transcript(events)] == [_key(m) for m in stored]
+    # one message per step that makes one, of the right kind
+    kinds = Counter(e.type for e in events)
+    roles = Counter(m.role for m in stored)
+    corrections = sum(1 for m in stored if m.metadata.get("judge_correction"))
+    assert roles["assistant"] == kinds[EventType.LLM_COMPLETE]
+    assert roles["tool"] == kinds[EventType.TOOL_RESULT] + kinds[EventType.TOOL_ERROR]
+    assert corrections == kinds[EventType.JUDGE_RETRY]
+    assert roles["user"] - corrections == kinds[EventType.USER_MESSAGE] == len(plans) + 1
+    asked = [c.id for m in stored if m.role == "assistant" for c in m.tool_calls]
+    answered = [m.tool_call_id for m in stored if m.role == "tool"]
+    assert sorted(asked) == sorted(answered), "every tool call answered exactly once"
+    assert len(set(answered)) == len(answered)
+    # what the model was sent, call by call, is the transcript as it stood
+    conversation = [_key(m) for m in stored if m.role != "system"]
+    for call in model.calls:
+        sent = [_key(m) for m in call.messages if m.role != "system"]
+        assert sent == conversation[: len(sent)]
+
+
+batches = st.lists(st.lists(st.sampled_from(TOOL_KINDS), min_size=1, max_size=3),
+                   max_size=3)  # fmt: skip
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    plans=st.lists(batches, min_size=1, max_size=4),
+    decisions=st.lists(st.sampled_from(["approve", "reject", "expire"]), min_size=1, max_size=3),
+    judge=st.lists(st.booleans(), max_size=4),
+)
+def test_the_transcript_is_derived_from_the_journal_and_is_what_the_model_saw(
+    plans: list[list[list[str]]], decisions: list[str], judge: list[bool]
+) -> None:
+    asyncio.run(_scenario(plans, decisions, judge))

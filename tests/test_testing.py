@@ -59,7 +59,7 @@ LONG = " ".join(f"Sentence number {i} talks about the weather and the sea." for 
 
 
 def estimator_of(agent: Agent) -> EstimateCounter:
-    counter = agent.context_builder.counter_for(agent).counter
+    counter = agent.runtime.builder_for(agent).counter_for(agent, agent.model).counter
     assert isinstance(counter, EstimateCounter)
     return counter
 

@@ -326,7 +326,7 @@ _FENCED = """
 import asyncio, json, sys
 from loom.errors import LeaseLost
 from loom.messages import Message
-from loom.events import AgentEvent, EventType
+from loom.events import EventType, make_event
 from loom.store import SQLiteStore
 from loom.store.base import LedgerEntry, RunRecord
 

@@ -324,3 +324,62 @@ def test_the_transcript_is_derived_from_the_journal_and_is_what_the_model_saw(
     plans: list[list[list[str]]], decisions: list[str], judge: list[bool]
 ) -> None:
     asyncio.run(_scenario(plans, decisions, judge))
+
+
+KILL_CHILD = r"""
+import asyncio, json, sys
+from loom import Agent, ModelResponse, ToolCall, tool
+from loom.runtime import Runtime
+from loom.store import SQLiteStore
+from loom.testing import ScriptedModel
+
+@tool(effect="pure")
+def add(a: int, b: int) -> int:
+    '''Add.'''
+    return a + b
+
+async def main() -> None:
+    calls = [ToolCall(name="add", arguments={"a": i, "b": 1}) for i in range(3)]
+    model = ScriptedModel([ModelResponse(tool_calls=calls[:2]), ModelResponse(tool_calls=calls[2:]),
+                           "done"])
+    runtime = Runtime(SQLiteStore(sys.argv[1]))
+    async for e in runtime.stream(Agent(model=model, tools=[add]), "go", session_id="s"):
+        print(json.dumps([str(e.type), e.run_id, e.sequence]), flush=True)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_after", [1, 3, 6, 10, 14, 18])
+def test_every_event_received_before_a_sigkill_is_in_the_store(
+    tmp_path: Path, kill_after: int
+) -> None:
+    """A consumer that saw an event can rely on it: the process is killed right after the
+    ``kill_after``-th event reached the parent, and every one of them is in the database."""
+    import json
+    import os
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+
+    script = tmp_path / "child.py"
+    script.write_text(KILL_CHILD)
+    db = tmp_path / "k.db"
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    child = subprocess.Popen([sys.executable, str(script), str(db)], stdout=subprocess.PIPE,
+                             text=True, env=dict(os.environ, PYTHONPATH=src))  # fmt: skip
+    assert child.stdout is not None
+    received = []
+    for line in child.stdout:
+        received.append(json.loads(line))
+        if len(received) == kill_after:
+            child.send_signal(signal.SIGKILL)
+            break
+    child.wait(timeout=60)
+    assert len(received) == kill_after, "the child ended before the kill point"
+    with sqlite3.connect(db) as raw:
+        stored = {(r, s) for r, s in raw.execute("SELECT run_id, sequence FROM events")}
+    missing = [t for t, r, s in received if t != "llm_delta" and (r, s) not in stored]
+    assert missing == []

@@ -237,3 +237,77 @@ async def test_a_long_turn_keeps_its_lease(tmp_path: Path) -> None:
                             on_busy="drop")  # fmt: skip
     leave.set()
     assert (await turn).stop_reason == "completed"
+
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")  # this checkout, for the child process
+HOLDER = r"""
+import asyncio, sys
+from loom import Agent, ModelResponse, ToolCall, tool
+from loom.runtime import Runtime
+from loom.store import SQLiteStore
+from loom.testing import ScriptedModel
+
+@tool
+async def wait_for_parent() -> str:
+    '''Blocks until the parent writes a line.'''
+    print("in-tool", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    return "from A"
+
+async def main() -> None:
+    model = ScriptedModel([ModelResponse(tool_calls=[ToolCall(name="wait_for_parent")]), "A done"])
+    runtime = Runtime(SQLiteStore(sys.argv[1]), lease_ttl=float(sys.argv[2]))
+    agent = Agent(model=model, tools=[wait_for_parent], tool_timeout=120)
+    try:
+        result = await runtime.run(agent, "from A", session_id="s")
+        print("finished", result.stop_reason, result.error, flush=True)
+    except Exception as exc:
+        print("raised", type(exc).__name__, flush=True)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+async def test_a_process_whose_lease_was_taken_over_cannot_write(tmp_path: Path) -> None:
+    """A stalls (SIGSTOP) mid-tool past its lease; B takes the session over and recovers A's
+    call; A wakes up, finishes its tool, and none of what it does then reaches the database."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    db = tmp_path / "f.db"
+    script = tmp_path / "holder.py"
+    script.write_text(HOLDER)
+    a = subprocess.Popen([sys.executable, str(script), str(db), "0.5"], stdin=subprocess.PIPE,  # noqa: ASYNC220
+                         stdout=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=SRC))  # fmt: skip
+    assert a.stdin is not None and a.stdout is not None
+    try:
+        assert a.stdout.readline().strip() == "in-tool"
+        a.send_signal(signal.SIGSTOP)  # A stalls holding the lease
+        store = SQLiteStore(db)
+        b = Runtime(store)
+        quick = Agent(model=FunctionModel(lambda m, t: "B done"))
+        with pytest.raises(SessionBusy):  # a stopped process is alive: its lease holds
+            await b.run(quick, "too early", session_id="s", on_busy="drop")
+        await asyncio.sleep(0.6)  # A's lease runs out (the one wait this test is about)
+        result = await b.run(quick, "from B", session_id="s", on_busy="drop")
+        assert result.stop_reason == "completed"
+        a.send_signal(signal.SIGCONT)
+        a.stdin.write("go\n")
+        a.stdin.flush()
+        outcome = a.stdout.readline().split()
+        assert outcome[:2] == ["raised", "LeaseLost"], outcome
+        a.wait(timeout=60)
+    finally:
+        if a.poll() is None:
+            a.kill()
+    messages = await store.load_messages("s")
+    contents = [m.content for m in messages]
+    assert "from A" not in [m.content for m in messages if m.role == "tool"]  # A's result lost
+    assert "A done" not in contents
+    assert contents[-2:] == ["from B", "B done"]
+    tool_msgs = [m for m in messages if m.role == "tool"]
+    assert [m.metadata.get("error_code") for m in tool_msgs] == ["interrupted"]  # B recovered it

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from loom.loop import AgentState
     from loom.messages import Message, ModelResponse, RunResult, ToolCall, ToolResult, Usage
     from loom.models.base import Model, ModelSettings
+    from loom.runtime import Runtime
     from loom.tools.base import RunContext, Tool, tool
 
 _EXPORTS: dict[str, str] = {
@@ -58,6 +59,7 @@ _EXPORTS: dict[str, str] = {
     "ReplaceArguments": "loom.hooks",
     "RunContext": "loom.tools.base",
     "RunResult": "loom.messages",
+    "Runtime": "loom.runtime",
     "Tool": "loom.tools.base",
     "ToolCall": "loom.messages",
     "ToolError": "loom.errors",
@@ -86,6 +88,7 @@ __all__ = [
     "ReplaceArguments",
     "RunContext",
     "RunResult",
+    "Runtime",
     "Tool",
     "ToolCall",
     "ToolError",

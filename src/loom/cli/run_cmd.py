@@ -85,10 +85,8 @@ def open_store(path: str | None) -> Any:
 
     if path == ":memory:":
         return MemoryStore()
-    try:
-        from loom.store.sqlite import SQLiteStore
-    except ImportError:  # the SQLite store is not built yet in this checkout
-        return MemoryStore()
+    from loom.store.sqlite import SQLiteStore
+
     target = Path(path) if path else Path(".loom") / "loom.db"
     target.parent.mkdir(parents=True, exist_ok=True)
     return SQLiteStore(target)

@@ -311,3 +311,35 @@ async def test_a_process_whose_lease_was_taken_over_cannot_write(tmp_path: Path)
     assert contents[-2:] == ["from B", "B done"]
     tool_msgs = [m for m in messages if m.role == "tool"]
     assert [m.metadata.get("error_code") for m in tool_msgs] == ["interrupted"]  # B recovered it
+
+
+async def test_a_turns_tool_specs_are_one_list_while_its_tools_stay_the_same(
+    tmp_path: Path,
+) -> None:
+    # With SQLiteStore the built-in tools join the agent's: the context builder caches the
+    # tools' token count by the specs' identity, so rebuilding the list every turn made it
+    # recount every schema every iteration.
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    agent = Agent(name="a", model=ScriptedModel(["x"]), tools=[add])
+    store = SQLiteStore(tmp_path / "s.db")
+    rt = Runtime(store)
+    view = await rt.session_view("s")
+    first = await rt.deps_for(agent, "s", view, None)
+    second = await rt.deps_for(agent, "s", view, None)
+    assert set(first.tools) > {"add"}  # the built-ins are there
+    assert second.tool_specs is first.tool_specs
+    assert [s.name for s in first.tool_specs] == list(first.tools)
+
+    @tool
+    def sub(a: int, b: int) -> int:
+        """Subtract."""
+        return a - b
+
+    third = await rt.deps_for(agent.replace(tools=[add, sub]), "s", view, None)
+    assert [s.name for s in third.tool_specs] == list(third.tools)
+    assert "sub" in third.tools and third.tool_specs is not first.tool_specs
+    await store.close()

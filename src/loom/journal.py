@@ -45,7 +45,8 @@ def transcript(events: Iterable[AgentEvent]) -> list[Message]:
 def clean(value: Any) -> tuple[Any, bool]:
     """``value`` (str, list, dict of them) with every string made representable."""
     if isinstance(value, str):
-        return representable(value)
+        # Only text with a non-ASCII character can hold a surrogate: one C call for the rest.
+        return (value, False) if value.isascii() else representable(value)
     if isinstance(value, dict):
         changed = False
         out_d: dict[Any, Any] = {}

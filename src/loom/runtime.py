@@ -112,6 +112,8 @@ class Runtime:
             weakref.WeakKeyDictionary()
         )
         self._toolsets: dict[int, tuple[Any, Any]] = {}  # id(spec) -> (spec, live toolset)
+        # ids of a tool table's tools -> (those tools, kept alive so ids stay theirs; specs)
+        self._spec_cache: dict[tuple[int, ...], tuple[tuple[Tool, ...], list[ToolSpec]]] = {}
 
     def __repr__(self) -> str:
         return f"Runtime(store={self.store!r})"
@@ -213,11 +215,7 @@ class Runtime:
             if shaper is not None and agent.tools:  # useful only when the agent has tools
                 for builtin in builtin_tools(shaper):
                     tools.setdefault(builtin.name, builtin)
-        specs = (
-            agent.tool_specs
-            if tools.keys() == agent.tools.keys()
-            else [spec_of(t) for t in tools.values()]
-        )
+        specs = agent.tool_specs if tools.keys() == agent.tools.keys() else self._specs(tools)
         return RunDeps(
             agent=agent,
             store=self.store,
@@ -230,6 +228,20 @@ class Runtime:
             user_deps=agent.deps if user_deps is None else user_deps,
             warnings=warnings,
         )
+
+    def _specs(self, tools: dict[str, Tool]) -> list[ToolSpec]:
+        """The specs of a turn's tool table, the same list object while the table holds the
+        same tools: the context builder caches the tools' token count by the specs' identity,
+        and recounting the schemas every iteration cost ~10 % of a SQLite step."""
+        key = tuple(map(id, tools.values()))
+        hit = self._spec_cache.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], tools.values(), strict=True)):
+            return hit[1]
+        specs = [spec_of(t) for t in tools.values()]
+        if len(self._spec_cache) >= 64:  # toolsets that change every turn: keep it bounded
+            self._spec_cache.clear()
+        self._spec_cache[key] = (tuple(tools.values()), specs)
+        return specs
 
     # -- running --------------------------------------------------------------------------------
     def _turn(

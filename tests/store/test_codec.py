@@ -184,3 +184,56 @@ def test_capabilities_of_a_store_without_weakref_support() -> None:
 
     caps = capabilities_of(Slotted())  # type: ignore[arg-type]
     assert caps.runs is not None and caps.errors is None
+
+
+async def test_events_read_back_identically_on_both_stores(tmp_path: Path) -> None:
+    # MemoryStore packs a commit's events with one to_json call (the fast path) and falls
+    # back to encode_event for unusual values; either way it must read back exactly what
+    # SQLite reads back, and keep no live object.
+    when = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
+    steps = [
+        [
+            make_event(EventType.STATE_CHANGE, "r1", "s", 1, 0, {"from": "a", "to": "b"}),
+            make_event(
+                EventType.LLM_COMPLETE,
+                "r1",
+                "s",
+                1,
+                1,
+                {
+                    "answer": "",
+                    "tool_calls": [{"id": "c", "name": "add", "arguments": {"a": 1}}],
+                    "usage": {"input_tokens": 1},
+                    "more": {3},
+                },
+            ),
+            make_event("from_a_newer_loom", "r1", "s", 1, 2, {"x": [1, 2], "when": when}),
+        ],
+        [  # surrogates: encode_event's path (scrubbed), in the same store
+            make_event(
+                EventType.TOOL_RESULT,
+                "r2",
+                "s",
+                2,
+                0,
+                {"content": "a" + LONE, "nan": float("nan"), "inf": float("inf")},
+            ),
+            make_event(EventType.ERROR, "r" + LONE, "s", 2, 1, {"error": "x"}),
+        ],
+        [make_event(EventType.WARNING, "r1", "s", 3, 3, {"deep": _deep(150)})],
+    ]
+    memory, sqlite = MemoryStore(), SQLiteStore(tmp_path / "l.db")
+    for step in steps:
+        for s in (memory, sqlite):
+            await s.append("s", events=step)
+    step = steps[0]
+    step[1].tool_calls[0]["arguments"]["a"] = 99  # type: ignore[attr-defined]
+    for run_id in (None, "r1", "r2"):
+        got = [(await s.load_events("s", run_id)) for s in (memory, sqlite)]
+        assert len(got[0]) == len(got[1]) > 0
+        for a, b in zip(*got, strict=True):
+            assert type(a) is type(b)
+            assert repr(a) == repr(b)  # repr: NaN != NaN would fail a plain ==
+    events = await memory.load_events("s", "r1")
+    assert events[1].tool_calls[0]["arguments"] == {"a": 1}  # type: ignore[attr-defined]
+    await sqlite.close()

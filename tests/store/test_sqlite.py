@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -525,3 +526,31 @@ async def test_model_result_with_scripted_tool_roundtrip(tmp_path: Path) -> None
     runs = await store.list_runs("s")
     assert [x.status for x in runs] == ["running", "completed"]
     await store.close()
+
+
+async def test_leased_commits_number_rows_right_after_a_lease_less_write(tmp_path: Path) -> None:
+    # Under a lease the store numbers the next commit's rows from its own last write (no
+    # max(seq) reads); a write without a lease in between (another store object, another
+    # process) must not be overwritten or make the commit fail.
+    path = tmp_path / "l.db"
+    s, other = SQLiteStore(path), SQLiteStore(path)
+    lease = await s.acquire_lease("s", "r", 60)
+    assert lease is not None
+
+    def step(i: int, run: str = "r") -> dict[str, Any]:
+        return {
+            "messages": [Message.user(f"m{i}")],
+            "events": [make_event(EventType.ERROR, run, "s", 0, i, {"error": f"e{i}"})],
+            "ledger": [LedgerEntry(run, "s", f"c{i}", "t", "started")],
+        }
+
+    await s.append("s", **step(0), lease=lease)
+    await s.append("s", **step(1), lease=lease)
+    await other.append("s", **step(2, "r2"))  # no lease: not fenced
+    await s.append("s", **step(3), lease=lease)
+    await s.append("s", **step(4), lease=lease)
+    assert [m.content for m in await s.load_messages("s")] == ["m0", "m1", "m2", "m3", "m4"]
+    assert [e.error for e in await s.load_events("s")] == ["e0", "e1", "e2", "e3", "e4"]  # type: ignore[attr-defined]
+    assert [e.tool_call_id for e in await s.ledger("s")] == ["c0", "c1", "c2", "c3", "c4"]
+    await s.close()
+    await other.close()

@@ -201,6 +201,44 @@ async def test_cancelling_the_caller_cancels_the_tool() -> None:
     assert cleaned.is_set()  # its cleanup ran before the caller's cancellation went on
 
 
+# -- the eager first step (an async tool's first step runs as its own task, at once) -----------
+async def test_a_tool_that_returns_without_suspending_runs_as_its_own_task() -> None:
+    caller = asyncio.current_task()
+    var: Any = __import__("contextvars").ContextVar("v", default="caller")
+    seen: list[Any] = []
+
+    @tool
+    async def quick() -> str:
+        """Return at once."""
+        seen.append(asyncio.current_task())
+        var.set("tool")
+        return "x"
+
+    result = await call(quick)
+    assert result.success and result.data == "x"
+    assert seen[0] is not None and seen[0] is not caller  # its own task, as before
+    assert asyncio.current_task() is caller and var.get() == "caller"  # nothing leaked
+
+
+async def test_a_timeout_entered_in_the_first_step_cancels_the_tool_not_the_run() -> None:
+    # asyncio.timeout captures the current task when entered: in the first step that must be
+    # the tool's task, or the timer would later cancel the caller.
+    @tool(timeout=30)
+    async def bounded() -> str:
+        """Wait with its own short timeout."""
+        try:
+            async with asyncio.timeout(0.01):
+                await asyncio.sleep(30)
+        except TimeoutError:
+            return "timed out inside"
+        return "slept"
+
+    result = await call(bounded)
+    assert result.success and result.data == "timed out inside"
+    await asyncio.sleep(0)  # the caller goes on, uncancelled
+    assert not asyncio.current_task().cancelling()  # type: ignore[union-attr]
+
+
 # -- item 2: one serialisation, before anything is stored --------------------------------------
 class Opaque:
     def __str__(self) -> str:

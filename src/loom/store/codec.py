@@ -37,7 +37,7 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from loom.errors import SerializationError
-from loom.events import AgentEvent
+from loom.events import AgentEvent, make_event
 from loom.messages import Message, ToolResult, Usage
 from loom.store.base import LedgerEntry, RunRecord
 
@@ -245,6 +245,59 @@ def decode_event(session_id: str, row: Sequence[Any]) -> AgentEvent:
             "data": from_json(row[5]),
         }
     )
+
+
+class PackedEvents(NamedTuple):
+    """A commit's events, encoded with one ``to_json`` call (``MemoryStore``'s form).
+
+    ``heads`` keeps each event's envelope (class, run id, sequence, iteration, timestamp: str,
+    int and float, immutable); ``payloads`` is the JSON of each event's payload fields and
+    ``extra``, in ``PAYLOAD`` order. Reading it back builds exactly the event
+    :func:`decode_event` builds from the :class:`EventRow` of the same event.
+    """
+
+    heads: list[tuple[Any, type[AgentEvent], str, int, int, float]]
+    payloads: bytes
+
+
+def pack_events(events: Sequence[AgentEvent]) -> PackedEvents | None:
+    """``events`` encoded at once, or None when one needs :func:`encode_event`'s careful path
+    (text with surrogates, a value without a JSON form, very deep nesting): that path then
+    scrubs what it can and raises the same ``SerializationError`` as on SQLite."""
+    heads = []
+    payload = []
+    for ev in events:
+        if not ev.run_id.isascii():
+            return None
+        heads.append((ev.type, type(ev), ev.run_id, ev.sequence, ev.iteration, ev.timestamp))
+        values = [getattr(ev, n) for n in ev.PAYLOAD]
+        values.append(ev.extra)
+        payload.append(values)
+    try:
+        text = to_json(payload, inf_nan_mode="constants")
+    except (ValueError, RecursionError):  # PydanticSerializationError too
+        return None
+    if len(text) >= 2 * MAX_DEPTH and text.count(b"[") + text.count(b"{") >= MAX_DEPTH:
+        return None  # maybe too deep to read back: let encode_event decide
+    return PackedEvents(heads, text)
+
+
+def unpack_events(session_id: str, packed: PackedEvents, run_id: str | None) -> list[AgentEvent]:
+    """The events of :func:`pack_events` (those of ``run_id`` only, unless None)."""
+    out: list[AgentEvent] = []
+    values = None
+    for i, (kind, cls, rid, sequence, iteration, timestamp) in enumerate(packed.heads):
+        if run_id is not None and rid != run_id:
+            continue
+        if values is None:
+            values = from_json(packed.payloads)
+        fields_, keys = cls.PAYLOAD, cls.KEYS
+        row = values[i]
+        data = {keys.get(n, n): row[j] for j, n in enumerate(fields_)}
+        data.update(row[-1])
+        out.append(make_event(kind, rid, session_id, iteration, sequence, data,
+                              timestamp=timestamp))  # fmt: skip
+    return out
 
 
 # -- ledger -----------------------------------------------------------------------------------

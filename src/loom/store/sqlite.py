@@ -151,6 +151,8 @@ class SQLiteStore(SQLiteCapabilities):
         self.busy_timeout = busy_timeout
         self._owner = Owner.me()
         self._legacy_leases: dict[tuple[str, str], Lease] = {}
+        # session -> (lease token, next message, event and ledger seq) after our last write
+        self._next_seqs: dict[str, tuple[int, int, int, int]] = {}
         self._db: Database | None = open_database(self.path, durability)
 
     def __repr__(self) -> str:
@@ -266,7 +268,15 @@ class SQLiteStore(SQLiteCapabilities):
             ).fetchone()
             return 0 if row[0] is None else int(row[0]) + 1
 
-        def write(c: sqlite3.Connection) -> None:
+        # The next row numbers after this store's last write under the same lease token:
+        # fencing means no other leased writer can have written since, so the three
+        # ``max(seq)`` reads and the session-row check are skipped. A lease-less writer in
+        # between makes an INSERT collide (primary key): then the step is retried, reading.
+        cached = self._next_seqs.pop(session_id, None) if lease is not None else None
+        if cached is not None and lease is not None and cached[0] != lease.token:
+            cached = None
+
+        def write(c: sqlite3.Connection) -> tuple[int, int, int, int] | None:
             if lease is not None:  # fencing: in the same transaction as the write
                 _check_lease(c, session_id, lease)
             # Only a run record changes the session row (usage, updated_at); other commits
@@ -290,14 +300,19 @@ class SQLiteStore(SQLiteCapabilities):
                             usage.requests,
                         ),
                     )
-            else:  # a read when the row exists: dirties no page
+            elif cached is None:  # a read when the row exists: dirties no page
                 c.execute(
                     "INSERT OR IGNORE INTO sessions (id, created_at, updated_at) VALUES (?, ?, ?)",
                     (session_id, now, now),
                 )
-            m0 = next_seq(c, "messages") if msg_rows else 0
-            e0 = next_seq(c, "events") if ev_rows else 0
-            l0 = next_seq(c, "ledger") if led_rows else 0
+            if cached is not None:
+                _, m0, e0, l0 = cached
+            elif lease is not None:  # all three, to number the next commits without reading
+                m0, e0, l0 = next_seq(c, "messages"), next_seq(c, "events"), next_seq(c, "ledger")
+            else:
+                m0 = next_seq(c, "messages") if msg_rows else 0
+                e0 = next_seq(c, "events") if ev_rows else 0
+                l0 = next_seq(c, "ledger") if led_rows else 0
             if msg_rows:
                 c.executemany(
                     "INSERT INTO messages (session_id, seq, role, data, appended_at) "
@@ -345,8 +360,21 @@ class SQLiteStore(SQLiteCapabilities):
                         "DELETE FROM open_runs WHERE session_id = ? AND run_id = ?",
                         (session_id, run_row.run_id),
                     )
+            if lease is None:
+                return None
+            return lease.token, m0 + len(msg_rows), e0 + len(ev_rows), l0 + len(led_rows)
 
-        await self._write("saving a step", write)
+        try:
+            after = await self._write("saving a step", write)
+        except StoreError as exc:
+            if cached is None or not isinstance(exc.__cause__, sqlite3.IntegrityError):
+                raise
+            cached = None  # someone wrote without a lease: number from the table
+            after = await self._write("saving a step", write)
+        if after is not None:
+            self._next_seqs[session_id] = after
+            if len(self._next_seqs) > 1024:  # sessions this store no longer writes to
+                self._next_seqs.pop(next(iter(self._next_seqs)))
 
     # -- ledger, runs, events -------------------------------------------------------------------
     async def open_tool_calls(self, session_id: str) -> list[LedgerEntry]:

@@ -23,10 +23,12 @@ A successful result's ``data`` is converted here, once, to JSON-native data
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 import traceback
-from collections.abc import Mapping
+import types
+from collections.abc import Coroutine, Generator, Mapping
 from typing import Any
 
 from loom.errors import ToolArgumentsError, ToolError, ValueNotRepresentable
@@ -34,6 +36,11 @@ from loom.messages import ToolCall, ToolResult
 from loom.text import json_native, representable
 from loom.tools.base import RunContext, Tool
 from loom.tools.threads import configure_tool_threads
+
+# Python 3.11 has no eager tasks; these (documented in asyncio.tasks, used by 3.12's eager
+# start) make a step run as a given task.
+_enter_task: Any = asyncio.tasks._enter_task
+_leave_task: Any = asyncio.tasks._leave_task
 
 __all__ = ["configure_tool_threads", "error_result", "execute_call"]
 
@@ -153,9 +160,21 @@ async def _run_limited(t: Tool, ctx: RunContext, arguments: dict[str, Any], *, l
 
     Its own task so that the timeout does not depend on the tool: a tool that swallows its
     cancellation is left running (detached, logged) and the caller gets the timeout at once.
+
+    The task's first step runs at once, here, as that task (current task and context are its
+    own, as with Python 3.12's eager tasks): a tool that returns without suspending (most of
+    them) is done before any timer or waiter is armed, and costs the caller no trip through
+    the event loop. A tool that suspends goes on in its task as before.
     """
     loop = asyncio.get_running_loop()
-    task = loop.create_task(t.run(ctx, arguments))
+    coro = t.run(ctx, arguments)
+    started = _EagerStart(coro)
+    body = started.rest()
+    next(body)  # to its first line: a cancel before the task's first step reaches the tool
+    task = loop.create_task(body, context=started.context)
+    done, value = started.first_step(loop, task)
+    if done:
+        return value
     waiter = loop.create_future()
 
     def wake(_: asyncio.Task[Any]) -> None:
@@ -183,6 +202,76 @@ async def _run_limited(t: Tool, ctx: RunContext, arguments: dict[str, Any], *, l
             _detach(task, t.name, limit)
         raise
     return task.result()
+
+
+class _EagerStart:
+    """A coroutine whose first step runs when its task is created (see ``_run_limited``)."""
+
+    __slots__ = ("context", "coro", "finished", "waiting_on")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
+        self.coro = coro
+        self.context = contextvars.copy_context()
+        self.finished = False
+        self.waiting_on: Any = None
+
+    def first_step(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> Any:
+        """Run the first step as ``task``: (True, value) when it returned, (False, None) when
+        it suspended. An exception of the tool propagates (the task then ends at once)."""
+        caller = asyncio.current_task(loop)
+        if caller is not None:
+            _leave_task(loop, caller)
+        _enter_task(loop, task)
+        try:
+            self.waiting_on = self.context.run(self.coro.send, None)
+        except StopIteration as stop:
+            self.finished = True
+            return True, stop.value
+        except BaseException:
+            self.finished = True
+            raise
+        finally:
+            _leave_task(loop, task)
+            if caller is not None:
+                _enter_task(loop, caller)
+        return False, None
+
+    @types.coroutine
+    def rest(self) -> Generator[Any, Any, Any]:
+        """The task's body: the steps after the first (nothing when it already finished).
+
+        Advanced to its first ``yield`` before the task exists, so that a cancellation thrown
+        in before the task's first step is passed to the tool, not lost at the body's start.
+        """
+        to_throw: BaseException | None = None
+        try:
+            yield None
+        except GeneratorExit:
+            if not self.finished:
+                self.coro.close()
+            raise
+        except BaseException as exc:  # cancelled before its first step
+            to_throw = exc
+        if self.finished:  # the caller has the outcome; the task just ends
+            return None
+        coro, waiting_on = self.coro, self.waiting_on
+        while True:
+            try:
+                if to_throw is not None:
+                    thrown, to_throw = to_throw, None
+                    waiting_on = coro.throw(thrown)
+                    continue
+                try:
+                    sent = yield waiting_on
+                except GeneratorExit:
+                    coro.close()
+                    raise
+                except BaseException as exc:  # CancelledError too: the tool gets it
+                    to_throw = exc
+                    continue
+                waiting_on = coro.send(sent)
+            except StopIteration as stop:
+                return stop.value
 
 
 _CANCEL_GRACE = 1.0

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from loom.cli import errors_cmd, patterns_cmd, run_cmd, sessions_cmd
+from loom.cli import errors_cmd, patterns_cmd, run_cmd, serve_cmd, sessions_cmd
 
 app = typer.Typer(
     name="loom",
@@ -48,6 +48,7 @@ def _root(
 app.command("run")(run_cmd.run)
 app.command("chat")(run_cmd.chat)
 app.command("resume")(run_cmd.resume)
+app.command("serve")(serve_cmd.serve)
 app.add_typer(sessions_cmd.app, name="sessions")
 app.add_typer(errors_cmd.app, name="errors")
 app.add_typer(patterns_cmd.app, name="patterns")

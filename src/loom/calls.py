@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from loom.events import (
     ApprovalDecisionEvent,
     ApprovalRequired,
+    RunRecovered,
     ToolErrorEvent,
     ToolExecutionStart,
     ToolResultEvent,
@@ -30,7 +31,8 @@ from loom.policy.approval import (
     decision_payload,
     remember_rules,
 )
-from loom.store.base import LedgerEntry, LedgerStatus
+from loom.recovery import CRASHED, LooseEnds, call_of, never_started, outcome_unknown
+from loom.store.base import LedgerEntry, LedgerStatus, RunRecord
 from loom.tools.base import RunContext
 from loom.tools.executor import error_result, execute_call
 
@@ -191,6 +193,28 @@ class CallRunner:
         self.unanswered.pop(call.id, None)
         await self.hooks("after_tool_execution", call, result)
         return result
+
+    async def recover(self, ends: LooseEnds) -> None:
+        """INTAKE: close what dead runs left open (found by ``loom.recovery``)."""
+        j = self.journal
+        if ends.ledger_only:
+            await j.commit([], ledger=[e.ended("interrupted", None) for e in ends.ledger_only])
+        for e in ends.rerun:  # the same idempotency key as the first attempt
+            call = call_of(e)
+            result = await self.execute(call, run_id=e.run_id)
+            await self.record(call, result, entry=e,
+                              metadata={"recovered": "rerun", "from_run": e.run_id})  # fmt: skip
+        for e in ends.unknown:
+            call = call_of(e)
+            meta = {"recovered": "interrupted", "from_run": e.run_id}
+            await self.record(call, outcome_unknown(call), entry=e, metadata=meta)
+        for call in ends.never_ran:
+            await self.record(call, never_started(call), started=False,
+                              metadata={"recovered": "never_started"})  # fmt: skip
+        for run in ends.dead_runs:
+            await j.commit([j.event(RunRecovered, recovered_run_id=run.run_id)],
+                           run=RunRecord(run.run_id, j.session_id, CRASHED,
+                                         data={"recovered_by": j.run_id}))  # fmt: skip
 
     async def close_unanswered(self, stop: str) -> None:
         """PERSIST: every call still without a result gets an ``interrupted`` one."""

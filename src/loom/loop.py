@@ -18,10 +18,11 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from loom import events as ev
 from loom import gates
 from loom.calls import CallRunner
 from loom.context import AssembledContext, ContextRequest
-from loom.errors import (  # fmt: skip
+from loom.errors import (
     ApprovalHandlerError,
     ConfigurationError,
     HookError,
@@ -30,42 +31,12 @@ from loom.errors import (  # fmt: skip
     ModelResponseError,
     RunCancelled,
 )
-from loom.events import (
-    AgentEvent,
-    AgentFinish,
-    AgentStart,
-    ContextAssemblyComplete,
-    ContextAssemblyStart,
-    ErrorEvent,
-    EventType,
-    IterationStart,
-    JudgeRetry,
-    JudgeStart,
-    LlmComplete,
-    LlmDelta,
-    LlmRetry,
-    LlmStart,
-    LlmToolCalls,
-    MemoryRecord,
-    PatternsMatched,
-    PersistStart,
-    Recursion,
-    RunRecovered,
-    StateChange,
-    UserMessage,
-)  # fmt: skip
 from loom.hooks import HookContext, HookRunner
 from loom.journal import Journal
-from loom.messages import Message, ModelResponse, RunResult, StopReason, ToolCall, Usage, new_id
+from loom.messages import Message, ModelResponse, RunResult, StopReason, Usage, new_id
 from loom.models.base import RetryNotice, TextDelta, reports_real_usage
-from loom.policy.approval import (  # fmt: skip
-    apply_decision,
-    expired_result,
-    match_decisions,
-    pending_approvals,
-    unanswered_calls,
-)
-from loom.recovery import CRASHED, call_of, find_loose_ends, never_started, outcome_unknown
+from loom.policy import approval
+from loom.recovery import find_loose_ends
 from loom.store.base import RunRecord
 
 if TYPE_CHECKING:
@@ -119,7 +90,7 @@ class Turn:
         self._finishing = False
         self._task: asyncio.Task[Any] | None = None
 
-    async def run(self, emit: Callable[[AgentEvent], None]) -> None:
+    async def run(self, emit: Callable[[ev.AgentEvent], None]) -> None:
         """Run the turn to its end in the current task, handing each event to ``emit``."""
         a, rt = self.agent, self.runtime
         self._task = asyncio.current_task()
@@ -196,67 +167,45 @@ class Turn:
         j.history = view.messages
         self.deps = d = await rt.deps_for(a, sid, view, self.user_deps)
         self.hctx.tools, self.hctx.remembered, self.hctx.messages = d.tools, d.remembered, j.history
-        self.hooks = HookRunner(a.compiled_hooks, self.hctx,
-                                lambda e: j.announce(ErrorEvent, error=e, fatal=False))  # fmt: skip
+        report = lambda e: j.announce(ev.ErrorEvent, error=e, fatal=False)  # noqa: E731
+        self.hooks = HookRunner(a.compiled_hooks, self.hctx, report)
         self.calls = CallRunner(d, j, self.hooks)
         ran_with = {"model": getattr(d.model, "name", type(d.model).__name__),
                     "context_window": _window(d)}  # fmt: skip
         if await rt.store.get_session(sid) is None:
             await rt.store.create_session(sid, agent_name=a.name, metadata=ran_with)
-        await j.commit([j.event(AgentStart, message_text=self.message, agent=a.name,
+        await j.commit([j.event(ev.AgentStart, message_text=self.message, agent=a.name,
                                 resume=self.resume is not None, extra=ran_with)],
                        run=RunRecord(self.run_id, sid, "running"))  # fmt: skip
         for w in d.warnings:
             j.warn(w, "toolset")
-        unanswered = unanswered_calls(j.history)
-        pending = await pending_approvals(rt.store, sid, j.history) if unanswered else []
-        await self._recover(unanswered, {p.tool_call_id for p in pending})
+        unanswered = approval.unanswered_calls(j.history)
+        pending = await approval.pending_approvals(rt.store, sid, j.history) if unanswered else []
+        ends = await find_loose_ends(rt.store, rt.capabilities.runs, sid, unanswered,
+                                     {p.tool_call_id for p in pending}, self.run_id)  # fmt: skip
+        if ends:  # what dead runs of the session left open (loom.recovery)
+            await self.calls.recover(ends)
         if self.resume is not None:
             return await self._settle(pending)
         for p in pending:  # a new message instead of a decision: the parked calls are denied
             await self.calls.decide(p, None, "new_message")
-            await self.calls.record(p.call, expired_result(p.call), started=False)
+            await self.calls.record(p.call, approval.expired_result(p.call), started=False)
         if a.patterns is not None:
             from loom.patterns.turn import match_patterns
 
             self.rom, payload = match_patterns(a.patterns, self.message)
-            j.announce(PatternsMatched, **payload)
-        await j.commit([j.event(UserMessage, content=self.message)])
-
-    async def _recover(self, unanswered: dict[str, ToolCall], waiting: set[str]) -> None:
-        """Close what dead runs of the session left open (``loom.recovery``)."""
-        rt, j, c = self.runtime, self.j, self.calls
-        ends = await find_loose_ends(rt.store, rt.capabilities.runs, self.session_id,
-                                     unanswered, waiting, self.run_id)  # fmt: skip
-        if not ends:
-            return
-        if ends.ledger_only:
-            await j.commit([], ledger=[e.ended("interrupted", None) for e in ends.ledger_only])
-        for e in ends.rerun:  # the same idempotency key as the first attempt
-            call = call_of(e)
-            result = await c.execute(call, run_id=e.run_id)
-            await c.record(call, result, entry=e, metadata={"recovered": "rerun",
-                                                            "from_run": e.run_id})  # fmt: skip
-        for e in ends.unknown:
-            await c.record(call_of(e), outcome_unknown(call_of(e)), entry=e,
-                           metadata={"recovered": "interrupted", "from_run": e.run_id})  # fmt: skip
-        for call in ends.never_ran:
-            await c.record(call, never_started(call), started=False,
-                           metadata={"recovered": "never_started"})  # fmt: skip
-        for run in ends.dead_runs:
-            await j.commit([j.event(RunRecovered, recovered_run_id=run.run_id)],
-                           run=RunRecord(run.run_id, self.session_id, CRASHED,
-                                         data={"recovered_by": self.run_id}))  # fmt: skip
+            j.announce(ev.PatternsMatched, **payload)
+        await j.commit([j.event(ev.UserMessage, content=self.message)])
 
     async def _settle(self, pending: list[Any]) -> None:
         """A resumed turn: apply the human's decisions, run what was approved."""
-        decisions = match_decisions(self.resume, pending, self.session_id)
+        decisions = approval.match_decisions(self.resume, pending, self.session_id)
         self.message = next((m.content for m in reversed(self.j.history) if m.role == "user"), "")
         to_run = []
         for p in pending:
             decision = decisions[p.tool_call_id]
             await self.calls.decide(p, decision, "resume")
-            call, refusal = apply_decision(p.call, decision)
+            call, refusal = approval.apply_decision(p.call, decision)
             if refusal is not None:
                 await self.calls.record(call, refusal, started=False)
             else:
@@ -273,14 +222,14 @@ class Turn:
         while True:
             self.iteration = j.iteration = self.hctx.iteration = self.iteration + 1
             await hook("before_iteration_start")
-            j.announce(IterationStart)
+            j.announce(ev.IterationStart)
             ctx = await self._context()
             self._set_state(S.CALLING_LLM)
             messages = ctx.messages
             for extra in await hook("before_llm_call", messages):
                 if extra:
                     messages = [*messages, *extra]
-            j.announce(LlmStart, tool_count=len(ctx.tools), message_count=len(messages),
+            j.announce(ev.LlmStart, tool_count=len(ctx.tools), message_count=len(messages),
                        token_estimate=ctx.token_estimate)  # fmt: skip
             response = await self._call_model(messages, ctx)
             self._set_state(S.PROCESSING_LLM_RESPONSE)
@@ -301,27 +250,27 @@ class Turn:
             if self.iteration >= a.max_iterations:
                 raise _Stop("max_iterations", f"reached max_iterations={a.max_iterations}")
             await hook("before_recursion")
-            j.announce(Recursion, next_iteration=self.iteration + 1)
+            j.announce(ev.Recursion, next_iteration=self.iteration + 1)
 
     async def _context(self) -> AssembledContext:
         """CONTEXT: the one place the model's input is compiled, from the committed transcript."""
         d, j = self.deps, self.j
         await self.hooks("before_context_assembly")
-        j.announce(ContextAssemblyStart)
+        j.announce(ev.ContextAssemblyStart)
         request = ContextRequest(self.agent, j.history, self.session_id, self.run_id,
                                  self.iteration, self.message, extra_system=self.rom,
                                  tool_specs=d.tool_specs, model=d.model)  # fmt: skip
         ctx = await d.builder.build(request)
         notes = [j.event_of(t, n) for t, n in ctx.notes]
         if ctx.persist:  # summaries and flush markers: committed with their events
-            records = [j.event(MemoryRecord, content=m.content, metadata=dict(m.metadata))
+            records = [j.event(ev.MemoryRecord, content=m.content, metadata=dict(m.metadata))
                        for m in ctx.persist]  # fmt: skip
             await j.commit([*notes, *records])
         else:
-            for ev in notes:
-                j.send(ev)
+            for note in notes:
+                j.send(note)
         await self.hooks("after_context_assembly", ctx.messages)
-        j.announce(ContextAssemblyComplete, token_estimate=ctx.token_estimate,
+        j.announce(ev.ContextAssemblyComplete, token_estimate=ctx.token_estimate,
                    message_count=len(ctx.messages))  # fmt: skip
         return ctx
 
@@ -331,9 +280,9 @@ class Turn:
         final: ModelResponse | None = None
         async for part in d.model.stream(messages, ctx.tools, self.agent.model_settings):
             if type(part) is TextDelta:
-                j.announce(LlmDelta, delta=part.text)
+                j.announce(ev.LlmDelta, delta=part.text)
             elif type(part) is RetryNotice:
-                j.announce(LlmRetry, attempt=part.attempt, delay=part.delay, error=part.error)
+                j.announce(ev.LlmRetry, attempt=part.attempt, delay=part.delay, error=part.error)
             elif isinstance(part, ModelResponse):
                 final = part
         if final is None:
@@ -352,8 +301,8 @@ class Turn:
             seen.add(c.id)
         calls = [c.model_dump() for c in final.tool_calls]
         if calls:
-            j.announce(LlmToolCalls, tool_calls=calls)
-        await j.commit([j.event(LlmComplete, answer=final.text, tool_calls=calls,
+            j.announce(ev.LlmToolCalls, tool_calls=calls)
+        await j.commit([j.event(ev.LlmComplete, answer=final.text, tool_calls=calls,
                                 tool_call_count=len(calls), finish_reason=final.finish_reason,
                                 usage=final.usage.model_dump() if final.usage else None,
                                 model=final.model)])  # fmt: skip
@@ -367,22 +316,22 @@ class Turn:
         panel, j = self.agent.judges, self.j
         assert panel is not None
         attempt = int((self.verdict or {}).get("attempt", 0)) + 1
-        j.announce(JudgeStart, attempt=attempt, answer=answer,
+        j.announce(ev.JudgeStart, attempt=attempt, answer=answer,
                    extra={"judges": list(panel.names), "strategy": panel.strategy,
                           "threshold": panel.threshold})  # fmt: skip
         review = await review_answer(panel, self.message, answer, j.history, self.verdict,
                                      can_iterate=self.iteration < self.agent.max_iterations,
                                      session_id=self.session_id, run_id=self.run_id)  # fmt: skip
         self.verdict = review.verdict
-        await j.commit([j.event_of(EventType.JUDGE_RESULT, review.verdict)])
+        await j.commit([j.event_of(ev.EventType.JUDGE_RESULT, review.verdict)])
         if review.retry is None:
             return False
-        await j.commit([j.event(JudgeRetry, **review.retry)])
+        await j.commit([j.event(ev.JudgeRetry, **review.retry)])
         return True
 
     def _set_state(self, state: AgentState) -> None:
         if state is not self.state:
-            self.j.announce(StateChange, from_state=self.state._value_, to_state=state._value_)
+            self.j.announce(ev.StateChange, from_state=self.state._value_, to_state=state._value_)
             self.state = self.hctx.state = state
 
     # -- PERSIST ----------------------------------------------------------------------------------
@@ -392,9 +341,9 @@ class Turn:
         failed = stop in ("error", "model_error")
         self._set_state(S.SHUTTING_DOWN if stop == "cancelled" else S.ERROR if failed
                         else S.WAITING_FOR_USER_INPUT)  # fmt: skip
-        j.announce(PersistStart)
+        j.announce(ev.PersistStart)
         if error is not None and stop not in ("completed", "max_iterations", "max_tool_calls"):
-            j.announce(ErrorEvent, error=error, extra={"stop_reason": stop})
+            j.announce(ev.ErrorEvent, error=error, extra={"stop_reason": stop})
         calls = getattr(self, "calls", None)
         if calls is not None:
             await calls.close_unanswered(stop)
@@ -408,8 +357,8 @@ class Turn:
             try:
                 await self.hooks("after_iteration_end", self.result)
             except HookError as exc:
-                j.announce(ErrorEvent, error=str(exc), fatal=True)
-        finish = j.event(AgentFinish, stop_reason=stop, output=self.output,
+                j.announce(ev.ErrorEvent, error=str(exc), fatal=True)
+        finish = j.event(ev.AgentFinish, stop_reason=stop, output=self.output,
                          usage=self.usage.model_dump(), iterations=self.iteration, error=error,
                          duration_ms=(time.perf_counter() - started) * 1000,
                          pending_approvals=parked, warnings=list(j.warnings))  # fmt: skip

@@ -40,7 +40,7 @@ __all__ = ["PRIMING", "Measure", "Part", "Plan", "truncate_text"]
 
 E = EventType
 PRIMING = 3  # tokens every request spends priming the reply
-Decision = tuple[EventType, dict[str, Any]]
+ComponentNote = tuple[EventType, dict[str, Any]]
 _MIN_PART = 16
 
 
@@ -130,7 +130,7 @@ class Plan:
         self.summary_words = max(40, int(self.l2_cap * 0.35))
         self.tools_raw = tools_raw
         self.memory_text = memory_text
-        self.rom_decisions: list[Decision] = []
+        self.rom_decisions: list[ComponentNote] = []
         self.rom = self._rom(instructions, [s for s in extra_system if s])
         self.fixed = (self.rom.raw if self.rom else 0) + tools_raw + PRIMING
 
@@ -172,7 +172,7 @@ class Plan:
 
     def _rom(self, instructions: str, patterns: list[str]) -> Part | None:
         key = ("rom", instructions, tuple(patterns), self.rom_cap)
-        hit: tuple[Part | None, list[Decision]] = self._cached(
+        hit: tuple[Part | None, list[ComponentNote]] = self._cached(
             key, lambda: self._make_rom(instructions, patterns)
         )
         self.rom_decisions = hit[1]
@@ -180,8 +180,8 @@ class Plan:
 
     def _make_rom(
         self, instructions: str, patterns: list[str]
-    ) -> tuple[Part | None, list[Decision]]:
-        decisions: list[Decision] = []
+    ) -> tuple[Part | None, list[ComponentNote]]:
+        decisions: list[ComponentNote] = []
         text = instructions
         if patterns:
             joined = "\n\n".join(patterns)
@@ -360,7 +360,7 @@ class Plan:
     # -- assembling ------------------------------------------------------------------------------
     def assemble(
         self, m: Measure, *, reserve: int = 0
-    ) -> tuple[list[Message], int, list[Decision]]:
+    ) -> tuple[list[Message], int, list[ComponentNote]]:
         """Messages for the call, their raw total (with tools and priming), and the decisions."""
         idx, mc = self.index, self.counter
         budget = self.budget - reserve
@@ -469,7 +469,7 @@ class Plan:
         out: list[Message],
         crit: list[Message],
         remaining: int,
-        decisions: list[Decision],
+        decisions: list[ComponentNote],
     ) -> int:
         """Slow path: keep the newest whole units that fit; place the pinned message; append
         the current turn. Returns the raw tokens of the kept history units."""
@@ -533,7 +533,7 @@ class Plan:
 
     def _fit(
         self, name: str, prio: Priority, part: Part, room: int
-    ) -> tuple[Message | None, int, Decision]:
+    ) -> tuple[Message | None, int, ComponentNote]:
         mc = self.counter
         if part.raw <= room:
             return (
@@ -588,5 +588,5 @@ class Plan:
         return out, sum(mc.message(x) for x in out)
 
 
-def _note(kind: EventType, name: str, prio: Priority, tokens: int, **extra: Any) -> Decision:
+def _note(kind: EventType, name: str, prio: Priority, tokens: int, **extra: Any) -> ComponentNote:
     return kind, {"component": name, "priority": int(prio), "tokens": tokens, **extra}

@@ -6,8 +6,9 @@ the frames of every stream mode and appends them to the run's buffer; responses 
 that buffer, so a client that drops and comes back (``Last-Event-ID``) reads on from where it
 was, and a run whose stream was closed keeps running (``on_disconnect="continue"``).
 
-Frame ids are ``"<event sequence>.<k>"``: the journal sequence of the event the frame comes
-from and the frame's place among that event's frames. The buffer is the live truth while the
+Frame ids are ``"<event sequence>.<slot>"``: the journal sequence of the event the frame
+comes from and a fixed slot for the frame's kind (0 messages-tuple, 1 messages, 2 updates,
+3 values, 4/5 an interrupt's updates/values, 6 events). The buffer is the live truth while the
 process holds the run; a run it no longer holds (evicted, or the server restarted) is replayed
 from the journal (``Store.load_events``), which yields the same frames with the same ids except
 the token deltas (``LLM_DELTA`` is never journaled).
@@ -125,6 +126,18 @@ def parse_event_id(value: str) -> tuple[int, int]:
     return int(seq), int(k or 0)
 
 
+_SLOTS = {
+    ("messages", False): 0,
+    ("messages/partial", False): 1,
+    ("messages/complete", False): 1,
+    ("updates", False): 2,
+    ("values", False): 3,
+    ("updates", True): 4,
+    ("values", True): 5,
+    ("events", False): 6,
+}
+
+
 class FrameMaker:
     """Turns one run's events into frames of every stream mode, deterministically (so a replay
     from the journal gives the same frames, with the same ids, as the live run did)."""
@@ -192,8 +205,8 @@ class FrameMaker:
             out.append(Frame("values", "values", {"__interrupt__": interrupts}))
             out.append(Frame("updates", "updates", {"__interrupt__": interrupts}))
         out.append(Frame("events", "events", ev.to_dict()))
-        for k, f in enumerate(out):
-            f.id = f"{ev.sequence}.{k}"
+        for f in out:  # a fixed slot per kind: the same id whichever frames an event has
+            f.id = f"{ev.sequence}.{_SLOTS[f.event, '__interrupt__' in f.data]}"
         return out
 
 

@@ -205,3 +205,20 @@ async def test_a_restarted_server_replays_a_run_from_the_journal(
         assert [p.id for p in tail] == [p.id for p in journaled[half + 1 :]]
     finally:
         stop_server(srv)
+
+
+async def test_on_disconnect_cancel_stops_the_run_when_the_client_goes(
+    slow_server: Server,
+) -> None:
+    client = get_client(url=slow_server.url)
+    tid = (await client.threads.create())["thread_id"]
+    stream = client.runs.stream(tid, "slow", input=ask("one"), on_disconnect="cancel")
+    first = await anext(stream)
+    await stream.aclose()
+    run_id = first.data["run_id"]
+    for _ in range(100):
+        run = await client.runs.get(tid, run_id)
+        if run["status"] != "running" and run["status"] != "pending":
+            break
+        await asyncio.sleep(0.02)
+    assert run["status"] == "interrupted" and run["stop_reason"] == "cancelled"

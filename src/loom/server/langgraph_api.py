@@ -1,0 +1,683 @@
+"""The run API on the paths of LangGraph's Agent Server, so ``langgraph-sdk`` works unchanged.
+
+Terms: an assistant is a Loom agent (``assistant_id`` = the agent's name, or its UUID form
+``uuid5(NAMESPACE_URL, "loom:agent:<name>")``); a thread is a Loom session (``thread_id`` =
+``session_id``); a run is one Loom turn (``run_id`` = the turn's run id). A thread's ``values``
+are ``{"messages": [...]}``, the session's transcript in LangChain's message form.
+
+``multitask_strategy`` maps onto Loom's ``on_busy``: ``enqueue`` = queue, ``reject`` = drop
+(409 while this server runs a turn on the thread), ``interrupt`` and ``rollback`` = interrupt
+(Loom keeps what the interrupted turn committed; rollback discards nothing yet).
+
+A run that parks on an approval ends with an ``__interrupt__`` (values / updates modes) that
+carries the pending calls; ``GET /threads/{id}/approvals`` lists them and
+``POST /threads/{id}/approvals/{call_id}`` decides one, which resumes the turn as a new run
+once every pending call is decided. ``command: {"resume": ...}`` on a run does the same.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
+
+from loom.agent import Agent
+from loom.errors import InputError, SessionBusy
+from loom.events import AgentFinish
+from loom.messages import Message
+from loom.server.app import ServerState, state_of
+from loom.server.lg_runs import (
+    ALL_MODES,
+    LgRun,
+    RunManager,
+    interrupts_of,
+    lc_message,
+    run_status,
+)
+from loom.store.base import SessionInfo
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["langgraph"])
+
+_KV_META = "loom.server.thread_metadata"
+_BUSY = {"enqueue": "queue", "reject": "drop", "interrupt": "interrupt", "rollback": "interrupt"}
+
+MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
+
+
+# -- request bodies ---------------------------------------------------------------------------
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class AssistantSearch(_Body):
+    graph_id: str | None = None
+    name: str | None = None
+    metadata: dict[str, Any] | None = None
+    limit: int = Field(10, ge=0)
+    offset: int = Field(0, ge=0)
+
+
+class ThreadCreate(_Body):
+    thread_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    if_exists: Literal["raise", "do_nothing"] = "raise"
+
+
+class ThreadPatch(_Body):
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ThreadSearch(_Body):
+    metadata: dict[str, Any] | None = None
+    ids: list[str] | None = None
+    status: Literal["idle", "busy", "interrupted", "error"] | None = None
+    limit: int = Field(10, ge=0)
+    offset: int = Field(0, ge=0)
+
+
+class HistoryRequest(_Body):
+    limit: int = Field(10, ge=0)
+
+
+class RunCreate(_Body):
+    """A run on a thread (LangGraph's ``RunCreateStateful``; unknown fields are ignored)."""
+
+    assistant_id: str
+    input: dict[str, Any] | str | None = None
+    command: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    stream_mode: str | list[str] = "values"
+    multitask_strategy: MultitaskStrategy = "enqueue"
+    on_disconnect: Literal["cancel", "continue"] = "continue"
+    if_not_exists: Literal["create", "reject"] = "reject"
+
+
+class ApprovalDecision(_Body):
+    decision: Literal["approve", "reject"]
+    reason: str | None = None
+
+
+# -- helpers ----------------------------------------------------------------------------------
+def _manager(state: ServerState) -> RunManager:
+    manager = state.extra.get("langgraph_runs")
+    if manager is None:
+        manager = state.extra["langgraph_runs"] = RunManager(state.runtime.store)
+    assert isinstance(manager, RunManager)
+    return manager
+
+
+def _not_found(what: str) -> HTTPException:
+    return HTTPException(404, what)
+
+
+def assistant_uuid(name: str) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"loom:agent:{name}"))
+
+
+def _agent(state: ServerState, assistant_id: str) -> Agent:
+    registry = state.registry
+    if assistant_id in registry:
+        return registry[assistant_id]
+    for name in registry:
+        if assistant_uuid(name) == assistant_id:
+            return registry[name]
+    raise _not_found(
+        f"no assistant {assistant_id!r}; this server's assistants: {', '.join(registry)}"
+    )
+
+
+def _assistant(agent: Agent) -> dict[str, Any]:
+    now = datetime.fromtimestamp(0, UTC).isoformat()
+    return {
+        "assistant_id": agent.name,
+        "graph_id": agent.name,
+        "name": agent.name,
+        "description": getattr(agent, "description", None) or None,
+        "config": {},
+        "context": {},
+        "metadata": {"loom_uuid": assistant_uuid(agent.name), "tools": list(agent.tools)},
+        "version": 1,
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
+async def _metadata_patch(state: ServerState, thread_id: str) -> dict[str, Any]:
+    kv = state.runtime.capabilities.kv
+    if kv is not None:
+        value = await kv.get_value(_KV_META, thread_id)
+        return dict(value) if isinstance(value, dict) else {}
+    patches: dict[str, dict[str, Any]] = state.extra.setdefault("langgraph_meta", {})
+    return dict(patches.get(thread_id, {}))
+
+
+async def _save_patch(state: ServerState, thread_id: str, patch: dict[str, Any] | None) -> None:
+    kv = state.runtime.capabilities.kv
+    if kv is not None:
+        if patch is None:
+            await kv.delete_value(_KV_META, thread_id)
+        else:
+            await kv.put_value(_KV_META, thread_id, patch)
+        return
+    patches: dict[str, dict[str, Any]] = state.extra.setdefault("langgraph_meta", {})
+    if patch is None:
+        patches.pop(thread_id, None)
+    else:
+        patches[thread_id] = patch
+
+
+async def _session(state: ServerState, thread_id: str) -> SessionInfo:
+    info = await state.runtime.store.get_session(thread_id)
+    if info is None:
+        raise _not_found(f"no thread {thread_id!r}; create it with POST /threads")
+    return info
+
+
+async def _metadata(state: ServerState, info: SessionInfo) -> dict[str, Any]:
+    return {**info.metadata, **await _metadata_patch(state, info.id)}
+
+
+def _values(thread_id: str, messages: list[Message]) -> dict[str, Any]:
+    return {"messages": [lc_message(m, f"{thread_id}:{i}") for i, m in enumerate(messages)]}
+
+
+async def _pending(state: ServerState, thread_id: str) -> list[dict[str, Any]]:
+    return [p.to_dict() for p in await state.runtime.pending_approvals(thread_id)]
+
+
+async def _thread(state: ServerState, info: SessionInfo) -> dict[str, Any]:
+    pending = await _pending(state, info.id)
+    interrupts = interrupts_of(pending)
+    busy = bool(_manager(state).active_on(info.id))
+    status = "busy" if busy else "interrupted" if pending else "idle"
+    messages = await state.runtime.store.load_messages(info.id)
+    return {
+        "thread_id": info.id,
+        "created_at": info.created_at.isoformat(),
+        "updated_at": info.updated_at.isoformat(),
+        "metadata": await _metadata(state, info),
+        "status": status,
+        "values": _values(info.id, messages),
+        "interrupts": {"approvals": interrupts} if interrupts else {},
+    }
+
+
+def _thread_state(
+    thread_id: str,
+    messages: list[Message],
+    metadata: dict[str, Any],
+    checkpoint_id: str | None,
+    pending: list[dict[str, Any]],
+    created_at: str | None,
+) -> dict[str, Any]:
+    interrupts = interrupts_of(pending)
+    tasks = (
+        [{"id": "approvals", "name": "tools", "error": None, "interrupts": interrupts,
+          "checkpoint": None, "state": None, "result": None}]
+        if interrupts else []
+    )  # fmt: skip
+    return {
+        "values": _values(thread_id, messages),
+        "next": ["tools"] if interrupts else [],
+        "tasks": tasks,
+        "checkpoint": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id},
+        "metadata": metadata,
+        "created_at": created_at,
+        "parent_checkpoint": None,
+        "interrupts": interrupts,
+    }
+
+
+def _last_human(payload: dict[str, Any] | str | None) -> str | None:
+    """The newest human message of a LangGraph input (``{"messages": [...]}``)."""
+    if payload is None:
+        return None
+    if isinstance(payload, str):
+        return payload
+    messages = payload.get("messages")
+    if isinstance(messages, dict | str):
+        messages = [messages]
+    if not isinstance(messages, list):
+        raise InputError('input must be {"messages": [{"role": "user", "content": "..."}]}')
+    for m in reversed(messages):
+        if isinstance(m, str):
+            return m
+        if isinstance(m, dict) and (m.get("role") or m.get("type")) in ("human", "user"):
+            content = m.get("content", "")
+            if isinstance(content, list):  # content blocks
+                content = "".join(
+                    b.get("text", "") if isinstance(b, dict) else str(b) for b in content
+                )
+            return str(content)
+    raise InputError("input.messages holds no human message to run the agent on")
+
+
+def _modes(stream_mode: str | list[str] | None, default: list[str]) -> list[str]:
+    if stream_mode is None or stream_mode == []:
+        return default
+    modes = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
+    unknown = [m for m in modes if m not in ALL_MODES]
+    if unknown:
+        raise InputError(f"unknown stream_mode {unknown[0]!r}; use any of {', '.join(ALL_MODES)}")
+    return modes
+
+
+async def _start_run(state: ServerState, thread_id: str, body: RunCreate) -> LgRun:
+    agent = _agent(state, body.assistant_id)
+    modes = _modes(body.stream_mode, ["values"])
+    store = state.runtime.store
+    info = await store.get_session(thread_id)
+    if info is None:
+        if body.if_not_exists != "create":
+            raise _not_found(
+                f"no thread {thread_id!r}; create it with POST /threads or pass "
+                '"if_not_exists": "create"'
+            )
+        await store.create_session(thread_id, agent_name=agent.name)
+    manager = _manager(state)
+    if body.multitask_strategy == "reject" and manager.active_on(thread_id):
+        raise SessionBusy(
+            f"thread {thread_id!r} is running a run; wait for it (GET .../runs/{{id}}/join), "
+            'or use multitask_strategy "enqueue" or "interrupt"'
+        )
+    runtime = state.runtime
+    if body.command and "resume" in body.command:
+        turn = await runtime._resume_turn(agent, thread_id, body.command["resume"], None)
+    else:
+        message = _last_human(body.input)
+        if message is None:
+            raise InputError('a run needs input {"messages": [...]} or command {"resume": ...}')
+        on_busy = _BUSY[body.multitask_strategy]
+        turn = runtime._turn(agent, message, thread_id, on_busy, None)
+    patch = await _metadata_patch(state, thread_id)
+    if patch.get("assistant_id") != agent.name:
+        await _save_patch(state, thread_id, {**patch, "assistant_id": agent.name,
+                                             "graph_id": agent.name})  # fmt: skip
+    run = LgRun(turn.run_id, thread_id, agent.name, body.multitask_strategy, modes,
+                metadata=dict(body.metadata or {}), on_disconnect=body.on_disconnect)  # fmt: skip
+    manager.start(run, turn)
+    return run
+
+
+def _locations(run: LgRun) -> dict[str, str]:
+    base = f"/threads/{run.thread_id}/runs/{run.run_id}"
+    return {"Location": f"{base}/stream", "Content-Location": base}
+
+
+def _sse(run: LgRun, start: int, modes: list[str], cancel_on_disconnect: bool) -> Response:
+    wanted = set(modes)
+
+    async def frames() -> Any:
+        finished = False
+        try:
+            async for f in run.follow(start):
+                if f.mode is None or f.mode in wanted:
+                    yield f.encode()
+            finished = True
+        finally:
+            if not finished and cancel_on_disconnect and run.active:
+                run.cancel.set()
+
+    headers = {**_locations(run), "Cache-Control": "no-store"}
+    return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
+
+
+async def _final_values(state: ServerState, run: LgRun) -> dict[str, Any]:
+    values: dict[str, Any] = _values(
+        run.thread_id, await state.runtime.store.load_messages(run.thread_id)
+    )
+    if run.stop_reason == "awaiting_approval":
+        values["__interrupt__"] = interrupts_of(await _pending(state, run.thread_id))
+    if run.status == "error":
+        values["__error__"] = {"error": "RunError", "message": run.error or "the run failed"}
+    return values
+
+
+async def _find_run(state: ServerState, thread_id: str, run_id: str) -> LgRun:
+    manager = _manager(state)
+    run = manager.get(run_id)
+    if run is not None and run.thread_id == thread_id:
+        return run
+    info = await _session(state, thread_id)
+    assistant = (await _metadata(state, info)).get("assistant_id") or info.agent_name
+    replayed = await manager.replay(thread_id, run_id, str(assistant))
+    if replayed is None:
+        raise _not_found(f"thread {thread_id!r} has no run {run_id!r}")
+    return replayed
+
+
+# -- assistants -------------------------------------------------------------------------------
+@router.post("/assistants/search", summary="Search assistants (the served agents)")
+async def search_assistants(request: Request, body: AssistantSearch) -> list[dict[str, Any]]:
+    state = state_of(request)
+    found = [
+        _assistant(a)
+        for a in state.registry.values()
+        if (body.graph_id is None or a.name == body.graph_id)
+        and (body.name is None or body.name.lower() in a.name.lower())
+    ]
+    if body.metadata:
+        found = [
+            a for a in found if all(a["metadata"].get(k) == v for k, v in body.metadata.items())
+        ]
+    return found[body.offset : body.offset + body.limit]
+
+
+@router.post("/assistants/count", summary="Count assistants")
+async def count_assistants(request: Request, body: AssistantSearch) -> int:
+    return len(await search_assistants(request, body.model_copy(update={"limit": 1 << 30})))
+
+
+@router.get("/assistants/{assistant_id}", summary="Get an assistant (an agent, by name)")
+async def get_assistant(request: Request, assistant_id: str) -> dict[str, Any]:
+    return _assistant(_agent(state_of(request), assistant_id))
+
+
+@router.get("/assistants/{assistant_id}/schemas", summary="An assistant's input/output schemas")
+async def assistant_schemas(request: Request, assistant_id: str) -> dict[str, Any]:
+    agent = _agent(state_of(request), assistant_id)
+    messages = {
+        "type": "object",
+        "properties": {"messages": {"type": "array", "items": {"type": "object"}}},
+    }
+    return {
+        "graph_id": agent.name,
+        "input_schema": messages,
+        "output_schema": messages,
+        "state_schema": messages,
+        "config_schema": {"type": "object", "properties": {}},
+        "context_schema": {"type": "object", "properties": {}},
+    }
+
+
+# -- threads ----------------------------------------------------------------------------------
+@router.post("/threads", summary="Create a thread (a Loom session)")
+async def create_thread(request: Request, body: ThreadCreate) -> dict[str, Any]:
+    state = state_of(request)
+    store = state.runtime.store
+    thread_id = body.thread_id or str(uuid.uuid4())
+    if body.thread_id and not body.thread_id.strip():
+        raise InputError("thread_id must be a non-empty string")
+    existing = await store.get_session(thread_id)
+    if existing is not None:
+        if body.if_exists == "raise":
+            raise SessionBusy(f"thread {thread_id!r} exists; pass if_exists=do_nothing")
+        return await _thread(state, existing)
+    info = await store.create_session(thread_id, metadata=dict(body.metadata or {}))
+    return await _thread(state, info)
+
+
+@router.post("/threads/search", summary="Search threads")
+async def search_threads(request: Request, body: ThreadSearch) -> list[dict[str, Any]]:
+    state = state_of(request)
+    store = state.runtime.store
+    if body.ids:
+        infos = [i for i in [await store.get_session(t) for t in body.ids] if i is not None]
+    else:
+        infos = await store.list_sessions(limit=0)
+    out = []
+    for info in infos:
+        if body.metadata:
+            meta = await _metadata(state, info)
+            if any(meta.get(k) != v for k, v in body.metadata.items()):
+                continue
+        out.append(info)
+    if body.status is None:
+        return [await _thread(state, i) for i in out[body.offset : body.offset + body.limit]]
+    threads = [await _thread(state, i) for i in out]
+    threads = [t for t in threads if t["status"] == body.status]
+    return threads[body.offset : body.offset + body.limit]
+
+
+@router.get("/threads/{thread_id}", summary="Get a thread")
+async def get_thread(request: Request, thread_id: str) -> dict[str, Any]:
+    state = state_of(request)
+    return await _thread(state, await _session(state, thread_id))
+
+
+@router.patch("/threads/{thread_id}", summary="Merge metadata into a thread's")
+async def patch_thread(request: Request, thread_id: str, body: ThreadPatch) -> dict[str, Any]:
+    state = state_of(request)
+    info = await _session(state, thread_id)
+    await _save_patch(state, thread_id, {**await _metadata_patch(state, thread_id),
+                                         **body.metadata})  # fmt: skip
+    return await _thread(state, info)
+
+
+@router.delete("/threads/{thread_id}", status_code=204, summary="Delete a thread")
+async def delete_thread(request: Request, thread_id: str) -> Response:
+    state = state_of(request)
+    await _session(state, thread_id)
+    manager = _manager(state)
+    if manager.active_on(thread_id):
+        raise SessionBusy(f"thread {thread_id!r} is running a run; cancel it first")
+    delete = getattr(state.runtime.store, "delete_session", None)
+    if delete is None:
+        raise HTTPException(501, "this server's store cannot delete sessions")
+    await delete(thread_id)
+    await _save_patch(state, thread_id, None)
+    manager.forget_thread(thread_id)
+    return Response(status_code=204)
+
+
+@router.get("/threads/{thread_id}/state", summary="A thread's current state (its messages)")
+async def thread_state(request: Request, thread_id: str) -> dict[str, Any]:
+    state = state_of(request)
+    info = await _session(state, thread_id)
+    runs = [e.run_id for e in await state.runtime.store.load_events(thread_id)
+            if isinstance(e, AgentFinish)]  # fmt: skip
+    return _thread_state(
+        thread_id,
+        await state.runtime.store.load_messages(thread_id),
+        await _metadata(state, info),
+        runs[-1] if runs else None,
+        await _pending(state, thread_id),
+        info.updated_at.isoformat(),
+    )
+
+
+@router.post("/threads/{thread_id}/history", summary="A thread's states, one per run, newest first")
+async def thread_history(
+    request: Request, thread_id: str, body: HistoryRequest
+) -> list[dict[str, Any]]:
+    state = state_of(request)
+    info = await _session(state, thread_id)
+    meta = await _metadata(state, info)
+    messages: list[Message] = []
+    states = []
+    for ev in await state.runtime.store.load_events(thread_id):
+        m = ev.message()
+        if m is not None:
+            messages.append(m)
+        if isinstance(ev, AgentFinish):
+            pending = [{**p, "session_id": thread_id} for p in ev.pending_approvals]
+            at = datetime.fromtimestamp(ev.timestamp, UTC).isoformat()
+            states.append(_thread_state(thread_id, list(messages), meta, ev.run_id, pending, at))
+    if states:  # approvals decided since are no longer pending
+        states[-1]["interrupts"] = interrupts_of(await _pending(state, thread_id))
+        states[-1]["next"] = ["tools"] if states[-1]["interrupts"] else []
+        if not states[-1]["interrupts"]:
+            states[-1]["tasks"] = []
+    return list(reversed(states))[: body.limit]
+
+
+# -- runs -------------------------------------------------------------------------------------
+@router.post("/threads/{thread_id}/runs", summary="Start a background run")
+async def create_run(request: Request, thread_id: str, body: RunCreate) -> JSONResponse:
+    run = await _start_run(state_of(request), thread_id, body)
+    return JSONResponse(run.to_dict(), headers=_locations(run))
+
+
+@router.post("/threads/{thread_id}/runs/stream", summary="Start a run and stream it (SSE)")
+async def stream_run(request: Request, thread_id: str, body: RunCreate) -> Response:
+    run = await _start_run(state_of(request), thread_id, body)
+    return _sse(run, 0, run.stream_modes, body.on_disconnect == "cancel")
+
+
+@router.post("/threads/{thread_id}/runs/wait", summary="Start a run and wait for its end")
+async def wait_run(request: Request, thread_id: str, body: RunCreate) -> JSONResponse:
+    state = state_of(request)
+    run = await _start_run(state, thread_id, body)
+    await run.done.wait()
+    return JSONResponse(await _final_values(state, run), headers=_locations(run))
+
+
+@router.get("/threads/{thread_id}/runs", summary="List a thread's runs, newest first")
+async def list_runs(
+    request: Request,
+    thread_id: str,
+    limit: int = Query(10, ge=0),
+    offset: int = Query(0, ge=0),
+    status: str | None = None,
+) -> list[dict[str, Any]]:
+    state = state_of(request)
+    info = await _session(state, thread_id)
+    manager = _manager(state)
+    runs = {r.run_id: r.to_dict() for r in manager.of_thread(thread_id)}
+    records = getattr(state.runtime.store, "list_runs", None)
+    if records is not None:  # runs this process does not hold (earlier processes, evicted)
+        assistant = (await _metadata(state, info)).get("assistant_id") or info.agent_name
+        for rec in await records(thread_id):
+            if rec.run_id in runs and rec.run_id in manager.runs:
+                continue
+            old = runs.get(rec.run_id)
+            created = old["created_at"] if old else rec.timestamp.isoformat()
+            runs[rec.run_id] = {
+                "run_id": rec.run_id, "thread_id": thread_id, "assistant_id": assistant,
+                "created_at": created, "updated_at": rec.timestamp.isoformat(),
+                "status": run_status(rec.status), "metadata": {}, "multitask_strategy": "enqueue",
+                "stop_reason": None if rec.status == "running" else rec.status,
+            }  # fmt: skip
+    out = sorted(runs.values(), key=lambda r: r["created_at"], reverse=True)
+    if status is not None:
+        out = [r for r in out if r["status"] == status]
+    return out[offset : offset + limit]
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}", summary="Get a run")
+async def get_run(request: Request, thread_id: str, run_id: str) -> dict[str, Any]:
+    return (await _find_run(state_of(request), thread_id, run_id)).to_dict()
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}/join", summary="Wait for a run; its final values")
+async def join_run(request: Request, thread_id: str, run_id: str) -> dict[str, Any]:
+    state = state_of(request)
+    run = await _find_run(state, thread_id, run_id)
+    await run.done.wait()
+    return await _final_values(state, run)
+
+
+@router.get(
+    "/threads/{thread_id}/runs/{run_id}/stream",
+    summary="Join a run's stream; with Last-Event-ID, from the event after it",
+)
+async def join_stream(
+    request: Request,
+    thread_id: str,
+    run_id: str,
+    stream_mode: list[str] | None = Query(None),
+    cancel_on_disconnect: bool = False,
+    last_event_id: str | None = Header(None, alias="Last-Event-ID"),
+) -> Response:
+    run = await _find_run(state_of(request), thread_id, run_id)
+    modes = _modes(stream_mode, run.stream_modes)
+    try:
+        start = run.start_at(last_event_id)
+    except ValueError as exc:
+        raise InputError(f"{exc}; reconnect without Last-Event-ID to read the whole run") from None
+    return _sse(run, start, modes, cancel_on_disconnect)
+
+
+@router.post("/threads/{thread_id}/runs/{run_id}/cancel", summary="Cancel a run")
+async def cancel_run(
+    request: Request,
+    thread_id: str,
+    run_id: str,
+    wait: bool = False,
+    action: Literal["interrupt", "rollback"] = "interrupt",
+) -> Response:
+    run = await _find_run(state_of(request), thread_id, run_id)
+    if run.active:
+        run.cancel.set()
+        if wait:
+            await run.done.wait()
+    return Response(status_code=204)
+
+
+@router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204, summary="Forget a run")
+async def delete_run(request: Request, thread_id: str, run_id: str) -> Response:
+    state = state_of(request)
+    run = await _find_run(state, thread_id, run_id)
+    if run.active:
+        raise SessionBusy(f"run {run_id!r} is still running; cancel it first")
+    manager = _manager(state)
+    manager.runs.pop(run_id, None)
+    return Response(status_code=204)
+
+
+# -- approvals and errors ---------------------------------------------------------------------
+@router.get("/threads/{thread_id}/approvals", summary="Tool calls waiting for a human decision")
+async def list_approvals(request: Request, thread_id: str) -> list[dict[str, Any]]:
+    state = state_of(request)
+    await _session(state, thread_id)
+    decided = state.extra.setdefault("langgraph_decisions", {}).get(thread_id, {})
+    return [
+        {**p, "decided": decided.get(p["tool_call_id"])} for p in await _pending(state, thread_id)
+    ]
+
+
+@router.post(
+    "/threads/{thread_id}/approvals/{call_id}",
+    summary="Approve or reject a pending call; resumes the run once every call is decided",
+)
+async def decide_approval(
+    request: Request, thread_id: str, call_id: str, body: ApprovalDecision
+) -> JSONResponse:
+    state = state_of(request)
+    info = await _session(state, thread_id)
+    pending = await _pending(state, thread_id)
+    ids = [p["tool_call_id"] for p in pending]
+    if call_id not in ids:
+        raise _not_found(
+            f"thread {thread_id!r} has no call {call_id!r} waiting for approval"
+            + (f"; pending: {', '.join(ids)}" if ids else "")
+        )
+    if _manager(state).active_on(thread_id):
+        raise SessionBusy(f"thread {thread_id!r} is running a run; decide after it ends")
+    all_decided: dict[str, dict[str, dict[str, Any]]] = state.extra.setdefault(
+        "langgraph_decisions", {}
+    )
+    decided = {k: v for k, v in all_decided.get(thread_id, {}).items() if k in ids}
+    decided[call_id] = body.model_dump(exclude_none=True)
+    waiting = [i for i in ids if i not in decided]
+    if waiting:
+        all_decided[thread_id] = decided
+        return JSONResponse({"status": "waiting", "undecided": waiting}, status_code=202)
+    all_decided.pop(thread_id, None)
+    assistant = (await _metadata(state, info)).get("assistant_id") or info.agent_name
+    resume = RunCreate(assistant_id=str(assistant), command={"resume": decided},
+                       stream_mode=["values", "updates", "messages-tuple", "events"])  # fmt: skip
+    run = await _start_run(state, thread_id, resume)
+    return JSONResponse({"status": "resumed", "run": run.to_dict()}, status_code=202,
+                        headers=_locations(run))  # fmt: skip
+
+
+@router.get("/errors/{error_id}", summary="A tool error kept in full (seed 001 get_error_detail)")
+async def get_error(request: Request, error_id: str) -> dict[str, Any]:
+    errors = state_of(request).runtime.capabilities.errors
+    if errors is None:
+        raise _not_found("this server's store keeps no errors")
+    found = await errors.get_error(error_id)
+    if found is None:
+        raise _not_found(f"no error {error_id!r}")
+    out = asdict(found)
+    out["timestamp"] = found.timestamp.isoformat()
+    return out

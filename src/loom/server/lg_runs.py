@@ -1,0 +1,421 @@
+"""Runs of the LangGraph-compatible API: background tasks, their SSE frames, reconnects.
+
+A run is one Loom turn (``run_id`` is the turn's run id). Whatever the endpoint (streaming,
+blocking, background), the turn runs in a task of its own that turns each ``AgentEvent`` into
+the frames of every stream mode and appends them to the run's buffer; responses are readers of
+that buffer, so a client that drops and comes back (``Last-Event-ID``) reads on from where it
+was, and a run whose stream was closed keeps running (``on_disconnect="continue"``).
+
+Frame ids are ``"<event sequence>.<slot>"``: the journal sequence of the event the frame
+comes from and a fixed slot for the frame's kind (0 messages-tuple, 1 messages, 2 updates,
+3 values, 4/5 an interrupt's updates/values, 6 events). The buffer is the live truth while the
+process holds the run; a run it no longer holds (evicted, or the server restarted) is replayed
+from the journal (``Store.load_events``), which yields the same frames with the same ids except
+the token deltas (``LLM_DELTA`` is never journaled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from loom.driving import drive
+from loom.errors import LoomError
+from loom.events import (
+    AgentEvent,
+    AgentFinish,
+    AgentStart,
+    EventType,
+    LlmComplete,
+    LlmDelta,
+)
+from loom.journal import transcript
+from loom.messages import Message, RunResult
+from loom.store.base import Store
+
+__all__ = [
+    "ALL_MODES",
+    "Frame",
+    "FrameMaker",
+    "LgRun",
+    "RunManager",
+    "lc_message",
+    "parse_event_id",
+    "run_status",
+]
+
+log = logging.getLogger("loom.server.langgraph")
+
+ALL_MODES = ("values", "updates", "messages-tuple", "messages", "events", "custom", "debug")
+"""Stream modes a client may ask for (``custom`` and ``debug`` are accepted; Loom emits none)."""
+
+_STATUS = {
+    "completed": "success",
+    "awaiting_approval": "success",  # LangGraph: the run succeeded, the thread is interrupted
+    "max_iterations": "success",
+    "max_tool_calls": "success",
+    "cancelled": "interrupted",
+    "timeout": "timeout",
+    "model_error": "error",
+    "error": "error",
+}
+
+
+def run_status(stop_reason: str) -> str:
+    """LangGraph's run status for a Loom stop reason."""
+    if stop_reason == "running":
+        return "running"
+    return _STATUS.get(stop_reason, "error")
+
+
+def _iso(ts: float | datetime) -> str:
+    if isinstance(ts, datetime):
+        return ts.astimezone(UTC).isoformat()
+    return datetime.fromtimestamp(ts, UTC).isoformat()
+
+
+def lc_message(m: Message, msg_id: str) -> dict[str, Any]:
+    """A Loom message in LangChain's serialized form (what LangGraph clients expect)."""
+    kind = {"user": "human", "assistant": "ai", "tool": "tool", "system": "system"}[m.role]
+    out: dict[str, Any] = {
+        "type": kind,
+        "content": m.content,
+        "id": msg_id,
+        "name": m.name,
+        "additional_kwargs": {},
+        "response_metadata": {},
+    }
+    if kind == "ai":
+        out["tool_calls"] = [
+            {"name": c.name, "args": c.arguments, "id": c.id, "type": "tool_call"}
+            for c in m.tool_calls
+        ]
+        out["invalid_tool_calls"] = []
+    if kind == "tool":
+        out["tool_call_id"] = m.tool_call_id
+        out["status"] = "error" if m.metadata.get("success") is False else "success"
+    return out
+
+
+@dataclass(slots=True)
+class Frame:
+    """One SSE event: the stream mode it belongs to (None: every reader gets it)."""
+
+    mode: str | None
+    event: str
+    data: Any
+    id: str | None = None
+
+    def encode(self) -> bytes:
+        lines = f"event: {self.event}\ndata: {json.dumps(self.data, default=str)}\n"
+        if self.id is not None:
+            lines += f"id: {self.id}\n"
+        return (lines + "\n").encode()
+
+
+def parse_event_id(value: str) -> tuple[int, int]:
+    """``"<sequence>.<k>"`` as a pair; ``ValueError`` when it is not one."""
+    seq, _, k = value.strip().partition(".")
+    return int(seq), int(k or 0)
+
+
+_SLOTS = {
+    ("messages", False): 0,
+    ("messages/partial", False): 1,
+    ("messages/complete", False): 1,
+    ("updates", False): 2,
+    ("values", False): 3,
+    ("updates", True): 4,
+    ("values", True): 5,
+    ("events", False): 6,
+}
+
+
+class FrameMaker:
+    """Turns one run's events into frames of every stream mode, deterministically (so a replay
+    from the journal gives the same frames, with the same ids, as the live run did)."""
+
+    def __init__(self, thread_id: str, run_id: str, assistant_id: str) -> None:
+        self.thread_id, self.run_id, self.assistant_id = thread_id, run_id, assistant_id
+        self.messages: list[dict[str, Any]] = []  # the thread's values, LangChain form
+        self.streamed = ""  # text deltas of the AI message being streamed
+
+    def start(self, base: Sequence[Message]) -> None:
+        """The thread's transcript before this run."""
+        self.messages = [lc_message(m, self.msg_id(i)) for i, m in enumerate(base)]
+
+    def msg_id(self, index: int) -> str:
+        return f"{self.thread_id}:{index}"
+
+    def meta(self, ev: AgentEvent, node: str) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "thread_id": self.thread_id,
+            "assistant_id": self.assistant_id,
+            "graph_id": self.assistant_id,
+            "langgraph_node": node,
+            "langgraph_step": ev.iteration,
+        }
+
+    def values(self) -> dict[str, Any]:
+        return {"messages": list(self.messages)}
+
+    def frames(self, ev: AgentEvent) -> list[Frame]:
+        out: list[Frame] = []
+        if isinstance(ev, LlmDelta):
+            self.streamed += ev.delta
+            chunk = {
+                "type": "AIMessageChunk",
+                "content": ev.delta,
+                "id": self.msg_id(len(self.messages)),
+                "tool_calls": [],
+                "tool_call_chunks": [],
+                "additional_kwargs": {},
+                "response_metadata": {},
+            }
+            out.append(Frame("messages-tuple", "messages", [chunk, self.meta(ev, "agent")]))
+            partial = {**chunk, "type": "ai", "content": self.streamed}
+            out.append(Frame("messages", "messages/partial", [partial]))
+        m = ev.message()
+        if m is not None:
+            index = len(self.messages)
+            msg = lc_message(m, self.msg_id(index))
+            self.messages.append(msg)
+            node = {"ai": "agent", "tool": "tools", "human": "__start__"}.get(msg["type"], "loom")
+            if msg["type"] != "human":
+                if isinstance(ev, LlmComplete) and self.streamed:
+                    if msg["tool_calls"]:  # the text came as deltas; the calls come now
+                        tail = {**msg, "type": "AIMessageChunk", "content": ""}
+                        out.append(Frame("messages-tuple", "messages", [tail, self.meta(ev, node)]))
+                else:
+                    out.append(Frame("messages-tuple", "messages", [msg, self.meta(ev, node)]))
+                out.append(Frame("messages", "messages/complete", [msg]))
+                out.append(Frame("updates", "updates", {node: {"messages": [msg]}}))
+            self.streamed = "" if isinstance(ev, LlmComplete) else self.streamed
+            out.append(Frame("values", "values", self.values()))
+        if isinstance(ev, AgentFinish) and ev.stop_reason == "awaiting_approval":
+            interrupts = interrupts_of(ev.pending_approvals)
+            out.append(Frame("values", "values", {"__interrupt__": interrupts}))
+            out.append(Frame("updates", "updates", {"__interrupt__": interrupts}))
+        out.append(Frame("events", "events", ev.to_dict()))
+        for f in out:  # a fixed slot per kind: the same id whichever frames an event has
+            f.id = f"{ev.sequence}.{_SLOTS[f.event, '__interrupt__' in f.data]}"
+        return out
+
+
+def interrupts_of(pending: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """LangGraph interrupts for calls waiting for approval (one per call, id = call id)."""
+    return [
+        {
+            "id": p.get("tool_call_id", ""),
+            "value": {
+                "type": "approval_required",
+                "tool_call_id": p.get("tool_call_id", ""),
+                "tool_name": p.get("tool_name", ""),
+                "arguments": p.get("arguments", {}),
+                "reason": p.get("reason", ""),
+                "approve_with": f"POST /threads/{p.get('session_id', '{thread_id}')}/approvals/"
+                f"{p.get('tool_call_id', '')}",
+            },
+        }
+        for p in pending
+    ]
+
+
+@dataclass
+class LgRun:
+    """A run this process started: its record, its frames, its task."""
+
+    run_id: str
+    thread_id: str
+    assistant_id: str
+    multitask_strategy: str
+    stream_modes: list[str]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    on_disconnect: str = "continue"
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    updated_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    status: str = "pending"
+    stop_reason: str | None = None
+    error: str | None = None
+    frames: list[Frame] = field(default_factory=list)
+    index: dict[str, int] = field(default_factory=dict)  # frame id -> position
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    result: RunResult | None = None
+    maker: FrameMaker | None = None
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def active(self) -> bool:
+        return not self.done.is_set()
+
+    def add(self, frames: Iterable[Frame]) -> None:
+        for f in frames:
+            if f.id is not None:
+                self.index[f.id] = len(self.frames)
+            self.frames.append(f)
+        self.updated_at = datetime.now(UTC)
+        self._wake.set()
+        self._wake = asyncio.Event()
+
+    def finish(self) -> None:
+        self.done.set()
+        self._wake.set()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "thread_id": self.thread_id,
+            "assistant_id": self.assistant_id,
+            "created_at": _iso(self.created_at),
+            "updated_at": _iso(self.updated_at),
+            "status": self.status,
+            "metadata": self.metadata,
+            "multitask_strategy": self.multitask_strategy,
+            "kwargs": {"stream_mode": self.stream_modes, "on_disconnect": self.on_disconnect},
+            "stop_reason": self.stop_reason,
+            "error": self.error,
+        }
+
+    def start_at(self, last_event_id: str | None) -> int:
+        """The buffer position after ``last_event_id`` (``InputError``-like ``ValueError`` for
+        an id this run never sent)."""
+        if not last_event_id:
+            return 0
+        pos = self.index.get(last_event_id.strip())
+        if pos is not None:
+            return pos + 1
+        seq, _ = parse_event_id(last_event_id)  # ValueError when malformed
+        for i, f in enumerate(self.frames):  # a delta id of a replayed run: next event on
+            if f.id is not None and parse_event_id(f.id)[0] > seq:
+                return i
+        if self.done.is_set():
+            raise ValueError(f"Last-Event-ID {last_event_id!r} is past the end of the run")
+        raise ValueError(f"Last-Event-ID {last_event_id!r} was never sent by this run")
+
+    async def follow(self, start: int) -> AsyncIterator[Frame]:
+        """The frames from ``start`` on, then the live tail until the run ends."""
+        i = start
+        while True:
+            wake = self._wake
+            while i < len(self.frames):
+                yield self.frames[i]
+                i += 1
+            if self.done.is_set():
+                return
+            await wake.wait()
+
+
+class RunManager:
+    """The server's runs: the ones running and the last ``keep`` finished, by id."""
+
+    def __init__(self, store: Store, keep: int = 1000) -> None:
+        self.store = store
+        self.keep = keep
+        self.runs: OrderedDict[str, LgRun] = OrderedDict()
+        self.by_thread: dict[str, list[str]] = {}
+
+    def get(self, run_id: str) -> LgRun | None:
+        return self.runs.get(run_id)
+
+    def of_thread(self, thread_id: str) -> list[LgRun]:
+        return [self.runs[r] for r in self.by_thread.get(thread_id, ()) if r in self.runs]
+
+    def active_on(self, thread_id: str) -> list[LgRun]:
+        return [r for r in self.of_thread(thread_id) if r.active]
+
+    def forget_thread(self, thread_id: str) -> None:
+        for run_id in self.by_thread.pop(thread_id, []):
+            self.runs.pop(run_id, None)
+
+    def start(self, run: LgRun, turn: Any) -> None:
+        """Run ``turn`` (a ``loom.loop.Turn``) in a task of its own, feeding ``run``."""
+        self.runs[run.run_id] = run
+        self.by_thread.setdefault(run.thread_id, []).append(run.run_id)
+        run.maker = FrameMaker(run.thread_id, run.run_id, run.assistant_id)
+        run.add([Frame(None, "metadata", {"run_id": run.run_id, "attempt": 1})])
+        run.task = asyncio.ensure_future(self._execute(run, turn))
+        self._evict()
+
+    async def _execute(self, run: LgRun, turn: Any) -> None:
+        maker = run.maker
+        assert maker is not None
+        try:
+            async for ev in drive(turn, run.cancel):
+                if isinstance(ev, AgentStart):
+                    run.status = "running"
+                    maker.start(await self._base(run.thread_id, run.run_id))
+                run.add(maker.frames(ev))
+                if isinstance(ev, AgentFinish):
+                    run.stop_reason = ev.stop_reason
+                    run.status = run_status(ev.stop_reason)
+                    run.error = ev.error
+            run.result = turn.result
+        except LoomError as exc:
+            run.status, run.error = "error", f"{type(exc).__name__}: {exc}"
+            if "Cancelled" in type(exc).__name__:
+                run.status = "interrupted"
+            run.add([Frame(None, "error", {"error": type(exc).__name__, "message": str(exc)})])
+        except Exception as exc:  # an internal failure: say so on the stream, keep serving
+            log.exception("run %s failed", run.run_id)
+            run.status, run.error = "error", f"{type(exc).__name__}: {exc}"
+            run.add([Frame(None, "error", {"error": type(exc).__name__, "message": str(exc)})])
+        finally:
+            if run.status in ("pending", "running"):
+                run.status = "interrupted"
+            run.add([Frame(None, "end", {"run_id": run.run_id, "status": run.status})])
+            run.finish()
+
+    async def _base(self, thread_id: str, run_id: str) -> list[Message]:
+        """The thread's transcript before ``run_id`` (read consistently: the turn may have
+        committed more by the time its first event is read here)."""
+        for _ in range(20):
+            messages = await self.store.load_messages(thread_id)
+            own = transcript(await self.store.load_events(thread_id, run_id))
+            if await self.store.message_count(thread_id) == len(messages):
+                return messages[: len(messages) - len(own)]
+        return messages[: len(messages) - len(own)]
+
+    def _evict(self) -> None:
+        while len(self.runs) > self.keep:
+            victim = next((r for r in self.runs.values() if not r.active), None)
+            if victim is None:
+                return
+            del self.runs[victim.run_id]
+            ids = self.by_thread.get(victim.thread_id, [])
+            with contextlib.suppress(ValueError):
+                ids.remove(victim.run_id)
+
+    async def replay(self, thread_id: str, run_id: str, assistant_id: str) -> LgRun | None:
+        """A finished run this process does not hold, rebuilt from the journal."""
+        events = await self.store.load_events(thread_id)
+        first = next((i for i, e in enumerate(events) if e.run_id == run_id), None)
+        if first is None:
+            return None
+        run = LgRun(run_id, thread_id, assistant_id, "enqueue", ["values"])
+        maker = FrameMaker(thread_id, run_id, assistant_id)
+        maker.start(transcript(events[:first]))
+        run.add([Frame(None, "metadata", {"run_id": run_id, "attempt": 1})])
+        run.status = "interrupted"  # no end in the journal: the process died mid-run
+        for ev in events[first:]:
+            if ev.run_id != run_id:
+                continue
+            run.add(maker.frames(ev))
+            if ev.type == EventType.AGENT_FINISH and isinstance(ev, AgentFinish):
+                run.stop_reason, run.error = ev.stop_reason, ev.error
+                run.status = run_status(ev.stop_reason)
+        run.add([Frame(None, "end", {"run_id": run_id, "status": run.status})])
+        run.created_at = datetime.fromtimestamp(events[first].timestamp, UTC)
+        run.updated_at = datetime.fromtimestamp(events[-1].timestamp, UTC)
+        run.maker = maker
+        run.finish()
+        return run

@@ -1,0 +1,224 @@
+"""Runs that take a while, over the LangGraph-compatible API: multitask strategies, cancel,
+rejoining a stream after the client drops, and replay from the journal after a restart.
+
+These need an agent slower than the shared fixture's, so this module starts its own
+``loom serve`` process (same machinery as ``conftest.start_server``) serving a ``slow`` agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from tests.server.conftest import SRC, Server, free_port, stop_server
+
+pytest.importorskip("langgraph_sdk")
+from langgraph_sdk import get_client
+from langgraph_sdk.errors import ConflictError
+
+SLOW_AGENTS = '''
+import asyncio
+from loom import Agent, ModelResponse, ToolCall, tool
+from loom.server import AgentRegistry
+from loom.testing import FunctionModel
+
+
+@tool(effect="pure")
+def tick(n: int) -> str:
+    """Count one tick."""
+    return f"tick {n}"
+
+
+async def slow(messages, tools):
+    await asyncio.sleep(0.08)
+    since = max(i for i, m in enumerate(messages) if m.role == "user")
+    ticks = sum(1 for m in messages[since:] if m.role == "tool")
+    if ticks < 5:
+        return ModelResponse(tool_calls=[ToolCall(name="tick", arguments={"n": ticks})])
+    return f"finished {messages[since].content} after five ticks"
+
+
+registry = AgentRegistry([
+    Agent(name="slow", instructions="Tick.", model=FunctionModel(slow), tools=[tick]),
+])
+'''
+
+
+def start_slow_server(tmp: Path, db: Path) -> Server:
+    (tmp / "slow_agents.py").write_text(SLOW_AGENTS)
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, str(tmp)]))
+    log = (tmp / "server.log").open("ab")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "loom", "serve", "--app", "slow_agents:registry",
+         "--port", str(port), "--store", str(db), "--log-level", "warning"],
+        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError((tmp / "server.log").read_text())
+        try:
+            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                return Server(url, port, db, process)
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    process.kill()
+    raise RuntimeError("the server did not become ready in 30 s")
+
+
+@pytest.fixture(scope="module")
+def slow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("slow")
+    srv = start_slow_server(tmp, tmp / "slow.db")
+    yield srv
+    stop_server(srv)
+
+
+def ask(text: str) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+def last_text(values: dict[str, Any]) -> str:
+    return str(values["messages"][-1]["content"])
+
+
+async def test_reject_refuses_a_second_run_with_409_and_enqueue_queues_it(
+    slow_server: Server,
+) -> None:
+    client = get_client(url=slow_server.url)
+    tid = (await client.threads.create())["thread_id"]
+    first = await client.runs.create(tid, "slow", input=ask("one"))
+    with pytest.raises(ConflictError):
+        await client.runs.create(tid, "slow", input=ask("two"), multitask_strategy="reject")
+    async with httpx.AsyncClient(base_url=slow_server.url) as http:
+        r = await http.post(
+            f"/threads/{tid}/runs",
+            json={"assistant_id": "slow", "input": ask("two"), "multitask_strategy": "reject"},
+        )
+        assert r.status_code == 409 and r.json()["error"]["type"] == "SessionBusy"
+    assert (await client.threads.get(tid))["status"] == "busy"
+    second = await client.runs.create(tid, "slow", input=ask("two"), multitask_strategy="enqueue")
+    assert second["status"] == "pending"
+    done = await client.runs.join(tid, second["run_id"])
+    assert (await client.runs.get(tid, first["run_id"]))["status"] == "success"
+    humans = [m["content"] for m in done["messages"] if m["type"] == "human"]
+    assert humans == ["one", "two"] and last_text(done) == "finished two after five ticks"
+
+
+async def test_interrupt_stops_the_running_run_for_the_new_one(slow_server: Server) -> None:
+    client = get_client(url=slow_server.url)
+    tid = (await client.threads.create())["thread_id"]
+    first = await client.runs.create(tid, "slow", input=ask("one"))
+    await asyncio.sleep(0.2)
+    second = await client.runs.wait(tid, "slow", input=ask("two"), multitask_strategy="interrupt")
+    assert last_text(second) == "finished two after five ticks"
+    old = await client.runs.get(tid, first["run_id"])
+    assert old["status"] == "interrupted" and old["stop_reason"] == "cancelled"
+
+
+async def test_cancel_stops_a_background_run(slow_server: Server) -> None:
+    client = get_client(url=slow_server.url)
+    tid = (await client.threads.create())["thread_id"]
+    run = await client.runs.create(tid, "slow", input=ask("one"))
+    await asyncio.sleep(0.15)
+    await client.runs.cancel(tid, run["run_id"], wait=True)
+    got = await client.runs.get(tid, run["run_id"])
+    assert got["status"] == "interrupted" and got["stop_reason"] == "cancelled"
+    state = await client.threads.get_state(tid)
+    assert "finished" not in last_text(state["values"])
+    assert (await client.threads.get(tid))["status"] == "idle"
+
+
+async def test_rejoin_after_the_client_drops_gets_the_rest_without_gap_or_duplicate(
+    slow_server: Server,
+) -> None:
+    client = get_client(url=slow_server.url)
+    tid = (await client.threads.create())["thread_id"]
+    modes = ["values", "updates", "events"]
+    seen = []
+    stream = client.runs.stream(tid, "slow", input=ask("one"), stream_mode=modes)
+    async for part in stream:
+        seen.append(part)
+        if len(seen) == 3:
+            break
+    await stream.aclose()  # the client goes away mid-run
+    run_id = seen[0].data["run_id"]
+    assert (await client.runs.get(tid, run_id))["status"] == "running"  # it kept running
+    rest = [
+        p
+        async for p in client.runs.join_stream(
+            tid, run_id, stream_mode=modes, last_event_id=seen[-1].id
+        )
+    ]
+    assert rest[-1].event == "end" and rest[-1].data["status"] == "success"
+    whole = [p async for p in client.runs.join_stream(tid, run_id, stream_mode=modes)]
+    ids = [p.id for p in seen[1:]] + [p.id for p in rest[:-1]]
+    assert ids == [p.id for p in whole[1:-1]]  # no gap, no duplicate, same order
+    assert [p.data for p in seen[1:] + rest] == [p.data for p in whole[1:]]
+    assert last_text([p.data for p in rest if p.event == "values"][-1]).startswith("finished")
+
+
+async def test_a_restarted_server_replays_a_run_from_the_journal(
+    tmp_path: Path, slow_server: Server
+) -> None:
+    db = tmp_path / "replay.db"
+    srv = start_slow_server(tmp_path, db)
+    try:
+        client = get_client(url=srv.url)
+        tid = (await client.threads.create())["thread_id"]
+        modes = ["values", "updates", "events"]
+        live = [
+            p async for p in client.runs.stream(tid, "slow", input=ask("one"), stream_mode=modes)
+        ]
+    finally:
+        stop_server(srv)
+    srv = start_slow_server(tmp_path, db)
+    try:
+        client = get_client(url=srv.url)
+        run_id = live[0].data["run_id"]
+        assert (await client.runs.get(tid, run_id))["status"] == "success"
+        assert [r["run_id"] for r in await client.runs.list(tid)] == [run_id]
+        replay = [p async for p in client.runs.join_stream(tid, run_id, stream_mode=modes)]
+        journaled = [
+            p for p in live[1:] if not (p.event == "events" and p.data["type"] == "llm_delta")
+        ]
+        assert len(journaled) < len(live) - 1  # token deltas are never journaled
+        assert [(p.id, p.data) for p in replay[1:]] == [(p.id, p.data) for p in journaled]
+        half = len(journaled) // 2
+        tail = [
+            p
+            async for p in client.runs.join_stream(
+                tid, run_id, stream_mode=modes, last_event_id=journaled[half].id
+            )
+        ]
+        assert [p.id for p in tail] == [p.id for p in journaled[half + 1 :]]
+    finally:
+        stop_server(srv)
+
+
+async def test_on_disconnect_cancel_stops_the_run_when_the_client_goes(
+    slow_server: Server,
+) -> None:
+    client = get_client(url=slow_server.url)
+    tid = (await client.threads.create())["thread_id"]
+    stream = client.runs.stream(tid, "slow", input=ask("one"), on_disconnect="cancel")
+    first = await anext(stream)
+    await stream.aclose()
+    run_id = first.data["run_id"]
+    for _ in range(100):
+        run = await client.runs.get(tid, run_id)
+        if run["status"] != "running" and run["status"] != "pending":
+            break
+        await asyncio.sleep(0.02)
+    assert run["status"] == "interrupted" and run["stop_reason"] == "cancelled"

@@ -125,15 +125,14 @@ class ProgressTracker:
         if isinstance(event, AgentStart):
             return "started", {"agent": event.agent, "resume": event.resume}
         if isinstance(event, ToolExecutionStart):
-            call = {"id": event.tool_call_id, "name": event.tool_name, "input": event.arguments,
-                    "success": None, "result": None, "error_code": None}  # fmt: skip
+            call: dict[str, Any] = {"id": event.tool_call_id, "name": event.tool_name,
+                                    "input": event.arguments, "success": None, "result": None,
+                                    "error_code": None}  # fmt: skip
             self.calls[event.tool_call_id] = call
             return "tool_start", {k: call[k] for k in ("id", "name", "input")}
         if isinstance(event, ToolResultEvent | ToolErrorEvent):
-            call = self.calls.setdefault(
-                event.tool_call_id,
-                {"id": event.tool_call_id, "name": event.tool_name, "input": {}},
-            )
+            blank: dict[str, Any] = {"id": event.tool_call_id, "name": event.tool_name, "input": {}}
+            call = self.calls.setdefault(event.tool_call_id, blank)
             call.update(success=event.success, result=event.content, error_code=event.error_code)
             return "tool_end", {**call, "duration_ms": event.duration_ms}
         if isinstance(event, LlmComplete):

@@ -6,6 +6,7 @@ import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -106,3 +107,17 @@ def test_reflection_lists_the_service(grpc_server: GrpcServer) -> None:
         assert "loom.weave.v1.Weave" in services
         desc = db.FindFileContainingSymbol("loom.weave.v1.Weave")
         assert desc.package == "loom.weave.v1"
+
+
+def test_committed_stubs_match_the_proto(tmp_path: Path) -> None:
+    """The stubs in git are what the proto's header command generates today."""
+    from grpc_tools import protoc
+
+    src = Path(pb.__file__).resolve().parents[3]
+    proto = "loom/server/proto/weave.proto"
+    args = ["protoc", f"-I{src}", f"--python_out={tmp_path}", f"--pyi_out={tmp_path}",
+            f"--grpc_python_out={tmp_path}", str(src / proto)]  # fmt: skip
+    assert protoc.main(args) == 0
+    for name in ("weave_pb2.py", "weave_pb2.pyi", "weave_pb2_grpc.py"):
+        fresh = (tmp_path / "loom/server/proto" / name).read_text()
+        assert fresh == (src / "loom/server/proto" / name).read_text(), f"regenerate {name}"

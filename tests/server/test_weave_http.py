@@ -87,3 +87,15 @@ def test_a_session_is_shared_across_protocols(server: Server) -> None:
     )
     assert chat.headers["X-Loom-Session"] == session
     assert chat.json()["choices"][0]["message"]["content"] == "echo: second"
+
+
+def test_a_client_that_drops_mid_stream_leaves_the_server_serving(server: Server) -> None:
+    body = {"agent": "calc", "message": "add 7 and 8", "session_id": "weave-drop-1"}
+    with httpx.stream("POST", f"{server.url}/v1/weave:stream", json=body) as r:
+        next(r.iter_lines())  # read one line, then hang up
+    again = httpx.post(
+        f"{server.url}/v1/weave",
+        json={"agent": "calc", "message": "add 1 and 2", "session_id": "weave-drop-1"},
+        timeout=20,
+    )
+    assert again.status_code == 200 and again.json()["output"] == "The sum is 3."

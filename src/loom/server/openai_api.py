@@ -19,9 +19,11 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Literal
 
+import anyio
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.types import Receive, Scope, Send
 
 from loom.agent import Agent
 from loom.errors import InputError
@@ -176,13 +178,35 @@ async def _started(events: AsyncGenerator[AgentEvent, None]) -> AsyncIterator[Ag
             async for event in events:
                 yield event
         finally:
-            await events.aclose()
+            await close_quietly(events)
 
     return rest()
 
 
+class EventStream(StreamingResponse):
+    """An SSE response that stops as soon as the client hangs up: the turn it streams is
+    cancelled (recorded as ``cancelled``) instead of running on into a closed socket."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as group:
+
+            async def stream_then_stop() -> None:
+                await self.stream_response(send)
+                group.cancel_scope.cancel()
+
+            group.start_soon(stream_then_stop)
+            await self.listen_for_disconnect(receive)
+            group.cancel_scope.cancel()
+
+
+async def close_quietly(events: AsyncGenerator[AgentEvent, None]) -> None:
+    """Close a turn's event stream even while the response is being cancelled."""
+    with anyio.CancelScope(shield=True):
+        await events.aclose()
+
+
 def _stream_response(body: AsyncIterator[bytes], session_id: str) -> StreamingResponse:
-    return StreamingResponse(
+    return EventStream(
         body,
         media_type="text/event-stream",
         headers={SESSION_HEADER: session_id, "Cache-Control": "no-cache"},

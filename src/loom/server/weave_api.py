@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from loom.events import (
@@ -35,6 +35,7 @@ from loom.events import (
 )
 from loom.messages import RunResult, Usage, new_id
 from loom.server.app import ServerState, error_body, state_of
+from loom.server.openai_api import EventStream, close_quietly
 
 __all__ = ["Progress", "WeaveRequest", "progress", "router", "weave_reply"]
 
@@ -217,9 +218,9 @@ async def stream_weave(request: Request, body: WeaveRequest) -> Response:
                 )  # fmt: skip
                 yield f"event: {kind}\ndata: {payload}\n\n".encode()
         finally:
-            await events.aclose()
+            await close_quietly(events)
 
-    return StreamingResponse(
+    return EventStream(
         sse(),
         media_type="text/event-stream",
         headers={"X-Loom-Session": session_id, "Cache-Control": "no-cache"},

@@ -28,6 +28,10 @@ def serve(
         typer.Option(help="SQLite database path (default .loom/loom.db), or :memory:."),
     ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "info",
+    grpc_port: Annotated[
+        int | None,
+        typer.Option("--grpc-port", help="Also serve Weave over gRPC on this port (same host)."),
+    ] = None,
 ) -> None:
     """Serve agents over HTTP: a run API LangGraph's clients speak, OpenAI-compatible, Weave."""
     from loom.errors import ConfigurationError, LoomError, MissingDependencyError
@@ -50,6 +54,8 @@ def serve(
             AgentRegistry.from_dir(agents) if agents is not None else load_registry(str(app_spec))
         )
         app = create_app(registry, Runtime(open_store(store)))
+        if grpc_port is not None:  # started by the Weave router's lifespan
+            app.state.loom.extra.update(grpc_port=grpc_port, grpc_host=host)
     except LoomError as exc:
         say_error(exc)
         raise typer.Exit(2) from None

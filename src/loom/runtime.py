@@ -35,6 +35,7 @@ from loom.tools.base import Tool, spec_of
 if TYPE_CHECKING:
     from loom.agent import Agent
     from loom.context import ContextBuilder
+    from loom.loop import Turn
     from loom.models.base import Model
     from loom.policy.approval import PendingApproval
     from loom.policy.permissions import PermissionRule
@@ -244,7 +245,7 @@ class Runtime:
         return specs
 
     # -- running --------------------------------------------------------------------------------
-    def _turn(
+    def prepare(
         self,
         agent: Agent,
         message: str | None,
@@ -253,7 +254,12 @@ class Runtime:
         deps: Any,
         resume: Any = None,
         parent_run_id: str | None = None,
-    ) -> Any:
+    ) -> Turn:
+        """A turn of ``agent``, checked and ready but not started: ``turn.run_id`` is known
+        now, ``await turn.run(emit)`` runs it (or ``loom.driving.drive(turn)`` streams it),
+        ``turn.cancel()`` stops it and ``turn.result`` holds its ``RunResult`` afterwards.
+        For servers and workers that must name a run before it starts (``run``/``stream`` are
+        the usual way)."""
         from loom.loop import Turn
 
         if message is not None:
@@ -277,7 +283,7 @@ class Runtime:
         parent_run_id: str | None = None,
     ) -> AsyncGenerator[AgentEvent, None]:
         """Run one turn of ``agent`` and yield its events as they happen (see ``Agent.stream``)."""
-        turn = self._turn(agent, message, session_id, on_busy, deps, parent_run_id=parent_run_id)
+        turn = self.prepare(agent, message, session_id, on_busy, deps, parent_run_id=parent_run_id)
         events = drive(turn, cancel)
         try:
             async for event in events:
@@ -297,7 +303,7 @@ class Runtime:
         parent_run_id: str | None = None,
     ) -> RunResult:
         """Run one turn of ``agent`` to its end (see ``Agent.run``)."""
-        turn = self._turn(agent, message, session_id, on_busy, deps, parent_run_id=parent_run_id)
+        turn = self.prepare(agent, message, session_id, on_busy, deps, parent_run_id=parent_run_id)
         watcher = watch(cancel, turn)  # no event consumer: the turn runs in the caller's task
         try:
             await turn.run(discard)
@@ -305,7 +311,7 @@ class Runtime:
             if watcher is not None:
                 watcher.cancel()
         assert turn.result is not None
-        return turn.result  # type: ignore[no-any-return]
+        return turn.result
 
     async def pending_approvals(self, session_id: str) -> list[PendingApproval]:
         """The calls of ``session_id`` waiting for a human decision."""
@@ -313,20 +319,23 @@ class Runtime:
 
         return await pending_approvals(self.store, session_id)
 
-    async def _resume_turn(self, agent: Agent, session_id: str, decisions: Any, deps: Any) -> Any:
+    async def prepare_resume(
+        self, agent: Agent, session_id: str, decisions: Any, deps: Any = None
+    ) -> Turn:
+        """``prepare`` for a resumed turn: checks the decisions against the pending calls."""
         from loom.policy.approval import match_decisions
 
         pending = await self.pending_approvals(session_id)
         if not pending:
             raise InputError(f"session {session_id!r} has no tool calls waiting for approval")
         match_decisions(decisions, pending, session_id)  # a clear error before the turn starts
-        return self._turn(agent, None, session_id, "queue", deps, resume=decisions)
+        return self.prepare(agent, None, session_id, "queue", deps, resume=decisions)
 
     async def resume_stream(
         self, agent: Agent, session_id: str, decisions: Any = True, *, deps: Any = None
     ) -> AsyncGenerator[AgentEvent, None]:
         """``resume`` that yields the continued turn's events."""
-        events = drive(await self._resume_turn(agent, session_id, decisions, deps))
+        events = drive(await self.prepare_resume(agent, session_id, decisions, deps))
         try:
             async for event in events:
                 yield event
@@ -338,10 +347,10 @@ class Runtime:
     ) -> RunResult:
         """Continue a turn that stopped with ``stop_reason="awaiting_approval"`` (see
         ``Agent.resume``)."""
-        turn = await self._resume_turn(agent, session_id, decisions, deps)
+        turn = await self.prepare_resume(agent, session_id, decisions, deps)
         await turn.run(discard)
         assert turn.result is not None
-        return turn.result  # type: ignore[no-any-return]
+        return turn.result
 
     async def aclose(self) -> None:
         """Close this runtime's MCP connections (and other live toolsets). The store is the

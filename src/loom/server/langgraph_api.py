@@ -290,13 +290,13 @@ async def _start_run(state: ServerState, thread_id: str, body: RunCreate) -> LgR
         )
     runtime = state.runtime
     if body.command and "resume" in body.command:
-        turn = await runtime._resume_turn(agent, thread_id, body.command["resume"], None)
+        turn = await runtime.prepare_resume(agent, thread_id, body.command["resume"], None)
     else:
         message = _last_human(body.input)
         if message is None:
             raise InputError('a run needs input {"messages": [...]} or command {"resume": ...}')
         on_busy = _BUSY[body.multitask_strategy]
-        turn = runtime._turn(agent, message, thread_id, on_busy, None)
+        turn = runtime.prepare(agent, message, thread_id, on_busy, None)
     patch = await _metadata_patch(state, thread_id)
     if patch.get("assistant_id") != agent.name:
         await _save_patch(state, thread_id, {**patch, "assistant_id": agent.name,

@@ -17,6 +17,7 @@ from loom.errors import StoreError
 from loom.events import AgentEvent, EventType
 from loom.journal import transcript
 from loom.judge import FunctionJudge, JudgePanel
+from loom.memory import MemoryConfig
 from loom.messages import Message, ModelResponse, ToolCall
 from loom.runtime import Runtime
 from loom.store import MemoryStore, SQLiteStore
@@ -214,14 +215,17 @@ def _key(m: Message) -> tuple[Any, ...]:
     return (m.role, m.content, [(c.id, c.name) for c in m.tool_calls], m.tool_call_id)
 
 
-async def _scenario(plans: list[list[list[str]]], decisions: list[str], judge: list[bool]) -> None:
+async def _scenario(
+    plans: list[list[list[str]]], decisions: list[str], judge: list[bool], tight: bool = False
+) -> Counter[EventType]:
+    """Run the scenario; check the journal ⇄ transcript properties; return the event counts."""
     inner = MemoryStore()
     hang_started = asyncio.Event()
 
     @tool(effect="pure")
-    def ok(n: int) -> int:
-        """Works."""
-        return n
+    def ok(n: int) -> str:
+        """Works (with a long output when the window is tight, so that it fills)."""
+        return f"{n} " + ("lorem ipsum dolor sit amet " * 30 if tight else "")
 
     @tool
     def fail(n: int) -> str:
@@ -257,9 +261,16 @@ async def _scenario(plans: list[list[list[str]]], decisions: list[str], judge: l
         return (("corrected" in answer) or not next(verdicts, False), "add more detail")
 
     model = _plan_model(plans)
+    summary = "Summary: the user asked for numbered turns; tools ran and answered. " * 3
+    window: dict[str, Any] = (
+        {"context_window": 1400, "reserved_output_tokens": 100,
+         "memory": MemoryConfig(summarizer=FunctionModel(lambda m, t: summary))}
+        if tight else {}
+    )  # fmt: skip
     agent = Agent(model=model, tools=[ok, fail, slow, ask, hang], max_iterations=12,
                   permissions={"ask": ["ask"], "default": "allow"},
-                  judges=JudgePanel([FunctionJudge(judge_fn)], max_retries=2))  # fmt: skip
+                  judges=JudgePanel([FunctionJudge(judge_fn)], max_retries=2),
+                  **window)  # fmt: skip
 
     async def step(call: Any) -> Any:
         """Run ``call(runtime)`` as a new process would; the process dies if hang starts."""
@@ -303,11 +314,17 @@ async def _scenario(plans: list[list[list[str]]], decisions: list[str], judge: l
     answered = [m.tool_call_id for m in stored if m.role == "tool"]
     assert sorted(asked) == sorted(answered), "every tool call answered exactly once"
     assert len(set(answered)) == len(answered)
+    if tight:  # the builder may mask old outputs and summarise: the model saw a compiled view
+        records = [m for m in stored if m.role == "system"]
+        assert len(records) == kinds[EventType.MEMORY_RECORD]
+        assert all(m.metadata.get("loom") in ("summary", "memory_flush") for m in records)
+        return kinds
     # what the model was sent, call by call, is the transcript as it stood
     conversation = [_key(m) for m in stored if m.role != "system"]
     for call in model.calls:
         sent = [_key(m) for m in call.messages if m.role != "system"]
         assert sent == conversation[: len(sent)]
+    return kinds
 
 
 batches = st.lists(st.lists(st.sampled_from(TOOL_KINDS), min_size=1, max_size=3),
@@ -319,11 +336,19 @@ batches = st.lists(st.lists(st.sampled_from(TOOL_KINDS), min_size=1, max_size=3)
     plans=st.lists(batches, min_size=1, max_size=4),
     decisions=st.lists(st.sampled_from(["approve", "reject", "expire"]), min_size=1, max_size=3),
     judge=st.lists(st.booleans(), max_size=4),
+    tight=st.booleans(),
 )
 def test_the_transcript_is_derived_from_the_journal_and_is_what_the_model_saw(
-    plans: list[list[list[str]]], decisions: list[str], judge: list[bool]
+    plans: list[list[list[str]]], decisions: list[str], judge: list[bool], tight: bool
 ) -> None:
-    asyncio.run(_scenario(plans, decisions, judge))
+    asyncio.run(_scenario(plans, decisions, judge, tight))
+
+
+def test_a_compressed_session_keeps_its_summaries_in_the_journal() -> None:
+    # a fixed run long enough to compress (the property above compresses only sometimes)
+    plans = [[["ok", "ok"], ["ok"]] for _ in range(6)]
+    kinds = asyncio.run(_scenario(plans, ["approve"], [], tight=True))
+    assert kinds[EventType.MEMORY_RECORD] >= 1 and kinds[EventType.COMPRESSION_COMPLETE] >= 1
 
 
 KILL_CHILD = r"""

@@ -257,7 +257,7 @@ class OwnedStore:
     async def get_session(self, session_id: str) -> SessionInfo | None:
         info = await self._inner.get_session(session_id)
         if info is not None and not await self._owners.allowed(session_id):
-            raise SessionNotFound(f"no thread or session {session_id!r} for this API key")
+            return None  # another key's: it does not exist for this one
         return info
 
     async def create_session(

@@ -14,7 +14,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from tests.server.conftest import AGENTS, SRC, Server, free_port, start_server, stop_server
 
 ALICE, BOB, ROOT, ENV = "alice-key-0001", "bob-key-0002", "root-key-0003", "env-key-0004"
@@ -193,7 +192,8 @@ def test_runs_past_the_per_key_limit_are_429(keyed: Server) -> None:
     chat = {"model": "calc", "messages": [{"role": "user", "content": "add 1 2"}]}
     assert httpx.post(f"{url}/v1/chat/completions", json=chat, headers=h).status_code == 429
     # the limit is per key: bob runs meanwhile
-    assert httpx.post(f"{url}/v1/chat/completions", json=chat, headers=bearer(BOB)).status_code == 200
+    bobs = httpx.post(f"{url}/v1/chat/completions", json=chat, headers=bearer(BOB))
+    assert bobs.status_code == 200
     for run in started:
         path = f"/threads/{run['thread_id']}/runs/{run['run_id']}/cancel?wait=1"
         assert httpx.post(url + path, headers=h).status_code == 204
@@ -259,10 +259,10 @@ def test_access_log_lines_are_json(keyed: Server) -> None:
 
 
 # -- binding ----------------------------------------------------------------------------------
-def _serve(tmp: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _serve(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
     (tmp / "server_agents.py").write_text(AGENTS)
     base = {k: v for k, v in os.environ.items() if k != "LOOM_API_KEYS"}
-    env = dict(base, **(env or {}), PYTHONPATH=os.pathsep.join([SRC, str(tmp)]))
+    env = dict(base, PYTHONPATH=os.pathsep.join([SRC, str(tmp)]))
     return subprocess.run(
         [sys.executable, "-m", "loom", "serve", "--app", "server_agents:registry",
          "--store", str(tmp / "x.db"), "--port", str(free_port()), *args],
@@ -281,12 +281,41 @@ def test_refuses_a_public_interface_without_keys(tmp_path: Path) -> None:
     [
         ("- {name: a, key: short}", "8 characters"),
         ("- {name: a, key: long-enough-1, key_sha256: abc}", "exactly one"),
-        ("- {name: a, key: long-enough-1, agents: [nosuch]}", "nosuch"),
         ("- {name: a, key: long-enough-1}\n- {name: a, key: long-enough-2}", "unique"),
+        ("- {name: a, key: long-enough-1, color: red}", "unknown fields"),
         ("not: [a list", "YAML"),
     ],
 )
 def test_bad_key_files_are_refused(tmp_path: Path, keys: str, says: str) -> None:
+    from loom.errors import ConfigurationError
+    from loom.server.security import load_keys
+
     (tmp_path / "keys.yaml").write_text(keys)
-    out = _serve(tmp_path, "--keys", str(tmp_path / "keys.yaml"))
-    assert out.returncode == 2 and says in out.stderr, out.stderr
+    with pytest.raises(ConfigurationError, match=says):
+        load_keys(tmp_path / "keys.yaml")
+
+
+def test_keys_are_held_hashed(tmp_path: Path) -> None:
+    from loom.server.security import load_keys
+
+    (tmp_path / "keys.yaml").write_text(f"- {{name: a, key: {ALICE}}}")
+    ring = load_keys(tmp_path / "keys.yaml", f" {ENV} ,, ")
+    assert [p.name for p in ring.principals] == ["a", "env-1"]
+    assert ring.match(ENV) is ring.principals[1] and ring.match("nope-nope") is None
+    assert ALICE not in repr(ring.principals) and ALICE.encode() not in ring.principals[0].digest
+
+
+def test_keys_for_unknown_agents_are_refused() -> None:
+    from loom import Agent
+    from loom.errors import ConfigurationError
+    from loom.server import AgentRegistry, create_app
+    from loom.server.app import server_runtime
+    from loom.server.security import KeyRing, Principal, SecurityConfig
+    from loom.store.memory import MemoryStore
+    from loom.testing import FunctionModel
+
+    registry = AgentRegistry([Agent(name="calc", model=FunctionModel(lambda m, t: "hi"))])
+    principal = Principal("a", hashlib.sha256(b"k").digest(), frozenset({"nosuch"}))
+    config = SecurityConfig(keys=KeyRing([principal]))
+    with pytest.raises(ConfigurationError, match="nosuch"):
+        create_app(registry, server_runtime(MemoryStore(), config), config)

@@ -58,11 +58,23 @@ def ops(messages, tools):
     return ModelResponse(tool_calls=[ToolCall(name="deploy", arguments={"target": "prod"})])
 
 
-registry = AgentRegistry([
-    Agent(name="calc", instructions="You add numbers.", model=FunctionModel(calc), tools=[add]),
-    Agent(name="ops", instructions="You deploy.", model=FunctionModel(ops), tools=[deploy],
-          permissions={"ask": ["deploy"]}),
-])
+async def slow(messages, tools):
+    import asyncio
+
+    words = messages[-1].content.split()
+    seconds = float(words[-1]) if words and words[-1].replace(".", "", 1).isdigit() else 0.0
+    await asyncio.sleep(seconds)
+    return f"slept {seconds:g}"
+
+
+CALC = Agent(name="calc", instructions="You add numbers.", model=FunctionModel(calc), tools=[add])
+OPS = Agent(name="ops", instructions="You deploy.", model=FunctionModel(ops), tools=[deploy],
+            permissions={"ask": ["deploy"]})
+registry = AgentRegistry([CALC, OPS])
+
+# with an agent that blocks: "sleep 2" answers after two seconds (security and shutdown tests)
+slow_registry = AgentRegistry([CALC, OPS, Agent(name="slow", instructions="You wait.",
+                                                model=FunctionModel(slow))])
 '''
 
 
@@ -80,14 +92,16 @@ class Server:
     process: subprocess.Popen[bytes]
 
 
-def start_server(tmp: Path, *extra: str) -> Server:
+def start_server(
+    tmp: Path, *extra: str, app: str = "server_agents:registry", env: dict[str, str] | None = None
+) -> Server:
     (tmp / "server_agents.py").write_text(AGENTS)
     port = free_port()
     db = tmp / "server.db"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, str(tmp)]))
+    env = dict(os.environ, **(env or {}), PYTHONPATH=os.pathsep.join([SRC, str(tmp)]))
     log = (tmp / "server.log").open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "loom", "serve", "--app", "server_agents:registry",
+        [sys.executable, "-m", "loom", "serve", "--app", app,
          "--port", str(port), "--store", str(db), "--log-level", "warning", *extra],
         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp,
     )  # fmt: skip

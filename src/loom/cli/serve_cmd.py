@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -32,6 +33,37 @@ def serve(
         int | None,
         typer.Option("--grpc-port", help="Also serve Weave over gRPC on this port (same host)."),
     ] = None,
+    keys: Annotated[
+        Path | None,
+        typer.Option(
+            "--keys",
+            help="YAML file of API keys: a list of {name, key | key_sha256, agents?, admin?}. "
+            "LOOM_API_KEYS (comma-separated keys) adds more.",
+        ),
+    ] = None,
+    max_body: Annotated[
+        int, typer.Option("--max-body", help="Largest request body, in bytes (413 past it).")
+    ] = 1 << 20,
+    max_concurrent_runs: Annotated[
+        int,
+        typer.Option(
+            "--max-concurrent-runs", help="Runs one API key may have at once (429 past it)."
+        ),
+    ] = 16,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option("--cors-origin", help="Allow browser calls from this origin (repeatable)."),
+    ] = None,
+    grace: Annotated[
+        float,
+        typer.Option(help="Seconds running turns get to finish on SIGTERM before cancellation."),
+    ] = 10.0,
+    log_format: Annotated[
+        str,
+        typer.Option(
+            "--log-format", help="text (uvicorn's access log) or json (one JSON line a request)."
+        ),
+    ] = "text",
 ) -> None:
     """Serve agents over HTTP: a run API LangGraph's clients speak, OpenAI-compatible, Weave."""
     from loom.errors import ConfigurationError, LoomError, MissingDependencyError
@@ -42,21 +74,103 @@ def serve(
         except ImportError:
             raise MissingDependencyError("uvicorn", "server", "loom serve") from None
         from loom.cli.run_cmd import open_store
-        from loom.runtime import Runtime
         from loom.server import AgentRegistry, create_app
+        from loom.server.app import server_runtime
         from loom.server.registry import load_registry
+        from loom.server.security import SecurityConfig, env_keys, is_loopback, load_keys
 
         if (agents is None) == (app_spec is None):
             raise ConfigurationError(
                 "give the agents to serve: --agents DIR (AGENT.md files) or --app module:attr"
             )
+        if log_format not in ("text", "json"):
+            raise ConfigurationError(f"--log-format is text or json, got {log_format!r}")
+        if max_body < 1 or max_concurrent_runs < 1 or grace < 0:
+            raise ConfigurationError(
+                "--max-body and --max-concurrent-runs must be positive, --grace not negative"
+            )
+        security = SecurityConfig(
+            keys=load_keys(keys, env_keys()),
+            max_body=max_body,
+            max_concurrent_runs=max_concurrent_runs,
+            cors_origins=tuple(cors_origin or ()),
+        )
+        if not security.keys and not is_loopback(host):
+            raise ConfigurationError(
+                f"refusing to serve on {host} without API keys: anyone who reaches it could run "
+                "your agents. Configure keys (--keys FILE, or LOOM_API_KEYS=key1,key2) or bind "
+                "to 127.0.0.1"
+            )
+        if security.keys and grpc_port is not None:
+            raise ConfigurationError(
+                "gRPC does not check API keys yet; drop --grpc-port when serving with keys"
+            )
         registry = (
             AgentRegistry.from_dir(agents) if agents is not None else load_registry(str(app_spec))
         )
-        app = create_app(registry, Runtime(open_store(store)))
+        app = create_app(registry, server_runtime(open_store(store), security), security)
         if grpc_port is not None:  # started by the Weave router's lifespan
             app.state.loom.extra.update(grpc_port=grpc_port, grpc_host=host)
     except LoomError as exc:
         say_error(exc)
         raise typer.Exit(2) from None
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
+    if log_format == "json":
+        _json_access_log()
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=log_format == "text",
+        timeout_graceful_shutdown=5,
+    )
+    _draining_server(config, app.state.loom, grace).run()
+
+
+def _json_access_log() -> None:
+    import logging
+    import sys
+
+    logger = logging.getLogger("loom.server.access")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
+def _draining_server(config: Any, state: Any, grace: float) -> Any:
+    """uvicorn's server, draining first on SIGTERM / SIGINT: new runs get 503 and /readyz 503
+    while the running turns get ``grace`` seconds to finish; the rest are cancelled with the
+    reason "server shutting down" (their streams end with a final event), then uvicorn stops
+    (exit status 0). A second signal stops at once."""
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        draining: asyncio.Task[None] | None = None
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if self.draining is not None or not self.started:
+                super().handle_exit(sig, frame)
+                if self.draining is not None:
+                    self.force_exit = True
+                return
+            state.draining = True
+            self.draining = asyncio.get_event_loop().create_task(self._drain())
+
+        async def _drain(self) -> None:
+            import logging
+
+            from loom.server.lifecycle import drain
+
+            try:
+                cancelled = await drain(state.runtime, grace)
+                if cancelled:
+                    logging.getLogger("loom.server").warning(
+                        "cancelled %d runs at shutdown: %s", len(cancelled), ", ".join(cancelled)
+                    )
+                await asyncio.sleep(0.1)  # let the streams of cancelled runs send their last event
+            finally:
+                self.should_exit = True
+
+    return DrainingServer(config)

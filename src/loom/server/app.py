@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, cast
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from loom.errors import (
+    ConfigurationError,
     InputError,
     LoomError,
     QueueFull,
@@ -24,7 +25,11 @@ from loom.errors import (
 from loom.runtime import Runtime
 from loom.server.registry import AgentRegistry
 
-__all__ = ["ServerState", "create_app", "error_body", "state_of"]
+if TYPE_CHECKING:
+    from loom.server.security import SecurityConfig
+    from loom.store.base import Store
+
+__all__ = ["ServerState", "create_app", "error_body", "server_runtime", "state_of"]
 
 log = logging.getLogger("loom.server")
 
@@ -41,8 +46,32 @@ class ServerState:
 
 
 def state_of(request: Request) -> ServerState:
+    """The server's state as the request's API key sees it: a key limited to some agents gets a
+    registry of those agents only (so other agents are 404 and lists show its own)."""
     state: ServerState = request.app.state.loom
-    return state
+    principal = request.scope.get("loom.principal")
+    if principal is None or principal.agents is None:
+        return state
+    views: dict[str, AgentRegistry] = state.extra.setdefault("registry_views", {})
+    view = views.get(principal.name)
+    if view is None:
+        view = views[principal.name] = AgentRegistry(
+            a for name, a in state.registry.items() if name in principal.agents
+        )
+    return replace(state, registry=view)
+
+
+def server_runtime(store: Store, security: SecurityConfig | None = None) -> Runtime:
+    """The runtime a server runs on ``store``: it tracks its turns (graceful shutdown) and, with
+    API keys, limits each key's concurrent runs and sees the store through thread ownership."""
+    from loom.server.lifecycle import ServerRuntime
+    from loom.server.security import OwnedStore, Owners
+
+    if security is None or not security.keys:
+        return ServerRuntime(store)
+    owned = OwnedStore(store, Owners(store))
+    runtime = ServerRuntime(cast("Store", owned), max_concurrent_runs=security.max_concurrent_runs)
+    return runtime
 
 
 def error_body(kind: str, message: str) -> dict[str, Any]:
@@ -60,9 +89,53 @@ _STATUS: list[tuple[type[BaseException], int]] = [
 ]
 
 
-def create_app(registry: AgentRegistry, runtime: Runtime) -> FastAPI:
-    """The Loom server's application for ``registry``'s agents on ``runtime``."""
+_KINDS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    413: "PayloadTooLarge",
+    429: "TooManyRequests",
+    503: "Unavailable",
+}
+
+
+def _no_keys() -> Any:
+    from loom.server.security import KeyRing
+
+    return KeyRing()
+
+
+def create_app(
+    registry: AgentRegistry, runtime: Runtime, security: SecurityConfig | None = None
+) -> FastAPI:
+    """The Loom server's application for ``registry``'s agents on ``runtime``; ``security``
+    adds API keys, the body limit, CORS and access logs (see ``loom.server.security``)."""
+    from loom.server.security import (
+        AccessLogMiddleware,
+        GuardMiddleware,
+        OwnedStore,
+        SecurityConfig,
+    )
+
     state = ServerState(registry, runtime)
+    security = security or SecurityConfig(keys=_no_keys())
+    if security.keys:
+        unknown = sorted(
+            {a for p in security.keys.principals for a in (p.agents or ()) if a not in registry}
+        )
+        if unknown:
+            raise ConfigurationError(
+                f"API keys name agents this server does not serve: {', '.join(unknown)}; "
+                f"its agents: {', '.join(registry)}"
+            )
+        if not isinstance(runtime.store, OwnedStore):
+            raise ConfigurationError(
+                "with API keys, build the runtime with loom.server.app.server_runtime(store, "
+                "security) so threads are scoped to their key"
+            )
+    if isinstance(runtime.store, OwnedStore):
+        state.extra["owners"] = runtime.store._owners
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -81,6 +154,20 @@ def create_app(registry: AgentRegistry, runtime: Runtime) -> FastAPI:
     )
     app.state.loom = state
 
+    app.add_middleware(GuardMiddleware, state=state, config=security)
+    if security.cors_origins:
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(security.cors_origins),
+            allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
+            allow_headers=["authorization", "x-api-key", "content-type", "last-event-id",
+                           "x-loom-session", "x-request-id"],
+            expose_headers=["location", "content-location", "x-loom-session", "x-request-id"],
+        )  # fmt: skip
+    app.add_middleware(AccessLogMiddleware)
+
     @app.exception_handler(LoomError)
     async def loom_error(request: Request, exc: LoomError) -> JSONResponse:
         status = next(code for kind, code in _STATUS if isinstance(exc, kind))
@@ -95,8 +182,16 @@ def create_app(registry: AgentRegistry, runtime: Runtime) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        kind = "NotFound" if exc.status_code == 404 else "HTTPError"
-        return JSONResponse(error_body(kind, str(exc.detail)), status_code=exc.status_code)
+        kind = _KINDS.get(exc.status_code, "HTTPError")
+        return JSONResponse(
+            error_body(kind, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
+        )
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
+        message = f"the server failed on this request ({type(exc).__name__}); see its log"
+        return JSONResponse(error_body("InternalError", message), status_code=500)
 
     @app.get("/healthz", tags=["health"], summary="The process is up")
     async def healthz() -> dict[str, str]:
@@ -105,7 +200,9 @@ def create_app(registry: AgentRegistry, runtime: Runtime) -> FastAPI:
     @app.get("/readyz", tags=["health"], summary="The server takes runs")
     async def readyz() -> JSONResponse:
         ok = state.ready and not state.draining
-        body = {"status": "ready" if ok else "not ready", "agents": list(registry)}
+        body: dict[str, Any] = {"status": "ready" if ok else "not ready"}
+        if not security.keys:  # with keys, which agents exist is for key holders
+            body["agents"] = list(registry)
         return JSONResponse(body, status_code=200 if ok else 503)
 
     for router in _routers():

@@ -1,0 +1,494 @@
+"""API keys, thread ownership, request limits and access logs for ``loom serve``.
+
+Keys are bearer tokens held only as SHA-256 digests (a plain key is hashed when it is loaded).
+With keys configured every endpoint but ``/healthz`` and ``/readyz`` needs one, sent as
+``Authorization: Bearer <key>`` (OpenAI's SDK) or ``x-api-key: <key>`` (``langgraph-sdk``).
+A key may be limited to some agents; each key owns the threads (sessions) it creates and never
+sees another key's, unless it is an ``admin`` key. Ownership lives in the store's key-value
+space (namespace ``loom.server.thread_owner``) and is enforced twice: on ``/threads/{id}``
+paths before the handler runs, and by :class:`OwnedStore` under every protocol's handlers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import os
+import re
+import time
+import uuid
+from collections.abc import Iterable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from loom.errors import ConfigurationError, SessionNotFound
+
+if TYPE_CHECKING:
+    from loom.server.app import ServerState
+    from loom.store.base import SessionInfo, Store, StoredError
+
+__all__ = [
+    "ENV_KEYS",
+    "AccessLogMiddleware",
+    "BodyTooLarge",
+    "GuardMiddleware",
+    "KeyRing",
+    "OwnedStore",
+    "Owners",
+    "Principal",
+    "SecurityConfig",
+    "current_principal",
+    "is_loopback",
+    "load_keys",
+]
+
+ENV_KEYS = "LOOM_API_KEYS"
+OWNER_NS = "loom.server.thread_owner"
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+access_log = logging.getLogger("loom.server.access")
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """One API key: its name, the SHA-256 digest of the key, the agents it may use (None: all)
+    and whether it sees every thread (``admin``)."""
+
+    name: str
+    digest: bytes
+    agents: frozenset[str] | None = None
+    admin: bool = False
+
+    def __repr__(self) -> str:  # never print the digest
+        return f"Principal({self.name!r}, agents={sorted(self.agents or ()) or 'all'})"
+
+
+current_principal: ContextVar[Principal | None] = ContextVar("loom_principal", default=None)
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+class KeyRing:
+    """The configured keys; ``match`` finds the key a client presented (constant-time per key)."""
+
+    def __init__(self, principals: Iterable[Principal] = ()) -> None:
+        self.principals = list(principals)
+        names = [p.name for p in self.principals]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:
+            raise ConfigurationError(f"API key names must be unique; repeated: {sorted(dupes)}")
+
+    def __bool__(self) -> bool:
+        return bool(self.principals)
+
+    def __len__(self) -> int:
+        return len(self.principals)
+
+    def match(self, presented: str) -> Principal | None:
+        digest, found = _digest(presented), None
+        for p in self.principals:  # no early exit: the time does not depend on which key matched
+            if hmac.compare_digest(digest, p.digest) and found is None:
+                found = p
+        return found
+
+
+def load_keys(path: str | Path | None = None, env: str | None = None) -> KeyRing:
+    """Keys from a YAML file (a list of ``{name, key | key_sha256, agents?, admin?}``, or
+    ``{keys: [...]}``) and from ``env`` (the ``LOOM_API_KEYS`` value: plain keys, comma-separated,
+    named ``env-1``, ``env-2``, ...)."""
+    import yaml
+
+    principals: list[Principal] = []
+    if path is not None:
+        p = Path(path)
+        try:
+            data = yaml.safe_load(p.read_text())
+        except OSError as exc:
+            raise ConfigurationError(f"cannot read the key file {p}: {exc}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigurationError(f"the key file {p} is not valid YAML: {exc}") from None
+        if isinstance(data, dict) and "keys" in data:
+            data = data["keys"]
+        if not isinstance(data, list) or not data:
+            raise ConfigurationError(
+                f"the key file {p} must hold a list of {{name, key or key_sha256, agents}} entries"
+            )
+        for i, entry in enumerate(data):
+            principals.append(_entry(entry, f"{p} entry {i + 1}"))
+    for i, key in enumerate(k.strip() for k in (env or "").split(",") if k.strip()):
+        principals.append(Principal(f"env-{i + 1}", _digest(key)))
+    return KeyRing(principals)
+
+
+def _entry(entry: Any, where: str) -> Principal:
+    if not isinstance(entry, dict):
+        raise ConfigurationError(f"{where}: expected a mapping with name and key, got {entry!r}")
+    unknown = set(entry) - {"name", "key", "key_sha256", "agents", "admin"}
+    if unknown:
+        raise ConfigurationError(f"{where}: unknown fields {sorted(unknown)}")
+    name = entry.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigurationError(f"{where}: every key needs a name")
+    key, hashed = entry.get("key"), entry.get("key_sha256")
+    if (key is None) == (hashed is None):
+        raise ConfigurationError(f"{where} ({name}): give exactly one of key or key_sha256")
+    if key is not None:
+        if not isinstance(key, str) or len(key) < 8:
+            raise ConfigurationError(f"{where} ({name}): a key is a string of 8 characters or more")
+        digest = _digest(key)
+    else:
+        if not isinstance(hashed, str) or not re.fullmatch(r"[0-9a-fA-F]{64}", hashed):
+            raise ConfigurationError(f"{where} ({name}): key_sha256 is 64 hex digits")
+        digest = bytes.fromhex(hashed)
+    agents = entry.get("agents")
+    if agents is not None and (
+        not isinstance(agents, list) or not all(isinstance(a, str) for a in agents)
+    ):
+        raise ConfigurationError(f"{where} ({name}): agents is a list of agent names")
+    return Principal(
+        name, digest, frozenset(agents) if agents is not None else None, bool(entry.get("admin"))
+    )
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class SecurityConfig:
+    """What ``loom serve``'s security options set."""
+
+    keys: KeyRing
+    max_body: int = 1 << 20
+    max_concurrent_runs: int = 16
+    cors_origins: tuple[str, ...] = ()
+
+
+# -- thread ownership -------------------------------------------------------------------------
+class Owners:
+    """Which key owns which thread: in memory, written through to the store's KV space."""
+
+    def __init__(self, store: Store) -> None:
+        from loom.store.base import capabilities_of
+
+        self.store = store
+        self.kv = capabilities_of(store).kv
+        self.owner: dict[str, str] = {}
+        self._loaded = False
+        self._lock = asyncio.Lock()
+
+    async def load(self) -> None:
+        if self._loaded:
+            return
+        async with self._lock:
+            if self._loaded or self.kv is None:
+                self._loaded = True
+                return
+            for sid in await self.kv.list_keys(OWNER_NS):
+                value = await self.kv.get_value(OWNER_NS, sid)
+                if isinstance(value, str):
+                    self.owner[sid] = value
+            self._loaded = True
+
+    async def claim(self, session_id: str, principal: Principal) -> None:
+        self.owner[session_id] = principal.name
+        if self.kv is not None:
+            await self.kv.put_value(OWNER_NS, session_id, principal.name)
+
+    async def forget(self, session_id: str) -> None:
+        self.owner.pop(session_id, None)
+        if self.kv is not None:
+            await self.kv.delete_value(OWNER_NS, session_id)
+
+    async def allowed(self, session_id: str, *, claim_new: bool = False) -> bool:
+        """May the current key touch ``session_id``? A session nobody owns that does not exist
+        yet is the current key's to create (claimed now when ``claim_new``); one that exists
+        without an owner (made before keys were configured) is for admin keys only."""
+        p = current_principal.get()
+        if p is None or p.admin:
+            return True
+        await self.load()
+        owner = self.owner.get(session_id)
+        if owner is not None:
+            return owner == p.name
+        if await self.store.get_session(session_id) is not None:
+            return False
+        if claim_new:
+            await self.claim(session_id, p)
+        return True
+
+    async def check(self, session_id: str, *, claim_new: bool = False) -> None:
+        if not await self.allowed(session_id, claim_new=claim_new):
+            raise SessionNotFound(f"no thread or session {session_id!r} for this API key")
+
+
+class OwnedStore:
+    """The server's store, seen through the current key: another key's sessions do not exist.
+
+    Session-scoped reads and writes check ownership; ``create_session`` and the first lease on a
+    new session record the current key as the owner. Every other attribute is the inner store's
+    (so its optional capabilities still show)."""
+
+    def __init__(self, inner: Store, owners: Owners) -> None:
+        self._inner, self._owners = inner, owners
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __repr__(self) -> str:
+        return f"OwnedStore({self._inner!r})"
+
+    async def get_session(self, session_id: str) -> SessionInfo | None:
+        info = await self._inner.get_session(session_id)
+        if info is not None and not await self._owners.allowed(session_id):
+            return None  # another key's: it does not exist for this one
+        return info
+
+    async def create_session(
+        self, session_id: str, *, agent_name: str = "", metadata: dict[str, Any] | None = None
+    ) -> SessionInfo:
+        await self._owners.check(session_id)
+        p = current_principal.get()
+        if p is not None and session_id not in self._owners.owner:
+            await self._owners.claim(session_id, p)
+        return await self._inner.create_session(
+            session_id, agent_name=agent_name, metadata=metadata
+        )
+
+    async def list_sessions(self, limit: int = 100) -> list[SessionInfo]:
+        p = current_principal.get()
+        if p is None or p.admin:
+            return await self._inner.list_sessions(limit)
+        await self._owners.load()
+        mine = [
+            i for i in await self._inner.list_sessions(0) if self._owners.owner.get(i.id) == p.name
+        ]
+        return mine[:limit] if limit > 0 else mine
+
+    async def _guarded(self, name: str, session_id: str, *args: Any, **kw: Any) -> Any:
+        await self._owners.check(session_id)
+        return await getattr(self._inner, name)(session_id, *args, **kw)
+
+    async def load_messages(self, session_id: str, start: int = 0) -> Any:
+        return await self._guarded("load_messages", session_id, start)
+
+    async def message_count(self, session_id: str) -> int:
+        n: int = await self._guarded("message_count", session_id)
+        return n
+
+    async def load_events(self, session_id: str, run_id: str | None = None) -> Any:
+        return await self._guarded("load_events", session_id, run_id)
+
+    async def open_tool_calls(self, session_id: str) -> Any:
+        return await self._guarded("open_tool_calls", session_id)
+
+    async def acquire_lease(self, session_id: str, run_id: str, ttl: float) -> Any:
+        await self._owners.check(session_id, claim_new=True)
+        return await self._inner.acquire_lease(session_id, run_id, ttl)
+
+    async def open_runs(self, session_id: str) -> Any:
+        return await self._guarded("open_runs", session_id)
+
+    async def list_runs(self, session_id: str) -> Any:
+        return await self._guarded("list_runs", session_id)
+
+    async def delete_session(self, session_id: str) -> Any:
+        out = await self._guarded("delete_session", session_id)
+        await self._owners.forget(session_id)
+        return out
+
+    async def get_error(self, error_id: str) -> StoredError | None:
+        found: StoredError | None = await self._inner.get_error(error_id)  # type: ignore[attr-defined]
+        if found is not None and not await self._owners.allowed(found.session_id):
+            return None
+        return found
+
+
+# -- middleware -------------------------------------------------------------------------------
+def _error(status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> Any:
+    from starlette.responses import JSONResponse
+
+    body = {"error": {"type": kind, "message": message}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+class BodyTooLarge(HTTPException):
+    """The request body is over the server's limit (413)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            413, f"the request body is over this server's {limit} byte limit (--max-body)"
+        )
+
+
+_THREAD_PATH = re.compile(r"^/threads/([^/]+)(?:/|$)")
+_RUN_PATHS = re.compile(
+    r"^(?:/threads/[^/]+/runs(?:/stream|/wait)?|/threads/[^/]+/approvals/[^/]+"
+    r"|/runs(?:/stream|/wait|/batch)?|/agents/[^/]+/runs.*"
+    r"|/v1/chat/completions|/v1/responses|/v1/weave|/v1/weave:stream)$"
+)
+
+
+def starts_runs(method: str, path: str) -> bool:
+    """Does this request start (or resume) a run? Those are refused while the server drains."""
+    return method == "POST" and _RUN_PATHS.match(path) is not None
+
+
+class GuardMiddleware:
+    """Authentication, the body limit, thread ownership on ``/threads/{id}`` paths, and 503
+    for new runs while the server drains."""
+
+    def __init__(self, app: ASGIApp, state: ServerState, config: SecurityConfig) -> None:
+        self.app, self.state, self.config = app, state, config
+        self.owners: Owners | None = state.extra.get("owners")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        if path in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        headers = _headers(scope)
+        principal = None
+        if self.config.keys:
+            presented = _presented_key(headers)
+            if presented is None:
+                await _error(401, "Unauthorized",
+                             "this server needs an API key: send Authorization: Bearer <key> "
+                             "(or x-api-key: <key>)",
+                             {"WWW-Authenticate": "Bearer"})(scope, receive, send)  # fmt: skip
+                return
+            principal = self.config.keys.match(presented)
+            if principal is None:
+                await _error(401, "Unauthorized",
+                             "the API key is not valid for this server; check the key you send",
+                             {"WWW-Authenticate": 'Bearer error="invalid_token"'},
+                             )(scope, receive, send)  # fmt: skip
+                return
+            scope["loom.principal"] = principal
+        method: str = scope["method"]
+        if self.state.draining and starts_runs(method, path):
+            await _error(503, "ShuttingDown",
+                         "the server is shutting down and takes no new runs; retry against "
+                         "another instance or after it restarts",
+                         {"Retry-After": "5"})(scope, receive, send)  # fmt: skip
+            return
+        limit = self.config.max_body
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            await _error(413, "PayloadTooLarge",
+                         f"the request body is over this server's {limit} byte limit "
+                         "(--max-body)")(scope, receive, send)  # fmt: skip
+            return
+        token = current_principal.set(principal)
+        try:
+            if principal is not None and self.owners is not None:
+                m = _THREAD_PATH.match(path)
+                if (
+                    m
+                    and m.group(1) not in ("search", "count")
+                    and not await self.owners.allowed(m.group(1))
+                ):
+                    await _error(404, "NotFound",
+                                 f"no thread {m.group(1)!r}; create it with POST /threads",
+                                 )(scope, receive, send)  # fmt: skip
+                    return
+            await self.app(scope, _limited(receive, limit), send)
+        finally:
+            current_principal.reset(token)
+
+
+def _limited(receive: Receive, limit: int) -> Receive:
+    seen = 0
+
+    async def wrapped() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise BodyTooLarge(limit)
+        return message
+
+    return wrapped
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+def _presented_key(headers: dict[str, str]) -> str | None:
+    auth = headers.get("authorization", "")
+    scheme, _, value = auth.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    key = headers.get("x-api-key", "").strip()
+    return key or None
+
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+class AccessLogMiddleware:
+    """One JSON line per request on the ``loom.server.access`` logger: method, path, status,
+    duration_ms, key, request_id (also answered in ``X-Request-ID``)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        given = next((v.decode("latin-1") for k, v in scope["headers"]
+                      if k.lower() == b"x-request-id"), "")  # fmt: skip
+        rid = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []),
+                                      (b"x-request-id", rid.encode())]  # fmt: skip
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            if access_log.isEnabledFor(logging.INFO):
+                p: Principal | None = scope.get("loom.principal")
+                line = {
+                    "ts": round(time.time(), 3),
+                    "method": scope["method"],
+                    "path": scope["path"],
+                    "status": status,
+                    "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                    "key": p.name if p is not None else None,
+                    "request_id": rid,
+                    "client": (scope.get("client") or [None])[0],
+                }
+                access_log.info(json.dumps(line, separators=(",", ":")))
+
+
+def env_keys() -> str | None:
+    return os.environ.get(ENV_KEYS)

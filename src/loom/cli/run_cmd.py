@@ -71,6 +71,14 @@ WorkspaceOpt = Annotated[
     Path | None,
     typer.Option("--workspace", "-w", help="Root directory for file tools (default: here)."),
 ]
+ServerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--server",
+        help="Run on a `loom serve` at this URL (e.g. http://127.0.0.1:8000); --agent then "
+        "names one of its agents and --session one of its threads.",
+    ),
+]
 ToolsOpt = Annotated[
     str | None,
     typer.Option(
@@ -511,9 +519,16 @@ def run(
     tools: ToolsOpt = None,
     workspace: WorkspaceOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print every event as JSON.")] = False,
+    server: ServerOpt = None,
 ) -> None:
     """Run one turn and stream the answer. Ctrl-C stops it (exit code 130)."""
     from loom.errors import LoomError
+
+    if server is not None:
+        from loom.cli.remote import run_remote
+
+        _local_only(model=model, store=store, tools=tools, workspace=workspace)
+        return run_remote(server, message, agent_file, session, new, as_json)
 
     try:
         the_store = open_store(store)
@@ -527,6 +542,20 @@ def run(
     except KeyboardInterrupt:
         raise _interrupted("the run was stopped") from None
     _end(result, session_id, as_json)
+
+
+def _local_only(**given: Any) -> None:
+    """``--server`` runs the server's agent: options that build a local one cannot apply."""
+    from loom.errors import InputError
+
+    bad = [f"--{k}" for k, v in given.items() if v is not None]
+    if bad:
+        what = ", ".join(bad)
+        problem = InputError(
+            f"{what} cannot be used with --server (the server's agent runs there, on its own "
+            "model, tools and store)"
+        )
+        raise fail(problem, 2)
 
 
 def _line_editing() -> None:
@@ -544,9 +573,16 @@ def chat(
     store: StoreOpt = None,
     tools: ToolsOpt = None,
     workspace: WorkspaceOpt = None,
+    server: ServerOpt = None,
 ) -> None:
     """Chat in one session. Ctrl-C stops an answer or clears the line; Ctrl-D quits."""
     from loom.errors import LoomError
+
+    if server is not None:
+        from loom.cli.remote import chat_remote
+
+        _local_only(model=model, store=store, tools=tools, workspace=workspace)
+        return chat_remote(server, agent_file, session, new)
 
     try:
         the_store = open_store(store)

@@ -44,7 +44,7 @@ from loom.store.base import SessionInfo
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["langgraph"])
+router: APIRouter = APIRouter(tags=["langgraph"])
 
 _KV_META = "loom.server.thread_metadata"
 _BUSY = {"enqueue": "queue", "reject": "drop", "interrupt": "interrupt", "rollback": "interrupt"}
@@ -87,10 +87,7 @@ class HistoryRequest(_Body):
     limit: int = Field(10, ge=0)
 
 
-class RunCreate(_Body):
-    """A run on a thread (LangGraph's ``RunCreateStateful``; unknown fields are ignored)."""
-
-    assistant_id: str
+class _RunFields(_Body):
     input: dict[str, Any] | str | None = None
     command: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
@@ -98,6 +95,24 @@ class RunCreate(_Body):
     multitask_strategy: MultitaskStrategy = "enqueue"
     on_disconnect: Literal["cancel", "continue"] = "continue"
     if_not_exists: Literal["create", "reject"] = "reject"
+
+
+class RunCreate(_RunFields):
+    """A run on a thread (LangGraph's ``RunCreateStateful``; unknown fields are ignored)."""
+
+    assistant_id: str
+
+
+class StatelessRunCreate(_RunFields):
+    """A run without a thread (LangGraph's ``RunCreateStateless``), or the open Agent
+    Protocol's ``RunCreate``: ``agent_id`` for ``assistant_id``, ``messages`` for the input,
+    and ``thread_id`` to run on a thread instead of a fresh one."""
+
+    assistant_id: str | None = None
+    agent_id: str | None = None
+    thread_id: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    on_completion: Literal["delete", "keep"] = "delete"
 
 
 class ApprovalDecision(_Body):
@@ -270,8 +285,10 @@ def _modes(stream_mode: str | list[str] | None, default: list[str]) -> list[str]
     return modes
 
 
-async def _start_run(state: ServerState, thread_id: str, body: RunCreate) -> LgRun:
-    agent = _agent(state, body.assistant_id)
+async def _start_run(
+    state: ServerState, thread_id: str, body: _RunFields, assistant_id: str | None = None
+) -> LgRun:
+    agent = _agent(state, assistant_id or getattr(body, "assistant_id", None) or "")
     modes = _modes(body.stream_mode, ["values"])
     store = state.runtime.store
     info = await store.get_session(thread_id)
@@ -331,6 +348,8 @@ def _sse(run: LgRun, start: int, modes: list[str], cancel_on_disconnect: bool) -
 
 
 async def _final_values(state: ServerState, run: LgRun) -> dict[str, Any]:
+    if run.final is not None:  # a stateless run whose thread is deleted
+        return run.final
     values: dict[str, Any] = _values(
         run.thread_id, await state.runtime.store.load_messages(run.thread_id)
     )
@@ -681,3 +700,9 @@ async def get_error(request: Request, error_id: str) -> dict[str, Any]:
     out = asdict(found)
     out["timestamp"] = found.timestamp.isoformat()
     return out
+
+
+# Stateless runs and the Agent Protocol's aliases share these helpers; served by this router.
+from loom.server.agent_protocol import router as _agent_protocol  # noqa: E402
+
+router.include_router(_agent_protocol)

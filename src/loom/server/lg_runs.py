@@ -21,7 +21,7 @@ import contextlib
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -62,6 +62,7 @@ _STATUS = {
     "max_iterations": "success",
     "max_tool_calls": "success",
     "cancelled": "interrupted",
+    "crashed": "interrupted",  # the process died mid-run; a later turn recovered it
     "timeout": "timeout",
     "model_error": "error",
     "error": "error",
@@ -252,6 +253,8 @@ class LgRun:
     task: asyncio.Task[None] | None = None
     result: RunResult | None = None
     maker: FrameMaker | None = None
+    final: dict[str, Any] | None = None  # final values kept past the thread (stateless runs)
+    on_end: Callable[[LgRun], Awaitable[None]] | None = None  # before ``done`` is set
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -276,6 +279,7 @@ class LgRun:
             "run_id": self.run_id,
             "thread_id": self.thread_id,
             "assistant_id": self.assistant_id,
+            "agent_id": self.assistant_id,  # the open Agent Protocol's name for it
             "created_at": _iso(self.created_at),
             "updated_at": _iso(self.updated_at),
             "status": self.status,
@@ -372,6 +376,11 @@ class RunManager:
         finally:
             if run.status in ("pending", "running"):
                 run.status = "interrupted"
+            if run.on_end is not None:
+                try:
+                    await run.on_end(run)
+                except Exception:  # cleanup only: the run's outcome stands
+                    log.exception("cleaning up after run %s failed", run.run_id)
             run.add([Frame(None, "end", {"run_id": run.run_id, "status": run.status})])
             run.finish()
 

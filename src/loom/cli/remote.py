@@ -1,0 +1,211 @@
+"""``loom run --server URL`` and ``loom chat --server URL``: a turn on a running ``loom serve``.
+
+The turn runs on the server (``POST /threads/{id}/runs/stream``, stream mode ``events``); each
+``events`` payload is a Loom event in its stable JSON form, turned back into an ``AgentEvent``
+and printed by the same renderer as a local run, so the output and the exit codes are the same.
+``--agent`` names one of the server's agents (optional when it serves one). ``--session`` is the
+thread: it must exist unless ``--new`` asks to create it. Ctrl-C closes the stream, which
+cancels the run on the server (``on_disconnect: "cancel"``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import typer
+from rich.markup import escape
+
+from loom.cli._console import err, fail, out, say_error
+from loom.errors import InputError, LoomError, SessionBusy, SessionNotFound
+
+__all__ = ["ServerError", "chat_remote", "run_remote"]
+
+
+class ServerError(LoomError):
+    """The server refused a request or could not be reached."""
+
+
+def _refusal(status: int, body: bytes) -> LoomError:
+    try:
+        error = json.loads(body)["error"]
+        message = f"{error['type']}: {error['message']}"
+    except (ValueError, KeyError, TypeError):
+        message = body.decode(errors="replace")[:500] or f"HTTP {status}"
+    if status == 404:
+        return SessionNotFound(message) if "thread" in message else InputError(message)
+    if status == 409:
+        return SessionBusy(message)
+    if status in (400, 422):
+        return InputError(message)
+    return ServerError(f"the server answered {status}: {message}")
+
+
+class Remote:
+    """One server, one thread."""
+
+    def __init__(self, url: str) -> None:
+        import httpx
+
+        self.url = url.rstrip("/")
+        self.http = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(30, read=None))
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def _request(self, method: str, path: str, **kw: Any) -> Any:
+        import httpx
+
+        try:
+            r = await self.http.request(method, path, **kw)
+        except httpx.HTTPError as exc:
+            raise ServerError(f"cannot reach the server at {self.url}: {exc}") from None
+        if r.status_code >= 400:
+            raise _refusal(r.status_code, r.content)
+        return r.json()
+
+    async def agent(self, name: str | None) -> str:
+        agents = [a["assistant_id"] for a in await self._request(
+            "POST", "/assistants/search", json={"limit": 1000})]  # fmt: skip
+        if name is None:
+            if len(agents) == 1:
+                return str(agents[0])
+            raise InputError(
+                f"the server serves {len(agents)} agents; pick one with --agent: "
+                + ", ".join(agents)
+            )
+        if name not in agents:
+            raise InputError(f"the server has no agent {name!r}; its agents: {', '.join(agents)}")
+        return name
+
+    async def session(self, session: str | None, new: bool) -> str:
+        from loom.messages import new_id
+
+        if session is None:
+            return new_id("session")
+        import httpx
+
+        try:
+            r = await self.http.get(f"/threads/{session}")
+        except httpx.HTTPError as exc:
+            raise ServerError(f"cannot reach the server at {self.url}: {exc}") from None
+        exists = r.status_code == 200
+        if r.status_code not in (200, 404):
+            raise _refusal(r.status_code, r.content)
+        if new and exists:
+            raise InputError(
+                f"session {session!r} already exists; drop --new to continue it, or pick another id"
+            )
+        if not new and not exists:
+            raise SessionNotFound(
+                f"no session {session!r} on {self.url}; add --new to start a session with that id"
+            )
+        return session
+
+    async def turn(self, agent: str, thread_id: str, message: str, as_json: bool) -> dict[str, Any]:
+        """Run one turn on the server and print its events; the AGENT_FINISH data."""
+        import httpx
+
+        from loom.cli.run_cmd import _Renderer
+        from loom.events import AgentEvent
+
+        body = {
+            "assistant_id": agent,
+            "input": {"messages": [{"role": "user", "content": message}]},
+            "stream_mode": ["events"],
+            "on_disconnect": "cancel",
+            "if_not_exists": "create",
+        }
+        render = _Renderer(as_json)
+        try:
+            async with self.http.stream(
+                "POST", f"/threads/{thread_id}/runs/stream", json=body
+            ) as r:
+                if r.status_code >= 400:
+                    raise _refusal(r.status_code, await r.aread())
+                kind = ""
+                async for line in r.aiter_lines():
+                    if line.startswith("event: "):
+                        kind = line[7:]
+                    elif line.startswith("data: ") and kind == "events":
+                        render(AgentEvent.from_dict(json.loads(line[6:])))
+                    elif line.startswith("data: ") and kind == "error":
+                        error = json.loads(line[6:])
+                        raise ServerError(f"{error.get('error')}: {error.get('message')}")
+        except httpx.HTTPError as exc:
+            raise ServerError(f"lost the server at {self.url}: {exc}") from None
+        finally:
+            render.end_text()
+        if not render.result:
+            raise ServerError("the server's stream ended before the run finished")
+        return render.result
+
+
+def run_remote(
+    url: str, message: str, agent: str | None, session: str | None, new: bool, as_json: bool
+) -> None:
+    """``loom run --server URL``."""
+    from loom.cli.run_cmd import _end, _interrupted
+
+    async def main() -> tuple[dict[str, Any], str]:
+        remote = Remote(url)
+        try:
+            name = await remote.agent(agent)
+            thread_id = await remote.session(session, new)
+            return await remote.turn(name, thread_id, message, as_json), thread_id
+        finally:
+            await remote.aclose()
+
+    try:
+        result, thread_id = asyncio.run(main())
+    except LoomError as exc:
+        raise fail(exc, 2) from None
+    except KeyboardInterrupt:
+        raise _interrupted("the run was stopped") from None
+    _end(result, thread_id, as_json)
+
+
+def chat_remote(url: str, agent: str | None, session: str | None, new: bool) -> None:
+    """``loom chat --server URL``."""
+    from loom.cli.run_cmd import _interrupted, _line_editing, _summary
+
+    with asyncio.Runner() as runner:
+        remote = Remote(url)
+        try:
+            try:
+                name = runner.run(remote.agent(agent))
+                thread_id = runner.run(remote.session(session, new))
+            except LoomError as exc:
+                raise fail(exc, 2) from None
+            except KeyboardInterrupt:
+                raise _interrupted("stopped while starting") from None
+            err.print(
+                f"[dim]session {escape(thread_id)} on {escape(remote.url)} ({escape(name)}); "
+                "Ctrl-C stops an answer or clears the line, Ctrl-D quits[/]"
+            )
+            _line_editing()
+            while True:
+                try:
+                    line = input("you> ")
+                except KeyboardInterrupt:
+                    out.print()
+                    continue
+                except EOFError:
+                    out.print()
+                    return
+                if not line.strip():
+                    continue
+                try:
+                    result = runner.run(remote.turn(name, thread_id, line, False))
+                except KeyboardInterrupt:
+                    err.print("[yellow]stopped[/]")
+                    continue
+                except LoomError as exc:
+                    say_error(exc)
+                    continue
+                _summary(result, thread_id)
+        except typer.Exit:
+            raise
+        finally:
+            runner.run(remote.aclose())

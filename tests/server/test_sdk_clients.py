@@ -10,7 +10,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from tests.server.conftest import Server
 
 JS_DIR = Path(__file__).parent / "js"

@@ -143,8 +143,11 @@ def _spawn(workdir: Path, profile: str | None) -> Server:
     args = ["serve", "--app", "bench_agents:registry", "--port", str(port),
             "--log-level", "warning"]  # fmt: skip
     if profile:
-        code = ("import cProfile, sys; from loom.cli import main; sys.argv = ['loom', *sys.argv[2:]]; "
-                "cProfile.run('main()', sys.argv[1])")  # fmt: skip
+        # uvicorn re-raises SIGTERM after its graceful shutdown: make that an exit that
+        # cProfile.run survives, so it writes its statistics
+        code = ("import cProfile, signal, sys; from loom.cli import main; out = sys.argv[1]; "
+                "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); "
+                "sys.argv = ['loom', *sys.argv[2:]]; cProfile.run('main()', out)")  # fmt: skip
         cmd = [sys.executable, "-c", code, profile, *args]
     else:
         cmd = [sys.executable, "-m", "loom", *args]
@@ -200,6 +203,11 @@ def one_run(client: httpx.Client, url: str, agent: str) -> None:
     done.raise_for_status()
     messages = done.json()["messages"]
     assert messages[-1]["content"] == "done", messages[-1]
+
+
+def _loadavg() -> list[float]:
+    """The machine's 1, 5 and 15-minute load averages (2 cores: above 2 means queued work)."""
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -279,7 +287,8 @@ def sse(runs: int, warm: int, profile: str | None) -> dict[str, Any]:
     }
 
 
-async def _clients(url: str, n: int, seconds: float) -> tuple[int, list[float]]:
+async def _clients(server: Server, n: int, seconds: float) -> dict[str, float]:
+    url = server.url
     limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
     done = 0
     times: list[float] = []
@@ -298,29 +307,27 @@ async def _clients(url: str, n: int, seconds: float) -> tuple[int, list[float]]:
 
         await asyncio.gather(*(loop(time.perf_counter() + 1.0) for _ in range(n)))  # warm up
         done, times = 0, []
-        await asyncio.gather(*(loop(time.perf_counter() + seconds) for _ in range(n)))
-    return done, times
+        cpu0, client_cpu0, t0 = server.cpu_s(), time.process_time(), time.perf_counter()
+        await asyncio.gather(*(loop(t0 + seconds) for _ in range(n)))
+        wall, cpu = time.perf_counter() - t0, server.cpu_s() - cpu0
+        client_cpu = time.process_time() - client_cpu0
+    return {
+        "runs": done,
+        "runs_per_s": done / wall,
+        "run_median_ms": statistics.median(times) * 1e3,
+        "run_p90_ms": _pct(times, 0.9) * 1e3,
+        "server_cpu_ms_per_run": cpu / max(done, 1) * 1e3,
+        "server_cpu_share": cpu / wall,  # of one core
+        "client_cpu_ms_per_run": client_cpu / max(done, 1) * 1e3,
+        "loadavg_after": _loadavg()[0],
+    }
 
 
 def throughput(seconds: float, profile: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {"seconds": seconds}
     for n in (16, 64):
         with served(profile) as (server, _):
-            cpu0, client_cpu0 = server.cpu_s(), time.process_time()
-            t0 = time.perf_counter()
-            runs, times = asyncio.run(_clients(server.url, n, seconds))
-            wall = time.perf_counter() - t0 - 1.0  # less the warm-up second (approximately)
-            cpu = server.cpu_s() - cpu0
-            client_cpu = time.process_time() - client_cpu0
-        out[f"clients_{n}"] = {
-            "runs": runs,
-            "runs_per_s": runs / seconds,
-            "run_median_ms": statistics.median(times) * 1e3,
-            "run_p90_ms": _pct(times, 0.9) * 1e3,
-            "server_cpu_ms_per_run": cpu / max(runs, 1) * 1e3,
-            "server_cpu_share": cpu / wall,
-            "client_cpu_ms_per_run": client_cpu / max(runs, 1) * 1e3,
-        }
+            out[f"clients_{n}"] = asyncio.run(_clients(server, n, seconds))
     return out
 
 
@@ -379,6 +386,7 @@ def main() -> None:
         "python": sys.version.split()[0],
         "cpus": os.cpu_count(),
         "store": "SQLite, the default (.loom/loom.db)",
+        "loadavg_before": _loadavg(),
     }
     if want("latency"):
         result["latency"] = latency(50 if quick else 300, 10 if quick else 30, prof)
@@ -390,6 +398,7 @@ def main() -> None:
         result["memory"] = memory(200 if quick else 1000, prof)
     if want("cold_start"):
         result["cold_start"] = cold_start(2 if quick else 5, prof)
+    result["loadavg_after"] = _loadavg()
     result["targets"] = TARGETS
     result["peers"] = PEERS
     print(json.dumps(result, indent=2))

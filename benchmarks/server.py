@@ -125,6 +125,11 @@ class Server:
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
+    def runqueue_wait_s(self) -> float:
+        """Seconds the server's main thread (the event loop) was runnable but waited for a CPU
+        (``/proc/<pid>/schedstat``): the share of its time other processes took."""
+        return int(Path(f"/proc/{self.process.pid}/schedstat").read_text().split()[1]) / 1e9
+
     def rss_kib(self) -> int:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -308,9 +313,11 @@ async def _clients(server: Server, n: int, seconds: float) -> dict[str, float]:
         await asyncio.gather(*(loop(time.perf_counter() + 1.0) for _ in range(n)))  # warm up
         done, times = 0, []
         cpu0, client_cpu0, t0 = server.cpu_s(), time.process_time(), time.perf_counter()
+        waited0 = server.runqueue_wait_s()
         await asyncio.gather(*(loop(t0 + seconds) for _ in range(n)))
         wall, cpu = time.perf_counter() - t0, server.cpu_s() - cpu0
         client_cpu = time.process_time() - client_cpu0
+        waited = server.runqueue_wait_s() - waited0
     return {
         "runs": done,
         "runs_per_s": done / wall,
@@ -318,6 +325,7 @@ async def _clients(server: Server, n: int, seconds: float) -> dict[str, float]:
         "run_p90_ms": _pct(times, 0.9) * 1e3,
         "server_cpu_ms_per_run": cpu / max(done, 1) * 1e3,
         "server_cpu_share": cpu / wall,  # of one core
+        "server_runqueue_wait_share": waited / wall,  # runnable, but another process had the CPU
         "client_cpu_ms_per_run": client_cpu / max(done, 1) * 1e3,
         "loadavg_after": _loadavg()[0],
     }

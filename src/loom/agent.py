@@ -166,6 +166,10 @@ class Agent:
         reserved_output_tokens: Tokens kept free for the answer (default:
             ``model_settings.max_tokens``, else min(4000, window / 4)).
         memory: A ``loom.memory.MemoryConfig``: segment budgets, compression, MEMORY.md.
+        query_detector: Server queries (seed 003, ``loom.queries``): a ``QueryDetector`` or a
+            mapping of query kind to regular expression. A final answer it matches stops the
+            run with ``stop_reason="awaiting_input"`` until the client answers
+            (``runtime.answer_query``); the same turn then goes on.
     """
 
     __slots__ = (
@@ -192,6 +196,7 @@ class Agent:
         "name",
         "patterns",
         "permissions",
+        "query_detector",
         "queue_timeout",
         "reserved_output_tokens",
         "timeout",
@@ -223,6 +228,7 @@ class Agent:
     name: str
     patterns: PatternLibrary | None
     permissions: Any
+    query_detector: Any
     queue_timeout: float
     reserved_output_tokens: int | None
     timeout: float
@@ -261,6 +267,7 @@ class Agent:
         context_window: int | None = None,
         reserved_output_tokens: int | None = None,
         memory: MemoryConfig | None = None,
+        query_detector: Any = None,
     ) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         put = object.__setattr__
@@ -353,6 +360,11 @@ class Agent:
                 items: list[Any] = [judges] if hasattr(judges, "evaluate") else list(judges)
                 judges = JudgePanel(items)
         put(self, "judges", judges)
+        if query_detector is not None:
+            from loom.queries import query_detector as as_detector
+
+            query_detector = as_detector(query_detector)
+        put(self, "query_detector", query_detector)
         put(self, "max_result_chars", None if max_result_chars is None
             else _positive("max_result_chars", max_result_chars, integer=True))  # fmt: skip
         if context_builder is None and (

@@ -31,9 +31,10 @@ Names follow seed 002. Seed 004 names the events its loop must emit; they map on
 Seed 003's state machine shows up as ``STATE_CHANGE`` events whose ``data`` holds
 ``{"from": ..., "to": ...}`` with :class:`loom.AgentState` values.
 
-Six event types put a message into the session's transcript (``AgentEvent.message()``):
+Seven event types put a message into the session's transcript (``AgentEvent.message()``):
 ``USER_MESSAGE``, ``LLM_COMPLETE``, ``TOOL_RESULT``, ``TOOL_ERROR``, ``JUDGE_RETRY`` (the judges'
-correction) and ``MEMORY_RECORD`` (a summary or a MEMORY.md flush marker). The transcript is
+correction), ``QUERY_ANSWER`` (a client's answer to a server query) and ``MEMORY_RECORD`` (a
+summary or a MEMORY.md flush marker). The transcript is
 exactly ``loom.journal.transcript(events)``.
 """
 
@@ -87,6 +88,8 @@ class EventType(StrEnum):
     JUDGE_START = "judge_start"
     JUDGE_RESULT = "judge_result"
     JUDGE_RETRY = "judge_retry"
+    SERVER_QUERY = "server_query"
+    QUERY_ANSWER = "query_answer"
     RUN_RECOVERED = "run_recovered"
     WARNING = "warning"
     PERSIST_START = "persist_start"
@@ -501,6 +504,35 @@ class JudgeRetry(AgentEvent):
 
 @_payload
 @dataclass(slots=True, kw_only=True)
+class ServerQueryEvent(AgentEvent):
+    """The model's answer asked the client for something; the run waits for the answer."""
+
+    type: Literal[E.SERVER_QUERY] = E.SERVER_QUERY
+    query_id: str = ""
+    kind: str = ""
+    question: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class QueryAnswer(AgentEvent):
+    """The client's answer to a server query: a message the model reads next."""
+
+    type: Literal[E.QUERY_ANSWER] = E.QUERY_ANSWER
+    query_id: str = ""
+    kind: str = ""
+    content: str = ""
+
+    def message(self) -> Message:
+        from loom.messages import Message
+
+        return Message(role="user", content=self.content, timestamp=_at(self.timestamp),
+                       metadata={"server_query": self.query_id, "kind": self.kind})  # fmt: skip
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
 class RunRecovered(AgentEvent):
     """A run that died (its process was killed) was closed by this one."""
 
@@ -538,6 +570,7 @@ class AgentFinish(AgentEvent):
     error: str | None = None
     duration_ms: float = 0.0
     pending_approvals: list[dict[str, Any]] = field(default_factory=list)
+    pending_query: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
 
 
@@ -566,7 +599,8 @@ EVENT_CLASSES: dict[EventType, type[AgentEvent]] = {
         CompressionComplete, MemoryFlush, MemoryRecord, PatternsMatched, LlmStart, LlmDelta,
         LlmToolCalls, LlmComplete, LlmRetry, ToolExecutionStart, ToolResultEvent, ToolErrorEvent,
         ApprovalRequired, ApprovalDecisionEvent, Recursion, JudgeStart, JudgeResult, JudgeRetry,
-        RunRecovered, Warning, PersistStart, AgentFinish, ErrorEvent,
+        ServerQueryEvent, QueryAnswer, RunRecovered, Warning, PersistStart, AgentFinish,
+        ErrorEvent,
     )
 }  # fmt: skip
 assert set(EVENT_CLASSES) == set(EventType), "every EventType needs its class"

@@ -36,6 +36,7 @@ from loom.journal import Journal
 from loom.messages import Message, ModelResponse, RunResult, StopReason, Usage, new_id
 from loom.models.base import RetryNotice, TextDelta, reports_real_usage
 from loom.policy import approval
+from loom.queries import format_answer
 from loom.recovery import find_loose_ends
 from loom.store.base import RunRecord
 
@@ -70,11 +71,12 @@ class Turn:
     """One user message (or one resume) run to its answer. Made by ``Runtime``."""
 
     def __init__(self, runtime: Runtime, agent: Agent, message: str | None, session_id: str,
-                 on_busy: str, deps: Any, *, resume: Any = None,
+                 on_busy: str, deps: Any, *, resume: Any = None, answer: Any = None,
                  parent_run_id: str | None = None) -> None:  # fmt: skip
         self.runtime, self.agent, self.session_id = runtime, agent, session_id
         self.run_id = new_id("run")
-        self.message, self.resume = message or "", resume
+        self.message, self.resume, self.answer = message or "", resume, answer
+        self.pending_query: dict[str, Any] | None = None  # a server query waiting (awaiting_input)
         self.on_busy, self.user_deps, self.parent_run_id = on_busy, deps, parent_run_id
         self.iteration, self.state, self.usage, self.output = (
             0,
@@ -187,6 +189,13 @@ class Turn:
             await self.calls.recover(ends)
         if self.resume is not None:
             return await self._settle(pending)
+        if self.answer is not None:  # the client answered a server query: the turn goes on
+            query, text = self.answer
+            self.message = next((m.content for m in reversed(j.history) if m.role == "user"), "")
+            content = format_answer(query.kind, query.question, text)
+            await j.commit([j.event(ev.QueryAnswer, query_id=query.query_id, kind=query.kind,
+                                    content=content)])  # fmt: skip
+            return
         for p in pending:  # a new message instead of a decision: the parked calls are denied
             await self.calls.decide(p, None, "new_message")
             await self.calls.record(p.call, approval.expired_result(p.call), started=False)
@@ -238,6 +247,11 @@ class Turn:
                 self.output = response.text
                 if a.judges is not None and await self._review(response.text):
                     continue  # the judges failed it; their correction is in the transcript
+                query = a.query_detector.detect(response.text) if a.query_detector else None
+                if query is not None:  # seed 003: the model asked the client; wait for it
+                    self.pending_query = {**query.to_dict(), "query_id": new_id("query")}
+                    await j.commit([j.event(ev.ServerQueryEvent, **self.pending_query)])
+                    raise _Stop("awaiting_input")
                 return
             self._set_state(S.EXECUTING_TOOLS)
             results = await self.calls.run(response.tool_calls)
@@ -352,6 +366,7 @@ class Turn:
             output=self.output, messages=j.added, usage=self.usage, session_id=self.session_id,
             run_id=self.run_id, stop_reason=stop, iterations=self.iteration, error=error,
             verdict=self.verdict, pending_approvals=parked, warnings=j.warnings,
+            pending_query=self.pending_query,
         )  # fmt: skip
         if calls is not None:
             try:
@@ -361,7 +376,8 @@ class Turn:
         finish = j.event(ev.AgentFinish, stop_reason=stop, output=self.output,
                          usage=self.usage.model_dump(), iterations=self.iteration, error=error,
                          duration_ms=(time.perf_counter() - started) * 1000,
-                         pending_approvals=parked, warnings=list(j.warnings))  # fmt: skip
+                         pending_approvals=parked, warnings=list(j.warnings),
+                         pending_query=self.pending_query)  # fmt: skip
         data = {"error": error, "verdict": self.verdict, "pending_approvals": parked}
         await j.commit([finish], run=RunRecord(self.run_id, self.session_id, stop, self.usage,
                                                data=data))  # fmt: skip

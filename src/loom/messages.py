@@ -34,6 +34,7 @@ StopReason = Literal[
     "timeout",  # the turn hit Agent.timeout (wall clock)
     "cancelled",  # the caller cancelled, or another turn interrupted this one
     "awaiting_approval",  # a tool call waits for a human decision; resume later
+    "awaiting_input",  # the model asked the client something (a server query); answer it
     "model_error",  # the model provider failed after its retries
     "error",  # a fatal hook or an internal error; see the ERROR event
 ]
@@ -210,6 +211,8 @@ class RunResult(_Model):
     error: str | None = None
     verdict: dict[str, Any] | None = None
     pending_approvals: list[dict[str, Any]] = Field(default_factory=list)
+    pending_query: dict[str, Any] | None = None
+    """With ``stop_reason="awaiting_input"``: the server query (``loom.queries``) to answer."""
     warnings: list[str] = Field(default_factory=list)
     """What the user should know that did not stop the run: a tool server that failed to
     start, text that had to be escaped to be stored, ..."""

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from loom.models.base import Model
     from loom.policy.approval import PendingApproval
     from loom.policy.permissions import PermissionRule
+    from loom.queries import ServerQuery
     from loom.tools.channel import ResultShaper
 
 __all__ = ["OnBusy", "RunDeps", "Runtime", "runtime_for"]
@@ -254,6 +255,7 @@ class Runtime:
         deps: Any,
         resume: Any = None,
         parent_run_id: str | None = None,
+        answer: Any = None,
     ) -> Turn:
         """A turn of ``agent``, checked and ready but not started: ``turn.run_id`` is known
         now, ``await turn.run(emit)`` runs it (or ``loom.driving.drive(turn)`` streams it),
@@ -269,7 +271,7 @@ class Runtime:
         if on_busy not in ("queue", "drop", "interrupt"):
             raise InputError(f"on_busy must be 'queue', 'drop' or 'interrupt', got {on_busy!r}")
         return Turn(self, agent, message, session_id or new_id("session"), on_busy, deps,
-                    resume=resume, parent_run_id=parent_run_id)  # fmt: skip
+                    resume=resume, answer=answer, parent_run_id=parent_run_id)  # fmt: skip
 
     async def stream(
         self,
@@ -348,6 +350,49 @@ class Runtime:
         """Continue a turn that stopped with ``stop_reason="awaiting_approval"`` (see
         ``Agent.resume``)."""
         turn = await self.prepare_resume(agent, session_id, decisions, deps)
+        await turn.run(discard)
+        assert turn.result is not None
+        return turn.result
+
+    async def pending_query(self, session_id: str) -> ServerQuery | None:
+        """The server query (``loom.queries``) the session waits on, if any."""
+        from loom.queries import pending_query
+
+        return await pending_query(self.store, session_id)
+
+    async def prepare_answer(
+        self,
+        agent: Agent,
+        session_id: str,
+        answer: str,
+        *,
+        query_id: str | None = None,
+        deps: Any = None,
+    ) -> Turn:
+        """``prepare`` for the client's answer to a server query (see ``answer_query``)."""
+        if not isinstance(answer, str):
+            raise InputError(f"an answer must be text, got {type(answer).__name__}")
+        query = await self.pending_query(session_id)
+        if query is None:
+            raise InputError(f"session {session_id!r} has no server query waiting for an answer")
+        if query_id is not None and query_id != query.query_id:
+            raise InputError(
+                f"session {session_id!r} waits on query {query.query_id!r}, not {query_id!r}"
+            )
+        return self.prepare(agent, None, session_id, "queue", deps, answer=(query, answer))
+
+    async def answer_query(
+        self,
+        agent: Agent,
+        session_id: str,
+        answer: str,
+        *,
+        query_id: str | None = None,
+        deps: Any = None,
+    ) -> RunResult:
+        """Answer the server query a run stopped on (``stop_reason="awaiting_input"``): the
+        answer enters the transcript and the turn goes on; returns its ``RunResult``."""
+        turn = await self.prepare_answer(agent, session_id, answer, query_id=query_id, deps=deps)
         await turn.run(discard)
         assert turn.result is not None
         return turn.result

@@ -53,6 +53,7 @@ class ServerRuntime(Runtime):
         deps: Any,
         resume: Any = None,
         parent_run_id: str | None = None,
+        answer: Any = None,
     ) -> Turn:
         principal = current_principal.get()
         key = principal.name if principal is not None else ""
@@ -64,7 +65,8 @@ class ServerRuntime(Runtime):
                     f"API key {key!r} has {live} runs in progress, the limit of this server "
                     "(--max-concurrent-runs); wait for one to end and retry"
                 )
-        turn = super().prepare(agent, message, session_id, on_busy, deps, resume, parent_run_id)
+        turn = super().prepare(agent, message, session_id, on_busy, deps, resume, parent_run_id,
+                               answer)  # fmt: skip
         self.turns[turn] = key
         return turn
 

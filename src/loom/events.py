@@ -185,7 +185,7 @@ def _payload(cls: type[AgentEvent]) -> type[AgentEvent]:
     base = {f.name for f in fields(AgentEvent)}
     cls.PAYLOAD = tuple(f.name for f in fields(cls) if f.name not in base)
     if cls.PAYLOAD:  # two names or more: attrgetter returns a tuple
-        cls.ROW = staticmethod(attrgetter(*cls.PAYLOAD, "extra"))  # type: ignore[assignment]
+        cls.ROW = staticmethod(attrgetter(*cls.PAYLOAD, "extra"))
     return cls
 
 

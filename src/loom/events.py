@@ -41,9 +41,11 @@ exactly ``loom.journal.transcript(events)``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from enum import StrEnum
+from operator import attrgetter
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 if TYPE_CHECKING:
@@ -124,6 +126,8 @@ class AgentEvent:
     # payload field name -> key in ``data`` when they differ ("from" is a keyword)
     KEYS: ClassVar[dict[str, str]] = {}
     PAYLOAD: ClassVar[tuple[str, ...]] = ()
+    # the payload fields' values and ``extra``, as one tuple in ``PAYLOAD`` order (one C call)
+    ROW: ClassVar[Callable[[Any], tuple[Any, ...]]] = staticmethod(lambda ev: (ev.extra,))
 
     @property
     def data(self) -> dict[str, Any]:
@@ -183,6 +187,8 @@ class AgentEvent:
 def _payload(cls: type[AgentEvent]) -> type[AgentEvent]:
     base = {f.name for f in fields(AgentEvent)}
     cls.PAYLOAD = tuple(f.name for f in fields(cls) if f.name not in base)
+    if cls.PAYLOAD:  # two names or more: attrgetter returns a tuple
+        cls.ROW = staticmethod(attrgetter(*cls.PAYLOAD, "extra"))
     return cls
 
 

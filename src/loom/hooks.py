@@ -154,8 +154,28 @@ def _misnamed(names: frozenset[str]) -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
+_CLASS_NAMES: dict[type, frozenset[str]] = {}
+
+
+def _public_names(h: object) -> frozenset[str]:
+    """``h``'s public attribute names, as ``dir(h)`` lists them: the class's (computed once
+    per class) and the instance's own, unless the class customises ``__dir__``."""
+    cls = type(h)
+    if cls.__dir__ is not object.__dir__:
+        return frozenset(n for n in dir(h) if not n.startswith("_"))
+    names = _CLASS_NAMES.get(cls)
+    if names is None:
+        names = _CLASS_NAMES[cls] = frozenset(n for n in dir(cls) if not n.startswith("_"))
+    own = getattr(h, "__dict__", None)
+    if own:
+        extra = [n for n in own if not n.startswith("_") and n not in names]
+        if extra:
+            return names.union(extra)
+    return names
+
+
 def _check_names(h: object) -> None:
-    names = frozenset(n for n in dir(h) if not n.startswith("_"))
+    names = _public_names(h)
     for name, closest in _misnamed(names):
         if callable(getattr(h, name, None)):
             raise HookDefinitionError(

@@ -17,7 +17,10 @@ the JSONL export, ``loom sessions show`` and the context builder all read that t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic_core import to_json
 
 from loom.events import AgentEvent, EventType, LlmDelta, make_event
 from loom.messages import Message
@@ -65,6 +68,31 @@ def clean(value: Any) -> tuple[Any, bool]:
 
 
 _TEXT_FIELDS = ("content", "answer", "correction", "message_text", "arguments", "tool_calls")
+_TEXT_OF: dict[type[AgentEvent], attrgetter[Any] | None] = {}
+
+
+def _text_getter(cls: type[AgentEvent]) -> attrgetter[Any] | None:
+    names = [n for n in _TEXT_FIELDS if n in cls.PAYLOAD]
+    getter = _TEXT_OF[cls] = attrgetter(*names) if names else None
+    return getter
+
+
+def _all_ascii(events: Sequence[AgentEvent]) -> bool:
+    """True when no text field of ``events`` holds a non-ASCII character (so none can hold a
+    lone surrogate): one JSON encoding in C instead of walking each value. False whenever in
+    doubt (a value without a JSON form, a surrogate): ``clean`` then walks the values."""
+    values = []
+    for ev in events:
+        cls = type(ev)
+        getter = _TEXT_OF[cls] if cls in _TEXT_OF else _text_getter(cls)
+        if getter is not None:
+            values.append(getter(ev))
+    if not values:
+        return True
+    try:
+        return to_json(values).isascii()
+    except (ValueError, RecursionError):  # PydanticSerializationError too
+        return False
 
 
 class Journal:
@@ -155,8 +183,10 @@ class Journal:
         """Commit a step (its events, their messages, ledger rows, a run record), then emit
         the events. Returns the messages the step added to the transcript."""
         messages: list[Message] = []
+        if events and not _all_ascii(events):
+            for ev in events:
+                self._make_representable(ev)
         for ev in events:
-            self._make_representable(ev)
             m = ev.message()
             if m is not None:
                 messages.append(m)

@@ -473,6 +473,24 @@ def _names(pattern: str, risk: str, c: Any) -> bool:
     return bool(c.name) and os.path.basename(first) == c.name
 
 
+_default_memo: tuple[tuple[tuple[str, Any], ...], PermissionManager] | None = None
+
+
+def _default_manager() -> PermissionManager:
+    """A new manager of ``DEFAULT_RULES``: parsed once (again if the dict changes), then
+    copied per agent (each agent's manager and rule list stay its own to change)."""
+    global _default_memo
+    key = tuple(DEFAULT_RULES.items())
+    memo = _default_memo
+    if memo is None or memo[0] != key:
+        template = PermissionManager(dict(DEFAULT_RULES), default="allow", source="default")
+        memo = _default_memo = (key, template)
+    template = memo[1]
+    manager = PermissionManager(template.rules, default=template.default)
+    manager.safe_mode = template.safe_mode
+    return manager
+
+
 def build_permissions(
     permissions: PermissionManager | Mapping[str, Any] | None, workspace: Path | None
 ) -> PermissionManager:
@@ -484,7 +502,7 @@ def build_permissions(
     if isinstance(permissions, PermissionManager):
         manager = permissions
     elif permissions is None:
-        manager = PermissionManager(dict(DEFAULT_RULES), default="allow", source="default")
+        manager = _default_manager()
     elif isinstance(permissions, Mapping):
         manager = PermissionManager(permissions)
     else:

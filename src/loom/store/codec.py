@@ -270,9 +270,7 @@ def pack_events(events: Sequence[AgentEvent]) -> PackedEvents | None:
         if not ev.run_id.isascii():
             return None
         heads.append((ev.type, type(ev), ev.run_id, ev.sequence, ev.iteration, ev.timestamp))
-        values = [getattr(ev, n) for n in ev.PAYLOAD]
-        values.append(ev.extra)
-        payload.append(values)
+        payload.append(type(ev).ROW(ev))
     try:
         text = to_json(payload, inf_nan_mode="constants")
     except (ValueError, RecursionError):  # PydanticSerializationError too

@@ -517,7 +517,8 @@ class ServerQueryEvent(AgentEvent):
     query_id: str = ""
     kind: str = ""
     question: str = ""
-    data: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)  # the pattern's named parts
+    KEYS: ClassVar[dict[str, str]] = {"details": "data"}
 
 
 @_payload

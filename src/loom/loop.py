@@ -249,8 +249,10 @@ class Turn:
                     continue  # the judges failed it; their correction is in the transcript
                 query = a.query_detector.detect(response.text) if a.query_detector else None
                 if query is not None:  # seed 003: the model asked the client; wait for it
-                    self.pending_query = {**query.to_dict(), "query_id": new_id("query")}
-                    await j.commit([j.event(ev.ServerQueryEvent, **self.pending_query)])
+                    q = self.pending_query = {**query.to_dict(), "query_id": new_id("query")}
+                    await j.commit([j.event(ev.ServerQueryEvent, query_id=q["query_id"],
+                                            kind=q["kind"], question=q["question"],
+                                            details=q["data"])])  # fmt: skip
                     raise _Stop("awaiting_input")
                 return
             self._set_state(S.EXECUTING_TOOLS)

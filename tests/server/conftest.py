@@ -19,7 +19,7 @@ pytest.importorskip("uvicorn")
 SRC = str(Path(__file__).resolve().parents[2] / "src")  # this checkout, not an installed loom
 
 # The agents the test server serves, built on loom.testing models (no LLM needed).
-AGENTS = '''
+AGENTS = r'''
 """Agents for the server tests."""
 
 from loom import Agent, ModelResponse, ToolCall, tool
@@ -75,6 +75,19 @@ registry = AgentRegistry([CALC, OPS])
 # with an agent that blocks: "sleep 2" answers after two seconds (security and shutdown tests)
 slow_registry = AgentRegistry([CALC, OPS, Agent(name="slow", instructions="You wait.",
                                                 model=FunctionModel(slow))])
+
+
+def reader(messages, tools):
+    last = messages[-1]
+    if last.metadata.get("server_query"):
+        return "The file begins with: " + last.content.splitlines()[1]
+    return "I need to read src/main.rs first."
+
+
+# with an agent that asks the client for a file (seed 003's server queries)
+FILE_QUERY = {"file_read": r"I need to read (?P<path>\S+)"}
+query_registry = AgentRegistry([CALC, Agent(name="reader", model=FunctionModel(reader),
+                                            query_detector=FILE_QUERY)])
 '''
 
 

@@ -38,6 +38,7 @@ from loom.server.lg_runs import (
     RunManager,
     interrupts_of,
     lc_message,
+    query_interrupts,
     run_status,
 )
 from loom.store.base import SessionInfo
@@ -306,8 +307,14 @@ async def _start_run(
             'or use multitask_strategy "enqueue" or "interrupt"'
         )
     runtime = state.runtime
-    if body.command and "resume" in body.command:
-        turn = await runtime.prepare_resume(agent, thread_id, body.command["resume"], None)
+    if body.command and "answer" in body.command:  # the client answers a server query
+        turn = await runtime.prepare_answer(agent, thread_id, body.command["answer"],
+                                            query_id=body.command.get("query_id"))  # fmt: skip
+    elif body.command and "resume" in body.command:
+        if isinstance(body.command["resume"], str) and await runtime.pending_query(thread_id):
+            turn = await runtime.prepare_answer(agent, thread_id, body.command["resume"])
+        else:
+            turn = await runtime.prepare_resume(agent, thread_id, body.command["resume"], None)
     else:
         message = _last_human(body.input)
         if message is None:
@@ -355,6 +362,10 @@ async def _final_values(state: ServerState, run: LgRun) -> dict[str, Any]:
     )
     if run.stop_reason == "awaiting_approval":
         values["__interrupt__"] = interrupts_of(await _pending(state, run.thread_id))
+    elif run.stop_reason == "awaiting_input":
+        query = await state.runtime.pending_query(run.thread_id)
+        if query is not None:
+            values["__interrupt__"] = query_interrupts(run.thread_id, query.to_dict())
     if run.status == "error":
         values["__error__"] = {"error": "RunError", "message": run.error or "the run failed"}
     return values
@@ -686,6 +697,46 @@ async def decide_approval(
                        stream_mode=["values", "updates", "messages-tuple", "events"])  # fmt: skip
     run = await _start_run(state, thread_id, resume)
     return JSONResponse({"status": "resumed", "run": run.to_dict()}, status_code=202,
+                        headers=_locations(run))  # fmt: skip
+
+
+class QueryAnswerBody(_Body):
+    answer: str = Field(description="The client's answer to the model's query")
+    query_id: str | None = Field(default=None, description="The query answered (checked)")
+    stream_mode: list[str] | str | None = None
+
+
+@router.get(
+    "/threads/{thread_id}/queries",
+    summary="The server query (seed 003) the thread waits on: [] or [query]",
+)
+async def list_queries(request: Request, thread_id: str) -> list[dict[str, Any]]:
+    state = state_of(request)
+    await _session(state, thread_id)
+    query = await state.runtime.pending_query(thread_id)
+    return [] if query is None else [query.to_dict()]
+
+
+@router.post(
+    "/threads/{thread_id}/commands",
+    status_code=202,
+    summary="Answer the thread's server query; the turn goes on as a new run",
+)
+async def answer_query(request: Request, thread_id: str, body: QueryAnswerBody) -> JSONResponse:
+    state = state_of(request)
+    info = await _session(state, thread_id)
+    if _manager(state).active_on(thread_id):
+        raise SessionBusy(f"thread {thread_id!r} is running a run; answer after it ends")
+    if await state.runtime.pending_query(thread_id) is None:
+        raise InputError(f"thread {thread_id!r} has no server query waiting for an answer")
+    assistant = (await _metadata(state, info)).get("assistant_id") or info.agent_name
+    command: dict[str, Any] = {"answer": body.answer}
+    if body.query_id is not None:
+        command["query_id"] = body.query_id
+    modes = body.stream_mode or ["values", "updates", "messages-tuple", "events"]
+    create = RunCreate(assistant_id=str(assistant), command=command, stream_mode=modes)
+    run = await _start_run(state, thread_id, create)
+    return JSONResponse({"status": "answered", "run": run.to_dict()}, status_code=202,
                         headers=_locations(run))  # fmt: skip
 
 

@@ -59,6 +59,7 @@ ALL_MODES = ("values", "updates", "messages-tuple", "messages", "events", "custo
 _STATUS = {
     "completed": "success",
     "awaiting_approval": "success",  # LangGraph: the run succeeded, the thread is interrupted
+    "awaiting_input": "success",  # a server query waits for the client's answer
     "max_iterations": "success",
     "max_tool_calls": "success",
     "cancelled": "interrupted",
@@ -201,14 +202,23 @@ class FrameMaker:
                 out.append(Frame("updates", "updates", {node: {"messages": [msg]}}))
             self.streamed = "" if isinstance(ev, LlmComplete) else self.streamed
             out.append(Frame("values", "values", self.values()))
-        if isinstance(ev, AgentFinish) and ev.stop_reason == "awaiting_approval":
-            interrupts = interrupts_of(ev.pending_approvals)
+        if isinstance(ev, AgentFinish) and ev.stop_reason in ("awaiting_approval",
+                                                              "awaiting_input"):  # fmt: skip
+            interrupts = (interrupts_of(ev.pending_approvals) if ev.pending_query is None
+                          else query_interrupts(ev.session_id, ev.pending_query))  # fmt: skip
             out.append(Frame("values", "values", {"__interrupt__": interrupts}))
             out.append(Frame("updates", "updates", {"__interrupt__": interrupts}))
         out.append(Frame("events", "events", ev.to_dict()))
         for f in out:  # a fixed slot per kind: the same id whichever frames an event has
             f.id = f"{ev.sequence}.{_SLOTS[f.event, '__interrupt__' in f.data]}"
         return out
+
+
+def query_interrupts(thread_id: str, query: dict[str, Any]) -> list[dict[str, Any]]:
+    """The LangGraph interrupt for a server query (seed 003) waiting for the client."""
+    value = {"type": "server_query", **query,
+             "answer_with": f"POST /threads/{thread_id}/commands"}  # fmt: skip
+    return [{"id": query.get("query_id", ""), "value": value, "when": "during"}]
 
 
 def interrupts_of(pending: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -106,13 +106,20 @@ class Server:
 
 
 def start_server(
-    tmp: Path, *extra: str, app: str = "server_agents:registry", env: dict[str, str] | None = None
+    tmp: Path,
+    *extra: str,
+    app: str = "server_agents:registry",
+    env: dict[str, str] | None = None,
+    source: str = AGENTS,
+    db: Path | None = None,
 ) -> Server:
-    (tmp / "server_agents.py").write_text(AGENTS)
+    """Start ``loom serve --app APP`` with ``source`` written as APP's module in ``tmp``, on a
+    free port and the SQLite file ``db`` (default ``tmp/server.db``; reuse it to restart)."""
+    (tmp / f"{app.partition(':')[0]}.py").write_text(source)
     port = free_port()
-    db = tmp / "server.db"
+    db = db or tmp / "server.db"
     env = dict(os.environ, **(env or {}), PYTHONPATH=os.pathsep.join([SRC, str(tmp)]))
-    log = (tmp / "server.log").open("wb")
+    log = (tmp / "server.log").open("ab")
     process = subprocess.Popen(
         [sys.executable, "-m", "loom", "serve", "--app", app,
          "--port", str(port), "--store", str(db), "--log-level", "warning", *extra],

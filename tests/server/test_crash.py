@@ -7,17 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from tests.server.conftest import SRC, Server, free_port, stop_server
+from tests.server.conftest import Server, start_server, stop_server
 
 pytest.importorskip("langgraph_sdk")
 from langgraph_sdk import get_client
@@ -67,28 +63,7 @@ registry = AgentRegistry([
 
 
 def start(tmp: Path, db: Path) -> Server:
-    (tmp / "crashy_agents.py").write_text(CRASHY_AGENTS)
-    port = free_port()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, str(tmp)]))
-    log = (tmp / "server.log").open("ab")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "loom", "serve", "--app", "crashy_agents:registry",
-         "--port", str(port), "--store", str(db), "--log-level", "warning"],
-        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError((tmp / "server.log").read_text())
-        try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return Server(url, port, db, process)
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    process.kill()
-    raise RuntimeError("the server did not become ready in 30 s")
+    return start_server(tmp, app="crashy_agents:registry", source=CRASHY_AGENTS, db=db)
 
 
 def sse(lines: list[str]) -> list[tuple[str, str, Any]]:

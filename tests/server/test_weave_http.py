@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import httpx
 from tests.server.conftest import Server
@@ -99,3 +100,90 @@ def test_a_client_that_drops_mid_stream_leaves_the_server_serving(server: Server
         timeout=20,
     )
     assert again.status_code == 200 and again.json()["output"] == "The sum is 3."
+
+
+def sse_with_ids(lines: Iterator[str], stop_run: str) -> list[tuple[str, str, dict]]:
+    """(kind, id, data) of each event until the ``final`` of run ``stop_run``."""
+    out, kind, eid = [], "", ""
+    for line in lines:
+        if line.startswith("event: "):
+            kind = line[7:]
+        elif line.startswith("id: "):
+            eid = line[4:]
+        elif line.startswith("data: "):
+            data = json.loads(line[6:])
+            out.append((kind, eid, data))
+            if kind == "final" and data["run_id"] == stop_run:
+                return out
+    return out
+
+
+def test_weave_stream_events_have_ids(server: Server) -> None:
+    body = {"agent": "calc", "message": "add 3 and 3", "session_id": "weave-ids-1"}
+    ids = []
+    with httpx.stream("POST", f"{server.url}/v1/weave:stream", json=body) as r:
+        for line in r.iter_lines():
+            if line.startswith("id: "):
+                ids.append(line[4:])
+    run_id = ids[0].split(":")[0]
+    assert all(i.startswith(f"{run_id}:") for i in ids) and len(ids) == len(set(ids))
+
+
+def test_session_events_replay_then_resume_with_last_event_id(server: Server) -> None:
+    session = "weave-sub-1"
+    one = httpx.post(
+        f"{server.url}/v1/weave",
+        json={"agent": "calc", "message": "add 1 and 5", "session_id": session},
+    )
+    run1 = one.json()["run_id"]
+    url = f"{server.url}/v1/sessions/{session}/events"
+    with httpx.stream("GET", url, timeout=20) as r:
+        assert r.status_code == 200
+        first = sse_with_ids(r.iter_lines(), run1)
+    assert first[0][0] == "started" and first[-1][2]["output"] == "The sum is 6."
+    assert all(d["replayed"] for _, _, d in first)
+    assert first[0][2]["event"]["type"] == "agent_start"
+    two = httpx.post(
+        f"{server.url}/v1/weave", json={"agent": "calc", "message": "again", "session_id": session}
+    )
+    run2 = two.json()["run_id"]
+    last = first[-1][1]
+    with httpx.stream("GET", url, headers={"Last-Event-ID": last}, timeout=20) as r:
+        rest = sse_with_ids(r.iter_lines(), run2)
+    assert rest and all(d["run_id"] == run2 for _, _, d in rest)
+    assert rest[-1][2]["output"] == "echo: again"
+    with httpx.stream("GET", url, params={"after": last}, timeout=20) as r:
+        assert [i for _, i, _ in sse_with_ids(r.iter_lines(), run2)] == [i for _, i, _ in rest]
+
+
+def test_session_events_errors(server: Server) -> None:
+    missing = httpx.get(f"{server.url}/v1/sessions/no-such-session/events")
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "NotFound"
+    httpx.post(
+        f"{server.url}/v1/weave",
+        json={"agent": "calc", "message": "hi", "session_id": "weave-sub-2"},
+    )
+    bad = httpx.get(
+        f"{server.url}/v1/sessions/weave-sub-2/events", headers={"Last-Event-ID": "garbage"}
+    )
+    assert bad.status_code == 422 and "run_id" in bad.json()["error"]["message"]
+
+
+def test_weave_answer_resumes_a_parked_run(server: Server) -> None:
+    parked = httpx.post(
+        f"{server.url}/v1/weave",
+        json={"agent": "ops", "message": "go", "session_id": "weave-ans-1"},
+    ).json()
+    call_id = parked["pending_approvals"][0]["tool_call_id"]
+    wrong = httpx.post(
+        f"{server.url}/v1/weave:answer",
+        json={"session_id": "weave-ans-1", "call_id": "call_x", "decision": "approve"},
+    )
+    assert wrong.status_code == 404 and call_id in wrong.json()["error"]["message"]
+    r = httpx.post(
+        f"{server.url}/v1/weave:answer",
+        json={"session_id": "weave-ans-1", "call_id": call_id, "decision": "approve"},
+        timeout=20,
+    )
+    assert r.status_code == 200 and r.json()["status"] == "resumed"
+    assert r.json()["reply"]["output"] == "done: deployed prod"

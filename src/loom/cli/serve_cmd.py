@@ -101,10 +101,6 @@ def serve(
                 "your agents. Configure keys (--keys FILE, or LOOM_API_KEYS=key1,key2) or bind "
                 "to 127.0.0.1"
             )
-        if security.keys and grpc_port is not None:
-            raise ConfigurationError(
-                "gRPC does not check API keys yet; drop --grpc-port when serving with keys"
-            )
         registry = (
             AgentRegistry.from_dir(agents) if agents is not None else load_registry(str(app_spec))
         )
@@ -171,6 +167,7 @@ def _draining_server(config: Any, state: Any, grace: float) -> Any:
                     )
                 await asyncio.sleep(0.1)  # let the streams of cancelled runs send their last event
             finally:
+                state.hub.close()  # end session subscriptions (they would hold the shutdown)
                 self.should_exit = True
 
     return DrainingServer(config)

@@ -26,12 +26,19 @@ from loom.runtime import Runtime
 from loom.server.registry import AgentRegistry
 
 if TYPE_CHECKING:
-    from loom.server.security import SecurityConfig
+    from loom.server.security import Principal, SecurityConfig
+    from loom.server.session_events import SessionHub
     from loom.store.base import Store
 
-__all__ = ["ServerState", "create_app", "error_body", "server_runtime", "state_of"]
+__all__ = ["ServerState", "create_app", "error_body", "server_runtime", "state_of", "view_for"]
 
 log = logging.getLogger("loom.server")
+
+
+def _hub() -> SessionHub:
+    from loom.server.session_events import SessionHub
+
+    return SessionHub()
 
 
 @dataclass
@@ -43,13 +50,17 @@ class ServerState:
     ready: bool = False
     draining: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    hub: SessionHub = field(default_factory=_hub)  # live events by session (SubscribeToSession)
 
 
 def state_of(request: Request) -> ServerState:
     """The server's state as the request's API key sees it: a key limited to some agents gets a
     registry of those agents only (so other agents are 404 and lists show its own)."""
-    state: ServerState = request.app.state.loom
-    principal = request.scope.get("loom.principal")
+    return view_for(request.app.state.loom, request.scope.get("loom.principal"))
+
+
+def view_for(state: ServerState, principal: Principal | None) -> ServerState:
+    """``state`` as ``principal`` sees it (its agents only), for HTTP and gRPC alike."""
     if principal is None or principal.agents is None:
         return state
     views: dict[str, AgentRegistry] = state.extra.setdefault("registry_views", {})
@@ -119,6 +130,8 @@ def create_app(
     )
 
     state = ServerState(registry, runtime)
+    # every event of every run reaches the session's subscribers (SubscribeToSession)
+    runtime.observers = (*runtime.observers, state.hub.publish)
     security = security or SecurityConfig(keys=_no_keys())
     if security.keys:
         unknown = sorted(
@@ -134,6 +147,7 @@ def create_app(
                 "with API keys, build the runtime with loom.server.app.server_runtime(store, "
                 "security) so threads are scoped to their key"
             )
+    state.extra["security"] = security  # gRPC checks keys with it
     if isinstance(runtime.store, OwnedStore):
         state.extra["owners"] = runtime.store._owners
 

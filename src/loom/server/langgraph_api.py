@@ -672,6 +672,25 @@ async def decide_approval(
     request: Request, thread_id: str, call_id: str, body: ApprovalDecision
 ) -> JSONResponse:
     state = state_of(request)
+    info, decided, waiting = await record_decision(
+        state, thread_id, call_id, body.model_dump(exclude_none=True)
+    )
+    if waiting:
+        return JSONResponse({"status": "waiting", "undecided": waiting}, status_code=202)
+    assistant = await session_agent(state, info)
+    resume = RunCreate(assistant_id=assistant, command={"resume": decided},
+                       stream_mode=["values", "updates", "messages-tuple", "events"])  # fmt: skip
+    run = await _start_run(state, thread_id, resume)
+    return JSONResponse({"status": "resumed", "run": run.to_dict()}, status_code=202,
+                        headers=_locations(run))  # fmt: skip
+
+
+async def record_decision(
+    state: ServerState, thread_id: str, call_id: str, decision: dict[str, Any]
+) -> tuple[SessionInfo, dict[str, dict[str, Any]], list[str]]:
+    """Record a decision on one parked call (shared by every protocol that answers approvals):
+    the session, every decision so far, and the calls still undecided (none: resume now with
+    the decisions, which are then forgotten)."""
     info = await _session(state, thread_id)
     pending = await _pending(state, thread_id)
     ids = [p["tool_call_id"] for p in pending]
@@ -686,18 +705,18 @@ async def decide_approval(
         "langgraph_decisions", {}
     )
     decided = {k: v for k, v in all_decided.get(thread_id, {}).items() if k in ids}
-    decided[call_id] = body.model_dump(exclude_none=True)
+    decided[call_id] = decision
     waiting = [i for i in ids if i not in decided]
     if waiting:
         all_decided[thread_id] = decided
-        return JSONResponse({"status": "waiting", "undecided": waiting}, status_code=202)
-    all_decided.pop(thread_id, None)
-    assistant = (await _metadata(state, info)).get("assistant_id") or info.agent_name
-    resume = RunCreate(assistant_id=str(assistant), command={"resume": decided},
-                       stream_mode=["values", "updates", "messages-tuple", "events"])  # fmt: skip
-    run = await _start_run(state, thread_id, resume)
-    return JSONResponse({"status": "resumed", "run": run.to_dict()}, status_code=202,
-                        headers=_locations(run))  # fmt: skip
+    else:
+        all_decided.pop(thread_id, None)
+    return info, decided, waiting
+
+
+async def session_agent(state: ServerState, info: SessionInfo) -> str:
+    """The name of the agent a session runs (the last one a run used)."""
+    return str((await _metadata(state, info)).get("assistant_id") or info.agent_name)
 
 
 class QueryAnswerBody(_Body):

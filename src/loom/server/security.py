@@ -341,7 +341,7 @@ _THREAD_PATH = re.compile(r"^/threads/([^/]+)(?:/|$)")
 _RUN_PATHS = re.compile(
     r"^(?:/threads/[^/]+/runs(?:/stream|/wait)?|/threads/[^/]+/approvals/[^/]+"
     r"|/runs(?:/stream|/wait|/batch)?|/agents/[^/]+/runs.*"
-    r"|/v1/chat/completions|/v1/responses|/v1/weave|/v1/weave:stream)$"
+    r"|/v1/chat/completions|/v1/responses|/v1/weave|/v1/weave:stream|/v1/weave:answer)$"
 )
 
 

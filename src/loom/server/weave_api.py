@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal, TypeVar
 
-from fastapi import APIRouter, FastAPI, Request
+import anyio
+from fastapi import APIRouter, FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
@@ -36,8 +37,11 @@ from loom.events import (
 from loom.messages import RunResult, Usage, new_id
 from loom.server.app import ServerState, error_body, state_of
 from loom.server.openai_api import EventStream, close_quietly
+from loom.server.session_events import Lagged, event_id, session_events
 
-__all__ = ["Progress", "WeaveRequest", "progress", "router", "weave_reply"]
+_T = TypeVar("_T")
+
+__all__ = ["Progress", "WeaveAnswer", "WeaveRequest", "progress", "router", "weave_reply"]
 
 
 @asynccontextmanager
@@ -54,6 +58,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        state.hub.close()  # end SubscribeToSession streams, so stopping does not wait on them
         await server.stop(grace=5)
 
 
@@ -216,7 +221,7 @@ async def stream_weave(request: Request, body: WeaveRequest) -> Response:
                     {"session_id": event.session_id, "run_id": event.run_id,
                      "sequence": event.sequence, **data}, separators=(",", ":"),
                 )  # fmt: skip
-                yield f"event: {kind}\ndata: {payload}\n\n".encode()
+                yield f"event: {kind}\nid: {event_id(event)}\ndata: {payload}\n\n".encode()
         finally:
             await close_quietly(events)
 
@@ -227,7 +232,85 @@ async def stream_weave(request: Request, body: WeaveRequest) -> Response:
     )
 
 
-async def _achain(first: AgentEvent, rest: AsyncIterator[AgentEvent]) -> AsyncIterator[AgentEvent]:
+async def _achain(first: _T, rest: AsyncIterator[_T]) -> AsyncIterator[_T]:
     yield first
     async for event in rest:
         yield event
+
+
+class WeaveAnswer(BaseModel):
+    session_id: str = Field(description="The session whose call waits for approval.")
+    call_id: str = Field(description="The parked call's tool_call_id (from approval_required).")
+    decision: Literal["approve", "reject"]
+    reason: str | None = Field(None, description="Why; shown to the model when rejected.")
+
+
+@router.post(
+    "/weave:answer",
+    summary="AnswerClarificationQuestion: approve or reject a parked call; resumes the turn "
+    "once every parked call is decided",
+)
+async def answer_weave(request: Request, body: WeaveAnswer) -> Response:
+    from loom.server.langgraph_api import record_decision, session_agent
+
+    state = state_of(request)
+    decision = body.model_dump(include={"decision", "reason"}, exclude_none=True)
+    info, decided, waiting = await record_decision(state, body.session_id, body.call_id, decision)
+    if waiting:
+        return JSONResponse({"status": "waiting", "undecided": waiting}, status_code=202)
+    name = await session_agent(state, info)
+    agent = state.registry.get(name)
+    if agent is None:
+        return _unknown_agent(state, name)
+    result = await state.runtime.resume(agent, body.session_id, decided)
+    return JSONResponse(
+        {"status": "resumed", "reply": weave_reply(result)},
+        headers={"X-Loom-Session": body.session_id},
+    )
+
+
+@router.get(
+    "/sessions/{session_id}/events",
+    summary="SubscribeToSession: a session's stored events, then its live ones, as SSE",
+    response_description="text/event-stream; each event's id is '<run_id>:<sequence>' "
+    "(reconnect with Last-Event-ID or ?after=)",
+)
+async def session_events_sse(
+    request: Request,
+    session_id: str,
+    after: str | None = Query(None, description="The id of the last event already received."),
+    last_event_id: str | None = Header(None, alias="Last-Event-ID"),
+) -> Response:
+    state = state_of(request)
+    if await state.runtime.store.get_session(session_id) is None:
+        body = error_body("NotFound", f"no session {session_id!r}; start one with POST /v1/weave")
+        return JSONResponse(body, status_code=404)
+    events = session_events(state.hub, state.runtime.store, session_id, last_event_id or after)
+    try:
+        first = await anext(events)  # a bad cursor becomes a status code, not a broken stream
+    except StopAsyncIteration:  # the server is shutting down
+        return Response(status_code=204)
+
+    async def sse() -> AsyncIterator[bytes]:
+        trackers: dict[str, ProgressTracker] = {}
+        try:
+            async for ev, replayed in _achain(first, events):
+                tracker = trackers.setdefault(ev.run_id, ProgressTracker())
+                p = tracker.progress(ev)
+                kind, data = p if p is not None else ("event", {})
+                payload = json.dumps(
+                    {"session_id": ev.session_id, "run_id": ev.run_id, "sequence": ev.sequence,
+                     "type": str(ev.type), "replayed": replayed, **data,
+                     "event": ev.to_dict()}, separators=(",", ":"), default=str,
+                )  # fmt: skip
+                yield f"event: {kind}\nid: {event_id(ev)}\ndata: {payload}\n\n".encode()
+                if isinstance(ev, AgentFinish):
+                    trackers.pop(ev.run_id, None)
+        except Lagged as exc:
+            err = json.dumps(error_body("Lagged", str(exc)))
+            yield f"event: error\ndata: {err}\n\n".encode()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await events.aclose()
+
+    return EventStream(sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})

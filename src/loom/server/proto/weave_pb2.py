@@ -24,35 +24,41 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dloom/server/proto/weave.proto\x12\rloom.weave.v1\"B\n\x0cWeaveRequest\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\"F\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x10\n\x08requests\x18\x03 \x01(\x03\"\x94\x01\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x12\n\ninput_json\x18\x03 \x01(\t\x12\x10\n\x08\x66inished\x18\x04 \x01(\x08\x12\x0f\n\x07success\x18\x05 \x01(\x08\x12\x0e\n\x06result\x18\x06 \x01(\t\x12\x12\n\nerror_code\x18\x07 \x01(\t\x12\x13\n\x0b\x64uration_ms\x18\x08 \x01(\x01\"b\n\x0fPendingApproval\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x97\x02\n\nWeaveReply\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0e\n\x06output\x18\x03 \x01(\t\x12\x13\n\x0bstop_reason\x18\x04 \x01(\t\x12#\n\x05usage\x18\x05 \x01(\x0b\x32\x14.loom.weave.v1.Usage\x12\x12\n\niterations\x18\x06 \x01(\x05\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12+\n\ntool_calls\x18\x08 \x03(\x0b\x32\x17.loom.weave.v1.ToolCall\x12\x39\n\x11pending_approvals\x18\t \x03(\x0b\x32\x1e.loom.weave.v1.PendingApproval\x12\x10\n\x08warnings\x18\n \x03(\t\"(\n\x07Started\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x0e\n\x06resume\x18\x02 \x01(\x08\"-\n\x05Stage\x12\x12\n\nfrom_stage\x18\x01 \x01(\t\x12\x10\n\x08to_stage\x18\x02 \x01(\t\"\x19\n\tTextDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\"Q\n\x06Tokens\x12\"\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x14.loom.weave.v1.Usage\x12#\n\x05total\x18\x02 \x01(\x0b\x32\x14.loom.weave.v1.Usage\"8\n\x06Notice\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\r\n\x05\x66\x61tal\x18\x03 \x01(\x08\"\x87\x04\n\nWeaveEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x10\n\x08sequence\x18\x03 \x01(\x03\x12)\n\x07started\x18\n \x01(\x0b\x32\x16.loom.weave.v1.StartedH\x00\x12%\n\x05stage\x18\x0b \x01(\x0b\x32\x14.loom.weave.v1.StageH\x00\x12)\n\x05\x64\x65lta\x18\x0c \x01(\x0b\x32\x18.loom.weave.v1.TextDeltaH\x00\x12-\n\ntool_start\x18\r \x01(\x0b\x32\x17.loom.weave.v1.ToolCallH\x00\x12+\n\x08tool_end\x18\x0e \x01(\x0b\x32\x17.loom.weave.v1.ToolCallH\x00\x12\'\n\x06tokens\x18\x0f \x01(\x0b\x32\x15.loom.weave.v1.TokensH\x00\x12;\n\x11\x61pproval_required\x18\x10 \x01(\x0b\x32\x1e.loom.weave.v1.PendingApprovalH\x00\x12(\n\x07warning\x18\x11 \x01(\x0b\x32\x15.loom.weave.v1.NoticeH\x00\x12&\n\x05\x65rror\x18\x12 \x01(\x0b\x32\x15.loom.weave.v1.NoticeH\x00\x12*\n\x05\x66inal\x18\x13 \x01(\x0b\x32\x19.loom.weave.v1.WeaveReplyH\x00\x42\x06\n\x04kind2\x91\x01\n\x05Weave\x12?\n\x05Weave\x12\x1b.loom.weave.v1.WeaveRequest\x1a\x19.loom.weave.v1.WeaveReply\x12G\n\x0bStreamWeave\x12\x1b.loom.weave.v1.WeaveRequest\x1a\x19.loom.weave.v1.WeaveEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dloom/server/proto/weave.proto\x12\rloom.weave.v1\">\n\x10SubscribeRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_event_id\x18\x02 \x01(\t\"[\n\x13\x43larificationAnswer\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61pprove\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\"Z\n\x0b\x41nswerReply\x12\x0e\n\x06status\x18\x01 \x01(\t\x12\x11\n\tundecided\x18\x02 \x03(\t\x12(\n\x05reply\x18\x03 \x01(\x0b\x32\x19.loom.weave.v1.WeaveReply\"B\n\x0cWeaveRequest\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\"F\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x10\n\x08requests\x18\x03 \x01(\x03\"\x94\x01\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x12\n\ninput_json\x18\x03 \x01(\t\x12\x10\n\x08\x66inished\x18\x04 \x01(\x08\x12\x0f\n\x07success\x18\x05 \x01(\x08\x12\x0e\n\x06result\x18\x06 \x01(\t\x12\x12\n\nerror_code\x18\x07 \x01(\t\x12\x13\n\x0b\x64uration_ms\x18\x08 \x01(\x01\"b\n\x0fPendingApproval\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x97\x02\n\nWeaveReply\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0e\n\x06output\x18\x03 \x01(\t\x12\x13\n\x0bstop_reason\x18\x04 \x01(\t\x12#\n\x05usage\x18\x05 \x01(\x0b\x32\x14.loom.weave.v1.Usage\x12\x12\n\niterations\x18\x06 \x01(\x05\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12+\n\ntool_calls\x18\x08 \x03(\x0b\x32\x17.loom.weave.v1.ToolCall\x12\x39\n\x11pending_approvals\x18\t \x03(\x0b\x32\x1e.loom.weave.v1.PendingApproval\x12\x10\n\x08warnings\x18\n \x03(\t\"(\n\x07Started\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x0e\n\x06resume\x18\x02 \x01(\x08\"-\n\x05Stage\x12\x12\n\nfrom_stage\x18\x01 \x01(\t\x12\x10\n\x08to_stage\x18\x02 \x01(\t\"\x19\n\tTextDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\"Q\n\x06Tokens\x12\"\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x14.loom.weave.v1.Usage\x12#\n\x05total\x18\x02 \x01(\x0b\x32\x14.loom.weave.v1.Usage\"8\n\x06Notice\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\r\n\x05\x66\x61tal\x18\x03 \x01(\x08\"\xcd\x04\n\nWeaveEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x10\n\x08sequence\x18\x03 \x01(\x03\x12\x10\n\x08\x65vent_id\x18\x04 \x01(\t\x12\x0c\n\x04type\x18\x05 \x01(\t\x12\x12\n\nevent_json\x18\x06 \x01(\t\x12\x10\n\x08replayed\x18\x07 \x01(\x08\x12)\n\x07started\x18\n \x01(\x0b\x32\x16.loom.weave.v1.StartedH\x00\x12%\n\x05stage\x18\x0b \x01(\x0b\x32\x14.loom.weave.v1.StageH\x00\x12)\n\x05\x64\x65lta\x18\x0c \x01(\x0b\x32\x18.loom.weave.v1.TextDeltaH\x00\x12-\n\ntool_start\x18\r \x01(\x0b\x32\x17.loom.weave.v1.ToolCallH\x00\x12+\n\x08tool_end\x18\x0e \x01(\x0b\x32\x17.loom.weave.v1.ToolCallH\x00\x12\'\n\x06tokens\x18\x0f \x01(\x0b\x32\x15.loom.weave.v1.TokensH\x00\x12;\n\x11\x61pproval_required\x18\x10 \x01(\x0b\x32\x1e.loom.weave.v1.PendingApprovalH\x00\x12(\n\x07warning\x18\x11 \x01(\x0b\x32\x15.loom.weave.v1.NoticeH\x00\x12&\n\x05\x65rror\x18\x12 \x01(\x0b\x32\x15.loom.weave.v1.NoticeH\x00\x12*\n\x05\x66inal\x18\x13 \x01(\x0b\x32\x19.loom.weave.v1.WeaveReplyH\x00\x42\x06\n\x04kind2\xc4\x02\n\x05Weave\x12?\n\x05Weave\x12\x1b.loom.weave.v1.WeaveRequest\x1a\x19.loom.weave.v1.WeaveReply\x12G\n\x0bStreamWeave\x12\x1b.loom.weave.v1.WeaveRequest\x1a\x19.loom.weave.v1.WeaveEvent0\x01\x12R\n\x12SubscribeToSession\x12\x1f.loom.weave.v1.SubscribeRequest\x1a\x19.loom.weave.v1.WeaveEvent0\x01\x12]\n\x1b\x41nswerClarificationQuestion\x12\".loom.weave.v1.ClarificationAnswer\x1a\x1a.loom.weave.v1.AnswerReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'loom.server.proto.weave_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_WEAVEREQUEST']._serialized_start=48
-  _globals['_WEAVEREQUEST']._serialized_end=114
-  _globals['_USAGE']._serialized_start=116
-  _globals['_USAGE']._serialized_end=186
-  _globals['_TOOLCALL']._serialized_start=189
-  _globals['_TOOLCALL']._serialized_end=337
-  _globals['_PENDINGAPPROVAL']._serialized_start=339
-  _globals['_PENDINGAPPROVAL']._serialized_end=437
-  _globals['_WEAVEREPLY']._serialized_start=440
-  _globals['_WEAVEREPLY']._serialized_end=719
-  _globals['_STARTED']._serialized_start=721
-  _globals['_STARTED']._serialized_end=761
-  _globals['_STAGE']._serialized_start=763
-  _globals['_STAGE']._serialized_end=808
-  _globals['_TEXTDELTA']._serialized_start=810
-  _globals['_TEXTDELTA']._serialized_end=835
-  _globals['_TOKENS']._serialized_start=837
-  _globals['_TOKENS']._serialized_end=918
-  _globals['_NOTICE']._serialized_start=920
-  _globals['_NOTICE']._serialized_end=976
-  _globals['_WEAVEEVENT']._serialized_start=979
-  _globals['_WEAVEEVENT']._serialized_end=1498
-  _globals['_WEAVE']._serialized_start=1501
-  _globals['_WEAVE']._serialized_end=1646
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=48
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=110
+  _globals['_CLARIFICATIONANSWER']._serialized_start=112
+  _globals['_CLARIFICATIONANSWER']._serialized_end=203
+  _globals['_ANSWERREPLY']._serialized_start=205
+  _globals['_ANSWERREPLY']._serialized_end=295
+  _globals['_WEAVEREQUEST']._serialized_start=297
+  _globals['_WEAVEREQUEST']._serialized_end=363
+  _globals['_USAGE']._serialized_start=365
+  _globals['_USAGE']._serialized_end=435
+  _globals['_TOOLCALL']._serialized_start=438
+  _globals['_TOOLCALL']._serialized_end=586
+  _globals['_PENDINGAPPROVAL']._serialized_start=588
+  _globals['_PENDINGAPPROVAL']._serialized_end=686
+  _globals['_WEAVEREPLY']._serialized_start=689
+  _globals['_WEAVEREPLY']._serialized_end=968
+  _globals['_STARTED']._serialized_start=970
+  _globals['_STARTED']._serialized_end=1010
+  _globals['_STAGE']._serialized_start=1012
+  _globals['_STAGE']._serialized_end=1057
+  _globals['_TEXTDELTA']._serialized_start=1059
+  _globals['_TEXTDELTA']._serialized_end=1084
+  _globals['_TOKENS']._serialized_start=1086
+  _globals['_TOKENS']._serialized_end=1167
+  _globals['_NOTICE']._serialized_start=1169
+  _globals['_NOTICE']._serialized_end=1225
+  _globals['_WEAVEEVENT']._serialized_start=1228
+  _globals['_WEAVEEVENT']._serialized_end=1817
+  _globals['_WEAVE']._serialized_start=1820
+  _globals['_WEAVE']._serialized_end=2144
 # @@protoc_insertion_point(module_scope)

@@ -6,6 +6,36 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class SubscribeRequest(_message.Message):
+    __slots__ = ("session_id", "after_event_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    after_event_id: str
+    def __init__(self, session_id: _Optional[str] = ..., after_event_id: _Optional[str] = ...) -> None: ...
+
+class ClarificationAnswer(_message.Message):
+    __slots__ = ("session_id", "call_id", "approve", "reason")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    call_id: str
+    approve: bool
+    reason: str
+    def __init__(self, session_id: _Optional[str] = ..., call_id: _Optional[str] = ..., approve: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class AnswerReply(_message.Message):
+    __slots__ = ("status", "undecided", "reply")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    UNDECIDED_FIELD_NUMBER: _ClassVar[int]
+    REPLY_FIELD_NUMBER: _ClassVar[int]
+    status: str
+    undecided: _containers.RepeatedScalarFieldContainer[str]
+    reply: WeaveReply
+    def __init__(self, status: _Optional[str] = ..., undecided: _Optional[_Iterable[str]] = ..., reply: _Optional[_Union[WeaveReply, _Mapping]] = ...) -> None: ...
+
 class WeaveRequest(_message.Message):
     __slots__ = ("agent", "message", "session_id")
     AGENT_FIELD_NUMBER: _ClassVar[int]
@@ -123,10 +153,14 @@ class Notice(_message.Message):
     def __init__(self, message: _Optional[str] = ..., source: _Optional[str] = ..., fatal: _Optional[bool] = ...) -> None: ...
 
 class WeaveEvent(_message.Message):
-    __slots__ = ("session_id", "run_id", "sequence", "started", "stage", "delta", "tool_start", "tool_end", "tokens", "approval_required", "warning", "error", "final")
+    __slots__ = ("session_id", "run_id", "sequence", "event_id", "type", "event_json", "replayed", "started", "stage", "delta", "tool_start", "tool_end", "tokens", "approval_required", "warning", "error", "final")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    EVENT_JSON_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
     STARTED_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
@@ -140,6 +174,10 @@ class WeaveEvent(_message.Message):
     session_id: str
     run_id: str
     sequence: int
+    event_id: str
+    type: str
+    event_json: str
+    replayed: bool
     started: Started
     stage: Stage
     delta: TextDelta
@@ -150,4 +188,4 @@ class WeaveEvent(_message.Message):
     warning: Notice
     error: Notice
     final: WeaveReply
-    def __init__(self, session_id: _Optional[str] = ..., run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., stage: _Optional[_Union[Stage, _Mapping]] = ..., delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_start: _Optional[_Union[ToolCall, _Mapping]] = ..., tool_end: _Optional[_Union[ToolCall, _Mapping]] = ..., tokens: _Optional[_Union[Tokens, _Mapping]] = ..., approval_required: _Optional[_Union[PendingApproval, _Mapping]] = ..., warning: _Optional[_Union[Notice, _Mapping]] = ..., error: _Optional[_Union[Notice, _Mapping]] = ..., final: _Optional[_Union[WeaveReply, _Mapping]] = ...) -> None: ...
+    def __init__(self, session_id: _Optional[str] = ..., run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., event_id: _Optional[str] = ..., type: _Optional[str] = ..., event_json: _Optional[str] = ..., replayed: _Optional[bool] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., stage: _Optional[_Union[Stage, _Mapping]] = ..., delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_start: _Optional[_Union[ToolCall, _Mapping]] = ..., tool_end: _Optional[_Union[ToolCall, _Mapping]] = ..., tokens: _Optional[_Union[Tokens, _Mapping]] = ..., approval_required: _Optional[_Union[PendingApproval, _Mapping]] = ..., warning: _Optional[_Union[Notice, _Mapping]] = ..., error: _Optional[_Union[Notice, _Mapping]] = ..., final: _Optional[_Union[WeaveReply, _Mapping]] = ...) -> None: ...

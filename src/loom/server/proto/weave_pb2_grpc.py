@@ -44,6 +44,16 @@ class WeaveStub:
                 request_serializer=loom_dot_server_dot_proto_dot_weave__pb2.WeaveRequest.SerializeToString,
                 response_deserializer=loom_dot_server_dot_proto_dot_weave__pb2.WeaveEvent.FromString,
                 _registered_method=True)
+        self.SubscribeToSession = channel.unary_stream(
+                '/loom.weave.v1.Weave/SubscribeToSession',
+                request_serializer=loom_dot_server_dot_proto_dot_weave__pb2.SubscribeRequest.SerializeToString,
+                response_deserializer=loom_dot_server_dot_proto_dot_weave__pb2.WeaveEvent.FromString,
+                _registered_method=True)
+        self.AnswerClarificationQuestion = channel.unary_unary(
+                '/loom.weave.v1.Weave/AnswerClarificationQuestion',
+                request_serializer=loom_dot_server_dot_proto_dot_weave__pb2.ClarificationAnswer.SerializeToString,
+                response_deserializer=loom_dot_server_dot_proto_dot_weave__pb2.AnswerReply.FromString,
+                _registered_method=True)
 
 
 class WeaveServicer:
@@ -63,6 +73,22 @@ class WeaveServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SubscribeToSession(self, request, context):
+        """A session's events: the stored ones after `after_event_id`, then those of every run on it
+        as they happen (no gap, no duplicate), until the client cancels or the server stops.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AnswerClarificationQuestion(self, request, context):
+        """Approve or reject a call waiting for approval; once every parked call of the session is
+        decided, resume the turn and return its answer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WeaveServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -75,6 +101,16 @@ def add_WeaveServicer_to_server(servicer, server):
                     servicer.StreamWeave,
                     request_deserializer=loom_dot_server_dot_proto_dot_weave__pb2.WeaveRequest.FromString,
                     response_serializer=loom_dot_server_dot_proto_dot_weave__pb2.WeaveEvent.SerializeToString,
+            ),
+            'SubscribeToSession': grpc.unary_stream_rpc_method_handler(
+                    servicer.SubscribeToSession,
+                    request_deserializer=loom_dot_server_dot_proto_dot_weave__pb2.SubscribeRequest.FromString,
+                    response_serializer=loom_dot_server_dot_proto_dot_weave__pb2.WeaveEvent.SerializeToString,
+            ),
+            'AnswerClarificationQuestion': grpc.unary_unary_rpc_method_handler(
+                    servicer.AnswerClarificationQuestion,
+                    request_deserializer=loom_dot_server_dot_proto_dot_weave__pb2.ClarificationAnswer.FromString,
+                    response_serializer=loom_dot_server_dot_proto_dot_weave__pb2.AnswerReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -131,6 +167,60 @@ class Weave:
             '/loom.weave.v1.Weave/StreamWeave',
             loom_dot_server_dot_proto_dot_weave__pb2.WeaveRequest.SerializeToString,
             loom_dot_server_dot_proto_dot_weave__pb2.WeaveEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubscribeToSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/loom.weave.v1.Weave/SubscribeToSession',
+            loom_dot_server_dot_proto_dot_weave__pb2.SubscribeRequest.SerializeToString,
+            loom_dot_server_dot_proto_dot_weave__pb2.WeaveEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AnswerClarificationQuestion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loom.weave.v1.Weave/AnswerClarificationQuestion',
+            loom_dot_server_dot_proto_dot_weave__pb2.ClarificationAnswer.SerializeToString,
+            loom_dot_server_dot_proto_dot_weave__pb2.AnswerReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -182,6 +182,11 @@ EVENT_COLS = "run_id, sequence, type, iteration, timestamp, data"
 
 # -- the statements of one append ---------------------------------------------------------------
 CHECK_LEASE = "SELECT loom_check_lease(%s, %s)"
+# Appends to one session take turns (leased or not), so that numbering rows by max(seq) never
+# collides: a transaction-level advisory lock keyed by the session id's hash (a collision
+# merely makes two sessions take turns).
+SESSION_TURN = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
+SESSION_LOCK_CLASS = 0x4C4F
 TOUCH_SESSION = (
     "INSERT INTO sessions (id, created_at, updated_at) VALUES (%s, %s, %s) "
     "ON CONFLICT (id) DO NOTHING"

@@ -257,7 +257,11 @@ class PostgresStore:
                 for statement in statements:
                     try:
                         await conn.execute(statement)
-                    except pg_errors.DuplicateObject as exc:  # DuplicateTable, DuplicateFunction
+                    except (
+                        pg_errors.DuplicateTable,
+                        pg_errors.DuplicateObject,
+                        pg_errors.DuplicateFunction,
+                    ) as exc:
                         raise StoreCorrupt(
                             f"the database at {redact(self.conninfo)} already holds objects that "
                             f"Loom did not create ({exc.diag.message_primary}; migration "
@@ -280,12 +284,17 @@ class PostgresStore:
                 "or the server stopped answering; raise PostgresStore(max_size=..., "
                 "timeout=...) or check the server. Nothing from this step was saved."
             )
-        if isinstance(exc, pg_errors.InvalidCatalogName):
+        # Failures to connect come as OperationalError with libpq's text, without SQLSTATE.
+        if isinstance(exc, pg_errors.InvalidCatalogName) or (
+            "database" in text and "does not exist" in text
+        ):
             return StoreError(
                 f"{doing} failed: the database named in {where} does not exist ({text}). "
                 "Create it (createdb) or fix the DSN."
             )
-        if isinstance(exc, pg_errors.InvalidPasswordOrAuthorizationSpecification | pg_errors.InvalidAuthorizationSpecification):
+        if isinstance(exc, pg_errors.InvalidPassword | pg_errors.InvalidAuthorizationSpecification) or (
+            "authentication failed" in text or "no pg_hba.conf entry" in text
+        ):
             return StoreError(
                 f"{doing} failed: PostgreSQL refused the login for {where} ({text}). Check the "
                 "user and password in the DSN (or PGUSER / PGPASSWORD / ~/.pgpass)."
@@ -424,6 +433,7 @@ class PostgresStore:
         statements: list[tuple[str, Sequence[Any]]] = []
         if lease is not None:  # the fence: first, in the same transaction as the writes
             statements.append((q.CHECK_LEASE, (session_id, lease.token)))
+        statements.append((q.SESSION_TURN, (q.SESSION_LOCK_CLASS, session_id)))
         if run is not None:
             statements.append(
                 (

@@ -64,13 +64,18 @@ def postgres_dsn() -> Iterator[str]:
     def run(*cmd: str) -> None:
         done = subprocess.run([*as_postgres, *cmd], capture_output=True, text=True, timeout=60)
         if done.returncode != 0:
-            tail = open(log).read()[-2000:] if os.path.exists(log) else ""
+            tail = ""
+            if os.path.exists(log):
+                with open(log) as f:
+                    tail = f.read()[-2000:]
             raise RuntimeError(f"{cmd[0]} failed: {done.stdout}{done.stderr}{tail}")
 
     try:
         run(initdb, "-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
         # fsync off: a throwaway cluster; the tests kill processes, not the machine.
-        opts = f"-c listen_addresses=127.0.0.1 -p {port} -k {root} -c fsync=off -c max_connections=200"
+        opts = (
+            f"-c listen_addresses=127.0.0.1 -p {port} -k {root} -c fsync=off -c max_connections=200"
+        )
         run(pg_ctl, "-D", data, "-l", log, "-w", "-t", "30", "-o", opts, "start")
         base = f"host=127.0.0.1 port={port} user=postgres"
         with psycopg.connect(f"{base} dbname=postgres", autocommit=True) as conn:

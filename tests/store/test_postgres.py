@@ -23,23 +23,23 @@ import pytest
 
 pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
-import psycopg  # noqa: E402
+import psycopg
 
-from loom import Agent, RunContext, tool  # noqa: E402
-from loom.errors import (  # noqa: E402
+from loom import Agent, RunContext, tool
+from loom.errors import (
     ConfigurationError,
     LeaseLost,
     SchemaTooNew,
     StoreCorrupt,
     StoreError,
 )
-from loom.messages import Message, ModelResponse, ToolCall  # noqa: E402
-from loom.runtime import Runtime  # noqa: E402
-from loom.store import _pg_sql as q  # noqa: E402
-from loom.store.base import LedgerEntry, RunRecord  # noqa: E402
-from loom.store.conformance import StoreContract  # noqa: E402
-from loom.store.postgres import PostgresStore  # noqa: E402
-from loom.testing import ScriptedModel  # noqa: E402
+from loom.messages import Message, ModelResponse, ToolCall
+from loom.runtime import Runtime
+from loom.store import _pg_sql as q
+from loom.store.base import LedgerEntry, RunRecord
+from loom.store.conformance import StoreContract
+from loom.store.postgres import PostgresStore
+from loom.testing import ScriptedModel
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -72,9 +72,7 @@ async def test_unreachable_server_names_the_dsn_without_its_password() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # nothing listens here once the socket is closed
-    store = PostgresStore(
-        f"postgresql://loom:s3cret@127.0.0.1:{port}/loom", timeout=2, min_size=0
-    )
+    store = PostgresStore(f"postgresql://loom:s3cret@127.0.0.1:{port}/loom", timeout=2, min_size=0)
     assert "s3cret" not in repr(store)
     with pytest.raises(StoreError, match="cannot connect to PostgreSQL") as info:
         await store.get_session("s")
@@ -85,7 +83,7 @@ async def test_unreachable_server_names_the_dsn_without_its_password() -> None:
 
 async def test_missing_database_says_to_create_it(postgres_dsn: str) -> None:
     store = PostgresStore(postgres_dsn.replace("dbname=loom_test", "dbname=nope"))
-    with pytest.raises(StoreError, match="does not exist.*createdb"):
+    with pytest.raises(StoreError, match=r"does not exist.*createdb"):
         await store.open()
     await store.close()
 
@@ -248,7 +246,9 @@ def _ask(child: subprocess.Popen[str], command: str | None = None) -> dict[str, 
     return dict(json.loads(line))
 
 
-async def test_paused_holder_taken_over_cannot_write(store: PostgresStore, pg_schema_dsn: str) -> None:
+async def test_paused_holder_taken_over_cannot_write(
+    store: PostgresStore, pg_schema_dsn: str
+) -> None:
     # A process holds the lease, freezes past its ttl, another takes over; the first wakes up
     # and its append is refused by the fence, with nothing of it committed.
     await store.open()
@@ -372,11 +372,11 @@ async def test_crash_recovery_of_a_dead_run(store: PostgresStore) -> None:
     await store.append(
         "s",
         ledger=[
-            LedgerEntry("run_dead", "s", mail.id, "send_email", "started", mail.arguments,
-                        "at_most_once"),
-            LedgerEntry("run_dead", "s", put.id, "upsert", "started", put.arguments,
-                        "idempotent"),
-        ],  # fmt: skip
+            LedgerEntry(
+                "run_dead", "s", mail.id, "send_email", "started", mail.arguments, "at_most_once"
+            ),
+            LedgerEntry("run_dead", "s", put.id, "upsert", "started", put.arguments, "idempotent"),
+        ],
     )
     assert len(await store.open_tool_calls("s")) == 2
     agent = Agent(model=ScriptedModel(["recovered"]), tools=[send_email, upsert])

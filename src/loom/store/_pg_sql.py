@@ -226,9 +226,7 @@ INSERT_LEDGER_OPEN = (
 )
 INSERT_LEDGER = _INSERT_LEDGER
 CLOSE_CALL = "DELETE FROM open_calls WHERE session_id = %s AND run_id = %s AND tool_call_id = %s"
-_INSERT_RUN = (
-    f"INSERT INTO runs (session_id, {RUN_COLS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
-)
+_INSERT_RUN = f"INSERT INTO runs (session_id, {RUN_COLS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
 INSERT_RUN_OPEN = (
     f"WITH ins AS ({_INSERT_RUN} RETURNING session_id, run_id, id) "
     "INSERT INTO open_runs (session_id, run_id, run_row) SELECT session_id, run_id, id FROM ins "

@@ -117,7 +117,7 @@ def redact(conninfo: str) -> str:
     except psycopg.Error:
         return "<an unparsable connection string>"
     params.pop("password", None)
-    shown = make_conninfo(**{k: v for k, v in params.items() if v is not None})
+    shown = make_conninfo("", **{k: v for k, v in params.items() if v is not None})
     return shown or "<the libpq defaults: PGHOST, PGPORT, PGDATABASE, PGUSER>"
 
 
@@ -292,9 +292,9 @@ class PostgresStore:
                 f"{doing} failed: the database named in {where} does not exist ({text}). "
                 "Create it (createdb) or fix the DSN."
             )
-        if isinstance(exc, pg_errors.InvalidPassword | pg_errors.InvalidAuthorizationSpecification) or (
-            "authentication failed" in text or "no pg_hba.conf entry" in text
-        ):
+        if isinstance(
+            exc, pg_errors.InvalidPassword | pg_errors.InvalidAuthorizationSpecification
+        ) or ("authentication failed" in text or "no pg_hba.conf entry" in text):
             return StoreError(
                 f"{doing} failed: PostgreSQL refused the login for {where} ({text}). Check the "
                 "user and password in the DSN (or PGUSER / PGPASSWORD / ~/.pgpass)."
@@ -438,9 +438,8 @@ class PostgresStore:
             statements.append(
                 (
                     q.ADD_USAGE,
-                    (session_id, now, now, usage.input_tokens, usage.output_tokens,
-                     usage.requests),
-                )  # fmt: skip
+                    (session_id, now, now, usage.input_tokens, usage.output_tokens, usage.requests),
+                )
             )
         else:
             statements.append((q.TOUCH_SESSION, (session_id, now, now)))
@@ -448,9 +447,14 @@ class PostgresStore:
             statements.append(
                 (
                     q.INSERT_MESSAGES,
-                    (session_id, now, session_id, [r for r, _ in msg_rows],
-                     [d for _, d in msg_rows]),
-                )  # fmt: skip
+                    (
+                        session_id,
+                        now,
+                        session_id,
+                        [r for r, _ in msg_rows],
+                        [d for _, d in msg_rows],
+                    ),
+                )
             )
         if ev_rows:
             columns = list(zip(*ev_rows, strict=True))
@@ -628,7 +632,10 @@ class PostgresStore:
         until: datetime | None = None,
         limit: int = 100,
     ) -> list[StoredError]:
-        where, params = ["true"], []  # only constant fragments are joined; values are bound
+        where: list[str] = ["true"]
+        params: list[
+            str | float | int | None
+        ] = []  # only constant fragments are joined; values are bound
         for clause, value in (
             ("session_id = %s", session_id),
             ("tool_name = %s", tool_name),

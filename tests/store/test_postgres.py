@@ -388,3 +388,14 @@ async def test_crash_recovery_of_a_dead_run(store: PostgresStore) -> None:
     assert tool_msgs[mail.id].metadata["recovered"] == "interrupted"
     assert tool_msgs[put.id].metadata["recovered"] == "rerun"
     assert {e.status for e in await store.ledger("s") if e.run_id == "run_dead"} >= {"started"}
+
+
+async def test_a_store_opened_in_one_loop_says_so_in_another(pg_schema_dsn: str) -> None:
+    store = PostgresStore(pg_schema_dsn, min_size=0)
+
+    async def use_and_leave_open() -> None:
+        await store.message_count("s")
+
+    await asyncio.to_thread(asyncio.run, use_and_leave_open())  # opened in that thread's loop
+    with pytest.raises(StoreError, match="another event loop"):
+        await store.message_count("s")

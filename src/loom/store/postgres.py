@@ -176,6 +176,7 @@ class PostgresStore:
         self.timeout = timeout
         self._pool: AsyncConnectionPool[Any] | None = None
         self._opening: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._host = socket.gethostname()
         self._pid = os.getpid()
@@ -194,6 +195,11 @@ class PostgresStore:
 
     async def _get_pool(self) -> AsyncConnectionPool[Any]:
         if self._pool is not None:
+            if self._loop is not asyncio.get_running_loop():
+                raise StoreError(
+                    f"{self!r} was opened in another event loop; its connections belong to that "
+                    "loop. Create one PostgresStore per event loop (per asyncio.run)."
+                )
             return self._pool
         if self._closed:
             raise StoreError(f"{self!r} is closed; create a new one")
@@ -202,6 +208,7 @@ class PostgresStore:
         async with self._opening:
             if self._pool is None:
                 self._pool = await self._connect()
+                self._loop = asyncio.get_running_loop()
         return self._pool
 
     async def _connect(self) -> AsyncConnectionPool[Any]:

@@ -1,6 +1,7 @@
 """Persistence: the ``Store`` protocol and its backends.
 
-``MemoryStore`` is built in; ``SQLiteStore`` (``loom.store.sqlite``) is imported on first use.
+``MemoryStore`` is built in; ``SQLiteStore`` (``loom.store.sqlite``) and ``PostgresStore``
+(``loom.store.postgres``, the ``postgres`` extra) are imported on first use.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from loom.store.base import (
 from loom.store.memory import MemoryStore
 
 if TYPE_CHECKING:
+    from loom.store.postgres import PostgresStore
     from loom.store.sqlite import SQLiteStore
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "LedgerEntry",
     "LedgerStatus",
     "MemoryStore",
+    "PostgresStore",
     "RunRecord",
     "SQLiteStore",
     "SessionInfo",
@@ -41,4 +44,8 @@ def __getattr__(name: str) -> Any:
         from loom.store.sqlite import SQLiteStore
 
         return SQLiteStore
+    if name == "PostgresStore":
+        from loom.store.postgres import PostgresStore
+
+        return PostgresStore
     raise AttributeError(f"module 'loom.store' has no attribute {name!r}")

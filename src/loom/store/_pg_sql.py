@@ -1,0 +1,269 @@
+"""The schema and statements of ``PostgresStore`` (kept apart so tests can EXPLAIN them).
+
+The tables mirror ``SQLiteStore``'s (``loom.store._sqlite_db``): append-only history tables
+clustered by ``(session_id, seq)``, ``open_calls`` / ``open_runs`` indexing what is still open,
+a ``locks`` row per session whose fencing ``token`` only ever grows. Timestamps are epoch
+seconds (``double precision``), JSON values are the ``loom.store.codec`` text (``text``, not
+``jsonb``: the codec keeps NaN / Infinity and key order, which ``jsonb`` would refuse or
+reorder), so both stores keep and return exactly the same values.
+
+Migrations are named and applied in order, each in the same transaction as its row in
+``loom_migrations``, under a transaction-level advisory lock so that several processes starting
+at once do not race. Never edit one that has shipped: add a new one.
+"""
+
+from __future__ import annotations
+
+# pg_advisory_xact_lock key for migrations ("LOOM" in ASCII), shared by every Loom schema
+# of a database: migrations of different schemas just take turns.
+MIGRATION_LOCK = 0x4C4F4F4D
+
+# SQLSTATE raised by loom_check_lease when the token is stale (a custom class, "LM").
+LEASE_LOST_SQLSTATE = "LM001"
+
+MIGRATIONS: list[tuple[str, list[str]]] = [
+    (
+        "0001_initial",
+        [
+            """CREATE TABLE sessions (
+                id TEXT PRIMARY KEY,
+                agent_name TEXT NOT NULL DEFAULT '',
+                created_at DOUBLE PRECISION NOT NULL,
+                updated_at DOUBLE PRECISION NOT NULL,
+                input_tokens BIGINT NOT NULL DEFAULT 0,
+                output_tokens BIGINT NOT NULL DEFAULT 0,
+                requests BIGINT NOT NULL DEFAULT 0,
+                metadata TEXT NOT NULL DEFAULT '{}'
+            )""",
+            """CREATE TABLE messages (
+                session_id TEXT NOT NULL,
+                seq BIGINT NOT NULL,
+                role TEXT NOT NULL,
+                data TEXT NOT NULL,
+                appended_at DOUBLE PRECISION NOT NULL,
+                PRIMARY KEY (session_id, seq)
+            )""",
+            """CREATE TABLE events (
+                session_id TEXT NOT NULL,
+                seq BIGINT NOT NULL,
+                run_id TEXT NOT NULL,
+                sequence BIGINT NOT NULL,
+                type TEXT NOT NULL,
+                iteration BIGINT NOT NULL,
+                timestamp DOUBLE PRECISION NOT NULL,
+                data TEXT NOT NULL,
+                PRIMARY KEY (session_id, seq)
+            )""",
+            "CREATE INDEX events_run ON events (session_id, run_id, seq)",
+            """CREATE TABLE ledger (
+                session_id TEXT NOT NULL,
+                seq BIGINT NOT NULL,
+                run_id TEXT NOT NULL,
+                tool_call_id TEXT NOT NULL,
+                name TEXT NOT NULL,
+                status TEXT NOT NULL,
+                effect TEXT NOT NULL,
+                arguments TEXT NOT NULL,
+                result TEXT,
+                timestamp DOUBLE PRECISION NOT NULL,
+                PRIMARY KEY (session_id, seq)
+            )""",
+            """CREATE TABLE open_calls (
+                session_id TEXT NOT NULL,
+                run_id TEXT NOT NULL,
+                tool_call_id TEXT NOT NULL,
+                ledger_seq BIGINT NOT NULL,
+                PRIMARY KEY (session_id, run_id, tool_call_id)
+            )""",
+            """CREATE TABLE runs (
+                id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                session_id TEXT NOT NULL,
+                run_id TEXT NOT NULL,
+                status TEXT NOT NULL,
+                input_tokens BIGINT NOT NULL,
+                output_tokens BIGINT NOT NULL,
+                requests BIGINT NOT NULL,
+                timestamp DOUBLE PRECISION NOT NULL,
+                data TEXT NOT NULL
+            )""",
+            "CREATE INDEX runs_session ON runs (session_id, id)",
+            """CREATE TABLE open_runs (
+                session_id TEXT NOT NULL,
+                run_id TEXT NOT NULL,
+                run_row BIGINT NOT NULL,
+                PRIMARY KEY (session_id, run_id)
+            )""",
+            """CREATE TABLE errors (
+                id TEXT PRIMARY KEY,
+                timestamp DOUBLE PRECISION NOT NULL,
+                session_id TEXT NOT NULL,
+                run_id TEXT NOT NULL,
+                tool_call_id TEXT NOT NULL,
+                tool_name TEXT NOT NULL,
+                raw_error TEXT NOT NULL,
+                short_summary TEXT NOT NULL
+            )""",
+            "CREATE INDEX errors_session ON errors (session_id)",
+            "CREATE INDEX errors_timestamp ON errors (timestamp)",
+            "CREATE INDEX errors_tool ON errors (tool_name)",
+            # content is UTF-8 bytes: a tool's output may hold NUL, which text columns refuse.
+            """CREATE TABLE results (
+                ref TEXT PRIMARY KEY,
+                session_id TEXT NOT NULL,
+                run_id TEXT NOT NULL,
+                tool_call_id TEXT NOT NULL,
+                tool_name TEXT NOT NULL,
+                created_at DOUBLE PRECISION NOT NULL,
+                content BYTEA NOT NULL
+            )""",
+            "CREATE INDEX results_created ON results (created_at)",
+            "CREATE INDEX results_session ON results (session_id)",
+            """CREATE TABLE kv (
+                namespace TEXT NOT NULL,
+                key TEXT NOT NULL,
+                value TEXT NOT NULL,
+                updated_at DOUBLE PRECISION NOT NULL,
+                PRIMARY KEY (namespace, key)
+            )""",
+            # One row per session that ever had a lease; never deleted, so tokens only grow.
+            """CREATE TABLE locks (
+                session_id TEXT PRIMARY KEY,
+                run_id TEXT NOT NULL,
+                host TEXT NOT NULL,
+                pid INTEGER NOT NULL,
+                acquired_at DOUBLE PRECISION NOT NULL,
+                expires_at DOUBLE PRECISION NOT NULL,
+                token BIGINT NOT NULL,
+                released BOOLEAN NOT NULL DEFAULT false
+            )""",
+            # The fence of a leased append: locks the session's lock row until the commit and
+            # raises LM001 when the token is stale, so that the statements pipelined after it
+            # in the same transaction never commit.
+            f"""CREATE FUNCTION loom_check_lease(p_session TEXT, p_token BIGINT)
+            RETURNS void LANGUAGE plpgsql AS $$
+            DECLARE
+                cur RECORD;
+            BEGIN
+                SELECT token, released INTO cur FROM locks
+                    WHERE session_id = p_session FOR UPDATE;
+                IF NOT FOUND OR cur.token <> p_token OR cur.released THEN
+                    RAISE EXCEPTION 'lease of session % with token % is stale', p_session, p_token
+                        USING ERRCODE = '{LEASE_LOST_SQLSTATE}';
+                END IF;
+            END
+            $$""",
+        ],
+    ),
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+CREATE_MIGRATIONS = (
+    "CREATE TABLE IF NOT EXISTS loom_migrations (version INTEGER PRIMARY KEY, "
+    "name TEXT NOT NULL UNIQUE, applied_at DOUBLE PRECISION NOT NULL)"
+)
+HAS_MIGRATIONS = "SELECT to_regclass('loom_migrations') IS NOT NULL"
+APPLIED = "SELECT version, name FROM loom_migrations ORDER BY version"
+
+# A session's message count and last change come from its last message row (as on SQLite).
+SESSION_SELECT = (
+    "SELECT s.id, s.agent_name, s.created_at, greatest(s.updated_at, coalesce(m.appended_at, 0)) "
+    "AS changed, coalesce(m.seq + 1, 0), s.input_tokens, s.output_tokens, s.requests, s.metadata "
+    "FROM sessions s LEFT JOIN LATERAL (SELECT seq, appended_at FROM messages "
+    "WHERE session_id = s.id ORDER BY seq DESC LIMIT 1) m ON true"
+)
+
+# INTAKE reads: range seeks on the (session_id, seq) primary key.
+LOAD_MESSAGES = "SELECT data FROM messages WHERE session_id = %s AND seq >= %s ORDER BY seq"
+MESSAGE_COUNT = "SELECT max(seq) FROM messages WHERE session_id = %s"
+
+LEDGER_COLS = "run_id, tool_call_id, name, status, effect, arguments, result, timestamp"
+RUN_COLS = "run_id, status, input_tokens, output_tokens, requests, timestamp, data"
+EVENT_COLS = "run_id, sequence, type, iteration, timestamp, data"
+
+# -- the statements of one append ---------------------------------------------------------------
+CHECK_LEASE = "SELECT loom_check_lease(%s, %s)"
+# Appends to one session take turns (leased or not), so that numbering rows by max(seq) never
+# collides: a transaction-level advisory lock keyed by the session id's hash (a collision
+# merely makes two sessions take turns).
+SESSION_TURN = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
+SESSION_LOCK_CLASS = 0x4C4F
+TOUCH_SESSION = (
+    "INSERT INTO sessions (id, created_at, updated_at) VALUES (%s, %s, %s) "
+    "ON CONFLICT (id) DO NOTHING"
+)
+ADD_USAGE = (
+    "INSERT INTO sessions (id, created_at, updated_at, input_tokens, output_tokens, requests) "
+    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
+    "updated_at = excluded.updated_at, "
+    "input_tokens = sessions.input_tokens + excluded.input_tokens, "
+    "output_tokens = sessions.output_tokens + excluded.output_tokens, "
+    "requests = sessions.requests + excluded.requests"
+)
+# New rows are numbered after the session's last one (an index seek for max(seq)).
+INSERT_MESSAGES = (
+    "INSERT INTO messages (session_id, seq, role, data, appended_at) "
+    "SELECT %s, b.n + t.ord - 1, t.role, t.data, %s "
+    "FROM (SELECT coalesce(max(seq) + 1, 0) AS n FROM messages WHERE session_id = %s) b, "
+    "unnest(%s::text[], %s::text[]) WITH ORDINALITY AS t(role, data, ord)"
+)
+INSERT_EVENTS = (
+    "INSERT INTO events (session_id, seq, run_id, sequence, type, iteration, timestamp, data) "
+    "SELECT %s, b.n + t.ord - 1, t.run_id, t.sequence, t.type, t.iteration, t.ts, t.data "
+    "FROM (SELECT coalesce(max(seq) + 1, 0) AS n FROM events WHERE session_id = %s) b, "
+    "unnest(%s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::float8[], %s::text[]) "
+    "WITH ORDINALITY AS t(run_id, sequence, type, iteration, ts, data, ord)"
+)
+_INSERT_LEDGER = (
+    "INSERT INTO ledger (session_id, seq, run_id, tool_call_id, name, status, effect, "
+    "arguments, result, timestamp) SELECT %s, coalesce(max(seq) + 1, 0), "
+    "%s, %s, %s, %s, %s, %s, %s, %s FROM ledger WHERE session_id = %s"
+)
+INSERT_LEDGER_OPEN = (
+    f"WITH ins AS ({_INSERT_LEDGER} RETURNING session_id, run_id, tool_call_id, seq) "
+    "INSERT INTO open_calls (session_id, run_id, tool_call_id, ledger_seq) "
+    "SELECT session_id, run_id, tool_call_id, seq FROM ins "
+    "ON CONFLICT (session_id, run_id, tool_call_id) DO UPDATE SET ledger_seq = excluded.ledger_seq"
+)
+INSERT_LEDGER = _INSERT_LEDGER
+CLOSE_CALL = "DELETE FROM open_calls WHERE session_id = %s AND run_id = %s AND tool_call_id = %s"
+_INSERT_RUN = f"INSERT INTO runs (session_id, {RUN_COLS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+INSERT_RUN_OPEN = (
+    f"WITH ins AS ({_INSERT_RUN} RETURNING session_id, run_id, id) "
+    "INSERT INTO open_runs (session_id, run_id, run_row) SELECT session_id, run_id, id FROM ins "
+    "ON CONFLICT (session_id, run_id) DO UPDATE SET run_row = excluded.run_row"
+)
+INSERT_RUN = _INSERT_RUN
+CLOSE_RUN = "DELETE FROM open_runs WHERE session_id = %s AND run_id = %s"
+
+# -- leases -------------------------------------------------------------------------------------
+# One statement: take the row when it is free (released, expired, or this run's), with the
+# next token. The clock is the database's, one clock for every host of a fleet.
+ACQUIRE_LEASE = (
+    "WITH n AS (SELECT extract(epoch FROM clock_timestamp())::float8 AS now) "
+    "INSERT INTO locks (session_id, run_id, host, pid, acquired_at, expires_at, token, released) "
+    "SELECT %s, %s, %s, %s, n.now, n.now + %s, 1, false FROM n "
+    "ON CONFLICT (session_id) DO UPDATE SET run_id = excluded.run_id, host = excluded.host, "
+    "pid = excluded.pid, acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, "
+    "token = locks.token + 1, released = false "
+    "WHERE locks.released OR locks.run_id = excluded.run_id "
+    "OR locks.expires_at <= excluded.acquired_at "
+    "RETURNING token, expires_at"
+)
+RENEW_LEASE = (
+    "UPDATE locks SET expires_at = extract(epoch FROM clock_timestamp())::float8 + %s "
+    "WHERE session_id = %s AND token = %s AND NOT released RETURNING expires_at"
+)
+RELEASE_LEASE = "UPDATE locks SET released = true WHERE session_id = %s AND token = %s"
+LEASE_ROW = "SELECT token, released, run_id FROM locks WHERE session_id = %s"
+
+# Every table with rows that belong to one session (not locks: tokens must keep growing).
+SESSION_TABLES = (
+    "messages",
+    "events",
+    "ledger",
+    "open_calls",
+    "open_runs",
+    "runs",
+    "errors",
+    "results",
+)

@@ -1,0 +1,758 @@
+"""``PostgresStore``: sessions in PostgreSQL, shared by many processes on many hosts.
+
+```python
+from loom import Runtime
+from loom.store.postgres import PostgresStore
+
+runtime = Runtime(PostgresStore("postgresql://loom@db.internal/loom"))
+```
+
+Needs the ``postgres`` extra (``pip install 'loom-agents[postgres]'``: psycopg 3 and
+psycopg-pool). The schema is SQLite's (``loom.store._pg_sql``), created and upgraded by named
+migrations on first use, under an advisory lock so that processes starting together do not
+race. Give Loom its own database, or its own schema (``options=-csearch_path=loom`` in the
+connection string): its tables have plain names (``sessions``, ``messages``, ...).
+
+Durability: every ``append`` is one transaction, sent as one pipeline (a single round trip);
+with PostgreSQL's default ``synchronous_commit=on`` a step announced is on disk.
+
+Leases are safe across hosts: ``acquire_lease`` is one atomic upsert on the session's ``locks``
+row that hands out the next fencing token, and ``append(..., lease=)`` locks that row
+(``SELECT ... FOR UPDATE`` inside ``loom_check_lease``) in the same transaction as the write,
+so a holder that was taken over cannot commit anything. Expiry is judged by the database's
+clock, the one clock every host shares. Unlike ``SQLiteStore`` there is no "dead process"
+shortcut: a lease whose holder died is free when it expires.
+
+Besides ``Store`` it implements ``ErrorStore``, ``ResultStore``, ``RunStore`` and ``KVStore``.
+Every value goes through ``loom.store.codec`` exactly as on SQLite; every query is
+parameterised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from loom.errors import (
+    ConfigurationError,
+    InputError,
+    LeaseLost,
+    MissingDependencyError,
+    SchemaTooNew,
+    StoreCorrupt,
+    StoreError,
+)
+from loom.events import AgentEvent
+from loom.messages import Message, Usage
+from loom.store import _pg_sql as q
+from loom.store import codec
+from loom.store.base import (
+    Lease,
+    LedgerEntry,
+    RunRecord,
+    SessionInfo,
+    StoredError,
+    StoredResult,
+    new_error_id,
+)
+
+try:
+    import psycopg
+    from psycopg import errors as pg_errors
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    from psycopg_pool import AsyncConnectionPool, PoolTimeout
+except ImportError as exc:  # pragma: no cover - exercised without the extra installed
+    raise MissingDependencyError("psycopg", "postgres", "PostgresStore") from exc
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
+__all__ = ["PostgresStore"]
+
+T = TypeVar("T")
+_RETRIES = 5  # transient conflicts (two lease-less writers numbering rows, serialisation)
+
+
+def _dt(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+def _session(row: Sequence[Any]) -> SessionInfo:
+    return SessionInfo(
+        id=row[0],
+        agent_name=row[1],
+        created_at=_dt(row[2]),
+        updated_at=_dt(row[3]),
+        message_count=int(row[4]),
+        usage=Usage(input_tokens=row[5], output_tokens=row[6], requests=row[7]),
+        metadata=codec.decode_value(row[8]),
+    )
+
+
+def _error(row: Sequence[Any]) -> StoredError:
+    return StoredError(
+        id=row[0],
+        timestamp=_dt(row[1]),
+        session_id=row[2],
+        run_id=row[3],
+        tool_call_id=row[4],
+        tool_name=row[5],
+        raw_error=codec.decode_value(row[6]),
+        short_summary=row[7],
+    )
+
+
+_ERROR_COLS = "id, timestamp, session_id, run_id, tool_call_id, tool_name, raw_error, short_summary"
+
+
+def redact(conninfo: str) -> str:
+    """``conninfo`` without its password, for error messages."""
+    try:
+        params = conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return "<an unparsable connection string>"
+    params.pop("password", None)
+    shown = make_conninfo("", **{k: v for k, v in params.items() if v is not None})
+    return shown or "<the libpq defaults: PGHOST, PGPORT, PGDATABASE, PGUSER>"
+
+
+def _lost(lease: Lease, row: Sequence[Any] | None) -> LeaseLost:
+    if row is None:
+        now = "no lease is recorded"
+    elif row[0] == lease.token:
+        now = "released"
+    else:
+        now = f"now held with token {row[0]} by run {row[2]!r}"
+    return LeaseLost(
+        f"run {lease.run_id!r} lost the lease of session {lease.session_id!r} (its token "
+        f"{lease.token} is stale: {now}); another run took the session over, so nothing was "
+        "written. Stop this run; the session's new holder carries on."
+    )
+
+
+class PostgresStore:
+    """Sessions, transcripts, events, the tool-call ledger, errors, results and key-values in
+    PostgreSQL, for many processes on many hosts.
+
+    Args:
+        conninfo: A libpq connection string or URL (``postgresql://user@host:5432/db``,
+            ``"host=... dbname=..."``); unset parts come from ``PG*`` environment variables.
+        min_size: Connections the pool keeps open.
+        max_size: The most connections this store opens; a call waits up to ``timeout`` for
+            a free one.
+        timeout: Seconds to wait for a connection (to connect, or for a free one in the pool)
+            before ``StoreError``.
+
+    The store connects on first use (or ``await store.open()``) and applies missing migrations
+    then. Raises (on first use): ``StoreError`` when the server cannot be reached (the message
+    names the DSN tried, without its password), ``SchemaTooNew`` when the database was migrated
+    by a newer Loom, ``StoreCorrupt`` when it holds tables of the same names that Loom did not
+    create.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 10.0,
+    ) -> None:
+        if min_size < 0 or max_size < 1 or min_size > max_size:
+            raise ConfigurationError(
+                f"need 0 <= min_size <= max_size and max_size >= 1, got min_size={min_size}, "
+                f"max_size={max_size}"
+            )
+        if timeout <= 0:
+            raise ConfigurationError(f"timeout must be > 0 seconds, got {timeout}")
+        self.conninfo = conninfo
+        self.min_size = min_size
+        self.max_size = max_size
+        self.timeout = timeout
+        self._pool: AsyncConnectionPool[Any] | None = None
+        self._opening: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        self._host = socket.gethostname()
+        self._pid = os.getpid()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({redact(self.conninfo)!r})"
+
+    # -- connecting -----------------------------------------------------------------------------
+    async def open(self) -> None:
+        """Connect, check the schema and apply missing migrations (done on first use anyway).
+
+        Raises ``StoreError`` when PostgreSQL cannot be reached, ``SchemaTooNew`` /
+        ``StoreCorrupt`` when the database is not one this Loom can use.
+        """
+        await self._get_pool()
+
+    async def _get_pool(self) -> AsyncConnectionPool[Any]:
+        if self._pool is not None:
+            if self._loop is not asyncio.get_running_loop():
+                raise StoreError(
+                    f"{self!r} was opened in another event loop; its connections belong to that "
+                    "loop. Create one PostgresStore per event loop (per asyncio.run)."
+                )
+            return self._pool
+        if self._closed:
+            raise StoreError(f"{self!r} is closed; create a new one")
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self._pool is None:
+                self._pool = await self._connect()
+                self._loop = asyncio.get_running_loop()
+        return self._pool
+
+    async def _connect(self) -> AsyncConnectionPool[Any]:
+        # One direct connection first: a refused or failed connection raises at once with
+        # libpq's reason (a pool would retry in the background until its timeout).
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self.conninfo, autocommit=True, connect_timeout=max(1, round(self.timeout))
+            )
+        except psycopg.Error as exc:
+            raise self._translate(exc, "connecting") from exc
+        try:
+            await self._migrate(conn)
+        except psycopg.Error as exc:
+            raise self._translate(exc, "migrating the schema") from exc
+        finally:
+            await conn.close()
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            self.conninfo,
+            min_size=self.min_size,
+            max_size=self.max_size,
+            timeout=self.timeout,
+            kwargs={"autocommit": True},
+            open=False,
+            name="loom",
+        )
+        await pool.open(wait=False)
+        return pool
+
+    async def _migrate(self, conn: AsyncConnection[Any]) -> None:
+        known = [(i + 1, name) for i, (name, _) in enumerate(q.MIGRATIONS)]
+        has = await (await conn.execute(q.HAS_MIGRATIONS)).fetchone()
+        if has is not None and has[0]:
+            rows = await (await conn.execute(q.APPLIED)).fetchall()
+            if [tuple(r) for r in rows] == known:
+                return  # the common case: up to date, no lock, no write
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (q.MIGRATION_LOCK,))
+            await conn.execute(q.CREATE_MIGRATIONS)
+            rows = await (await conn.execute(q.APPLIED)).fetchall()
+            names = dict(known)
+            unknown = [name for version, name in rows if names.get(version) != name]
+            if unknown:
+                raise SchemaTooNew(
+                    f"the database at {redact(self.conninfo)} was migrated by a newer Loom "
+                    f"(schema migrations {unknown} are unknown to this version, which knows "
+                    f"{q.SCHEMA_VERSION}); upgrade loom-agents to use it"
+                )
+            applied = {version for version, _ in rows}
+            for version, (name, statements) in enumerate(q.MIGRATIONS, start=1):
+                if version in applied:
+                    continue
+                for statement in statements:
+                    try:
+                        await conn.execute(statement)
+                    except (
+                        pg_errors.DuplicateTable,
+                        pg_errors.DuplicateObject,
+                        pg_errors.DuplicateFunction,
+                    ) as exc:
+                        raise StoreCorrupt(
+                            f"the database at {redact(self.conninfo)} already holds objects that "
+                            f"Loom did not create ({exc.diag.message_primary}; migration "
+                            f"{name!r}); give Loom its own "
+                            "database or schema (options=-csearch_path=loom)"
+                        ) from exc
+                await conn.execute(
+                    "INSERT INTO loom_migrations (version, name, applied_at) VALUES (%s, %s, %s)",
+                    (version, name, time.time()),
+                )
+
+    def _translate(self, exc: BaseException, doing: str) -> StoreError:
+        """A typed Loom error for a psycopg failure, saying what to do about it."""
+        where = redact(self.conninfo)
+        text = str(exc).strip()
+        if isinstance(exc, PoolTimeout):
+            return StoreError(
+                f"{doing} failed: no connection to PostgreSQL ({where}) became free within "
+                f"{self.timeout} s. Every one of the pool's {self.max_size} connections is busy "
+                "or the server stopped answering; raise PostgresStore(max_size=..., "
+                "timeout=...) or check the server. Nothing from this step was saved."
+            )
+        # Failures to connect come as OperationalError with libpq's text, without SQLSTATE.
+        if isinstance(exc, pg_errors.InvalidCatalogName) or (
+            "database" in text and "does not exist" in text
+        ):
+            return StoreError(
+                f"{doing} failed: the database named in {where} does not exist ({text}). "
+                "Create it (createdb) or fix the DSN."
+            )
+        if isinstance(
+            exc, pg_errors.InvalidPassword | pg_errors.InvalidAuthorizationSpecification
+        ) or ("authentication failed" in text or "no pg_hba.conf entry" in text):
+            return StoreError(
+                f"{doing} failed: PostgreSQL refused the login for {where} ({text}). Check the "
+                "user and password in the DSN (or PGUSER / PGPASSWORD / ~/.pgpass)."
+            )
+        if isinstance(exc, pg_errors.InsufficientPrivilege):
+            return StoreError(
+                f"{doing} failed: the database user of {where} lacks a privilege ({text}). "
+                "Grant it CREATE and USAGE on Loom's schema and access to Loom's tables."
+            )
+        if isinstance(exc, pg_errors.DiskFull | pg_errors.OutOfMemory):
+            return StoreError(
+                f"{doing} failed: the PostgreSQL server at {where} is out of disk or memory "
+                f"({text}). Nothing from this step was saved; free space and retry."
+            )
+        if isinstance(exc, psycopg.OperationalError):
+            if doing == "connecting":
+                return StoreError(
+                    f"cannot connect to PostgreSQL at {where}: {text}. Check that the server is "
+                    "running and reachable and that the DSN (host, port, dbname, user) is right."
+                )
+            return StoreError(
+                f"{doing} failed: the connection to PostgreSQL at {where} failed ({text}). "
+                "Nothing from a step whose commit was not acknowledged counts as saved; the "
+                "next call reconnects."
+            )
+        if isinstance(exc, psycopg.DataError) or "NUL" in text:
+            return StoreError(
+                f"{doing} failed: PostgreSQL refused a value ({text}). Text columns (ids, "
+                "names) cannot hold NUL characters. Nothing from this step was saved."
+            )
+        return StoreError(f"{doing} failed on PostgreSQL at {where}: {type(exc).__name__}: {text}")
+
+    # -- plumbing -------------------------------------------------------------------------------
+    async def _run(self, doing: str, fn: Callable[[AsyncConnection[Any]], Awaitable[T]]) -> T:
+        """``fn`` with a pooled connection; transient conflicts are retried a few times."""
+        pool = await self._get_pool()
+        for attempt in range(_RETRIES):
+            try:
+                async with pool.connection() as conn:
+                    return await fn(conn)
+            except (
+                pg_errors.UniqueViolation,
+                pg_errors.SerializationFailure,
+                pg_errors.DeadlockDetected,
+            ) as exc:
+                if attempt == _RETRIES - 1 or not _transient(exc):
+                    raise self._translate(exc, doing) from exc
+            except (psycopg.Error, PoolTimeout) as exc:
+                raise self._translate(exc, doing) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _fetchall(self, doing: str, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        async def read(conn: AsyncConnection[Any]) -> list[Any]:
+            return await (await conn.execute(sql, params)).fetchall()
+
+        return await self._run(doing, read)
+
+    async def _fetchone(self, doing: str, sql: str, params: Sequence[Any] = ()) -> Any:
+        async def read(conn: AsyncConnection[Any]) -> Any:
+            return await (await conn.execute(sql, params)).fetchone()
+
+        return await self._run(doing, read)
+
+    async def _rowcount(self, doing: str, sql: str, params: Sequence[Any] = ()) -> int:
+        async def write(conn: AsyncConnection[Any]) -> int:
+            return (await conn.execute(sql, params)).rowcount
+
+        return await self._run(doing, write)
+
+    # -- sessions -------------------------------------------------------------------------------
+    async def get_session(self, session_id: str) -> SessionInfo | None:
+        row = await self._fetchone(
+            "reading a session", q.SESSION_SELECT + " WHERE s.id = %s", (session_id,)
+        )
+        return _session(row) if row else None
+
+    async def create_session(
+        self, session_id: str, *, agent_name: str = "", metadata: dict[str, Any] | None = None
+    ) -> SessionInfo:
+        now = time.time()
+        encoded = codec.encode_value(metadata or {}, "session metadata")
+
+        async def create(conn: AsyncConnection[Any]) -> Any:
+            await conn.execute(
+                "INSERT INTO sessions (id, agent_name, created_at, updated_at, metadata) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+                (session_id, codec.scrub_text(agent_name), now, now, encoded),
+            )
+            cur = await conn.execute(q.SESSION_SELECT + " WHERE s.id = %s", (session_id,))
+            return await cur.fetchone()
+
+        return _session(await self._run("creating a session", create))
+
+    async def list_sessions(self, limit: int = 100) -> list[SessionInfo]:
+        rows = await self._fetchall(
+            "listing sessions",
+            q.SESSION_SELECT + " ORDER BY changed DESC, s.id LIMIT %s",
+            (limit if limit > 0 else None,),
+        )
+        return [_session(r) for r in rows]
+
+    async def load_messages(self, session_id: str, start: int = 0) -> list[Message]:
+        if start < 0:
+            raise InputError(f"load_messages: start must be >= 0, got {start}")
+        rows = await self._fetchall("loading messages", q.LOAD_MESSAGES, (session_id, start))
+        return codec.decode_messages([r[0] for r in rows])
+
+    async def message_count(self, session_id: str) -> int:
+        row = await self._fetchone("counting messages", q.MESSAGE_COUNT, (session_id,))
+        return 0 if row is None or row[0] is None else int(row[0]) + 1
+
+    # -- the one write path of a turn -----------------------------------------------------------
+    async def append(
+        self,
+        session_id: str,
+        *,
+        messages: Sequence[Message] = (),
+        events: Sequence[AgentEvent] = (),
+        ledger: Sequence[LedgerEntry] = (),
+        run: RunRecord | None = None,
+        lease: Lease | None = None,
+    ) -> None:
+        if lease is not None and lease.session_id != session_id:
+            raise LeaseLost(
+                f"the lease of session {lease.session_id!r} cannot write to session {session_id!r}"
+            )
+        # Serialise first: a value that cannot be stored raises SerializationError here,
+        # before anything is sent.
+        now = time.time()
+        msg_rows = [(m.role, codec.encode_message(m)) for m in messages]
+        ev_rows = [codec.encode_event(e) for e in events]
+        led_rows = [codec.encode_ledger(e) for e in ledger]
+        run_row = codec.encode_run(run) if run is not None else None
+        usage = run.usage if run is not None and run.status != "running" else Usage()
+
+        statements: list[tuple[str, Sequence[Any]]] = []
+        if lease is not None:  # the fence: first, in the same transaction as the writes
+            statements.append((q.CHECK_LEASE, (session_id, lease.token)))
+        statements.append((q.SESSION_TURN, (q.SESSION_LOCK_CLASS, session_id)))
+        if run is not None:
+            statements.append(
+                (
+                    q.ADD_USAGE,
+                    (session_id, now, now, usage.input_tokens, usage.output_tokens, usage.requests),
+                )
+            )
+        else:
+            statements.append((q.TOUCH_SESSION, (session_id, now, now)))
+        if msg_rows:
+            statements.append(
+                (
+                    q.INSERT_MESSAGES,
+                    (
+                        session_id,
+                        now,
+                        session_id,
+                        [r for r, _ in msg_rows],
+                        [d for _, d in msg_rows],
+                    ),
+                )
+            )
+        if ev_rows:
+            columns = list(zip(*ev_rows, strict=True))
+            statements.append(
+                (q.INSERT_EVENTS, (session_id, session_id, *(list(c) for c in columns)))
+            )
+        for led in led_rows:
+            params = (session_id, *led, session_id)
+            if led.status == "started":
+                statements.append((q.INSERT_LEDGER_OPEN, params))
+            else:
+                statements.append((q.INSERT_LEDGER, params))
+                statements.append((q.CLOSE_CALL, (session_id, led.run_id, led.tool_call_id)))
+        if run_row is not None:
+            if run_row.status == "running":
+                statements.append((q.INSERT_RUN_OPEN, (session_id, *run_row)))
+            else:
+                statements.append((q.INSERT_RUN, (session_id, *run_row)))
+                statements.append((q.CLOSE_RUN, (session_id, run_row.run_id)))
+
+        async def write(conn: AsyncConnection[Any]) -> None:
+            # One pipeline: every statement is sent at once, the commit answers for all.
+            try:
+                async with conn.pipeline(), conn.transaction():
+                    for sql, params in statements:
+                        await conn.execute(sql, params)
+            except psycopg.Error as exc:
+                if lease is not None and exc.sqlstate == q.LEASE_LOST_SQLSTATE:
+                    cur = await conn.execute(q.LEASE_ROW, (session_id,))
+                    raise _lost(lease, await cur.fetchone()) from None
+                raise
+
+        await self._run("saving a step", write)
+
+    # -- ledger, runs, events -------------------------------------------------------------------
+    async def open_tool_calls(self, session_id: str) -> list[LedgerEntry]:
+        cols = ", ".join(f"l.{c.strip()}" for c in q.LEDGER_COLS.split(","))
+        rows = await self._fetchall(
+            "reading open tool calls",
+            f"SELECT {cols} FROM open_calls o JOIN ledger l ON l.session_id = o.session_id "
+            "AND l.seq = o.ledger_seq WHERE o.session_id = %s ORDER BY l.seq",
+            (session_id,),
+        )
+        return [codec.decode_ledger(session_id, r) for r in rows]
+
+    async def ledger(self, session_id: str) -> list[LedgerEntry]:
+        """Every ledger entry of the session, oldest first."""
+        rows = await self._fetchall(
+            "reading the ledger",
+            f"SELECT {q.LEDGER_COLS} FROM ledger WHERE session_id = %s ORDER BY seq",
+            (session_id,),
+        )
+        return [codec.decode_ledger(session_id, r) for r in rows]
+
+    async def open_runs(self, session_id: str) -> list[RunRecord]:
+        cols = ", ".join(f"r.{c.strip()}" for c in q.RUN_COLS.split(","))
+        rows = await self._fetchall(
+            "reading open runs",
+            f"SELECT {cols} FROM open_runs o JOIN runs r ON r.id = o.run_row "
+            "WHERE o.session_id = %s ORDER BY r.id",
+            (session_id,),
+        )
+        return [codec.decode_run(session_id, r) for r in rows]
+
+    async def list_runs(self, session_id: str) -> list[RunRecord]:
+        """Every run record (starts and ends) of the session, oldest first."""
+        rows = await self._fetchall(
+            "listing runs",
+            f"SELECT {q.RUN_COLS} FROM runs WHERE session_id = %s ORDER BY id",
+            (session_id,),
+        )
+        return [codec.decode_run(session_id, r) for r in rows]
+
+    async def load_events(self, session_id: str, run_id: str | None = None) -> list[AgentEvent]:
+        sql = f"SELECT {q.EVENT_COLS} FROM events WHERE session_id = %s"
+        params: tuple[str, ...] = (session_id,)
+        if run_id is not None:
+            sql, params = sql + " AND run_id = %s", (session_id, run_id)
+        rows = await self._fetchall("loading events", sql + " ORDER BY seq", params)
+        return [codec.decode_event(session_id, r) for r in rows]
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a session and everything kept for it in one transaction (its lock row is
+        released, not deleted, so its fencing token keeps growing). False when there was no
+        such session. The caller makes sure no run is using the session (take its lease)."""
+
+        async def delete(conn: AsyncConnection[Any]) -> bool:
+            async with conn.transaction():
+                cur = await conn.execute("DELETE FROM sessions WHERE id = %s", (session_id,))
+                found = cur.rowcount > 0
+                for table in q.SESSION_TABLES:
+                    await conn.execute(f"DELETE FROM {table} WHERE session_id = %s", (session_id,))
+                await conn.execute(
+                    "UPDATE locks SET released = true WHERE session_id = %s", (session_id,)
+                )
+            return found
+
+        return await self._run("deleting a session", delete)
+
+    # -- session leases (across hosts) ----------------------------------------------------------
+    async def acquire_lease(self, session_id: str, run_id: str, ttl: float) -> Lease | None:
+        row = await self._fetchone(
+            "taking a session lease",
+            q.ACQUIRE_LEASE,
+            (session_id, run_id, self._host, self._pid, ttl),
+        )
+        if row is None:  # held, unexpired, by another run
+            return None
+        return Lease(session_id, run_id, int(row[0]), float(row[1]))
+
+    async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        async def renew(conn: AsyncConnection[Any]) -> Lease:
+            cur = await conn.execute(q.RENEW_LEASE, (ttl, lease.session_id, lease.token))
+            row = await cur.fetchone()
+            if row is None:
+                cur = await conn.execute(q.LEASE_ROW, (lease.session_id,))
+                raise _lost(lease, await cur.fetchone())
+            return Lease(lease.session_id, lease.run_id, lease.token, float(row[0]))
+
+        return await self._run("renewing a session lease", renew)
+
+    async def release_lease(self, lease: Lease) -> None:
+        await self._rowcount(
+            "releasing a session lease", q.RELEASE_LEASE, (lease.session_id, lease.token)
+        )
+
+    # -- ErrorStore -----------------------------------------------------------------------------
+    async def save_error(self, error: StoredError) -> str:
+        error.id = error.id or new_error_id(error.timestamp)
+        raw = codec.encode_value(error.raw_error, "raw_error of error {}", error.id)
+        summary = codec.scrub_text(error.short_summary)
+        for _ in range(5):
+            try:
+                await self._insert_error(error, raw, summary)
+                return error.id
+            except StoreError as exc:
+                if not isinstance(exc.__cause__, pg_errors.UniqueViolation):
+                    raise
+                error.id = new_error_id(error.timestamp)  # same second, same 24 random bits
+        raise StoreError("could not find a free error id after 5 draws")
+
+    async def _insert_error(self, error: StoredError, raw: str, summary: str) -> None:
+        pool = await self._get_pool()
+        params = (
+            error.id,
+            error.timestamp.timestamp(),
+            error.session_id,
+            error.run_id,
+            error.tool_call_id,
+            codec.scrub_text(error.tool_name),
+            raw,
+            summary,
+        )
+        try:  # not through _run: a taken id must come back here, not be retried as it is
+            async with pool.connection() as conn:
+                await conn.execute(
+                    f"INSERT INTO errors ({_ERROR_COLS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                    params,
+                )
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise self._translate(exc, "saving an error") from exc
+
+    async def get_error(self, error_id: str) -> StoredError | None:
+        row = await self._fetchone(
+            "reading an error", f"SELECT {_ERROR_COLS} FROM errors WHERE id = %s", (error_id,)
+        )
+        return _error(row) if row else None
+
+    async def list_errors(
+        self,
+        *,
+        session_id: str | None = None,
+        tool_name: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+    ) -> list[StoredError]:
+        where: list[str] = ["true"]
+        params: list[
+            str | float | int | None
+        ] = []  # only constant fragments are joined; values are bound
+        for clause, value in (
+            ("session_id = %s", session_id),
+            ("tool_name = %s", tool_name),
+            ("timestamp >= %s", since.timestamp() if since else None),
+            ("timestamp <= %s", until.timestamp() if until else None),
+        ):
+            if value is not None:
+                where.append(clause)
+                params.append(value)
+        params.append(limit if limit > 0 else None)
+        rows = await self._fetchall(
+            "listing errors",
+            f"SELECT {_ERROR_COLS} FROM errors WHERE {' AND '.join(where)} "
+            "ORDER BY timestamp DESC, id DESC LIMIT %s",
+            params,
+        )
+        return [_error(r) for r in rows]
+
+    async def delete_errors(self, older_than: datetime) -> int:
+        return await self._rowcount(
+            "deleting errors", "DELETE FROM errors WHERE timestamp < %s", (older_than.timestamp(),)
+        )
+
+    # -- ResultStore ----------------------------------------------------------------------------
+    async def save_result(self, result: StoredResult) -> str:
+        content = codec.scrub_text(result.content).encode("utf-8")
+        await self._rowcount(
+            "saving a large result",
+            "INSERT INTO results (ref, session_id, run_id, tool_call_id, tool_name, created_at, "
+            "content) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (
+                result.ref,
+                result.session_id,
+                result.run_id,
+                result.tool_call_id,
+                codec.scrub_text(result.tool_name),
+                result.created_at.timestamp(),
+                content,
+            ),
+        )
+        return result.ref
+
+    async def get_result(self, ref: str) -> StoredResult | None:
+        row = await self._fetchone(
+            "reading a large result",
+            "SELECT ref, session_id, tool_name, content, run_id, tool_call_id, created_at "
+            "FROM results WHERE ref = %s",
+            (ref,),
+        )
+        if row is None:
+            return None
+        content = bytes(row[3]).decode("utf-8")
+        return StoredResult(row[0], row[1], row[2], content, row[4], row[5], _dt(row[6]))
+
+    async def delete_results(self, older_than: datetime) -> int:
+        """Delete large results stored before ``older_than``; return how many."""
+        return await self._rowcount(
+            "deleting results",
+            "DELETE FROM results WHERE created_at < %s",
+            (older_than.timestamp(),),
+        )
+
+    # -- KVStore --------------------------------------------------------------------------------
+    async def put_value(self, namespace: str, key: str, value: Any) -> None:
+        encoded = codec.encode_value(value, "value {}/{}", namespace, key)
+        await self._rowcount(
+            "saving a value",
+            "INSERT INTO kv (namespace, key, value, updated_at) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, "
+            "updated_at = excluded.updated_at",
+            (namespace, key, encoded, time.time()),
+        )
+
+    async def get_value(self, namespace: str, key: str) -> Any | None:
+        row = await self._fetchone(
+            "reading a value",
+            "SELECT value FROM kv WHERE namespace = %s AND key = %s",
+            (namespace, key),
+        )
+        return codec.decode_value(row[0]) if row else None
+
+    async def list_keys(self, namespace: str, prefix: str = "") -> list[str]:
+        rows = await self._fetchall(
+            "listing keys",
+            "SELECT key FROM kv WHERE namespace = %s AND left(key, %s) = %s ORDER BY key",
+            (namespace, len(prefix), prefix),
+        )
+        return [r[0] for r in rows]
+
+    async def delete_value(self, namespace: str, key: str) -> bool:
+        return (
+            await self._rowcount(
+                "deleting a value",
+                "DELETE FROM kv WHERE namespace = %s AND key = %s",
+                (namespace, key),
+            )
+            > 0
+        )
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def close(self) -> None:
+        self._closed = True
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+
+def _transient(exc: BaseException) -> bool:
+    """A conflict that retrying the whole transaction resolves."""
+    if isinstance(exc, pg_errors.UniqueViolation):
+        # Two lease-less writers numbered rows of one session at once: renumber and retry.
+        return exc.diag.table_name in ("messages", "events", "ledger")
+    return True

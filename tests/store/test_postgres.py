@@ -1,0 +1,401 @@
+"""PostgresStore: the conformance suite on a private PostgreSQL 15 cluster, plus leases across
+processes, a full agent run, crash recovery, bounded reads and bad input.
+
+The cluster is the session-scoped ``postgres_dsn`` fixture (tests/conftest.py); every test gets
+a schema of its own (``pg_schema_dsn``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+
+import psycopg
+
+from loom import Agent, RunContext, tool
+from loom.errors import (
+    ConfigurationError,
+    LeaseLost,
+    SchemaTooNew,
+    StoreCorrupt,
+    StoreError,
+)
+from loom.messages import Message, ModelResponse, ToolCall
+from loom.runtime import Runtime
+from loom.store import _pg_sql as q
+from loom.store.base import LedgerEntry, RunRecord
+from loom.store.conformance import StoreContract
+from loom.store.postgres import PostgresStore
+from loom.testing import ScriptedModel
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+async def _sql(dsn: str, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    """Run one statement on a connection of its own (autocommit); its rows, if any."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        cur = await conn.execute(sql, params)
+        return await cur.fetchall() if cur.description else []
+
+
+@pytest.fixture
+async def store(pg_schema_dsn: str) -> AsyncIterator[PostgresStore]:
+    s = PostgresStore(pg_schema_dsn, min_size=1, max_size=4)
+    yield s
+    await s.close()
+
+
+class TestPostgresStore(StoreContract):
+    @pytest.fixture
+    async def store(self, pg_schema_dsn: str) -> AsyncIterator[PostgresStore]:
+        s = PostgresStore(pg_schema_dsn, min_size=1, max_size=4)
+        yield s
+        await s.close()
+
+
+# -- connecting, migrations, bad input ----------------------------------------------------------
+async def test_unreachable_server_names_the_dsn_without_its_password() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens here once the socket is closed
+    store = PostgresStore(f"postgresql://loom:s3cret@127.0.0.1:{port}/loom", timeout=2, min_size=0)
+    assert "s3cret" not in repr(store)
+    with pytest.raises(StoreError, match="cannot connect to PostgreSQL") as info:
+        await store.get_session("s")
+    assert f"port={port}" in str(info.value) and "s3cret" not in str(info.value)
+    assert "refused" in str(info.value).lower()
+    await store.close()
+
+
+async def test_missing_database_says_to_create_it(postgres_dsn: str) -> None:
+    store = PostgresStore(postgres_dsn.replace("dbname=loom_test", "dbname=nope"))
+    with pytest.raises(StoreError, match=r"does not exist.*createdb"):
+        await store.open()
+    await store.close()
+
+
+async def test_bad_options() -> None:
+    with pytest.raises(ConfigurationError):
+        PostgresStore("dbname=x", min_size=5, max_size=2)
+    with pytest.raises(ConfigurationError):
+        PostgresStore("dbname=x", timeout=0)
+
+
+async def test_closed_store_refuses(pg_schema_dsn: str) -> None:
+    store = PostgresStore(pg_schema_dsn)
+    await store.open()
+    await store.close()
+    with pytest.raises(StoreError, match="closed"):
+        await store.get_session("s")
+
+
+async def test_concurrent_starters_migrate_once(pg_schema_dsn: str) -> None:
+    stores = [PostgresStore(pg_schema_dsn, min_size=0, max_size=2) for _ in range(6)]
+    await asyncio.gather(*(s.open() for s in stores))  # six processes starting at once
+    rows = await _sql(pg_schema_dsn, "SELECT version, name FROM loom_migrations")
+    assert [tuple(r) for r in rows] == [(i + 1, n) for i, (n, _) in enumerate(q.MIGRATIONS)]
+    await asyncio.gather(*(s.close() for s in stores))
+
+
+async def test_newer_schema_is_refused(pg_schema_dsn: str) -> None:
+    store = PostgresStore(pg_schema_dsn)
+    await store.open()
+    await store.close()
+    await _sql(pg_schema_dsn, "INSERT INTO loom_migrations VALUES (99, '0099_future', 0)")
+    with pytest.raises(SchemaTooNew, match="0099_future"):
+        await PostgresStore(pg_schema_dsn).open()
+
+
+async def test_foreign_tables_of_the_same_name_are_not_taken(pg_schema_dsn: str) -> None:
+    await _sql(pg_schema_dsn, "CREATE TABLE messages (id int)")
+    with pytest.raises(StoreCorrupt, match="own database or schema"):
+        await PostgresStore(pg_schema_dsn).open()
+    # Nothing of the failed migration stayed behind (DDL is transactional).
+    assert await _sql(pg_schema_dsn, "SELECT to_regclass('sessions')") == [(None,)]
+
+
+async def test_nul_in_large_results_is_kept(store: PostgresStore) -> None:
+    from loom.store.base import StoredResult
+
+    await store.save_result(StoredResult("r1", "s", "cat", "a\x00b"))
+    got = await store.get_result("r1")
+    assert got is not None and got.content == "a\x00b"
+
+
+async def test_lease_less_writers_racing_on_one_session_lose_nothing(
+    store: PostgresStore, pg_schema_dsn: str
+) -> None:
+    other = PostgresStore(pg_schema_dsn, max_size=4)
+    await asyncio.gather(
+        *(
+            s.append("s", messages=[Message.user(f"{s is store}-{i}")])
+            for i in range(20)
+            for s in (store, other)
+        )
+    )
+    assert await store.message_count("s") == 40
+    assert len({m.content for m in await store.load_messages("s")}) == 40
+    await other.close()
+
+
+async def test_racing_acquirers_get_one_lease(store: PostgresStore, pg_schema_dsn: str) -> None:
+    others = [PostgresStore(pg_schema_dsn, max_size=2) for _ in range(4)]
+    got = await asyncio.gather(
+        *(s.acquire_lease("s", f"run{i}", 60) for i, s in enumerate([store, *others] * 3))
+    )
+    held = [lease for lease in got if lease is not None]
+    assert len({lease.run_id for lease in held}) == 1  # only one run (perhaps re-acquiring)
+    await asyncio.gather(*(s.close() for s in others))
+
+
+# -- bounded INTAKE reads -----------------------------------------------------------------------
+def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    out = [plan]
+    for child in plan.get("Plans", []):
+        out += _plan_nodes(child)
+    return out
+
+
+async def test_tail_of_a_10000_message_session_is_an_index_range_read(
+    store: PostgresStore, pg_schema_dsn: str
+) -> None:
+    for i in range(0, 10_000, 1000):  # 10 commits of 1,000 messages each
+        await store.append("long", messages=[Message.user(f"m{j}") for j in range(i, i + 1000)])
+    await store.append("short", messages=[Message.user(f"m{j}") for j in range(10)])
+    assert await store.message_count("long") == 10_000
+    tail = await store.load_messages("long", start=9990)
+    assert [m.content for m in tail] == [f"m{j}" for j in range(9990, 10_000)]
+    await _sql(pg_schema_dsn, "ANALYZE messages")
+    for sql, params, rows in (
+        (q.LOAD_MESSAGES, ("long", 9990), 10),
+        (q.MESSAGE_COUNT, ("long",), 1),
+    ):
+        explained = await _sql(
+            pg_schema_dsn, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params
+        )
+        top = explained[0][0][0]
+        nodes = _plan_nodes(top["Plan"])
+        kinds = {n["Node Type"] for n in nodes}
+        assert "Seq Scan" not in kinds and kinds & {"Index Scan", "Index Only Scan"}, kinds
+        scans = [n for n in nodes if n["Node Type"] in ("Index Scan", "Index Only Scan")]
+        assert all(n["Index Name"] == "messages_pkey" for n in scans)
+        # Only the rows asked for are read, not the session's 10,000: a handful of pages.
+        assert sum(n["Actual Rows"] for n in scans) <= rows, scans
+        assert top["Plan"]["Shared Hit Blocks"] + top["Plan"].get("Shared Read Blocks", 0) < 20
+
+
+# -- leases across processes --------------------------------------------------------------------
+_FENCED = """
+import asyncio, json, sys
+from loom.errors import LeaseLost
+from loom.messages import Message
+from loom.events import EventType, make_event
+from loom.store.postgres import PostgresStore
+from loom.store.base import LedgerEntry, RunRecord
+
+async def main():
+    s = PostgresStore(sys.argv[1])
+    ttl = float(sys.argv[2])
+    lease = await s.acquire_lease("shared", "run_a", ttl)
+    print(json.dumps({"token": lease.token, "expires_at": lease.expires_at}), flush=True)
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "append":
+            try:
+                await s.append(
+                    "shared",
+                    messages=[Message.user("from A")],
+                    events=[make_event(EventType.AGENT_START, "run_a", "shared", 0, 0, {})],
+                    ledger=[LedgerEntry("run_a", "shared", "call_a", "t", "started")],
+                    run=RunRecord("run_a", "shared", "running"),
+                    lease=lease,
+                )
+            except LeaseLost as exc:
+                print(json.dumps({"lost": str(exc)}), flush=True)
+            else:
+                print(json.dumps({"wrote": True}), flush=True)
+        elif command == "exit":
+            break
+    await s.close()
+
+asyncio.run(main())
+"""
+
+
+def _ask(child: subprocess.Popen[str], command: str | None = None) -> dict[str, object]:
+    assert child.stdin is not None and child.stdout is not None
+    if command is not None:
+        child.stdin.write(command + "\n")
+        child.stdin.flush()
+    line = child.stdout.readline()
+    assert line, f"the holder process died (exit code {child.poll()})"
+    return dict(json.loads(line))
+
+
+async def test_paused_holder_taken_over_cannot_write(
+    store: PostgresStore, pg_schema_dsn: str
+) -> None:
+    # A process holds the lease, freezes past its ttl, another takes over; the first wakes up
+    # and its append is refused by the fence, with nothing of it committed.
+    await store.open()
+    a = subprocess.Popen(  # noqa: ASYNC220 - a plain child process, driven line by line
+        [sys.executable, "-c", _FENCED, pg_schema_dsn, "1.0"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": SRC},
+        text=True,
+    )
+    try:
+        first = _ask(a)
+        expires = float(str(first["expires_at"]))
+        a.send_signal(signal.SIGSTOP)
+        assert await store.acquire_lease("shared", "run_b", 60) is None  # still held
+        await asyncio.sleep(max(expires - time.time(), 0) + 0.05)  # waiting out the ttl
+        lease_b = await store.acquire_lease("shared", "run_b", 60)
+        assert lease_b is not None and lease_b.token == int(str(first["token"])) + 1
+        await store.append("shared", messages=[Message.user("from B")], lease=lease_b)
+        a.send_signal(signal.SIGCONT)
+        answer = _ask(a, "append")
+        assert "lost" in answer, answer
+        assert "run_a" in str(answer["lost"]) and "run_b" in str(answer["lost"])
+        assert a.stdin is not None
+        a.stdin.write("exit\n")
+        a.stdin.flush()
+        assert a.wait(timeout=30) == 0
+        assert [m.content for m in await store.load_messages("shared")] == ["from B"]
+        assert await store.load_events("shared") == []
+        assert await store.open_tool_calls("shared") == []
+        assert await store.open_runs("shared") == []
+        counts = await _sql(
+            pg_schema_dsn,
+            "SELECT (SELECT count(*) FROM messages), (SELECT count(*) FROM ledger), "
+            "(SELECT count(*) FROM runs)",
+        )
+        assert tuple(counts[0]) == (1, 0, 0)
+    finally:
+        if a.poll() is None:
+            a.send_signal(signal.SIGCONT)
+            a.kill()
+            a.wait()
+
+
+async def test_append_waits_for_a_takeover_in_flight_then_is_fenced(
+    store: PostgresStore, pg_schema_dsn: str
+) -> None:
+    # The fence is a row lock: an append racing a takeover either commits before it or fails.
+    old = await store.acquire_lease("s", "r1", 0.05)
+    assert old is not None
+    await asyncio.sleep(0.1)
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(pg_schema_dsn) as conn:
+        # A takeover whose transaction is open (not yet committed) holds the lock row.
+        await conn.execute(q.ACQUIRE_LEASE, ("s", "r2", "h", 1, 60))
+        pending = asyncio.ensure_future(
+            store.append("s", messages=[Message.user("stale")], lease=old)
+        )
+        await asyncio.sleep(0.2)
+        assert not pending.done()  # blocked on the lock row, not judging a stale snapshot
+        await conn.commit()
+    with pytest.raises(LeaseLost, match="r2"):
+        await pending
+    assert await store.load_messages("s") == []
+
+
+# -- the runtime on PostgreSQL ------------------------------------------------------------------
+async def test_agent_with_tools_through_a_runtime(store: PostgresStore) -> None:
+    @tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        return f"found {q}"
+
+    model = ScriptedModel(
+        [ModelResponse(tool_calls=[ToolCall(name="lookup", arguments={"q": "x"})]), "ok", "two"]
+    )
+    agent = Agent(model=model, tools=[lookup])
+    runtime = Runtime(store)
+    r = await runtime.run(agent, "go", session_id="s")
+    assert r.output == "ok"
+    ledger = await store.ledger("s")
+    assert [e.status for e in ledger] == ["started", "completed"]
+    assert ledger[1].result is not None and ledger[1].result.data == "found x"
+    assert [x.status for x in await store.list_runs("s")] == ["running", "completed"]
+    # A second runtime (another process, in effect) continues the same session.
+    r2 = await Runtime(store).run(agent, "again", session_id="s")
+    assert r2.output == "two"
+    messages = await store.load_messages("s")
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant", "user",
+                                          "assistant"]  # fmt: skip
+    info = await store.get_session("s")
+    assert info is not None and info.message_count == 6 and info.usage.requests >= 3
+    events = await store.load_events("s")
+    assert events and len({e.run_id for e in events}) == 2
+    assert await store.open_runs("s") == [] and await store.open_tool_calls("s") == []
+
+
+async def test_crash_recovery_of_a_dead_run(store: PostgresStore) -> None:
+    calls: list[tuple[str, str]] = []
+
+    @tool(effect="at_most_once")
+    def send_email(ctx: RunContext, to: str) -> str:
+        """Send an email."""
+        calls.append(("send_email", ctx.idempotency_key))
+        return f"sent to {to}"
+
+    @tool(effect="idempotent")
+    def upsert(ctx: RunContext, key: str) -> str:
+        """Write a record keyed by the idempotency key."""
+        calls.append(("upsert", ctx.idempotency_key))
+        return f"upserted {key}"
+
+    mail = ToolCall(name="send_email", arguments={"to": "a@b"})
+    put = ToolCall(name="upsert", arguments={"key": "k"})
+    # What a process killed while running both calls leaves behind.
+    await store.append(
+        "s", messages=[Message.user("do things")], run=RunRecord("run_dead", "s", "running")
+    )
+    await store.append("s", messages=[Message.assistant("", [mail, put])])
+    await store.append(
+        "s",
+        ledger=[
+            LedgerEntry(
+                "run_dead", "s", mail.id, "send_email", "started", mail.arguments, "at_most_once"
+            ),
+            LedgerEntry("run_dead", "s", put.id, "upsert", "started", put.arguments, "idempotent"),
+        ],
+    )
+    assert len(await store.open_tool_calls("s")) == 2
+    agent = Agent(model=ScriptedModel(["recovered"]), tools=[send_email, upsert])
+    r = await Runtime(store).run(agent, "next", session_id="s")
+    assert r.output == "recovered"
+    assert calls == [("upsert", f"run_dead:{put.id}")]  # rerun with its key; the email not
+    assert await store.open_tool_calls("s") == [] and await store.open_runs("s") == []
+    tool_msgs = {m.tool_call_id: m for m in await store.load_messages("s") if m.role == "tool"}
+    assert tool_msgs[mail.id].metadata["recovered"] == "interrupted"
+    assert tool_msgs[put.id].metadata["recovered"] == "rerun"
+    assert {e.status for e in await store.ledger("s") if e.run_id == "run_dead"} >= {"started"}
+
+
+async def test_a_store_opened_in_one_loop_says_so_in_another(pg_schema_dsn: str) -> None:
+    store = PostgresStore(pg_schema_dsn, min_size=0)
+
+    async def use_and_leave_open() -> None:
+        await store.message_count("s")
+
+    await asyncio.to_thread(asyncio.run, use_and_leave_open())  # opened in that thread's loop
+    with pytest.raises(StoreError, match="another event loop"):
+        await store.message_count("s")

@@ -72,10 +72,12 @@ class Turn:
 
     def __init__(self, runtime: Runtime, agent: Agent, message: str | None, session_id: str,
                  on_busy: str, deps: Any, *, resume: Any = None, answer: Any = None,
-                 parent_run_id: str | None = None) -> None:  # fmt: skip
+                 parent_run_id: str | None = None, run_id: str | None = None,
+                 carry_on: bool = False) -> None:  # fmt: skip
         self.runtime, self.agent, self.session_id = runtime, agent, session_id
-        self.run_id = new_id("run")
+        self.run_id = run_id or new_id("run")
         self.message, self.resume, self.answer = message or "", resume, answer
+        self.carry_on = carry_on  # a retry whose message is already committed: recover, go on
         self.pending_query: dict[str, Any] | None = None  # a server query waiting (awaiting_input)
         self.on_busy, self.user_deps, self.parent_run_id = on_busy, deps, parent_run_id
         self.iteration, self.state, self.usage, self.output = (
@@ -195,6 +197,13 @@ class Turn:
             content = format_answer(query.kind, query.question, text)
             await j.commit([j.event(ev.QueryAnswer, query_id=query.query_id, kind=query.kind,
                                     content=content)])  # fmt: skip
+            return
+        if self.carry_on:  # a worker's retry of a run that died after committing the message
+            self.message = next((m.content for m in reversed(j.history) if m.role == "user"), "")
+            last = j.history[-1] if j.history else None
+            if last is not None and last.role == "assistant" and not last.tool_calls:
+                self.output = last.content  # it had answered; only its end was not recorded
+                raise _Stop("completed")
             return
         for p in pending:  # a new message instead of a decision: the parked calls are denied
             await self.calls.decide(p, None, "new_message")

@@ -256,12 +256,18 @@ class Runtime:
         resume: Any = None,
         parent_run_id: str | None = None,
         answer: Any = None,
+        *,
+        run_id: str | None = None,
+        carry_on: bool = False,
     ) -> Turn:
         """A turn of ``agent``, checked and ready but not started: ``turn.run_id`` is known
         now, ``await turn.run(emit)`` runs it (or ``loom.driving.drive(turn)`` streams it),
         ``turn.cancel()`` stops it and ``turn.result`` holds its ``RunResult`` afterwards.
         For servers and workers that must name a run before it starts (``run``/``stream`` are
-        the usual way)."""
+        the usual way). ``run_id`` names the run (default a new id); ``carry_on=True`` (with
+        ``message=None``) starts no new exchange: the turn recovers what a dead run of the
+        session left open and lets the model go on from the committed transcript (a worker's
+        retry of a run whose user message was already committed)."""
         from loom.loop import Turn
 
         if message is not None:
@@ -271,7 +277,8 @@ class Runtime:
         if on_busy not in ("queue", "drop", "interrupt"):
             raise InputError(f"on_busy must be 'queue', 'drop' or 'interrupt', got {on_busy!r}")
         return Turn(self, agent, message, session_id or new_id("session"), on_busy, deps,
-                    resume=resume, answer=answer, parent_run_id=parent_run_id)  # fmt: skip
+                    resume=resume, answer=answer, parent_run_id=parent_run_id, run_id=run_id,
+                    carry_on=carry_on)  # fmt: skip
 
     async def stream(
         self,

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from loom.cli import errors_cmd, patterns_cmd, run_cmd, serve_cmd, sessions_cmd
+from loom.cli import errors_cmd, patterns_cmd, run_cmd, serve_cmd, sessions_cmd, worker_cmd
 
 app = typer.Typer(
     name="loom",
@@ -49,6 +49,7 @@ app.command("run")(run_cmd.run)
 app.command("chat")(run_cmd.chat)
 app.command("resume")(run_cmd.resume)
 app.command("serve")(serve_cmd.serve)
+app.command("worker")(worker_cmd.worker)
 app.add_typer(sessions_cmd.app, name="sessions")
 app.add_typer(errors_cmd.app, name="errors")
 app.add_typer(patterns_cmd.app, name="patterns")

@@ -1,0 +1,87 @@
+"""``loom worker``: execute queued runs from a PostgreSQL database (the ``postgres`` extra)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from loom.cli._console import say_error
+
+__all__ = ["worker"]
+
+
+def worker(
+    store: Annotated[
+        str,
+        typer.Option("--store", help="PostgreSQL connection string (postgres://user@host/db)."),
+    ],
+    agents: Annotated[
+        Path | None,
+        typer.Option("--agents", help="A directory of AGENT.md / YAML agent definitions."),
+    ] = None,
+    app_spec: Annotated[
+        str | None,
+        typer.Option("--app", help="module:attr naming an AgentRegistry, an Agent or a list."),
+    ] = None,
+    concurrency: Annotated[int, typer.Option(help="Runs this worker executes at once.")] = 4,
+    queue: Annotated[
+        list[str] | None, typer.Option("--queue", help="Queue to take runs from (repeatable).")
+    ] = None,
+    lease_ttl: Annotated[
+        float, typer.Option("--lease-ttl", help="Seconds a session lease lasts unrenewed.")
+    ] = 30.0,
+    heartbeat: Annotated[float, typer.Option(help="Seconds between worker heartbeats.")] = 5.0,
+    stalled_after: Annotated[
+        float,
+        typer.Option("--stalled-after", help="Seconds without a heartbeat before a worker is "
+                     "dead and its runs are retried elsewhere."),
+    ] = 20.0,
+    max_attempts: Annotated[
+        int, typer.Option("--max-attempts", help="Attempts of a run whose worker keeps dying.")
+    ] = 3,
+) -> None:
+    """Execute queued runs (background runs of `loom serve --queue`, `enqueue_run`)."""
+    from loom.errors import ConfigurationError, LoomError, MissingDependencyError
+
+    try:
+        try:
+            import procrastinate  # noqa: F401
+
+            from loom.server.registry import AgentRegistry, load_registry
+        except ImportError as exc:
+            raise MissingDependencyError(exc.name or "procrastinate", "postgres",
+                                         "loom worker") from None  # fmt: skip
+        from loom.workers import WorkerSettings, run_worker
+
+        if (agents is None) == (app_spec is None):
+            raise ConfigurationError(
+                "give the agents to run: --agents DIR (AGENT.md files) or --app module:attr"
+            )
+        if concurrency < 1 or max_attempts < 1 or min(lease_ttl, heartbeat, stalled_after) <= 0:
+            raise ConfigurationError(
+                "--concurrency and --max-attempts must be at least 1, the durations positive"
+            )
+        if stalled_after <= heartbeat:
+            raise ConfigurationError("--stalled-after must be longer than --heartbeat")
+        registry = (
+            AgentRegistry.from_dir(agents) if agents is not None else load_registry(str(app_spec))
+        )
+        settings = WorkerSettings(
+            conninfo=store,
+            concurrency=concurrency,
+            queues=tuple(queue or ("loom",)),
+            lease_ttl=lease_ttl,
+            heartbeat=heartbeat,
+            stalled_after=stalled_after,
+            sweep_every=min(5.0, stalled_after / 2),
+            max_attempts=max_attempts,
+        )
+        asyncio.run(run_worker(settings, registry))
+    except LoomError as exc:
+        say_error(exc)
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None

@@ -1,0 +1,96 @@
+"""The procrastinate app Loom's queue runs on, and what servers and tools call on it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from loom.errors import ConfigurationError, StoreError
+
+if TYPE_CHECKING:
+    import procrastinate
+
+    from loom.store.base import Store
+
+__all__ = ["JOB_NAMESPACE", "RUN_TASK", "abort_run", "ensure_schema", "enqueue_run", "job_state",
+           "make_app"]  # fmt: skip
+
+RUN_TASK = "loom.run_turn"
+"""The procrastinate task name of a queued turn."""
+
+JOB_NAMESPACE = "loom.jobs"
+"""Key-value namespace (``Store.put_value``) of each job's runs and final state, by job id."""
+
+_SCHEMA_LOCK = 0x6C6F6F6D  # advisory lock key ("loom") held while the queue's schema is made
+
+
+def make_app(conninfo: str, **pool: Any) -> procrastinate.App:
+    """A procrastinate ``App`` on ``conninfo`` (a libpq URL or ``key=value`` string) with Loom's
+    turn task registered. Open it (``async with app.open_async():``) before use."""
+    try:
+        import procrastinate
+    except ImportError as exc:  # pragma: no cover - the postgres extra
+        raise ConfigurationError(
+            "the queue needs procrastinate: pip install 'loom-agents[postgres]'"
+        ) from exc
+    from loom.workers.tasks import run_turn
+
+    connector = procrastinate.PsycopgConnector(conninfo=conninfo, **pool)
+    app = procrastinate.App(connector=connector)
+    app.task(name=RUN_TASK, pass_context=True)(run_turn)
+    return app
+
+
+async def ensure_schema(conninfo: str) -> bool:
+    """Create procrastinate's tables in the database (schema) of ``conninfo`` unless they are
+    there; several processes starting at once create them once. True when it created them."""
+    import psycopg
+    from procrastinate.schema import SchemaManager
+
+    try:
+        conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot reach the queue's database: {exc}") from exc
+    async with conn:
+        await conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK,))
+        try:
+            cur = await conn.execute("SELECT to_regclass('procrastinate_jobs')")
+            row = await cur.fetchone()
+            if row is not None and row[0] is not None:
+                return False
+            sql = SchemaManager.get_schema()
+            await conn.execute(sql.encode())
+            return True
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK,))
+
+
+async def enqueue_run(
+    app: procrastinate.App,
+    agent: str,
+    session_id: str,
+    message: str,
+    *,
+    queue: str = "loom",
+    priority: int = 0,
+) -> int:
+    """Queue one turn of ``agent`` on ``session_id`` with ``message``; return the job id.
+
+    Turns of one session run one after another in the order queued (the job's procrastinate
+    ``lock`` is the session), on whichever worker is free."""
+    deferrer = app.configure_task(RUN_TASK, lock=f"loom-session:{session_id}", queue=queue,
+                                  priority=priority)  # fmt: skip
+    return int(await deferrer.defer_async(agent=agent, session_id=session_id, message=message))
+
+
+async def abort_run(app: procrastinate.App, job_id: int) -> bool:
+    """Stop job ``job_id`` from any process: a queued job is cancelled, a running one aborted
+    (its worker cancels the turn at its next await). False when the job is already over."""
+    return bool(await app.job_manager.cancel_job_by_id_async(job_id, abort=True))
+
+
+async def job_state(store: Store, job_id: int) -> dict[str, Any] | None:
+    """What Loom recorded of job ``job_id``: its session, the runs its attempts made
+    (``runs``), and at the end ``status`` (``finished`` or ``failed``), ``stop_reason``,
+    ``error``."""
+    value = await store.get_value(JOB_NAMESPACE, str(job_id))
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,156 @@
+"""The queued turn: ``run_turn``, executed by ``loom worker`` processes.
+
+A job may be attempted more than once: a worker killed mid-run (kill -9, power loss) stops
+sending heartbeats and another worker retries the job. Each attempt is a Loom run of its own,
+named ``run_j<job>a<attempt>`` and listed in the job's record (``Store.put_value`` under
+``loom.jobs``, key = job id) *before* it starts, so a retry knows what its predecessors did from
+the journal alone:
+
+- one of them finished (``AGENT_FINISH`` committed; the worker died before the queue heard of
+  it): nothing runs again, the job ends with that run's outcome;
+- one of them committed the user's message: the message is **not** sent again; the retry is a
+  ``carry_on`` turn: its INTAKE closes the dead run (finished steps stay done, ``pure`` /
+  ``idempotent`` calls that were running are re-run with their idempotency key,
+  ``at_most_once`` calls get ``interrupted`` results) and the model goes on from there;
+- none did: the turn starts with the message, and its INTAKE closes the dead run.
+
+A job whose attempts keep dying stops after ``max_attempts``: its record says ``failed`` with
+the reason and the task raises ``JobFailed`` (the queue marks the job failed, without retry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from loom.driving import discard
+from loom.errors import ConfigurationError, LoomError
+from loom.events import AgentFinish, EventType
+from loom.workers.app import JOB_NAMESPACE
+
+if TYPE_CHECKING:
+    from procrastinate.job_context import JobContext
+
+    from loom.agent import Agent
+    from loom.runtime import Runtime
+
+__all__ = ["JobFailed", "WorkerContext", "run_turn", "set_context"]
+
+
+class JobFailed(LoomError):
+    """A queued run that will not be attempted again (crash loop, unknown agent)."""
+
+
+@dataclass(slots=True)
+class WorkerContext:
+    """What the turns of a worker process run with."""
+
+    runtime: Runtime
+    agents: Mapping[str, Agent]
+    max_attempts: int = 3
+    _ready: dict[str, Agent] = field(default_factory=dict)
+
+    def agent(self, name: str) -> Agent:
+        hit = self._ready.get(name)
+        if hit is None:
+            try:
+                base = self.agents[name]
+            except KeyError:
+                raise JobFailed(
+                    f"this worker serves no agent named {name!r} (it has: "
+                    f"{', '.join(sorted(self.agents)) or 'none'})"
+                ) from None
+            # a retry may wait for a dead worker's lease to expire: let it wait that long
+            wait = max(base.queue_timeout, 2 * self.runtime.lease_ttl)
+            hit = base if wait == base.queue_timeout else base.replace(queue_timeout=wait)
+            self._ready[name] = hit
+        return hit
+
+
+_CONTEXT: WorkerContext | None = None
+
+
+def set_context(context: WorkerContext | None) -> None:
+    """Set what ``run_turn`` runs with in this process (``run_worker`` does)."""
+    global _CONTEXT
+    _CONTEXT = context
+
+
+async def _save(ctx: WorkerContext, job_id: int, record: dict[str, Any]) -> None:
+    await ctx.runtime.store.put_value(JOB_NAMESPACE, str(job_id), record)
+
+
+async def run_turn(context: JobContext, agent: str, session_id: str, message: str) -> dict[str, Any]:
+    """Run (or, on a retry, finish) one queued turn; returns the job's record."""
+    ctx = _CONTEXT
+    if ctx is None:
+        raise ConfigurationError("loom.run_turn runs only in a `loom worker` process")
+    job_id = context.job.id
+    assert job_id is not None
+    store = ctx.runtime.store
+    record = await store.get_value(JOB_NAMESPACE, str(job_id))
+    if not isinstance(record, dict):
+        record = {"session_id": session_id, "agent": agent, "runs": []}
+    if record.get("status") in ("finished", "failed"):
+        return record  # an attempt ended it; the queue did not hear before its worker died
+    runs: list[str] = list(record["runs"])
+    finished: AgentFinish | None = None
+    committed = False
+    for run_id in runs:
+        for event in await store.load_events(session_id, run_id):
+            if isinstance(event, AgentFinish):
+                finished = event
+            elif event.type == EventType.USER_MESSAGE:
+                committed = True
+    if finished is not None:
+        record.update(status="finished", run_id=finished.run_id, stop_reason=finished.stop_reason,
+                      error=finished.error, output=finished.output)  # fmt: skip
+        await _save(ctx, job_id, record)
+        return record
+    if len(runs) >= ctx.max_attempts:
+        record.update(status="failed", error=(
+            f"job {job_id} was attempted {len(runs)} times and its worker died each time "
+            f"(max_attempts={ctx.max_attempts}); not retrying. The session's next turn closes "
+            "the dead runs."))  # fmt: skip
+        await _save(ctx, job_id, record)
+        raise JobFailed(record["error"])
+    try:
+        a = ctx.agent(agent)
+    except JobFailed as exc:
+        record.update(status="failed", error=str(exc))
+        await _save(ctx, job_id, record)
+        raise
+    run_id = f"run_j{job_id}a{len(runs) + 1}"
+    record["runs"] = [*runs, run_id]
+    await _save(ctx, job_id, record)  # before the run starts: a retry must know of it
+    turn = ctx.runtime.prepare(a, None if committed else message, session_id, "queue", None,
+                               run_id=run_id, carry_on=committed)  # fmt: skip
+    inner = asyncio.ensure_future(turn.run(discard))
+    try:
+        await asyncio.shield(inner)
+    except asyncio.CancelledError:  # procrastinate abort (or shutdown): stop the turn cleanly
+        reason = context.abort_reason()
+        why = (f"aborted through the queue (job {job_id})" if reason is None or reason.value
+               == "user_request" else f"the worker shut down (job {job_id})")  # fmt: skip
+        turn.cancel(why)
+        try:
+            await inner
+        finally:
+            result = turn.result
+            record.update(status="finished", run_id=run_id,
+                          stop_reason=result.stop_reason if result else "cancelled",
+                          error=result.error if result else why)  # fmt: skip
+            await asyncio.shield(_save(ctx, job_id, record))
+        raise
+    except BaseException as exc:
+        record.update(status="failed", run_id=run_id, error=f"{type(exc).__name__}: {exc}")
+        await _save(ctx, job_id, record)
+        raise
+    result = turn.result
+    assert result is not None
+    record.update(status="finished", run_id=run_id, stop_reason=result.stop_reason,
+                  error=result.error, output=result.output)  # fmt: skip
+    await _save(ctx, job_id, record)
+    return record

@@ -1,0 +1,89 @@
+"""The agent the worker tests run in real `loom worker` processes (``--app fleet_app:agents``).
+
+Its scripted model answers a user message with one call of each effect class, then "done".
+Every tool appends ``<effect> <begin|end> <idempotency key> <pid>`` to ``$LOOM_FLEET_DIR/
+effects.log`` (O_APPEND, one write a line), so the tests count real side effects. Messages
+starting with ``slow`` call a tool that waits 60 s (for aborts); ``crash`` calls an idempotent
+tool that SIGKILLs its own worker (a crash loop: recovery re-runs it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+
+from loom import Agent, tool
+from loom.messages import Message, ModelResponse, ToolCall, ToolSpec
+from loom.testing import FunctionModel
+from loom.tools.base import RunContext
+
+
+def _log(effect: str, phase: str, ctx: RunContext) -> None:
+    path = os.path.join(os.environ["LOOM_FLEET_DIR"], "effects.log")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{effect} {phase} {ctx.idempotency_key} {os.getpid()}\n".encode())
+    finally:
+        os.close(fd)
+
+
+async def _work(effect: str, ctx: RunContext) -> str:
+    _log(effect, "begin", ctx)
+    await asyncio.sleep(random.uniform(0.05, 0.3))
+    _log(effect, "end", ctx)
+    return f"{effect} ok"
+
+
+@tool(effect="pure")
+async def lookup(ctx: RunContext, n: int) -> str:
+    """Look something up."""
+    return await _work("pure", ctx)
+
+
+@tool(effect="idempotent")
+async def upsert(ctx: RunContext, n: int) -> str:
+    """Write something idempotently."""
+    return await _work("idempotent", ctx)
+
+
+@tool(effect="at_most_once")
+async def send(ctx: RunContext, n: int) -> str:
+    """Send something (must never happen twice)."""
+    return await _work("at_most_once", ctx)
+
+
+@tool(effect="at_most_once")
+async def wait_long(ctx: RunContext) -> str:
+    """Wait a minute."""
+    _log("slow", "begin", ctx)
+    await asyncio.sleep(60)
+    _log("slow", "end", ctx)
+    return "waited"
+
+
+@tool(effect="idempotent")
+def crash_worker(ctx: RunContext) -> str:
+    """Kill this process."""
+    _log("crash", "begin", ctx)
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"
+
+
+async def _script(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse | str:
+    await asyncio.sleep(random.uniform(0.02, 0.15))
+    last = messages[-1]
+    if last.role != "user":
+        return "done"
+    text = last.content
+    if text.startswith("slow"):
+        return ModelResponse(text="", tool_calls=[ToolCall(name="wait_long", arguments={})])
+    if text.startswith("crash"):
+        return ModelResponse(text="", tool_calls=[ToolCall(name="crash_worker", arguments={})])
+    calls = [ToolCall(name=name, arguments={"n": 1}) for name in ("lookup", "upsert", "send")]
+    return ModelResponse(text="", tool_calls=calls)
+
+
+agents = [Agent(name="fleet", model=FunctionModel(_script), tools=[lookup, upsert, send,
+                                                               wait_long, crash_worker])]  # fmt: skip

@@ -85,5 +85,5 @@ async def _script(messages: list[Message], tools: list[ToolSpec]) -> ModelRespon
     return ModelResponse(text="", tool_calls=calls)
 
 
-agents = [Agent(name="fleet", model=FunctionModel(_script), tools=[lookup, upsert, send,
-                                                               wait_long, crash_worker])]  # fmt: skip
+TOOLS = [lookup, upsert, send, wait_long, crash_worker]
+agents = [Agent(name="fleet", model=FunctionModel(_script), tools=TOOLS)]

@@ -62,7 +62,7 @@ async def test_soak_kill_9_workers(fleet: Any) -> None:
     assert kills >= 4
 
     retried = 0
-    for job, (sid, msg) in jobs.items():
+    for job, (sid, _msg) in jobs.items():
         record = await job_state(store, job)
         assert record is not None and record["status"] == "finished", (job, record)
         assert record["stop_reason"] == "completed", (job, record)
@@ -98,6 +98,8 @@ async def test_soak_kill_9_workers(fleet: Any) -> None:
     once = collections.Counter(key for effect, phase, key, _ in effects
                                if effect == "at_most_once" and phase == "begin")  # fmt: skip
     assert once and max(once.values()) == 1, [k for k, n in once.items() if n > 1]
-    print(f"soak: {kills} kills, {retried} of {RUNS} runs retried, "
-          f"{sum(1 for e in effects if e[1] == 'begin')} tool starts")
+    print(
+        f"soak: {kills} kills, {retried} of {RUNS} runs retried, "
+        f"{sum(1 for e in effects if e[1] == 'begin')} tool starts"
+    )
     await store.close()

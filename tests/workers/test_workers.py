@@ -14,15 +14,15 @@ from loom.workers import abort_run, enqueue_run, ensure_schema, job_state, make_
 pytestmark = pytest.mark.anyio
 
 
-async def wait_status(app: Any, job_id: int, want: set[str], timeout: float) -> str:
+async def wait_status(app: Any, job_id: int, want: set[str], within: float) -> str:
     loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
+    end = loop.time() + within
     while True:
         status = (await app.job_manager.get_job_status_async(job_id)).value
         if status in want:
             return str(status)
         if loop.time() > end:
-            raise AssertionError(f"job {job_id} is {status!r} after {timeout} s, not {want}")
+            raise AssertionError(f"job {job_id} is {status!r} after {within} s, not {want}")
         await asyncio.sleep(0.2)
 
 

@@ -36,8 +36,11 @@ def worker(
     heartbeat: Annotated[float, typer.Option(help="Seconds between worker heartbeats.")] = 5.0,
     stalled_after: Annotated[
         float,
-        typer.Option("--stalled-after", help="Seconds without a heartbeat before a worker is "
-                     "dead and its runs are retried elsewhere."),
+        typer.Option(
+            "--stalled-after",
+            help="Seconds without a heartbeat before a worker is "
+            "dead and its runs are retried elsewhere.",
+        ),
     ] = 20.0,
     max_attempts: Annotated[
         int, typer.Option("--max-attempts", help="Attempts of a run whose worker keeps dying.")

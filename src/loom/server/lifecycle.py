@@ -54,6 +54,9 @@ class ServerRuntime(Runtime):
         resume: Any = None,
         parent_run_id: str | None = None,
         answer: Any = None,
+        *,
+        run_id: str | None = None,
+        carry_on: bool = False,
     ) -> Turn:
         principal = current_principal.get()
         key = principal.name if principal is not None else ""
@@ -66,7 +69,7 @@ class ServerRuntime(Runtime):
                     "(--max-concurrent-runs); wait for one to end and retry"
                 )
         turn = super().prepare(agent, message, session_id, on_busy, deps, resume, parent_run_id,
-                               answer)  # fmt: skip
+                               answer, run_id=run_id, carry_on=carry_on)  # fmt: skip
         self.turns[turn] = key
         return turn
 

@@ -23,8 +23,8 @@ from loom.workers.app import (
     JOB_NAMESPACE,
     RUN_TASK,
     abort_run,
-    ensure_schema,
     enqueue_run,
+    ensure_schema,
     job_state,
     make_app,
 )

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from loom.errors import ConfigurationError, StoreError
 
 if TYPE_CHECKING:
     import procrastinate
 
-    from loom.store.base import Store
+    from loom.store.base import KVStore, Store
 
-__all__ = ["JOB_NAMESPACE", "RUN_TASK", "abort_run", "ensure_schema", "enqueue_run", "job_state",
-           "make_app"]  # fmt: skip
+__all__ = [
+    "JOB_NAMESPACE",
+    "RUN_TASK",
+    "abort_run",
+    "enqueue_run",
+    "ensure_schema",
+    "job_state",
+    "kv_of",
+    "make_app",
+]  # fmt: skip
 
 RUN_TASK = "loom.run_turn"
 """The procrastinate task name of a queued turn."""
@@ -92,5 +100,12 @@ async def job_state(store: Store, job_id: int) -> dict[str, Any] | None:
     """What Loom recorded of job ``job_id``: its session, the runs its attempts made
     (``runs``), and at the end ``status`` (``finished`` or ``failed``), ``stop_reason``,
     ``error``."""
-    value = await store.get_value(JOB_NAMESPACE, str(job_id))
+    value = await kv_of(store).get_value(JOB_NAMESPACE, str(job_id))
     return value if isinstance(value, dict) else None
+
+
+def kv_of(store: Store) -> KVStore:
+    """The store's key-value half, where job records live (PostgresStore has it)."""
+    if not callable(getattr(store, "put_value", None)):
+        raise ConfigurationError(f"{type(store).__name__} keeps no key-value data; workers need it")
+    return cast("KVStore", store)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from loom.workers.app import JOB_NAMESPACE, RUN_TASK, ensure_schema, make_app
+from loom.workers.app import JOB_NAMESPACE, RUN_TASK, ensure_schema, kv_of, make_app
 from loom.workers.tasks import WorkerContext, set_context
 
 if TYPE_CHECKING:
@@ -61,13 +61,13 @@ async def sweep_stalled(
         assert job.id is not None
         try:
             if job.attempts + 1 >= max_attempts:
-                record = await store.get_value(JOB_NAMESPACE, str(job.id))
+                record = await kv_of(store).get_value(JOB_NAMESPACE, str(job.id))
                 record = dict(record) if isinstance(record, dict) else {"runs": []}
                 record.update(status="failed", error=(
                     f"job {job.id}: its worker died on each of {job.attempts + 1} attempts "
                     f"(max_attempts={max_attempts}); not retrying. The session's next turn "
                     "closes the dead runs."))  # fmt: skip
-                await store.put_value(JOB_NAMESPACE, str(job.id), record)
+                await kv_of(store).put_value(JOB_NAMESPACE, str(job.id), record)
                 await app.job_manager.finish_job(job, Status.FAILED, delete_job=False)
                 log.warning("job %s failed: crash loop", job.id)
             else:

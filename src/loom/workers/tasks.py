@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from loom.driving import discard
 from loom.errors import ConfigurationError, LoomError
 from loom.events import AgentFinish, EventType
-from loom.workers.app import JOB_NAMESPACE
+from loom.workers.app import JOB_NAMESPACE, kv_of
 
 if TYPE_CHECKING:
     from procrastinate.job_context import JobContext
@@ -79,10 +79,12 @@ def set_context(context: WorkerContext | None) -> None:
 
 
 async def _save(ctx: WorkerContext, job_id: int, record: dict[str, Any]) -> None:
-    await ctx.runtime.store.put_value(JOB_NAMESPACE, str(job_id), record)
+    await kv_of(ctx.runtime.store).put_value(JOB_NAMESPACE, str(job_id), record)
 
 
-async def run_turn(context: JobContext, agent: str, session_id: str, message: str) -> dict[str, Any]:
+async def run_turn(
+    context: JobContext, agent: str, session_id: str, message: str
+) -> dict[str, Any]:
     """Run (or, on a retry, finish) one queued turn; returns the job's record."""
     ctx = _CONTEXT
     if ctx is None:
@@ -90,7 +92,7 @@ async def run_turn(context: JobContext, agent: str, session_id: str, message: st
     job_id = context.job.id
     assert job_id is not None
     store = ctx.runtime.store
-    record = await store.get_value(JOB_NAMESPACE, str(job_id))
+    record = await kv_of(store).get_value(JOB_NAMESPACE, str(job_id))
     if not isinstance(record, dict):
         record = {"session_id": session_id, "agent": agent, "runs": []}
     if record.get("status") in ("finished", "failed"):

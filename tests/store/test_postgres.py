@@ -392,10 +392,28 @@ async def test_crash_recovery_of_a_dead_run(store: PostgresStore) -> None:
 
 async def test_a_store_opened_in_one_loop_says_so_in_another(pg_schema_dsn: str) -> None:
     store = PostgresStore(pg_schema_dsn, min_size=0)
+    other = asyncio.new_event_loop()  # a loop that keeps running in another thread
+    thread = __import__("threading").Thread(target=other.run_forever, daemon=True)
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(store.message_count("s"), other).result(10)
+        with pytest.raises(StoreError, match="another event loop"):
+            await store.message_count("s")
+    finally:
+        asyncio.run_coroutine_threadsafe(store.close(), other).result(10)
+        other.call_soon_threadsafe(other.stop)
+        thread.join(10)
+        other.close()
 
-    async def use_and_leave_open() -> None:
-        await store.message_count("s")
 
-    await asyncio.to_thread(asyncio.run, use_and_leave_open())  # opened in that thread's loop
-    with pytest.raises(StoreError, match="another event loop"):
-        await store.message_count("s")
+async def test_a_store_outlives_the_loop_it_was_opened_in(pg_schema_dsn: str) -> None:
+    """One asyncio.run after another (as the CLI does): a new loop gets a new pool."""
+
+    def cli_like() -> int:
+        store = PostgresStore(pg_schema_dsn, min_size=1)
+        asyncio.run(store.create_session("s"))
+        n = asyncio.run(store.message_count("s"))
+        asyncio.run(store.close())
+        return n
+
+    assert await asyncio.to_thread(cli_like) == 0

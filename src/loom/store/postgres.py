@@ -184,6 +184,7 @@ class PostgresStore:
         self._opening: asyncio.Lock | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._guard: asyncio.Task[None] | None = None
         self._host = socket.gethostname()
         self._pid = os.getpid()
 
@@ -221,6 +222,7 @@ class PostgresStore:
             if self._pool is None:
                 self._pool = await self._connect()
                 self._loop = asyncio.get_running_loop()
+                self._guard = asyncio.create_task(_close_at_loop_end(self._pool))
         return self._pool
 
     async def _connect(self) -> AsyncConnectionPool[Any]:
@@ -810,12 +812,32 @@ class PostgresStore:
     async def close(self) -> None:
         self._closed = True
         pool, self._pool = self._pool, None
+        guard, self._guard = self._guard, None
+        if guard is not None and not guard.done():
+            guard.cancel()  # it closes the pool; awaited below
+            if self._loop is asyncio.get_running_loop():
+                await asyncio.gather(guard, return_exceptions=True)
+                return
         if pool is None:
             return
         if self._loop is not None and self._loop.is_closed():
             _abandon(pool)  # its loop has ended: nothing of it can be awaited any more
         else:
             await pool.close()
+
+
+async def _close_at_loop_end(pool: AsyncConnectionPool[Any]) -> None:
+    """Sleep until cancelled, then close ``pool``.
+
+    ``asyncio.run`` cancels every task when its coroutine returns; psycopg-pool's scheduler
+    swallows that cancellation, so a pool left open would hang the end of ``asyncio.run``
+    (the CLI calls ``asyncio.run`` several times with one store). This task is cancelled with
+    the others and closes the pool properly while its loop still runs."""
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        await pool.close()
+        raise
 
 
 def _abandon(pool: AsyncConnectionPool[Any]) -> None:

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from loom.cli import errors_cmd, patterns_cmd, run_cmd, serve_cmd, sessions_cmd
+from loom.cli import db_cmd, errors_cmd, patterns_cmd, run_cmd, serve_cmd, sessions_cmd
 
 app = typer.Typer(
     name="loom",
@@ -52,6 +52,7 @@ app.command("serve")(serve_cmd.serve)
 app.add_typer(sessions_cmd.app, name="sessions")
 app.add_typer(errors_cmd.app, name="errors")
 app.add_typer(patterns_cmd.app, name="patterns")
+app.add_typer(db_cmd.app, name="db")
 
 
 def main() -> None:

@@ -72,9 +72,8 @@ async def _require(store: SQLiteStore, session_id: str) -> Any:
 
     info = await store.get_session(session_id)
     if info is None:
-        raise SessionNotFound(
-            f"no session {session_id!r} in {getattr(store, 'path', store)}; see `loom sessions list`"
-        )
+        where = getattr(store, "path", store)  # a SQLite file, or a PostgresStore's DSN
+        raise SessionNotFound(f"no session {session_id!r} in {where}; see `loom sessions list`")
     return info
 
 

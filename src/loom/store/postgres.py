@@ -31,6 +31,7 @@ parameterised.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import socket
@@ -201,12 +202,16 @@ class PostgresStore:
         await self._get_pool()
 
     async def _get_pool(self) -> AsyncConnectionPool[Any]:
-        if self._pool is not None and self._loop is not asyncio.get_running_loop():
-            if self._loop is not None and self._loop.is_closed():
-                # The loop it was opened in has ended (one asyncio.run after another, as the
-                # CLI does): its pool died with it. Start a new one in this loop.
-                _abandon(self._pool)
-                self._pool, self._loop = None, None
+        if (
+            self._pool is not None
+            and self._loop is not asyncio.get_running_loop()
+            and self._loop is not None
+            and self._loop.is_closed()
+        ):
+            # The loop it was opened in has ended (one asyncio.run after another, as the
+            # CLI does): its pool died with it. Start a new one in this loop.
+            _abandon(self._pool)
+            self._pool, self._loop = None, None
         if self._pool is not None:
             if self._loop is not asyncio.get_running_loop():
                 raise StoreError(
@@ -844,10 +849,8 @@ def _abandon(pool: AsyncConnectionPool[Any]) -> None:
     """Close the sockets of a pool whose event loop has ended (its tasks died with the loop;
     awaiting ``pool.close()`` is no longer possible). Best effort: idle connections only."""
     for conn in list(getattr(pool, "_pool", ())):
-        try:
+        with contextlib.suppress(Exception):  # a socket already gone is what we want anyway
             conn.pgconn.finish()
-        except Exception:  # noqa: S110 - a socket already gone is what we want anyway
-            pass
 
 
 def _connection_lost(exc: psycopg.OperationalError) -> bool:

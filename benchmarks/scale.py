@@ -38,14 +38,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import store_steps  # the same workload, model and tool  # noqa: E402
-from store_resume import lookup  # noqa: E402
-from store_resume import model as resume_model  # noqa: E402
+import store_steps  # the same workload, model and tool
+from store_resume import lookup
+from store_resume import model as resume_model
 
-from loom import Agent  # noqa: E402
-from loom.store import MemoryStore, SQLiteStore  # noqa: E402
-from loom.store.postgres import PostgresStore  # noqa: E402
-from loom.testing import FunctionModel  # noqa: E402
+from loom import Agent
+from loom.store import MemoryStore, SQLiteStore
+from loom.store.postgres import PostgresStore
+from loom.testing import FunctionModel
 
 QUICK = "--quick" in sys.argv
 PG_BIN = "/usr/lib/postgresql/15/bin"
@@ -112,12 +112,11 @@ async def step_costs(dsn: str) -> dict[str, Any]:
     }
 
 
-async def resume_reads(store: PostgresStore) -> float:
+async def resume_reads(store: PostgresStore) -> None:
     await store.get_session("s")
     await store.open_runs("s")
     await store.open_tool_calls("s")
     assert await store.load_messages("s")
-    return 0.0
 
 
 async def resume(dsn: str) -> dict[str, Any]:

@@ -392,10 +392,197 @@ async def test_crash_recovery_of_a_dead_run(store: PostgresStore) -> None:
 
 async def test_a_store_opened_in_one_loop_says_so_in_another(pg_schema_dsn: str) -> None:
     store = PostgresStore(pg_schema_dsn, min_size=0)
+    other = asyncio.new_event_loop()  # a loop that keeps running in another thread
+    thread = __import__("threading").Thread(target=other.run_forever, daemon=True)
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(store.message_count("s"), other).result(10)
+        with pytest.raises(StoreError, match="another event loop"):
+            await store.message_count("s")
+    finally:
+        asyncio.run_coroutine_threadsafe(store.close(), other).result(10)
+        other.call_soon_threadsafe(other.stop)
+        thread.join(10)
+        other.close()
 
-    async def use_and_leave_open() -> None:
-        await store.message_count("s")
 
-    await asyncio.to_thread(asyncio.run, use_and_leave_open())  # opened in that thread's loop
-    with pytest.raises(StoreError, match="another event loop"):
-        await store.message_count("s")
+async def test_a_store_outlives_the_loop_it_was_opened_in(pg_schema_dsn: str) -> None:
+    """One asyncio.run after another (as the CLI does): a new loop gets a new pool."""
+
+    def cli_like() -> int:
+        store = PostgresStore(pg_schema_dsn, min_size=1)
+        asyncio.run(store.create_session("s"))
+        n = asyncio.run(store.message_count("s"))
+        asyncio.run(store.close())
+        return n
+
+    assert await asyncio.to_thread(cli_like) == 0
+
+
+# -- faults: dropped connections, a database lost mid-run ----------------------------------------
+async def _terminate_store_backends(dsn: str) -> int:
+    """pg_terminate_backend every other connection of the cluster (the store's pool)."""
+    rows = await _sql(
+        dsn,
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE pid <> pg_backend_pid() AND datname = current_database()",
+    )
+    return int(rows[0][0])
+
+
+async def test_terminated_backend_the_next_calls_reconnect(
+    store: PostgresStore, pg_schema_dsn: str
+) -> None:
+    await store.append("s", messages=[Message.user("one")])
+    assert await _terminate_store_backends(pg_schema_dsn) >= 1
+    # Every pooled connection is dead; the next read and the next append retry on new ones.
+    assert await store.message_count("s") == 1
+    assert await _terminate_store_backends(pg_schema_dsn) >= 1
+    await store.append("s", messages=[Message.user("two")])
+    assert [m.content for m in await store.load_messages("s")] == ["one", "two"]
+
+
+async def test_a_resent_append_that_had_committed_is_not_written_twice(
+    store: PostgresStore, pg_schema_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection drops after the commit reached the server but before its answer: the
+    retry re-sends the same append (same id) and finds it done; nothing is doubled."""
+    import loom.store.postgres as pg
+
+    await store.append("s", messages=[Message.user("zero")])
+    real = psycopg.AsyncConnection.pipeline
+    calls = {"n": 0}
+
+    def pipeline_then_drop(self: Any) -> Any:
+        cm = real(self)
+
+        class Dropping:
+            async def __aenter__(self_inner) -> Any:
+                return await cm.__aenter__()
+
+            async def __aexit__(self_inner, *exc: Any) -> Any:
+                result = await cm.__aexit__(*exc)
+                calls["n"] += 1
+                if calls["n"] == 1 and exc[0] is None:  # committed: now lose the answer
+                    raise psycopg.OperationalError("server closed the connection unexpectedly")
+                return result
+
+        return Dropping()
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "pipeline", pipeline_then_drop)
+    monkeypatch.setattr(pg, "_LOST_BACKOFF", (0.0, 0.0, 0.0))
+    await store.append("s", messages=[Message.user("once")], events=[])
+    monkeypatch.setattr(psycopg.AsyncConnection, "pipeline", real)
+    assert calls["n"] >= 2  # sent again after the drop
+    assert [m.content for m in await store.load_messages("s")] == ["zero", "once"]
+
+
+async def test_a_run_whose_backend_is_terminated_mid_run_finishes_whole(
+    store: PostgresStore, pg_schema_dsn: str
+) -> None:
+    """A tool kills every connection of the store while the run is in it: the run's next
+    appends reconnect and the transcript is whole: every call has exactly one result."""
+
+    @tool(effect="pure")
+    async def cut(i: int) -> str:
+        """Cut the database connections."""
+        await _terminate_store_backends(pg_schema_dsn)
+        return f"cut {i}"
+
+    calls = [ToolCall(name="cut", arguments={"i": i}) for i in range(3)]
+    model = ScriptedModel([ModelResponse(tool_calls=[c]) for c in calls] + ["done"])
+    agent = Agent(model=model, tools=[cut], store=store)
+    result = await agent.run("go", session_id="cut")
+    assert result.stop_reason == "completed"
+    ledger = await store.ledger("cut")
+    assert sorted(e.status for e in ledger).count("started") == 3
+    assert len([e for e in ledger if e.status != "started"]) == 3
+    assert await store.open_tool_calls("cut") == []
+    assert await store.open_runs("cut") == []
+    roles = [m.role for m in await store.load_messages("cut")]
+    assert roles.count("tool") == 3
+
+
+@pytest.fixture(scope="module")
+def second_cluster() -> Any:
+    """A private cluster of its own (not the shared fixture's), for stopping and starting."""
+    import pwd
+    import shutil
+    import tempfile
+
+    pg_bin = "/usr/lib/postgresql/15/bin"
+    if not os.access(f"{pg_bin}/pg_ctl", os.X_OK):
+        pytest.skip(f"PostgreSQL 15 binaries not found in {pg_bin}")
+    root = tempfile.mkdtemp(prefix="loom-pg2-")
+    as_pg: list[str] = []
+    if os.geteuid() == 0:
+        pw = pwd.getpwnam("postgres")
+        os.chown(root, pw.pw_uid, pw.pw_gid)
+        as_pg = ["runuser", "-u", "postgres", "--"]
+    data = f"{root}/data"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    opts = f"-c listen_addresses=127.0.0.1 -p {port} -k {root} -c fsync=off"
+
+    def ctl(*args: str) -> None:
+        subprocess.run([*as_pg, f"{pg_bin}/pg_ctl", "-D", data, "-l", f"{root}/log", *args],
+                       check=True, capture_output=True, timeout=60)  # fmt: skip
+
+    subprocess.run([*as_pg, f"{pg_bin}/initdb", "-D", data, "-A", "trust", "-U", "postgres",
+                    "--no-sync"], check=True, capture_output=True, timeout=60)  # fmt: skip
+    ctl("-w", "-o", opts, "start")
+
+    class Cluster:
+        dsn = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
+
+        def stop(self) -> None:
+            ctl("-m", "immediate", "stop")
+
+        def start(self) -> None:
+            ctl("-w", "-o", opts, "start")
+
+    try:
+        yield Cluster()
+    finally:
+        if os.path.exists(f"{data}/postmaster.pid"):
+            subprocess.run([*as_pg, f"{pg_bin}/pg_ctl", "-D", data, "-m", "immediate", "stop"],
+                           capture_output=True, timeout=60)  # fmt: skip
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_a_database_lost_mid_run_fails_the_run_typed_and_resumable(
+    second_cluster: Any,
+) -> None:
+    """The cluster stops (immediate shutdown) while a tool runs: the run ends in StoreError
+    within the bounded retries and pool timeout; once the server is back, the session holds
+    every step that was acknowledged and nothing half-written, and the run is open (running)
+    for crash recovery to settle."""
+    store = PostgresStore(second_cluster.dsn, max_size=2, timeout=2.0)
+
+    @tool(effect="pure")
+    def outage() -> str:
+        """Lose the database."""
+        second_cluster.stop()
+        return "lost"
+
+    call = ToolCall(name="outage", arguments={})
+    model = ScriptedModel([ModelResponse(tool_calls=[call]), "never"])
+    agent = Agent(model=model, tools=[outage], store=store)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(StoreError, match="PostgreSQL"):
+            await agent.run("go", session_id="lost")
+        assert time.monotonic() - t0 < 30
+    finally:
+        await store.close()
+        second_cluster.start()
+    check = PostgresStore(second_cluster.dsn)
+    try:
+        messages = await check.load_messages("lost")
+        assert [m.role for m in messages] == ["user", "assistant"]  # the tool result never landed
+        ledger = await check.ledger("lost")
+        assert [e.status for e in ledger] == ["started"]  # the call is open, not half-closed
+        assert [r.status for r in await check.open_runs("lost")] == ["running"]
+    finally:
+        await check.close()

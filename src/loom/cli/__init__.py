@@ -10,7 +10,15 @@ from typing import Annotated
 
 import typer
 
-from loom.cli import errors_cmd, patterns_cmd, run_cmd, serve_cmd, sessions_cmd, worker_cmd
+from loom.cli import (
+    db_cmd,
+    errors_cmd,
+    patterns_cmd,
+    run_cmd,
+    serve_cmd,
+    sessions_cmd,
+    worker_cmd,
+)
 
 app = typer.Typer(
     name="loom",
@@ -53,6 +61,7 @@ app.command("worker")(worker_cmd.worker)
 app.add_typer(sessions_cmd.app, name="sessions")
 app.add_typer(errors_cmd.app, name="errors")
 app.add_typer(patterns_cmd.app, name="patterns")
+app.add_typer(db_cmd.app, name="db")
 
 
 def main() -> None:

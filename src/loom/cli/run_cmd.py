@@ -88,11 +88,16 @@ ToolsOpt = Annotated[
 
 
 def open_store(path: str | None) -> Any:
-    """The CLI's store: a SQLite file under .loom/ unless told otherwise."""
+    """The CLI's store: a SQLite file under .loom/ unless told otherwise (a postgres:// URL
+    for PostgreSQL)."""
     from loom.store.memory import MemoryStore
 
     if path == ":memory:":
         return MemoryStore()
+    if path is not None and path.startswith(("postgres://", "postgresql://")):
+        from loom.store.postgres import PostgresStore
+
+        return PostgresStore(path)
     from loom.store.sqlite import SQLiteStore
 
     target = Path(path) if path else Path(".loom") / "loom.db"

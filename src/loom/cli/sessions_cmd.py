@@ -37,6 +37,10 @@ def open_existing(path: str | None) -> SQLiteStore:
     from loom.errors import StoreError
     from loom.store.sqlite import SQLiteStore
 
+    if path is not None and path.startswith(("postgres://", "postgresql://")):
+        from loom.store.postgres import PostgresStore
+
+        return PostgresStore(path)  # type: ignore[return-value]  # the same read API
     target = Path(path) if path else Path(".loom") / "loom.db"
     if not target.exists():
         raise StoreError(
@@ -68,9 +72,8 @@ async def _require(store: SQLiteStore, session_id: str) -> Any:
 
     info = await store.get_session(session_id)
     if info is None:
-        raise SessionNotFound(
-            f"no session {session_id!r} in {store.path}; see `loom sessions list`"
-        )
+        where = getattr(store, "path", store)  # a SQLite file, or a PostgresStore's DSN
+        raise SessionNotFound(f"no session {session_id!r} in {where}; see `loom sessions list`")
     return info
 
 

@@ -154,6 +154,20 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             $$""",
         ],
     ),
+    (
+        # Appends are idempotent: each carries a random id recorded in the same transaction,
+        # so a commit re-sent after a dropped connection is recognised (the id is taken)
+        # instead of being written twice.
+        "0002_append_ids",
+        [
+            """CREATE TABLE appends (
+                session_id TEXT NOT NULL,
+                id TEXT NOT NULL,
+                at DOUBLE PRECISION NOT NULL,
+                PRIMARY KEY (session_id, id)
+            )""",
+        ],
+    ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -181,6 +195,9 @@ RUN_COLS = "run_id, status, input_tokens, output_tokens, requests, timestamp, da
 EVENT_COLS = "run_id, sequence, type, iteration, timestamp, data"
 
 # -- the statements of one append ---------------------------------------------------------------
+# First in every append's transaction: a re-sent append whose first attempt did commit fails
+# here (unique violation on ``appends``), before the lease check or any write.
+APPEND_ID = "INSERT INTO appends (session_id, id, at) VALUES (%s, %s, %s)"
 CHECK_LEASE = "SELECT loom_check_lease(%s, %s)"
 # Appends to one session take turns (leased or not), so that numbering rows by max(seq) never
 # collides: a transaction-level advisory lock keyed by the session id's hash (a collision
@@ -266,4 +283,13 @@ SESSION_TABLES = (
     "runs",
     "errors",
     "results",
+    "appends",
 )
+
+# -- operations (``loom db status``) -------------------------------------------------------------
+STATUS_COUNTS = (
+    "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM open_runs), "
+    "(SELECT count(*) FROM locks WHERE NOT released "
+    "AND expires_at > extract(epoch FROM clock_timestamp())::float8)"
+)
+MIGRATIONS_APPLIED = "SELECT version, name, applied_at FROM loom_migrations ORDER BY version"

@@ -31,7 +31,9 @@ parameterised.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -76,6 +78,11 @@ __all__ = ["PostgresStore"]
 
 T = TypeVar("T")
 _RETRIES = 5  # transient conflicts (two lease-less writers numbering rows, serialisation)
+# Pauses before each retry after a dropped connection: 3 retries, 1.3 s in all, then the
+# caller gets a StoreError (a server that stays down also makes the pool wait ``timeout``).
+_LOST_BACKOFF = (0.05, 0.25, 1.0)
+# SQLSTATEs of a connection the server ended: admin / crash shutdown, cannot connect now.
+_LOST_STATES = frozenset({"57P01", "57P02", "57P03"})
 
 
 def _dt(ts: float) -> datetime:
@@ -178,6 +185,7 @@ class PostgresStore:
         self._opening: asyncio.Lock | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._guard: asyncio.Task[None] | None = None
         self._host = socket.gethostname()
         self._pid = os.getpid()
 
@@ -194,6 +202,16 @@ class PostgresStore:
         await self._get_pool()
 
     async def _get_pool(self) -> AsyncConnectionPool[Any]:
+        if (
+            self._pool is not None
+            and self._loop is not asyncio.get_running_loop()
+            and self._loop is not None
+            and self._loop.is_closed()
+        ):
+            # The loop it was opened in has ended (one asyncio.run after another, as the
+            # CLI does): its pool died with it. Start a new one in this loop.
+            _abandon(self._pool)
+            self._pool, self._loop = None, None
         if self._pool is not None:
             if self._loop is not asyncio.get_running_loop():
                 raise StoreError(
@@ -209,6 +227,7 @@ class PostgresStore:
             if self._pool is None:
                 self._pool = await self._connect()
                 self._loop = asyncio.get_running_loop()
+                self._guard = asyncio.create_task(_close_at_loop_end(self._pool))
         return self._pool
 
     async def _connect(self) -> AsyncConnectionPool[Any]:
@@ -335,10 +354,22 @@ class PostgresStore:
         return StoreError(f"{doing} failed on PostgreSQL at {where}: {type(exc).__name__}: {text}")
 
     # -- plumbing -------------------------------------------------------------------------------
-    async def _run(self, doing: str, fn: Callable[[AsyncConnection[Any]], Awaitable[T]]) -> T:
-        """``fn`` with a pooled connection; transient conflicts are retried a few times."""
+    async def _run(
+        self,
+        doing: str,
+        fn: Callable[[AsyncConnection[Any]], Awaitable[T]],
+        *,
+        retry_lost: bool = True,
+    ) -> T:
+        """``fn`` with a pooled connection, retried a bounded number of times on transient
+        failures: conflicts (serialisation failures, deadlocks, two lease-less writers
+        numbering rows of one session) and, when ``retry_lost``, a dropped connection (a
+        terminated backend, a server restart, a network cut). Only pass ``retry_lost`` for
+        ``fn`` that are safe to run twice: reads, idempotent writes, and ``append``, whose
+        transactions carry an id that makes a re-sent commit a no-op."""
         pool = await self._get_pool()
-        for attempt in range(_RETRIES):
+        conflicts = lost = 0
+        while True:
             try:
                 async with pool.connection() as conn:
                     return await fn(conn)
@@ -347,11 +378,16 @@ class PostgresStore:
                 pg_errors.SerializationFailure,
                 pg_errors.DeadlockDetected,
             ) as exc:
-                if attempt == _RETRIES - 1 or not _transient(exc):
+                conflicts += 1
+                if conflicts >= _RETRIES or not _transient(exc):
                     raise self._translate(exc, doing) from exc
+            except psycopg.OperationalError as exc:
+                if not (retry_lost and _connection_lost(exc)) or lost >= len(_LOST_BACKOFF):
+                    raise self._translate(exc, doing) from exc
+                await asyncio.sleep(_LOST_BACKOFF[lost])  # a restarting server needs a moment
+                lost += 1
             except (psycopg.Error, PoolTimeout) as exc:
                 raise self._translate(exc, doing) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _fetchall(self, doing: str, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         async def read(conn: AsyncConnection[Any]) -> list[Any]:
@@ -365,11 +401,13 @@ class PostgresStore:
 
         return await self._run(doing, read)
 
-    async def _rowcount(self, doing: str, sql: str, params: Sequence[Any] = ()) -> int:
+    async def _rowcount(
+        self, doing: str, sql: str, params: Sequence[Any] = (), *, retry_lost: bool = True
+    ) -> int:
         async def write(conn: AsyncConnection[Any]) -> int:
             return (await conn.execute(sql, params)).rowcount
 
-        return await self._run(doing, write)
+        return await self._run(doing, write, retry_lost=retry_lost)
 
     # -- sessions -------------------------------------------------------------------------------
     async def get_session(self, session_id: str) -> SessionInfo | None:
@@ -437,7 +475,10 @@ class PostgresStore:
         run_row = codec.encode_run(run) if run is not None else None
         usage = run.usage if run is not None and run.status != "running" else Usage()
 
-        statements: list[tuple[str, Sequence[Any]]] = []
+        # The append's id, first in its transaction: if a dropped connection leaves us not
+        # knowing whether the commit landed, the retry finds the id taken and stops there.
+        append_id = secrets.token_hex(12)
+        statements: list[tuple[str, Sequence[Any]]] = [(q.APPEND_ID, (session_id, append_id, now))]
         if lease is not None:  # the fence: first, in the same transaction as the writes
             statements.append((q.CHECK_LEASE, (session_id, lease.token)))
         statements.append((q.SESSION_TURN, (q.SESSION_LOCK_CLASS, session_id)))
@@ -488,6 +529,10 @@ class PostgresStore:
                 async with conn.pipeline(), conn.transaction():
                     for sql, params in statements:
                         await conn.execute(sql, params)
+            except pg_errors.UniqueViolation as exc:
+                if exc.diag.table_name == "appends":
+                    return  # an earlier attempt of this very append committed
+                raise
             except psycopg.Error as exc:
                 if lease is not None and exc.sqlstate == q.LEASE_LOST_SQLSTATE:
                     cur = await conn.execute(q.LEASE_ROW, (session_id,))
@@ -682,6 +727,7 @@ class PostgresStore:
                 result.created_at.timestamp(),
                 content,
             ),
+            retry_lost=False,  # not idempotent: a re-sent insert that had landed would fail
         )
         return result.ref
 
@@ -742,12 +788,78 @@ class PostgresStore:
             > 0
         )
 
+    # -- operations -----------------------------------------------------------------------------
+    async def status(self) -> dict[str, Any]:
+        """What ``loom db status`` shows: the schema version, the migrations applied, and the
+        counts of sessions, open runs and held (unexpired, unreleased) leases."""
+
+        async def read(conn: AsyncConnection[Any]) -> dict[str, Any]:
+            applied = await (await conn.execute(q.MIGRATIONS_APPLIED)).fetchall()
+            counts = await (await conn.execute(q.STATUS_COUNTS)).fetchone()
+            assert counts is not None
+            return {
+                "backend": "postgresql",
+                "database": redact(self.conninfo),
+                "schema_version": max((int(v) for v, _, _ in applied), default=0),
+                "known_version": q.SCHEMA_VERSION,
+                "migrations": [
+                    {"version": int(v), "name": n, "applied_at": _dt(t).isoformat()}
+                    for v, n, t in applied
+                ],
+                "sessions": int(counts[0]),
+                "open_runs": int(counts[1]),
+                "held_leases": int(counts[2]),
+            }
+
+        return await self._run("reading the database status", read)
+
     # -- lifecycle ------------------------------------------------------------------------------
     async def close(self) -> None:
         self._closed = True
         pool, self._pool = self._pool, None
-        if pool is not None:
+        guard, self._guard = self._guard, None
+        if guard is not None and not guard.done():
+            guard.cancel()  # it closes the pool; awaited below
+            if self._loop is asyncio.get_running_loop():
+                await asyncio.gather(guard, return_exceptions=True)
+                return
+        if pool is None:
+            return
+        if self._loop is not None and self._loop.is_closed():
+            _abandon(pool)  # its loop has ended: nothing of it can be awaited any more
+        else:
             await pool.close()
+
+
+async def _close_at_loop_end(pool: AsyncConnectionPool[Any]) -> None:
+    """Sleep until cancelled, then close ``pool``.
+
+    ``asyncio.run`` cancels every task when its coroutine returns; psycopg-pool's scheduler
+    swallows that cancellation, so a pool left open would hang the end of ``asyncio.run``
+    (the CLI calls ``asyncio.run`` several times with one store). This task is cancelled with
+    the others and closes the pool properly while its loop still runs."""
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        await pool.close()
+        raise
+
+
+def _abandon(pool: AsyncConnectionPool[Any]) -> None:
+    """Close the sockets of a pool whose event loop has ended (its tasks died with the loop;
+    awaiting ``pool.close()`` is no longer possible). Best effort: idle connections only."""
+    for conn in list(getattr(pool, "_pool", ())):
+        with contextlib.suppress(Exception):  # a socket already gone is what we want anyway
+            conn.pgconn.finish()
+
+
+def _connection_lost(exc: psycopg.OperationalError) -> bool:
+    """The connection broke (rather than the statement failing): retrying on a new one may work.
+
+    libpq's own failures (server closed the connection, consuming input failed) carry no
+    SQLSTATE; the server ending a backend sends 57P01-57P03; class 08 is connection errors."""
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in _LOST_STATES
 
 
 def _transient(exc: BaseException) -> bool:

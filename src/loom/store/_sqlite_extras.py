@@ -8,33 +8,20 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from loom.errors import StoreError
+from loom.store import codec
 from loom.store.base import StoredError, StoredResult, new_error_id
 from loom.store.codec import decode_value, encode_value, scrub_text
 
 T = TypeVar("T")
-_ERROR_COLS = "id, timestamp, session_id, run_id, tool_call_id, tool_name, raw_error, short_summary"
 
 
 def _dt(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
-
-
-def _error(row: Sequence[Any]) -> StoredError:
-    return StoredError(
-        id=row[0],
-        timestamp=_dt(row[1]),
-        session_id=row[2],
-        run_id=row[3],
-        tool_call_id=row[4],
-        tool_name=row[5],
-        raw_error=decode_value(row[6]),
-        short_summary=row[7],
-    )
 
 
 class SQLiteCapabilities:
@@ -56,7 +43,7 @@ class SQLiteCapabilities:
             for _ in range(5):
                 try:
                     c.execute(
-                        f"INSERT INTO errors ({_ERROR_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        f"INSERT INTO errors ({codec.ERROR_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                         (
                             error.id,
                             error.timestamp.timestamp(),
@@ -79,10 +66,10 @@ class SQLiteCapabilities:
         row = await self._read(
             "reading an error",
             lambda c: c.execute(
-                f"SELECT {_ERROR_COLS} FROM errors WHERE id = ?", (error_id,)
+                f"SELECT {codec.ERROR_COLS} FROM errors WHERE id = ?", (error_id,)
             ).fetchone(),
         )
-        return _error(row) if row else None
+        return codec.decode_error(row) if row else None
 
     async def list_errors(
         self,
@@ -105,11 +92,11 @@ class SQLiteCapabilities:
                 params.append(value)
         params.append(limit if limit > 0 else -1)
         sql = (
-            f"SELECT {_ERROR_COLS} FROM errors WHERE {' AND '.join(where)} "
+            f"SELECT {codec.ERROR_COLS} FROM errors WHERE {' AND '.join(where)} "
             "ORDER BY timestamp DESC, id DESC LIMIT ?"
         )
         rows = await self._read("listing errors", lambda c: c.execute(sql, params).fetchall())
-        return [_error(r) for r in rows]
+        return [codec.decode_error(r) for r in rows]
 
     async def delete_errors(self, older_than: datetime) -> int:
         return await self._write(

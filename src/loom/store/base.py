@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from loom.errors import LeaseLost
 from loom.events import AgentEvent
 from loom.messages import Effect, Message, ToolResult, Usage, utcnow
 
@@ -320,3 +321,19 @@ def capabilities_of(store: Store) -> StoreCapabilities:
     with contextlib.suppress(TypeError):
         _capabilities[store] = caps
     return caps
+
+
+def lease_lost(lease: Lease, row: Sequence[Any] | None) -> LeaseLost:
+    """The ``LeaseLost`` for a stale ``lease``; ``row`` is the session's lock row as (token,
+    released, holder run id), or None when none is recorded (shared by the SQL stores)."""
+    if row is None:
+        now = "no lease is recorded"
+    elif row[0] == lease.token:
+        now = "released"
+    else:
+        now = f"now held with token {row[0]} by run {row[2]!r}"
+    return LeaseLost(
+        f"run {lease.run_id!r} lost the lease of session {lease.session_id!r} (its token "
+        f"{lease.token} is stale: {now}); another run took the session over, so nothing was "
+        "written. Stop this run; the session's new holder carries on."
+    )

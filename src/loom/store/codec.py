@@ -39,17 +39,20 @@ from pydantic_core import PydanticSerializationError, from_json, to_json
 from loom.errors import SerializationError
 from loom.events import AgentEvent, make_event
 from loom.messages import Message, ToolResult, Usage
-from loom.store.base import LedgerEntry, RunRecord
+from loom.store.base import LedgerEntry, RunRecord, SessionInfo, StoredError
 
 __all__ = [
+    "ERROR_COLS",
     "MAX_DEPTH",
     "EventRow",
     "LedgerRow",
     "RunRow",
+    "decode_error",
     "decode_event",
     "decode_ledger",
     "decode_messages",
     "decode_run",
+    "decode_session",
     "decode_value",
     "encode_event",
     "encode_ledger",
@@ -378,4 +381,41 @@ def decode_run(session_id: str, row: Sequence[Any]) -> RunRecord:
         usage=Usage(input_tokens=row[2], output_tokens=row[3], requests=row[4]),
         timestamp=datetime.fromtimestamp(row[5], UTC),
         data=from_json(row[6]),
+    )
+
+
+# -- rows both SQL stores read the same way (columns in these orders) ----------------------------
+
+ERROR_COLS = "id, timestamp, session_id, run_id, tool_call_id, tool_name, raw_error, short_summary"
+
+
+def _at(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+def decode_session(row: Sequence[Any]) -> SessionInfo:
+    """A session row: id, agent_name, created_at, updated_at, message count, input tokens,
+    output tokens, requests, metadata."""
+    return SessionInfo(
+        id=row[0],
+        agent_name=row[1],
+        created_at=_at(row[2]),
+        updated_at=_at(row[3]),
+        message_count=int(row[4]),
+        usage=Usage(input_tokens=row[5], output_tokens=row[6], requests=row[7]),
+        metadata=decode_value(row[8]),
+    )
+
+
+def decode_error(row: Sequence[Any]) -> StoredError:
+    """An error row in ``ERROR_COLS`` order."""
+    return StoredError(
+        id=row[0],
+        timestamp=_at(row[1]),
+        session_id=row[2],
+        run_id=row[3],
+        tool_call_id=row[4],
+        tool_name=row[5],
+        raw_error=decode_value(row[6]),
+        short_summary=row[7],
     )

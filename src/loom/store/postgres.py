@@ -60,6 +60,7 @@ from loom.store.base import (
     SessionInfo,
     StoredError,
     StoredResult,
+    lease_lost,
     new_error_id,
 )
 
@@ -89,34 +90,6 @@ def _dt(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
 
 
-def _session(row: Sequence[Any]) -> SessionInfo:
-    return SessionInfo(
-        id=row[0],
-        agent_name=row[1],
-        created_at=_dt(row[2]),
-        updated_at=_dt(row[3]),
-        message_count=int(row[4]),
-        usage=Usage(input_tokens=row[5], output_tokens=row[6], requests=row[7]),
-        metadata=codec.decode_value(row[8]),
-    )
-
-
-def _error(row: Sequence[Any]) -> StoredError:
-    return StoredError(
-        id=row[0],
-        timestamp=_dt(row[1]),
-        session_id=row[2],
-        run_id=row[3],
-        tool_call_id=row[4],
-        tool_name=row[5],
-        raw_error=codec.decode_value(row[6]),
-        short_summary=row[7],
-    )
-
-
-_ERROR_COLS = "id, timestamp, session_id, run_id, tool_call_id, tool_name, raw_error, short_summary"
-
-
 def redact(conninfo: str) -> str:
     """``conninfo`` without its password, for error messages."""
     try:
@@ -126,20 +99,6 @@ def redact(conninfo: str) -> str:
     params.pop("password", None)
     shown = make_conninfo("", **{k: v for k, v in params.items() if v is not None})
     return shown or "<the libpq defaults: PGHOST, PGPORT, PGDATABASE, PGUSER>"
-
-
-def _lost(lease: Lease, row: Sequence[Any] | None) -> LeaseLost:
-    if row is None:
-        now = "no lease is recorded"
-    elif row[0] == lease.token:
-        now = "released"
-    else:
-        now = f"now held with token {row[0]} by run {row[2]!r}"
-    return LeaseLost(
-        f"run {lease.run_id!r} lost the lease of session {lease.session_id!r} (its token "
-        f"{lease.token} is stale: {now}); another run took the session over, so nothing was "
-        "written. Stop this run; the session's new holder carries on."
-    )
 
 
 class PostgresStore:
@@ -414,7 +373,7 @@ class PostgresStore:
         row = await self._fetchone(
             "reading a session", q.SESSION_SELECT + " WHERE s.id = %s", (session_id,)
         )
-        return _session(row) if row else None
+        return codec.decode_session(row) if row else None
 
     async def create_session(
         self, session_id: str, *, agent_name: str = "", metadata: dict[str, Any] | None = None
@@ -431,7 +390,7 @@ class PostgresStore:
             cur = await conn.execute(q.SESSION_SELECT + " WHERE s.id = %s", (session_id,))
             return await cur.fetchone()
 
-        return _session(await self._run("creating a session", create))
+        return codec.decode_session(await self._run("creating a session", create))
 
     async def list_sessions(self, limit: int = 100) -> list[SessionInfo]:
         rows = await self._fetchall(
@@ -439,7 +398,7 @@ class PostgresStore:
             q.SESSION_SELECT + " ORDER BY changed DESC, s.id LIMIT %s",
             (limit if limit > 0 else None,),
         )
-        return [_session(r) for r in rows]
+        return [codec.decode_session(r) for r in rows]
 
     async def load_messages(self, session_id: str, start: int = 0) -> list[Message]:
         if start < 0:
@@ -536,7 +495,7 @@ class PostgresStore:
             except psycopg.Error as exc:
                 if lease is not None and exc.sqlstate == q.LEASE_LOST_SQLSTATE:
                     cur = await conn.execute(q.LEASE_ROW, (session_id,))
-                    raise _lost(lease, await cur.fetchone()) from None
+                    raise lease_lost(lease, await cur.fetchone()) from None
                 raise
 
         await self._run("saving a step", write)
@@ -623,7 +582,7 @@ class PostgresStore:
             row = await cur.fetchone()
             if row is None:
                 cur = await conn.execute(q.LEASE_ROW, (lease.session_id,))
-                raise _lost(lease, await cur.fetchone())
+                raise lease_lost(lease, await cur.fetchone())
             return Lease(lease.session_id, lease.run_id, lease.token, float(row[0]))
 
         return await self._run("renewing a session lease", renew)
@@ -663,7 +622,8 @@ class PostgresStore:
         try:  # not through _run: a taken id must come back here, not be retried as it is
             async with pool.connection() as conn:
                 await conn.execute(
-                    f"INSERT INTO errors ({_ERROR_COLS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                    f"INSERT INTO errors ({codec.ERROR_COLS}) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
                     params,
                 )
         except (psycopg.Error, PoolTimeout) as exc:
@@ -671,9 +631,9 @@ class PostgresStore:
 
     async def get_error(self, error_id: str) -> StoredError | None:
         row = await self._fetchone(
-            "reading an error", f"SELECT {_ERROR_COLS} FROM errors WHERE id = %s", (error_id,)
+            "reading an error", f"SELECT {codec.ERROR_COLS} FROM errors WHERE id = %s", (error_id,)
         )
-        return _error(row) if row else None
+        return codec.decode_error(row) if row else None
 
     async def list_errors(
         self,
@@ -700,11 +660,11 @@ class PostgresStore:
         params.append(limit if limit > 0 else None)
         rows = await self._fetchall(
             "listing errors",
-            f"SELECT {_ERROR_COLS} FROM errors WHERE {' AND '.join(where)} "
+            f"SELECT {codec.ERROR_COLS} FROM errors WHERE {' AND '.join(where)} "
             "ORDER BY timestamp DESC, id DESC LIMIT %s",
             params,
         )
-        return [_error(r) for r in rows]
+        return [codec.decode_error(r) for r in rows]
 
     async def delete_errors(self, older_than: datetime) -> int:
         return await self._rowcount(

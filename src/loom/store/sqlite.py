@@ -40,7 +40,7 @@ from loom.store._sqlite_db import (
     run_call,
 )
 from loom.store._sqlite_extras import SQLiteCapabilities
-from loom.store.base import Lease, LedgerEntry, RunRecord, SessionInfo
+from loom.store.base import Lease, LedgerEntry, RunRecord, SessionInfo, lease_lost
 
 __all__ = ["SQLiteStore"]
 
@@ -76,32 +76,6 @@ def _dt(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
 
 
-def _session(row: Sequence[Any]) -> SessionInfo:
-    return SessionInfo(
-        id=row[0],
-        agent_name=row[1],
-        created_at=_dt(row[2]),
-        updated_at=_dt(row[3]),
-        message_count=row[4],
-        usage=Usage(input_tokens=row[5], output_tokens=row[6], requests=row[7]),
-        metadata=codec.decode_value(row[8]),
-    )
-
-
-def _lost(lease: Lease, row: Sequence[Any] | None) -> LeaseLost:
-    if row is None:
-        now = "no lease is recorded"
-    elif row[0] == lease.token:
-        now = "released"
-    else:
-        now = f"now held with token {row[0]} by run {row[2]!r}"
-    return LeaseLost(
-        f"run {lease.run_id!r} lost the lease of session {lease.session_id!r} (its token "
-        f"{lease.token} is stale: {now}); another run took the session over, so nothing was "
-        "written. Stop this run; the session's new holder carries on."
-    )
-
-
 def _check_lease(c: sqlite3.Connection, session_id: str, lease: Lease) -> None:
     """Raise ``LeaseLost`` unless ``lease`` is the session's current, unreleased lease."""
     if lease.session_id != session_id:
@@ -112,7 +86,7 @@ def _check_lease(c: sqlite3.Connection, session_id: str, lease: Lease) -> None:
         "SELECT token, released, run_id FROM locks WHERE session_id = ?", (session_id,)
     ).fetchone()
     if row is None or row[0] != lease.token or row[1]:
-        raise _lost(lease, row)
+        raise lease_lost(lease, row)
 
 
 class SQLiteStore(SQLiteCapabilities):
@@ -191,7 +165,7 @@ class SQLiteStore(SQLiteCapabilities):
             "reading a session",
             lambda c: c.execute(_SESSION_SELECT + " WHERE s.id = ?", (session_id,)).fetchone(),
         )
-        return _session(row) if row else None
+        return codec.decode_session(row) if row else None
 
     async def create_session(
         self, session_id: str, *, agent_name: str = "", metadata: dict[str, Any] | None = None
@@ -207,7 +181,7 @@ class SQLiteStore(SQLiteCapabilities):
             )
             return c.execute(_SESSION_SELECT + " WHERE s.id = ?", (session_id,)).fetchone()
 
-        return _session(await self._write("creating a session", create))
+        return codec.decode_session(await self._write("creating a session", create))
 
     async def list_sessions(self, limit: int = 100) -> list[SessionInfo]:
         rows = await self._read(
@@ -217,7 +191,7 @@ class SQLiteStore(SQLiteCapabilities):
                 (limit if limit > 0 else -1,),
             ).fetchall(),
         )
-        return [_session(r) for r in rows]
+        return [codec.decode_session(r) for r in rows]
 
     async def load_messages(self, session_id: str, start: int = 0) -> list[Message]:
         if start < 0:

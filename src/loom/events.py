@@ -624,8 +624,8 @@ EVENT_CLASSES: dict[EventType, type[AgentEvent]] = {
         CompressionComplete, MemoryFlush, MemoryRecord, PatternsMatched, LlmStart, LlmDelta,
         LlmToolCalls, LlmComplete, LlmRetry, ToolExecutionStart, ToolResultEvent, ToolErrorEvent,
         ApprovalRequired, ApprovalDecisionEvent, Recursion, JudgeStart, JudgeResult, JudgeRetry,
-        ServerQueryEvent, QueryAnswer, RunRecovered, GuardrailEvent, Warning, PersistStart, AgentFinish,
-        ErrorEvent,
+        ServerQueryEvent, QueryAnswer, RunRecovered, GuardrailEvent, Warning, PersistStart,
+        AgentFinish, ErrorEvent,
     )
 }  # fmt: skip
 assert set(EVENT_CLASSES) == set(EventType), "every EventType needs its class"

@@ -22,7 +22,6 @@ from loom import events as ev
 from loom import gates
 from loom.calls import CallRunner
 from loom.context import AssembledContext, ContextRequest
-from loom.guardrails.engine import Tripped
 from loom.errors import (
     ApprovalHandlerError,
     ConfigurationError,
@@ -32,6 +31,7 @@ from loom.errors import (
     ModelResponseError,
     RunCancelled,
 )
+from loom.guardrails.engine import Tripped
 from loom.hooks import HookContext, HookRunner
 from loom.journal import Journal
 from loom.messages import Message, ModelResponse, RunResult, StopReason, Usage, new_id
@@ -181,8 +181,9 @@ class Turn:
         ran_with = {"model": getattr(d.model, "name", type(d.model).__name__),
                     "context_window": _window(d)}  # fmt: skip
         guards, screened = a.guardrails, None
-        if guards is not None and guards.has("input") and self.resume is None and (
-            self.answer is None and not self.carry_on
+        fresh = self.resume is None and self.answer is None and not self.carry_on
+        if (
+            guards is not None and guards.has("input") and fresh
         ):  # before AGENT_START: a fixed (redacted) message is all the journal ever holds
             screened = await guards.check_input(self.message, self.calls.context(self.message))
             self.message = screened.value

@@ -18,8 +18,8 @@ from loom.guardrails import (
     tool_result_guardrail,
 )
 from loom.messages import Message, ToolResult
-from loom.testing import FunctionModel, ScriptedModel
 from loom.store.memory import MemoryStore
+from loom.testing import FunctionModel, ScriptedModel
 
 E = EventType
 
@@ -239,7 +239,7 @@ async def test_a_guardrail_returning_nonsense_trips() -> None:
 
 
 def test_an_object_that_checks_nothing_is_refused() -> None:
-    with pytest.raises(AgentDefinitionError, match="guardrails.*check_input"):
+    with pytest.raises(AgentDefinitionError, match=r"guardrails.*check_input"):
         Agent(guardrails=[object()])
 
 

@@ -233,19 +233,23 @@ def export(
     ] = None,
     redact: Annotated[
         bool,
-        typer.Option("--redact/--no-redact",
-                     help="Replace PII and secrets (emails, phones, cards, keys, tokens)."),
+        typer.Option(
+            "--redact/--no-redact",
+            help="Replace PII and secrets (emails, phones, cards, keys, tokens).",
+        ),
     ] = True,
     pattern: Annotated[
         list[str] | None,
-        typer.Option("--redact-pattern", metavar="NAME=REGEX",
-                     help="An extra redaction pattern (repeatable)."),
+        typer.Option(
+            "--redact-pattern",
+            metavar="NAME=REGEX",
+            help="An extra redaction pattern (repeatable).",
+        ),
     ] = None,
 ) -> None:
     """Export a session's transcript as JSONL (one message per line), redacted by default."""
-    from loom.store.transcript import write_jsonl
-
     from loom.errors import LoomError
+    from loom.store.transcript import write_jsonl
 
     try:
         redactor = _redactor(pattern or []) if redact else None

@@ -4,12 +4,12 @@ A guardrail looks at one thing a run is about to do and returns a ``Decision``: 
 ``fix`` (a replacement, recorded) or ``trip`` (the run stops with ``stop_reason="guardrail"``).
 Four checks, one protocol each; one object may implement several:
 
-| protocol               | method                              | sees                          | a fix replaces            |
-| ---------------------- | ----------------------------------- | ----------------------------- | ------------------------- |
-| ``InputGuardrail``     | ``check_input(text, ctx)``          | the user's message            | the message (``str``)     |
-| ``OutputGuardrail``    | ``check_output(text, ctx)``         | the final answer              | the answer (``str``)      |
-| ``ToolCallGuardrail``  | ``check_call(call, ctx)``           | a call, before it runs        | its arguments (``dict``)  |
-| ``ToolResultGuardrail``| ``check_result(call, result, ctx)`` | a result, before the model    | the result (``ToolResult`` or its text) |
+- ``InputGuardrail.check_input(text, ctx)``: the user's message; a fix is the new message.
+- ``OutputGuardrail.check_output(text, ctx)``: the final answer; a fix is the new answer.
+- ``ToolCallGuardrail.check_call(call, ctx)``: a call before it runs; a fix is its new
+  arguments (a ``dict``).
+- ``ToolResultGuardrail.check_result(call, result, ctx)``: a result before it is stored and
+  the model sees it; a fix is a ``ToolResult`` or the text the model reads.
 
 Optional attributes: ``name`` (labels its events; default the class name), ``fatal`` (default
 True: a guardrail that raises trips the run with the exception recorded; False: the exception

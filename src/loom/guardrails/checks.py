@@ -56,7 +56,9 @@ def detect_language(text: str) -> str:
     global _FACTORY
     try:
         from langdetect import DetectorFactory
-        from langdetect.lang_detect_exception import LangDetectException
+        from langdetect.lang_detect_exception import (
+            LangDetectException,
+        )
     except ImportError:
         raise MissingDependencyError("langdetect", "guardrails", "AllowedLanguages") from None
     with _LOCK:  # its profile loading and seeding are global state

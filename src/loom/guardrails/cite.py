@@ -34,8 +34,16 @@ class MustCite:
 
     parallel = False
 
-    def __init__(self, model: Any, *, threshold: float = 0.5, criteria: str = CRITERIA,
-                 timeout: float = 60.0, fatal: bool = True, name: str = "must_cite") -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: Any,
+        *,
+        threshold: float = 0.5,
+        criteria: str = CRITERIA,
+        timeout: float = 60.0,
+        fatal: bool = True,
+        name: str = "must_cite",
+    ) -> None:
         self.judge = LLMJudge(model, criteria, name=name, timeout=timeout)
         self.threshold, self.fatal, self.name = threshold, fatal, name
 

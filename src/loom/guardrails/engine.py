@@ -52,7 +52,7 @@ class Outcome:
     trip: Record | None = None
 
 
-class Tripped(Exception):  # noqa: N818 - a signal, not an error
+class Tripped(Exception):
     """Raised inside the turn when a guardrail tripped: the loop ends the run with
     ``stop_reason="guardrail"`` and this reason."""
 
@@ -156,8 +156,15 @@ class Guardrails:
                     rec = Record(_name(g), kind, "trip", f"its fix is unusable: {exc}",
                                  f"{type(exc).__name__}: {exc}", call_id)  # fmt: skip
                 else:
-                    rec = Record(_name(g), kind, "fix", got.reason, None, call_id,
-                                 _preview(out.value if kind != "tool_call" else got.replacement))
+                    rec = Record(
+                        _name(g),
+                        kind,
+                        "fix",
+                        got.reason,
+                        None,
+                        call_id,
+                        _preview(out.value if kind != "tool_call" else got.replacement),
+                    )
             else:
                 rec = Record(_name(g), kind, got.action, got.reason, None, call_id)
             out.records.append(rec)
@@ -179,8 +186,13 @@ class Guardrails:
             if isinstance(d, Record):
                 rec = d
             elif d.action == "fix":
-                rec = Record(_name(g), "input", "trip", "a parallel input guardrail cannot fix "
-                             f"the message (the model already has it); it asked to: {d.reason}")
+                rec = Record(
+                    _name(g),
+                    "input",
+                    "trip",
+                    "a parallel input guardrail cannot fix "
+                    f"the message (the model already has it); it asked to: {d.reason}",
+                )
             else:
                 rec = Record(_name(g), "input", d.action, d.reason)
             out.records.append(rec)

@@ -43,9 +43,11 @@ BUILTIN_PATTERNS: dict[str, str] = {
     ),
     "email": r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b",
     "card": r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])",
+    # +CC then groups, (AAA) BBB-CCCC, AAA-BBB-CCCC: separators required, so ids, dates and
+    # runs of digits are left alone
     "phone": (
-        r"(?<![\w+])(?:\+\d{1,3}[ .-]?)?(?:\(\d{2,4}\)[ .-]?|\d{2,4}[ .-])\d{3,4}[ .-]\d{3,4}"
-        r"(?![\w-])|(?<![\w+])\+\d{10,15}\b"
+        r"(?<![\w+.-])(?:\+\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,4}(?:[ .-]\d{2,4}){1,4}"
+        r"|\+\d{10,15}|\(\d{3}\)[ .-]?\d{3}[ .-]\d{4}|\d{3}[.-]\d{3}[.-]\d{4})(?![\w.-])"
     ),
 }
 """The built-in kinds, in the order they are applied (longest, most specific first)."""

@@ -317,3 +317,18 @@ async def test_guardrail_event_round_trips() -> None:
     (g,) = [e for e in events if e.type == E.GUARDRAIL]
     back = AE.from_dict(g.to_dict(), validate=True)
     assert back.data == g.data and back.type == E.GUARDRAIL
+
+
+def test_the_console_shows_fixes_and_trips_not_passes() -> None:
+    from loom.cli._console import err
+    from loom.cli.run_cmd import _Renderer
+    from loom.events import GuardrailEvent
+
+    show = _Renderer(as_json=False)
+    with err.capture() as cap:
+        for action in ("pass", "fix", "trip"):
+            show(GuardrailEvent(run_id="r", session_id="s", guardrail="redact", kind="input",
+                                action=action, reason=f"[{action}] reason"))  # fmt: skip
+    text = cap.get()
+    assert "redact (input) trip: [trip] reason" in text
+    assert "redact (input) fix: [fix] reason" in text and "pass" not in text

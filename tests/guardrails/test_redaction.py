@@ -4,7 +4,6 @@ store and the JSONL export; patterns; a pattern that does not compile is a typed
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -151,7 +150,3 @@ def test_export_with_a_bad_pattern_says_which(unredacted_session: Path) -> None:
     r = CliRunner().invoke(app, ["sessions", "export", "s", "--store", str(unredacted_session),
                                  "--redact-pattern", "bad=(("])  # fmt: skip
     assert r.exit_code == 1 and "RedactionPatternError" in r.output and "'bad'" in r.output
-
-
-def _unused(*_: Any) -> None:  # keeps Any imported for the type hints above
-    return None

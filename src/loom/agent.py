@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # events, stores: loaded by the first run, not by `from loom 
     from loom.definition import AgentDefinition
     from loom.events import AgentEvent
     from loom.gates import OnBusy
+    from loom.guardrails.engine import Guardrails
     from loom.judge.panel import JudgePanel
     from loom.memory.config import MemoryConfig
     from loom.patterns.library import PatternLibrary
@@ -114,6 +115,23 @@ def _check_workspace(workspace: Any) -> Path | None:
     return path
 
 
+def _check_guardrails(guardrails: Any) -> Guardrails | None:
+    if not guardrails:
+        return None
+    from loom.guardrails.engine import Guardrails
+
+    if isinstance(guardrails, Guardrails):
+        return guardrails
+    if isinstance(guardrails, str | bytes) or not isinstance(guardrails, Sequence):
+        raise AgentDefinitionError(
+            f"must be a list of guardrails, got {type(guardrails).__name__}", field="guardrails"
+        )
+    try:
+        return Guardrails(guardrails)
+    except ConfigurationError as exc:
+        raise AgentDefinitionError(str(exc), field="guardrails") from None
+
+
 class Agent:
     """An agent definition you can run. Immutable once built: derive with ``replace``.
 
@@ -170,6 +188,11 @@ class Agent:
             mapping of query kind to regular expression. A final answer it matches stops the
             run with ``stop_reason="awaiting_input"`` until the client answers
             (``runtime.answer_query``); the same turn then goes on.
+        guardrails: Checks on the user's message, the final answer, each tool call and each
+            tool result (``loom.guardrails``: ``Redactor()``, ``PromptInjectionGuardrail()``,
+            ``MaxLength``, ``AllowedLanguages``, ``MustCite``, or your own). Each passes, fixes
+            (recorded) or trips (``stop_reason="guardrail"``); every decision is a
+            ``GUARDRAIL`` event. For one run only: ``agent.replace(guardrails=[...])``.
     """
 
     __slots__ = (
@@ -181,6 +204,7 @@ class Agent:
         "context_window",
         "default_store",
         "deps",
+        "guardrails",
         "hooks",
         "instructions",
         "judges",
@@ -213,6 +237,7 @@ class Agent:
     context_window: int | None
     default_store: Store | None
     deps: Any
+    guardrails: Guardrails | None
     hooks: tuple[object, ...]
     instructions: str
     judges: JudgePanel | None
@@ -268,6 +293,7 @@ class Agent:
         reserved_output_tokens: int | None = None,
         memory: MemoryConfig | None = None,
         query_detector: Any = None,
+        guardrails: Sequence[Any] | None = None,
     ) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         put = object.__setattr__
@@ -365,6 +391,7 @@ class Agent:
 
             query_detector = as_detector(query_detector)
         put(self, "query_detector", query_detector)
+        put(self, "guardrails", _check_guardrails(guardrails))
         put(self, "max_result_chars", None if max_result_chars is None
             else _positive("max_result_chars", max_result_chars, integer=True))  # fmt: skip
         if context_builder is None and (

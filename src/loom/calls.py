@@ -17,11 +17,14 @@ from typing import TYPE_CHECKING, Any
 from loom.events import (
     ApprovalDecisionEvent,
     ApprovalRequired,
+    GuardrailEvent,
     RunRecovered,
     ToolErrorEvent,
     ToolExecutionStart,
     ToolResultEvent,
 )
+from loom.guardrails.base import GuardrailContext
+from loom.guardrails.engine import Outcome, Tripped
 from loom.hooks import Deny, HookRunner, ReplaceArguments, RequireApproval
 from loom.messages import ToolCall, ToolResult
 from loom.policy.approval import (
@@ -54,6 +57,8 @@ class CallRunner:
         self.unanswered: dict[str, ToolCall] = {}  # in a committed assistant message, no result
         self.parked: list[dict[str, Any]] = []  # waiting for a human; the run stops after
         self.decided: set[str] = set()  # approved at resume: run without asking again
+        self.guards = self.agent.guardrails  # loom.guardrails.Guardrails, or None
+        self.closing = False  # PERSIST: a result guardrail's trip no longer stops anything
 
     async def run(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
         """Screen, start and run ``calls``; their results in call order (parked ones omitted)."""
@@ -106,6 +111,13 @@ class CallRunner:
                 call = call.model_copy(update={"arguments": decision.arguments,
                                                "raw_arguments": None})  # fmt: skip
             ask = ask or (decision if isinstance(decision, RequireApproval) else None)
+        if self.guards is not None and self.guards.has("tool_call"):
+            checked = await self.guards.check_call(call, self.context())
+            if checked.trip is not None:  # the call gets its refusal, then the run stops
+                await self.record(call, error_result(call, "guardrail", checked.trip.reason),
+                                  started=False)  # fmt: skip
+            self.note(checked)
+            call = checked.value
         if ask is None or call.id in self.decided:
             self.decided.discard(call.id)
             return call, None
@@ -171,6 +183,14 @@ class CallRunner:
         """Shape a call's result, commit it (event, transcript message, ledger end), then run
         the ``after_tool_execution`` hooks."""
         j = self.journal
+        tripped = None
+        if self.guards is not None and self.guards.has("tool_result"):
+            # before the shaper: the error and large-result stores get the checked result too
+            checked = await self.guards.check_result(call, result, self.context())
+            result, tripped = checked.value, checked.trip
+            self.note(checked, stop=False)
+            if tripped is not None:
+                result = error_result(call, "guardrail", f"result withheld: {tripped.reason}")
         shaper = self.deps.shaper
         if shaper is not None:  # the ledger keeps what the model saw; full text lives aside
             result = await shaper(j.session_id, j.run_id, call, result)
@@ -192,7 +212,28 @@ class CallRunner:
         await j.commit([ev], ledger=ledger)
         self.unanswered.pop(call.id, None)
         await self.hooks("after_tool_execution", call, result)
+        if tripped is not None and not self.closing:
+            raise Tripped(tripped)
         return result
+
+    def context(self, message: str | None = None) -> GuardrailContext:
+        """What a guardrail sees of this turn (``message``: the user's, else the last one)."""
+        j = self.journal
+        if message is None:
+            message = next((m.content for m in reversed(j.history) if m.role == "user"), "")
+        return GuardrailContext(self.agent.name, j.session_id, j.run_id, message, j.history,
+                                self.deps.user_deps)  # fmt: skip
+
+    def note(self, outcome: Outcome, *, stop: bool = True) -> None:
+        """Announce each guardrail decision (journaled with the next commit: the checked
+        message's, result's or answer's, or the run's end); raise ``Tripped`` on a trip."""
+        j = self.journal
+        for r in outcome.records:
+            j.announce(GuardrailEvent, **r.data())
+            if r.action == "warn":
+                j.warn(f"guardrail {r.guardrail!r} ({r.kind}) raised: {r.error}", "guardrail")
+        if stop and outcome.trip is not None:
+            raise Tripped(outcome.trip)
 
     async def recover(self, ends: LooseEnds) -> None:
         """INTAKE: close what dead runs left open (found by ``loom.recovery``)."""
@@ -218,6 +259,7 @@ class CallRunner:
 
     async def close_unanswered(self, stop: str) -> None:
         """PERSIST: every call still without a result gets an ``interrupted`` one."""
+        self.closing = True
         for call in list(self.unanswered.values()):
             await self.record(call, error_result(call, "interrupted", f"the run stopped ({stop}) "
                               "before this call finished; its outcome is unknown"))  # fmt: skip

@@ -12,6 +12,7 @@ LoomError
 │   ├── HookDefinitionError       a hook method's name is not a hook point (names the closest)
 │   ├── PermissionsFileError      a permission rules file cannot be read (path, fix)
 │   ├── MissingDependencyError    an optional extra is not installed
+│   ├── RedactionPatternError     a redaction pattern does not compile (has .name)
 │   └── PatternError              a pattern library cannot be used as asked
 │       ├── PatternFileError      one pattern file does not parse or validate (path, field)
 │       ├── DuplicatePatternName  two pattern files use the same name
@@ -82,6 +83,7 @@ __all__ = [
     "PermissionsFileError",
     "QueueFull",
     "QueueTimeout",
+    "RedactionPatternError",
     "RunCancelled",
     "SchemaTooNew",
     "ScopeViolation",
@@ -148,6 +150,14 @@ class MissingDependencyError(ConfigurationError):
             f"{purpose} needs the {package!r} package, which is not installed. "
             f"Install it with: pip install 'loom-agents[{extra}]'"
         )
+
+
+class RedactionPatternError(ConfigurationError):
+    """A redaction pattern (``loom.guardrails.Redactor``) is unusable; ``.name`` names it."""
+
+    def __init__(self, message: str, *, name: str):
+        self.name = name
+        super().__init__(message)
 
 
 class PatternError(ConfigurationError):

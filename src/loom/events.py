@@ -93,6 +93,7 @@ class EventType(StrEnum):
     SERVER_QUERY = "server_query"
     QUERY_ANSWER = "query_answer"
     RUN_RECOVERED = "run_recovered"
+    GUARDRAIL = "guardrail"
     WARNING = "warning"
     PERSIST_START = "persist_start"
     AGENT_FINISH = "agent_finish"
@@ -550,6 +551,23 @@ class RunRecovered(AgentEvent):
 
 @_payload
 @dataclass(slots=True, kw_only=True)
+class GuardrailEvent(AgentEvent):
+    """A guardrail's decision (``loom.guardrails``): ``action`` is pass, fix (``replacement``
+    holds the new value), trip (the run stops with ``stop_reason="guardrail"``) or warn (a
+    non-fatal guardrail raised; ``error`` holds the exception)."""
+
+    type: Literal[E.GUARDRAIL] = E.GUARDRAIL
+    guardrail: str = ""
+    kind: str = ""  # input | output | tool_call | tool_result
+    action: str = ""
+    reason: str = ""
+    error: str | None = None
+    tool_call_id: str | None = None
+    replacement: Any = None
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
 class Warning(AgentEvent):
     """Something the user should know that did not stop the run (a tool server failed, text
     was made representable, ...). Also in ``RunResult.warnings``."""
@@ -606,8 +624,8 @@ EVENT_CLASSES: dict[EventType, type[AgentEvent]] = {
         CompressionComplete, MemoryFlush, MemoryRecord, PatternsMatched, LlmStart, LlmDelta,
         LlmToolCalls, LlmComplete, LlmRetry, ToolExecutionStart, ToolResultEvent, ToolErrorEvent,
         ApprovalRequired, ApprovalDecisionEvent, Recursion, JudgeStart, JudgeResult, JudgeRetry,
-        ServerQueryEvent, QueryAnswer, RunRecovered, Warning, PersistStart, AgentFinish,
-        ErrorEvent,
+        ServerQueryEvent, QueryAnswer, RunRecovered, GuardrailEvent, Warning, PersistStart,
+        AgentFinish, ErrorEvent,
     )
 }  # fmt: skip
 assert set(EVENT_CLASSES) == set(EventType), "every EventType needs its class"

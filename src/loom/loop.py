@@ -31,6 +31,7 @@ from loom.errors import (
     ModelResponseError,
     RunCancelled,
 )
+from loom.guardrails.engine import Tripped
 from loom.hooks import HookContext, HookRunner
 from loom.journal import Journal
 from loom.messages import Message, ModelResponse, RunResult, StopReason, Usage, new_id
@@ -93,6 +94,7 @@ class Turn:
         self.hctx = HookContext(agent, self.run_id, session_id)
         self._finishing = False
         self._task: asyncio.Task[Any] | None = None
+        self._parallel: asyncio.Task[None] | None = None  # parallel input guardrails
 
     async def run(self, emit: Callable[[ev.AgentEvent], None]) -> None:
         """Run the turn to its end in the current task, handing each event to ``emit``."""
@@ -124,6 +126,8 @@ class Turn:
                 await self._iterate()
         except _Stop as s:
             stop, error = s.reason, s.error
+        except Tripped as t:
+            stop, error = "guardrail", t.reason
         except TimeoutError:
             stop, error = "timeout", f"the turn ran past its {a.timeout:g} s timeout"
         except asyncio.CancelledError:
@@ -176,6 +180,13 @@ class Turn:
         self.calls = CallRunner(d, j, self.hooks)
         ran_with = {"model": getattr(d.model, "name", type(d.model).__name__),
                     "context_window": _window(d)}  # fmt: skip
+        guards, screened = a.guardrails, None
+        fresh = self.resume is None and self.answer is None and not self.carry_on
+        if (
+            guards is not None and guards.has("input") and fresh
+        ):  # before AGENT_START: a fixed (redacted) message is all the journal ever holds
+            screened = await guards.check_input(self.message, self.calls.context(self.message))
+            self.message = screened.value
         if await rt.store.get_session(sid) is None:
             await rt.store.create_session(sid, agent_name=a.name, metadata=ran_with)
         await j.commit([j.event(ev.AgentStart, message_text=self.message, agent=a.name,
@@ -213,7 +224,13 @@ class Turn:
 
             self.rom, payload = match_patterns(a.patterns, self.message)
             j.announce(ev.PatternsMatched, **payload)
+        if screened is not None:
+            self.calls.note(screened)  # its events go with the message; a trip stops here
         await j.commit([j.event(ev.UserMessage, content=self.message)])
+        if guards is not None and guards.parallel:  # they race the first model call
+            ctx = self.calls.context(self.message)
+            check = guards.check_parallel(self.message, ctx)
+            self._parallel = asyncio.ensure_future(_settle(check, self.calls.note))
 
     async def _settle(self, pending: list[Any]) -> None:
         """A resumed turn: apply the human's decisions, run what was approved."""
@@ -249,7 +266,7 @@ class Turn:
                     messages = [*messages, *extra]
             j.announce(ev.LlmStart, tool_count=len(ctx.tools), message_count=len(messages),
                        token_estimate=ctx.token_estimate)  # fmt: skip
-            response = await self._call_model(messages, ctx)
+            response = await self._race(messages, ctx)
             self._set_state(S.PROCESSING_LLM_RESPONSE)
             await hook("after_llm_response", response)
             if not response.tool_calls:
@@ -299,6 +316,24 @@ class Turn:
                    message_count=len(ctx.messages))  # fmt: skip
         return ctx
 
+    async def _race(self, messages: list[Message], ctx: AssembledContext) -> ModelResponse:
+        """The model call, cancelled if a parallel input guardrail trips while it runs."""
+        guard = self._parallel
+        if guard is None:
+            return await self._call_model(messages, ctx)
+        model = asyncio.ensure_future(self._call_model(messages, ctx))
+        try:
+            await asyncio.wait({model, guard}, return_when=asyncio.FIRST_COMPLETED)
+            if guard.done() and guard.exception() is not None:
+                await guard  # the trip: the finally below cancels the model call
+            return await model
+        finally:
+            if not model.done():
+                model.cancel()
+                await asyncio.wait({model})
+            if not model.cancelled():
+                model.exception()  # seen: a trip it also saw is raised above, not lost
+
     async def _call_model(self, messages: list[Message], ctx: AssembledContext) -> ModelResponse:
         """Stream one answer; commit it whole (a cut stream stores nothing)."""
         d, j = self.deps, self.j
@@ -324,6 +359,14 @@ class Turn:
             if not c.id or c.id in seen:
                 c.id = new_id("call")
             seen.add(c.id)
+        if self._parallel is not None:  # nothing is committed before they pass
+            await self._parallel
+            self._parallel = None
+        guards = self.agent.guardrails
+        if not final.tool_calls and guards is not None and guards.has("output"):
+            checked = await guards.check_output(final.text, self.calls.context(self.message))
+            self.calls.note(checked)  # a trip: the answer is never committed nor returned
+            final = final.model_copy(update={"text": checked.value})
         calls = [c.model_dump() for c in final.tool_calls]
         if calls:
             j.announce(ev.LlmToolCalls, tool_calls=calls)
@@ -363,6 +406,8 @@ class Turn:
     async def _finish(self, stop: StopReason, error: str | None, started: float) -> None:
         """PERSIST: close every open call, record the run's end, announce AGENT_FINISH."""
         j = self.j
+        if self._parallel is not None and not self._parallel.done():
+            self._parallel.cancel()
         failed = stop in ("error", "model_error")
         self._set_state(S.SHUTTING_DOWN if stop == "cancelled" else S.ERROR if failed
                         else S.WAITING_FOR_USER_INPUT)  # fmt: skip
@@ -392,6 +437,10 @@ class Turn:
         data = {"error": error, "verdict": self.verdict, "pending_approvals": parked}
         await j.commit([finish], run=RunRecord(self.run_id, self.session_id, stop, self.usage,
                                                data=data))  # fmt: skip
+
+
+async def _settle(check: Any, note: Callable[[Any], None]) -> None:
+    note(await check)  # raises Tripped on a trip
 
 
 def _window(d: RunDeps) -> int | None:

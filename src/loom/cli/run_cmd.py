@@ -359,7 +359,8 @@ class _Renderer:
             out.print(d["text"], end="", soft_wrap=True, markup=False)
             self.in_text = True
             return
-        if event.type in (E.LLM_COMPLETE, E.TOOL_EXECUTION_START, E.ERROR, E.WARNING):
+        if event.type in (E.LLM_COMPLETE, E.TOOL_EXECUTION_START, E.ERROR, E.WARNING,
+                          E.GUARDRAIL):  # fmt: skip
             self.end_text()
         if event.type is E.TOOL_EXECUTION_START:
             args = escape(json.dumps(d["arguments"], ensure_ascii=False))
@@ -376,6 +377,11 @@ class _Renderer:
             err.print(f"[red]error:[/] {escape(str(d.get('error')))}")
         elif event.type is E.WARNING:
             err.print(f"[yellow]warning:[/] {escape(str(d.get('message')))}")
+        elif event.type is E.GUARDRAIL and d.get("action") != "pass":  # passes: --json only
+            color = {"trip": "red", "fix": "yellow"}.get(str(d.get("action")), "yellow")
+            err.print(f"[{color}]guardrail {escape(str(d.get('guardrail')))} "
+                      f"({escape(str(d.get('kind')))}) {escape(str(d.get('action')))}:[/] "
+                      f"{escape(str(d.get('reason')))}")  # fmt: skip
 
 
 async def read_line(prompt: str) -> str:

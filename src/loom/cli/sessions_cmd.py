@@ -211,6 +211,19 @@ def events(
     out.print(table)
 
 
+def _redactor(patterns: list[str]) -> Any:
+    from loom.errors import ConfigurationError
+    from loom.guardrails.redact import Redactor
+
+    extra: dict[str, str] = {}
+    for p in patterns:
+        name, eq, rx = p.partition("=")
+        if not eq or not name.strip():
+            raise ConfigurationError(f"--redact-pattern {p!r}: write it as NAME=REGEX")
+        extra[name.strip()] = rx
+    return Redactor(extra)
+
+
 @app.command("export")
 def export(
     session_id: SessionArg,
@@ -218,20 +231,43 @@ def export(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="File to write (default: stdout).")
     ] = None,
+    redact: Annotated[
+        bool,
+        typer.Option(
+            "--redact/--no-redact",
+            help="Replace PII and secrets (emails, phones, cards, keys, tokens).",
+        ),
+    ] = True,
+    pattern: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--redact-pattern",
+            metavar="NAME=REGEX",
+            help="An extra redaction pattern (repeatable).",
+        ),
+    ] = None,
 ) -> None:
-    """Export a session's transcript as JSONL (one message per line)."""
+    """Export a session's transcript as JSONL (one message per line), redacted by default."""
+    from loom.errors import LoomError
     from loom.store.transcript import write_jsonl
+
+    try:
+        redactor = _redactor(pattern or []) if redact else None
+    except LoomError as exc:  # a pattern that does not compile: say which, exit 1
+        say_error(exc)
+        raise typer.Exit(code=1) from None
 
     async def load(s: SQLiteStore) -> Any:
         await _require(s, session_id)
         return await s.load_messages(session_id)
 
     messages = run_with_store(store, load)
+    clean = redactor.redact_value if redactor is not None else None
     if output is None:
-        write_jsonl(messages, sys.stdout)
+        write_jsonl(messages, sys.stdout, redact=clean)
         return
     with output.open("w", encoding="utf-8") as f:
-        n = write_jsonl(messages, f)
+        n = write_jsonl(messages, f, redact=clean)
     err.print(f"wrote {n} messages to {escape(str(output))}")
 
 

@@ -66,6 +66,7 @@ _STATUS = {
     "crashed": "interrupted",  # the process died mid-run; a later turn recovered it
     "timeout": "timeout",
     "model_error": "error",
+    "guardrail": "error",  # a guardrail stopped it: no answer; the run's error names which
     "error": "error",
 }
 

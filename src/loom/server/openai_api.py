@@ -45,6 +45,7 @@ _FINISH = {
     "timeout": "length",
     "cancelled": "stop",
     "awaiting_approval": "stop",
+    "guardrail": "content_filter",  # OpenAI's own word for an answer a check withheld
 }
 _FAILED = ("model_error", "error")
 

@@ -10,7 +10,7 @@ with its line number.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -40,10 +40,23 @@ def message_line(message: Message) -> str:
     return json.dumps(data, ensure_ascii=False, default=str)
 
 
-def write_jsonl(messages: Iterable[Message], out: IO[str]) -> int:
-    """Write ``messages`` as JSONL to ``out``; return how many lines were written."""
+def write_jsonl(
+    messages: Iterable[Message], out: IO[str], *, redact: Callable[[Any], Any] | None = None
+) -> int:
+    """Write ``messages`` as JSONL to ``out``; return how many lines were written.
+
+    ``redact`` (such as ``loom.guardrails.Redactor().redact_value``) is applied to every
+    string of each message (content, tool-call arguments, metadata) before it is written."""
     n = 0
     for m in messages:
+        if redact is not None:
+            m = m.model_copy(update={
+                "content": redact(m.content),
+                "tool_calls": [c.model_copy(update={"arguments": redact(c.arguments),
+                                                    "raw_arguments": redact(c.raw_arguments)})
+                               for c in m.tool_calls],
+                "metadata": redact(m.metadata),
+            })  # fmt: skip
         out.write(message_line(m) + "\n")
         n += 1
     return n

@@ -40,7 +40,7 @@ SUMMARY_CHARS = 100
 FALLBACK_CHARS = 500
 PREVIEW_CHARS = 1000
 # Bookkeeping results, not tool failures: the model needs their whole (short) text.
-_NOT_TOOL_FAILURES = frozenset({"interrupted", "denied", "limit"})
+_NOT_TOOL_FAILURES = frozenset({"interrupted", "denied", "limit", "guardrail"})
 
 
 def first_line(text: str, max_len: int) -> str:

@@ -31,9 +31,9 @@ if TYPE_CHECKING:  # events, stores: loaded by the first run, not by `from loom 
     from loom.gates import OnBusy
     from loom.judge.panel import JudgePanel
     from loom.memory.config import MemoryConfig
+    from loom.output import OutputSpec
     from loom.patterns.library import PatternLibrary
     from loom.policy.approval import PendingApproval
-    from loom.output import OutputSpec
     from loom.runtime import Runtime
     from loom.store.base import Store
 
@@ -390,8 +390,10 @@ class Agent:
 
             query_detector = as_detector(query_detector)
         put(self, "query_detector", query_detector)
-        if isinstance(output_retries, bool) or not isinstance(output_retries, int) or (
-            output_retries < 0
+        if (
+            isinstance(output_retries, bool)
+            or not isinstance(output_retries, int)
+            or (output_retries < 0)
         ):
             raise AgentDefinitionError(
                 f"must be a non-negative integer, got {output_retries!r}", field="output_retries"

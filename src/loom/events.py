@@ -34,8 +34,8 @@ Seed 003's state machine shows up as ``STATE_CHANGE`` events whose ``data`` hold
 Eight event types put a message into the session's transcript (``AgentEvent.message()``):
 ``USER_MESSAGE``, ``LLM_COMPLETE``, ``TOOL_RESULT``, ``TOOL_ERROR``, ``JUDGE_RETRY`` (the judges'
 correction), ``OUTPUT_RETRY`` (the validation errors of an answer that did not fit the
-agent's ``output_type``), ``QUERY_ANSWER`` (a client's answer to a server query) and ``MEMORY_RECORD`` (a
-summary or a MEMORY.md flush marker). The transcript is
+agent's ``output_type``), ``QUERY_ANSWER`` (a client's answer to a server query) and
+``MEMORY_RECORD`` (a summary or a MEMORY.md flush marker). The transcript is
 exactly ``loom.journal.transcript(events)``.
 """
 
@@ -637,8 +637,8 @@ EVENT_CLASSES: dict[EventType, type[AgentEvent]] = {
         CompressionComplete, MemoryFlush, MemoryRecord, PatternsMatched, LlmStart, LlmDelta,
         LlmToolCalls, LlmComplete, LlmRetry, ToolExecutionStart, ToolResultEvent, ToolErrorEvent,
         ApprovalRequired, ApprovalDecisionEvent, Recursion, JudgeStart, JudgeResult, JudgeRetry,
-        OutputPartial, OutputRetry, ServerQueryEvent, QueryAnswer, RunRecovered, Warning, PersistStart, AgentFinish,
-        ErrorEvent,
+        OutputPartial, OutputRetry, ServerQueryEvent, QueryAnswer, RunRecovered, Warning,
+        PersistStart, AgentFinish, ErrorEvent,
     )
 }  # fmt: skip
 assert set(EVENT_CLASSES) == set(EventType), "every EventType needs its class"

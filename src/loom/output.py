@@ -196,9 +196,11 @@ def compile_output(output_type: Any) -> OutputSpec | None:
     if output_type is None or output_type is str:
         return None
     try:
-        key: Any = ("schema", json.dumps(output_type, sort_keys=True)) if isinstance(
-            output_type, dict
-        ) else output_type
+        key: Any = (
+            ("schema", json.dumps(output_type, sort_keys=True))
+            if isinstance(output_type, dict)
+            else output_type
+        )
         hash(key)
     except (TypeError, ValueError):
         key = None
@@ -269,7 +271,7 @@ def _from_type(t: Any) -> OutputSpec:
 
 def _from_schema(schema: dict[str, Any]) -> OutputSpec:
     try:
-        import jsonschema
+        import jsonschema  # type: ignore[import-untyped]
     except ImportError:  # pragma: no cover - a core dependency
         raise MissingDependencyError("jsonschema", "all", "A JSON schema output_type") from None
     try:

@@ -61,9 +61,7 @@ def _type_hint(schema: dict[str, Any]) -> str:
 def describe_output(schema: dict[str, Any]) -> str:
     """The system prompt's note on the answer's shape (the grammar enforces it; this says what
     the fields mean)."""
-    return "Answer with JSON that fits this JSON schema:\n" + json.dumps(
-        schema, ensure_ascii=False
-    )
+    return "Answer with JSON that fits this JSON schema:\n" + json.dumps(schema, ensure_ascii=False)
 
 
 def describe_tools(

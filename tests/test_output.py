@@ -262,7 +262,7 @@ def test_an_agent_file_declares_its_output_schema(tmp_path: Path) -> None:
     typed = Agent(model=ScriptedModel([]), output_type=Person).to_definition()
     assert typed.output_schema == Person.model_json_schema()
     (tmp_path / "bad.md").write_text("---\nname: b\noutput_schema: {type: nope}\n---\nx\n")
-    with pytest.raises(AgentDefinitionError, match="bad.md"):
+    with pytest.raises(AgentDefinitionError, match=r"bad\.md"):
         Agent.from_file(tmp_path / "bad.md")
 
 

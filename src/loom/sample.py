@@ -99,18 +99,25 @@ def _value(schema: Any, root: dict[str, Any] | None, depth: int) -> Any:
 
 
 def _number(schema: dict[str, Any], integer: bool) -> int | float:
-    low = schema.get("minimum")
-    if "exclusiveMinimum" in schema and isinstance(schema["exclusiveMinimum"], int | float):
-        low = schema["exclusiveMinimum"] + (1 if integer else 0.5)
-    high = schema.get("maximum")
-    if "exclusiveMaximum" in schema and isinstance(schema["exclusiveMaximum"], int | float):
-        high = schema["exclusiveMaximum"] - (1 if integer else 0.5)
-    value: float = 1 if low is None else low
-    if high is not None and value > high:
-        value = high
+    low, high = schema.get("minimum"), schema.get("maximum")
+    low_x, high_x = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+    if isinstance(low_x, int | float) and not isinstance(low_x, bool):
+        low = low_x + 1 if integer else low_x  # open bound: nudged inward below
+    if isinstance(high_x, int | float) and not isinstance(high_x, bool):
+        high = high_x - 1 if integer else high_x
+    open_low = not integer and low is not None and low == low_x
+    open_high = not integer and high is not None and high == high_x
+    if low is not None and high is not None:
+        value: float = (low + high) / 2 if open_low else low
+    elif low is not None:
+        value = low + 1 if open_low else low
+    elif high is not None:
+        value = high - 1 if open_high else min(high, 1)
+    else:
+        value = 1
     step = schema.get("multipleOf")
     if step:
-        value = math.ceil(value / step) * step
+        value = math.ceil(value / step - 1e-9) * step
     return math.ceil(value) if integer else float(value)
 
 

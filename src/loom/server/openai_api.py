@@ -46,7 +46,7 @@ _FINISH = {
     "cancelled": "stop",
     "awaiting_approval": "stop",
 }
-_FAILED = ("model_error", "error")
+_FAILED = ("model_error", "error", "output_invalid")
 
 
 class _Open(BaseModel):

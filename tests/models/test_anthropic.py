@@ -282,8 +282,8 @@ async def test_an_output_type_is_a_forced_output_tool_whose_input_is_the_answer(
     assert sent["tool_choice"] == {"type": "tool", "name": OUTPUT_TOOL}
     # the tool's input streamed as the answer's text, and partial values followed it
     deltas = "".join(e.text for e in events if e.type == EventType.LLM_DELTA)
-    assert json.loads(deltas) == {"city": "Oslo", "readings": [{"hour": 9, "celsius": 3.5},
-                                                               {"hour": 12, "celsius": 6.0}]}  # fmt: skip
+    readings = [{"hour": 9, "celsius": 3.5}, {"hour": 12, "celsius": 6.0}]
+    assert json.loads(deltas) == {"city": "Oslo", "readings": readings}
     partials = [e.data["output"] for e in events if e.type == EventType.OUTPUT_PARTIAL]
     assert partials[0] == {"city": "Oslo", "readings": [{"hour": 9, "celsius": 3.5}]}
     assert partials[-1]["readings"][-1] == {"hour": 12, "celsius": 6.0}
@@ -295,8 +295,8 @@ async def test_an_output_tool_answer_that_does_not_validate_is_corrected() -> No
     replay = Replay((200, recording("output_tool_bad")), (200, recording("output_tool")))
     result = await Agent(model=replay.model(), output_type=Forecast).run("weather in Oslo?")
     assert result.stop_reason == "completed"
-    assert result.output == Forecast(city="Oslo", readings=[Reading(hour=9, celsius=3.5),
-                                                           Reading(hour=12, celsius=6.0)])  # fmt: skip
+    readings = [Reading(hour=9, celsius=3.5), Reading(hour=12, celsius=6.0)]
+    assert result.output == Forecast(city="Oslo", readings=readings)
     second = replay.requests[1]["messages"]
     assert second[-2]["role"] == "assistant"  # the bad answer, replayed as text
     assert "readings.0.hour" in second[-1]["content"][0]["text"]  # the validation error

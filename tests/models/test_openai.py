@@ -19,8 +19,8 @@ from loom.messages import Message, ModelResponse, ToolCall, ToolResult
 from loom.models import resolve_model
 from loom.models.base import ModelSettings, RetryNotice, StreamPart, TextDelta
 from loom.models.openai import OpenAIModel, response_format, strict_schema, to_openai_messages
-from loom.output import compile_output
 from loom.models.resilience import CircuitBreaker, RetryPolicy
+from loom.output import compile_output
 from loom.tools.base import ToolSpec
 from loom.tools.basic import add
 

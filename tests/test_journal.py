@@ -88,6 +88,7 @@ STEP_TYPES = {
     EventType.APPROVAL_DECISION,
     EventType.JUDGE_RESULT,
     EventType.JUDGE_RETRY,
+    EventType.OUTPUT_RETRY,
     EventType.MEMORY_RECORD,
     EventType.RUN_RECOVERED,
     EventType.AGENT_FINISH,

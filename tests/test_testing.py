@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
-import pytest
+import datetime as dt
+import os
+import sys
+from pathlib import Path
+from typing import Any, Literal
 
-from loom import Agent, ModelResponse
+import pytest
+from pydantic import BaseModel, Field
+
+from loom import Agent, ModelResponse, tool
 from loom.errors import InputError, ModelResponseError
 from loom.memory.tokens import EstimateCounter, counter_for_model
 from loom.messages import Message, Usage
 from loom.models import complete, reports_real_usage
 from loom.models.base import TextDelta
-from loom.testing import FunctionModel, ScriptedModel
+from loom.policy.approval import Reject
+from loom.sample import sample
+from loom.testing import FunctionModel, ScriptedModel, TestModel
+from loom.tools.basic import add
 
 
 async def test_scripted_model_streams_in_deltas_and_records_calls() -> None:
@@ -98,3 +108,92 @@ def test_the_estimator_learns_from_real_models_only() -> None:
     assert (est.observations, est.scale) == (0, 1.0)
     est.observe(1000, 2000, source=RealModel())
     assert est.observations == 1 and est.scale == 2.0
+
+
+# -- TestModel: answers from schemas alone -----------------------------------------------------
+EXAMPLES = sorted((Path(__file__).parent.parent / "examples" / "agents").glob("*.md"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+async def test_test_model_runs_every_example_agent_without_a_script(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the examples start MCP servers with `python -m ...`: this interpreter's, with Loom on it
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    model = TestModel()
+    agent = Agent.from_file(path, model=model, approval_handler=lambda p: Reject("smoke test"))
+    async with agent:
+        result = await agent.run("hello")
+    assert result.stop_reason == "completed", result.error
+    assert result.warnings == []  # every MCP server started
+    offered = {t.name for t in model.calls[0].tools}
+    called = [m.name for m in result.messages if m.role == "tool"]
+    assert sorted(called) == sorted(offered)  # each offered tool, once
+    assert offered >= set(agent.tools)
+    if agent.toolsets:  # the MCP servers' tools were offered and called too
+        assert any(n.startswith("time_") for n in called)
+    assert result.output.startswith("success")
+
+
+class Town(BaseModel):
+    name: str = Field(min_length=3, max_length=5)
+    population: int = Field(gt=10, le=20)
+    kind: Literal["village", "city"]
+    founded: dt.date
+    tags: list[str] = Field(min_length=2)
+
+
+class Region(BaseModel):
+    towns: list[Town]
+    capital: Town | None
+    ratio: float = Field(ge=0.5, lt=0.6, multiple_of=0.25)
+
+
+@pytest.mark.parametrize(
+    "output_type",
+    [Region, list[Town], Town | Region, {"type": "object", "properties": {"n": {"enum": [3, 4]}},
+                                         "required": ["n"]}],
+)  # fmt: skip
+async def test_test_model_answers_with_an_object_that_fits_the_output_type(
+    output_type: Any,
+) -> None:
+    model = TestModel()
+    result = await Agent(model=model, output_type=output_type, output_retries=0).run("x")
+    assert result.stop_reason == "completed", result.error
+    assert len(model.calls) == 1  # it fitted the first time
+
+
+async def test_test_model_calls_tools_with_arguments_that_fit_their_schemas() -> None:
+    seen: list[tuple[int, str, list[int]]] = []
+
+    @tool
+    def book(nights: int, guest: str, rooms: list[int]) -> str:
+        """Book rooms."""
+        seen.append((nights, guest, rooms))
+        return "booked"
+
+    model = TestModel(call_tools=["book"], text="done")
+    result = await Agent(model=model, tools=[book, add]).run("book it")
+    assert result.output == "done"
+    assert seen == [(1, "a", [1])]
+    assert [m.name for m in result.messages if m.role == "tool"] == ["book"]
+
+
+def test_sample_respects_the_constraints_it_knows() -> None:
+    schema = {"type": "object", "properties": {
+        "a": {"type": "integer", "exclusiveMinimum": 5},
+        "b": {"type": "number", "maximum": -2},
+        "c": {"type": "string", "minLength": 4},
+        "d": {"anyOf": [{"type": "null"}, {"type": "boolean"}]},
+        "e": {"type": "array", "items": {"$ref": "#/$defs/X"}, "minItems": 2},
+        "f": {"const": "k"},
+        "g": {"type": "string", "format": "email"},
+    }, "$defs": {"X": {"type": "object", "properties": {"y": {"enum": ["p", "q"]}}}}}  # fmt: skip
+    assert sample(schema) == {"a": 6, "b": -2.0, "c": "aaaa", "d": True,
+                              "e": [{"y": "p"}, {"y": "p"}], "f": "k",
+                              "g": "user@example.com"}  # fmt: skip
+
+
+def test_test_model_rejects_a_bad_call_tools() -> None:
+    with pytest.raises(InputError, match="call_tools"):
+        TestModel(call_tools="add")

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # events, stores: loaded by the first run, not by `from loom 
     from loom.guardrails.engine import Guardrails
     from loom.judge.panel import JudgePanel
     from loom.memory.config import MemoryConfig
+    from loom.output import OutputSpec
     from loom.patterns.library import PatternLibrary
     from loom.policy.approval import PendingApproval
     from loom.runtime import Runtime
@@ -132,6 +133,14 @@ def _check_guardrails(guardrails: Any) -> Guardrails | None:
         raise AgentDefinitionError(str(exc), field="guardrails") from None
 
 
+def _compile_output(output_type: Any) -> OutputSpec | None:
+    if output_type is None or output_type is str:
+        return None  # no pydantic import for a text agent
+    from loom.output import compile_output
+
+    return compile_output(output_type)
+
+
 class Agent:
     """An agent definition you can run. Immutable once built: derive with ``replace``.
 
@@ -193,6 +202,14 @@ class Agent:
             ``MaxLength``, ``AllowedLanguages``, ``MustCite``, or your own). Each passes, fixes
             (recorded) or trips (``stop_reason="guardrail"``); every decision is a
             ``GUARDRAIL`` event. For one run only: ``agent.replace(guardrails=[...])``.
+        output_type: The type of the final answer (``loom.output``): a pydantic model, a
+            dataclass, a ``TypedDict``, a union or a list of them, or a JSON schema dict.
+            The answer is validated, ``RunResult.output`` is the typed value and each
+            provider constrains its answer natively where it can. ``None`` or ``str``: text.
+            A type pydantic cannot build a JSON schema for is a ``ConfigurationError`` here.
+        output_retries: How many times a final answer that does not fit ``output_type`` is
+            sent back with its validation errors before the run stops with
+            ``stop_reason="output_invalid"``.
     """
 
     __slots__ = (
@@ -218,6 +235,9 @@ class Agent:
         "model_settings",
         "model_spec",
         "name",
+        "output_retries",
+        "output_spec",
+        "output_type",
         "patterns",
         "permissions",
         "query_detector",
@@ -251,6 +271,9 @@ class Agent:
     model_settings: ModelSettings | None
     model_spec: str | Model | None
     name: str
+    output_retries: int
+    output_spec: OutputSpec | None
+    output_type: Any
     patterns: PatternLibrary | None
     permissions: Any
     query_detector: Any
@@ -294,6 +317,8 @@ class Agent:
         memory: MemoryConfig | None = None,
         query_detector: Any = None,
         guardrails: Sequence[Any] | None = None,
+        output_type: Any = None,
+        output_retries: int = 2,
     ) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         put = object.__setattr__
@@ -392,6 +417,17 @@ class Agent:
             query_detector = as_detector(query_detector)
         put(self, "query_detector", query_detector)
         put(self, "guardrails", _check_guardrails(guardrails))
+        if (
+            isinstance(output_retries, bool)
+            or not isinstance(output_retries, int)
+            or (output_retries < 0)
+        ):
+            raise AgentDefinitionError(
+                f"must be a non-negative integer, got {output_retries!r}", field="output_retries"
+            )
+        put(self, "output_retries", output_retries)
+        put(self, "output_type", output_type)
+        put(self, "output_spec", _compile_output(output_type))
         put(self, "max_result_chars", None if max_result_chars is None
             else _positive("max_result_chars", max_result_chars, integer=True))  # fmt: skip
         if context_builder is None and (
@@ -464,6 +500,7 @@ class Agent:
         on_busy: OnBusy = "queue",
         deps: Any = None,
         cancel: asyncio.Event | None = None,
+        output_type: Any = None,
     ) -> AsyncIterator[AgentEvent]:
         """Run one turn and yield its events as they happen (``AGENT_START`` … ``AGENT_FINISH``).
 
@@ -472,9 +509,12 @@ class Agent:
         ``SessionBusy`` (``"drop"``), or cancel the other turn (``"interrupt"``). Setting
         ``cancel`` stops the turn with ``stop_reason="cancelled"``. Leaving the ``async for``
         early cancels the turn too; either way open tool calls get ``interrupted`` results.
+        ``output_type`` overrides the agent's for this run (``str`` for a text answer);
+        partial typed values arrive as ``OUTPUT_PARTIAL`` events.
         """
         events = self.runtime.stream(self, message, session_id=session_id, on_busy=on_busy,
-                                     deps=deps, cancel=cancel)  # fmt: skip
+                                     deps=deps, cancel=cancel,
+                                     output_type=output_type)  # fmt: skip
         try:
             async for event in events:
                 yield event
@@ -489,10 +529,12 @@ class Agent:
         on_busy: OnBusy = "queue",
         deps: Any = None,
         cancel: asyncio.Event | None = None,
+        output_type: Any = None,
     ) -> RunResult:
         """Run one turn to its end and return the ``RunResult`` (arguments as for ``stream``)."""
         return await self.runtime.run(self, message, session_id=session_id, on_busy=on_busy,
-                                      deps=deps, cancel=cancel)  # fmt: skip
+                                      deps=deps, cancel=cancel,
+                                      output_type=output_type)  # fmt: skip
 
     def run_sync(
         self,
@@ -501,12 +543,14 @@ class Agent:
         session_id: str | None = None,
         on_busy: OnBusy = "queue",
         deps: Any = None,
+        output_type: Any = None,
     ) -> RunResult:
         """``run`` for code without an event loop."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.run(message, session_id=session_id, on_busy=on_busy, deps=deps))
+            return asyncio.run(self.run(message, session_id=session_id, on_busy=on_busy,
+                                        deps=deps, output_type=output_type))  # fmt: skip
         raise ConfigurationError(
             "run_sync() was called inside a running event loop; use 'await agent.run(...)'"
         )

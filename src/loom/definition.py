@@ -15,6 +15,10 @@ mcp_servers:                     # MCP servers whose tools the agent gets (loom.
     command: python
     args: [-m, mcp_server_time]
     prefix: time_
+output_schema:                   # the answer's JSON schema (the agent's output_type)
+  type: object
+  properties: {summary: {type: string}, sources: {type: array, items: {type: string}}}
+  required: [summary, sources]
 ---
 You are a careful researcher. ...
 ```
@@ -78,6 +82,9 @@ class AgentDefinition(BaseModel):
     workspace: str | None = None
     permissions: dict[str, Any] | None = None
     mcp_servers: dict[str, MCPServerConfig] = Field(default_factory=dict)
+    output_schema: dict[str, Any] | None = None
+    """The final answer's JSON schema: the agent's ``output_type`` (``loom.output``)."""
+    output_retries: int = Field(default=2, ge=0)
 
     def to_markdown(self) -> str:
         """The definition as an ``AGENT.md`` file (YAML front matter + instructions)."""
@@ -154,8 +161,10 @@ def load_definition(
     own = {t.name: t for t in tools}
     resolved: list[Tool | str] = [own.get(name, name) for name in definition.tools]
     kwargs: dict[str, Any] = definition.model_dump(
-        exclude={"description", "tools", "workspace", "mcp_servers"}
+        exclude={"description", "tools", "workspace", "mcp_servers", "output_schema"}
     )
+    if definition.output_schema is not None:
+        kwargs["output_type"] = definition.output_schema
     if definition.workspace is not None:
         kwargs["workspace"] = (path.parent / definition.workspace).resolve()
     kwargs["tools"] = resolved
@@ -196,7 +205,10 @@ def definition_of(agent: Agent) -> AgentDefinition:
     memory_tools = {"remember", "memory_write"}
     names = [n for n in agent.tools if not (agent.memory is not None and n in memory_tools)]
     permissions = given.get("permissions")
+    spec = agent.output_spec  # a Python output type is written as its JSON schema
     return AgentDefinition(
+        output_schema=spec.schema if spec is not None else None,
+        output_retries=agent.output_retries,
         name=agent.name,
         instructions=agent.instructions,
         model=agent.model_spec if isinstance(agent.model_spec, str) else None,

@@ -31,10 +31,11 @@ Names follow seed 002. Seed 004 names the events its loop must emit; they map on
 Seed 003's state machine shows up as ``STATE_CHANGE`` events whose ``data`` holds
 ``{"from": ..., "to": ...}`` with :class:`loom.AgentState` values.
 
-Seven event types put a message into the session's transcript (``AgentEvent.message()``):
+Eight event types put a message into the session's transcript (``AgentEvent.message()``):
 ``USER_MESSAGE``, ``LLM_COMPLETE``, ``TOOL_RESULT``, ``TOOL_ERROR``, ``JUDGE_RETRY`` (the judges'
-correction), ``QUERY_ANSWER`` (a client's answer to a server query) and ``MEMORY_RECORD`` (a
-summary or a MEMORY.md flush marker). The transcript is
+correction), ``OUTPUT_RETRY`` (the validation errors of an answer that did not fit the
+agent's ``output_type``), ``QUERY_ANSWER`` (a client's answer to a server query) and
+``MEMORY_RECORD`` (a summary or a MEMORY.md flush marker). The transcript is
 exactly ``loom.journal.transcript(events)``.
 """
 
@@ -90,6 +91,8 @@ class EventType(StrEnum):
     JUDGE_START = "judge_start"
     JUDGE_RESULT = "judge_result"
     JUDGE_RETRY = "judge_retry"
+    OUTPUT_PARTIAL = "output_partial"
+    OUTPUT_RETRY = "output_retry"
     SERVER_QUERY = "server_query"
     QUERY_ANSWER = "query_answer"
     RUN_RECOVERED = "run_recovered"
@@ -586,6 +589,34 @@ class PersistStart(AgentEvent):
 
 @_payload
 @dataclass(slots=True, kw_only=True)
+class OutputPartial(AgentEvent):
+    """A streamed typed answer that validates so far (``output`` as JSON data); never stored,
+    like ``LLM_DELTA``. The complete value is ``RunResult.output``."""
+
+    type: Literal[E.OUTPUT_PARTIAL] = E.OUTPUT_PARTIAL
+    output: Any = None
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class OutputRetry(AgentEvent):
+    """A final answer did not fit the ``output_type``: the correction the model reads next (a
+    user-role message listing the validation errors)."""
+
+    type: Literal[E.OUTPUT_RETRY] = E.OUTPUT_RETRY
+    attempt: int = 0
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    correction: str = ""
+
+    def message(self) -> Message:
+        from loom.messages import Message
+
+        return Message(role="user", content=self.correction, timestamp=_at(self.timestamp),
+                       metadata={"output_correction": True, "attempt": self.attempt})  # fmt: skip
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
 class AgentFinish(AgentEvent):
     type: Literal[E.AGENT_FINISH] = E.AGENT_FINISH
     stop_reason: str = ""
@@ -624,8 +655,8 @@ EVENT_CLASSES: dict[EventType, type[AgentEvent]] = {
         CompressionComplete, MemoryFlush, MemoryRecord, PatternsMatched, LlmStart, LlmDelta,
         LlmToolCalls, LlmComplete, LlmRetry, ToolExecutionStart, ToolResultEvent, ToolErrorEvent,
         ApprovalRequired, ApprovalDecisionEvent, Recursion, JudgeStart, JudgeResult, JudgeRetry,
-        ServerQueryEvent, QueryAnswer, RunRecovered, GuardrailEvent, Warning, PersistStart,
-        AgentFinish, ErrorEvent,
+        OutputPartial, OutputRetry, ServerQueryEvent, QueryAnswer, RunRecovered, GuardrailEvent,
+        Warning, PersistStart, AgentFinish, ErrorEvent,
     )
 }  # fmt: skip
 assert set(EVENT_CLASSES) == set(EventType), "every EventType needs its class"

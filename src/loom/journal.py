@@ -5,8 +5,8 @@ representable (lone surrogates from undecodable bytes become visible escapes), c
 step (events, the messages those events put into the transcript, ledger rows, run records)
 in one ``Store.append`` under the session's lease, and only then emits the events: persist
 before you announce. Events that are not steps (``ITERATION_START``, ``STATE_CHANGE``, …) are
-emitted at once and journaled with the next commit; ``LLM_DELTA`` is never journaled (the
-``LLM_COMPLETE`` that follows carries the whole answer).
+emitted at once and journaled with the next commit; ``LLM_DELTA`` and ``OUTPUT_PARTIAL`` are
+never journaled (the ``LLM_COMPLETE`` that follows carries the whole answer).
 
 The transcript is a function of the journal: ``transcript(events)`` keeps, in order, the
 message each event adds (``AgentEvent.message()``). The journal derives the messages it commits
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic_core import to_json
 
-from loom.events import AgentEvent, EventType, LlmDelta, make_event
+from loom.events import AgentEvent, EventType, LlmDelta, OutputPartial, make_event
 from loom.messages import Message
 from loom.store.base import LedgerEntry, RunRecord
 from loom.text import representable
@@ -95,6 +95,9 @@ def _all_ascii(events: Sequence[AgentEvent]) -> bool:
         return False
 
 
+_EPHEMERAL = (LlmDelta, OutputPartial)  # shown as they stream, never journaled
+
+
 class Journal:
     """Numbers, commits and emits one run's events (see the module docstring).
 
@@ -162,7 +165,7 @@ class Journal:
 
     def send(self, ev: AgentEvent) -> None:
         """Emit a numbered event that is not a step (journaled with the next commit)."""
-        if type(ev) is not LlmDelta:
+        if type(ev) not in _EPHEMERAL:
             self.pending.append(ev)
         self._out(ev)
 

@@ -13,8 +13,10 @@ event goes out.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +37,8 @@ from loom.guardrails.engine import Tripped
 from loom.hooks import HookContext, HookRunner
 from loom.journal import Journal
 from loom.messages import Message, ModelResponse, RunResult, StopReason, Usage, new_id
-from loom.models.base import RetryNotice, TextDelta, reports_real_usage
+from loom.models.base import ModelSettings, RetryNotice, TextDelta, reports_real_usage
+from loom.output import Accept, GiveUp, OutputSpec, check_answer
 from loom.policy import approval
 from loom.queries import format_answer
 from loom.recovery import find_loose_ends
@@ -74,7 +77,7 @@ class Turn:
     def __init__(self, runtime: Runtime, agent: Agent, message: str | None, session_id: str,
                  on_busy: str, deps: Any, *, resume: Any = None, answer: Any = None,
                  parent_run_id: str | None = None, run_id: str | None = None,
-                 carry_on: bool = False) -> None:  # fmt: skip
+                 carry_on: bool = False, output: OutputSpec | None = None) -> None:  # fmt: skip
         self.runtime, self.agent, self.session_id = runtime, agent, session_id
         self.run_id = run_id or new_id("run")
         self.message, self.resume, self.answer = message or "", resume, answer
@@ -95,6 +98,11 @@ class Turn:
         self._finishing = False
         self._task: asyncio.Task[Any] | None = None
         self._parallel: asyncio.Task[None] | None = None  # parallel input guardrails
+        # an output_type (loom.output): the schema goes to the model, answers are validated
+        self.typed, self.data, self.output_failures = output, None, 0
+        self.settings = agent.model_settings
+        if output is not None:
+            self.settings = replace(agent.model_settings or ModelSettings(), output=output.wire)
 
     async def run(self, emit: Callable[[ev.AgentEvent], None]) -> None:
         """Run the turn to its end in the current task, handing each event to ``emit``."""
@@ -271,6 +279,8 @@ class Turn:
             await hook("after_llm_response", response)
             if not response.tool_calls:
                 self.output = response.text
+                if self.typed is not None and await self._check_output(response.text):
+                    continue  # it did not fit; the validation errors are in the transcript
                 if a.judges is not None and await self._review(response.text):
                     continue  # the judges failed it; their correction is in the transcript
                 query = a.query_detector.detect(response.text) if a.query_detector else None
@@ -338,9 +348,12 @@ class Turn:
         """Stream one answer; commit it whole (a cut stream stores nothing)."""
         d, j = self.deps, self.j
         final: ModelResponse | None = None
-        async for part in d.model.stream(messages, ctx.tools, self.agent.model_settings):
+        partial = self.typed.partial_reader() if self.typed is not None else None
+        async for part in d.model.stream(messages, ctx.tools, self.settings):
             if type(part) is TextDelta:
                 j.announce(ev.LlmDelta, delta=part.text)
+                if partial is not None and (value := partial.feed(part.text)) is not None:
+                    j.announce(ev.OutputPartial, output=value)
             elif type(part) is RetryNotice:
                 j.announce(ev.LlmRetry, attempt=part.attempt, delay=part.delay, error=part.error)
             elif isinstance(part, ModelResponse):
@@ -397,6 +410,23 @@ class Turn:
         await j.commit([j.event(ev.JudgeRetry, **review.retry)])
         return True
 
+    async def _check_output(self, answer: str) -> bool:
+        """Validate a final answer against the output type; True when the model must answer
+        again (the correction is committed), ``_Stop("output_invalid")`` when it gave up."""
+        assert self.typed is not None
+        decision = check_answer(self.typed, answer, self.output_failures,
+                                self.agent.output_retries)  # fmt: skip
+        if isinstance(decision, Accept):
+            self.data = decision.value
+            return False
+        self.output_failures += 1
+        if isinstance(decision, GiveUp):
+            raise _Stop("output_invalid", decision.error)
+        await self.j.commit([self.j.event(ev.OutputRetry, attempt=self.output_failures,
+                                          errors=decision.errors,
+                                          correction=decision.correction)])  # fmt: skip
+        return True
+
     def _set_state(self, state: AgentState) -> None:
         if state is not self.state:
             self.j.announce(ev.StateChange, from_state=self.state._value_, to_state=state._value_)
@@ -418,8 +448,12 @@ class Turn:
         if calls is not None:
             await calls.close_unanswered(stop)
         parked = calls.parked if calls is not None else []
+        if self.typed is not None and stop == "completed" and self.data is None:
+            with contextlib.suppress(Exception):  # a carried-on run that had already answered
+                self.data = self.typed.parse(self.output)
         self.result = RunResult(
-            output=self.output, messages=j.added, usage=self.usage, session_id=self.session_id,
+            output=self.output if self.typed is None else self.data, text=self.output,
+            messages=j.added, usage=self.usage, session_id=self.session_id,
             run_id=self.run_id, stop_reason=stop, iterations=self.iteration, error=error,
             verdict=self.verdict, pending_approvals=parked, warnings=j.warnings,
             pending_query=self.pending_query,

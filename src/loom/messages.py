@@ -37,6 +37,7 @@ StopReason = Literal[
     "awaiting_input",  # the model asked the client something (a server query); answer it
     "model_error",  # the model provider failed after its retries
     "guardrail",  # a guardrail tripped; see the GUARDRAIL event and RunResult.error
+    "output_invalid",  # the answer did not fit the output_type after output_retries corrections
     "error",  # a fatal hook or an internal error; see the ERROR event
 ]
 """Why a run ended. ``RunResult.stop_reason`` is always one of these."""
@@ -200,9 +201,14 @@ class RunResult(_Model):
 
     ``stop_reason`` is one of :data:`StopReason`. ``messages`` are the messages this turn added
     to the session (user message, assistant messages, tool results), in order.
+
+    ``output`` is the answer: its text, or for an agent with an ``output_type`` the validated
+    typed value (``None`` when the run ended without one). ``text`` is always the answer's
+    text (for a typed answer, the JSON it was parsed from); the server's APIs send ``text``.
     """
 
-    output: str
+    output: Any
+    text: str = ""
     messages: list[Message]
     usage: Usage
     session_id: str

@@ -259,10 +259,12 @@ class Runtime:
         *,
         run_id: str | None = None,
         carry_on: bool = False,
+        output_type: Any = None,
     ) -> Turn:
         """A turn of ``agent``, checked and ready but not started: ``turn.run_id`` is known
         now, ``await turn.run(emit)`` runs it (or ``loom.driving.drive(turn)`` streams it),
         ``turn.cancel()`` stops it and ``turn.result`` holds its ``RunResult`` afterwards.
+        ``output_type`` overrides the agent's for this turn (``loom.output``).
         For servers and workers that must name a run before it starts (``run``/``stream`` are
         the usual way). ``run_id`` names the run (default a new id); ``carry_on=True`` (with
         ``message=None``) starts no new exchange: the turn recovers what a dead run of the
@@ -276,9 +278,14 @@ class Runtime:
             raise InputError("session_id must be a non-empty string or None")
         if on_busy not in ("queue", "drop", "interrupt"):
             raise InputError(f"on_busy must be 'queue', 'drop' or 'interrupt', got {on_busy!r}")
+        output = agent.output_spec
+        if output_type is not None:  # this run's own output type (str: a text answer)
+            from loom.output import compile_output
+
+            output = compile_output(output_type)
         return Turn(self, agent, message, session_id or new_id("session"), on_busy, deps,
                     resume=resume, answer=answer, parent_run_id=parent_run_id, run_id=run_id,
-                    carry_on=carry_on)  # fmt: skip
+                    carry_on=carry_on, output=output)  # fmt: skip
 
     async def stream(
         self,
@@ -290,9 +297,11 @@ class Runtime:
         deps: Any = None,
         cancel: asyncio.Event | None = None,
         parent_run_id: str | None = None,
+        output_type: Any = None,
     ) -> AsyncGenerator[AgentEvent, None]:
         """Run one turn of ``agent`` and yield its events as they happen (see ``Agent.stream``)."""
-        turn = self.prepare(agent, message, session_id, on_busy, deps, parent_run_id=parent_run_id)
+        turn = self.prepare(agent, message, session_id, on_busy, deps, parent_run_id=parent_run_id,
+                            output_type=output_type)  # fmt: skip
         events = drive(turn, cancel)
         try:
             async for event in events:
@@ -310,9 +319,11 @@ class Runtime:
         deps: Any = None,
         cancel: asyncio.Event | None = None,
         parent_run_id: str | None = None,
+        output_type: Any = None,
     ) -> RunResult:
         """Run one turn of ``agent`` to its end (see ``Agent.run``)."""
-        turn = self.prepare(agent, message, session_id, on_busy, deps, parent_run_id=parent_run_id)
+        turn = self.prepare(agent, message, session_id, on_busy, deps, parent_run_id=parent_run_id,
+                            output_type=output_type)  # fmt: skip
         watcher = watch(cancel, turn)  # no event consumer: the turn runs in the caller's task
         try:
             await turn.run(discard)

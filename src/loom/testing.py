@@ -11,6 +11,10 @@ model.calls[0].messages   # what the loop sent on the first call
 ```
 Both stream their text in word-sized deltas, like a real model, and record every call.
 
+``TestModel`` needs no script: it calls every offered tool once, with arguments built from the
+tool's JSON schema, then answers with an object built from the output schema (for an agent
+with an ``output_type``) or with text. ``Agent(..., model=TestModel())`` smoke-tests any agent.
+
 They report no token counts of their own: a response's usage is what the script or function
 gave, else ``Usage(requests=1)`` (one request, zero tokens). They set
 ``reports_real_usage = False``, so Loom's token estimator never calibrates itself from them.
@@ -19,6 +23,7 @@ gave, else ``Usage(requests=1)`` (one request, zero tokens). They set
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +32,7 @@ from loom.errors import InputError, ModelResponseError
 from loom.messages import Message, ModelResponse, ToolCall, ToolSpec, Usage
 from loom.models.base import ModelSettings, StreamPart, TextDelta
 
-__all__ = ["FunctionModel", "ModelCall", "ScriptedModel", "demo_model"]
+__all__ = ["FunctionModel", "ModelCall", "ScriptedModel", "TestModel", "demo_model"]
 
 _WORDS = re.compile(r"\S+\s*|\s+")
 
@@ -169,6 +174,87 @@ class FunctionModel:
         # Parts built eagerly and yielded here: one async generator per call, not two nested.
         for part in _parts(out):
             yield part
+
+
+class TestModel:
+    """Answers from schemas alone, to smoke-test an agent with no script.
+
+    On each call it calls, in one response, every offered tool it has not called since the last
+    user message (arguments built from the tool's JSON schema by :func:`loom.sample.sample`);
+    once they are all called it answers: an object built from the output schema when the loop
+    asks for one (``ModelSettings.output``), else ``text``.
+
+    Args:
+        call_tools: ``"all"`` (default), or the names of the only tools to call.
+        text: The text answer (default: ``"success"`` and the tools it called).
+        output: A fixed typed answer (JSON data) instead of one built from the schema.
+    """
+
+    __test__ = False  # not a pytest test class, whatever its name says
+    reports_real_usage = False
+
+    def __init__(
+        self,
+        *,
+        call_tools: Sequence[str] | str = "all",
+        text: str | None = None,
+        output: object = None,
+        name: str = "test",
+        record: bool = True,
+    ) -> None:
+        if isinstance(call_tools, str) and call_tools != "all":
+            raise InputError(
+                f"call_tools must be 'all' or a list of tool names, got {call_tools!r}"
+            )
+        self.name = name
+        self.call_tools = call_tools
+        self.text, self.output = text, output
+        self._recorder = _Recorder(record)
+
+    @property
+    def calls(self) -> list[ModelCall]:
+        return self._recorder.calls
+
+    def respond(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], s: ModelSettings | None
+    ) -> ModelResponse:
+        """The response to one call (what ``stream`` streams)."""
+        from loom.sample import sample
+
+        called: set[str] = set()
+        for m in reversed(messages):
+            if m.role == "user" and not m.metadata:  # corrections are user messages too
+                break
+            if m.role == "assistant":
+                called.update(c.name for c in m.tool_calls)
+        wanted = [t for t in tools if self.call_tools == "all" or t.name in self.call_tools]
+        todo = [t for t in wanted if t.name not in called]
+        if todo:
+            return ModelResponse(
+                tool_calls=[
+                    ToolCall(name=t.name, arguments=_arguments(sample(t.parameters or {})))
+                    for t in todo
+                ]
+            )
+        if s is not None and s.output is not None:
+            value = self.output if self.output is not None else sample(s.output.schema)
+            return ModelResponse(text=json.dumps(value, ensure_ascii=False))
+        if self.text is not None:
+            return ModelResponse(text=self.text)
+        return ModelResponse(text="success" + (f" ({', '.join(sorted(called))})" if called else ""))
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        settings: ModelSettings | None = None,
+    ) -> AsyncIterator[StreamPart]:
+        self._recorder.add(messages, tools, settings)
+        return _stream_response(self.respond(messages, tools, settings))
+
+
+def _arguments(value: object) -> dict[str, object]:
+    return value if isinstance(value, dict) else {}
 
 
 def _demo(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse | str:

@@ -11,13 +11,14 @@ from typing import Any
 
 import httpx2
 import pytest
+from pydantic import BaseModel
 
 from loom import Agent
 from loom.errors import ContextTooLong, MissingDependencyError, ModelAuthError, ModelUnavailable
 from loom.events import EventType
 from loom.messages import Message, ModelResponse, ToolCall, ToolResult
 from loom.models import resolve_model
-from loom.models.anthropic import AnthropicModel, to_anthropic_messages
+from loom.models.anthropic import OUTPUT_TOOL, AnthropicModel, to_anthropic_messages
 from loom.models.base import ModelSettings, RetryNotice, StreamPart, TextDelta
 from loom.models.resilience import CircuitBreaker, RetryPolicy
 from loom.tools.basic import add, multiply
@@ -256,3 +257,56 @@ async def test_the_agent_stores_nothing_from_a_cut_stream() -> None:
     assert events[-1].type is EventType.AGENT_FINISH
     assert events[-1].data["stop_reason"] == "model_error"
     assert [m.role for m in await agent.store.load_messages("s")] == ["user"]
+
+
+# -- output_type: a forced output tool ----------------------------------------------------------
+class Reading(BaseModel):
+    hour: int
+    celsius: float
+
+
+class Forecast(BaseModel):
+    city: str
+    readings: list[Reading]
+
+
+async def test_an_output_type_is_a_forced_output_tool_whose_input_is_the_answer() -> None:
+    replay = Replay((200, recording("output_tool")))
+    agent = Agent(model=replay.model(), output_type=Forecast)
+    events = [e async for e in agent.stream("weather in Oslo?")]
+    finish = events[-1]
+    assert finish.type == EventType.AGENT_FINISH and finish.data["stop_reason"] == "completed"
+    sent = replay.requests[0]
+    [tool] = sent["tools"]
+    assert tool["name"] == OUTPUT_TOOL and tool["input_schema"] == Forecast.model_json_schema()
+    assert sent["tool_choice"] == {"type": "tool", "name": OUTPUT_TOOL}
+    # the tool's input streamed as the answer's text, and partial values followed it
+    deltas = "".join(e.text for e in events if e.type == EventType.LLM_DELTA)
+    readings = [{"hour": 9, "celsius": 3.5}, {"hour": 12, "celsius": 6.0}]
+    assert json.loads(deltas) == {"city": "Oslo", "readings": readings}
+    partials = [e.data["output"] for e in events if e.type == EventType.OUTPUT_PARTIAL]
+    assert partials[0] == {"city": "Oslo", "readings": [{"hour": 9, "celsius": 3.5}]}
+    assert partials[-1]["readings"][-1] == {"hour": 12, "celsius": 6.0}
+    complete = next(e for e in events if e.type == EventType.LLM_COMPLETE)
+    assert complete.data["tool_calls"] == []  # the output tool is not a tool call for the loop
+
+
+async def test_an_output_tool_answer_that_does_not_validate_is_corrected() -> None:
+    replay = Replay((200, recording("output_tool_bad")), (200, recording("output_tool")))
+    result = await Agent(model=replay.model(), output_type=Forecast).run("weather in Oslo?")
+    assert result.stop_reason == "completed"
+    readings = [Reading(hour=9, celsius=3.5), Reading(hour=12, celsius=6.0)]
+    assert result.output == Forecast(city="Oslo", readings=readings)
+    second = replay.requests[1]["messages"]
+    assert second[-2]["role"] == "assistant"  # the bad answer, replayed as text
+    assert "readings.0.hour" in second[-1]["content"][0]["text"]  # the validation error
+
+
+async def test_with_tools_the_model_must_call_one_of_them_or_the_output_tool() -> None:
+    replay = Replay((200, recording("tool_use")), (200, recording("output_tool")))
+    agent = Agent(model=replay.model(), tools=[add], output_type=Forecast)
+    result = await agent.run("add then answer")
+    assert result.stop_reason == "completed" and result.output.city == "Oslo"
+    first = replay.requests[0]
+    assert [t["name"] for t in first["tools"]] == ["add", OUTPUT_TOOL]
+    assert first["tool_choice"] == {"type": "any"}

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx2
 import pytest
+from pydantic import BaseModel, Field
 
 from loom import Agent
 from loom.errors import ContextTooLong, ModelAuthError, ModelRequestError, ModelUnavailable
@@ -17,8 +18,9 @@ from loom.events import EventType
 from loom.messages import Message, ModelResponse, ToolCall, ToolResult
 from loom.models import resolve_model
 from loom.models.base import ModelSettings, RetryNotice, StreamPart, TextDelta
-from loom.models.openai import OpenAIModel, to_openai_messages
+from loom.models.openai import OpenAIModel, response_format, strict_schema, to_openai_messages
 from loom.models.resilience import CircuitBreaker, RetryPolicy
+from loom.output import compile_output
 from loom.tools.base import ToolSpec
 from loom.tools.basic import add
 
@@ -278,3 +280,62 @@ async def test_a_context_length_error_is_context_too_long_and_not_retried() -> N
         async for part in replay(body, status=400).stream([Message.user("x")], [], None):
             parts.append(part)
     assert parts == []
+
+
+# -- output_type: response_format ----------------------------------------------------------------
+class Place(BaseModel):
+    city: str = Field(max_length=24)
+    country: str = Field(max_length=24)
+
+
+class Trip(BaseModel):
+    traveller: str = Field(max_length=24)
+    days: int
+    stops: list[Place] = Field(min_length=1, max_length=2)
+
+
+async def test_a_typed_answer_through_the_real_servers_response_format(llama_server: str) -> None:
+    """llama-cpp-python's server turns ``{"type": "json_object", "schema": ...}`` into a grammar:
+    every answer parses and validates, for several prompts."""
+    model = compatible(llama_server, structured_output="json_object")
+    agent = Agent(model=model, output_type=Trip, instructions="Describe the trip as JSON.")
+    for prompt in ("Ana spends 3 days in Lisbon, Portugal.", "Ken visits Kyoto, Japan for a week"):
+        events = [e async for e in agent.stream(prompt)]
+        finish = events[-1]
+        assert finish.data["stop_reason"] == "completed", finish.data
+        trip = Trip.model_validate_json(finish.data["output"])
+        assert 1 <= len(trip.stops) <= 2
+        assert any(e.type == EventType.OUTPUT_PARTIAL for e in events)
+
+
+async def test_the_real_server_rejects_json_schema_so_the_option_exists(llama_server: str) -> None:
+    # (it answers 500 for its own validation error, so Loom retries it as a server error)
+    model = compatible(llama_server, retry=FAST, breaker=CircuitBreaker("t-rf"))
+    result = await Agent(model=model, output_type=Trip).run("a trip")
+    assert result.stop_reason == "model_error"
+    assert "validation error" in (result.error or "") and "literal" in (result.error or "")
+
+
+def test_response_format_is_strict_only_when_the_schema_allows() -> None:
+    out = compile_output(Trip)
+    assert out is not None
+    rf = response_format(out.wire, "json_schema")
+    assert rf["type"] == "json_schema" and rf["json_schema"]["name"] == "Trip"
+    assert rf["json_schema"]["strict"] is True
+    schema = rf["json_schema"]["schema"]
+    assert schema["additionalProperties"] is False
+    assert schema["$defs"]["Place"]["additionalProperties"] is False
+
+    class Loose(BaseModel):
+        name: str
+        nickname: str | None = None  # optional: strict mode needs every property required
+
+    loose = compile_output(Loose)
+    assert loose is not None
+    assert response_format(loose.wire, "json_schema")["json_schema"]["strict"] is False
+    assert strict_schema({"type": "object", "properties": {}, "additionalProperties": {}}) is None
+    listed = compile_output(list[int])
+    assert listed is not None and listed.wrapped
+    assert response_format(listed.wire, "json_object") == {
+        "type": "json_object", "schema": listed.wire.schema}  # fmt: skip
+    assert listed.wire.schema["properties"]["response"]["type"] == "array"

@@ -7,6 +7,11 @@ System messages go to the ``system`` parameter; tool calls are ``tool_use`` bloc
 results ``tool_result`` blocks, consecutive results merged into one user message as the API
 requires. Retries, the circuit breaker and the call timeout come from
 :mod:`loom.models.resilience`; the SDK's own retries are off.
+
+An agent's ``output_type`` becomes a forced output tool (:data:`OUTPUT_TOOL`) whose input
+schema is the output schema: ``tool_choice`` makes the model call it (or, when the agent has
+tools, call some tool). Its input JSON streams as text deltas and becomes the answer's text;
+the tool call itself is never shown to the loop.
 """
 
 from __future__ import annotations
@@ -29,7 +34,10 @@ from loom.models._client import (
 from loom.models.base import ModelSettings, StreamPart, TextDelta
 from loom.models.resilience import CircuitBreaker, RetryPolicy
 
-__all__ = ["AnthropicModel", "from_spec", "to_anthropic_messages"]
+__all__ = ["OUTPUT_TOOL", "AnthropicModel", "from_spec", "to_anthropic_messages"]
+
+OUTPUT_TOOL = "final_result"
+"""The name of the forced output tool an ``output_type`` becomes."""
 
 DEFAULT_MAX_TOKENS = 4096
 ANTHROPIC_URL = "https://api.anthropic.com"
@@ -160,6 +168,8 @@ class AnthropicModel(RemoteModel):
         }
         if system:
             body["system"] = system
+        if s.output is not None:
+            return self._with_output(body, tools, s)
         if tools:
             body["tools"] = [
                 {
@@ -177,11 +187,35 @@ class AnthropicModel(RemoteModel):
         body.update(s.extra)
         return body
 
+    def _with_output(
+        self, body: dict[str, Any], tools: Sequence[ToolSpec], s: ModelSettings
+    ) -> dict[str, Any]:
+        """``body`` with the output tool: the answer must be a call to it (or to a tool)."""
+        out = s.output
+        assert out is not None
+        body["tools"] = [
+            *(
+                {"name": t.name, "description": t.description,
+                 "input_schema": t.parameters or {"type": "object", "properties": {}}}
+                for t in tools if t.name != OUTPUT_TOOL
+            ),
+            {"name": OUTPUT_TOOL,
+             "description": (out.description or f"The final answer, a {out.name}.")
+             + " Call this tool to give your final answer.",
+             "input_schema": out.schema},
+        ]  # fmt: skip
+        real = len(body["tools"]) > 1
+        body["tool_choice"] = {"type": "any"} if real else {"type": "tool", "name": OUTPUT_TOOL}
+        if s.temperature is not None:
+            body["temperature"] = s.temperature
+        body.update(s.extra)
+        return body
+
     async def _attempt(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], s: ModelSettings
     ) -> AsyncIterator[StreamPart]:
         stream = await self.client.messages.create(**self._request(messages, tools, s))
-        read = _Reading(model=self.model)
+        read = _Reading(model=self.model, output_tool=OUTPUT_TOOL if s.output else None)
         async with stream:
             async for event in sdk_events(stream, self.name):
                 with malformed_chunk(self.name, event):
@@ -212,6 +246,7 @@ class _Reading:
     output_tokens: int = 0
     stop: str | None = None
     finished: bool = False
+    output_tool: str | None = None  # the forced output tool's name, when there is one
 
     def event(self, event: Any) -> str:
         """Take in one event; return its new text (tool input JSON is assembled, not shown)."""
@@ -222,9 +257,9 @@ class _Reading:
             self.output_tokens = event.message.usage.output_tokens or 0
         elif kind == "content_block_start":
             cb = event.content_block
-            self.blocks[event.index] = _Block(
-                cb.type, getattr(cb, "id", None), getattr(cb, "name", "") or ""
-            )
+            name = getattr(cb, "name", "") or ""
+            kind = "output" if cb.type == "tool_use" and name == self.output_tool else cb.type
+            self.blocks[event.index] = _Block(kind, getattr(cb, "id", None), name)
         elif kind == "content_block_delta":
             block = self.blocks.get(event.index)
             d = event.delta
@@ -239,6 +274,8 @@ class _Reading:
                 if not isinstance(d.partial_json, str):
                     raise TypeError("input_json_delta partial_json is not a string")
                 block.parts.append(d.partial_json)
+                if block.kind == "output":  # the typed answer, streamed as its JSON text
+                    return d.partial_json
         elif kind == "message_delta":
             self.stop = event.delta.stop_reason or self.stop
             if event.usage is not None:
@@ -256,6 +293,11 @@ class _Reading:
             for b in ordered
             if b.kind == "tool_use"
         ]
+        finish = _STOP.get(self.stop or "", self.stop)
+        outputs = [b for b in ordered if b.kind == "output"]
+        if outputs and not calls:  # the answer: the output tool's input, as JSON text
+            text, finish = "".join(outputs[0].parts) or "{}", "stop"
+        # (called together with real tools it is dropped: the model answers after their results)
         if not text and not calls and self.stop is None:
             raise ModelResponseError(f"{name} returned no content")
         return ModelResponse(
@@ -264,7 +306,7 @@ class _Reading:
             usage=Usage(
                 input_tokens=self.input_tokens, output_tokens=self.output_tokens, requests=1
             ),
-            finish_reason=_STOP.get(self.stop or "", self.stop),
+            finish_reason=finish,
             model=self.model,
         )
 

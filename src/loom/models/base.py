@@ -12,6 +12,7 @@ from loom.messages import Message, ModelResponse, ToolSpec
 __all__ = [
     "Model",
     "ModelSettings",
+    "OutputSchema",
     "RetryNotice",
     "StreamPart",
     "TextDelta",
@@ -20,15 +21,36 @@ __all__ = [
 ]
 
 
+@dataclass(frozen=True, slots=True)
+class OutputSchema:
+    """The shape a final answer must have (an agent's ``output_type``), for the provider.
+
+    ``schema`` is always a JSON schema of an *object* (a type that is not one, such as a list
+    or a union, arrives wrapped as ``{"response": ...}``), so every provider's native
+    mechanism can take it: the embedded model decodes under it, OpenAI-style servers get it as
+    ``response_format``, Anthropic as a forced output tool named ``name``. The provider's
+    answer text is then that object as JSON; the loop validates it and unwraps it.
+    """
+
+    name: str
+    schema: dict[str, Any]
+    description: str = ""
+
+
 @dataclass(slots=True)
 class ModelSettings:
-    """Per-call options. Providers ignore what they do not support."""
+    """Per-call options. Providers ignore what they do not support.
+
+    ``output`` is set by the loop for an agent with an ``output_type``: a provider that can
+    constrain its answer to that schema does so (see :class:`OutputSchema`).
+    """
 
     temperature: float | None = None
     max_tokens: int | None = None
     timeout: float | None = None
     tool_choice: str | None = None  # "auto" | "required" | "none" | a tool name
     extra: dict[str, Any] = field(default_factory=dict)
+    output: OutputSchema | None = None
 
 
 @dataclass(slots=True)

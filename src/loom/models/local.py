@@ -7,7 +7,9 @@ downloaded. A file is loaded once per process and shared by every agent that nam
 llama.cpp is blocking, so each generation runs in a worker thread that hands tokens to the event
 loop as they are sampled (real token-by-token streaming); generations on one model are
 serialized by a lock. When tools are offered, decoding is constrained by a JSON schema (see
-:mod:`loom.models.local_prompt`), so every tool call is valid JSON and names a real tool.
+:mod:`loom.models.local_prompt`), so every tool call is valid JSON and names a real tool; an
+agent's ``output_type`` (``ModelSettings.output``) constrains the answer the same way, so a
+typed answer always parses.
 
 A 135M model is a demonstration of the runtime, not an assistant: it adds and multiplies
 through tools well enough, and little more. Use ``ollama:``, ``openai:`` or ``anthropic:`` for
@@ -286,21 +288,29 @@ class LocalModel:
             return ToolMode.TEXT
         return ToolMode.REQUIRED if s.tool_choice not in (None, "auto") else ToolMode.CHOICE
 
-    def _grammar(self, tools: Sequence[ToolSpec], mode: str) -> Any:
-        key = json.dumps([[t.name, t.parameters] for t in tools], sort_keys=True) + mode
-        grammar = self._grammars.get(key)
+    def _grammar(
+        self, tools: Sequence[ToolSpec], mode: str, output: dict[str, Any] | None = None
+    ) -> Any:
+        key = json.dumps([[t.name, t.parameters] for t in tools] + [output], sort_keys=True)
+        grammar = self._grammars.get(key + mode)
         if grammar is None:
-            from llama_cpp.llama_grammar import LlamaGrammar
+            from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar
 
-            try:
-                grammar = LlamaGrammar.from_json_schema(
-                    json.dumps(tools_schema(tools, mode)), verbose=False
-                )
-            except Exception:  # a schema feature the converter lacks: constrain less
-                grammar = LlamaGrammar.from_json_schema(
-                    json.dumps(loose_tools_schema(tools, mode)), verbose=False
-                )
-            self._grammars[key] = grammar
+            if mode == ToolMode.TEXT:  # a typed answer and nothing else
+                try:
+                    grammar = LlamaGrammar.from_json_schema(json.dumps(output), verbose=False)
+                except Exception:  # a schema feature the converter lacks: any JSON; the loop
+                    grammar = LlamaGrammar.from_string(JSON_GBNF, verbose=False)  # validates
+            else:
+                try:
+                    grammar = LlamaGrammar.from_json_schema(
+                        json.dumps(tools_schema(tools, mode, output)), verbose=False
+                    )
+                except Exception:  # a schema feature the converter lacks: constrain less
+                    grammar = LlamaGrammar.from_json_schema(
+                        json.dumps(loose_tools_schema(tools, mode)), verbose=False
+                    )
+            self._grammars[key + mode] = grammar
         return grammar
 
     def stream(
@@ -320,7 +330,8 @@ class LocalModel:
             if not tools:
                 raise ConfigurationError(f"tool_choice={s.tool_choice!r} names no offered tool")
         mode = self._mode(messages, tools, s)
-        prompt = self.prompt_tokens(render_messages(messages, tools, mode))
+        output = s.output.schema if s.output is not None else None
+        prompt = self.prompt_tokens(render_messages(messages, tools, mode, output))
         window = self.context_window
         if len(prompt) >= window:
             raise ContextTooLong(
@@ -328,7 +339,8 @@ class LocalModel:
                 f"{window}; shorten the conversation or load the model with a larger n_ctx"
             )
         limit = min(s.max_tokens or self.max_tokens, window - len(prompt))
-        grammar = None if mode == ToolMode.TEXT else self._grammar(tools, mode)
+        tool_json = mode != ToolMode.TEXT  # the answer is {"tool": ...} or {"answer": ...}
+        grammar = self._grammar(tools, mode, output) if tool_json or output else None
         temperature = self.temperature if s.temperature is None else s.temperature
 
         loop = asyncio.get_running_loop()
@@ -348,7 +360,7 @@ class LocalModel:
                 put(_END)
 
         pieces: list[str] = []
-        answer = AnswerStream() if grammar is not None else None
+        answer = AnswerStream(raw=output is not None) if tool_json else None
         loop.run_in_executor(None, work)
         try:
             while True:
@@ -365,7 +377,10 @@ class LocalModel:
                     yield TextDelta(visible)
         finally:
             stop.set()  # the worker stops at its next token if we were cancelled
-        response = self._response("".join(pieces), grammar is not None, len(prompt), stats, limit)
+        tail = answer.finish() if answer is not None else ""
+        if tail:
+            yield TextDelta(tail)
+        response = self._response("".join(pieces), tool_json, len(prompt), stats, limit)
         yield response
 
     def _feed(self, answer: AnswerStream, piece: str, pieces: list[str]) -> str:

@@ -9,6 +9,10 @@ grammar allows: every call is valid JSON and names a real tool.
 Tool results are shown to the model as ``add(a=17, b=25) = 42`` in its own turn, followed by a
 short request to state the answer: small chat models answer that far more reliably than a
 ``tool`` role message their template was never trained on.
+
+With an ``output_type`` (``ModelSettings.output``) the answer branch is ``{"answer": <the
+output schema>}`` and, when no tool may be called, the whole answer decodes under the output
+schema: the typed answer always parses.
 """
 
 from __future__ import annotations
@@ -54,7 +58,15 @@ def _type_hint(schema: dict[str, Any]) -> str:
     return "any"
 
 
-def describe_tools(tools: Sequence[ToolSpec], mode: str) -> str:
+def describe_output(schema: dict[str, Any]) -> str:
+    """The system prompt's note on the answer's shape (the grammar enforces it; this says what
+    the fields mean)."""
+    return "Answer with JSON that fits this JSON schema:\n" + json.dumps(schema, ensure_ascii=False)
+
+
+def describe_tools(
+    tools: Sequence[ToolSpec], mode: str, answer: dict[str, Any] | None = None
+) -> str:
     """The tool section of the system prompt."""
     lines = []
     for t in tools:
@@ -65,10 +77,13 @@ def describe_tools(tools: Sequence[ToolSpec], mode: str) -> str:
     if mode == ToolMode.REQUIRED:
         how = 'Answer with JSON that calls one tool: {"tool": "name", "arguments": {...}}.'
     else:
+        shape = '"text"' if answer is None else "<a JSON object that fits the schema below>"
         how = (
             'Answer with JSON. If a tool fits the question, call it: {"tool": "name", '
-            '"arguments": {...}}. If no tool fits, answer directly: {"answer": "text"}.'
+            f'"arguments": {{...}}}}. If no tool fits, answer directly: {{"answer": {shape}}}.'
         )
+        if answer is not None:
+            how += "\n" + describe_output(answer)
     return "Tools:\n" + "\n".join(lines) + "\n\n" + how
 
 
@@ -91,13 +106,19 @@ def tool_rounds_since_user(messages: Sequence[Message]) -> int:
 
 
 def render_messages(
-    messages: Sequence[Message], tools: Sequence[ToolSpec], mode: str
+    messages: Sequence[Message],
+    tools: Sequence[ToolSpec],
+    mode: str,
+    output: dict[str, Any] | None = None,
 ) -> list[dict[str, str]]:
-    """Loom messages as plain chat messages for the GGUF's chat template."""
+    """Loom messages as plain chat messages for the GGUF's chat template (``output``: the
+    answer's JSON schema, when the agent has an output type)."""
     results = {m.tool_call_id: m.content for m in messages if m.role == "tool" and m.tool_call_id}
     system = [m.content for m in messages if m.role == "system" and m.content]
     if mode != ToolMode.TEXT:
-        system.append(describe_tools(tools, mode))
+        system.append(describe_tools(tools, mode, output))
+    elif output is not None:
+        system.append(describe_output(output))
     out: list[dict[str, str]] = []
     if system:
         out.append({"role": "system", "content": "\n\n".join(system)})
@@ -136,10 +157,17 @@ def _prefixed(schema: dict[str, Any], prefix: str) -> tuple[dict[str, Any], dict
     return fix(schema), {f"{prefix}{k}": fix(v) for k, v in defs.items()}
 
 
-def tools_schema(tools: Sequence[ToolSpec], mode: str) -> dict[str, Any]:
-    """The JSON schema the decoder follows: one branch per tool, plus the answer unless required."""
+def tools_schema(
+    tools: Sequence[ToolSpec], mode: str, answer: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The JSON schema the decoder follows: one branch per tool, plus the answer unless required
+    (a string, or the output type's ``answer`` schema)."""
     branches: list[dict[str, Any]] = []
     all_defs: dict[str, Any] = {}
+    answer_schema: dict[str, Any] = {"type": "string"}
+    if answer is not None:
+        answer_schema, defs = _prefixed(answer, "out_")
+        all_defs.update(defs)
     for i, t in enumerate(tools):
         params, defs = _prefixed(t.parameters or {"type": "object", "properties": {}}, f"t{i}_")
         params.setdefault("type", "object")
@@ -156,7 +184,7 @@ def tools_schema(tools: Sequence[ToolSpec], mode: str) -> dict[str, Any]:
         branches.append(
             {
                 "type": "object",
-                "properties": {"answer": {"type": "string"}},
+                "properties": {"answer": answer_schema},
                 "required": ["answer"],
                 "additionalProperties": False,
             }
@@ -167,10 +195,12 @@ def tools_schema(tools: Sequence[ToolSpec], mode: str) -> dict[str, Any]:
     return schema
 
 
-def loose_tools_schema(tools: Sequence[ToolSpec], mode: str) -> dict[str, Any]:
+def loose_tools_schema(
+    tools: Sequence[ToolSpec], mode: str, answer: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Fallback when a parameter schema is beyond the grammar converter: any object arguments."""
     loose = [ToolSpec(t.name, t.description, {"type": "object"}) for t in tools]
-    return tools_schema(loose, mode)
+    return tools_schema(loose, mode, answer)
 
 
 def parse_constrained(text: str) -> tuple[str, ToolCall | None]:
@@ -184,12 +214,17 @@ def parse_constrained(text: str) -> tuple[str, ToolCall | None]:
             return "", ToolCall(name=str(data["tool"]), raw_arguments=json.dumps(args))
         return "", ToolCall(name=str(data["tool"]), arguments=args)
     if "answer" in data:
-        return str(data["answer"]), None
+        answer = data["answer"]
+        if isinstance(answer, str):
+            return answer, None
+        return json.dumps(answer, ensure_ascii=False), None  # a typed answer, as its JSON
     raise ValueError("neither 'tool' nor 'answer'")
 
 
 _ANSWER_HEAD = re.compile(r'\s*\{\s*"answer"\s*:\s*"')
 _ANSWER_TARGET = '{"answer":"'
+_RAW_HEAD = re.compile(r'\s*\{\s*"answer"\s*:\s*')
+_RAW_TARGET = '{"answer":'
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
 
 
@@ -197,17 +232,27 @@ class AnswerStream:
     """Turns the raw JSON stream into answer-text deltas while an ``{"answer": "..."}`` decodes.
 
     Tool calls produce no deltas (their JSON is not for the user); the final text always comes
-    from parsing the complete output.
+    from parsing the complete output. With ``raw=True`` (a typed answer: ``{"answer": {...}}``)
+    the answer's JSON is passed through as it decodes, less the closing brackets at its end,
+    which may be the wrapper's (:meth:`finish` gives the rest of the answer's own).
     """
 
-    __slots__ = ("buf", "esc", "high", "pos", "state")
+    __slots__ = ("buf", "esc", "high", "pos", "raw", "state")
 
-    def __init__(self) -> None:
+    def __init__(self, raw: bool = False) -> None:
         self.buf = ""
         self.state = "head"
         self.pos = 0
         self.esc = ""
         self.high = 0  # a UTF-16 high surrogate waiting for its pair
+        self.raw = raw
+
+    def finish(self) -> str:
+        """At the end of a raw answer: what was held back, without the wrapper's ``}``."""
+        if not self.raw or self.state != "body":
+            return ""
+        rest = self.buf[self.pos :].rstrip()
+        return rest[:-1].rstrip() if rest.endswith("}") else rest
 
     def _unicode(self, code: int) -> str:
         if 0xD800 <= code < 0xDC00:
@@ -220,6 +265,8 @@ class AnswerStream:
 
     def feed(self, piece: str) -> str:
         self.buf += piece
+        if self.raw:
+            return self._feed_raw()
         if self.state == "head":
             match = _ANSWER_HEAD.match(self.buf)
             if match:
@@ -252,3 +299,21 @@ class AnswerStream:
             else:
                 out.append(ch)
         return "".join(out)
+
+    def _feed_raw(self) -> str:
+        if self.state == "head":
+            match = _RAW_HEAD.match(self.buf)
+            if match:
+                self.state, self.pos = "body", match.end()
+            else:
+                compact = re.sub(r"\s+", "", self.buf)
+                if not _RAW_TARGET.startswith(compact):
+                    self.state = "other"
+                return ""
+        if self.state != "body":
+            return ""
+        end = len(self.buf.rstrip("} \t\r\n"))  # closers may be the wrapper's: hold them
+        if end <= self.pos:
+            return ""
+        out, self.pos = self.buf[self.pos : end], end
+        return out

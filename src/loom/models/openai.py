@@ -9,15 +9,21 @@ Agent(model="openai-compatible:http://127.0.0.1:8000/v1#my-model")
 ```
 The SDK's own retries are switched off: :mod:`loom.models.resilience` retries (before the first
 delta only), keeps a circuit breaker per endpoint and bounds each call with a timeout.
+
+An agent's ``output_type`` goes out as ``response_format``: ``{"type": "json_schema", ...}``
+(strict when the schema fits OpenAI's strict mode: every property required, no open-ended
+objects), or, with ``structured_output="json_object"``, as ``{"type": "json_object",
+"schema": ...}``, the form llama-cpp-python's server takes (it rejects ``json_schema``).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from loom.errors import ConfigurationError, ModelResponseError, ModelUnavailable
 from loom.messages import Message, ModelResponse, ToolCall, ToolSpec, Usage
@@ -29,7 +35,7 @@ from loom.models._client import (
     read_api_key,
     sdk_events,
 )
-from loom.models.base import ModelSettings, StreamPart, TextDelta
+from loom.models.base import ModelSettings, OutputSchema, StreamPart, TextDelta
 from loom.models.resilience import CircuitBreaker, RetryPolicy
 
 __all__ = [
@@ -37,6 +43,8 @@ __all__ = [
     "from_compatible_spec",
     "from_ollama_spec",
     "from_spec",
+    "response_format",
+    "strict_schema",
     "to_openai_messages",
 ]
 
@@ -84,6 +92,51 @@ def _tool_param(spec: ToolSpec) -> dict[str, Any]:
     }
 
 
+_SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+
+
+def strict_schema(schema: dict[str, Any]) -> dict[str, Any] | None:
+    """``schema`` in OpenAI's strict form (``additionalProperties: false`` on every object),
+    or None when strict mode cannot take it (an optional property, an open-ended object)."""
+    out = copy.deepcopy(schema)
+    fits = True
+
+    def walk(node: Any) -> None:
+        nonlocal fits
+        if not isinstance(node, dict):
+            return
+        if node.get("type") == "object" or "properties" in node:
+            props = node.get("properties") or {}
+            extra = node.get("additionalProperties")
+            if set(node.get("required") or ()) != set(props) or extra not in (None, False):
+                fits = False
+            node["additionalProperties"] = False
+        for key in _SCHEMA_MAPS:
+            for sub in (node.get(key) or {}).values():
+                walk(sub)
+        for key in _SCHEMA_LISTS:
+            for sub in node.get(key) or ():
+                walk(sub)
+        for key in ("items", "not", "additionalProperties"):
+            walk(node.get(key))
+
+    walk(out)
+    return out if fits else None
+
+
+def response_format(output: OutputSchema, style: str) -> dict[str, Any]:
+    """The ``response_format`` that asks for ``output`` in ``style``."""
+    if style == "json_object":
+        return {"type": "json_object", "schema": output.schema}
+    strict = strict_schema(output.schema)
+    spec: dict[str, Any] = {"name": output.name, "schema": strict or output.schema,
+                            "strict": strict is not None}  # fmt: skip
+    if output.description:
+        spec["description"] = output.description
+    return {"type": "json_schema", "json_schema": spec}
+
+
 def _tool_choice(choice: str | None, tools: Sequence[ToolSpec]) -> Any:
     if choice is None or not tools:
         return None
@@ -112,6 +165,9 @@ class OpenAIModel(RemoteModel):
         retry: Retry policy (default: 3 retries with backoff and jitter).
         breaker: Circuit breaker; default one shared per base URL in the process.
         http_client: An ``httpx2.AsyncClient`` for the SDK (proxies, tests).
+        structured_output: How an ``output_type`` is asked for: ``"json_schema"`` (OpenAI,
+            vLLM, Ollama, llama.cpp's C++ server) or ``"json_object"`` (llama-cpp-python's
+            server).
     """
 
     client_class = "AsyncOpenAI"
@@ -129,8 +185,15 @@ class OpenAIModel(RemoteModel):
         retry: RetryPolicy | None = None,
         breaker: CircuitBreaker | None = None,
         http_client: Any = None,
+        structured_output: Literal["json_schema", "json_object"] = "json_schema",
     ) -> None:
         sdk = import_sdk("openai", "openai", "The OpenAI provider")
+        if structured_output not in ("json_schema", "json_object"):
+            raise ConfigurationError(
+                f"structured_output must be 'json_schema' or 'json_object', got "
+                f"{structured_output!r}"
+            )
+        self.structured_output = structured_output
         key = read_api_key(
             api_key,
             api_key_var,
@@ -174,6 +237,8 @@ class OpenAIModel(RemoteModel):
             body["temperature"] = s.temperature
         if s.max_tokens is not None:
             body["max_tokens"] = s.max_tokens
+        if s.output is not None:
+            body["response_format"] = response_format(s.output, self.structured_output)
         body.update(s.extra)
         return body
 

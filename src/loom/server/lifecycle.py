@@ -57,6 +57,7 @@ class ServerRuntime(Runtime):
         *,
         run_id: str | None = None,
         carry_on: bool = False,
+        output_type: Any = None,
     ) -> Turn:
         principal = current_principal.get()
         key = principal.name if principal is not None else ""
@@ -69,7 +70,8 @@ class ServerRuntime(Runtime):
                     "(--max-concurrent-runs); wait for one to end and retry"
                 )
         turn = super().prepare(agent, message, session_id, on_busy, deps, resume, parent_run_id,
-                               answer, run_id=run_id, carry_on=carry_on)  # fmt: skip
+                               answer, run_id=run_id, carry_on=carry_on,
+                               output_type=output_type)  # fmt: skip
         self.turns[turn] = key
         return turn
 

@@ -47,7 +47,7 @@ _FINISH = {
     "awaiting_approval": "stop",
     "guardrail": "content_filter",  # OpenAI's own word for an answer a check withheld
 }
-_FAILED = ("model_error", "error")
+_FAILED = ("model_error", "error", "output_invalid")
 
 
 class _Open(BaseModel):
@@ -263,7 +263,7 @@ async def chat_completions(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": result.output, "refusal": None},
+                "message": {"role": "assistant", "content": result.text, "refusal": None},
                 "finish_reason": _FINISH.get(result.stop_reason, "stop"),
                 "logprobs": None,
             }
@@ -447,7 +447,7 @@ async def responses(
         result.session_id, result.run_id, result.stop_reason, result.pending_approvals
     )
     reply = _response_object(
-        agent, rid, status, result.output, result.usage, body.previous_response_id, loom, created
+        agent, rid, status, result.text, result.usage, body.previous_response_id, loom, created
     )
     return JSONResponse(reply, headers={SESSION_HEADER: result.session_id})
 

@@ -105,7 +105,7 @@ def weave_reply(result: RunResult) -> dict[str, Any]:
     return {
         "session_id": result.session_id,
         "run_id": result.run_id,
-        "output": result.output,
+        "output": result.text,
         "stop_reason": result.stop_reason,
         "usage": _usage(result.usage),
         "iterations": result.iterations,

@@ -153,6 +153,6 @@ async def run_turn(
     result = turn.result
     assert result is not None
     record.update(status="finished", run_id=run_id, stop_reason=result.stop_reason,
-                  error=result.error, output=result.output)  # fmt: skip
+                  error=result.error, output=result.text)  # fmt: skip
     await _save(ctx, job_id, record)
     return record

@@ -5,8 +5,9 @@ processes, and failover time, both with real ``loom worker`` processes on a priv
 
 - Throughput: RUNS queued runs of ``queue_app`` (model → one tool call → answer, no waiting)
   over SESSIONS sessions, executed by 1, 2 and 4 worker processes (``--concurrency 4`` each),
-  measured in one run, each in a fresh schema: from the first enqueue to the last job
-  ``succeeded`` (the workers are up and idle before), runs/s and the ratio to 1 worker.
+  measured in one run, each in a fresh schema: the runs are queued for later, the workers are
+  up and idle, then the runs are released at once (one UPDATE); from the release to the last
+  job ``succeeded``; runs/s, best of TRIES interleaved tries, and the ratio to 1 worker.
 - Failover, with the default worker settings: two workers; a run whose tool waits; kill -9 the
   worker running it; the time from the kill to the first event the retry commits on another
   worker (its ``AGENT_START``, read from the journal); median of ROUNDS.
@@ -24,6 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 QUICK = "--quick" in sys.argv
 RUNS, SESSIONS = (60, 20) if QUICK else (200, 50)
 ROUNDS = 3 if QUICK else 7
+TRIES = 1 if QUICK else 2
 CONCURRENCY = 4
 
 
@@ -91,7 +94,7 @@ def _schema(dsn: str, name: str) -> str:
 
 
 async def throughput(base: str, n_workers: int) -> dict[str, Any]:
-    from loom.workers import enqueue_run, ensure_schema, make_app
+    from loom.workers import RUN_TASK, ensure_schema, make_app
 
     dsn = _schema(base, f"q{n_workers}")
     await ensure_schema(dsn)
@@ -102,20 +105,30 @@ async def throughput(base: str, n_workers: int) -> dict[str, Any]:
         await _workers_up(dsn, n_workers)
         app = make_app(dsn)
         async with app.open_async():
-            t0 = time.perf_counter()
+            # queued for later, then released at once: the figure is the workers', not the
+            # enqueuing client's (released jobs wait for the workers' next poll, <= 1 s)
+            later = datetime.now(UTC) + timedelta(hours=1)
             for i in range(RUNS):
-                await enqueue_run(app, "bench", f"s{i % SESSIONS}", f"question {i}")
-            queued = time.perf_counter() - t0
-            while (done := await _scalar(dsn, "SELECT count(*) FROM procrastinate_jobs WHERE "
-                                         "status = 'succeeded' AND task_name = 'loom.run_turn'"))\
-                    < RUNS:  # fmt: skip
+                sid = f"s{i % SESSIONS}"
+                await app.configure_task(RUN_TASK, lock=f"loom-session:{sid}", queue="loom",
+                                         schedule_at=later).defer_async(
+                    agent="bench", session_id=sid, message=f"question {i}")  # fmt: skip
+            await _scalar(dsn, "UPDATE procrastinate_jobs SET scheduled_at = now() "
+                          "WHERE status = 'todo' RETURNING 1")  # fmt: skip
+            t0 = time.perf_counter()
+
+            async def all_done() -> bool:
                 failed = await _scalar(dsn, "SELECT count(*) FROM procrastinate_jobs WHERE "
                                        "status = 'failed'")  # fmt: skip
                 assert not failed, f"{failed} runs failed; see {workers.dir}"
-                await asyncio.sleep(0.05)
+                done = await _scalar(dsn, "SELECT count(*) FROM procrastinate_jobs WHERE status "
+                                     "= 'succeeded' AND task_name = %s", RUN_TASK)  # fmt: skip
+                return bool(done == RUNS)
+
+            await _poll(all_done, 0.05)
             elapsed = time.perf_counter() - t0
-        return {"workers": n_workers, "runs": done, "seconds": round(elapsed, 2),
-                "runs_per_s": round(RUNS / elapsed, 1), "enqueue_s": round(queued, 2)}  # fmt: skip
+        return {"workers": n_workers, "seconds": round(elapsed, 2),
+                "runs_per_s": round(RUNS / elapsed, 1)}  # fmt: skip
     finally:
         workers.stop()
 
@@ -152,7 +165,7 @@ async def failover(base: str) -> dict[str, Any]:
                 workers.start()  # keep two alive, as an operator's supervisor would
                 retry = f"run_j{job}a2"
                 events = await _poll(lambda s=f"f{r}", r_=retry: store.load_events(s, r_))
-                times.append(events[0].timestamp.timestamp() - killed)
+                times.append(events[0].timestamp - killed)  # epoch seconds, this host
 
                 async def succeeded(j: int = job) -> bool:
                     status = await app.job_manager.get_job_status_async(j)
@@ -170,10 +183,15 @@ async def failover(base: str) -> dict[str, Any]:
 
 async def measure(dsn: str) -> dict[str, Any]:
     """Both measurements on the PostgreSQL at ``dsn``."""
-    runs = [await throughput(dsn, n) for n in (1, 2, 4)]
-    one = runs[0]["runs_per_s"]
-    for r in runs:
-        r["ratio_to_1_worker"] = round(r["runs_per_s"] / one, 2)
+    tries: dict[int, list[float]] = {1: [], 2: [], 4: []}
+    for _ in range(TRIES):  # interleaved: the machine's load drifts
+        for n in tries:
+            got = await throughput(dsn, n)
+            print(got, file=sys.stderr)
+            tries[n].append(got["runs_per_s"])
+    one = max(tries[1])
+    runs = [{"workers": n, "runs_per_s_best": max(v), "runs_per_s_all": v,
+             "ratio_to_1_worker": round(max(v) / one, 2)} for n, v in tries.items()]  # fmt: skip
     return {"queue_throughput": {"runs": RUNS, "sessions": SESSIONS,
                                  "concurrency_per_worker": CONCURRENCY, "by_workers": runs},
             "failover": await failover(dsn),

@@ -58,7 +58,8 @@ async def test_soak_kill_9_workers(fleet: Any) -> None:
                 next_kill = loop.time() + rng.uniform(1.5, 3.0)
             while len(fleet.alive()) < WORKERS:
                 fleet.start()
-        assert not pending, f"{len(pending)} jobs not done after {loop.time() - start:.0f} s"
+        took = loop.time() - start
+        assert not pending, f"{len(pending)} jobs not done after {took:.0f} s"
         statuses = collections.Counter(
             [(await app.job_manager.get_job_status_async(j)).value for j in jobs]
         )
@@ -103,7 +104,7 @@ async def test_soak_kill_9_workers(fleet: Any) -> None:
                                if effect == "at_most_once" and phase == "begin")  # fmt: skip
     assert once and max(once.values()) == 1, [k for k, n in once.items() if n > 1]
     print(
-        f"soak: {loop.time() - start:.0f} s, {kills} kills, {retried} of {RUNS} runs retried, "
+        f"soak: {took:.0f} s, {kills} kills, {retried} of {RUNS} runs retried, "
         f"{sum(1 for e in effects if e[1] == 'begin')} tool starts"
     )
     await store.close()

@@ -63,9 +63,6 @@ def worker(
             raise ConfigurationError(
                 "give the agents to run: --agents DIR (AGENT.md files) or --app module:attr"
             )
-        registry = (
-            AgentRegistry.from_dir(agents) if agents is not None else load_registry(str(app_spec))
-        )
         settings = WorkerSettings(
             conninfo=store,
             concurrency=concurrency,
@@ -75,7 +72,10 @@ def worker(
             stalled_after=stalled_after,
             max_attempts=max_attempts,
         )
-        settings.check()
+        settings.check()  # before loading agents: a bad fleet setting says so first
+        registry = (
+            AgentRegistry.from_dir(agents) if agents is not None else load_registry(str(app_spec))
+        )
         asyncio.run(run_worker(settings, registry))
     except LoomError as exc:
         say_error(exc)

@@ -15,8 +15,9 @@ PostgreSQL's defaults for durability (fsync on, synchronous_commit on), connecte
   check the schema), read the session, check for loose ends (open runs and tool calls), load
   the transcript. Also the same reads on an already-open pool (a server that was running).
 
-Left out (they depend on the procrastinate workers, built separately): runs/s through the
-queue with 1, 2 and 4 workers, and failover time. Prints JSON.
+- The queue (``benchmarks/scale_queue.py``, which also runs alone): runs/s through the queue
+  with 1, 2 and 4 ``loom worker`` processes, and failover time after a kill -9 with the
+  default worker settings. Prints JSON.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import scale_queue  # runs/s through the queue, failover time
 import store_steps  # the same workload, model and tool
 from store_resume import lookup
 from store_resume import model as resume_model
@@ -161,8 +163,7 @@ async def main(dsn: str) -> None:
         "step_cost": await step_costs(dsn),
         "resume_1000_turns_postgres": await resume(dsn),
         "targets": {"us_per_durable_step_postgres": 1500, "resume_1000_turns_ms": 20},
-        "not_measured": "runs/s through the queue (1, 2, 4 workers) and failover time: they "
-        "need the procrastinate workers, built separately",
+        **await scale_queue.measure(dsn),
     }
     print(json.dumps(out, indent=2))
 

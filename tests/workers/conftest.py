@@ -27,17 +27,24 @@ class Fleet:
         self.env = {**os.environ, "LOOM_FLEET_DIR": str(workdir),
                     "PYTHONPATH": os.pathsep.join([str(SRC), str(HERE)])}  # fmt: skip
 
-    def start(self) -> subprocess.Popen[bytes]:
+    def start(self, *script: str) -> subprocess.Popen[bytes]:
+        """Start a `loom worker` with ``self.options`` (or ``python script args...``)."""
         args = [sys.executable, "-m", "loom", "worker", "--store", self.dsn, "--app",
                 "fleet_app:agents"]  # fmt: skip
         for k, v in self.options.items():
             args += [f"--{k}", str(v)]
+        if script:
+            args = [sys.executable, *script]
         n = len(self.procs)
         log = open(self.dir / f"worker{n}.log", "wb")  # noqa: SIM115 - the process owns it
         proc = subprocess.Popen(args, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self.procs.append(proc)
         return proc
+
+    def log(self, proc: subprocess.Popen[bytes]) -> str:
+        """What worker ``proc`` wrote so far (stdout and stderr)."""
+        return (self.dir / f"worker{self.procs.index(proc)}.log").read_text(errors="replace")
 
     def alive(self) -> list[subprocess.Popen[bytes]]:
         return [p for p in self.procs if p.poll() is None]
@@ -49,6 +56,7 @@ class Fleet:
     def stop(self) -> None:
         for p in self.alive():
             p.send_signal(signal.SIGKILL)
+            p.send_signal(signal.SIGCONT)  # a stopped process dies only once it runs
         for p in self.procs:
             p.wait(10)
 

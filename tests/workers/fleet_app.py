@@ -3,8 +3,11 @@
 Its scripted model answers a user message with one call of each effect class, then "done".
 Every tool appends ``<effect> <begin|end> <idempotency key> <pid>`` to ``$LOOM_FLEET_DIR/
 effects.log`` (O_APPEND, one write a line), so the tests count real side effects. Messages
-starting with ``slow`` call a tool that waits 60 s (for aborts); ``crash`` calls an idempotent
-tool that SIGKILLs its own worker (a crash loop: recovery re-runs it).
+starting with ``slow`` call a tool that waits 60 s (for aborts); ``hold`` an at_most_once tool
+that waits 1 s (a worker is SIGSTOPped inside it), and ``hold, gate`` then calls ``gate``, which
+waits for the test to create ``$LOOM_FLEET_DIR/gate``; ``crash`` calls an idempotent tool that
+SIGKILLs its own worker (a crash loop: recovery re-runs it). ``LOOM_FLEET_FAST=1`` makes the
+model and the tools answer without waiting (the soak and the queue benchmark).
 """
 
 from __future__ import annotations
@@ -29,9 +32,12 @@ def _log(effect: str, phase: str, ctx: RunContext) -> None:
         os.close(fd)
 
 
+FAST = os.environ.get("LOOM_FLEET_FAST") == "1"
+
+
 async def _work(effect: str, ctx: RunContext) -> str:
     _log(effect, "begin", ctx)
-    await asyncio.sleep(random.uniform(0.05, 0.3))
+    await asyncio.sleep(random.uniform(0.0, 0.02) if FAST else random.uniform(0.05, 0.3))
     _log(effect, "end", ctx)
     return f"{effect} ok"
 
@@ -63,6 +69,27 @@ async def wait_long(ctx: RunContext) -> str:
     return "waited"
 
 
+@tool(effect="at_most_once")
+async def hold(ctx: RunContext) -> str:
+    """Hold on a second."""
+    _log("hold", "begin", ctx)
+    await asyncio.sleep(1)
+    _log("hold", "end", ctx)
+    return "held"
+
+
+@tool(effect="idempotent")
+async def gate(ctx: RunContext) -> str:
+    """Wait until the test opens the gate (creates ``$LOOM_FLEET_DIR/gate``)."""
+    _log("gate", "begin", ctx)
+    gate_file = os.path.join(os.environ["LOOM_FLEET_DIR"], "gate")
+    # the gate is opened from another process: a file is the signal
+    while not os.path.exists(gate_file):  # noqa: ASYNC110, ASYNC240
+        await asyncio.sleep(0.05)
+    _log("gate", "end", ctx)
+    return "passed"
+
+
 @tool(effect="idempotent")
 def crash_worker(ctx: RunContext) -> str:
     """Kill this process."""
@@ -72,18 +99,24 @@ def crash_worker(ctx: RunContext) -> str:
 
 
 async def _script(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse | str:
-    await asyncio.sleep(random.uniform(0.02, 0.15))
+    await asyncio.sleep(random.uniform(0.0, 0.01) if FAST else random.uniform(0.02, 0.15))
     last = messages[-1]
+    asked = next(m.content for m in reversed(messages) if m.role == "user")
+    if asked.startswith("hold, gate") and last.role == "tool" and "gate" not in {
+            c.name for m in messages for c in m.tool_calls}:  # fmt: skip
+        return ModelResponse(text="", tool_calls=[ToolCall(name="gate", arguments={})])
     if last.role != "user":
         return "done"
     text = last.content
     if text.startswith("slow"):
         return ModelResponse(text="", tool_calls=[ToolCall(name="wait_long", arguments={})])
+    if text.startswith("hold"):
+        return ModelResponse(text="", tool_calls=[ToolCall(name="hold", arguments={})])
     if text.startswith("crash"):
         return ModelResponse(text="", tool_calls=[ToolCall(name="crash_worker", arguments={})])
     calls = [ToolCall(name=name, arguments={"n": 1}) for name in ("lookup", "upsert", "send")]
     return ModelResponse(text="", tool_calls=calls)
 
 
-TOOLS = [lookup, upsert, send, wait_long, crash_worker]
+TOOLS = [lookup, upsert, send, wait_long, hold, gate, crash_worker]
 agents = [Agent(name="fleet", model=FunctionModel(_script), tools=TOOLS)]

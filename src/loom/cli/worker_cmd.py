@@ -33,15 +33,15 @@ def worker(
     lease_ttl: Annotated[
         float, typer.Option("--lease-ttl", help="Seconds a session lease lasts unrenewed.")
     ] = 30.0,
-    heartbeat: Annotated[float, typer.Option(help="Seconds between worker heartbeats.")] = 5.0,
+    heartbeat: Annotated[float, typer.Option(help="Seconds between worker heartbeats.")] = 1.0,
     stalled_after: Annotated[
         float,
         typer.Option(
             "--stalled-after",
-            help="Seconds without a heartbeat before a worker is "
-            "dead and its runs are retried elsewhere.",
+            help="Seconds without a heartbeat before a worker is dead and its runs are "
+            "retried elsewhere (at least twice --heartbeat; the same on every worker).",
         ),
-    ] = 20.0,
+    ] = 5.0,
     max_attempts: Annotated[
         int, typer.Option("--max-attempts", help="Attempts of a run whose worker keeps dying.")
     ] = 3,
@@ -63,15 +63,6 @@ def worker(
             raise ConfigurationError(
                 "give the agents to run: --agents DIR (AGENT.md files) or --app module:attr"
             )
-        if concurrency < 1 or max_attempts < 1 or min(lease_ttl, heartbeat, stalled_after) <= 0:
-            raise ConfigurationError(
-                "--concurrency and --max-attempts must be at least 1, the durations positive"
-            )
-        if stalled_after <= heartbeat:
-            raise ConfigurationError("--stalled-after must be longer than --heartbeat")
-        registry = (
-            AgentRegistry.from_dir(agents) if agents is not None else load_registry(str(app_spec))
-        )
         settings = WorkerSettings(
             conninfo=store,
             concurrency=concurrency,
@@ -79,8 +70,11 @@ def worker(
             lease_ttl=lease_ttl,
             heartbeat=heartbeat,
             stalled_after=stalled_after,
-            sweep_every=min(5.0, stalled_after / 2),
             max_attempts=max_attempts,
+        )
+        settings.check()  # before loading agents: a bad fleet setting says so first
+        registry = (
+            AgentRegistry.from_dir(agents) if agents is not None else load_registry(str(app_spec))
         )
         asyncio.run(run_worker(settings, registry))
     except LoomError as exc:

@@ -13,8 +13,13 @@ a dead one stopped are Loom's (the journal, the ledger, INTAKE recovery).
   the run ends ``cancelled`` with the reason recorded);
 - a worker killed mid-run (kill -9, power loss) stops sending heartbeats; another worker finds
   its job stalled and retries it, and the retry resumes from the journal (``loom.workers.tasks``)
-  instead of sending the message again. A job whose runs keep killing their worker is failed
-  after ``max_attempts``, with the reason kept in the store (``job_state``).
+  instead of sending the message again; the retry takes the dead attempt's session lease over
+  at once (``loom.workers.failover``: the fencing token, not a timeout, keeps the old attempt
+  out). A job whose runs keep killing their worker is failed after ``max_attempts``, with the
+  reason kept in the store (``job_state``);
+- periodic jobs (``PeriodicJob``, ``run_worker(..., periodic=[...])``) run once per tick
+  across the fleet on procrastinate's periodic tasks; the stalled-job sweep is one
+  (``loom.workers.ticks``).
 """
 
 from __future__ import annotations
@@ -29,10 +34,13 @@ from loom.workers.app import (
     make_app,
 )
 from loom.workers.runner import WorkerSettings, run_worker
+from loom.workers.ticks import PeriodicJob, Tick
 
 __all__ = [
     "JOB_NAMESPACE",
     "RUN_TASK",
+    "PeriodicJob",
+    "Tick",
     "WorkerSettings",
     "abort_run",
     "enqueue_run",

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loom.driving import discard
-from loom.errors import ConfigurationError, LoomError
+from loom.errors import ConfigurationError, LeaseLost, LoomError
 from loom.events import AgentFinish, EventType
 from loom.workers.app import JOB_NAMESPACE, kv_of
+from loom.workers.failover import take_over
 
 if TYPE_CHECKING:
     from procrastinate.job_context import JobContext
@@ -98,6 +99,8 @@ async def run_turn(
     if record.get("status") in ("finished", "failed"):
         return record  # an attempt ended it; the queue did not hear before its worker died
     runs: list[str] = list(record["runs"])
+    if runs:  # a retry: its worker was declared dead; fence the old attempts off before reading
+        await take_over(store, session_id, runs, ctx.runtime.lease_ttl)
     finished: AgentFinish | None = None
     committed = False
     for run_id in runs:
@@ -137,15 +140,22 @@ async def run_turn(
         why = (f"aborted through the queue (job {job_id})" if reason is None or reason.value
                == "user_request" else f"the worker shut down (job {job_id})")  # fmt: skip
         turn.cancel(why)
+        superseded = False
         try:
             await inner
+        except LeaseLost:
+            superseded = True  # by a retry elsewhere: the job's record is the retry's now
+            raise
         finally:
             result = turn.result
             record.update(status="finished", run_id=run_id,
                           stop_reason=result.stop_reason if result else "cancelled",
                           error=result.error if result else why)  # fmt: skip
-            await asyncio.shield(_save(ctx, job_id, record))
+            if not superseded:
+                await asyncio.shield(_save(ctx, job_id, record))
         raise
+    except LeaseLost:
+        raise  # superseded by a retry elsewhere: the job's record is the retry's now
     except BaseException as exc:
         record.update(status="failed", run_id=run_id, error=f"{type(exc).__name__}: {exc}")
         await _save(ctx, job_id, record)

@@ -138,7 +138,7 @@ async def until(path: Path, within: float = 30) -> None:
     """Until ``path`` exists (the worker's tool reached a point), at most ``within`` seconds."""
     loop = asyncio.get_running_loop()
     end = loop.time() + within
-    while not path.exists():
+    while not await asyncio.to_thread(path.exists):
         if loop.time() > end:
             raise AssertionError(f"{path.name} did not appear in {within} s")
         await asyncio.sleep(0.02)
@@ -152,7 +152,7 @@ async def test_a_background_run_made_on_a_runs_on_the_worker_and_reads_from_b(
     (deployment.gate / "g1").touch()  # open already: the run goes straight through
     run = await a.runs.create(tid, "gate", input=ask("wait g1"))
     assert run["status"] == "pending"
-    values = await b.runs.join(tid, run["run_id"])
+    values = await asyncio.wait_for(b.runs.join(tid, run["run_id"]), 60)
     assert last_text(values) == "passed: g1 open"
     for client in (a, b):
         got = await client.runs.get(tid, run["run_id"])
@@ -201,7 +201,7 @@ async def test_cancel_on_b_aborts_the_run_on_the_worker(deployment: Deployment) 
     tid = (await a.threads.create())["thread_id"]
     run = await a.runs.create(tid, "gate", input=ask("wait g3"))
     await until(deployment.gate / "ran-g3")  # the tool runs on the worker
-    await b.runs.cancel(tid, run["run_id"], wait=True)
+    await asyncio.wait_for(b.runs.cancel(tid, run["run_id"], wait=True), 60)
     for client in (b, a):
         got = await client.runs.get(tid, run["run_id"])
         assert got["status"] == "interrupted" and got["stop_reason"] == "cancelled"
@@ -242,3 +242,23 @@ def test_queue_without_a_postgres_store_is_refused(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "--queue needs a PostgreSQL store" in done.stderr + done.stdout
+
+
+async def test_a_commit_wakes_a_tail_by_notify_not_by_poll(pg_schema_dsn: str) -> None:
+    from loom.events import AgentStart
+    from loom.server.queued import RunQueue
+    from loom.store.postgres import PostgresStore
+
+    queue = RunQueue(pg_url(pg_schema_dsn), mode="notify", poll=120)
+    store = PostgresStore(pg_schema_dsn)
+    await queue.open()
+    try:
+        await asyncio.wait_for(queue.listening.wait(), 10)
+        await store.create_session("s-notify")
+        with queue.watch("s-notify") as wake, queue.watch("s-other") as other:
+            await store.append("s-notify", events=[AgentStart(run_id="r1", session_id="s-notify")])
+            await asyncio.wait_for(wake.wait(), 10)  # the poll would take 120 s
+            assert not other.is_set()  # only the session's watchers wake
+    finally:
+        await queue.close()
+        await store.close()

@@ -212,9 +212,10 @@ class JournalTail:
         runs = list(record.get("runs", [])) if isinstance(record, dict) else []
         return runs or [self.run.run_id]
 
-    async def _read(self, attempts: list[str]) -> bool:
-        """Turn the attempts' new events into frames; True when one of them finished."""
-        finished = False
+    async def _read(self, attempts: list[str]) -> bool | None:
+        """Turn the attempts' new events into frames; True when one of them finished, None
+        when there was nothing new."""
+        finished: bool | None = None
         for index, run_id in enumerate(attempts):
             last = self.seen.get(run_id, -1)
             fresh = [e for e in await self.store.load_events(self.run.thread_id, run_id)
@@ -222,7 +223,7 @@ class JournalTail:
             for ev in fresh:
                 self.seen[run_id] = ev.sequence
                 await self._add(ev, attempt_offset(index))
-                finished = finished or isinstance(ev, AgentFinish)
+                finished = bool(finished) or isinstance(ev, AgentFinish)
         return finished
 
     async def _add(self, ev: AgentEvent, offset: int) -> None:
@@ -244,8 +245,11 @@ class JournalTail:
         """Read what is new; True (and the run ended) when the run is over."""
         from loom.workers import JOB_NAMESPACE
 
-        if await self._read(await self._attempts()):
+        fresh = await self._read(await self._attempts())
+        if fresh:
             return self._end()
+        if fresh is not None:  # it is making progress: no need to ask the queue
+            return False
         status = await self.queue.status(self.job)
         if status not in _TERMINAL:
             return False

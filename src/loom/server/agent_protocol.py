@@ -13,7 +13,8 @@
 
 The aliases (``/agents/...``, ``/runs/{run_id}...``, ``/runs/search``) read the same runs as the
 thread paths. A run found by its id alone must be one this process holds (running, or among the
-last finished ones); older runs are read through ``/threads/{thread_id}/runs/{run_id}``.
+last finished ones) or, on a ``--queue`` server, a queued run (any server finds those); older
+runs are read through ``/threads/{thread_id}/runs/{run_id}``.
 """
 
 from __future__ import annotations

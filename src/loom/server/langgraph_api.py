@@ -13,6 +13,10 @@ A run that parks on an approval ends with an ``__interrupt__`` (values / updates
 carries the pending calls; ``GET /threads/{id}/approvals`` lists them and
 ``POST /threads/{id}/approvals/{call_id}`` decides one, which resumes the turn as a new run
 once every pending call is decided. ``command: {"resume": ...}`` on a run does the same.
+
+On a ``loom serve --queue`` server, background runs (``POST /threads/{id}/runs``, ``POST
+/runs``) are jobs of the queue that ``loom worker`` processes run; every server reads, streams
+and cancels them by their run id (``loom.server.queued``).
 """
 
 from __future__ import annotations

@@ -215,6 +215,23 @@ async def test_cancel_on_b_aborts_the_run_on_the_worker(deployment: Deployment) 
     assert last_text(await a.runs.join(tid, nxt["run_id"])) == "passed: g3b open"
 
 
+async def test_a_client_that_goes_with_cancel_on_disconnect_aborts_the_job(
+    deployment: Deployment,
+) -> None:
+    a, b = get_client(url=deployment.a.url), get_client(url=deployment.b.url)
+    tid = (await a.threads.create())["thread_id"]
+    run = await a.runs.create(tid, "gate", input=ask("wait g5"))
+    stream = b.runs.join_stream(tid, run["run_id"], stream_mode="events", cancel_on_disconnect=True)
+    async for part in stream:
+        if part.event == "events" and part.data["type"] == "tool_execution_start":
+            break
+    await stream.aclose()
+    await asyncio.wait_for(a.runs.join(tid, run["run_id"]), 60)
+    got = await a.runs.get(tid, run["run_id"])
+    assert got["status"] == "interrupted" and got["stop_reason"] == "cancelled"
+    assert not (deployment.gate / "done-g5").exists()
+
+
 async def test_reject_refuses_a_second_run_while_the_worker_runs_one(
     deployment: Deployment,
 ) -> None:

@@ -21,6 +21,7 @@ and cancels them by their run id (``loom.server.queued``).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -291,6 +292,9 @@ def _modes(stream_mode: str | list[str] | None, default: list[str]) -> list[str]
     return modes
 
 
+_background: set[asyncio.Future[Any]] = set()  # aborts sent after a client went (kept alive)
+
+
 def _queue(state: ServerState) -> RunQueue | None:
     """The run queue of a ``loom serve --queue`` server (None: background runs run here)."""
     queue = state.extra.get("run_queue")
@@ -367,7 +371,8 @@ async def _enqueue(
     manager = _manager(state)
     strategy = body.multitask_strategy
     live = await queue.live_jobs(thread_id)
-    busy = live or manager.active_on(thread_id)
+    here = [r for r in manager.active_on(thread_id) if r.job_id is None]  # turns of this server
+    busy = live or here
     if strategy == "reject" and busy:
         raise SessionBusy(
             f"thread {thread_id!r} has a run queued or running; wait for it "
@@ -376,7 +381,7 @@ async def _enqueue(
     if strategy in ("interrupt", "rollback"):  # stop what runs; the new job waits for its end
         for job in live:
             await queue.abort(job)
-        for other in manager.active_on(thread_id):
+        for other in here:
             other.cancel.set()
     patch = await _metadata_patch(state, thread_id)
     if patch.get("assistant_id") != agent.name:
@@ -404,7 +409,9 @@ def _kv(state: ServerState) -> KVStore:
 
 def _tail(state: ServerState, queue: RunQueue, run: LgRun) -> JournalTail:
     assert run.job_id is not None
-    tail = JournalTail(queue, state.runtime.store, _kv(state), run, run.job_id)
+    job = run.job_id
+    run.abort = lambda: queue.abort(job)
+    tail = JournalTail(queue, state.runtime.store, _kv(state), run, job)
     _manager(state).attach(run, tail)
     return tail
 
@@ -434,11 +441,9 @@ async def cancel(state: ServerState, run: LgRun, wait: bool) -> None:
     abort), and with ``wait`` until it ended."""
     if not run.active:
         return
-    queue = _queue(state)
-    if run.job_id is not None and queue is not None:
-        await queue.abort(run.job_id)
-    else:
-        run.cancel.set()
+    stopping = run.stop()
+    if stopping is not None:
+        await stopping
     if wait:
         await run.done.wait()
 
@@ -460,7 +465,10 @@ def _sse(run: LgRun, start: int, modes: list[str], cancel_on_disconnect: bool) -
             finished = True
         finally:
             if not finished and cancel_on_disconnect and run.active:
-                run.cancel.set()
+                stopping = run.stop()
+                if stopping is not None:  # a queued run: its job is aborted in the background
+                    _background.add(asyncio.ensure_future(stopping))
+                    _background.difference_update([t for t in _background if t.done()])
 
     headers = {**_locations(run), "Cache-Control": "no-store"}
     return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)

@@ -266,6 +266,7 @@ class LgRun:
     final: dict[str, Any] | None = None  # final values kept past the thread (stateless runs)
     on_end: Callable[[LgRun], Awaitable[None]] | None = None  # before ``done`` is set
     job_id: int | None = None  # a queued run: its job (another process executes it)
+    abort: Callable[[], Awaitable[Any]] | None = None  # a queued run: abort its job
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -280,6 +281,14 @@ class LgRun:
         self.updated_at = datetime.now(UTC)
         self._wake.set()
         self._wake = asyncio.Event()
+
+    def stop(self) -> Awaitable[Any] | None:
+        """Ask the run to stop: a turn here at its next step, a queued run's job by abort
+        (returned: await it)."""
+        if self.abort is not None:
+            return self.abort()
+        self.cancel.set()
+        return None
 
     def finish(self) -> None:
         self.done.set()

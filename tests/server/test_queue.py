@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,7 @@ class Deployment:
     b: Server
     worker: subprocess.Popen[bytes]
     gate: Path
+    start_worker: Callable[[], subprocess.Popen[bytes]]
 
 
 def pg_url(dsn: str) -> str:
@@ -106,22 +108,31 @@ def deployment(postgres_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> I
     b = start_server(dirs[1], "--queue", app="queue_agents:registry", source=AGENTS, env=env,
                      store=url)  # fmt: skip
     (dirs[2] / "queue_agents.py").write_text(AGENTS)
-    log = (dirs[2] / "worker.log").open("wb")
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "loom", "worker", "--store", url, "--app", "queue_agents:registry",
-         "--concurrency", "2", "--heartbeat", "0.5", "--stalled-after", "2", "--lease-ttl", "2"],
-        env={**os.environ, **env, "PYTHONPATH": os.pathsep.join([SRC, str(dirs[2])])},
-        stdout=log, stderr=subprocess.STDOUT, cwd=dirs[2],
-    )  # fmt: skip
-    log.close()
+    workers: list[subprocess.Popen[bytes]] = []
+
+    def start_worker() -> subprocess.Popen[bytes]:
+        log = (dirs[2] / f"worker{len(workers)}.log").open("wb")
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "loom", "worker", "--store", url, "--app",
+             "queue_agents:registry", "--concurrency", "2", "--heartbeat", "0.5",
+             "--stalled-after", "2", "--lease-ttl", "2"],
+            env={**os.environ, **env, "PYTHONPATH": os.pathsep.join([SRC, str(dirs[2])])},
+            stdout=log, stderr=subprocess.STDOUT, cwd=dirs[2],
+        )  # fmt: skip
+        log.close()
+        workers.append(worker)
+        return worker
+
     try:
-        yield Deployment(a, b, worker, gate)
+        yield Deployment(a, b, start_worker(), gate, start_worker)
     finally:
-        worker.terminate()
-        try:
-            worker.wait(15)
-        except subprocess.TimeoutExpired:
-            worker.kill()
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            try:
+                worker.wait(15)
+            except subprocess.TimeoutExpired:
+                worker.kill()
         stop_server(a)
         stop_server(b)
 
@@ -246,6 +257,41 @@ async def test_reject_refuses_a_second_run_while_the_worker_runs_one(
     assert last_text(await a.runs.join(tid, queued["run_id"])) == "echo: after"
     first = await b.runs.get(tid, run["run_id"])
     assert first["status"] == "success"  # the enqueued one waited for it
+
+
+async def test_a_run_whose_worker_dies_is_retried_and_streams_on_without_reused_ids(
+    deployment: Deployment,
+) -> None:
+    a, b = get_client(url=deployment.a.url), get_client(url=deployment.b.url)
+    tid = (await a.threads.create())["thread_id"]
+    run = await a.runs.create(tid, "gate", input=ask("wait g6"), stream_mode=MODES)
+    run_id = run["run_id"]
+    seen = []
+    stream = a.runs.join_stream(tid, run_id, stream_mode=MODES)
+    async for part in stream:
+        seen.append(part)
+        if part.event == "events" and part.data["type"] == "tool_execution_start":
+            break
+    await stream.aclose()
+    first = deployment.worker
+    assert (deployment.gate / "ran-g6").read_text() == str(first.pid)
+    first.send_signal(signal.SIGKILL)  # the worker dies mid-tool
+    first.wait(10)
+    second = deployment.start_worker()
+    deployment.worker = second
+    (deployment.gate / "g6").touch()
+    rest = [
+        p
+        async for p in b.runs.join_stream(tid, run_id, stream_mode=MODES, last_event_id=seen[-1].id)
+    ]
+    assert rest[-1].event == "end" and rest[-1].data["status"] == "success"
+    assert (deployment.gate / "done-g6").read_text() == str(second.pid)  # re-run: idempotent
+    runs = {e.data["run_id"] for e in rest if e.event == "events"}
+    assert runs == {f"{run_id}-a2"}  # the retry's run, named after the client's
+    whole = [p async for p in a.runs.join_stream(tid, run_id, stream_mode=MODES)]
+    ids = [p.id for p in seen[1:]] + [p.id for p in rest[:-1]]
+    assert ids == [p.id for p in whole[1:-1]] and len(set(ids)) == len(ids)
+    assert (await b.runs.get(tid, run_id))["status"] == "success"
 
 
 def test_queue_without_a_postgres_store_is_refused(tmp_path: Path) -> None:

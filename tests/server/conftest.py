@@ -112,9 +112,11 @@ def start_server(
     env: dict[str, str] | None = None,
     source: str = AGENTS,
     db: Path | None = None,
+    store: str | None = None,
 ) -> Server:
     """Start ``loom serve --app APP`` with ``source`` written as APP's module in ``tmp``, on a
-    free port and the SQLite file ``db`` (default ``tmp/server.db``; reuse it to restart)."""
+    free port and the SQLite file ``db`` (default ``tmp/server.db``; reuse it to restart), or
+    the store ``store`` names (a postgres:// URL)."""
     (tmp / f"{app.partition(':')[0]}.py").write_text(source)
     port = free_port()
     db = db or tmp / "server.db"
@@ -122,7 +124,7 @@ def start_server(
     log = (tmp / "server.log").open("ab")
     process = subprocess.Popen(
         [sys.executable, "-m", "loom", "serve", "--app", app,
-         "--port", str(port), "--store", str(db), "--log-level", "warning", *extra],
+         "--port", str(port), "--store", store or str(db), "--log-level", "warning", *extra],
         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"

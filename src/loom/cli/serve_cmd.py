@@ -64,6 +64,14 @@ def serve(
             "--log-format", help="text (uvicorn's access log) or json (one JSON line a request)."
         ),
     ] = "text",
+    queue: Annotated[
+        bool,
+        typer.Option(
+            "--queue",
+            help="Background runs go to the queue and `loom worker` processes run them "
+            "(needs --store postgres://...).",
+        ),
+    ] = False,
 ) -> None:
     """Serve agents over HTTP: a run API LangGraph's clients speak, OpenAI-compatible, Weave."""
     from loom.errors import ConfigurationError, LoomError, MissingDependencyError
@@ -101,10 +109,24 @@ def serve(
                 "your agents. Configure keys (--keys FILE, or LOOM_API_KEYS=key1,key2) or bind "
                 "to 127.0.0.1"
             )
+        if queue and not (store or "").startswith(("postgres://", "postgresql://")):
+            raise ConfigurationError(
+                f"--queue needs a PostgreSQL store shared with the workers, got --store "
+                f"{store or '(default SQLite file)'}; pass --store postgres://user@host/db "
+                "(or drop --queue to run background runs in this process)"
+            )
         registry = (
             AgentRegistry.from_dir(agents) if agents is not None else load_registry(str(app_spec))
         )
         app = create_app(registry, server_runtime(open_store(store), security), security)
+        if queue:  # opened by the app's lifespan
+            try:
+                import procrastinate  # noqa: F401
+            except ImportError:
+                raise MissingDependencyError("procrastinate", "postgres", "--queue") from None
+            from loom.server.queued import RunQueue
+
+            app.state.loom.extra["run_queue"] = RunQueue(str(store))
         if grpc_port is not None:  # started by the Weave router's lifespan
             app.state.loom.extra.update(grpc_port=grpc_port, grpc_host=host)
     except LoomError as exc:

@@ -13,7 +13,8 @@
 
 The aliases (``/agents/...``, ``/runs/{run_id}...``, ``/runs/search``) read the same runs as the
 thread paths. A run found by its id alone must be one this process holds (running, or among the
-last finished ones); older runs are read through ``/threads/{thread_id}/runs/{run_id}``.
+last finished ones) or, on a ``--queue`` server, a queued run (any server finds those); older
+runs are read through ``/threads/{thread_id}/runs/{run_id}``.
 """
 
 from __future__ import annotations
@@ -36,10 +37,12 @@ from loom.server.langgraph_api import (
     _manager,
     _modes,
     _not_found,
+    _queued_run,
     _save_patch,
     _sse,
     _start_run,
     assistant_schemas,
+    cancel,
     get_assistant,
     search_assistants,
 )
@@ -97,16 +100,16 @@ def _default_agent(state: ServerState, body: StatelessRunCreate) -> str:
     )
 
 
-async def _start(state: ServerState, body: StatelessRunCreate) -> LgRun:
+async def _start(state: ServerState, body: StatelessRunCreate, background: bool = False) -> LgRun:
     name = _default_agent(state, body)
     if body.input is None and body.messages is not None:
         body = body.model_copy(update={"input": {"messages": body.messages}})
     if body.thread_id is not None:  # the Agent Protocol's run on a thread
-        return await _start_run(state, body.thread_id, body, name)
+        return await _start_run(state, body.thread_id, body, name, background=background)
     thread_id = str(uuid.uuid4())
     body = body.model_copy(update={"if_not_exists": "create"})
-    run = await _start_run(state, thread_id, body, name)
-    if body.on_completion == "delete":
+    run = await _start_run(state, thread_id, body, name, background=background)
+    if body.on_completion == "delete" and run.job_id is None:  # a queued run keeps its thread
 
         async def delete(run: LgRun) -> None:
             if run.stop_reason == "awaiting_approval":
@@ -121,8 +124,8 @@ async def _start(state: ServerState, body: StatelessRunCreate) -> LgRun:
     return run
 
 
-def _held(state: ServerState, run_id: str) -> LgRun:
-    run = _manager(state).get(run_id)
+async def _held(state: ServerState, run_id: str) -> LgRun:
+    run = _manager(state).get(run_id) or await _queued_run(state, run_id, None)
     if run is None:
         raise _not_found(
             f"no run {run_id!r} held by this server; read older runs with "
@@ -140,7 +143,7 @@ async def _wait_response(state: ServerState, run: LgRun) -> dict[str, Any]:
 # -- stateless runs (and the Agent Protocol's runs) -------------------------------------------
 @router.post("/runs", summary="Start a run without a thread (or on body.thread_id), background")
 async def create_stateless_run(request: Request, body: StatelessRunCreate) -> JSONResponse:
-    run = await _start(state_of(request), body)
+    run = await _start(state_of(request), body, background=True)
     return JSONResponse(run.to_dict(), headers=_locations(run))
 
 
@@ -181,13 +184,13 @@ async def search_runs(request: Request, body: RunSearch) -> list[dict[str, Any]]
 
 @router.get("/runs/{run_id}", summary="Get a run this server holds")
 async def get_run_by_id(request: Request, run_id: str) -> dict[str, Any]:
-    return _held(state_of(request), run_id).to_dict()
+    return (await _held(state_of(request), run_id)).to_dict()
 
 
 @router.get("/runs/{run_id}/wait", summary="Wait for a run's end: the run, its values, messages")
 async def wait_run_by_id(request: Request, run_id: str) -> dict[str, Any]:
     state = state_of(request)
-    run = _held(state, run_id)
+    run = await _held(state, run_id)
     await run.done.wait()
     return await _wait_response(state, run)
 
@@ -199,7 +202,7 @@ async def stream_run_by_id(
     stream_mode: list[str] | None = Query(None),
     last_event_id: str | None = Header(None, alias="Last-Event-ID"),
 ) -> Response:
-    run = _held(state_of(request), run_id)
+    run = await _held(state_of(request), run_id)
     modes = _modes(stream_mode, run.stream_modes)
     try:
         start = run.start_at(last_event_id)
@@ -210,18 +213,15 @@ async def stream_run_by_id(
 
 @router.post("/runs/{run_id}/cancel", status_code=204, summary="Cancel a run")
 async def cancel_run_by_id(request: Request, run_id: str, wait: bool = False) -> Response:
-    run = _held(state_of(request), run_id)
-    if run.active:
-        run.cancel.set()
-        if wait:
-            await run.done.wait()
+    state = state_of(request)
+    await cancel(state, await _held(state, run_id), wait)
     return Response(status_code=204)
 
 
 @router.delete("/runs/{run_id}", status_code=204, summary="Forget a finished run")
 async def delete_run_by_id(request: Request, run_id: str) -> Response:
     state = state_of(request)
-    run = _held(state, run_id)
+    run = await _held(state, run_id)
     if run.active:
         raise SessionBusy(f"run {run_id!r} is still running; cancel it first")
     _manager(state).runs.pop(run_id, None)

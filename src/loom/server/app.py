@@ -153,12 +153,19 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        queue = state.extra.get("run_queue")  # loom serve --queue: background runs are jobs
+        if queue is not None:
+            await queue.open()
         state.ready = True
         try:
             yield
         finally:
             state.ready, state.draining = False, True
-            await runtime.aclose()
+            try:
+                await runtime.aclose()
+            finally:
+                if queue is not None:
+                    await queue.close()
 
     app = FastAPI(
         title="Loom",

@@ -13,10 +13,15 @@ A run that parks on an approval ends with an ``__interrupt__`` (values / updates
 carries the pending calls; ``GET /threads/{id}/approvals`` lists them and
 ``POST /threads/{id}/approvals/{call_id}`` decides one, which resumes the turn as a new run
 once every pending call is decided. ``command: {"resume": ...}`` on a run does the same.
+
+On a ``loom serve --queue`` server, background runs (``POST /threads/{id}/runs``, ``POST
+/runs``) are jobs of the queue that ``loom worker`` processes run; every server reads, streams
+and cancels them by their run id (``loom.server.queued``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -28,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from loom.agent import Agent
-from loom.errors import InputError, SessionBusy
+from loom.errors import ConfigurationError, InputError, SessionBusy
 from loom.events import AgentFinish
 from loom.messages import Message
 from loom.server.app import ServerState, state_of
@@ -41,7 +46,8 @@ from loom.server.lg_runs import (
     query_interrupts,
     run_status,
 )
-from loom.store.base import SessionInfo
+from loom.server.queued import RUNS_NAMESPACE, JournalTail, RunQueue
+from loom.store.base import KVStore, SessionInfo
 
 __all__ = ["router"]
 
@@ -286,9 +292,25 @@ def _modes(stream_mode: str | list[str] | None, default: list[str]) -> list[str]
     return modes
 
 
+_background: set[asyncio.Future[Any]] = set()  # aborts sent after a client went (kept alive)
+
+
+def _queue(state: ServerState) -> RunQueue | None:
+    """The run queue of a ``loom serve --queue`` server (None: background runs run here)."""
+    queue = state.extra.get("run_queue")
+    return queue if isinstance(queue, RunQueue) else None
+
+
 async def _start_run(
-    state: ServerState, thread_id: str, body: _RunFields, assistant_id: str | None = None
+    state: ServerState,
+    thread_id: str,
+    body: _RunFields,
+    assistant_id: str | None = None,
+    *,
+    background: bool = False,
 ) -> LgRun:
+    """Start a run on ``thread_id``: here, or (a background run on a ``--queue`` server) as a
+    job of the queue."""
     agent = _agent(state, assistant_id or getattr(body, "assistant_id", None) or "")
     modes = _modes(body.stream_mode, ["values"])
     store = state.runtime.store
@@ -301,6 +323,9 @@ async def _start_run(
             )
         await store.create_session(thread_id, agent_name=agent.name)
     manager = _manager(state)
+    queue = _queue(state)
+    if queue is not None and background and not body.command:
+        return await _enqueue(state, queue, thread_id, agent, body, modes)
     if body.multitask_strategy == "reject" and manager.active_on(thread_id):
         raise SessionBusy(
             f"thread {thread_id!r} is running a run; wait for it (GET .../runs/{{id}}/join), "
@@ -331,6 +356,98 @@ async def _start_run(
     return run
 
 
+async def _enqueue(
+    state: ServerState,
+    queue: RunQueue,
+    thread_id: str,
+    agent: Agent,
+    body: _RunFields,
+    modes: list[str],
+) -> LgRun:
+    """A background run as a job of the queue; this server tails it like any other."""
+    message = _last_human(body.input)
+    if message is None:
+        raise InputError('a run needs input {"messages": [...]} or command {"resume": ...}')
+    manager = _manager(state)
+    strategy = body.multitask_strategy
+    live = await queue.live_jobs(thread_id)
+    here = [r for r in manager.active_on(thread_id) if r.job_id is None]  # turns of this server
+    busy = live or here
+    if strategy == "reject" and busy:
+        raise SessionBusy(
+            f"thread {thread_id!r} has a run queued or running; wait for it "
+            '(GET .../runs/{id}/join), or use multitask_strategy "enqueue" or "interrupt"'
+        )
+    if strategy in ("interrupt", "rollback"):  # stop what runs; the new job waits for its end
+        for job in live:
+            await queue.abort(job)
+        for other in here:
+            other.cancel.set()
+    patch = await _metadata_patch(state, thread_id)
+    if patch.get("assistant_id") != agent.name:
+        await _save_patch(state, thread_id, {**patch, "assistant_id": agent.name,
+                                             "graph_id": agent.name})  # fmt: skip
+    run = LgRun(f"run_{uuid.uuid4().hex}", thread_id, agent.name, strategy, modes,
+                metadata=dict(body.metadata or {}), on_disconnect=body.on_disconnect)  # fmt: skip
+    run.job_id = await queue.enqueue(agent.name, thread_id, message, run.run_id)
+    # before the client hears of the run id: any server it asks finds the job by it
+    await _kv(state).put_value(RUNS_NAMESPACE, run.run_id, {
+        "thread_id": thread_id, "assistant_id": agent.name, "job": run.job_id,
+        "created_at": run.created_at.isoformat(), "multitask_strategy": strategy,
+        "metadata": run.metadata, "stream_mode": modes, "on_disconnect": body.on_disconnect,
+    })  # fmt: skip
+    _tail(state, queue, run)
+    return run
+
+
+def _kv(state: ServerState) -> KVStore:
+    kv = state.runtime.capabilities.kv
+    if kv is None:
+        raise ConfigurationError("--queue needs a store with key-value data (PostgreSQL)")
+    return kv
+
+
+def _tail(state: ServerState, queue: RunQueue, run: LgRun) -> JournalTail:
+    assert run.job_id is not None
+    job = run.job_id
+    run.abort = lambda: queue.abort(job)
+    tail = JournalTail(queue, state.runtime.store, _kv(state), run, job)
+    _manager(state).attach(run, tail)
+    return tail
+
+
+async def _queued_run(state: ServerState, run_id: str, thread_id: str | None) -> LgRun | None:
+    """A queued run this process does not hold, followed from the journal from now on."""
+    queue = _queue(state)
+    if queue is None:
+        return None
+    mapping = await _kv(state).get_value(RUNS_NAMESPACE, run_id)
+    if not isinstance(mapping, dict) or mapping.get("job") is None:
+        return None
+    if thread_id is not None and mapping["thread_id"] != thread_id:
+        return None
+    run = LgRun(run_id, mapping["thread_id"], mapping["assistant_id"],
+                mapping["multitask_strategy"], list(mapping["stream_mode"]),
+                metadata=dict(mapping["metadata"]), on_disconnect=mapping["on_disconnect"],
+                job_id=int(mapping["job"]))  # fmt: skip
+    run.created_at = datetime.fromisoformat(mapping["created_at"])
+    tail = _tail(state, queue, run)
+    await tail.caught_up.wait()  # its status is current before anyone reads it
+    return run
+
+
+async def cancel(state: ServerState, run: LgRun, wait: bool) -> None:
+    """Cancel ``run`` wherever it runs: here (the turn's cancel) or on a worker (the job's
+    abort), and with ``wait`` until it ended."""
+    if not run.active:
+        return
+    stopping = run.stop()
+    if stopping is not None:
+        await stopping
+    if wait:
+        await run.done.wait()
+
+
 def _locations(run: LgRun) -> dict[str, str]:
     base = f"/threads/{run.thread_id}/runs/{run.run_id}"
     return {"Location": f"{base}/stream", "Content-Location": base}
@@ -348,7 +465,10 @@ def _sse(run: LgRun, start: int, modes: list[str], cancel_on_disconnect: bool) -
             finished = True
         finally:
             if not finished and cancel_on_disconnect and run.active:
-                run.cancel.set()
+                stopping = run.stop()
+                if stopping is not None:  # a queued run: its job is aborted in the background
+                    _background.add(asyncio.ensure_future(stopping))
+                    _background.difference_update([t for t in _background if t.done()])
 
     headers = {**_locations(run), "Cache-Control": "no-store"}
     return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
@@ -376,6 +496,9 @@ async def _find_run(state: ServerState, thread_id: str, run_id: str) -> LgRun:
     run = manager.get(run_id)
     if run is not None and run.thread_id == thread_id:
         return run
+    queued = await _queued_run(state, run_id, thread_id)
+    if queued is not None:
+        return queued
     info = await _session(state, thread_id)
     assistant = (await _metadata(state, info)).get("assistant_id") or info.agent_name
     replayed = await manager.replay(thread_id, run_id, str(assistant))
@@ -542,7 +665,7 @@ async def thread_history(
 # -- runs -------------------------------------------------------------------------------------
 @router.post("/threads/{thread_id}/runs", summary="Start a background run")
 async def create_run(request: Request, thread_id: str, body: RunCreate) -> JSONResponse:
-    run = await _start_run(state_of(request), thread_id, body)
+    run = await _start_run(state_of(request), thread_id, body, background=True)
     return JSONResponse(run.to_dict(), headers=_locations(run))
 
 
@@ -634,11 +757,8 @@ async def cancel_run(
     wait: bool = False,
     action: Literal["interrupt", "rollback"] = "interrupt",
 ) -> Response:
-    run = await _find_run(state_of(request), thread_id, run_id)
-    if run.active:
-        run.cancel.set()
-        if wait:
-            await run.done.wait()
+    state = state_of(request)
+    await cancel(state, await _find_run(state, thread_id, run_id), wait)
     return Response(status_code=204)
 
 

@@ -266,6 +266,8 @@ class LgRun:
     maker: FrameMaker | None = None
     final: dict[str, Any] | None = None  # final values kept past the thread (stateless runs)
     on_end: Callable[[LgRun], Awaitable[None]] | None = None  # before ``done`` is set
+    job_id: int | None = None  # a queued run: its job (another process executes it)
+    abort: Callable[[], Awaitable[Any]] | None = None  # a queued run: abort its job
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -280,6 +282,14 @@ class LgRun:
         self.updated_at = datetime.now(UTC)
         self._wake.set()
         self._wake = asyncio.Event()
+
+    def stop(self) -> Awaitable[Any] | None:
+        """Ask the run to stop: a turn here at its next step, a queued run's job by abort
+        (returned: await it)."""
+        if self.abort is not None:
+            return self.abort()
+        self.cancel.set()
+        return None
 
     def finish(self) -> None:
         self.done.set()
@@ -360,6 +370,28 @@ class RunManager:
         run.add([Frame(None, "metadata", {"run_id": run.run_id, "attempt": 1})])
         run.task = asyncio.ensure_future(self._execute(run, turn))
         self._evict()
+
+    def attach(self, run: LgRun, feed: Callable[[LgRun], Awaitable[None]]) -> None:
+        """Hold ``run``, fed by ``feed`` (a queued run's journal tail) instead of a turn."""
+        self.runs[run.run_id] = run
+        ids = self.by_thread.setdefault(run.thread_id, [])
+        if run.run_id not in ids:
+            ids.append(run.run_id)
+        run.add([Frame(None, "metadata", {"run_id": run.run_id, "attempt": 1})])
+        run.task = asyncio.ensure_future(self._feed(run, feed))
+        self._evict()
+
+    async def _feed(self, run: LgRun, feed: Callable[[LgRun], Awaitable[None]]) -> None:
+        try:
+            await feed(run)
+        except Exception as exc:  # lost track of it: say so, and let the next reader tail anew
+            log.exception("following run %s failed", run.run_id)
+            run.add([Frame(None, "error", {"error": type(exc).__name__, "message": str(exc)})])
+            self.runs.pop(run.run_id, None)
+        finally:
+            if not run.done.is_set():
+                run.add([Frame(None, "end", {"run_id": run.run_id, "status": run.status})])
+                run.finish()
 
     async def _execute(self, run: LgRun, turn: Any) -> None:
         maker = run.maker

@@ -75,7 +75,11 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
-__all__ = ["PostgresStore"]
+__all__ = ["EVENTS_CHANNEL", "PostgresStore"]
+
+EVENTS_CHANNEL = "loom_events"
+"""The LISTEN/NOTIFY channel an append with events notifies, payload = the session id (sent at
+its commit, by PostgreSQL): servers tail runs other processes execute with it."""
 
 T = TypeVar("T")
 _RETRIES = 5  # transient conflicts (two lease-less writers numbering rows, serialisation)
@@ -475,6 +479,8 @@ class PostgresStore:
             else:
                 statements.append((q.INSERT_LEDGER, params))
                 statements.append((q.CLOSE_CALL, (session_id, led.run_id, led.tool_call_id)))
+        if ev_rows:  # tell tailing servers; PostgreSQL delivers it only if this commits
+            statements.append(("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, session_id)))
         if run_row is not None:
             if run_row.status == "running":
                 statements.append((q.INSERT_RUN_OPEN, (session_id, *run_row)))

@@ -20,6 +20,7 @@ __all__ = [
     "job_state",
     "kv_of",
     "make_app",
+    "session_lock",
 ]  # fmt: skip
 
 RUN_TASK = "loom.run_turn"
@@ -80,14 +81,25 @@ async def enqueue_run(
     *,
     queue: str = "loom",
     priority: int = 0,
+    run_id: str | None = None,
 ) -> int:
     """Queue one turn of ``agent`` on ``session_id`` with ``message``; return the job id.
 
     Turns of one session run one after another in the order queued (the job's procrastinate
-    ``lock`` is the session), on whichever worker is free."""
-    deferrer = app.configure_task(RUN_TASK, lock=f"loom-session:{session_id}", queue=queue,
+    ``lock`` is the session), on whichever worker is free. ``run_id`` names the run its first
+    attempt makes (a retry's is ``<run_id>-a<attempt>``), so a server can hand the id out
+    before any worker took the job; without it, attempts are ``run_j<job>a<attempt>``."""
+    deferrer = app.configure_task(RUN_TASK, lock=session_lock(session_id), queue=queue,
                                   priority=priority)  # fmt: skip
-    return int(await deferrer.defer_async(agent=agent, session_id=session_id, message=message))
+    extra = {} if run_id is None else {"run_id": run_id}
+    return int(
+        await deferrer.defer_async(agent=agent, session_id=session_id, message=message, **extra)
+    )
+
+
+def session_lock(session_id: str) -> str:
+    """The procrastinate ``lock`` of a session's jobs (one of them runs at a time)."""
+    return f"loom-session:{session_id}"
 
 
 async def abort_run(app: procrastinate.App, job_id: int) -> bool:

@@ -84,9 +84,10 @@ async def _save(ctx: WorkerContext, job_id: int, record: dict[str, Any]) -> None
 
 
 async def run_turn(
-    context: JobContext, agent: str, session_id: str, message: str
+    context: JobContext, agent: str, session_id: str, message: str, run_id: str | None = None
 ) -> dict[str, Any]:
-    """Run (or, on a retry, finish) one queued turn; returns the job's record."""
+    """Run (or, on a retry, finish) one queued turn; returns the job's record. ``run_id`` (a
+    server's queued run) names the first attempt's run; later attempts derive from it."""
     ctx = _CONTEXT
     if ctx is None:
         raise ConfigurationError("loom.run_turn runs only in a `loom worker` process")
@@ -127,7 +128,10 @@ async def run_turn(
         record.update(status="failed", error=str(exc))
         await _save(ctx, job_id, record)
         raise
-    run_id = f"run_j{job_id}a{len(runs) + 1}"
+    if run_id is None:
+        run_id = f"run_j{job_id}a{len(runs) + 1}"
+    elif runs:  # a retry: its own run, named after the client's
+        run_id = f"{run_id}-a{len(runs) + 1}"
     record["runs"] = [*runs, run_id]
     await _save(ctx, job_id, record)  # before the run starts: a retry must know of it
     turn = ctx.runtime.prepare(a, None if committed else message, session_id, "queue", None,

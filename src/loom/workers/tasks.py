@@ -104,8 +104,8 @@ async def run_turn(
         await take_over(store, session_id, runs, ctx.runtime.lease_ttl)
     finished: AgentFinish | None = None
     committed = False
-    for run_id in runs:
-        for event in await store.load_events(session_id, run_id):
+    for earlier in runs:  # not `run_id`: that is the client's name for the first attempt
+        for event in await store.load_events(session_id, earlier):
             if isinstance(event, AgentFinish):
                 finished = event
             elif event.type == EventType.USER_MESSAGE:

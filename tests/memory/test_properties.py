@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from loom import Agent, Message, ToolCall
@@ -156,6 +156,10 @@ async def simulate(
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# found by hypothesis: 1380 raw tokens * 1.35 is 1863.0000000000002 in floating point, and the
+# scaled estimate came out one token over the 1863-token budget
+@example(turns=[(120, [[459]], 1)], window=3486, reserve_share=0.46575099121900065, mode="ok",
+         scale=1.35, l2=None, keep=0)  # fmt: skip
 @given(
     turns=st.lists(turn, min_size=1, max_size=12),
     window=st.integers(min_value=700, max_value=8000),

@@ -340,4 +340,6 @@ class MessageCounter:
 
     def scaled(self, raw: int) -> int:
         s = self.scale
-        return raw if s == 1.0 else math.ceil(raw * s)
+        # rounded before the ceiling: 1380 * 1.35 is 1863.0000000000002 in floating point, and
+        # the budget (floor(1863 / 1.35) = 1380 raw tokens) must scale back to 1863, not 1864
+        return raw if s == 1.0 else math.ceil(round(raw * s, 6))

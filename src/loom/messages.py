@@ -36,6 +36,7 @@ StopReason = Literal[
     "awaiting_approval",  # a tool call waits for a human decision; resume later
     "awaiting_input",  # the model asked the client something (a server query); answer it
     "model_error",  # the model provider failed after its retries
+    "budget",  # a crew's tree-wide budget refused a model call or a spawn; see ``error``
     "error",  # a fatal hook or an internal error; see the ERROR event
 ]
 """Why a run ended. ``RunResult.stop_reason`` is always one of these."""

@@ -66,6 +66,7 @@ _STATUS = {
     "crashed": "interrupted",  # the process died mid-run; a later turn recovered it
     "timeout": "timeout",
     "model_error": "error",
+    "budget": "error",  # a crew's budget stopped it
     "error": "error",
 }
 

@@ -317,7 +317,9 @@ class Runner:
             inflight += 1
             try:
                 self.scope.check_spawn_width(inflight)
-                res = await self.run_member(worker, args["task"], f"{path}/{worker}", "brief", [])
+                res = await self.run_member(
+                    worker, args["task"], f"{path}/{m.manager}/{worker}", "brief", []
+                )
             finally:
                 inflight -= 1
             if not res.ok:

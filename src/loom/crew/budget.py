@@ -36,8 +36,9 @@ class Budget:
         cost_usd: Dollars, priced with ``prices`` (model name -> (input, output) USD per
             million tokens). A model without a price is refused when this is set.
         wall_seconds: Wall-clock seconds from the crew's start.
-        max_depth: How deep crews may nest: 1 (the default) lets a crew run its members but
-            no member spawn a crew of its own (nested spawning is off by default).
+        max_depth: How many levels of member runs may sit below the crew that sets it: 1 (the
+            default) lets a crew run its members but no member spawn a crew of its own
+            (nested spawning is off by default); a nested crew's own budget caps further.
         max_fan_out: The most member runs one step may start at once (a parallel step's
             width, a graph's ready set, the delegations in one manager answer).
         max_spawns: Member runs in the whole tree (loops and delegations count each run).
@@ -131,9 +132,10 @@ class BudgetScope:
         chain = self.chain()
         for scope in chain:
             b = scope.budget
-            if depth > b.max_depth:
-                raise self._refuse("depth", f"depth budget: a member at depth {depth} exceeds "
-                                   f"max_depth={b.max_depth} (nested spawning is off unless "
+            if depth - scope.depth > b.max_depth:  # depth below the crew that set the limit
+                raise self._refuse("depth", f"depth budget: a member {depth - scope.depth} "
+                                   f"levels below crew depth {scope.depth} exceeds max_depth="
+                                   f"{b.max_depth} (nested spawning is off unless "
                                    "Budget(max_depth=...) allows it)")  # fmt: skip
             if scope.spawns + 1 > b.max_spawns:
                 raise self._refuse("spawns", f"spawn budget: member run {scope.spawns + 1} "

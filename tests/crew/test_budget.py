@@ -47,11 +47,15 @@ async def test_a_tree_wide_token_budget_stops_a_runaway_manager() -> None:
         worker_calls += 1
         return used(100, "result")
 
-    manager = Agent(name="lead", model=FunctionModel(lead), max_iterations=1000,
-                    max_tool_calls=1000)  # fmt: skip
-    crew = Crew("h", members={"lead": manager, "w": Agent(name="w", model=FunctionModel(work))},
-                plan=Manager("lead", workers=["w"], max_delegations=1000),
-                budget=Budget(tokens=450))  # fmt: skip
+    manager = Agent(
+        name="lead", model=FunctionModel(lead), max_iterations=1000, max_tool_calls=1000
+    )
+    crew = Crew(
+        "h",
+        members={"lead": manager, "w": Agent(name="w", model=FunctionModel(work))},
+        plan=Manager("lead", workers=["w"], max_delegations=1000),
+        budget=Budget(tokens=450),
+    )
 
     res = await asyncio.wait_for(crew.run("go"), 20)
 
@@ -66,10 +70,18 @@ async def test_a_tree_wide_token_budget_stops_a_runaway_manager() -> None:
 async def test_an_exhausted_parent_refuses_a_child_that_has_budget_of_its_own() -> None:
     first = scripted("first", used(1000, "spent it all"))
     second = scripted("second", "never")
-    inner = Crew("inner", members={"second": second}, plan="second",
-                 budget=Budget(tokens=1_000_000, max_depth=2))  # fmt: skip
-    crew = Crew("outer", members={"first": first, "team": inner},
-                plan=Sequential("first", "team"), budget=Budget(tokens=500, max_depth=2))  # fmt: skip
+    inner = Crew(
+        "inner",
+        members={"second": second},
+        plan="second",
+        budget=Budget(tokens=1_000_000, max_depth=2),
+    )
+    crew = Crew(
+        "outer",
+        members={"first": first, "team": inner},
+        plan=Sequential("first", "team"),
+        budget=Budget(tokens=500, max_depth=2),
+    )
 
     res = await crew.run("go")
 
@@ -101,8 +113,11 @@ async def test_a_cost_budget_refuses_a_model_it_cannot_price() -> None:
 
 
 async def test_a_cost_budget_stops_spending_once_spent() -> None:
-    member = scripted("m", ModelResponse(tool_calls=[ToolCall(name="noop")],
-                                         usage=Usage(input_tokens=3, requests=1)), "never")  # fmt: skip
+    member = scripted(
+        "m",
+        ModelResponse(tool_calls=[ToolCall(name="noop")], usage=Usage(input_tokens=3, requests=1)),
+        "never",
+    )
 
     @tool
     def noop() -> str:
@@ -141,8 +156,7 @@ async def test_nested_crews_run_when_depth_allows_and_paths_nest() -> None:
 
 async def test_a_fan_out_wider_than_allowed_starts_nothing() -> None:
     members = {n: scripted(n, "x") for n in ("a", "b", "c")}
-    crew = Crew("p", members=members, plan=Parallel("a", "b", "c"),
-                budget=Budget(max_fan_out=2))  # fmt: skip
+    crew = Crew("p", members=members, plan=Parallel("a", "b", "c"), budget=Budget(max_fan_out=2))
     res = await crew.run("go")
     assert res.stop_reason == "budget" and res.budget == "fan_out"
     assert res.members == [] and all(calls_of(m) == 0 for m in members.values())
@@ -156,7 +170,7 @@ async def test_a_manager_fanning_out_too_wide_is_stopped() -> None:
 
     async def closed() -> None:
         while scope.exhausted is None:
-            await asyncio.sleep(0)  # yields to the other tasks; no timing involved
+            await asyncio.sleep(0)  # noqa: ASYNC110 -- the scope has no event to wait on
 
     @tool
     async def hold() -> str:
@@ -164,14 +178,33 @@ async def test_a_manager_fanning_out_too_wide_is_stopped() -> None:
         await asyncio.wait_for(closed(), 5)
         return "held"
 
-    lead = scripted("lead", ModelResponse(tool_calls=[
-        ToolCall(name="delegate", arguments={"member": "w", "task": str(i)}) for i in range(3)
-    ]), "never")  # fmt: skip
-    worker = Agent(name="w", tools=[hold], model=FunctionModel(
-        lambda m, t: "done" if m[-1].role == "tool" else ModelResponse(
-            tool_calls=[ToolCall(name="hold")])))  # fmt: skip
-    crew = Crew("h", members={"lead": lead, "w": worker}, plan=Manager("lead", ["w"]),
-                budget=Budget(max_fan_out=2))  # fmt: skip
+    lead = scripted(
+        "lead",
+        ModelResponse(
+            tool_calls=[
+                ToolCall(name="delegate", arguments={"member": "w", "task": str(i)})
+                for i in range(3)
+            ]
+        ),
+        "never",
+    )
+    worker = Agent(
+        name="w",
+        tools=[hold],
+        model=FunctionModel(
+            lambda m, t: (
+                "done"
+                if m[-1].role == "tool"
+                else ModelResponse(tool_calls=[ToolCall(name="hold")])
+            )
+        ),
+    )
+    crew = Crew(
+        "h",
+        members={"lead": lead, "w": worker},
+        plan=Manager("lead", ["w"]),
+        budget=Budget(max_fan_out=2),
+    )
 
     res = await asyncio.wait_for(crew.execute(Runtime(), "go", scope=scope), 20)
 
@@ -183,8 +216,9 @@ async def test_a_manager_fanning_out_too_wide_is_stopped() -> None:
 
 async def test_the_spawn_budget_stops_a_loop() -> None:
     worker = scripted("w", *["again"] * 10)
-    crew = Crew("l", members={"w": worker}, plan=Loop("w", max_iterations=10),
-                budget=Budget(max_spawns=3))  # fmt: skip
+    crew = Crew(
+        "l", members={"w": worker}, plan=Loop("w", max_iterations=10), budget=Budget(max_spawns=3)
+    )
     res = await crew.run("go")
     assert res.stop_reason == "budget" and res.budget == "spawns"
     assert calls_of(worker) == 3
@@ -199,8 +233,7 @@ async def test_the_wall_time_budget_stops_a_member_that_hangs() -> None:
         await never.wait()
         return "unreachable"
 
-    member = scripted("m", ModelResponse(tool_calls=[ToolCall(name="hang")]), "never",
-                      tools=[hang])  # fmt: skip
+    member = scripted("m", ModelResponse(tool_calls=[ToolCall(name="hang")]), "never", tools=[hang])
     crew = Crew("c", members={"m": member}, plan="m", budget=Budget(wall_seconds=0.3))
     res = await asyncio.wait_for(crew.run("go"), 20)
     assert res.stop_reason == "budget" and res.budget == "wall_seconds"
@@ -213,9 +246,14 @@ async def test_a_member_stopped_by_the_budget_records_stop_reason_budget() -> No
         """Nothing."""
         return "ok"
 
-    member = scripted("m", ModelResponse(tool_calls=[ToolCall(name="noop")],
-                                         usage=Usage(input_tokens=100, requests=1)), "never",
-                      tools=[noop])  # fmt: skip
+    member = scripted(
+        "m",
+        ModelResponse(
+            tool_calls=[ToolCall(name="noop")], usage=Usage(input_tokens=100, requests=1)
+        ),
+        "never",
+        tools=[noop],
+    )
     runtime = Runtime()
     crew = Crew("c", members={"m": member}, plan="m", budget=Budget(tokens=50))
     res = await crew.run("go", session_id="s1", runtime=runtime)
@@ -227,9 +265,13 @@ async def test_a_member_stopped_by_the_budget_records_stop_reason_budget() -> No
 
 @pytest.mark.parametrize(
     ("kwargs", "field"),
-    [({"tokens": 0}, "budget.tokens"), ({"max_depth": 0}, "budget.max_depth"),
-     ({"wall_seconds": -1}, "budget.wall_seconds"), ({"max_spawns": 1.5}, "budget.max_spawns")],
-)  # fmt: skip
+    [
+        ({"tokens": 0}, "budget.tokens"),
+        ({"max_depth": 0}, "budget.max_depth"),
+        ({"wall_seconds": -1}, "budget.wall_seconds"),
+        ({"max_spawns": 1.5}, "budget.max_spawns"),
+    ],
+)
 def test_bad_budgets_name_the_field(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(CrewDefinitionError) as info:
         Budget(**kwargs)

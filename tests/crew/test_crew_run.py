@@ -29,8 +29,11 @@ async def test_sequential_members_run_in_child_sessions_with_the_crew_run_as_par
     runtime = Runtime()
     researcher = scripted("researcher", "notes: anemones live in tide pools")
     writer = scripted("writer", "a post about anemones")
-    crew = Crew("blog", members={"researcher": researcher, "writer": writer},
-                plan=Sequential("researcher", Step("writer", task="Write a post from: {input}")))  # fmt: skip
+    crew = Crew(
+        "blog",
+        members={"researcher": researcher, "writer": writer},
+        plan=Sequential("researcher", Step("writer", task="Write a post from: {input}")),
+    )
 
     res = await crew.run("tide pools", session_id="s1", runtime=runtime)
 
@@ -55,8 +58,11 @@ async def test_sequential_members_run_in_child_sessions_with_the_crew_run_as_par
 
 async def test_the_crew_session_journal_records_what_each_member_was_handed() -> None:
     runtime = Runtime()
-    crew = Crew("blog", members={"a": scripted("a", "first"), "b": scripted("b", "second")},
-                plan=Sequential("a", Step("b", context="full")))  # fmt: skip
+    crew = Crew(
+        "blog",
+        members={"a": scripted("a", "first"), "b": scripted("b", "second")},
+        plan=Sequential("a", Step("b", context="full")),
+    )
 
     res = await crew.run("go", session_id="s1", runtime=runtime)
 
@@ -69,7 +75,9 @@ async def test_the_crew_session_journal_records_what_each_member_was_handed() ->
     assert starts[0].context == "go"
     assert starts[1].context == "From blog/a:\nuser: go\nassistant: first"
     assert [(f.path, f.stop_reason, f.output) for f in finishes] == [
-        ("blog/a", "completed", "first"), ("blog/b", "completed", "second")]  # fmt: skip
+        ("blog/a", "completed", "first"),
+        ("blog/b", "completed", "second"),
+    ]
     assert starts[1].child_run_id == res.members[1].run_id
     assert isinstance(events[0], AgentStart) and events[0].message_text == "go"
     assert isinstance(events[-1], AgentFinish) and events[-1].output == "second"
@@ -80,10 +88,12 @@ async def test_the_crew_session_journal_records_what_each_member_was_handed() ->
 
 
 async def test_usage_is_reported_per_member_and_in_total() -> None:
-    a = scripted("a", ModelResponse(text="x", usage=Usage(input_tokens=10, output_tokens=5,
-                                                          requests=1)))  # fmt: skip
-    b = scripted("b", ModelResponse(text="y", usage=Usage(input_tokens=7, output_tokens=3,
-                                                          requests=1)))  # fmt: skip
+    a = scripted(
+        "a", ModelResponse(text="x", usage=Usage(input_tokens=10, output_tokens=5, requests=1))
+    )
+    b = scripted(
+        "b", ModelResponse(text="y", usage=Usage(input_tokens=7, output_tokens=3, requests=1))
+    )
     crew = Crew("c", members={"a": a, "b": b}, plan=Sequential("a", "b"))
 
     res = await crew.run("go")
@@ -96,8 +106,11 @@ async def test_usage_is_reported_per_member_and_in_total() -> None:
 
 
 async def test_stream_yields_every_members_events_tagged_with_its_path() -> None:
-    crew = Crew("c", members={"a": scripted("a", "one two"), "b": scripted("b", "three")},
-                plan=Sequential("a", "b"))  # fmt: skip
+    crew = Crew(
+        "c",
+        members={"a": scripted("a", "one two"), "b": scripted("b", "three")},
+        plan=Sequential("a", "b"),
+    )
 
     events = [e async for e in crew.stream("go", session_id="s1", runtime=Runtime())]
 
@@ -128,8 +141,11 @@ async def test_a_member_that_raises_is_a_recorded_result_and_the_pipeline_stops(
         raise RuntimeError("the member's code is broken")
 
     after = scripted("after", "never")
-    crew = Crew("c", members={"bad": Agent(name="bad", model=FunctionModel(explode)),
-                              "after": after}, plan=Sequential("bad", "after"))  # fmt: skip
+    crew = Crew(
+        "c",
+        members={"bad": Agent(name="bad", model=FunctionModel(explode)), "after": after},
+        plan=Sequential("bad", "after"),
+    )
     runtime = Runtime()
 
     res = await crew.run("go", session_id="s1", runtime=runtime)

@@ -80,8 +80,11 @@ async def test_parallel_results_come_in_declared_order_not_finishing_order() -> 
 
 async def test_a_parallel_failure_is_reported_and_the_others_still_run() -> None:
     ok1, ok2 = scripted("ok1", "one"), scripted("ok2", "two")
-    crew = Crew("p", members={"ok1": ok1, "bad": Agent(name="bad", model=FunctionModel(fails)),
-                              "ok2": ok2}, plan=Parallel("ok1", "bad", "ok2"))  # fmt: skip
+    crew = Crew(
+        "p",
+        members={"ok1": ok1, "bad": Agent(name="bad", model=FunctionModel(fails)), "ok2": ok2},
+        plan=Parallel("ok1", "bad", "ok2"),
+    )
 
     res = await crew.run("go")
 
@@ -89,7 +92,10 @@ async def test_a_parallel_failure_is_reported_and_the_others_still_run() -> None
     assert "## ok1\none" in res.output and "## ok2\ntwo" in res.output
     assert "## bad\n(failed: p/bad stopped with error" in res.output
     assert {m.path: m.stop_reason for m in res.members} == {
-        "p/ok1": "completed", "p/bad": "error", "p/ok2": "completed"}  # fmt: skip
+        "p/ok1": "completed",
+        "p/bad": "error",
+        "p/ok2": "completed",
+    }
 
 
 async def test_parallel_fail_fast_cancels_the_rest() -> None:
@@ -102,21 +108,25 @@ async def test_parallel_fail_fast_cancels_the_rest() -> None:
         return "unreachable"
 
     slow = scripted("slow", call("block"), "never", tools=[block])
-    crew = Crew("p", members={"slow": slow, "bad": Agent(name="bad", model=FunctionModel(fails))},
-                plan=Parallel("slow", "bad", fail_fast=True))  # fmt: skip
+    crew = Crew(
+        "p",
+        members={"slow": slow, "bad": Agent(name="bad", model=FunctionModel(fails))},
+        plan=Parallel("slow", "bad", fail_fast=True),
+    )
 
     res = await asyncio.wait_for(crew.run("go"), 20)
 
     assert res.stop_reason == "error"
-    assert {m.path: m.stop_reason for m in res.members} == {
-        "p/slow": "cancelled", "p/bad": "error"}  # fmt: skip
+    assert {m.path: m.stop_reason for m in res.members} == {"p/slow": "cancelled", "p/bad": "error"}
 
 
 # -- router --------------------------------------------------------------------------------------
 async def test_a_router_predicate_picks_the_branch() -> None:
     billing, tech = scripted("billing", "refund issued"), scripted("tech", "reboot it")
-    plan = Router({"billing": "billing", "tech": "tech"},
-                  route=lambda text: "billing" if "refund" in text else "tech")  # fmt: skip
+    plan = Router(
+        {"billing": "billing", "tech": "tech"},
+        route=lambda text: "billing" if "refund" in text else "tech",
+    )
     crew = Crew("r", members={"billing": billing, "tech": tech}, plan=plan)
 
     assert (await crew.run("I want a refund")).output == "refund issued"
@@ -133,8 +143,11 @@ async def test_a_model_router_can_only_choose_among_the_declared_branch_names() 
 
     triage = Agent(name="triage", model=FunctionModel(choose))
     billing, tech = scripted("billing", "refund issued"), scripted("tech", "reboot it")
-    crew = Crew("r", members={"triage": triage, "billing": billing, "tech": tech},
-                plan=Router({"billing": "billing", "tech": "tech"}, by="triage"))  # fmt: skip
+    crew = Crew(
+        "r",
+        members={"triage": triage, "billing": billing, "tech": tech},
+        plan=Router({"billing": "billing", "tech": "tech"}, by="triage"),
+    )
 
     res = await crew.run("black screen")
 
@@ -146,8 +159,11 @@ async def test_a_model_router_can_only_choose_among_the_declared_branch_names() 
 async def test_a_router_naming_no_branch_is_a_recorded_failure_not_a_run() -> None:
     triage = scripted("triage", call("choose_branch", branch="sales"), "I pick sales")
     billing = scripted("billing", "never")
-    crew = Crew("r", members={"triage": triage, "billing": billing},
-                plan=Router({"billing": "billing"}, by="triage"))  # fmt: skip
+    crew = Crew(
+        "r",
+        members={"triage": triage, "billing": billing},
+        plan=Router({"billing": "billing"}, by="triage"),
+    )
     runtime = Runtime()
 
     res = await crew.run("hello", runtime=runtime)
@@ -163,8 +179,11 @@ async def test_a_router_naming_no_branch_is_a_recorded_failure_not_a_run() -> No
 async def test_a_router_default_runs_when_the_choice_names_no_branch() -> None:
     triage = scripted("triage", "no tool call at all")
     other = scripted("other", "handled")
-    crew = Crew("r", members={"triage": triage, "other": other},
-                plan=Router({"other": "other"}, by="triage", default="other"))  # fmt: skip
+    crew = Crew(
+        "r",
+        members={"triage": triage, "other": other},
+        plan=Router({"other": "other"}, by="triage", default="other"),
+    )
     res = await crew.run("hello")
     assert res.output == "handled" and res.warnings
 
@@ -172,8 +191,11 @@ async def test_a_router_default_runs_when_the_choice_names_no_branch() -> None:
 # -- loop ----------------------------------------------------------------------------------------
 async def test_a_loop_runs_until_its_condition() -> None:
     writer = scripted("writer", "draft 1", "draft 2", "FINAL draft", "never")
-    crew = Crew("l", members={"writer": writer},
-                plan=Loop("writer", until=lambda out: "FINAL" in out, max_iterations=5))  # fmt: skip
+    crew = Crew(
+        "l",
+        members={"writer": writer},
+        plan=Loop("writer", until=lambda out: "FINAL" in out, max_iterations=5),
+    )
     res = await crew.run("write")
     assert res.output == "FINAL draft" and len(res.members) == 3
 
@@ -202,8 +224,9 @@ async def test_a_loop_stops_at_max_iterations_and_says_so() -> None:
 
 async def test_a_loop_without_its_exit_tool_offers_none() -> None:
     worker = scripted("w", "a", "DONE")
-    crew = Crew("l", members={"w": worker},
-                plan=Loop("w", until=lambda o: o == "DONE", exit_tool=False))  # fmt: skip
+    crew = Crew(
+        "l", members={"w": worker}, plan=Loop("w", until=lambda o: o == "DONE", exit_tool=False)
+    )
     await crew.run("go")
     assert tools_seen(worker) == [[], []]
 
@@ -236,8 +259,11 @@ async def test_a_graph_runs_ready_tasks_at_once_and_feeds_dependents() -> None:
 async def test_a_graph_skips_dependents_of_a_failed_task_and_runs_the_rest() -> None:
     ok, after = scripted("ok", "fine"), scripted("after", "never")
     plan = Graph({"bad": Task("bad"), "ok": Task("ok"), "after": Task("after", ["bad"])})
-    crew = Crew("g", members={"bad": Agent(name="bad", model=FunctionModel(fails)), "ok": ok,
-                              "after": after}, plan=plan)  # fmt: skip
+    crew = Crew(
+        "g",
+        members={"bad": Agent(name="bad", model=FunctionModel(fails)), "ok": ok, "after": after},
+        plan=plan,
+    )
     res = await crew.run("go")
     assert res.stop_reason == "error"
     assert res.error is not None and "after: skipped: bad failed" in res.error
@@ -253,16 +279,23 @@ async def test_a_manager_delegates_only_to_real_members_and_workers_never_see_it
         seen_enum.append(spec.parameters["properties"]["member"]["enum"])
         results = [m for m in messages if m.role == "tool"]
         if not results:
-            return ModelResponse(tool_calls=[
-                ToolCall(name="delegate", arguments={"member": "ghost", "task": "haunt"}),
-                ToolCall(name="delegate", arguments={"member": "writer", "task": "write a haiku"}),
-            ])  # fmt: skip
+            return ModelResponse(
+                tool_calls=[
+                    ToolCall(name="delegate", arguments={"member": "ghost", "task": "haunt"}),
+                    ToolCall(
+                        name="delegate", arguments={"member": "writer", "task": "write a haiku"}
+                    ),
+                ]
+            )
         return "manager: " + " | ".join(m.content for m in results)
 
     manager = Agent(name="lead", model=FunctionModel(lead))
     writer, editor = scripted("writer", "a haiku"), scripted("editor", "never")
-    crew = Crew("h", members={"lead": manager, "writer": writer, "editor": editor},
-                plan=Manager("lead", workers=["writer", "editor"]))  # fmt: skip
+    crew = Crew(
+        "h",
+        members={"lead": manager, "writer": writer, "editor": editor},
+        plan=Manager("lead", workers=["writer", "editor"]),
+    )
 
     res = await crew.run("make a poem")
 
@@ -279,8 +312,11 @@ async def test_a_manager_delegates_only_to_real_members_and_workers_never_see_it
 
 async def test_a_manager_reads_a_failed_workers_result() -> None:
     manager = scripted("lead", call("delegate", member="bad", task="do it"), "worker failed, ok")
-    crew = Crew("h", members={"lead": manager, "bad": Agent(name="bad", model=FunctionModel(fails))},
-                plan=Manager("lead", workers=["bad"]))  # fmt: skip
+    crew = Crew(
+        "h",
+        members={"lead": manager, "bad": Agent(name="bad", model=FunctionModel(fails))},
+        plan=Manager("lead", workers=["bad"]),
+    )
     runtime = Runtime()
     res = await crew.run("go", runtime=runtime)
     assert res.stop_reason == "completed" and res.output == "worker failed, ok"
@@ -291,11 +327,18 @@ async def test_a_manager_reads_a_failed_workers_result() -> None:
 
 
 async def test_max_delegations_caps_a_manager() -> None:
-    manager = scripted("lead", call("delegate", member="w", task="1"),
-                       call("delegate", member="w", task="2"), "stopped")  # fmt: skip
+    manager = scripted(
+        "lead",
+        call("delegate", member="w", task="1"),
+        call("delegate", member="w", task="2"),
+        "stopped",
+    )
     worker = scripted("w", "one", "two")
-    crew = Crew("h", members={"lead": manager, "w": worker},
-                plan=Manager("lead", workers=["w"], max_delegations=1))  # fmt: skip
+    crew = Crew(
+        "h",
+        members={"lead": manager, "w": worker},
+        plan=Manager("lead", workers=["w"], max_delegations=1),
+    )
     runtime = Runtime()
     res = await crew.run("go", runtime=runtime)
     assert res.output == "stopped"
@@ -308,11 +351,15 @@ async def test_max_delegations_caps_a_manager() -> None:
 
 # -- handoffs ------------------------------------------------------------------------------------
 async def test_a_member_hands_the_conversation_to_another_with_a_brief() -> None:
-    triage = scripted("triage", call("transfer", to="billing", brief="refund order 42"),
-                      "handed over")  # fmt: skip
+    triage = scripted(
+        "triage", call("transfer", to="billing", brief="refund order 42"), "handed over"
+    )
     billing = scripted("billing", "refunded order 42")
-    crew = Crew("s", members={"triage": triage, "billing": billing},
-                plan=Handoff("triage", members=["triage", "billing"]))  # fmt: skip
+    crew = Crew(
+        "s",
+        members={"triage": triage, "billing": billing},
+        plan=Handoff("triage", members=["triage", "billing"]),
+    )
     runtime = Runtime()
 
     res = await crew.run("I was charged twice for order 42", session_id="s1", runtime=runtime)
@@ -325,7 +372,9 @@ async def test_a_member_hands_the_conversation_to_another_with_a_brief() -> None
     assert spec.parameters["properties"]["to"]["enum"] == ["triage"]
     starts = [e for e in await runtime.store.load_events("s1") if isinstance(e, CrewMemberStart)]
     assert [(s.path, s.context) for s in starts] == [
-        ("s/triage", "I was charged twice for order 42"), ("s/billing", "refund order 42")]  # fmt: skip
+        ("s/triage", "I was charged twice for order 42"),
+        ("s/billing", "refund order 42"),
+    ]
 
 
 async def test_endless_handoffs_stop_at_max_handoffs() -> None:

@@ -169,8 +169,9 @@ async def test_a_manager_fanning_out_too_wide_is_stopped() -> None:
     scope = BudgetScope(Budget(max_fan_out=2))
 
     async def closed() -> None:
-        while scope.exhausted is None:
-            await asyncio.sleep(0)  # noqa: ASYNC110 -- the scope has no event to wait on
+        # the scope has no event to wait on: yield to the other tasks until it closes
+        while scope.exhausted is None:  # noqa: ASYNC110
+            await asyncio.sleep(0)
 
     @tool
     async def hold() -> str:

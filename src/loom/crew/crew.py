@@ -212,7 +212,7 @@ class Crew:
             extra: dict[str, Any] = {"state_scope": state_scope, "path": root}
             if resume and prior is not None:
                 extra["resumed_from"] = [prior.run_id]
-            await log.start(self.name, task, extra, prior.run_id if prior is not None else None)
+            await log.start(self.name, task, extra, prior)
             state = None
             if self.shared_state:
                 state = SharedState(f"crew:{sid}:{state_scope}", runtime.capabilities.kv)

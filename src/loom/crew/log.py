@@ -6,7 +6,8 @@ run record open it, ``CREW_MEMBER_START`` / ``CREW_MEMBER_FINISH`` record each m
 the crew session's lease (the journal is the only writer); parallel members' records are
 committed one at a time so their sequence numbers follow the commit order.
 
-Durability: a crew run that died has a start and no finish. ``unfinished_run`` finds it, and
+Durability: a crew run that died has a start and no finish (a cancelled one ends with
+``cancelled``). ``unfinished_run`` finds it, and
 the next run of the same task on that session reuses every member run it recorded as
 completed (by key) instead of running it again.
 """
@@ -40,6 +41,7 @@ class Unfinished:
     run_id: str
     task: str
     state_scope: str
+    dead: bool = True  # False: it ended cancelled (it has its end record already)
     done: dict[str, CrewMemberFinish] = field(default_factory=dict)
 
 
@@ -48,17 +50,21 @@ async def unfinished_run(store: Store, session_id: str) -> Unfinished | None:
     events = await store.load_events(session_id)
     starts: dict[str, AgentStart] = {}
     finished: set[str] = set()
+    cancelled: set[str] = set()
     for ev in events:
         if isinstance(ev, AgentStart) and ev.extra.get("crew"):
             starts[ev.run_id] = ev
-        elif isinstance(ev, AgentFinish | RunRecovered):
-            finished.add(ev.recovered_run_id if isinstance(ev, RunRecovered) else ev.run_id)
+        elif isinstance(ev, RunRecovered):
+            finished.add(ev.recovered_run_id)
+        elif isinstance(ev, AgentFinish):  # a cancelled (Ctrl-C) crew run resumes like a dead one
+            (cancelled if ev.stop_reason == "cancelled" else finished).add(ev.run_id)
     open_runs = [r for r in starts if r not in finished]
     if not open_runs:
         return None
     run_id = open_runs[-1]
     start = starts[run_id]
-    out = Unfinished(run_id, start.message_text, str(start.extra.get("state_scope") or run_id))
+    scope = str(start.extra.get("state_scope") or run_id)
+    out = Unfinished(run_id, start.message_text, scope, dead=run_id not in cancelled)
     for ev in events:  # a run resumed from another carries its reused results forward
         if (isinstance(ev, CrewMemberFinish) and ev.stop_reason == "completed"
                 and ev.run_id in (run_id, *start.extra.get("resumed_from", ()))):  # fmt: skip
@@ -86,13 +92,16 @@ class CrewLog:
         return self.journal.session_id
 
     async def start(self, crew_name: str, task: str, extra: dict[str, Any],
-                    recovered: str | None) -> None:  # fmt: skip
+                    recovered: Unfinished | None) -> None:  # fmt: skip
         j = self.journal
         async with self._lock:
-            if recovered is not None:  # the dead run is closed before this one opens
-                await j.commit([j.event(RunRecovered, recovered_run_id=recovered,
-                                        stop_reason="crashed")],
-                               run=RunRecord(recovered, j.session_id, "crashed"))  # fmt: skip
+            if recovered is not None:  # the unfinished run is closed before this one opens
+                reason = "crashed" if recovered.dead else "cancelled"
+                end = (
+                    RunRecord(recovered.run_id, j.session_id, "crashed") if recovered.dead else None
+                )
+                await j.commit([j.event(RunRecovered, recovered_run_id=recovered.run_id,
+                                        stop_reason=reason)], run=end)  # fmt: skip
             await j.commit([j.event(AgentStart, message_text=task, agent=crew_name,
                                     extra={"crew": True, **extra})],
                            run=RunRecord(j.run_id, j.session_id, "running"))  # fmt: skip

@@ -92,7 +92,7 @@ def load_crew(path: Path, **overrides: Any) -> Crew:
         }
         return Crew(str(data["name"]), **kwargs)
     except CrewDefinitionError as exc:
-        raise CrewDefinitionError(exc.detail, path=where, field=exc.field) from None
+        raise type(exc)(exc.detail, path=where, field=exc.field) from None
     except ConfigurationError as exc:
         raise CrewDefinitionError(str(exc), path=where) from None
 

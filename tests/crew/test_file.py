@@ -126,7 +126,7 @@ def test_bad_crew_files_name_the_field(tmp_path: Path, plan: str, field: str, sa
 
 def test_a_cycle_is_its_own_error_type(tmp_path: Path) -> None:
     path = write(tmp_path, "name: c\nmembers: {a: {model: demo}}\n" + BAD[1][0] + "\n")
-    with pytest.raises(CrewCycleError, match="t1 -> t2 -> t1|t2 -> t1 -> t2"):
+    with pytest.raises(CrewCycleError, match=r"t1 -> t2 -> t1|t2 -> t1 -> t2"):
         Crew.from_file(path)
 
 

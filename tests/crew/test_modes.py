@@ -397,3 +397,26 @@ async def test_a_handoff_can_pass_the_senders_transcript(policy: str) -> None:
     got = b_model.calls[0].messages[-1].content
     assert got.startswith("From s/a:") and "assistant: bye" in got
     assert ("user: hello there" in got) is (policy == "full")
+
+
+async def test_three_sleeping_tasks_take_one_sleep_in_parallel_not_three() -> None:
+    """Seed 002's "3 tasks × 30 s → 30 s", scaled down: three members whose tool sleeps 0.5 s
+    finish in less than the 1.5 s they need one after another (benchmarks/crews.py measures
+    the full figure)."""
+    import time
+
+    def sleeper(name: str) -> Agent:
+        @tool
+        async def work() -> str:
+            """Sleep."""
+            await asyncio.sleep(0.5)
+            return "slept"
+
+        return scripted(name, call("work"), f"{name} done", tools=[work])
+
+    crew = Crew("p", members={n: sleeper(n) for n in "abc"}, plan=Parallel("a", "b", "c"))
+    started = time.perf_counter()
+    res = await crew.run("go")
+    elapsed = time.perf_counter() - started
+    assert res.stop_reason == "completed"
+    assert elapsed < 1.5, f"{elapsed:.2f} s: the members ran one after another"

@@ -200,3 +200,15 @@ def test_loom_run_crew_reports_a_bad_file_and_exits_2(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "plan.member" in proc.stderr and "ghost" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "crews"
+
+
+@pytest.mark.parametrize("name", ["pipeline.yaml", "router.yaml", "manager.yaml"])
+def test_the_example_crews_load_and_run(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOM_MODEL", "demo")  # the rule-based stand-in: no LLM needed
+    crew = Crew.from_file(EXAMPLES / name)
+    res = crew.run_sync("What is 17 + 25?")
+    assert res.stop_reason == "completed", res.error
+    assert res.members and all(m.stop_reason == "completed" for m in res.members)

@@ -176,10 +176,27 @@ class Crew:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await job
 
+    async def resume(self, session_id: str, decisions: Any = True, *,
+                     runtime: Runtime | None = None, deps: Any = None) -> CrewResult:  # fmt: skip
+        """Continue a crew run that stopped with ``stop_reason="awaiting_approval"``.
+
+        ``decisions`` is one decision for every parked call of every member (``True``,
+        ``False``, ``Approve()``, ``Reject(reason)``, ``Edit(arguments)``, or a mapping of tool
+        call id to decision), or a mapping of member path (``"blog/writer"``) to such a
+        decision; a member given none stays parked. Finished members are reused, the parked
+        ones continue their own turn (never re-asked), and the plan goes on."""
+        rt = runtime or self.runtime
+        prior = await unfinished_run(rt.store, session_id)
+        if prior is None:
+            raise InputError(f"crew session {session_id!r} has no crew run to resume")
+        return await self.execute(rt, prior.task, session_id=session_id, deps=deps,
+                                  approvals=decisions)  # fmt: skip
+
     async def execute(self, runtime: Runtime, task: str, *, session_id: str | None = None,
                       scope: BudgetScope | None = None, depth: int = 0, root: str | None = None,
                       emit: Callable[[AgentEvent], None] | None = None, deps: Any = None,
-                      parent_run_id: str | None = None) -> CrewResult:  # fmt: skip
+                      parent_run_id: str | None = None,
+                      approvals: Any = None) -> CrewResult:  # fmt: skip
         """One crew run on ``runtime`` (``run`` and ``stream`` call this; a parent crew calls
         it for a nested crew with its own budget scope, depth and path)."""
         if not isinstance(task, str) or not task.strip():
@@ -216,7 +233,8 @@ class Crew:
             state = None
             if self.shared_state:
                 state = SharedState(f"crew:{sid}:{state_scope}", runtime.capabilities.kv)
-            runner = Runner(self, runtime, log, scope, state, task, done, depth, root, emit, deps)
+            runner = Runner(self, runtime, log, scope, state, task, done, depth, root, emit,
+                            deps, approvals)  # fmt: skip
             stop: StopReason = "completed"
             output, error, budget_name = "", None, None
             try:
@@ -238,11 +256,14 @@ class Crew:
                 await asyncio.shield(log.finish(stop, output, usage, error, took))
                 raise
             members = runner.results
+            parked = [{**p, "member_path": m.path} for m in members for p in m.pending_approvals]
+            if parked and stop != "budget":  # a member waits for a human: the crew waits too
+                stop, error = "awaiting_approval", None
             usage = sum((m.usage for m in members), Usage())
             await log.finish(stop, output, usage, error, (time.perf_counter() - started) * 1000)
             return CrewResult(output=output, stop_reason=stop, session_id=sid, run_id=run_id,
                               usage=usage, members=members,
-                              error=error, budget=budget_name,
+                              error=error, budget=budget_name, pending_approvals=parked,
                               resumed_from=prior.run_id if resume and prior else None,
                               warnings=list(log.journal.warnings))  # fmt: skip
         finally:

@@ -7,9 +7,10 @@ the crew session's lease (the journal is the only writer); parallel members' rec
 committed one at a time so their sequence numbers follow the commit order.
 
 Durability: a crew run that died has a start and no finish (a cancelled one ends with
-``cancelled``). ``unfinished_run`` finds it, and
-the next run of the same task on that session reuses every member run it recorded as
-completed (by key) instead of running it again.
+``cancelled``, one parked on a member's approval with ``awaiting_approval``).
+``unfinished_run`` finds it, and the next run of the same task on that session (or
+``Crew.resume``) reuses every member run it recorded as completed (by key) instead of running
+it again.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class Unfinished:
     run_id: str
     task: str
     state_scope: str
-    dead: bool = True  # False: it ended cancelled (it has its end record already)
+    dead: bool = True  # False: it ended cancelled or awaiting approval (it has its end record)
     done: dict[str, CrewMemberFinish] = field(default_factory=dict)
 
 
@@ -56,8 +57,10 @@ async def unfinished_run(store: Store, session_id: str) -> Unfinished | None:
             starts[ev.run_id] = ev
         elif isinstance(ev, RunRecovered):
             finished.add(ev.recovered_run_id)
-        elif isinstance(ev, AgentFinish):  # a cancelled (Ctrl-C) crew run resumes like a dead one
-            (cancelled if ev.stop_reason == "cancelled" else finished).add(ev.run_id)
+        elif isinstance(ev, AgentFinish):  # cancelled (Ctrl-C) or parked on an approval:
+            # resumable like a dead run
+            paused = ev.stop_reason in ("cancelled", "awaiting_approval")
+            (cancelled if paused else finished).add(ev.run_id)
     open_runs = [r for r in starts if r not in finished]
     if not open_runs:
         return None
@@ -96,7 +99,7 @@ class CrewLog:
         j = self.journal
         async with self._lock:
             if recovered is not None:  # the unfinished run is closed before this one opens
-                reason = "crashed" if recovered.dead else "cancelled"
+                reason = "crashed" if recovered.dead else "resumed"
                 end = (
                     RunRecord(recovered.run_id, j.session_id, "crashed") if recovered.dead else None
                 )

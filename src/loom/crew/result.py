@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from loom.messages import Message, StopReason, Usage
@@ -25,6 +27,7 @@ class MemberResult(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     error: str | None = None
     reused: bool = False
+    pending_approvals: list[dict[str, Any]] = Field(default_factory=list)
     messages: list[Message] = Field(default_factory=list, exclude=True)
 
     @property
@@ -51,6 +54,9 @@ class CrewResult(BaseModel):
     error: str | None = None
     budget: str | None = None
     resumed_from: str | None = None
+    pending_approvals: list[dict[str, Any]] = Field(default_factory=list)
+    """With ``stop_reason="awaiting_approval"``: each parked call, with its ``member_path``
+    and child ``session_id``; decide them with ``Crew.resume``."""
     warnings: list[str] = Field(default_factory=list)
 
     def usage_by_member(self) -> dict[str, Usage]:

@@ -14,7 +14,7 @@ import asyncio
 import dataclasses
 import graphlib
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -92,10 +92,11 @@ class Runner:
     def __init__(self, crew: Crew, runtime: Runtime, log: CrewLog, scope: BudgetScope,
                  state: SharedState | None, task: str, done: dict[str, CrewMemberFinish],
                  depth: int, root: str, emit: Callable[[AgentEvent], None] | None,
-                 deps: Any) -> None:  # fmt: skip
+                 deps: Any, approvals: Any = None) -> None:  # fmt: skip
         self.crew, self.runtime, self.log, self.scope = crew, runtime, log, scope
         self.state, self.task, self.done, self.depth = state, task, done, depth
         self.root, self.emit, self.deps = root, emit, deps
+        self.approvals = approvals  # Crew.resume's decisions: member path -> decision(s)
         self._slots: list[MemberResult | None] = []  # in start order
         self._seen: dict[str, int] = {}
 
@@ -459,8 +460,24 @@ class Runner:
             await rt.store.create_session(child_sid, agent_name=member.name, metadata={
                 "crew_session": self.log.session_id, "crew_run_id": self.log.run_id,
                 "path": path})  # fmt: skip
-        turn = rt.prepare(agent, message, child_sid, "queue", self.deps,
-                          parent_run_id=self.log.run_id)  # fmt: skip
+        parked = await rt.pending_approvals(child_sid) if self.approvals is not None else []
+        if parked:  # parked on an approval by the run this one resumes: decide, never re-ask
+            decision = _decision_for(self.approvals, path)
+            if decision is None:  # no decision for this member yet: it stays parked
+                r = MemberResult(path=path, member=name, key=key, session_id=child_sid,
+                                 run_id=parked[0].run_id, stop_reason="awaiting_approval",
+                                 pending_approvals=[p.to_dict() for p in parked])  # fmt: skip
+                await self.log.member_finish(**_finish_payload(r))
+                return self._put(slot, r)
+            from loom.policy.approval import match_decisions
+
+            match_decisions(decision, parked, child_sid)  # a clear InputError before running
+            turn = rt.prepare(agent, None, child_sid, "queue", self.deps, resume=decision,
+                              parent_run_id=self.log.run_id)  # fmt: skip
+        else:
+            turn = rt.prepare(agent, message, child_sid, "queue", self.deps,
+                              parent_run_id=self.log.run_id)  # fmt: skip
+
         await self.log.member_start(path=path, member=name, key=key, child_session_id=child_sid,
                                     child_run_id=turn.run_id, context_policy=policy,
                                     context=message)  # fmt: skip
@@ -530,6 +547,13 @@ def _label(node: Node | str) -> str:
     return type(n).__name__.lower()
 
 
+def _decision_for(approvals: Any, path: str) -> Any:
+    """The decision(s) ``Crew.resume`` was given for the member at ``path`` (None: none)."""
+    if isinstance(approvals, Mapping) and all(isinstance(k, str) and "/" in k for k in approvals):
+        return approvals.get(path)  # keyed by member path
+    return approvals  # one decision (or one per call id) for every parked member
+
+
 def _transfer_tool(moved: list[tuple[str, str]], others: list[str]) -> CrewTool:
     """The ``transfer`` tool of one member run: records the first transfer in ``moved``."""
 
@@ -556,7 +580,8 @@ def _result_of(turn: Any, path: str, name: str, key: str, sid: str, stop: str | 
                             stop_reason=stop or "error", error=error)  # fmt: skip
     return MemberResult(path=path, member=name, key=key, session_id=sid, run_id=res.run_id,
                         stop_reason=stop or res.stop_reason, output=res.output, usage=res.usage,
-                        error=error or res.error, messages=list(res.messages))  # fmt: skip
+                        error=error or res.error, messages=list(res.messages),
+                        pending_approvals=list(res.pending_approvals))  # fmt: skip
 
 
 def _finish_payload(r: MemberResult) -> dict[str, Any]:

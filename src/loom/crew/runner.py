@@ -385,7 +385,10 @@ class Runner:
                            for s in senders)  # fmt: skip
         agent = self.crew.summarizer
         if agent is None:
-            model = self.runtime.model_for(self.crew.members[senders[-1].member])  # type: ignore[arg-type]
+            # the sender's model; a nested crew has none of its own: then the first agent's
+            candidates = [self.crew.members.get(senders[-1].member), *self.crew.members.values()]
+            source = next((m for m in candidates if isinstance(m, Agent)), None)
+            model = self.runtime.model_for(source) if source is not None else None
             agent = Agent(name="summarizer", instructions=SUMMARY_INSTRUCTIONS, model=model)
         res = await self.spawn(agent, "summarizer", work, f"{path}/summary", "full", [])
         return res.output if res.ok else work  # a failed summary hands over the work itself

@@ -13,6 +13,8 @@ LoomError
 │   ├── PermissionsFileError      a permission rules file cannot be read (path, fix)
 │   ├── MissingDependencyError    an optional extra is not installed
 │   ├── RedactionPatternError     a redaction pattern does not compile (has .name)
+│   ├── CrewDefinitionError       a crew (code or YAML) that does not validate (names the field)
+│   │   └── CrewCycleError        a crew's dependency graph has a cycle (names it)
 │   └── PatternError              a pattern library cannot be used as asked
 │       ├── PatternFileError      one pattern file does not parse or validate (path, field)
 │       ├── DuplicatePatternName  two pattern files use the same name
@@ -46,6 +48,7 @@ LoomError
 │   ├── JudgeOutputError          a judge model's answer was not {"score": 0..1, "reason": ...}
 │   └── JudgeTimeout              a judge took longer than its timeout
 ├── ValueNotRepresentable         a value cannot become JSON (contains itself, too deep/large)
+├── BudgetExceeded                a crew's tree-wide budget refused a model call or a spawn
 └── RunCancelled                  the caller cancelled a run
 ```
 
@@ -57,8 +60,11 @@ from __future__ import annotations
 __all__ = [
     "AgentDefinitionError",
     "ApprovalHandlerError",
+    "BudgetExceeded",
     "ConfigurationError",
     "ContextTooLong",
+    "CrewCycleError",
+    "CrewDefinitionError",
     "DuplicatePatternName",
     "EmptyPatternLibrary",
     "ErrorNotFound",
@@ -118,6 +124,23 @@ class AgentDefinitionError(ConfigurationError):
         where = f"{path}: " if path else ""
         what = f"field {field!r}: " if field else ""
         super().__init__(f"{where}{what}{message}")
+
+
+class CrewDefinitionError(ConfigurationError):
+    """A crew (built in code or read from a YAML file) does not validate; ``field`` names the
+    offending entry (``plan.sequential[1].member``); ``detail`` is the message without them."""
+
+    def __init__(self, message: str, *, path: str | None = None, field: str | None = None):
+        self.path = path
+        self.field = field
+        self.detail = message
+        where = f"{path}: " if path else ""
+        what = f"field {field!r}: " if field else ""
+        super().__init__(f"{where}{what}{message}")
+
+
+class CrewCycleError(CrewDefinitionError):
+    """A crew's dependency graph has a cycle, so no task could ever start."""
 
 
 class ToolDefinitionError(ConfigurationError):
@@ -368,3 +391,13 @@ class ValueNotRepresentable(LoomError, ValueError):
 
 class RunCancelled(LoomError):
     """The caller cancelled the run."""
+
+
+class BudgetExceeded(LoomError):
+    """A crew's tree-wide budget refused a model call or a spawn. ``budget`` names which one
+    (``tokens``, ``cost_usd``, ``wall_seconds``, ``depth``, ``fan_out``, ``spawns``); the run
+    stops with ``stop_reason="budget"``."""
+
+    def __init__(self, budget: str, message: str):
+        self.budget = budget
+        super().__init__(message)

@@ -101,6 +101,8 @@ class EventType(StrEnum):
     PERSIST_START = "persist_start"
     AGENT_FINISH = "agent_finish"
     ERROR = "error"
+    CREW_MEMBER_START = "crew_member_start"
+    CREW_MEMBER_FINISH = "crew_member_finish"
 
 
 E = EventType
@@ -640,6 +642,40 @@ class ErrorEvent(AgentEvent):
 
 @_payload
 @dataclass(slots=True, kw_only=True)
+class CrewMemberStart(AgentEvent):
+    """A crew started one member run (in the crew's session): where it runs and exactly what
+    context it was handed (``context_policy`` and the ``context`` text sent)."""
+
+    type: Literal[E.CREW_MEMBER_START] = E.CREW_MEMBER_START
+    path: str = ""  # crew/research/writer
+    member: str = ""
+    key: str = ""  # the member run's identity within the crew run (resume skips finished keys)
+    child_session_id: str = ""
+    child_run_id: str = ""
+    context_policy: str = ""
+    context: str = ""
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class CrewMemberFinish(AgentEvent):
+    """A member run ended (or was reused from an earlier, interrupted run of the crew)."""
+
+    type: Literal[E.CREW_MEMBER_FINISH] = E.CREW_MEMBER_FINISH
+    path: str = ""
+    member: str = ""
+    key: str = ""
+    child_session_id: str = ""
+    child_run_id: str = ""
+    stop_reason: str = ""
+    output: str = ""
+    usage: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    reused: bool = False
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
 class UnknownEvent(AgentEvent):
     """An event of a type this Loom does not know (written by a newer one); payload in extra."""
 
@@ -656,7 +692,7 @@ EVENT_CLASSES: dict[EventType, type[AgentEvent]] = {
         LlmToolCalls, LlmComplete, LlmRetry, ToolExecutionStart, ToolResultEvent, ToolErrorEvent,
         ApprovalRequired, ApprovalDecisionEvent, Recursion, JudgeStart, JudgeResult, JudgeRetry,
         OutputPartial, OutputRetry, ServerQueryEvent, QueryAnswer, RunRecovered, GuardrailEvent,
-        Warning, PersistStart, AgentFinish, ErrorEvent,
+        Warning, PersistStart, AgentFinish, ErrorEvent, CrewMemberStart, CrewMemberFinish,
     )
 }  # fmt: skip
 assert set(EVENT_CLASSES) == set(EventType), "every EventType needs its class"

@@ -26,6 +26,7 @@ from loom.calls import CallRunner
 from loom.context import AssembledContext, ContextRequest
 from loom.errors import (
     ApprovalHandlerError,
+    BudgetExceeded,
     ConfigurationError,
     HookError,
     ModelAuthError,
@@ -146,6 +147,8 @@ class Turn:
                 self._task.uncancel()  # type: ignore[union-attr]
         except (ConfigurationError, ModelAuthError, ApprovalHandlerError) as exc:  # fix the code
             stop, error, raise_after = "error", str(exc), exc
+        except BudgetExceeded as exc:  # a crew's budget refused the model call (fails closed)
+            stop, error = "budget", str(exc)
         except ModelError as exc:
             stop, error = "model_error", f"{type(exc).__name__}: {exc}"
         except HookError as exc:

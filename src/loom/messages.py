@@ -38,6 +38,7 @@ StopReason = Literal[
     "model_error",  # the model provider failed after its retries
     "guardrail",  # a guardrail tripped; see the GUARDRAIL event and RunResult.error
     "output_invalid",  # the answer did not fit the output_type after output_retries corrections
+    "budget",  # a crew's tree-wide budget refused a model call or a spawn; see ``error``
     "error",  # a fatal hook or an internal error; see the ERROR event
 ]
 """Why a run ended. ``RunResult.stop_reason`` is always one of these."""

@@ -531,10 +531,33 @@ def run(
     workspace: WorkspaceOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print every event as JSON.")] = False,
     server: ServerOpt = None,
+    crew: Annotated[
+        Path | None,
+        typer.Option("--crew", help="Run a crew file (YAML) instead of one agent."),
+    ] = None,
 ) -> None:
     """Run one turn and stream the answer. Ctrl-C stops it (exit code 130)."""
     from loom.errors import LoomError
 
+    if crew is not None:
+        from loom.cli.crew_cmd import run_crew
+        from loom.errors import InputError
+
+        try:
+            clash = {"--agent": agent_file, "--model": model, "--tools": tools,
+                     "--workspace": workspace, "--server": server}  # fmt: skip
+            bad = [k for k, v in clash.items() if v is not None]
+            if bad:
+                raise InputError(f"{', '.join(bad)} cannot be used with --crew: the crew file "
+                                 "defines its members' models and tools")  # fmt: skip
+            the_store = open_store(store)
+            session_id = choose_session(the_store, session, new)
+            result = run_crew(crew, message, the_store, session_id, as_json)
+        except LoomError as exc:
+            raise fail(exc, 2) from None
+        except KeyboardInterrupt:
+            raise _interrupted("the crew was stopped") from None
+        return _end(result, session_id, as_json)
     if server is not None:
         from loom.cli.remote import run_remote
 

@@ -67,6 +67,7 @@ _STATUS = {
     "timeout": "timeout",
     "model_error": "error",
     "guardrail": "error",  # a guardrail stopped it: no answer; the run's error names which
+    "budget": "error",  # a crew's budget stopped it
     "error": "error",
 }
 

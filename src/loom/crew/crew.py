@@ -1,0 +1,276 @@
+"""``Crew``: several agents run as one, runnable like an agent (``run``, ``run_sync``, ``stream``).
+
+```python
+crew = Crew("blog", members={"researcher": researcher, "writer": writer},
+            plan=Sequential("researcher", Step("writer", context="last_n:4")),
+            budget=Budget(tokens=50_000, max_spawns=10))
+result = await crew.run("Write about tide pools", session_id="blog-1")
+result.members          # each member run: path, child session and run, stop reason, usage
+```
+
+A crew run is a run of the crew's session, held under that session's lease; every member run
+is a turn in its own child session whose events carry the crew run as ``parent_run_id``. The
+crew's journal records what each member was handed and returned (``CREW_MEMBER_START`` /
+``CREW_MEMBER_FINISH``), and running the same task again on a session whose crew run died
+reuses every member run that had finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from loom import gates
+from loom.crew.budget import Budget, BudgetScope
+from loom.crew.log import CrewLog, unfinished_run
+from loom.crew.plan import Node, validate
+from loom.crew.result import CrewResult
+from loom.crew.runner import Handover, Runner, tag
+from loom.crew.state import SharedState
+from loom.errors import BudgetExceeded, CrewDefinitionError, InputError, RunCancelled
+from loom.events import AgentEvent
+from loom.messages import StopReason, Usage, new_id
+
+if TYPE_CHECKING:
+    from loom.agent import Agent
+    from loom.runtime import Runtime
+
+__all__ = ["Crew"]
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+_RUNTIMES: weakref.WeakKeyDictionary[Crew, Runtime] = weakref.WeakKeyDictionary()
+
+
+class Crew:
+    """Agents working as one under a plan (see ``loom.crew.plan`` for the modes).
+
+    Args:
+        name: The crew's name: the root of every member path (``blog/writer``).
+        members: Member name -> ``Agent`` (or a nested ``Crew``, which needs
+            ``Budget(max_depth=2)`` or more).
+        plan: The plan node (a member name is a one-step plan).
+        budget: Tree-wide limits (``Budget``); defaults allow no nesting, 16 members at once
+            and 100 member runs.
+        shared_state: Give every member ``state_get`` / ``state_set`` / ``state_keys`` on a
+            versioned key-value scope of the crew run (compare-and-set).
+        ref_threshold: With ``shared_state``, context longer than this many characters is
+            handed over by reference (a key in the shared state) with a short preview.
+        summarizer: The agent that writes ``summary`` context (default: one on the sender's
+            model).
+        store: Where the crew's default runtime keeps sessions (as ``Agent(store=...)``).
+        queue_timeout: Seconds a run waits for the crew session when another run holds it.
+    """
+
+    __slots__ = ("__weakref__", "budget", "members", "name", "plan", "queue_timeout",
+                 "ref_threshold", "shared_state", "store", "summarizer")  # fmt: skip
+
+    def __init__(self, name: str, *, members: Mapping[str, Agent | Crew], plan: Node | str,
+                 budget: Budget | None = None, shared_state: bool = False,
+                 ref_threshold: int | None = None, summarizer: Agent | None = None,
+                 store: Any = None, queue_timeout: float = 300.0) -> None:  # fmt: skip
+        from loom.agent import Agent
+
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise CrewDefinitionError(f"{name!r} is not a usable name: use letters, digits, "
+                                      "'_', '.', '-' (no '/' or ':')", field="name")  # fmt: skip
+        if not members:
+            raise CrewDefinitionError("a crew needs at least one member", field="members")
+        for key, m in members.items():
+            if not isinstance(key, str) or not _NAME.match(key):
+                raise CrewDefinitionError(f"{key!r} is not a usable member name (letters, "
+                                          "digits, '_', '.', '-')", field="members")  # fmt: skip
+            if not isinstance(m, Agent | Crew):
+                raise CrewDefinitionError(f"is a {type(m).__name__}; a member is an Agent or a "
+                                          "Crew", field=f"members.{key}")  # fmt: skip
+        if budget is not None and not isinstance(budget, Budget):
+            raise CrewDefinitionError("must be a loom.crew.Budget", field="budget")
+        if ref_threshold is not None and (not shared_state or ref_threshold < 1):
+            raise CrewDefinitionError("passing by reference needs shared_state=True and a "
+                                      "threshold >= 1", field="ref_threshold")  # fmt: skip
+        validate(plan, members)
+        put = object.__setattr__
+        put(self, "name", name)
+        put(self, "members", dict(members))
+        put(self, "plan", plan)
+        put(self, "budget", budget or Budget())
+        put(self, "shared_state", shared_state)
+        put(self, "ref_threshold", ref_threshold)
+        put(self, "summarizer", summarizer)
+        put(self, "store", store)
+        put(self, "queue_timeout", queue_timeout)
+
+    name: str
+    members: dict[str, Agent | Crew]
+    plan: Node | str
+    budget: Budget
+    shared_state: bool
+    ref_threshold: int | None
+    summarizer: Agent | None
+    store: Any
+    queue_timeout: float
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Crew is frozen; build a new one")
+
+    def __repr__(self) -> str:
+        return f"Crew(name={self.name!r}, members={list(self.members)})"
+
+    @classmethod
+    def from_file(cls, path: str | Path, **overrides: Any) -> Crew:
+        """Load a crew file (YAML; see ``loom.crew.file``)."""
+        from loom.crew.file import load_crew
+
+        return load_crew(Path(path), **overrides)
+
+    @property
+    def runtime(self) -> Runtime:
+        """The default runtime: the process's runtime for ``store=``, else a private one."""
+        from loom.runtime import Runtime
+
+        rt = _RUNTIMES.get(self)
+        if rt is None:
+            store = self.store
+            if isinstance(store, str | Path):
+                from loom.store.sqlite import SQLiteStore
+
+                store = SQLiteStore(str(store))
+            rt = _RUNTIMES[self] = Runtime(store)
+        return rt
+
+    # -- running --------------------------------------------------------------------------------
+    async def run(self, task: str, *, session_id: str | None = None,
+                  runtime: Runtime | None = None, deps: Any = None) -> CrewResult:  # fmt: skip
+        """Run the crew on ``task`` to its end. ``session_id`` names the crew session (running
+        the same task again on a session whose run died resumes it)."""
+        return await self.execute(runtime or self.runtime, task, session_id=session_id, deps=deps)
+
+    def run_sync(self, task: str, *, session_id: str | None = None,
+                 runtime: Runtime | None = None, deps: Any = None) -> CrewResult:  # fmt: skip
+        """``run`` for code without an event loop."""
+        return asyncio.run(self.run(task, session_id=session_id, runtime=runtime, deps=deps))
+
+    async def stream(self, task: str, *, session_id: str | None = None,
+                     runtime: Runtime | None = None,
+                     deps: Any = None) -> AsyncIterator[AgentEvent]:  # fmt: skip
+        """Run the crew and yield every event of the crew and of every member as it happens,
+        each tagged with ``extra["member_path"]``; the last one is the crew's
+        ``AGENT_FINISH``. Leaving early stops the crew."""
+        queue: asyncio.Queue[AgentEvent | None] = asyncio.Queue()
+        rt = runtime or self.runtime
+        job = asyncio.ensure_future(self.execute(rt, task, session_id=session_id, deps=deps,
+                                                 emit=queue.put_nowait))  # fmt: skip
+        job.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (item := await queue.get()) is not None:
+                yield item
+            await job
+        finally:
+            if not job.done():
+                job.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await job
+
+    async def resume(self, session_id: str, decisions: Any = True, *,
+                     runtime: Runtime | None = None, deps: Any = None) -> CrewResult:  # fmt: skip
+        """Continue a crew run that stopped with ``stop_reason="awaiting_approval"``.
+
+        ``decisions`` is one decision for every parked call of every member (``True``,
+        ``False``, ``Approve()``, ``Reject(reason)``, ``Edit(arguments)``, or a mapping of tool
+        call id to decision), or a mapping of member path (``"blog/writer"``) to such a
+        decision; a member given none stays parked. Finished members are reused, the parked
+        ones continue their own turn (never re-asked), and the plan goes on."""
+        rt = runtime or self.runtime
+        prior = await unfinished_run(rt.store, session_id)
+        if prior is None:
+            raise InputError(f"crew session {session_id!r} has no crew run to resume")
+        return await self.execute(rt, prior.task, session_id=session_id, deps=deps,
+                                  approvals=decisions)  # fmt: skip
+
+    async def execute(self, runtime: Runtime, task: str, *, session_id: str | None = None,
+                      scope: BudgetScope | None = None, depth: int = 0, root: str | None = None,
+                      emit: Callable[[AgentEvent], None] | None = None, deps: Any = None,
+                      parent_run_id: str | None = None,
+                      approvals: Any = None) -> CrewResult:  # fmt: skip
+        """One crew run on ``runtime`` (``run`` and ``stream`` call this; a parent crew calls
+        it for a nested crew with its own budget scope, depth and path)."""
+        if not isinstance(task, str) or not task.strip():
+            raise InputError("a crew's task must be non-empty text")
+        if session_id is not None and (not isinstance(session_id, str) or not session_id.strip()):
+            raise InputError("session_id must be a non-empty string or None")
+        sid = session_id or new_id("session")
+        run_id = new_id("run")
+        root = root or self.name
+        scope = scope or BudgetScope(self.budget)
+        store = runtime.store
+        gate = runtime.gate(sid)
+        await gates.acquire(gate, store, sid, run_id, on_busy="queue",
+                            interrupt=lambda: None, queue_timeout=self.queue_timeout,
+                            max_queue_depth=16, lock_ttl=runtime.lease_ttl)  # fmt: skip
+        stopped: list[str] = []
+        renew = asyncio.ensure_future(gates.keep_alive(store, gate, runtime.lease_ttl,
+                                                       stopped.append))  # fmt: skip
+        started = time.perf_counter()
+        try:
+            if await store.get_session(sid) is None:
+                await store.create_session(sid, agent_name=self.name, metadata={"crew": True})
+            crew_emit = None if emit is None else (lambda ev: emit(tag(ev, root)))
+            log = CrewLog(store, sid, run_id, gate.lease, parent_run_id, runtime.observers,
+                          crew_emit or _discard)  # fmt: skip
+            prior = await unfinished_run(store, sid)
+            resume = prior is not None and prior.task == task
+            done = prior.done if prior is not None and resume else {}
+            state_scope = prior.state_scope if prior is not None and resume else run_id
+            extra: dict[str, Any] = {"state_scope": state_scope, "path": root}
+            if resume and prior is not None:
+                extra["resumed_from"] = [prior.run_id]
+            await log.start(self.name, task, extra, prior)
+            state = None
+            if self.shared_state:
+                state = SharedState(f"crew:{sid}:{state_scope}", runtime.capabilities.kv)
+            runner = Runner(self, runtime, log, scope, state, task, done, depth, root, emit,
+                            deps, approvals)  # fmt: skip
+            stop: StopReason = "completed"
+            output, error, budget_name = "", None, None
+            try:
+                limit = self.budget.wall_seconds
+                async with asyncio.timeout(limit):
+                    out = await runner.node(self.plan, Handover(task), root)
+                output = out.output
+                if not out.ok:
+                    stop, error = "error", out.error
+            except BudgetExceeded as exc:
+                stop, error, budget_name = "budget", str(exc), exc.budget
+            except TimeoutError:
+                stop, budget_name = "budget", "wall_seconds"
+                error = f"wall-time budget exhausted: {self.budget.wall_seconds:g} s"
+            except (asyncio.CancelledError, RunCancelled):
+                stop, error = "cancelled", "the crew was stopped"
+                usage = sum((r.usage for r in runner.results), Usage())
+                took = (time.perf_counter() - started) * 1000
+                await asyncio.shield(log.finish(stop, output, usage, error, took))
+                raise
+            members = runner.results
+            parked = [{**p, "member_path": m.path} for m in members for p in m.pending_approvals]
+            if parked and stop != "budget":  # a member waits for a human: the crew waits too
+                stop, error = "awaiting_approval", None
+            usage = sum((m.usage for m in members), Usage())
+            await log.finish(stop, output, usage, error, (time.perf_counter() - started) * 1000)
+            return CrewResult(output=output, stop_reason=stop, session_id=sid, run_id=run_id,
+                              usage=usage, members=members,
+                              error=error, budget=budget_name, pending_approvals=parked,
+                              resumed_from=prior.run_id if resume and prior else None,
+                              warnings=list(log.journal.warnings))  # fmt: skip
+        finally:
+            renew.cancel()
+            await gates.release(store, gate)
+            runtime.forget_gate(sid, gate)
+
+
+def _discard(event: AgentEvent) -> None:
+    return None

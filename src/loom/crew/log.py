@@ -1,0 +1,131 @@
+"""The crew's own journal: its run record and what each member was handed and returned.
+
+A crew run is a run of the crew's session: ``AGENT_START`` (with the task) and a ``running``
+run record open it, ``CREW_MEMBER_START`` / ``CREW_MEMBER_FINISH`` record each member run, and
+``AGENT_FINISH`` with the end run record closes it. Everything goes through a ``Journal`` under
+the crew session's lease (the journal is the only writer); parallel members' records are
+committed one at a time so their sequence numbers follow the commit order.
+
+Durability: a crew run that died has a start and no finish (a cancelled one ends with
+``cancelled``, one parked on a member's approval with ``awaiting_approval``).
+``unfinished_run`` finds it, and the next run of the same task on that session (or
+``Crew.resume``) reuses every member run it recorded as completed (by key) instead of running
+it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from loom.events import (
+    AgentEvent,
+    AgentFinish,
+    AgentStart,
+    CrewMemberFinish,
+    CrewMemberStart,
+    RunRecovered,
+)
+from loom.journal import Journal
+from loom.messages import Usage
+from loom.store.base import Lease, RunRecord, Store
+
+__all__ = ["CrewLog", "Unfinished", "unfinished_run"]
+
+
+@dataclass(slots=True)
+class Unfinished:
+    """A crew run that started and never finished, and the member runs it completed."""
+
+    run_id: str
+    task: str
+    state_scope: str
+    dead: bool = True  # False: it ended cancelled or awaiting approval (it has its end record)
+    done: dict[str, CrewMemberFinish] = field(default_factory=dict)
+
+
+async def unfinished_run(store: Store, session_id: str) -> Unfinished | None:
+    """The newest crew run of ``session_id`` with no ``AGENT_FINISH``, if any."""
+    events = await store.load_events(session_id)
+    starts: dict[str, AgentStart] = {}
+    finished: set[str] = set()
+    cancelled: set[str] = set()
+    for ev in events:
+        if isinstance(ev, AgentStart) and ev.extra.get("crew"):
+            starts[ev.run_id] = ev
+        elif isinstance(ev, RunRecovered):
+            finished.add(ev.recovered_run_id)
+        elif isinstance(ev, AgentFinish):  # cancelled (Ctrl-C) or parked on an approval:
+            # resumable like a dead run
+            paused = ev.stop_reason in ("cancelled", "awaiting_approval")
+            (cancelled if paused else finished).add(ev.run_id)
+    open_runs = [r for r in starts if r not in finished]
+    if not open_runs:
+        return None
+    run_id = open_runs[-1]
+    start = starts[run_id]
+    scope = str(start.extra.get("state_scope") or run_id)
+    out = Unfinished(run_id, start.message_text, scope, dead=run_id not in cancelled)
+    for ev in events:  # a run resumed from another carries its reused results forward
+        if (isinstance(ev, CrewMemberFinish) and ev.stop_reason == "completed"
+                and ev.run_id in (run_id, *start.extra.get("resumed_from", ()))):  # fmt: skip
+            out.done[ev.key] = ev
+    return out
+
+
+class CrewLog:
+    """Commits one crew run's events in order (see the module docstring)."""
+
+    def __init__(self, store: Store, session_id: str, run_id: str, lease: Lease | None,
+                 parent_run_id: str | None, observers: Any,
+                 emit: Callable[[AgentEvent], None]) -> None:  # fmt: skip
+        self.journal = Journal(store, session_id, run_id, [], lease=lease,
+                               parent_run_id=parent_run_id, observers=observers)  # fmt: skip
+        self.journal.emit = emit
+        self._lock = asyncio.Lock()
+
+    @property
+    def run_id(self) -> str:
+        return self.journal.run_id
+
+    @property
+    def session_id(self) -> str:
+        return self.journal.session_id
+
+    async def start(self, crew_name: str, task: str, extra: dict[str, Any],
+                    recovered: Unfinished | None) -> None:  # fmt: skip
+        j = self.journal
+        async with self._lock:
+            if recovered is not None:  # the unfinished run is closed before this one opens
+                reason = "crashed" if recovered.dead else "resumed"
+                end = (
+                    RunRecord(recovered.run_id, j.session_id, "crashed") if recovered.dead else None
+                )
+                await j.commit([j.event(RunRecovered, recovered_run_id=recovered.run_id,
+                                        stop_reason=reason)], run=end)  # fmt: skip
+            await j.commit([j.event(AgentStart, message_text=task, agent=crew_name,
+                                    extra={"crew": True, **extra})],
+                           run=RunRecord(j.run_id, j.session_id, "running"))  # fmt: skip
+
+    async def member_start(self, **payload: Any) -> None:
+        async with self._lock:
+            await self.journal.commit([self.journal.event(CrewMemberStart, **payload)])
+
+    async def member_finish(self, **payload: Any) -> None:
+        async with self._lock:
+            await self.journal.commit([self.journal.event(CrewMemberFinish, **payload)])
+
+    def warn(self, text: str) -> None:
+        self.journal.warn(text, "crew")
+
+    async def finish(self, stop: str, output: str, usage: Usage, error: str | None,
+                     duration_ms: float) -> None:  # fmt: skip
+        j = self.journal
+        async with self._lock:
+            finish = j.event(AgentFinish, stop_reason=stop, output=output,
+                             usage=usage.model_dump(), error=error, duration_ms=duration_ms,
+                             warnings=list(j.warnings))  # fmt: skip
+            await j.commit([finish], run=RunRecord(j.run_id, j.session_id, stop, usage,
+                                                   data={"error": error}))  # fmt: skip

@@ -157,7 +157,18 @@ def parse_definition(path: Path) -> AgentDefinition:
 def load_definition(
     cls: type[Agent], path: Path, tools: Sequence[Tool], overrides: dict[str, Any]
 ) -> Agent:
-    definition = parse_definition(path)
+    return build_agent(cls, parse_definition(path), path, tools, overrides)
+
+
+def build_agent(
+    cls: type[Agent],
+    definition: AgentDefinition,
+    path: Path,
+    tools: Sequence[Tool] = (),
+    overrides: dict[str, Any] | None = None,
+) -> Agent:
+    """The agent a parsed definition describes; ``path`` is the file it came from (relative
+    paths in it, such as ``workspace`` and MCP servers' ``cwd``, are resolved from its folder)."""
     own = {t.name: t for t in tools}
     resolved: list[Tool | str] = [own.get(name, name) for name in definition.tools]
     kwargs: dict[str, Any] = definition.model_dump(
@@ -168,7 +179,7 @@ def load_definition(
     if definition.workspace is not None:
         kwargs["workspace"] = (path.parent / definition.workspace).resolve()
     kwargs["tools"] = resolved
-    kwargs.update(overrides)
+    kwargs.update(overrides or {})
     if definition.mcp_servers:
         from loom.tools.mcp import mcp_server
 

@@ -53,6 +53,26 @@ def test_a_crew_file_loads_with_agent_files_and_inline_members(tmp_path: Path) -
     assert res.output.startswith("(demo model) You said: Write from: From pipeline/researcher:")
 
 
+def test_an_inline_member_is_built_like_an_agent_file(tmp_path: Path) -> None:
+    # inline members go through the same construction as AGENT.md files: every definition
+    # field (here output_schema, an AGENT.md field) is understood, and workspace is resolved
+    # from the crew file's folder
+    (tmp_path / "ws").mkdir()
+    text = """
+    name: typed
+    members:
+      extractor:
+        instructions: You extract.
+        model: demo
+        workspace: ws
+        output_schema: {type: object, properties: {city: {type: string}}, required: [city]}
+    plan: {sequential: [extractor]}
+    """
+    crew = Crew.from_file(write(tmp_path, text))
+    member = crew.members["extractor"]
+    assert member.output_spec is not None and member.workspace == (tmp_path / "ws").resolve()
+
+
 def test_every_mode_parses(tmp_path: Path) -> None:
     text = """
     name: all

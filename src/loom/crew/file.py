@@ -99,7 +99,7 @@ def load_crew(path: Path, **overrides: Any) -> Crew:
 
 def _members(raw: Any, path: Path) -> dict[str, Agent]:
     from loom.agent import Agent
-    from loom.definition import AgentDefinition
+    from loom.definition import AgentDefinition, build_agent
 
     if not isinstance(raw, dict) or not raw:
         raise CrewDefinitionError("a mapping of member name to an agent file or definition",
@@ -122,9 +122,8 @@ def _members(raw: Any, path: Path) -> dict[str, Agent]:
                 first = exc.errors()[0]
                 sub = ".".join(str(p) for p in first["loc"])
                 raise CrewDefinitionError(first["msg"], field=f"{at}.{sub}") from None
-            kwargs = d.model_dump(exclude={"description", "workspace", "mcp_servers"})
-            try:
-                out[name] = Agent(**kwargs)
+            try:  # the same construction as an AGENT.md file's (tools, output_schema, MCP)
+                out[name] = build_agent(Agent, d, path)
             except ConfigurationError as exc:
                 raise CrewDefinitionError(str(exc), field=at) from None
         else:

@@ -20,7 +20,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from tests.server.conftest import Server, start_server, stop_server
 
 CHROMIUM = os.environ.get("LOOM_CHROMIUM", "/usr/bin/chromium")
@@ -45,7 +44,7 @@ from loom import Agent, ModelResponse, ToolCall, tool
 from loom.server import AgentRegistry
 from loom.testing import FunctionModel
 
-XSS = %r
+XSS = XSS_TEXT
 
 
 @tool(effect="pure")
@@ -92,7 +91,7 @@ registry = AgentRegistry([
     Agent(name="ops", model=caller("deploy", {"target": "prod"}), tools=[deploy],
           permissions={"ask": ["deploy"]}),
 ])
-''' % (XSS,)
+'''.replace("XSS_TEXT", repr(XSS))
 
 
 @pytest.fixture(scope="module")
@@ -239,8 +238,14 @@ def test_approve_a_pending_call_from_the_page(page: Any, server: Server) -> None
 
 def test_an_error_in_full(page: Any, server: Server) -> None:
     with api(server) as client:
-        client.post("/runs/wait", json={"assistant_id": "breaker", "input": {"messages": [
-            {"role": "user", "content": "go"}]}, "on_completion": "keep"}).raise_for_status()
+        client.post(
+            "/runs/wait",
+            json={
+                "assistant_id": "breaker",
+                "input": {"messages": [{"role": "user", "content": "go"}]},
+                "on_completion": "keep",
+            },
+        ).raise_for_status()
     page.goto(f"{server.url}/console/errors")
     page.locator("#errors a[href^='/console/errors/']").first.click()
     page.wait_for_url("**/console/errors/err_*")
@@ -257,8 +262,13 @@ def test_tool_output_is_escaped_on_the_page_and_live(browser: Any, server: Serve
         client.post("/threads", json={"thread_id": "xss-1"}).raise_for_status()
         page.goto(f"{server.url}/console/sessions/xss-1")
         wait_live(page)
-        client.post("/threads/xss-1/runs/wait", json={"assistant_id": "xss", "input": {
-            "messages": [{"role": "user", "content": "html please"}]}}).raise_for_status()
+        client.post(
+            "/threads/xss-1/runs/wait",
+            json={
+                "assistant_id": "xss",
+                "input": {"messages": [{"role": "user", "content": "html please"}]},
+            },
+        ).raise_for_status()
     page.wait_for_selector("li.run[data-status=completed]")  # arrived over SSE
     for where in ("live", "loaded"):
         output = page.locator("li.tool[data-name=echo_html] .tool-output")

@@ -67,7 +67,9 @@ def login_cookie(principal: Principal, secret: bytes, now: float | None = None) 
     """The cookie value that logs ``principal`` in: its name, when, and the signature."""
     issued = str(int(now if now is not None else time.time()))
     name = base64.urlsafe_b64encode(principal.name.encode()).decode().rstrip("=")
-    return f"{name}.{issued}.{_mac(secret, 'login', principal.name, principal.digest.hex(), issued)}"
+    return (
+        f"{name}.{issued}.{_mac(secret, 'login', principal.name, principal.digest.hex(), issued)}"
+    )
 
 
 def principal_from_cookie(
@@ -95,7 +97,9 @@ def csrf_token(seed: str, principal: Principal | None, secret: bytes) -> str:
     return _mac(secret, "csrf", seed, principal.name if principal is not None else "")
 
 
-def csrf_ok(given: str | None, seed: str | None, principal: Principal | None, secret: bytes) -> bool:
+def csrf_ok(
+    given: str | None, seed: str | None, principal: Principal | None, secret: bytes
+) -> bool:
     """Is ``given`` the form token for this browser and key? False when either is missing."""
     if not given or not seed:
         return False

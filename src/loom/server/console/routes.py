@@ -101,12 +101,16 @@ def page(request: Request, name: str, code: int = 200, **context: Any) -> HTMLRe
     if seed is None:
         seed = secrets.token_urlsafe(32)
     principal = _principal(request)
-    html = templates().get_template(name).render(
-        request=request,
-        principal=principal,
-        keys_on=_keys_on(state),
-        csrf=auth.csrf_token(seed, principal, auth.secret_of(state)),
-        **context,
+    html = (
+        templates()
+        .get_template(name)
+        .render(
+            request=request,
+            principal=principal,
+            keys_on=_keys_on(state),
+            csrf=auth.csrf_token(seed, principal, auth.secret_of(state)),
+            **context,
+        )
     )
     response = HTMLResponse(html, status_code=code)
     response.headers["Content-Security-Policy"] = (
@@ -210,9 +214,13 @@ def _latest(records: list[RunRecord]) -> dict[str, RunRecord]:
     return out
 
 
-async def _status(state: ServerState, session_id: str) -> str:
-    runs = _latest(await _runs_of(state, session_id))
-    return next(reversed(runs.values())).status if runs else "new"
+async def _status(
+    state: ServerState, session_id: str, records: list[RunRecord] | None = None
+) -> str:
+    """The session's last run's status (``running`` or its stop reason), ``new`` before any."""
+    if records is None:
+        records = await _runs_of(state, session_id)
+    return records[-1].status if records else "new"
 
 
 async def _matches(state: ServerState, info: SessionInfo, q: str) -> bool:
@@ -243,16 +251,35 @@ async def sessions(request: Request, q: str = "", status: str = "") -> Response:
                           "error", "model_error", "timeout", "cancelled", "crashed"])  # fmt: skip
 
 
-def _page_of(events: list[AgentEvent], page_no: int) -> tuple[list[AgentEvent], int]:
-    """The events of the runs on page ``page_no`` (0 = the newest ``RUNS_PER_PAGE`` runs)."""
-    order: dict[str, int] = {}
-    for ev in events:
-        order.setdefault(ev.run_id, len(order))
-    pages = max(1, -(-len(order) // RUNS_PER_PAGE))
+def _pages(run_ids: list[str], page_no: int) -> tuple[list[str], int, int]:
+    """The runs on page ``page_no`` (0 = the newest ``RUNS_PER_PAGE``), the page shown (clamped)
+    and how many pages there are."""
+    pages = max(1, -(-len(run_ids) // RUNS_PER_PAGE))
     page_no = min(max(page_no, 0), pages - 1)
-    hi = len(order) - page_no * RUNS_PER_PAGE
-    lo = max(0, hi - RUNS_PER_PAGE)
-    return [e for e in events if lo <= order[e.run_id] < hi], pages
+    hi = len(run_ids) - page_no * RUNS_PER_PAGE
+    return run_ids[max(0, hi - RUNS_PER_PAGE) : hi], page_no, pages
+
+
+async def _shown_events(
+    state: ServerState, session_id: str, page_no: int, records: list[RunRecord]
+) -> tuple[list[AgentEvent], int, int, str]:
+    """The events of the runs on one page, the page, the page count and the session's last
+    event id. With run records (every store Loom ships) only the shown runs' events are read:
+    a 1,000-turn session does not decode 30,000 events to show 50 runs."""
+    store = state.runtime.store
+    if records:
+        run_ids = list(_latest(records))
+        shown_ids, page_no, pages = _pages(run_ids, page_no)
+        shown: list[AgentEvent] = []
+        for run_id in shown_ids:
+            shown.extend(await store.load_events(session_id, run_id))
+        last = await store.load_events(session_id, run_ids[-1]) if page_no else shown
+        return shown, page_no, pages, event_id(last[-1]) if last else ""
+    events = await store.load_events(session_id)
+    shown_ids, page_no, pages = _pages(list(dict.fromkeys(e.run_id for e in events)), page_no)
+    keep = set(shown_ids)
+    return ([e for e in events if e.run_id in keep], page_no, pages,
+            event_id(events[-1]) if events else "")  # fmt: skip
 
 
 async def render_session(request: Request, session_id: str, page_no: int = 0) -> Response:
@@ -265,17 +292,20 @@ async def render_session(request: Request, session_id: str, page_no: int = 0) ->
         info = None
     if info is None:
         return problem(request, 404, "Not found", f"no session {session_id!r}")
-    events = await store.load_events(session_id)
-    shown, pages = _page_of(events, page_no)
+    records = await _runs_of(state, session_id)
+    shown, page_no, pages, after = await _shown_events(state, session_id, page_no, records)
     timeline = Timeline().extend(shown)
     messages: list[Message] = [m for e in shown if (m := e.message()) is not None]
-    pending = [p.to_dict() for p in await state.runtime.pending_approvals(session_id)]
+    status = await _status(state, session_id, records)
+    # calls wait for a decision only after a run stopped for them (a new message expires them)
+    pending = [p.to_dict() for p in await state.runtime.pending_approvals(session_id)
+               ] if status == "awaiting_approval" else []  # fmt: skip
     total_cost = _sum_costs(timeline)
+    agent = next((r.agent for r in reversed(timeline.runs) if r.agent), info.agent_name)
     return page(
         request, "session.html", nav="sessions", info=info, timeline=timeline,
-        messages=messages, pending=pending, page_no=min(page_no, pages - 1), pages=pages,
-        status=await _status(state, session_id), total_cost=total_cost,
-        after=event_id(events[-1]) if events else "",
+        messages=messages, pending=pending, page_no=page_no, pages=pages, status=status,
+        total_cost=total_cost, agent=agent, after=after,
     )  # fmt: skip
 
 
@@ -391,8 +421,9 @@ async def decide(request: Request, session_id: str, call_id: str) -> Response:
         info, decided, waiting = await record_decision(state, session_id, call_id, decision)
         if not waiting:
             agent = await session_agent(state, info)
-            await _start_run(state, session_id, RunCreate(
-                assistant_id=agent, command={"resume": decided}, stream_mode=["events"]))  # fmt: skip
+            resume = RunCreate(assistant_id=agent, command={"resume": decided},
+                               stream_mode=["events"])  # fmt: skip
+            await _start_run(state, session_id, resume)
     except HTTPException as exc:
         return problem(request, exc.status_code, "Not found", str(exc.detail))
     except SessionNotFound as exc:
@@ -410,7 +441,7 @@ async def runs(request: Request, status: str = "") -> Response:
     state = state_of(request)
     infos = sorted(await state.runtime.store.list_sessions(limit=100),
                    key=lambda i: i.updated_at, reverse=True)  # fmt: skip
-    rows = []
+    rows: list[dict[str, Any]] = []
     for info in infos:
         records = await _runs_of(state, info.id)
         starts = {r.run_id: r.timestamp for r in records if r.status == "running"}

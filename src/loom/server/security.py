@@ -370,20 +370,30 @@ class GuardMiddleware:
         principal = None
         if self.config.keys:
             presented = _presented_key(headers)
-            if presented is None:
+            if presented is None and (path == "/console" or path.startswith("/console/")):
+                # a browser: the console's login cookie stands for the key (its own login form)
+                from loom.server.console.auth import console_gate
+
+                principal, refusal = console_gate(scope, headers, self.state, self.config.keys)
+                if refusal is not None:
+                    await refusal(scope, receive, send)
+                    return
+            elif presented is None:
                 await _error(401, "Unauthorized",
                              "this server needs an API key: send Authorization: Bearer <key> "
                              "(or x-api-key: <key>)",
                              {"WWW-Authenticate": "Bearer"})(scope, receive, send)  # fmt: skip
                 return
-            principal = self.config.keys.match(presented)
-            if principal is None:
+            else:
+                principal = self.config.keys.match(presented)
+            if principal is None and presented is not None:
                 await _error(401, "Unauthorized",
                              "the API key is not valid for this server; check the key you send",
                              {"WWW-Authenticate": 'Bearer error="invalid_token"'},
                              )(scope, receive, send)  # fmt: skip
                 return
-            scope["loom.principal"] = principal
+            if principal is not None:
+                scope["loom.principal"] = principal
         method: str = scope["method"]
         if self.state.draining and starts_runs(method, path):
             await _error(503, "ShuttingDown",

@@ -163,6 +163,10 @@ MIGRATIONS: list[tuple[str, str]] = [
         "ALTER TABLE locks ADD COLUMN token INTEGER NOT NULL DEFAULT 0;"
         "ALTER TABLE locks ADD COLUMN released INTEGER NOT NULL DEFAULT 0",
     ),
+    # Why: load_events(session, run_id) scanned the session's whole journal; the console reads
+    # the runs it shows one by one (issue #17: a 1,000-turn session's page). PostgreSQL has had
+    # the same index (events_run) from its first migration.
+    ("0004_events_run_index", "CREATE INDEX events_run ON events (session_id, run_id, seq)"),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

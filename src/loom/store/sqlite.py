@@ -405,6 +405,8 @@ class SQLiteStore(SQLiteCapabilities):
         sql = f"SELECT {cols} FROM events WHERE session_id = ?"
         params: tuple[str, ...] = (session_id,)
         if run_id is not None:
+            # without statistics the planner would walk the session's whole journal by its key
+            sql = f"SELECT {cols} FROM events INDEXED BY events_run WHERE session_id = ?"
             sql, params = sql + " AND run_id = ?", (session_id, run_id)
         rows = await self._read(
             "loading events", lambda c: c.execute(sql + " ORDER BY seq", params).fetchall()

@@ -1,0 +1,257 @@
+"""A session's events as the console's tree: runs → model calls → tool calls.
+
+:class:`Timeline` takes events one at a time (``add``) and answers what changed, so the page
+(every stored event at once) and the live stream (one event per SSE message) build the same
+nodes with the same code and render them with the same templates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from loom.events import (
+    AgentEvent,
+    AgentFinish,
+    AgentStart,
+    ApprovalDecisionEvent,
+    ApprovalRequired,
+    ErrorEvent,
+    GuardrailEvent,
+    LlmComplete,
+    LlmStart,
+    RunRecovered,
+    ToolErrorEvent,
+    ToolExecutionStart,
+    ToolResultEvent,
+    UserMessage,
+    Warning,
+)
+
+__all__ = ["Change", "LlmNode", "NoteNode", "RunNode", "Timeline", "ToolNode", "cost_of"]
+
+
+def cost_of(usage: Any) -> float | None:
+    """The cost a usage carries (a ``Usage`` or its dict form), or None when it has none:
+    cost accounting may not exist in this build or may not know the model's price."""
+    if usage is None:
+        return None
+    value = usage.get("cost") if isinstance(usage, dict) else getattr(usage, "cost", None)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _tokens(usage: dict[str, Any] | None) -> tuple[int, int]:
+    if not usage:
+        return 0, 0
+    return int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
+
+
+@dataclass
+class ToolNode:
+    """One tool call: its input, then its output (or error), and any approval on the way."""
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    run_id: str
+    started: float
+    done: bool = False
+    success: bool = True
+    content: str = ""
+    error_code: str | None = None
+    duration_ms: float | None = None
+    approval: str | None = None  # "required", then the decision
+
+    @property
+    def dom_id(self) -> str:
+        return f"tool-{self.call_id}"
+
+
+@dataclass
+class NoteNode:
+    """Something else worth seeing in a run: the user's message, warnings, errors, guardrails."""
+
+    kind: str
+    text: str
+    timestamp: float
+    sequence: int
+    run_id: str
+
+    @property
+    def dom_id(self) -> str:
+        return f"note-{self.run_id}-{self.sequence}"
+
+
+@dataclass
+class LlmNode:
+    """One model call (an iteration of the loop) and the tool calls it asked for."""
+
+    run_id: str
+    iteration: int
+    started: float
+    done: bool = False
+    duration_ms: float | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float | None = None
+    model: str | None = None
+    answer: str = ""
+    finish_reason: str | None = None
+    tools: list[ToolNode] = field(default_factory=list)
+
+    @property
+    def dom_id(self) -> str:
+        return f"llm-{self.run_id}-{self.iteration}"
+
+
+@dataclass
+class RunNode:
+    """One run (a turn) of the session, from AGENT_START to AGENT_FINISH."""
+
+    run_id: str
+    agent: str
+    started: float
+    resume: bool = False
+    items: list[LlmNode | NoteNode] = field(default_factory=list)
+    done: bool = False
+    stop_reason: str | None = None
+    duration_ms: float | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float | None = None
+    error: str | None = None
+
+    @property
+    def dom_id(self) -> str:
+        return f"run-{self.run_id}"
+
+    @property
+    def status(self) -> str:
+        return self.stop_reason or "running"
+
+
+Node = RunNode | LlmNode | ToolNode | NoteNode
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What one event did to the tree: ``new`` (append ``node`` to ``parent``) or ``update``
+    (``node`` changed in place)."""
+
+    kind: Literal["new", "update"]
+    node: Node
+    parent: RunNode | LlmNode | None = None
+
+
+class Timeline:
+    """The tree of one session's runs, built event by event."""
+
+    def __init__(self) -> None:
+        self.runs: list[RunNode] = []
+        self._runs: dict[str, RunNode] = {}
+        self._llm: dict[tuple[str, int], LlmNode] = {}
+        self._tools: dict[str, ToolNode] = {}
+        self.last_event_id: str | None = None
+
+    def extend(self, events: list[AgentEvent]) -> Timeline:
+        for ev in events:
+            self.add(ev)
+        return self
+
+    def _run(self, ev: AgentEvent, changes: list[Change]) -> RunNode:
+        run = self._runs.get(ev.run_id)
+        if run is None:  # a run whose start we did not see (a stream joined mid-run)
+            run = self._runs[ev.run_id] = RunNode(ev.run_id, "", ev.timestamp)
+            self.runs.append(run)
+            changes.append(Change("new", run))
+        return run
+
+    def _llm_node(self, ev: AgentEvent, changes: list[Change]) -> LlmNode:
+        key = (ev.run_id, ev.iteration)
+        node = self._llm.get(key)
+        if node is None:
+            run = self._run(ev, changes)
+            node = self._llm[key] = LlmNode(ev.run_id, ev.iteration, ev.timestamp)
+            run.items.append(node)
+            changes.append(Change("new", node, run))
+        return node
+
+    def _note(self, ev: AgentEvent, kind: str, text: str, changes: list[Change]) -> None:
+        run = self._run(ev, changes)
+        note = NoteNode(kind, text, ev.timestamp, ev.sequence, ev.run_id)
+        run.items.append(note)
+        changes.append(Change("new", note, run))
+
+    def add(self, ev: AgentEvent) -> list[Change]:
+        """Put ``ev`` into the tree; what changed (empty for events the console does not show)."""
+        changes: list[Change] = []
+        self.last_event_id = f"{ev.run_id}:{ev.sequence}"
+        if isinstance(ev, AgentStart):
+            run = self._runs.get(ev.run_id)
+            if run is None:
+                run = self._runs[ev.run_id] = RunNode(ev.run_id, ev.agent, ev.timestamp, ev.resume)
+                self.runs.append(run)
+                changes.append(Change("new", run))
+            else:
+                run.agent, run.resume = ev.agent, ev.resume
+                changes.append(Change("update", run))
+        elif isinstance(ev, UserMessage):
+            self._note(ev, "user", ev.content, changes)
+        elif isinstance(ev, LlmStart):
+            self._llm_node(ev, changes)
+        elif isinstance(ev, LlmComplete):
+            node = self._llm_node(ev, changes)
+            node.done = True
+            node.duration_ms = max(0.0, (ev.timestamp - node.started) * 1000)
+            node.input_tokens, node.output_tokens = _tokens(ev.usage)
+            node.cost = cost_of(ev.usage)
+            node.model, node.answer, node.finish_reason = ev.model, ev.answer, ev.finish_reason
+            changes.append(Change("update", node))
+        elif isinstance(ev, ToolExecutionStart | ApprovalRequired):
+            call = self._tools.get(ev.tool_call_id)
+            if call is None:
+                parent = self._llm_node(ev, changes)
+                call = ToolNode(ev.tool_call_id, ev.tool_name, dict(ev.arguments), ev.run_id,
+                                ev.timestamp)  # fmt: skip
+                self._tools[ev.tool_call_id] = call
+                parent.tools.append(call)
+                changes.append(Change("new", call, parent))
+            else:
+                changes.append(Change("update", call))
+            if isinstance(ev, ApprovalRequired):
+                call.approval = "required"
+        elif isinstance(ev, ToolResultEvent | ToolErrorEvent):
+            call = self._tools.get(ev.tool_call_id)
+            if call is None:
+                parent = self._llm_node(ev, changes)
+                call = ToolNode(ev.tool_call_id, ev.tool_name, {}, ev.run_id, ev.timestamp)
+                self._tools[ev.tool_call_id] = call
+                parent.tools.append(call)
+                changes.append(Change("new", call, parent))
+            else:
+                changes.append(Change("update", call))
+            call.done, call.success, call.content = True, ev.success, ev.content
+            call.error_code, call.duration_ms = ev.error_code, ev.duration_ms
+        elif isinstance(ev, ApprovalDecisionEvent):
+            call = self._tools.get(ev.tool_call_id)
+            if call is not None:
+                call.approval = ev.decision
+                changes.append(Change("update", call))
+        elif isinstance(ev, AgentFinish):
+            run = self._run(ev, changes)
+            run.done, run.stop_reason, run.error = True, ev.stop_reason, ev.error
+            run.duration_ms = ev.duration_ms
+            run.input_tokens, run.output_tokens = _tokens(ev.usage)
+            run.cost = cost_of(ev.usage)
+            changes.append(Change("update", run))
+        elif isinstance(ev, Warning):
+            self._note(ev, "warning", ev.warning, changes)
+        elif isinstance(ev, ErrorEvent):
+            self._note(ev, "error", ev.error, changes)
+        elif isinstance(ev, GuardrailEvent) and ev.action != "pass":
+            self._note(ev, "guardrail", f"{ev.guardrail} ({ev.kind}): {ev.action} {ev.reason}",
+                       changes)  # fmt: skip
+        elif isinstance(ev, RunRecovered):
+            self._note(ev, "recovered", f"recovered {ev.recovered_run_id}: {ev.stop_reason}",
+                       changes)  # fmt: skip
+        return changes

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from loom.errors import SchemaTooNew, StoreCorrupt, StoreError
+from loom.store import _schedule_sql
 
 T = TypeVar("T")
 Durability = Literal["normal", "full"]
@@ -163,6 +164,8 @@ MIGRATIONS: list[tuple[str, str]] = [
         "ALTER TABLE locks ADD COLUMN token INTEGER NOT NULL DEFAULT 0;"
         "ALTER TABLE locks ADD COLUMN released INTEGER NOT NULL DEFAULT 0",
     ),
+    # Why: schedules, their runs, cron monitors and check-ins (issue #18, loom.schedule).
+    ("0004_schedules", _schedule_sql.SQLITE),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

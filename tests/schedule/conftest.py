@@ -65,12 +65,17 @@ class Rig:
         self.runtime = Runtime(store=store)
         self.schedules = ScheduleStore(store, clock=clock, agents=self.agents)
         self.monitors = MonitorStore(store, clock=clock)
-        self.scheduler = Scheduler(self.schedules, RuntimeLauncher(self.runtime, self.agents),
-                                   clock=clock, monitors=self.monitors)
+        self.scheduler = Scheduler(
+            self.schedules,
+            RuntimeLauncher(self.runtime, self.agents),
+            clock=clock,
+            monitors=self.monitors,
+        )
 
     async def runs(self, schedule_id: str) -> list[Any]:
-        return sorted(await self.schedules.schedule_runs(schedule_id, limit=0),
-                      key=lambda r: r.tick)
+        return sorted(
+            await self.schedules.schedule_runs(schedule_id, limit=0), key=lambda r: r.tick
+        )
 
 
 @pytest.fixture

@@ -45,8 +45,9 @@ async def main(argv: list[str]) -> None:
     echo = Agent(name="echo", model=FunctionModel(lambda m, t: "ok"))
     runtime = Runtime(store=store)  # type: ignore[arg-type]
     schedules = ScheduleStore(store, clock=clock, agents={"echo": echo})
-    scheduler = Scheduler(schedules, RuntimeLauncher(runtime, {"echo": echo}), clock=clock,
-                          lease=1e9)
+    scheduler = Scheduler(
+        schedules, RuntimeLauncher(runtime, {"echo": echo}), clock=clock, lease=1e9
+    )
     while True:
         await scheduler.poll()
         if clock() >= until:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from tests.schedule.conftest import Rig
 
 from loom.errors import JobFailed, MonitorNotFound, ScheduleError
 from loom.schedule import Job, JobRunner, Monitor, MonitorChange, Schedule
 from loom.schedule.jobs import builtin_jobs, job_schedule
-from tests.schedule.conftest import Rig
 
 
 async def test_external_monitor_missed_within_one_detector_period(rig: Rig) -> None:

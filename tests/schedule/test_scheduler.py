@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.schedule.conftest import Rig, at
 
 from loom.schedule import Schedule, ScheduleStore
 from loom.store import SQLiteStore
-from tests.schedule.conftest import Rig, at
 
 HERE = Path(__file__).parent
 SRC = str(HERE.parents[1] / "src")
@@ -30,8 +30,9 @@ async def settle(rig: Rig) -> None:
 
 
 async def test_on_time_tick_fires_once_and_runs_the_agent(rig: Rig) -> None:
-    state = await rig.schedules.add(Schedule(agent="echo", message="hi", cron="*/10 * * * *",
-                                             id="ten"))
+    state = await rig.schedules.add(
+        Schedule(agent="echo", message="hi", cron="*/10 * * * *", id="ten")
+    )
     assert state.next_fire_at == at("2025-01-06T08:10:00")
     assert (await rig.scheduler.poll()).claimed == 0  # not due yet
     rig.clock.now = at("2025-01-06T08:10:05")
@@ -53,8 +54,16 @@ async def test_on_time_tick_fires_once_and_runs_the_agent(rig: Rig) -> None:
 async def test_misfire_policies_after_two_hours_down(
     rig: Rig, misfire: str, catch_up: int, fired: list[str]
 ) -> None:
-    await rig.schedules.add(Schedule(agent="echo", message="hi", cron="*/10 * * * *", id="s",
-                                     misfire=misfire, catch_up=catch_up))  # type: ignore[arg-type]
+    await rig.schedules.add(
+        Schedule(
+            agent="echo",
+            message="hi",
+            cron="*/10 * * * *",
+            id="s",
+            misfire=misfire,
+            catch_up=catch_up,
+        )
+    )  # type: ignore[arg-type]
     rig.clock.now = at("2025-01-06T10:15:00")  # down from 08:00: ticks 08:10 … 10:10 are late
     await settle(rig)
     runs = await rig.runs("s")
@@ -68,8 +77,9 @@ async def test_misfire_policies_after_two_hours_down(
 
 
 async def two_ticks_with_a_slow_run(rig: Rig, overlap: str) -> list[str]:
-    await rig.schedules.add(Schedule(agent="slow", message="work", interval=60, id="o",
-                                     overlap=overlap))  # type: ignore[arg-type]
+    await rig.schedules.add(
+        Schedule(agent="slow", message="work", interval=60, id="o", overlap=overlap)
+    )  # type: ignore[arg-type]
     rig.clock.advance(61)
     await rig.scheduler.poll()
     while rig.gate.started < 1:
@@ -112,8 +122,9 @@ def poller(store: str, *args: float, fault: str | None = None) -> subprocess.Pop
     env.pop("LOOM_SCHEDULE_FAULT", None)
     if fault:
         env["LOOM_SCHEDULE_FAULT"] = fault
-    return subprocess.Popen([sys.executable, str(HERE / "poller.py"), store,
-                             *(repr(a) for a in args)], env=env)
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "poller.py"), store, *(repr(a) for a in args)], env=env
+    )
 
 
 @pytest.mark.parametrize("fault", ["after_claim", "after_start"])
@@ -144,9 +155,18 @@ async def test_two_sqlite_processes_fire_each_of_100_ticks_once(tmp_path: Path) 
     store = SQLiteStore(db)
     t0 = at("2025-01-06T08:00:00")
     schedules = ScheduleStore(store, clock=lambda: t0)
-    await schedules.add(Schedule(agent="echo", message="hi", interval=60, id="m",
-                                 session="per_run", misfire="catch_up", catch_up=1000,
-                                 overlap="queue"))
+    await schedules.add(
+        Schedule(
+            agent="echo",
+            message="hi",
+            interval=60,
+            id="m",
+            session="per_run",
+            misfire="catch_up",
+            catch_up=1000,
+            overlap="queue",
+        )
+    )
     wall0, speed, until = time.time() + 0.5, 1500.0, t0 + 100 * 60 + 1
     procs = [poller(str(db), t0, wall0, speed, until) for _ in range(2)]
     assert [p.wait(120) for p in procs] == [0, 0]

@@ -42,13 +42,23 @@ class Gate:
     def __init__(self) -> None:
         self.release = asyncio.Event()
         self.started = 0
+        self.changed = asyncio.Condition()
+
+    async def enter(self) -> None:
+        async with self.changed:
+            self.started += 1
+            self.changed.notify_all()
+        await self.release.wait()
+
+    async def wait_started(self, n: int) -> None:
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.started >= n)
 
 
 def agents(gate: Gate | None = None) -> dict[str, Agent]:
     async def slow(messages: Any, tools: Any) -> str:
         assert gate is not None
-        gate.started += 1
-        await gate.release.wait()
+        await gate.enter()
         return "done"
 
     echo = Agent(name="echo", model=FunctionModel(lambda m, t: f"echo: {m[-1].content}"))

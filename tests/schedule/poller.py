@@ -35,7 +35,7 @@ async def main(argv: list[str]) -> None:
         wall0, speed, until = float(argv[2]), float(argv[3]), float(argv[4])
 
         def clock() -> float:
-            return t0 + (time.time() - wall0) * speed
+            return min(until, t0 + (time.time() - wall0) * speed)  # stops at UNTIL
     else:
         until = t0
 
@@ -53,9 +53,11 @@ async def main(argv: list[str]) -> None:
         if clock() >= until:
             break
         await asyncio.sleep(0.003)
-    await scheduler.drain()
-    await scheduler.poll()  # start what queued meanwhile
-    await scheduler.drain()
+    while await schedules.schedule_runs(status=("claimed", "queued", "running"),
+                                        owner=scheduler.owner):  # finish what is ours
+        await scheduler.drain()
+        await scheduler.poll()
+        await asyncio.sleep(0.003)
     await runtime.aclose()
     await store.close()  # type: ignore[attr-defined]
 

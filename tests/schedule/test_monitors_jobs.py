@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from tests.schedule.conftest import Rig
 
@@ -39,8 +37,7 @@ async def test_timeout_checkin_cancels_the_schedules_run(rig: Rig) -> None:
     await rig.monitors.add(Monitor(id="long-mon", schedule_id="long", max_runtime=120))
     rig.clock.advance(601)
     await rig.scheduler.poll()
-    while rig.gate.started < 1:
-        await asyncio.sleep(0.001)
+    await rig.gate.wait_started(1)
     state = await rig.monitors.get("long-mon")
     assert state.in_progress_since == rig.clock.now  # the scheduler checked in
     rig.clock.advance(119)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -73,7 +74,7 @@ async def test_misfire_policies_after_two_hours_down(
     assert all(r.status == "missed" for r in runs if r not in ran)
     assert (await rig.schedules.get("s")).next_fire_at == at("2025-01-06T10:20:00")
     if len(ran) > 1:  # catch-up runs go one after another, oldest first
-        assert all(a.finished_at <= b.started_at for a, b in zip(ran, ran[1:]))  # type: ignore[operator]
+        assert all(a.finished_at <= b.started_at for a, b in itertools.pairwise(ran))  # type: ignore[operator]
 
 
 async def two_ticks_with_a_slow_run(rig: Rig, overlap: str) -> list[str]:
@@ -82,8 +83,7 @@ async def two_ticks_with_a_slow_run(rig: Rig, overlap: str) -> list[str]:
     )  # type: ignore[arg-type]
     rig.clock.advance(61)
     await rig.scheduler.poll()
-    while rig.gate.started < 1:
-        await __import__("asyncio").sleep(0.001)
+    await rig.gate.wait_started(1)
     rig.clock.advance(60)
     await rig.scheduler.poll()
     return [r.status for r in await rig.runs("o")]
@@ -110,8 +110,7 @@ async def test_overlap_cancel(rig: Rig) -> None:
     assert statuses == ["cancelling", "claimed"]
     await rig.scheduler.drain()  # the first run's task was cancelled
     await rig.scheduler.poll()  # the second starts now that the first ended
-    while rig.gate.started < 2:
-        await __import__("asyncio").sleep(0.001)
+    await rig.gate.wait_started(2)
     rig.gate.release.set()
     await settle(rig)
     assert [r.status for r in await rig.runs("o")] == ["cancelled", "finished"]
@@ -176,4 +175,26 @@ async def test_two_sqlite_processes_fire_each_of_100_ticks_once(tmp_path: Path) 
     for r in runs:  # and each tick's session holds exactly that one run
         assert {x.run_id for x in await store.list_runs(r.session_id)} == {r.run_id}
     assert len({r.owner for r in runs}) == 2  # both processes fired some
+    await store.close()
+
+
+async def test_three_postgres_pollers_fire_each_of_100_ticks_once(pg_schema_dsn: str) -> None:
+    from loom.store.postgres import PostgresStore
+
+    store = PostgresStore(pg_schema_dsn)
+    t0 = at("2025-01-06T08:00:00")
+    schedules = ScheduleStore(store, clock=lambda: t0)
+    for sid in ("p1",):
+        await schedules.add(Schedule(agent="echo", message="hi", interval=60, id=sid,
+                                     session="per_run", misfire="catch_up", catch_up=1000,
+                                     overlap="queue"))
+    wall0, speed, until = time.time() + 1.0, 3000.0, t0 + 100 * 60 + 1
+    procs = [poller(pg_schema_dsn, t0, wall0, speed, until) for _ in range(3)]
+    assert [p.wait(120) for p in procs] == [0, 0, 0]
+    for sid in ("p1",):
+        runs = await schedules.schedule_runs(sid, limit=0)
+        assert sorted(r.tick for r in runs) == [t0 + 60 * i for i in range(1, 101)]
+        assert {r.status for r in runs} == {"finished"}
+        for r in runs:
+            assert {x.run_id for x in await store.list_runs(r.session_id)} == {r.run_id}
     await store.close()

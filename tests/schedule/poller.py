@@ -53,8 +53,9 @@ async def main(argv: list[str]) -> None:
         if clock() >= until:
             break
         await asyncio.sleep(0.003)
-    while await schedules.schedule_runs(status=("claimed", "queued", "running"),
-                                        owner=scheduler.owner):  # finish what is ours
+    while await schedules.schedule_runs(
+        status=("claimed", "queued", "running"), owner=scheduler.owner
+    ):  # finish what is ours
         await scheduler.drain()
         await scheduler.poll()
         await asyncio.sleep(0.003)

@@ -185,9 +185,18 @@ async def test_three_postgres_pollers_fire_each_of_100_ticks_once(pg_schema_dsn:
     t0 = at("2025-01-06T08:00:00")
     schedules = ScheduleStore(store, clock=lambda: t0)
     for sid in ("p1",):
-        await schedules.add(Schedule(agent="echo", message="hi", interval=60, id=sid,
-                                     session="per_run", misfire="catch_up", catch_up=1000,
-                                     overlap="queue"))
+        await schedules.add(
+            Schedule(
+                agent="echo",
+                message="hi",
+                interval=60,
+                id=sid,
+                session="per_run",
+                misfire="catch_up",
+                catch_up=1000,
+                overlap="queue",
+            )
+        )
     wall0, speed, until = time.time() + 1.0, 3000.0, t0 + 100 * 60 + 1
     procs = [poller(pg_schema_dsn, t0, wall0, speed, until) for _ in range(3)]
     assert [p.wait(120) for p in procs] == [0, 0, 0]

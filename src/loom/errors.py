@@ -20,6 +20,9 @@ LoomError
 │       ├── DuplicatePatternName  two pattern files use the same name
 │       └── EmptyPatternLibrary   a directory holds no valid pattern
 ├── InputError                    a message or argument the caller passed is unusable
+│   └── ScheduleError             a schedule or monitor field is invalid (has .field)
+│       ├── ScheduleNotFound      no schedule has that id
+│       └── MonitorNotFound       no cron monitor has that id
 ├── ModelError                    the model provider failed
 │   ├── ModelAuthError            missing or rejected credentials
 │   ├── ModelRateLimited          429 after all retries
@@ -47,6 +50,7 @@ LoomError
 ├── JudgeError                    a judge failed; the panel scores it as configured, runs go on
 │   ├── JudgeOutputError          a judge model's answer was not {"score": 0..1, "reason": ...}
 │   └── JudgeTimeout              a judge took longer than its timeout
+├── JobFailed                     a background job failed (has .retryable)
 ├── ValueNotRepresentable         a value cannot become JSON (contains itself, too deep/large)
 ├── BudgetExceeded                a crew's tree-wide budget refused a model call or a spawn
 └── RunCancelled                  the caller cancelled a run
@@ -71,6 +75,7 @@ __all__ = [
     "HookDefinitionError",
     "HookError",
     "InputError",
+    "JobFailed",
     "JudgeError",
     "JudgeOutputError",
     "JudgeTimeout",
@@ -84,6 +89,7 @@ __all__ = [
     "ModelRequestError",
     "ModelResponseError",
     "ModelUnavailable",
+    "MonitorNotFound",
     "PatternError",
     "PatternFileError",
     "PermissionsFileError",
@@ -91,6 +97,8 @@ __all__ = [
     "QueueTimeout",
     "RedactionPatternError",
     "RunCancelled",
+    "ScheduleError",
+    "ScheduleNotFound",
     "SchemaTooNew",
     "ScopeViolation",
     "SerializationError",
@@ -216,6 +224,31 @@ class EmptyPatternLibrary(PatternError):
 
 class InputError(LoomError, ValueError):
     """An argument passed to a public entry point is unusable."""
+
+
+class ScheduleError(InputError):
+    """A schedule, cron monitor or check-in is invalid; ``field`` names the offending field."""
+
+    def __init__(self, message: str, *, field: str | None = None):
+        self.field = field
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+class ScheduleNotFound(ScheduleError):
+    """No schedule has that id (``loom schedule list`` shows them)."""
+
+
+class MonitorNotFound(ScheduleError):
+    """No cron monitor has that id (``loom monitors list`` shows them)."""
+
+
+class JobFailed(LoomError):
+    """Raised by a background job: ``retryable=True`` asks for another attempt (with backoff),
+    ``False`` gives up at once (a fatal error: retrying cannot help)."""
+
+    def __init__(self, message: str, *, retryable: bool = True):
+        self.retryable = retryable
+        super().__init__(message)
 
 
 class ModelError(LoomError):

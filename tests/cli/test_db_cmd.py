@@ -48,8 +48,12 @@ def test_postgres_migrate_status_and_sessions(pg_url: str) -> None:
     assert r.exit_code == 0, r.output
     status = json.loads(r.output)
     assert status["backend"] == "postgresql"
-    assert [m["name"] for m in status["migrations"]] == ["0001_initial", "0002_append_ids"]
-    assert status["schema_version"] == status["known_version"] == 2
+    assert [m["name"] for m in status["migrations"]] == [
+        "0001_initial",
+        "0002_append_ids",
+        "0003_schedules",
+    ]
+    assert status["schema_version"] == status["known_version"] == 3
 
     # A session, an open run and a held lease, written by a store, show up in the counts.
     import asyncio

@@ -15,6 +15,7 @@ from loom.cli import (
     errors_cmd,
     patterns_cmd,
     run_cmd,
+    schedule_cmd,
     serve_cmd,
     sessions_cmd,
     worker_cmd,
@@ -62,6 +63,8 @@ app.add_typer(sessions_cmd.app, name="sessions")
 app.add_typer(errors_cmd.app, name="errors")
 app.add_typer(patterns_cmd.app, name="patterns")
 app.add_typer(db_cmd.app, name="db")
+app.add_typer(schedule_cmd.app, name="schedule")
+app.add_typer(schedule_cmd.monitors_app, name="monitors")
 
 
 def main() -> None:

@@ -14,6 +14,8 @@ at once do not race. Never edit one that has shipped: add a new one.
 
 from __future__ import annotations
 
+from loom.store import _schedule_sql
+
 # pg_advisory_xact_lock key for migrations ("LOOM" in ASCII), shared by every Loom schema
 # of a database: migrations of different schemas just take turns.
 MIGRATION_LOCK = 0x4C4F4F4D
@@ -168,6 +170,8 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             )""",
         ],
     ),
+    # schedules, their runs, cron monitors and check-ins (issue #18, loom.schedule)
+    ("0003_schedules", _schedule_sql.POSTGRES),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

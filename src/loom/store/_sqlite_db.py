@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from loom.errors import SchemaTooNew, StoreCorrupt, StoreError
+from loom.store import _schedule_sql
 
 T = TypeVar("T")
 Durability = Literal["normal", "full"]
@@ -167,6 +168,8 @@ MIGRATIONS: list[tuple[str, str]] = [
     # the runs it shows one by one (issue #17: a 1,000-turn session's page). PostgreSQL has had
     # the same index (events_run) from its first migration.
     ("0004_events_run_index", "CREATE INDEX events_run ON events (session_id, run_id, seq)"),
+    # Why: schedules, their runs, cron monitors and check-ins (issue #18, loom.schedule).
+    ("0005_schedules", _schedule_sql.SQLITE),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,0 +1,298 @@
+"""Schedules and cron monitors over HTTP, and the server's scheduler (``loom serve``).
+
+LangGraph's cron endpoints (``client.crons`` of ``langgraph-sdk``): ``POST /runs/crons`` (a new
+thread per run), ``POST /threads/{id}/runs/crons`` (runs on that thread), ``POST
+/runs/crons/search``, ``POST /runs/crons/count``, ``PATCH`` and ``DELETE /runs/crons/{id}``;
+``GET /runs/crons/{id}/runs`` (Loom's: the ticks and what became of them). LangGraph's
+``multitask_strategy`` is the overlap policy: ``reject`` → skip, ``enqueue`` → queue,
+``interrupt`` / ``rollback`` → cancel.
+
+Cron monitors: ``POST /monitors``, ``GET /monitors``, ``GET /monitors/{id}``, ``POST
+/monitors/{id}/checkins`` (``{"status": "ok" | "error" | "in_progress"}``), ``GET
+/monitors/events`` (SSE: every check-in, synthetic ones included, from any process).
+
+The server polls the schedules every ``LOOM_SCHEDULE_POLL`` seconds (default 1;
+``LOOM_SCHEDULER=off`` turns the poller off, e.g. when workers fire them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any, Literal, TypeVar
+
+from fastapi import APIRouter, FastAPI, HTTPException, Request, Response
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict
+
+from loom.errors import ConfigurationError, MonitorNotFound, ScheduleNotFound
+from loom.schedule import Monitor, MonitorStore, Schedule, ScheduleState, ScheduleStore
+from loom.server.app import ServerState, state_of
+
+__all__ = ["router"]
+
+log = logging.getLogger("loom.server")
+T = TypeVar("T")
+
+_OVERLAP = {"reject": "skip", "enqueue": "queue", "interrupt": "cancel", "rollback": "cancel"}
+_STRATEGY = {"skip": "reject", "queue": "enqueue", "cancel": "interrupt"}
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    state: ServerState = app.state.loom
+    scheduler = None
+    if os.environ.get("LOOM_SCHEDULER", "on").lower() not in ("off", "0", "false", "no"):
+        from loom.schedule import build_scheduler
+
+        try:
+            scheduler = await build_scheduler(state.runtime, state.registry)
+        except ConfigurationError as exc:  # a store that keeps no schedules (MemoryStore)
+            log.warning("no scheduler: %s", exc)
+        else:
+            state.extra["monitors"] = scheduler.monitors
+            scheduler.start(float(os.environ.get("LOOM_SCHEDULE_POLL", "1")))
+    try:
+        yield
+    finally:
+        if scheduler is not None:
+            await scheduler.aclose()
+
+
+router = APIRouter(tags=["schedules"], lifespan=_lifespan)
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class CronCreate(_Body):
+    assistant_id: str
+    schedule: str
+    input: dict[str, Any] | str | None = None
+    metadata: dict[str, Any] | None = None
+    end_time: datetime | None = None
+    enabled: bool = True
+    timezone: str | None = None
+    multitask_strategy: str | None = None
+
+
+class CronPatch(_Body):
+    schedule: str | None = None
+    input: dict[str, Any] | str | None = None
+    metadata: dict[str, Any] | None = None
+    end_time: datetime | None = None
+    enabled: bool | None = None
+    timezone: str | None = None
+
+
+class CronSearch(_Body):
+    assistant_id: str | None = None
+    thread_id: str | None = None
+    enabled: bool | None = None
+    limit: int = 10
+    offset: int = 0
+
+
+class MonitorCreate(_Body):
+    id: str | None = None
+    name: str = ""
+    schedule_id: str | None = None
+    cron: str | None = None
+    interval: float | None = None
+    timezone: str = "UTC"
+    margin: float = 60.0
+    max_runtime: float | None = None
+
+
+class CheckInBody(_Body):
+    status: Literal["ok", "error", "in_progress"] | str
+
+
+def _schedules(state: ServerState) -> ScheduleStore:
+    return ScheduleStore(state.runtime.store, agents=state.registry)
+
+
+def _monitors(state: ServerState) -> MonitorStore:
+    found = state.extra.get("monitors")
+    return found if isinstance(found, MonitorStore) else MonitorStore(state.runtime.store)
+
+
+async def _found(call: Awaitable[T]) -> T:
+    try:
+        return await call
+    except (ScheduleNotFound, MonitorNotFound) as exc:
+        raise HTTPException(404, str(exc)) from exc
+
+
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat()
+
+
+def _cron(st: ScheduleState) -> dict[str, Any]:
+    s = st.schedule
+    payload = s.metadata.get("langgraph_input") or {
+        "messages": [{"role": "user", "content": s.message}]
+    }
+    return {
+        "cron_id": s.id,
+        "assistant_id": s.agent,
+        "thread_id": s.session_id if s.session == "per_schedule" else None,
+        "on_run_completed": None,
+        "end_time": _iso(s.end_at),
+        "schedule": s.cron,
+        "timezone": s.timezone,
+        "created_at": _iso(s.created_at),
+        "updated_at": _iso(st.updated_at),
+        "payload": {"input": payload, "multitask_strategy": _STRATEGY[s.overlap]},
+        "user_id": None,
+        "next_run_date": _iso(st.next_fire_at),
+        "metadata": {k: v for k, v in s.metadata.items() if k != "langgraph_input"},
+        "enabled": s.enabled,
+    }
+
+
+def _agent_name(state: ServerState, assistant_id: str) -> str:
+    from loom.server.langgraph_api import _agent
+
+    return _agent(state, assistant_id).name
+
+
+def _message(payload: dict[str, Any] | str | None) -> str:
+    from loom.server.langgraph_api import _last_human
+
+    return _last_human(payload) or ""
+
+
+async def _create(state: ServerState, body: CronCreate, thread_id: str | None) -> dict[str, Any]:
+    meta = dict(body.metadata or {})
+    if isinstance(body.input, dict):
+        meta["langgraph_input"] = body.input
+    overlap = _OVERLAP.get(body.multitask_strategy or "reject", "skip")
+    schedule = Schedule(
+        agent=_agent_name(state, body.assistant_id),
+        message=_message(body.input),
+        cron=body.schedule,
+        timezone=body.timezone or "UTC",
+        session="per_schedule" if thread_id else "per_run",
+        session_id=thread_id,
+        enabled=body.enabled,
+        end_at=body.end_time.timestamp() if body.end_time else None,
+        overlap=overlap,  # type: ignore[arg-type]
+        metadata=meta,
+    )
+    return _cron(await _schedules(state).add(schedule))
+
+
+@router.post("/runs/crons", summary="Schedule runs of an assistant, a new thread each")
+async def create_cron(request: Request, body: CronCreate) -> dict[str, Any]:
+    return await _create(state_of(request), body, None)
+
+
+@router.post("/threads/{thread_id}/runs/crons", summary="Schedule runs on a thread")
+async def create_thread_cron(request: Request, thread_id: str, body: CronCreate) -> dict[str, Any]:
+    return await _create(state_of(request), body, thread_id)
+
+
+@router.post("/runs/crons/search", summary="Find schedules")
+async def search_crons(request: Request, body: CronSearch) -> list[dict[str, Any]]:
+    state = state_of(request)
+    agent = _agent_name(state, body.assistant_id) if body.assistant_id else None
+    found = await _schedules(state).list_schedules(agent=agent, thread_id=body.thread_id,
+                                                   enabled=body.enabled, limit=body.limit,
+                                                   offset=body.offset)  # fmt: skip
+    return [_cron(s) for s in found if s.schedule.agent in state.registry]
+
+
+@router.post("/runs/crons/count", summary="Count schedules")
+async def count_crons(request: Request, body: CronSearch) -> int:
+    body.limit, body.offset = 0, 0
+    return len(await search_crons(request, body))
+
+
+@router.patch("/runs/crons/{cron_id}", summary="Change a schedule")
+async def patch_cron(request: Request, cron_id: str, body: CronPatch) -> dict[str, Any]:
+    state = state_of(request)
+    store = _schedules(state)
+    current = (await _found(store.get(cron_id))).schedule
+    changes: dict[str, Any] = {}
+    if body.schedule is not None:
+        changes["cron"] = body.schedule
+    if body.timezone is not None:
+        changes["timezone"] = body.timezone
+    if body.enabled is not None:
+        changes["enabled"] = body.enabled
+    if "end_time" in body.model_fields_set:
+        changes["end_at"] = body.end_time.timestamp() if body.end_time else None
+    meta = dict(current.metadata)
+    if body.metadata is not None:
+        meta.update(body.metadata)
+    if body.input is not None:
+        changes["message"] = _message(body.input)
+        if isinstance(body.input, dict):
+            meta["langgraph_input"] = body.input
+    changes["metadata"] = meta
+    return _cron(await store.update(cron_id, **changes))
+
+
+@router.delete("/runs/crons/{cron_id}", status_code=204, summary="Delete a schedule")
+async def delete_cron(request: Request, cron_id: str) -> Response:
+    await _found(_schedules(state_of(request)).remove(cron_id))
+    return Response(status_code=204)
+
+
+@router.get("/runs/crons/{cron_id}/runs", summary="A schedule's ticks and their runs (Loom)")
+async def cron_runs(request: Request, cron_id: str, limit: int = 100) -> list[dict[str, Any]]:
+    store = _schedules(state_of(request))
+    await _found(store.get(cron_id))
+    return [r.to_dict() for r in await store.schedule_runs(cron_id, limit=limit)]
+
+
+# -- cron monitors ------------------------------------------------------------------------------
+@router.post("/monitors", tags=["monitors"], summary="Create a cron monitor")
+async def create_monitor(request: Request, body: MonitorCreate) -> dict[str, Any]:
+    fields = body.model_dump(exclude_none=True)
+    monitor = Monitor(**{k: v for k, v in fields.items() if k in Monitor.__dataclass_fields__})
+    return (await _monitors(state_of(request)).add(monitor)).to_dict()
+
+
+@router.get("/monitors", tags=["monitors"], summary="Every cron monitor with its health")
+async def list_monitors(request: Request) -> list[dict[str, Any]]:
+    return [m.to_dict() for m in await _monitors(state_of(request)).list_monitors()]
+
+
+@router.get("/monitors/events", tags=["monitors"], summary="Check-ins as server-sent events")
+async def monitor_events(request: Request, after: int = 0, poll: float = 0.5) -> Response:
+    monitors = _monitors(state_of(request))
+    last = request.headers.get("last-event-id")
+    start = int(last) if last and last.isdigit() else after
+
+    async def events() -> AsyncIterator[str]:
+        cursor = start
+        yield ": monitor check-ins\n\n"
+        while not await request.is_disconnected():
+            for c in await monitors.checkins(after=cursor):
+                cursor = c.id
+                yield f"id: {c.id}\nevent: checkin\ndata: {json.dumps(c.to_dict())}\n\n"
+            await asyncio.sleep(max(0.05, poll))
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+@router.get("/monitors/{monitor_id}", tags=["monitors"], summary="A monitor and its check-ins")
+async def get_monitor(request: Request, monitor_id: str) -> dict[str, Any]:
+    monitors = _monitors(state_of(request))
+    state = await _found(monitors.get(monitor_id))
+    recent = await monitors.checkins(monitor_id)
+    return {**state.to_dict(), "checkins": [c.to_dict() for c in recent]}
+
+
+@router.post("/monitors/{monitor_id}/checkins", tags=["monitors"], summary="Check in")
+async def checkin(request: Request, monitor_id: str, body: CheckInBody) -> dict[str, Any]:
+    made = await _found(_monitors(state_of(request)).checkin(monitor_id, body.status))
+    return made.to_dict()

@@ -1,0 +1,131 @@
+"""Cron monitors (missed, timeout, health, subscribers) and background jobs' retry policy."""
+
+from __future__ import annotations
+
+import pytest
+from tests.schedule.conftest import Rig
+
+from loom.errors import JobFailed, MonitorNotFound, ScheduleError
+from loom.schedule import Job, JobRunner, Monitor, MonitorChange, Schedule
+from loom.schedule.jobs import builtin_jobs, job_schedule
+
+
+async def test_external_monitor_missed_within_one_detector_period(rig: Rig) -> None:
+    changes: list[MonitorChange] = []
+    rig.monitors.subscribe(changes.append)
+    await rig.monitors.add(Monitor(id="backup", interval=3600, margin=300))
+    first = (await rig.monitors.get("backup")).next_expected_at
+    assert first is not None
+    await rig.monitors.checkin("backup", "ok")
+    assert (await rig.monitors.get("backup")).health == "ok"
+    expected = (await rig.monitors.get("backup")).next_expected_at
+    assert expected is not None
+    rig.clock.now = expected + 299  # inside the margin: nothing
+    assert await rig.monitors.detect() == []
+    rig.clock.now = expected + 300 + 60  # one detector period (60 s) past expected + margin
+    [missed] = await rig.monitors.detect()
+    assert (missed.status, missed.source, missed.expected_at) == ("missed", "system", expected)
+    assert await rig.monitors.detect() == []  # written once
+    assert (await rig.monitors.get("backup")).health == "missed"
+    assert [(c.before, c.after) for c in changes] == [("new", "ok"), ("ok", "missed")]
+    await rig.monitors.checkin("backup", "error")
+    assert (await rig.monitors.get("backup")).health == "failing"
+
+
+async def test_timeout_checkin_cancels_the_schedules_run(rig: Rig) -> None:
+    await rig.schedules.add(Schedule(agent="slow", message="w", interval=600, id="long"))
+    await rig.monitors.add(Monitor(id="long-mon", schedule_id="long", max_runtime=120))
+    rig.clock.advance(601)
+    await rig.scheduler.poll()
+    await rig.gate.wait_started(1)
+    state = await rig.monitors.get("long-mon")
+    assert state.in_progress_since == rig.clock.now  # the scheduler checked in
+    rig.clock.advance(119)
+    assert await rig.monitors.detect() == []
+    rig.clock.advance(60)  # past max_runtime, within one detector period
+    [timeout] = await rig.monitors.detect()
+    assert timeout.status == "timeout"
+    assert (await rig.monitors.get("long-mon")).health == "timed_out"
+    await rig.scheduler.poll()  # the run's owner stops it
+    await rig.scheduler.drain()
+    [run] = await rig.runs("long")
+    assert run.status == "cancelled"
+
+
+async def test_bad_monitor_input(rig: Rig) -> None:
+    with pytest.raises(MonitorNotFound, match="nope"):
+        await rig.monitors.checkin("nope", "ok")
+    await rig.monitors.add(Monitor(id="m", cron="0 * * * *"))
+    with pytest.raises(ScheduleError) as err:
+        await rig.monitors.checkin("m", "fine")
+    assert err.value.field == "status"
+    with pytest.raises(ScheduleError) as err:
+        await rig.monitors.add(Monitor(id="x", schedule_id="ghost"))
+    assert err.value.field == "schedule_id"
+    with pytest.raises(ScheduleError) as err:
+        await rig.monitors.add(Monitor(id="y", cron="0 * * * *", timezone="Nowhere/Land"))
+    assert err.value.field == "timezone"
+
+
+async def test_job_retry_backs_off_exponentially_then_gives_up() -> None:
+    slept: list[float] = []
+
+    async def sleep(s: float) -> None:
+        slept.append(s)
+
+    calls = 0
+
+    async def flaky() -> None:
+        nonlocal calls
+        calls += 1
+        raise ConnectionError("db away")
+
+    runner = JobRunner({}, attempts=3, base_delay=5, sleep=sleep)
+    out = await runner.call(Job("flaky", 60, flaky))
+    assert (calls, slept, out.attempts) == (3, [5, 10], 3)
+    assert out.error == "ConnectionError: db away"
+
+    calls = 0
+
+    async def twice() -> str:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise JobFailed("busy", retryable=True)
+        return "ok"
+
+    slept.clear()
+    out = await runner.call(Job("twice", 60, twice))
+    assert (out.error, out.attempts, slept) == (None, 3, [5, 10])
+
+    async def fatal() -> None:
+        raise JobFailed("bad config", retryable=False)
+
+    slept.clear()
+    out = await runner.call(Job("fatal", 60, fatal))
+    assert (out.attempts, slept, out.error) == (1, [], "fatal: bad config")
+
+
+async def test_cleanup_job_runs_on_its_tick_and_is_recorded(rig: Rig) -> None:
+    from datetime import UTC, datetime
+
+    from loom.store.base import StoredError
+
+    old = datetime.fromtimestamp(rig.clock.now - 40 * 86400, UTC)
+    await rig.store.save_error(StoredError("", "s", "tool", {"e": "boom"}, "boom", timestamp=old))
+    jobs = {j.name: j for j in builtin_jobs(rig.store, rig.schedules, rig.monitors)}
+    for job in jobs.values():
+        await rig.schedules.ensure(job_schedule(job))
+        await rig.schedules.ensure(job_schedule(job))  # at every start: no duplicate
+    rig.scheduler.jobs = JobRunner(jobs)
+    rig.clock.advance(1800)
+    await rig.scheduler.poll()
+    await rig.scheduler.drain()
+    [run] = await rig.schedules.schedule_runs("job:cleanup")
+    assert (run.status, run.attempts) == ("finished", 1)
+    assert await rig.store.list_errors(limit=0) == []
+    detector = await rig.schedules.schedule_runs("job:monitors", limit=0)
+    # every minute for 30 minutes: one run (misfire run_once), the 29 late ticks recorded missed
+    assert sorted(r.status for r in detector) == ["finished"] + ["missed"] * 29
+    assert [s.schedule.id for s in await rig.schedules.list_schedules()] == []  # jobs hidden
+    assert len(await rig.schedules.list_schedules(jobs=True)) == len(jobs)

@@ -450,29 +450,21 @@ async def test_a_resent_append_that_had_committed_is_not_written_twice(
     import loom.store.postgres as pg
 
     await store.append("s", messages=[Message.user("zero")])
-    real = psycopg.AsyncConnection.pipeline
+    real = psycopg.AsyncConnection.execute
     calls = {"n": 0}
 
-    def pipeline_then_drop(self: Any) -> Any:
-        cm = real(self)
+    async def execute_then_drop(self: Any, query: Any, *args: Any, **kw: Any) -> Any:
+        if query == q.APPEND:
+            calls["n"] += 1
+        result = await real(self, query, *args, **kw)
+        if query == q.APPEND and calls["n"] == 1:  # committed (autocommit): lose the answer
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return result
 
-        class Dropping:
-            async def __aenter__(self_inner) -> Any:
-                return await cm.__aenter__()
-
-            async def __aexit__(self_inner, *exc: Any) -> Any:
-                result = await cm.__aexit__(*exc)
-                calls["n"] += 1
-                if calls["n"] == 1 and exc[0] is None:  # committed: now lose the answer
-                    raise psycopg.OperationalError("server closed the connection unexpectedly")
-                return result
-
-        return Dropping()
-
-    monkeypatch.setattr(psycopg.AsyncConnection, "pipeline", pipeline_then_drop)
+    monkeypatch.setattr(psycopg.AsyncConnection, "execute", execute_then_drop)
     monkeypatch.setattr(pg, "_LOST_BACKOFF", (0.0, 0.0, 0.0))
     await store.append("s", messages=[Message.user("once")], events=[])
-    monkeypatch.setattr(psycopg.AsyncConnection, "pipeline", real)
+    monkeypatch.setattr(psycopg.AsyncConnection, "execute", real)
     assert calls["n"] >= 2  # sent again after the drop
     assert [m.content for m in await store.load_messages("s")] == ["zero", "once"]
 

@@ -13,8 +13,9 @@ migrations on first use, under an advisory lock so that processes starting toget
 race. Give Loom its own database, or its own schema (``options=-csearch_path=loom`` in the
 connection string): its tables have plain names (``sessions``, ``messages``, ...).
 
-Durability: every ``append`` is one transaction, sent as one pipeline (a single round trip);
-with PostgreSQL's default ``synchronous_commit=on`` a step announced is on disk.
+Durability: every ``append`` is one call of the server-side function ``loom_append``: one
+statement, one transaction, one round trip. With PostgreSQL's default ``synchronous_commit=on``
+a step announced is on disk.
 
 Leases are safe across hosts: ``acquire_lease`` is one atomic upsert on the session's ``locks``
 row that hands out the next fencing token, and ``append(..., lease=)`` locks that row
@@ -437,57 +438,36 @@ class PostgresStore:
         # The append's id, first in its transaction: if a dropped connection leaves us not
         # knowing whether the commit landed, the retry finds the id taken and stops there.
         append_id = secrets.token_hex(12)
-        statements: list[tuple[str, Sequence[Any]]] = [(q.APPEND_ID, (session_id, append_id, now))]
-        if lease is not None:  # the fence: first, in the same transaction as the writes
-            statements.append((q.CHECK_LEASE, (session_id, lease.token)))
-        statements.append((q.SESSION_TURN, (q.SESSION_LOCK_CLASS, session_id)))
-        if run is not None:
-            statements.append(
-                (
-                    q.ADD_USAGE,
-                    (session_id, now, now, usage.input_tokens, usage.output_tokens, usage.requests),
-                )
-            )
-        else:
-            statements.append((q.TOUCH_SESSION, (session_id, now, now)))
-        if msg_rows:
-            statements.append(
-                (
-                    q.INSERT_MESSAGES,
-                    (
-                        session_id,
-                        now,
-                        session_id,
-                        [r for r, _ in msg_rows],
-                        [d for _, d in msg_rows],
-                    ),
-                )
-            )
-        if ev_rows:
-            columns = list(zip(*ev_rows, strict=True))
-            statements.append(
-                (q.INSERT_EVENTS, (session_id, session_id, *(list(c) for c in columns)))
-            )
-        for led in led_rows:
-            params = (session_id, *led, session_id)
-            if led.status == "started":
-                statements.append((q.INSERT_LEDGER_OPEN, params))
-            else:
-                statements.append((q.INSERT_LEDGER, params))
-                statements.append((q.CLOSE_CALL, (session_id, led.run_id, led.tool_call_id)))
-        if run_row is not None:
-            if run_row.status == "running":
-                statements.append((q.INSERT_RUN_OPEN, (session_id, *run_row)))
-            else:
-                statements.append((q.INSERT_RUN, (session_id, *run_row)))
-                statements.append((q.CLOSE_RUN, (session_id, run_row.run_id)))
+        ev_cols: list[list[Any]] = (
+            [list(c) for c in zip(*ev_rows, strict=True)] if ev_rows else [[]] * 6
+        )
+        led_cols: list[list[Any]] = (
+            [list(c) for c in zip(*led_rows, strict=True)] if led_rows else [[]] * 8
+        )
+        params: list[Any] = [
+            session_id,
+            append_id,
+            now,
+            lease.token if lease is not None else None,  # the fence (None: no lease)
+            [usage.input_tokens, usage.output_tokens, usage.requests] if run is not None else None,
+            [r for r, _ in msg_rows],
+            [d for _, d in msg_rows],
+            *ev_cols,
+            *led_cols,
+            *(run_row if run_row is not None else (None,) * 7),
+        ]
+        # One statement, its own transaction (the connection is in autocommit). More
+        # statements for the same transaction (a NOTIFY) go after it in ``statements``.
+        statements: list[tuple[str, Sequence[Any]]] = [(q.APPEND, params)]
 
         async def write(conn: AsyncConnection[Any]) -> None:
-            # One pipeline: every statement is sent at once, the commit answers for all.
             try:
-                async with conn.pipeline(), conn.transaction():
-                    for sql, params in statements:
-                        await conn.execute(sql, params)
+                if len(statements) == 1:
+                    await conn.execute(*statements[0], prepare=True)
+                else:  # one pipeline, one transaction: the commit answers for all
+                    async with conn.pipeline(), conn.transaction():
+                        for sql, args in statements:
+                            await conn.execute(sql, args, prepare=True)
             except pg_errors.UniqueViolation as exc:
                 if exc.diag.table_name == "appends":
                     return  # an earlier attempt of this very append committed

@@ -106,6 +106,8 @@ class Journal:
     __slots__ = (
         "added",
         "emit",
+        "held",
+        "held_out",
         "history",
         "iteration",
         "lease",
@@ -138,6 +140,10 @@ class Journal:
         self.iteration = 0
         self.seq = 0
         self.pending: list[AgentEvent] = []
+        # A step held back (``commit(..., hold=True)``): its journal slice and messages, and
+        # what to emit once it is committed (its events, then what was sent meanwhile).
+        self.held: tuple[list[AgentEvent], list[Message]] | None = None
+        self.held_out: list[AgentEvent] = []
         self.emit: Callable[[AgentEvent], None] = _discard
         self.observers = tuple(observers)
         self.warnings: list[str] = []
@@ -164,7 +170,10 @@ class Journal:
         """Emit a numbered event that is not a step (journaled with the next commit)."""
         if type(ev) is not LlmDelta:
             self.pending.append(ev)
-        self._out(ev)
+        if self.held is not None:  # after the held step's events, never before them
+            self.held_out.append(ev)
+        else:
+            self._out(ev)
 
     def warn(self, text: str, source: str) -> None:
         """Record a warning: in ``RunResult.warnings`` and as a ``WARNING`` event."""
@@ -179,9 +188,17 @@ class Journal:
         *,
         ledger: Sequence[LedgerEntry] = (),
         run: RunRecord | None = None,
+        hold: bool = False,
     ) -> list[Message]:
         """Commit a step (its events, their messages, ledger rows, a run record), then emit
-        the events. Returns the messages the step added to the transcript."""
+        the events. Returns the messages the step added to the transcript.
+
+        ``hold=True`` commits nothing yet: the step goes into the next commit, in journal
+        order, and its events (and any event sent meanwhile) are emitted after that commit,
+        still persisted before announced. The loop holds a model answer with tool calls when
+        nothing can look at the transcript before the calls' ``started`` rows are committed
+        (no hooks there): one commit, one fsync, instead of two. A run that dies in between
+        loses an answer nobody saw; the next turn asks the model again."""
         messages: list[Message] = []
         if events and not _all_ascii(events):
             for ev in events:
@@ -191,11 +208,26 @@ class Journal:
             if m is not None:
                 messages.append(m)
         journal, self.pending = [*self.pending, *events], []
-        await self.store.append(self.session_id, messages=messages, events=journal,
+        if hold and not ledger and run is None:
+            if self.held is None:
+                self.held = (journal, messages)
+            else:
+                self.held[0].extend(journal)
+                self.held[1].extend(messages)
+            self.held_out.extend(events)
+            return messages
+        out: Sequence[AgentEvent] = events
+        added = messages
+        if self.held is not None:
+            journal = [*self.held[0], *journal]
+            added = [*self.held[1], *messages]
+            out = [*self.held_out, *events]
+            self.held, self.held_out = None, []  # committed below, or lost with this commit
+        await self.store.append(self.session_id, messages=added, events=journal,
                                 ledger=ledger, run=run, lease=self.lease)  # fmt: skip
-        self.history.extend(messages)
-        self.added.extend(messages)
-        for ev in events:
+        self.history.extend(added)
+        self.added.extend(added)
+        for ev in out:
             self._out(ev)
         return messages
 

@@ -95,6 +95,27 @@ async def test_bad_options() -> None:
         PostgresStore("dbname=x", timeout=0)
 
 
+@pytest.mark.parametrize("wait", [True, False])
+async def test_synchronous_commit_is_the_servers_unless_opted_out(
+    pg_schema_dsn: str, wait: bool
+) -> None:
+    """Default: every append waits for its flush (``on``); ``synchronous_commit=False`` sets
+    ``off`` on every pooled connection, the appends included, and they still commit."""
+    store = PostgresStore(pg_schema_dsn, min_size=2, max_size=2, synchronous_commit=wait)
+
+    async def show(conn: Any) -> str:
+        return str((await (await conn.execute("SHOW synchronous_commit")).fetchone())[0])
+
+    async def both(conn: Any) -> tuple[str, str]:
+        async with store._pool.connection() as other:  # type: ignore[union-attr]
+            return await show(conn), await show(other)
+
+    await store.append("s", messages=[Message.user("hi")])
+    assert await store._run("showing", both) == (("on", "on") if wait else ("off", "off"))
+    assert [m.content for m in await store.load_messages("s")] == ["hi"]
+    await store.close()
+
+
 async def test_closed_store_refuses(pg_schema_dsn: str) -> None:
     store = PostgresStore(pg_schema_dsn)
     await store.open()

@@ -114,6 +114,14 @@ class PostgresStore:
             a free one.
         timeout: Seconds to wait for a connection (to connect, or for a free one in the pool)
             before ``StoreError``.
+        synchronous_commit: ``True`` (PostgreSQL's default): an append returns once its
+            commit is flushed to disk, so an announced step survives a crash of the database
+            server or its host. ``False`` sets ``synchronous_commit=off`` on this store's
+            connections: an append returns before the flush (the WAL writer flushes within
+            about 3 x ``wal_writer_delay``, 600 ms by default), so a step is no longer waiting
+            for an fsync, but a server crash or power loss can lose the last steps that were
+            already announced (the database stays consistent; a client process dying loses
+            nothing). Opt in only where that trade is acceptable.
 
     The store connects on first use (or ``await store.open()``) and applies missing migrations
     then. Raises (on first use): ``StoreError`` when the server cannot be reached (the message
@@ -129,6 +137,7 @@ class PostgresStore:
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 10.0,
+        synchronous_commit: bool = True,
     ) -> None:
         if min_size < 0 or max_size < 1 or min_size > max_size:
             raise ConfigurationError(
@@ -141,6 +150,7 @@ class PostgresStore:
         self.min_size = min_size
         self.max_size = max_size
         self.timeout = timeout
+        self.synchronous_commit = synchronous_commit
         self._pool: AsyncConnectionPool[Any] | None = None
         self._opening: asyncio.Lock | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -205,12 +215,14 @@ class PostgresStore:
             raise self._translate(exc, "migrating the schema") from exc
         finally:
             await conn.close()
+        synchronous_commit = self.synchronous_commit
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             self.conninfo,
             min_size=self.min_size,
             max_size=self.max_size,
             timeout=self.timeout,
             kwargs={"autocommit": True},
+            configure=None if synchronous_commit else _no_commit_wait,
             open=False,
             name="loom",
         )
@@ -769,6 +781,11 @@ class PostgresStore:
             _abandon(pool)  # its loop has ended: nothing of it can be awaited any more
         else:
             await pool.close()
+
+
+async def _no_commit_wait(conn: AsyncConnection[Any]) -> None:
+    """A new pooled connection of a store made with ``synchronous_commit=False``."""
+    await conn.execute("SET synchronous_commit = off")
 
 
 async def _close_at_loop_end(pool: AsyncConnectionPool[Any]) -> None:

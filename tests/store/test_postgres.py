@@ -36,6 +36,7 @@ from loom.errors import (
 from loom.messages import Message, ModelResponse, ToolCall
 from loom.runtime import Runtime
 from loom.store import _pg_sql as q
+from loom.store import codec
 from loom.store.base import LedgerEntry, RunRecord
 from loom.store.conformance import StoreContract
 from loom.store.postgres import PostgresStore
@@ -217,6 +218,34 @@ async def test_tail_of_a_10000_message_session_is_an_index_range_read(
         # Only the rows asked for are read, not the session's 10,000: a handful of pages.
         assert sum(n["Actual Rows"] for n in scans) <= rows, scans
         assert top["Plan"]["Shared Hit Blocks"] + top["Plan"].get("Shared Read Blocks", 0) < 20
+
+
+async def test_approval_decisions_of_a_long_session_come_from_their_index(
+    store: PostgresStore, pg_schema_dsn: str
+) -> None:
+    """INTAKE's read of remembered decisions: the partial index, not the 10,000 events."""
+    from loom.events import EventType, make_event
+
+    decided = EventType.APPROVAL_DECISION
+    for i in range(10):  # 10 commits of 1,000 events, one decision among them each time
+        evs = [make_event(EventType.ITERATION_START, f"r{i}", "long", 1, j, {}) for j in range(999)]
+        await store.append("long", events=[*evs, make_event(decided, f"r{i}", "long", 1, 999, {})])
+    found = await store.load_events_of_type("long", [decided])
+    assert [(e.run_id, e.sequence) for e in found] == [(f"r{i}", 999) for i in range(10)]
+    await _sql(pg_schema_dsn, "ANALYZE events")
+    sql = (
+        f"SELECT {q.EVENT_COLS} FROM events WHERE session_id = %s AND "
+        f"{codec.event_types_clause([decided])} ORDER BY seq"
+    )
+    explained = await _sql(
+        pg_schema_dsn, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, ("long",)
+    )
+    top = explained[0][0][0]
+    nodes = _plan_nodes(top["Plan"])
+    scans = [n for n in nodes if "Scan" in n["Node Type"]]
+    assert [n.get("Index Name") for n in scans] == ["events_approvals"], scans
+    assert sum(n["Actual Rows"] for n in scans) == 10
+    assert top["Plan"]["Shared Hit Blocks"] + top["Plan"].get("Shared Read Blocks", 0) < 30
 
 
 # -- leases across processes --------------------------------------------------------------------

@@ -268,6 +268,15 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             $$""",
         ],
     ),
+    (
+        # INTAKE read a session's whole journal to find its remembered permission decisions;
+        # this partial index holds only the approval events (as SQLite's 0004).
+        "0004_approval_events_index",
+        [
+            "CREATE INDEX events_approvals ON events (session_id, seq) "
+            "WHERE type IN ('approval_required', 'approval_decision')",
+        ],
+    ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

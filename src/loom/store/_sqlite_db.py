@@ -163,6 +163,14 @@ MIGRATIONS: list[tuple[str, str]] = [
         "ALTER TABLE locks ADD COLUMN token INTEGER NOT NULL DEFAULT 0;"
         "ALTER TABLE locks ADD COLUMN released INTEGER NOT NULL DEFAULT 0",
     ),
+    # Why: a turn's INTAKE used to read a session's whole journal to find its remembered
+    # permission decisions; this partial index holds only the approval events, so that read
+    # no longer grows with the session (and costs nothing on the other events' inserts).
+    (
+        "0004_approval_events_index",
+        "CREATE INDEX events_approvals ON events (session_id, seq) "
+        "WHERE type IN ('approval_required', 'approval_decision')",
+    ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -50,7 +50,7 @@ from loom.errors import (
     StoreCorrupt,
     StoreError,
 )
-from loom.events import AgentEvent
+from loom.events import AgentEvent, EventType
 from loom.messages import Message, Usage
 from loom.store import _pg_sql as q
 from loom.store import codec
@@ -537,6 +537,19 @@ class PostgresStore:
         if run_id is not None:
             sql, params = sql + " AND run_id = %s", (session_id, run_id)
         rows = await self._fetchall("loading events", sql + " ORDER BY seq", params)
+        return [codec.decode_event(session_id, r) for r in rows]
+
+    async def load_events_of_type(
+        self, session_id: str, types: Sequence[EventType]
+    ) -> list[AgentEvent]:
+        """The session's events whose type is in ``types``, in journal order (approval events
+        through the ``events_approvals`` partial index)."""
+        rows = await self._fetchall(
+            "loading events",
+            f"SELECT {q.EVENT_COLS} FROM events WHERE session_id = %s "
+            f"AND {codec.event_types_clause(types)} ORDER BY seq",
+            (session_id,),
+        )
         return [codec.decode_event(session_id, r) for r in rows]
 
     async def delete_session(self, session_id: str) -> bool:

@@ -6,7 +6,10 @@ step (events, the messages those events put into the transcript, ledger rows, ru
 in one ``Store.append`` under the session's lease, and only then emits the events: persist
 before you announce. Events that are not steps (``ITERATION_START``, ``STATE_CHANGE``, …) are
 emitted at once and journaled with the next commit; ``LLM_DELTA`` is never journaled (the
-``LLM_COMPLETE`` that follows carries the whole answer).
+``LLM_COMPLETE`` that follows carries the whole answer). A step may be held
+(``commit(..., hold=True)``) into the next commit: one transaction (one fsync) for both, its
+events emitted after that commit; the loop holds a model answer with tool calls until its
+calls' ``started`` rows are committed.
 
 The transcript is a function of the journal: ``transcript(events)`` keeps, in order, the
 message each event adds (``AgentEvent.message()``). The journal derives the messages it commits

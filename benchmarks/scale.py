@@ -10,10 +10,14 @@ PostgreSQL's defaults for durability (fsync on, synchronous_commit on), connecte
 - Step cost: the workload of ``benchmarks/store_steps.py`` (turns of STEPS steps, each a model
   response with one tool call plus its result: 3 commits a step), per store, µs per step,
   median of interleaved rounds.
+  ``postgres_no_commit_wait`` is ``PostgresStore(synchronous_commit=False)``, the opt-in that
+  does not wait for the WAL flush (a server crash can lose the last announced steps).
 - Resume: a 1,000-turn session written by a real Agent (as ``benchmarks/store_resume.py``);
-  "resume" is what a new process does before its next model call: open the store (connect,
-  check the schema), read the session, check for loose ends (open runs and tool calls), load
-  the transcript. Also the same reads on an already-open pool (a server that was running).
+  "resume" is what a new process's first turn reads before its model call: open the store
+  (connect, check the schema), read the session, check for loose ends (open runs and tool
+  calls), and the runtime's session view: the transcript and the session's remembered
+  permission decisions (``Runtime.session_view`` + ``remembered_rules``). Also the same
+  reads on an already-open pool (a server that was running).
 
 - The queue (``benchmarks/scale_queue.py``, which also runs alone): runs/s through the queue
   with 1, 2 and 4 ``loom worker`` processes, and failover time after a kill -9 with the
@@ -23,6 +27,7 @@ PostgreSQL's defaults for durability (fsync on, synchronous_commit on), connecte
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import shutil
@@ -44,7 +49,7 @@ import store_steps  # the same workload, model and tool
 from store_resume import lookup
 from store_resume import model as resume_model
 
-from loom import Agent
+from loom import Agent, Runtime
 from loom.store import MemoryStore, SQLiteStore
 from loom.store.postgres import PostgresStore
 from loom.testing import FunctionModel
@@ -93,6 +98,11 @@ async def step_costs(dsn: str) -> dict[str, Any]:
         "sqlite_full_inline": lambda r: SQLiteStore(tmp / f"b{r}.db", durability="full"),
         "postgres": lambda r: PostgresStore(f"{dsn} options='-c search_path=r{r}'"),
     }
+    if "synchronous_commit" in inspect.signature(PostgresStore).parameters:
+        configs["postgres_no_commit_wait"] = lambda r: PostgresStore(
+            f"{dsn} options='-c search_path=r{r}'",
+            synchronous_commit=False,  # type: ignore[call-arg]
+        )
     rounds: dict[str, list[tuple[float, float]]] = {name: [] for name in configs}
     for r in range(1 if QUICK else 3):
         import psycopg
@@ -115,10 +125,13 @@ async def step_costs(dsn: str) -> dict[str, Any]:
 
 
 async def resume_reads(store: PostgresStore) -> None:
+    runtime = Runtime(store)
     await store.get_session("s")
     await store.open_runs("s")
     await store.open_tool_calls("s")
-    assert await store.load_messages("s")
+    view = await runtime.session_view("s")
+    await runtime.remembered_rules("s", view)
+    assert view.messages
 
 
 async def resume(dsn: str) -> dict[str, Any]:

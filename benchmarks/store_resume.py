@@ -3,10 +3,12 @@
     PYTHONPATH=src python benchmarks/store_resume.py [--quick]
 
 Each session is written by a real Agent (one tool call per turn: 4 messages, ~14 events,
-2 ledger rows, 2 run records). "Resume" is what a new process does before the next turn's
-model call: open the database, read the session, check for loose ends (open runs and tool
-calls), and load the transcript. Measured in-process with a fresh SQLiteStore (new
-connection) each time; the OS page cache is warm. Prints JSON with P50 / P90 in ms.
+2 ledger rows, 2 run records). "Resume" is what a new process's first turn reads before
+its model call: open the database, read the session, check for loose ends (open runs and tool
+calls), and the runtime's session view (the transcript and the session's remembered
+permission decisions: ``Runtime.session_view`` + ``remembered_rules``). Measured in-process
+with a fresh SQLiteStore (new connection) each time; the OS page cache is warm. Prints JSON
+with P50 / P90 in ms.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from loom import Agent, tool
+from loom import Agent, Runtime, tool
 from loom.messages import Message, ModelResponse, ToolCall
 from loom.store import SQLiteStore
 from loom.testing import FunctionModel
@@ -68,15 +70,19 @@ async def resume(path: Path) -> dict[str, float]:
     await store.open_runs("s")
     await store.open_tool_calls("s")
     t2 = time.perf_counter()
-    messages = await store.load_messages("s")
+    runtime = Runtime(store)
+    view = await runtime.session_view("s")
     t3 = time.perf_counter()
+    await runtime.remembered_rules("s", view)
+    t4 = time.perf_counter()
     await store.close()
-    assert messages
+    assert view.messages
     return {
         "open_ms": (t1 - t0) * 1e3,
         "recovery_check_ms": (t2 - t1) * 1e3,
         "load_messages_ms": (t3 - t2) * 1e3,
-        "total_ms": (t3 - t0) * 1e3,
+        "remembered_rules_ms": (t4 - t3) * 1e3,
+        "total_ms": (t4 - t0) * 1e3,
     }
 
 

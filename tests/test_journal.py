@@ -103,6 +103,7 @@ class FailingStore(MemoryStore):
         super().__init__()
         self.fail_at, self.appends = fail_at, 0
         self.committed: set[tuple[str, int]] = set()
+        self.steps: list[list[EventType]] = []  # the step events of each successful append
 
     async def append(self, session_id: str, **kw: Any) -> None:
         self.appends += 1
@@ -110,6 +111,7 @@ class FailingStore(MemoryStore):
             raise StoreError(f"disk full at append {self.fail_at}")
         await super().append(session_id, **kw)
         self.committed.update((e.run_id, e.sequence) for e in kw.get("events", ()))
+        self.steps.append([e.type for e in kw.get("events", ()) if e.type in STEP_TYPES])
 
 
 def _two_step_agent() -> Agent:
@@ -132,7 +134,7 @@ def _two_step_agent() -> Agent:
     return Agent(model=model, tools=[add])
 
 
-@pytest.mark.parametrize("fail_at", range(1, 9))  # the run commits 8 times
+@pytest.mark.parametrize("fail_at", range(1, 8))  # the run commits 7 times
 async def test_no_step_event_leaves_before_its_commit(fail_at: int) -> None:
     store = FailingStore(fail_at)
     seen: list[AgentEvent] = []
@@ -149,6 +151,41 @@ async def test_no_step_event_leaves_before_its_commit(fail_at: int) -> None:
     assert store.appends >= fail_at  # the failure was reached
     assert early == [], f"announced before committed: {[e.type for e in early]}"
     assert any(e.type in STEP_TYPES for e in seen) or fail_at == 1
+
+
+async def test_a_model_answer_with_calls_is_committed_with_their_start() -> None:
+    """One commit (one fsync) for the answer and its calls' ``started`` rows; the answer is
+    emitted only after it, and in journal order before the start events."""
+    store = FailingStore(0)
+    seen: list[EventType] = []
+    await Runtime(store, observers=[lambda e: seen.append(e.type)]).run(
+        _two_step_agent(), "go", session_id="s"
+    )
+    E = EventType
+    assert store.steps[2] == [E.LLM_COMPLETE, E.TOOL_EXECUTION_START, E.TOOL_EXECUTION_START]
+    assert len(store.steps) == 7
+    stored = [e.type for e in await store.load_events("s")]
+    assert stored.index(E.LLM_COMPLETE) < stored.index(E.TOOL_EXECUTION_START)
+    assert seen.index(E.LLM_COMPLETE) < seen.index(E.TOOL_EXECUTION_START)
+    # every event, held or sent while held, goes out in sequence order
+    order = [e.sequence for e in await store.load_events("s") if e.type is not E.LLM_DELTA]
+    assert order == sorted(order)
+
+
+async def test_a_user_hook_between_answer_and_calls_gets_the_answer_committed_first() -> None:
+    """A hook at ``after_llm_response`` or ``before_tool_execution`` may look at the
+    transcript or act outside: the answer is committed (and emitted) before it runs."""
+    store = FailingStore(0)
+    committed_when_hook_ran: list[bool] = []
+
+    class Peek:
+        async def before_tool_execution(self, ctx: Any, call: ToolCall) -> None:
+            committed_when_hook_ran.append(EventType.LLM_COMPLETE in store.steps[-1])
+
+    agent = _two_step_agent().replace(hooks=[Peek()])
+    await Runtime(store).run(agent, "go", session_id="s")
+    assert committed_when_hook_ran == [True, True]
+    assert store.steps[2] == [EventType.LLM_COMPLETE]
 
 
 async def test_every_event_a_stream_consumer_saw_is_in_the_journal() -> None:

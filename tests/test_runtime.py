@@ -205,12 +205,45 @@ async def test_intake_reads_are_bounded_by_what_changed_not_by_session_length() 
         if i > 0:  # the transcript is cached: nothing was read, however long the session
             assert store.reads == [], (i, store.reads)
     # another process (a new runtime) appended: the next turn reads only the messages it added
-    # (and, once, the journal for permission decisions that process may have remembered: the
-    # one read that still grows with the session, see docs/architecture.md)
+    # (and that session's approval decisions, through the store's index on them)
     await Runtime(store).run(agent, "elsewhere", session_id="long")
     store.reads.clear()
     await runtime.run(agent, "back", session_id="long")
     assert [r for r in store.reads if r[0] == "messages"] == [("messages", 2)]
+
+
+class SQLiteNoJournalReads(SQLiteStore):
+    """Refuses to read a session's whole journal (what INTAKE must no longer do)."""
+
+    async def load_events(self, session_id: str, run_id: str | None = None) -> list[Any]:
+        raise AssertionError("INTAKE read the whole journal")
+
+
+async def test_remembered_decisions_are_found_by_a_new_process_without_the_journal(
+    tmp_path: Path,
+) -> None:
+    """An "always" decided in one process holds in the next one, which reads the session's
+    approval decisions through the index and never its whole journal."""
+    turns = iter(range(100))
+
+    def model(messages: list[Message], tools: list[Any]) -> ModelResponse | str:
+        if messages[-1].role == "user":
+            return ModelResponse(tool_calls=[ToolCall(name="gated", arguments={"n": next(turns)})])
+        return "done"
+
+    perms = {"ask": ["gated"], "default": "allow"}
+    first = Agent(model=FunctionModel(model), tools=[gated], permissions=perms,
+                  approval_handler=lambda p: Approve(remember="tool"))  # fmt: skip
+    store = SQLiteStore(tmp_path / "l.db")
+    assert (await Runtime(store).run(first, "go", session_id="s")).stop_reason == "completed"
+    await store.close()
+    # no handler now: a call that needed asking would be parked (awaiting_approval)
+    later = first.replace(approval_handler=None)
+    other = SQLiteNoJournalReads(tmp_path / "l.db")
+    result = await Runtime(other).run(later, "again", session_id="s")
+    assert result.stop_reason == "completed", result.error
+    assert any(m.role == "tool" and m.content == "gated 1" for m in result.messages)
+    await other.close()
 
 
 async def test_a_long_turn_keeps_its_lease(tmp_path: Path) -> None:

@@ -6,7 +6,10 @@ step (events, the messages those events put into the transcript, ledger rows, ru
 in one ``Store.append`` under the session's lease, and only then emits the events: persist
 before you announce. Events that are not steps (``ITERATION_START``, ``STATE_CHANGE``, …) are
 emitted at once and journaled with the next commit; ``LLM_DELTA`` and ``OUTPUT_PARTIAL`` are
-never journaled (the ``LLM_COMPLETE`` that follows carries the whole answer).
+never journaled (the ``LLM_COMPLETE`` that follows carries the whole answer). A step may be held
+(``commit(..., hold=True)``) into the next commit: one transaction (one fsync) for both, its
+events emitted after that commit; the loop holds a model answer with tool calls until its
+calls' ``started`` rows are committed.
 
 The transcript is a function of the journal: ``transcript(events)`` keeps, in order, the
 message each event adds (``AgentEvent.message()``). The journal derives the messages it commits
@@ -109,6 +112,8 @@ class Journal:
     __slots__ = (
         "added",
         "emit",
+        "held",
+        "held_out",
         "history",
         "iteration",
         "lease",
@@ -141,6 +146,10 @@ class Journal:
         self.iteration = 0
         self.seq = 0
         self.pending: list[AgentEvent] = []
+        # A step held back (``commit(..., hold=True)``): its journal slice and messages, and
+        # what to emit once it is committed (its events, then what was sent meanwhile).
+        self.held: tuple[list[AgentEvent], list[Message]] | None = None
+        self.held_out: list[AgentEvent] = []
         self.emit: Callable[[AgentEvent], None] = _discard
         self.observers = tuple(observers)
         self.warnings: list[str] = []
@@ -167,7 +176,10 @@ class Journal:
         """Emit a numbered event that is not a step (journaled with the next commit)."""
         if type(ev) not in _EPHEMERAL:
             self.pending.append(ev)
-        self._out(ev)
+        if self.held is not None:  # after the held step's events, never before them
+            self.held_out.append(ev)
+        else:
+            self._out(ev)
 
     def warn(self, text: str, source: str) -> None:
         """Record a warning: in ``RunResult.warnings`` and as a ``WARNING`` event."""
@@ -182,9 +194,17 @@ class Journal:
         *,
         ledger: Sequence[LedgerEntry] = (),
         run: RunRecord | None = None,
+        hold: bool = False,
     ) -> list[Message]:
         """Commit a step (its events, their messages, ledger rows, a run record), then emit
-        the events. Returns the messages the step added to the transcript."""
+        the events. Returns the messages the step added to the transcript.
+
+        ``hold=True`` commits nothing yet: the step goes into the next commit, in journal
+        order, and its events (and any event sent meanwhile) are emitted after that commit,
+        still persisted before announced. The loop holds a model answer with tool calls when
+        nothing can look at the transcript before the calls' ``started`` rows are committed
+        (no hooks there): one commit, one fsync, instead of two. A run that dies in between
+        loses an answer nobody saw; the next turn asks the model again."""
         messages: list[Message] = []
         if events and not _all_ascii(events):
             for ev in events:
@@ -194,11 +214,26 @@ class Journal:
             if m is not None:
                 messages.append(m)
         journal, self.pending = [*self.pending, *events], []
-        await self.store.append(self.session_id, messages=messages, events=journal,
+        if hold and not ledger and run is None:
+            if self.held is None:
+                self.held = (journal, messages)
+            else:
+                self.held[0].extend(journal)
+                self.held[1].extend(messages)
+            self.held_out.extend(events)
+            return messages
+        out: Sequence[AgentEvent] = events
+        added = messages
+        if self.held is not None:
+            journal = [*self.held[0], *journal]
+            added = [*self.held[1], *messages]
+            out = [*self.held_out, *events]
+            self.held, self.held_out = None, []  # committed below, or lost with this commit
+        await self.store.append(self.session_id, messages=added, events=journal,
                                 ledger=ledger, run=run, lease=self.lease)  # fmt: skip
-        self.history.extend(messages)
-        self.added.extend(messages)
-        for ev in events:
+        self.history.extend(added)
+        self.added.extend(added)
+        for ev in out:
             self._out(ev)
         return messages
 

@@ -386,10 +386,15 @@ class Turn:
         calls = [c.model_dump() for c in final.tool_calls]
         if calls:
             j.announce(ev.LlmToolCalls, tool_calls=calls)
+        # Held into the calls' "started" commit (one fsync, not two) unless a user hook runs in
+        # between (the permission check reads no transcript; what it decides is a commit).
+        hold = bool(calls) and not any(hasattr(h, "after_llm_response")
+                                       or hasattr(h, "before_tool_execution")
+                                       for h in self.agent.hooks)  # fmt: skip
         await j.commit([j.event(ev.LlmComplete, answer=final.text, tool_calls=calls,
                                 tool_call_count=len(calls), finish_reason=final.finish_reason,
                                 usage=final.usage.model_dump() if final.usage else None,
-                                model=final.model)])  # fmt: skip
+                                model=final.model)], hold=hold)  # fmt: skip
         self.calls.unanswered.update((c.id, c) for c in final.tool_calls)
         return final
 

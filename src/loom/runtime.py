@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from loom.driving import discard, drive, watch
 from loom.errors import ConfigurationError, InputError
-from loom.events import AgentEvent, ApprovalDecisionEvent
+from loom.events import AgentEvent, ApprovalDecisionEvent, EventType
 from loom.gates import OnBusy, SessionGate
 from loom.messages import Message, RunResult, ToolSpec, new_id
 from loom.store.base import Store, capabilities_of
@@ -183,12 +183,19 @@ class Runtime:
         return view
 
     async def remembered_rules(self, session_id: str, view: SessionView) -> list[PermissionRule]:
-        """The session's remembered permission decisions, read from its journal."""
+        """The session's remembered permission decisions, read from its journal (only its
+        approval decisions, through an index, when the store can)."""
         if view.remembered is None:
             from loom.policy.permissions import PermissionRule
 
+            indexed = self.capabilities.typed_events
+            events = (
+                await indexed.load_events_of_type(session_id, [EventType.APPROVAL_DECISION])
+                if indexed is not None
+                else await self.store.load_events(session_id)
+            )
             rules = []
-            for ev in await self.store.load_events(session_id):
+            for ev in events:
                 if isinstance(ev, ApprovalDecisionEvent):
                     for r in ev.extra.get("remember_rules") or ():
                         rules.append(

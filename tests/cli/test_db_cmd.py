@@ -52,8 +52,10 @@ def test_postgres_migrate_status_and_sessions(pg_url: str) -> None:
         "0001_initial",
         "0002_append_ids",
         "0003_schedules",
+        "0004_append_function",
+        "0005_approval_events_index",
     ]
-    assert status["schema_version"] == status["known_version"] == 3
+    assert status["schema_version"] == status["known_version"] == 5
 
     # A session, an open run and a held lease, written by a store, show up in the counts.
     import asyncio
@@ -75,7 +77,11 @@ def test_postgres_migrate_status_and_sessions(pg_url: str) -> None:
     status = json.loads(r.output)
     assert (status["sessions"], status["open_runs"], status["held_leases"]) == (1, 1, 1)
     r = runner.invoke(app, ["db", "status", "--store", pg_url], env={"COLUMNS": "200"})
-    assert r.exit_code == 0 and "held leases     1" in r.output and "0002_append_ids" in r.output
+    assert (
+        r.exit_code == 0
+        and "held leases     1" in r.output
+        and "0005_approval_events_index" in r.output
+    )
     # `loom sessions list` reads the same database through the URL.
     r = runner.invoke(app, ["sessions", "list", "--store", pg_url, "--json"])
     assert r.exit_code == 0, r.output

@@ -36,6 +36,7 @@ from loom.errors import (
 from loom.messages import Message, ModelResponse, ToolCall
 from loom.runtime import Runtime
 from loom.store import _pg_sql as q
+from loom.store import codec
 from loom.store.base import LedgerEntry, RunRecord
 from loom.store.conformance import StoreContract
 from loom.store.postgres import PostgresStore
@@ -93,6 +94,27 @@ async def test_bad_options() -> None:
         PostgresStore("dbname=x", min_size=5, max_size=2)
     with pytest.raises(ConfigurationError):
         PostgresStore("dbname=x", timeout=0)
+
+
+@pytest.mark.parametrize("wait", [True, False])
+async def test_synchronous_commit_is_the_servers_unless_opted_out(
+    pg_schema_dsn: str, wait: bool
+) -> None:
+    """Default: every append waits for its flush (``on``); ``synchronous_commit=False`` sets
+    ``off`` on every pooled connection, the appends included, and they still commit."""
+    store = PostgresStore(pg_schema_dsn, min_size=2, max_size=2, synchronous_commit=wait)
+
+    async def show(conn: Any) -> str:
+        return str((await (await conn.execute("SHOW synchronous_commit")).fetchone())[0])
+
+    async def both(conn: Any) -> tuple[str, str]:
+        async with store._pool.connection() as other:  # type: ignore[union-attr]
+            return await show(conn), await show(other)
+
+    await store.append("s", messages=[Message.user("hi")])
+    assert await store._run("showing", both) == (("on", "on") if wait else ("off", "off"))
+    assert [m.content for m in await store.load_messages("s")] == ["hi"]
+    await store.close()
 
 
 async def test_closed_store_refuses(pg_schema_dsn: str) -> None:
@@ -196,6 +218,34 @@ async def test_tail_of_a_10000_message_session_is_an_index_range_read(
         # Only the rows asked for are read, not the session's 10,000: a handful of pages.
         assert sum(n["Actual Rows"] for n in scans) <= rows, scans
         assert top["Plan"]["Shared Hit Blocks"] + top["Plan"].get("Shared Read Blocks", 0) < 20
+
+
+async def test_approval_decisions_of_a_long_session_come_from_their_index(
+    store: PostgresStore, pg_schema_dsn: str
+) -> None:
+    """INTAKE's read of remembered decisions: the partial index, not the 10,000 events."""
+    from loom.events import EventType, make_event
+
+    decided = EventType.APPROVAL_DECISION
+    for i in range(10):  # 10 commits of 1,000 events, one decision among them each time
+        evs = [make_event(EventType.ITERATION_START, f"r{i}", "long", 1, j, {}) for j in range(999)]
+        await store.append("long", events=[*evs, make_event(decided, f"r{i}", "long", 1, 999, {})])
+    found = await store.load_events_of_type("long", [decided])
+    assert [(e.run_id, e.sequence) for e in found] == [(f"r{i}", 999) for i in range(10)]
+    await _sql(pg_schema_dsn, "ANALYZE events")
+    sql = (
+        f"SELECT {q.EVENT_COLS} FROM events WHERE session_id = %s AND "
+        f"{codec.event_types_clause([decided])} ORDER BY seq"
+    )
+    explained = await _sql(
+        pg_schema_dsn, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, ("long",)
+    )
+    top = explained[0][0][0]
+    nodes = _plan_nodes(top["Plan"])
+    scans = [n for n in nodes if "Scan" in n["Node Type"]]
+    assert [n.get("Index Name") for n in scans] == ["events_approvals"], scans
+    assert sum(n["Actual Rows"] for n in scans) == 10
+    assert top["Plan"]["Shared Hit Blocks"] + top["Plan"].get("Shared Read Blocks", 0) < 30
 
 
 # -- leases across processes --------------------------------------------------------------------
@@ -450,29 +500,21 @@ async def test_a_resent_append_that_had_committed_is_not_written_twice(
     import loom.store.postgres as pg
 
     await store.append("s", messages=[Message.user("zero")])
-    real = psycopg.AsyncConnection.pipeline
+    real = psycopg.AsyncConnection.execute
     calls = {"n": 0}
 
-    def pipeline_then_drop(self: Any) -> Any:
-        cm = real(self)
+    async def execute_then_drop(self: Any, query: Any, *args: Any, **kw: Any) -> Any:
+        if query == q.APPEND:
+            calls["n"] += 1
+        result = await real(self, query, *args, **kw)
+        if query == q.APPEND and calls["n"] == 1:  # committed (autocommit): lose the answer
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return result
 
-        class Dropping:
-            async def __aenter__(self_inner) -> Any:
-                return await cm.__aenter__()
-
-            async def __aexit__(self_inner, *exc: Any) -> Any:
-                result = await cm.__aexit__(*exc)
-                calls["n"] += 1
-                if calls["n"] == 1 and exc[0] is None:  # committed: now lose the answer
-                    raise psycopg.OperationalError("server closed the connection unexpectedly")
-                return result
-
-        return Dropping()
-
-    monkeypatch.setattr(psycopg.AsyncConnection, "pipeline", pipeline_then_drop)
+    monkeypatch.setattr(psycopg.AsyncConnection, "execute", execute_then_drop)
     monkeypatch.setattr(pg, "_LOST_BACKOFF", (0.0, 0.0, 0.0))
     await store.append("s", messages=[Message.user("once")], events=[])
-    monkeypatch.setattr(psycopg.AsyncConnection, "pipeline", real)
+    monkeypatch.setattr(psycopg.AsyncConnection, "execute", real)
     assert calls["n"] >= 2  # sent again after the drop
     assert [m.content for m in await store.load_messages("s")] == ["zero", "once"]
 

@@ -554,3 +554,24 @@ async def test_leased_commits_number_rows_right_after_a_lease_less_write(tmp_pat
     assert [e.tool_call_id for e in await s.ledger("s")] == ["c0", "c1", "c2", "c3", "c4"]
     await s.close()
     await other.close()
+
+
+async def test_approval_decisions_are_read_through_their_partial_index(tmp_path: Path) -> None:
+    """INTAKE's read of remembered decisions walks the ``events_approvals`` index (only the
+    approval events), not the session's journal."""
+    from loom.store import codec
+
+    s = SQLiteStore(tmp_path / "a.db")
+    decided = EventType.APPROVAL_DECISION
+    evs = [make_event(EventType.ITERATION_START, "r", "s", 1, j, {}) for j in range(500)]
+    await s.append("s", events=[*evs, make_event(decided, "r", "s", 1, 500, {})])
+    assert [e.sequence for e in await s.load_events_of_type("s", [decided])] == [500]
+    seen: list[str] = []
+    s.db.conn.set_trace_callback(seen.append)
+    await s.load_events_of_type("s", [decided])
+    s.db.conn.set_trace_callback(None)
+    (sql,) = [q for q in seen if "FROM events" in q]
+    plan = " ".join(r[3] for r in s.db.conn.execute("EXPLAIN QUERY PLAN " + sql))
+    assert "USING INDEX events_approvals" in plan, plan
+    assert codec.INDEXED_CLAUSE in sql
+    await s.close()

@@ -172,6 +172,117 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     ),
     # schedules, their runs, cron monitors and check-ins (issue #18, loom.schedule)
     ("0003_schedules", _schedule_sql.POSTGRES),
+    (
+        # One step, one statement: ``loom_append`` does on the server what an append used to
+        # send as eight-odd pipelined statements (the id, the fence, the session's turn, the
+        # session row, messages, events, ledger rows with ``open_calls``, the run record with
+        # ``open_runs``), in the same order and with the same effects. Called in autocommit it
+        # is its own transaction: one round trip, one commit, and psycopg prepares it once per
+        # connection. The profile said why: per statement, psycopg's pipeline bookkeeping and
+        # query conversion cost more client CPU than the server's work.
+        "0004_append_function",
+        [
+            """CREATE FUNCTION loom_append(
+                p_session TEXT, p_id TEXT, p_now DOUBLE PRECISION, p_token BIGINT,
+                p_usage BIGINT[],
+                m_role TEXT[], m_data TEXT[],
+                e_run TEXT[], e_sequence BIGINT[], e_type TEXT[], e_iteration BIGINT[],
+                e_ts DOUBLE PRECISION[], e_data TEXT[],
+                l_run TEXT[], l_call TEXT[], l_name TEXT[], l_status TEXT[], l_effect TEXT[],
+                l_arguments TEXT[], l_result TEXT[], l_ts DOUBLE PRECISION[],
+                r_run TEXT, r_status TEXT, r_input BIGINT, r_output BIGINT, r_requests BIGINT,
+                r_ts DOUBLE PRECISION, r_data TEXT
+            ) RETURNS void LANGUAGE plpgsql AS $$
+            DECLARE
+                n BIGINT;
+                row_id BIGINT;
+            BEGIN
+                -- first: a re-sent append whose first attempt committed stops here
+                INSERT INTO appends (session_id, id, at) VALUES (p_session, p_id, p_now);
+                IF p_token IS NOT NULL THEN  -- the fence, before any write
+                    PERFORM loom_check_lease(p_session, p_token);
+                END IF;
+                -- appends to one session take turns, so numbering by max(seq) never collides
+                PERFORM pg_advisory_xact_lock(19535, hashtext(p_session));
+                IF p_usage IS NULL THEN
+                    INSERT INTO sessions (id, created_at, updated_at)
+                        VALUES (p_session, p_now, p_now) ON CONFLICT (id) DO NOTHING;
+                ELSE
+                    INSERT INTO sessions (id, created_at, updated_at, input_tokens,
+                            output_tokens, requests)
+                        VALUES (p_session, p_now, p_now, p_usage[1], p_usage[2], p_usage[3])
+                        ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at,
+                        input_tokens = sessions.input_tokens + excluded.input_tokens,
+                        output_tokens = sessions.output_tokens + excluded.output_tokens,
+                        requests = sessions.requests + excluded.requests;
+                END IF;
+                IF cardinality(m_role) > 0 THEN
+                    SELECT coalesce(max(seq) + 1, 0) INTO n FROM messages
+                        WHERE session_id = p_session;
+                    INSERT INTO messages (session_id, seq, role, data, appended_at)
+                        SELECT p_session, n + t.ord - 1, t.role, t.data, p_now
+                        FROM unnest(m_role, m_data) WITH ORDINALITY AS t(role, data, ord);
+                END IF;
+                IF cardinality(e_run) > 0 THEN
+                    -- tailing servers (loom.server.queued) LISTEN here; sent at commit only
+                    PERFORM pg_notify('loom_events', p_session);
+                    SELECT coalesce(max(seq) + 1, 0) INTO n FROM events
+                        WHERE session_id = p_session;
+                    INSERT INTO events (session_id, seq, run_id, sequence, type, iteration,
+                            timestamp, data)
+                        SELECT p_session, n + t.ord - 1, t.run_id, t.sequence, t.type,
+                            t.iteration, t.ts, t.data
+                        FROM unnest(e_run, e_sequence, e_type, e_iteration, e_ts, e_data)
+                        WITH ORDINALITY AS t(run_id, sequence, type, iteration, ts, data, ord);
+                END IF;
+                IF cardinality(l_run) > 0 THEN
+                    SELECT coalesce(max(seq) + 1, 0) INTO n FROM ledger
+                        WHERE session_id = p_session;
+                    FOR i IN 1 .. cardinality(l_run) LOOP
+                        INSERT INTO ledger (session_id, seq, run_id, tool_call_id, name, status,
+                                effect, arguments, result, timestamp)
+                            VALUES (p_session, n, l_run[i], l_call[i], l_name[i], l_status[i],
+                                l_effect[i], l_arguments[i], l_result[i], l_ts[i]);
+                        IF l_status[i] = 'started' THEN
+                            INSERT INTO open_calls (session_id, run_id, tool_call_id, ledger_seq)
+                                VALUES (p_session, l_run[i], l_call[i], n)
+                                ON CONFLICT (session_id, run_id, tool_call_id)
+                                DO UPDATE SET ledger_seq = excluded.ledger_seq;
+                        ELSE
+                            DELETE FROM open_calls WHERE session_id = p_session
+                                AND run_id = l_run[i] AND tool_call_id = l_call[i];
+                        END IF;
+                        n := n + 1;
+                    END LOOP;
+                END IF;
+                IF r_run IS NOT NULL THEN
+                    INSERT INTO runs (session_id, run_id, status, input_tokens, output_tokens,
+                            requests, timestamp, data)
+                        VALUES (p_session, r_run, r_status, r_input, r_output, r_requests, r_ts,
+                            r_data)
+                        RETURNING id INTO row_id;
+                    IF r_status = 'running' THEN
+                        INSERT INTO open_runs (session_id, run_id, run_row)
+                            VALUES (p_session, r_run, row_id)
+                            ON CONFLICT (session_id, run_id)
+                            DO UPDATE SET run_row = excluded.run_row;
+                    ELSE
+                        DELETE FROM open_runs WHERE session_id = p_session AND run_id = r_run;
+                    END IF;
+                END IF;
+            END
+            $$""",
+        ],
+    ),
+    (
+        # INTAKE read a session's whole journal to find its remembered permission decisions;
+        # this partial index holds only the approval events (as SQLite's 0006).
+        "0005_approval_events_index",
+        [
+            "CREATE INDEX events_approvals ON events (session_id, seq) "
+            "WHERE type IN ('approval_required', 'approval_decision')",
+        ],
+    ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -198,63 +309,18 @@ LEDGER_COLS = "run_id, tool_call_id, name, status, effect, arguments, result, ti
 RUN_COLS = "run_id, status, input_tokens, output_tokens, requests, timestamp, data"
 EVENT_COLS = "run_id, sequence, type, iteration, timestamp, data"
 
-# -- the statements of one append ---------------------------------------------------------------
-# First in every append's transaction: a re-sent append whose first attempt did commit fails
-# here (unique violation on ``appends``), before the lease check or any write.
-APPEND_ID = "INSERT INTO appends (session_id, id, at) VALUES (%s, %s, %s)"
-CHECK_LEASE = "SELECT loom_check_lease(%s, %s)"
-# Appends to one session take turns (leased or not), so that numbering rows by max(seq) never
-# collides: a transaction-level advisory lock keyed by the session id's hash (a collision
-# merely makes two sessions take turns).
-SESSION_TURN = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
-SESSION_LOCK_CLASS = 0x4C4F
-TOUCH_SESSION = (
-    "INSERT INTO sessions (id, created_at, updated_at) VALUES (%s, %s, %s) "
-    "ON CONFLICT (id) DO NOTHING"
+# -- one append -----------------------------------------------------------------------------------
+# ``loom_append`` (migration 0003) in one statement; ``%b``: binary parameters, so psycopg
+# sends the text arrays as they are instead of quoting every element for the text format.
+# Each parameter is cast: psycopg types a list of small ints as smallint[], for instance.
+_APPEND_TYPES = (
+    *("text", "text", "float8", "int8", "int8[]"),  # session, id, now, token, usage
+    *("text[]", "text[]"),  # messages
+    *("text[]", "int8[]", "text[]", "int8[]", "float8[]", "text[]"),  # events
+    *(["text[]"] * 7 + ["float8[]"]),  # ledger
+    *("text", "text", "int8", "int8", "int8", "float8", "text"),  # run
 )
-ADD_USAGE = (
-    "INSERT INTO sessions (id, created_at, updated_at, input_tokens, output_tokens, requests) "
-    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
-    "updated_at = excluded.updated_at, "
-    "input_tokens = sessions.input_tokens + excluded.input_tokens, "
-    "output_tokens = sessions.output_tokens + excluded.output_tokens, "
-    "requests = sessions.requests + excluded.requests"
-)
-# New rows are numbered after the session's last one (an index seek for max(seq)).
-INSERT_MESSAGES = (
-    "INSERT INTO messages (session_id, seq, role, data, appended_at) "
-    "SELECT %s, b.n + t.ord - 1, t.role, t.data, %s "
-    "FROM (SELECT coalesce(max(seq) + 1, 0) AS n FROM messages WHERE session_id = %s) b, "
-    "unnest(%s::text[], %s::text[]) WITH ORDINALITY AS t(role, data, ord)"
-)
-INSERT_EVENTS = (
-    "INSERT INTO events (session_id, seq, run_id, sequence, type, iteration, timestamp, data) "
-    "SELECT %s, b.n + t.ord - 1, t.run_id, t.sequence, t.type, t.iteration, t.ts, t.data "
-    "FROM (SELECT coalesce(max(seq) + 1, 0) AS n FROM events WHERE session_id = %s) b, "
-    "unnest(%s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::float8[], %s::text[]) "
-    "WITH ORDINALITY AS t(run_id, sequence, type, iteration, ts, data, ord)"
-)
-_INSERT_LEDGER = (
-    "INSERT INTO ledger (session_id, seq, run_id, tool_call_id, name, status, effect, "
-    "arguments, result, timestamp) SELECT %s, coalesce(max(seq) + 1, 0), "
-    "%s, %s, %s, %s, %s, %s, %s, %s FROM ledger WHERE session_id = %s"
-)
-INSERT_LEDGER_OPEN = (
-    f"WITH ins AS ({_INSERT_LEDGER} RETURNING session_id, run_id, tool_call_id, seq) "
-    "INSERT INTO open_calls (session_id, run_id, tool_call_id, ledger_seq) "
-    "SELECT session_id, run_id, tool_call_id, seq FROM ins "
-    "ON CONFLICT (session_id, run_id, tool_call_id) DO UPDATE SET ledger_seq = excluded.ledger_seq"
-)
-INSERT_LEDGER = _INSERT_LEDGER
-CLOSE_CALL = "DELETE FROM open_calls WHERE session_id = %s AND run_id = %s AND tool_call_id = %s"
-_INSERT_RUN = f"INSERT INTO runs (session_id, {RUN_COLS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
-INSERT_RUN_OPEN = (
-    f"WITH ins AS ({_INSERT_RUN} RETURNING session_id, run_id, id) "
-    "INSERT INTO open_runs (session_id, run_id, run_row) SELECT session_id, run_id, id FROM ins "
-    "ON CONFLICT (session_id, run_id) DO UPDATE SET run_row = excluded.run_row"
-)
-INSERT_RUN = _INSERT_RUN
-CLOSE_RUN = "DELETE FROM open_runs WHERE session_id = %s AND run_id = %s"
+APPEND = "SELECT loom_append(" + ", ".join(f"%b::{t}" for t in _APPEND_TYPES) + ")"
 
 # -- leases -------------------------------------------------------------------------------------
 # One statement: take the row when it is free (released, expired, or this run's), with the

@@ -170,6 +170,14 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("0004_events_run_index", "CREATE INDEX events_run ON events (session_id, run_id, seq)"),
     # Why: schedules, their runs, cron monitors and check-ins (issue #18, loom.schedule).
     ("0005_schedules", _schedule_sql.SQLITE),
+    # Why: a turn's INTAKE used to read a session's whole journal to find its remembered
+    # permission decisions; this partial index holds only the approval events, so that read
+    # no longer grows with the session (and costs nothing on the other events' inserts).
+    (
+        "0006_approval_events_index",
+        "CREATE INDEX events_approvals ON events (session_id, seq) "
+        "WHERE type IN ('approval_required', 'approval_decision')",
+    ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -16,11 +16,12 @@ from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from loom.errors import LeaseLost
-from loom.events import AgentEvent
+from loom.events import AgentEvent, EventType
 from loom.messages import Effect, Message, ToolResult, Usage, utcnow
 
 __all__ = [
     "ErrorStore",
+    "EventTypeStore",
     "KVStore",
     "Lease",
     "LedgerEntry",
@@ -277,6 +278,18 @@ class RunStore(Protocol):
 
 
 @runtime_checkable
+class EventTypeStore(Protocol):
+    """Reads a session's events of some types without the rest of its journal (an index on
+    them), so that what a turn looks up at INTAKE does not grow with the session."""
+
+    async def load_events_of_type(
+        self, session_id: str, types: Sequence[EventType]
+    ) -> list[AgentEvent]:
+        """The session's events whose type is in ``types``, in journal order."""
+        ...
+
+
+@runtime_checkable
 class KVStore(Protocol):
     """A small namespaced key-value store (memory tiers, pattern state, ...); values are JSON."""
 
@@ -297,6 +310,7 @@ class StoreCapabilities:
     results: ResultStore | None = None
     runs: RunStore | None = None
     kv: KVStore | None = None
+    typed_events: EventTypeStore | None = None
 
 
 _capabilities: weakref.WeakKeyDictionary[Any, StoreCapabilities] = weakref.WeakKeyDictionary()
@@ -317,6 +331,7 @@ def capabilities_of(store: Store) -> StoreCapabilities:
         results=store if isinstance(store, ResultStore) else None,
         runs=store if isinstance(store, RunStore) else None,
         kv=store if isinstance(store, KVStore) else None,
+        typed_events=store if isinstance(store, EventTypeStore) else None,
     )
     with contextlib.suppress(TypeError):
         _capabilities[store] = caps

@@ -37,7 +37,7 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from loom.errors import SerializationError
-from loom.events import AgentEvent, make_event
+from loom.events import AgentEvent, EventType, make_event
 from loom.messages import Message, ToolResult, Usage
 from loom.store.base import LedgerEntry, RunRecord, SessionInfo, StoredError
 
@@ -419,3 +419,25 @@ def decode_error(row: Sequence[Any]) -> StoredError:
         raw_error=decode_value(row[6]),
         short_summary=row[7],
     )
+
+
+# Event types a partial index of both SQL stores covers (``events_approvals``): looked up at
+# INTAKE (remembered permission decisions, parked calls) without reading the whole journal.
+INDEXED_EVENT_TYPES = ("approval_required", "approval_decision")
+INDEXED_CLAUSE = "type IN ('approval_required', 'approval_decision')"
+
+
+def event_types_clause(types: Sequence[Any]) -> str:
+    """The SQL condition for events of ``types`` (``EventType`` members or their values).
+
+    The values are inlined, not bound: a planner uses a partial index only when the query's
+    condition visibly implies the index's (SQLite needs the index's term verbatim), which a
+    bound parameter never does. Each value is checked to be an ``EventType``'s, so only
+    those fixed identifiers reach the SQL."""
+    values = sorted({EventType(t).value for t in types})
+    if not values:
+        return "false"
+    wanted = "type IN (" + ", ".join(f"'{v}'" for v in values) + ")"
+    if set(values) <= set(INDEXED_EVENT_TYPES):
+        return f"{INDEXED_CLAUSE} AND {wanted}"
+    return wanted

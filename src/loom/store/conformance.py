@@ -51,7 +51,13 @@ from loom.store.base import (
 __all__ = ["StoreContract"]
 
 
-_PROTOCOLS = {"errors": "ErrorStore", "results": "ResultStore", "runs": "RunStore", "kv": "KVStore"}
+_PROTOCOLS = {
+    "errors": "ErrorStore",
+    "results": "ResultStore",
+    "runs": "RunStore",
+    "kv": "KVStore",
+    "typed_events": "EventTypeStore",
+}
 
 
 def _needs(store: Any, capability: str) -> None:
@@ -171,6 +177,27 @@ class StoreContract:
         assert every[0].type is EventType.AGENT_START and every[0].data["message"] == "m"
         assert every[1].data == {"note": {"nested": [1]}}
         assert [e.sequence for e in await store.load_events("s", "r1")] == [0, 1, 2]
+
+    async def test_events_of_some_types(self, store: Any) -> None:
+        _needs(store, "typed_events")
+        decided = EventType.APPROVAL_DECISION
+        await store.append("s", events=[_ev("r1", 0, EventType.AGENT_START), _ev("r1", 1, decided)])
+        await store.append("t", events=[_ev("r9", 0, decided)])  # another session's
+        await store.append(
+            "s",
+            events=[_ev("r2", 0, EventType.APPROVAL_REQUIRED, x=1), _ev("r2", 1, decided, y=2)],
+        )
+        of = store.load_events_of_type
+        assert [(e.run_id, e.sequence) for e in await of("s", [decided])] == [("r1", 1), ("r2", 1)]
+        both = await of("s", [decided, EventType.APPROVAL_REQUIRED])
+        assert [(e.type, e.run_id, e.sequence) for e in both] == [
+            (decided, "r1", 1),
+            (EventType.APPROVAL_REQUIRED, "r2", 0),
+            (decided, "r2", 1),
+        ]
+        assert both[1].data.get("x") == 1 and both[2].data.get("y") == 2
+        assert [e.sequence for e in await of("s", [EventType.AGENT_START])] == [0]
+        assert await of("s", []) == [] and await of("nobody", [decided]) == []
 
     # -- ledger and runs --------------------------------------------------------------------------
     async def test_ledger_open_calls(self, store: Any) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from loom.errors import InputError, LeaseLost
-from loom.events import AgentEvent
+from loom.events import AgentEvent, EventType
 from loom.messages import Message, utcnow
 from loom.store import codec
 from loom.store.base import Lease, LedgerEntry, RunRecord, SessionInfo
@@ -181,6 +181,13 @@ class MemoryStore:
             elif run_id is None or r.run_id == run_id:
                 out.append(codec.decode_event(session_id, r))
         return out
+
+    async def load_events_of_type(
+        self, session_id: str, types: Sequence[EventType]
+    ) -> list[AgentEvent]:
+        """The session's events whose type is in ``types``, in journal order."""
+        wanted = frozenset(types)
+        return [e for e in await self.load_events(session_id) if e.type in wanted]
 
     # -- leases ---------------------------------------------------------------------------------
     async def acquire_lease(self, session_id: str, run_id: str, ttl: float) -> Lease | None:

@@ -13,8 +13,9 @@ migrations on first use, under an advisory lock so that processes starting toget
 race. Give Loom its own database, or its own schema (``options=-csearch_path=loom`` in the
 connection string): its tables have plain names (``sessions``, ``messages``, ...).
 
-Durability: every ``append`` is one transaction, sent as one pipeline (a single round trip);
-with PostgreSQL's default ``synchronous_commit=on`` a step announced is on disk.
+Durability: every ``append`` is one call of the server-side function ``loom_append``: one
+statement, one transaction, one round trip. With PostgreSQL's default ``synchronous_commit=on``
+a step announced is on disk.
 
 Leases are safe across hosts: ``acquire_lease`` is one atomic upsert on the session's ``locks``
 row that hands out the next fencing token, and ``append(..., lease=)`` locks that row
@@ -49,7 +50,7 @@ from loom.errors import (
     StoreCorrupt,
     StoreError,
 )
-from loom.events import AgentEvent
+from loom.events import AgentEvent, EventType
 from loom.messages import Message, Usage
 from loom.store import _pg_sql as q
 from loom.store import codec
@@ -117,6 +118,14 @@ class PostgresStore:
             a free one.
         timeout: Seconds to wait for a connection (to connect, or for a free one in the pool)
             before ``StoreError``.
+        synchronous_commit: ``True`` (PostgreSQL's default): an append returns once its
+            commit is flushed to disk, so an announced step survives a crash of the database
+            server or its host. ``False`` sets ``synchronous_commit=off`` on this store's
+            connections: an append returns before the flush (the WAL writer flushes within
+            about 3 x ``wal_writer_delay``, 600 ms by default), so a step is no longer waiting
+            for an fsync, but a server crash or power loss can lose the last steps that were
+            already announced (the database stays consistent; a client process dying loses
+            nothing). Opt in only where that trade is acceptable.
 
     The store connects on first use (or ``await store.open()``) and applies missing migrations
     then. Raises (on first use): ``StoreError`` when the server cannot be reached (the message
@@ -132,6 +141,7 @@ class PostgresStore:
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 10.0,
+        synchronous_commit: bool = True,
     ) -> None:
         if min_size < 0 or max_size < 1 or min_size > max_size:
             raise ConfigurationError(
@@ -144,6 +154,7 @@ class PostgresStore:
         self.min_size = min_size
         self.max_size = max_size
         self.timeout = timeout
+        self.synchronous_commit = synchronous_commit
         self._pool: AsyncConnectionPool[Any] | None = None
         self._opening: asyncio.Lock | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -208,12 +219,14 @@ class PostgresStore:
             raise self._translate(exc, "migrating the schema") from exc
         finally:
             await conn.close()
+        synchronous_commit = self.synchronous_commit
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             self.conninfo,
             min_size=self.min_size,
             max_size=self.max_size,
             timeout=self.timeout,
             kwargs={"autocommit": True},
+            configure=None if synchronous_commit else _no_commit_wait,
             open=False,
             name="loom",
         )
@@ -441,59 +454,37 @@ class PostgresStore:
         # The append's id, first in its transaction: if a dropped connection leaves us not
         # knowing whether the commit landed, the retry finds the id taken and stops there.
         append_id = secrets.token_hex(12)
-        statements: list[tuple[str, Sequence[Any]]] = [(q.APPEND_ID, (session_id, append_id, now))]
-        if lease is not None:  # the fence: first, in the same transaction as the writes
-            statements.append((q.CHECK_LEASE, (session_id, lease.token)))
-        statements.append((q.SESSION_TURN, (q.SESSION_LOCK_CLASS, session_id)))
-        if run is not None:
-            statements.append(
-                (
-                    q.ADD_USAGE,
-                    (session_id, now, now, usage.input_tokens, usage.output_tokens, usage.requests),
-                )
-            )
-        else:
-            statements.append((q.TOUCH_SESSION, (session_id, now, now)))
-        if msg_rows:
-            statements.append(
-                (
-                    q.INSERT_MESSAGES,
-                    (
-                        session_id,
-                        now,
-                        session_id,
-                        [r for r, _ in msg_rows],
-                        [d for _, d in msg_rows],
-                    ),
-                )
-            )
-        if ev_rows:
-            columns = list(zip(*ev_rows, strict=True))
-            statements.append(
-                (q.INSERT_EVENTS, (session_id, session_id, *(list(c) for c in columns)))
-            )
-        for led in led_rows:
-            params = (session_id, *led, session_id)
-            if led.status == "started":
-                statements.append((q.INSERT_LEDGER_OPEN, params))
-            else:
-                statements.append((q.INSERT_LEDGER, params))
-                statements.append((q.CLOSE_CALL, (session_id, led.run_id, led.tool_call_id)))
-        if ev_rows:  # tell tailing servers; PostgreSQL delivers it only if this commits
-            statements.append(("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, session_id)))
-        if run_row is not None:
-            if run_row.status == "running":
-                statements.append((q.INSERT_RUN_OPEN, (session_id, *run_row)))
-            else:
-                statements.append((q.INSERT_RUN, (session_id, *run_row)))
-                statements.append((q.CLOSE_RUN, (session_id, run_row.run_id)))
+        ev_cols: list[list[Any]] = (
+            [list(c) for c in zip(*ev_rows, strict=True)] if ev_rows else [[]] * 6
+        )
+        led_cols: list[list[Any]] = (
+            [list(c) for c in zip(*led_rows, strict=True)] if led_rows else [[]] * 8
+        )
+        params: list[Any] = [
+            session_id,
+            append_id,
+            now,
+            lease.token if lease is not None else None,  # the fence (None: no lease)
+            [usage.input_tokens, usage.output_tokens, usage.requests] if run is not None else None,
+            [r for r, _ in msg_rows],
+            [d for _, d in msg_rows],
+            *ev_cols,
+            *led_cols,
+            *(run_row if run_row is not None else (None,) * 7),
+        ]
+        # One statement, its own transaction (the connection is in autocommit); it also tells
+        # tailing servers (``pg_notify`` on EVENTS_CHANNEL, delivered only if it commits).
+        # More statements for the same transaction would go after it in ``statements``.
+        statements: list[tuple[str, Sequence[Any]]] = [(q.APPEND, params)]
 
         async def write(conn: AsyncConnection[Any]) -> None:
-            # One pipeline: every statement is sent at once, the commit answers for all.
             try:
-                async with conn.pipeline(), conn.transaction():
-                    for sql, params in statements:
-                        await conn.execute(sql, params)
+                if len(statements) == 1:
+                    await conn.execute(*statements[0], prepare=True)
+                else:  # one pipeline, one transaction: the commit answers for all
+                    async with conn.pipeline(), conn.transaction():
+                        for sql, args in statements:
+                            await conn.execute(sql, args, prepare=True)
             except pg_errors.UniqueViolation as exc:
                 if exc.diag.table_name == "appends":
                     return  # an earlier attempt of this very append committed
@@ -551,6 +542,19 @@ class PostgresStore:
         if run_id is not None:
             sql, params = sql + " AND run_id = %s", (session_id, run_id)
         rows = await self._fetchall("loading events", sql + " ORDER BY seq", params)
+        return [codec.decode_event(session_id, r) for r in rows]
+
+    async def load_events_of_type(
+        self, session_id: str, types: Sequence[EventType]
+    ) -> list[AgentEvent]:
+        """The session's events whose type is in ``types``, in journal order (approval events
+        through the ``events_approvals`` partial index)."""
+        rows = await self._fetchall(
+            "loading events",
+            f"SELECT {q.EVENT_COLS} FROM events WHERE session_id = %s "
+            f"AND {codec.event_types_clause(types)} ORDER BY seq",
+            (session_id,),
+        )
         return [codec.decode_event(session_id, r) for r in rows]
 
     async def delete_session(self, session_id: str) -> bool:
@@ -795,6 +799,11 @@ class PostgresStore:
             _abandon(pool)  # its loop has ended: nothing of it can be awaited any more
         else:
             await pool.close()
+
+
+async def _no_commit_wait(conn: AsyncConnection[Any]) -> None:
+    """A new pooled connection of a store made with ``synchronous_commit=False``."""
+    await conn.execute("SET synchronous_commit = off")
 
 
 async def _close_at_loop_end(pool: AsyncConnectionPool[Any]) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from loom.errors import ConfigurationError, InputError, LeaseLost, StoreError
-from loom.events import AgentEvent
+from loom.events import AgentEvent, EventType
 from loom.messages import Message, Usage
 from loom.store import codec
 from loom.store._sqlite_db import (
@@ -410,6 +410,23 @@ class SQLiteStore(SQLiteCapabilities):
             sql, params = sql + " AND run_id = ?", (session_id, run_id)
         rows = await self._read(
             "loading events", lambda c: c.execute(sql + " ORDER BY seq", params).fetchall()
+        )
+        return [codec.decode_event(session_id, r) for r in rows]
+
+    async def load_events_of_type(
+        self, session_id: str, types: Sequence[EventType]
+    ) -> list[AgentEvent]:
+        """The session's events whose type is in ``types``, in journal order (approval events
+        through the ``events_approvals`` partial index)."""
+        where = codec.event_types_clause(types)
+        # Without ANALYZE statistics SQLite would walk the session's primary-key range instead.
+        use = " INDEXED BY events_approvals" if where.startswith(codec.INDEXED_CLAUSE) else ""
+        sql = (
+            f"SELECT run_id, sequence, type, iteration, timestamp, data FROM events{use} "
+            f"WHERE session_id = ? AND {where} ORDER BY seq"
+        )
+        rows = await self._read(
+            "loading events", lambda c: c.execute(sql, (session_id,)).fetchall()
         )
         return [codec.decode_event(session_id, r) for r in rows]
 

@@ -90,6 +90,7 @@ class Turn:
             Usage(),
             "",
         )
+        self.max_cost: float | None = None  # US dollars (Runtime.run(max_cost=...))
         self.verdict: dict[str, Any] | None = None  # the judge panel's latest, if any
         self.result: RunResult | None = None
         self.cancel_reason: str | None = None
@@ -363,6 +364,7 @@ class Turn:
         if not final.text and not final.tool_calls:
             raise _Stop("model_error", "the model returned an empty response")
         if final.usage is not None:
+            final.usage = self.runtime.price(final.usage, d.model, final.model)
             self.usage = self.usage + final.usage
             observe = getattr(d.builder, "observe_usage", None)
             if observe is not None and reports_real_usage(d.model):
@@ -388,6 +390,16 @@ class Turn:
                                 usage=final.usage.model_dump() if final.usage else None,
                                 model=final.model)])  # fmt: skip
         self.calls.unanswered.update((c.id, c) for c in final.tool_calls)
+        if self.max_cost is not None and not (  # the answer is kept; its calls do not run
+            self.usage.cost is not None and self.usage.cost <= self.max_cost
+        ):
+            spent = (
+                "an unknown amount (a model without a price)"
+                if self.usage.cost is None
+                else f"${self.usage.cost:g}"
+            )
+            raise _Stop("cost_limit", f"the run cost {spent}, over its max_cost "
+                                      f"${self.max_cost:g}")  # fmt: skip
         return final
 
     async def _review(self, answer: str) -> bool:
@@ -468,7 +480,8 @@ class Turn:
                          duration_ms=(time.perf_counter() - started) * 1000,
                          pending_approvals=parked, warnings=list(j.warnings),
                          pending_query=self.pending_query)  # fmt: skip
-        data = {"error": error, "verdict": self.verdict, "pending_approvals": parked}
+        data = {"error": error, "verdict": self.verdict, "pending_approvals": parked,
+                "cost": self.usage.cost}  # fmt: skip
         await j.commit([finish], run=RunRecord(self.run_id, self.session_id, stop, self.usage,
                                                data=data))  # fmt: skip
 

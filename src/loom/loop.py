@@ -198,8 +198,11 @@ class Turn:
             self.message = screened.value
         if await rt.store.get_session(sid) is None:
             await rt.store.create_session(sid, agent_name=a.name, metadata=ran_with)
+        start = ran_with
+        if rt.tracers:  # they open the run's span now; its traceparent goes into AGENT_START
+            start = {**ran_with, **await self._trace(str(ran_with["model"]))}
         await j.commit([j.event(ev.AgentStart, message_text=self.message, agent=a.name,
-                                resume=self.resume is not None, extra=ran_with)],
+                                resume=self.resume is not None, extra=start)],
                        run=RunRecord(self.run_id, sid, "running"))  # fmt: skip
         for w in d.warnings:
             j.warn(w, "toolset")
@@ -240,6 +243,26 @@ class Turn:
             ctx = self.calls.context(self.message)
             check = guards.check_parallel(self.message, ctx)
             self._parallel = asyncio.ensure_future(_settle(check, self.calls.note))
+
+    async def _trace(self, model: str) -> dict[str, Any]:
+        """Start the run's span in each tracer (``loom.observability``). A carried-on run (a
+        worker's retry) hands them the trace of the run that committed the exchange's user
+        message, so every attempt of one exchange is one trace."""
+        carried = None
+        if self.carry_on:
+            events = await self.runtime.store.load_events(self.session_id)
+            asked = next((e.run_id for e in reversed(events) if type(e) is ev.UserMessage), None)
+            for e in events:
+                if type(e) is ev.AgentStart and e.run_id == asked:
+                    carried = e.extra.get("traceparent")
+                    break
+        out: dict[str, Any] = {}
+        for tracer in self.runtime.tracers:
+            out.update(tracer.start_run(run_id=self.run_id, session_id=self.session_id,
+                                        agent=self.agent.name, model=model,
+                                        carried=str(carried) if carried else None,
+                                        parent_run_id=self.parent_run_id))  # fmt: skip
+        return out
 
     async def _settle(self, pending: list[Any]) -> None:
         """A resumed turn: apply the human's decisions, run what was approved."""

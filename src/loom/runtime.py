@@ -126,6 +126,12 @@ class Runtime:
     def __repr__(self) -> str:
         return f"Runtime(store={self.store!r})"
 
+    @property
+    def tracers(self) -> list[Any]:
+        """The observers that trace (have ``start_run``: ``loom.observability.OtelObserver``):
+        the turn lets them open a run's span before its ``AGENT_START`` is committed."""
+        return [o for o in self.observers if callable(getattr(o, "start_run", None))]
+
     # -- what the runtime holds -----------------------------------------------------------------
     def gate(self, session_id: str) -> SessionGate:
         gate = self._gates.get(session_id)

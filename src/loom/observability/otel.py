@@ -129,9 +129,12 @@ class _Run:
     provider: str
     model: str
     session_id: str
-    chat: trace.Span | None = None
-    chat_started: float = 0.0
-    tools: dict[str, trace.Span] = field(default_factory=dict)
+    ctx: otel_context.Context  # the run span's context: the parent of its children
+    chat_attrs: dict[str, Any]  # a chat span's starting attributes (the same every call)
+    recording: bool = True  # False: no SDK, or sampled out; children would be dropped too
+    chat_started: float | None = None  # the model call under way (LLM_START's time)
+    retries: list[tuple[dict[str, Any], float]] | None = None  # its provider retries
+    tools: dict[str, tuple[float, str, Any]] = field(default_factory=dict)  # id: start, name, args
     watcher: Token[CallWatcher | None] | None = None
 
 
@@ -228,7 +231,7 @@ class OtelObserver:
         if carried:
             parent: otel_context.Context | None = context_from_traceparent(carried)
         elif parent_run_id is not None and parent_run_id in self.runs:
-            parent = trace.set_span_in_context(self.runs[parent_run_id].span)
+            parent = self.runs[parent_run_id].ctx
         else:
             parent = None  # the current context: a crew's invoke_workflow span, a request's
         provider, model_name = split_model(model)
@@ -247,7 +250,16 @@ class OtelObserver:
         span = self.tracer.start_span(
             f"invoke_agent {agent}", context=parent, kind=SpanKind.INTERNAL, attributes=attrs
         )
-        run = self.runs[run_id] = _Run(span, agent, provider, model_name, session_id)
+        ctx = trace.set_span_in_context(span)
+        chat_attrs = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider,
+            "gen_ai.request.model": model_name,
+            "gen_ai.conversation.id": session_id,
+        }
+        run = self.runs[run_id] = _Run(
+            span, agent, provider, model_name, session_id, ctx, chat_attrs, span.is_recording()
+        )
         run.watcher = CALL_WATCHER.set(_Watcher(self, run))
         tp = traceparent_of(span)
         return {"traceparent": tp} if tp else {}
@@ -294,8 +306,8 @@ class OtelObserver:
                 ),
             )
 
-    def _chat_attrs(self, run: _Run, model: str | None = None) -> dict[str, Any]:
-        provider, name = (run.provider, run.model) if model is None else split_model(model)
+    def _chat_attrs(self, run: _Run, model: str) -> dict[str, Any]:
+        provider, name = split_model(model)
         return {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": provider,
@@ -303,33 +315,43 @@ class OtelObserver:
             "gen_ai.conversation.id": run.session_id,
         }
 
+    # A chat or tool span is made whole when its operation ends (start time from the start
+    # event): one attribute set at creation instead of many set_attribute calls, which is most
+    # of what a span costs in the SDK. A leaf span has no children, so nothing waits for it.
     def _llm_start(self, e: ev.LlmStart) -> None:
         run = self.runs.get(e.run_id)
-        if run is None:
-            return
-        ctx = trace.set_span_in_context(run.span)
-        run.chat = self.tracer.start_span(
-            f"chat {run.model}",
-            context=ctx,
-            kind=SpanKind.CLIENT,
-            attributes=self._chat_attrs(run),
-            start_time=_ns(e.timestamp),
-        )
-        run.chat_started = e.timestamp
+        if run is not None:
+            run.chat_started = e.timestamp
+            run.retries = None
 
     def _llm_retry(self, e: ev.LlmRetry) -> None:
         run = self.runs.get(e.run_id)
-        if run is not None and run.chat is not None:
-            run.chat.add_event(
-                "gen_ai.retry", {"attempt": e.attempt, "delay": e.delay, "error": e.error}
-            )
+        if run is not None:
+            retry = {"attempt": e.attempt, "delay": e.delay, "error": e.error}
+            run.retries = [*(run.retries or ()), (retry, e.timestamp)]
+
+    def _chat_span(self, run: _Run, attrs: dict[str, Any], end: float,
+                   error: str | None = None) -> None:  # fmt: skip
+        if not run.recording:
+            run.chat_started, run.retries = None, None
+            return
+        started = _ns(run.chat_started if run.chat_started is not None else end)
+        span = self.tracer.start_span(
+            f"chat {run.model}", context=run.ctx, kind=SpanKind.CLIENT, attributes=attrs,
+            start_time=started,
+        )  # fmt: skip
+        for retry, ts in run.retries or ():
+            span.add_event("gen_ai.retry", retry, timestamp=_ns(ts))
+        if error is not None:
+            span.set_status(Status(StatusCode.ERROR, error))
+        span.end(end_time=_ns(end))
+        run.chat_started, run.retries = None, None
 
     def _llm_complete(self, e: ev.LlmComplete) -> None:
         run = self.runs.get(e.run_id)
-        if run is None or run.chat is None:
+        if run is None or run.chat_started is None:
             return
-        span, run.chat = run.chat, None
-        attrs: dict[str, Any] = {}
+        attrs = dict(run.chat_attrs)
         if e.model:
             attrs["gen_ai.response.model"] = e.model
         if e.finish_reason:
@@ -352,9 +374,9 @@ class OtelObserver:
             attrs["gen_ai.output.messages"] = self._text(
                 [{"role": "assistant", "parts": parts, "finish_reason": e.finish_reason}]
             )
-        span.set_attributes(attrs)
-        span.end(end_time=_ns(e.timestamp))
-        self._measure(run, e.timestamp - run.chat_started, e.model, u, None)
+        seconds = e.timestamp - run.chat_started
+        self._chat_span(run, attrs, e.timestamp)
+        self._measure(run, seconds, e.model, u, None)
 
     def _measure(
         self,
@@ -384,47 +406,46 @@ class OtelObserver:
 
     def _tool_start(self, e: ev.ToolExecutionStart) -> None:
         run = self.runs.get(e.run_id)
-        if run is None:
-            return
-        run.tools[e.tool_call_id] = self._tool_span(
-            run, e.tool_name, e.tool_call_id, e.arguments, e.timestamp
-        )
+        if run is not None:
+            run.tools[e.tool_call_id] = (e.timestamp, e.tool_name, e.arguments)
 
-    def _tool_span(
-        self, run: _Run, name: str, call_id: str, arguments: Any, ts: float
-    ) -> trace.Span:
+    def _tool_span(self, run: _Run, name: str, call_id: str, started: float, end: float,
+                   extra: dict[str, Any], error: str | None = None) -> None:  # fmt: skip
+        if not run.recording:
+            return
         attrs: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": name,
             "gen_ai.tool.call.id": call_id,
             "gen_ai.tool.type": "function",
-            "gen_ai.conversation.id": run.session_id,
+            **extra,
         }
-        if self.capture:
-            attrs["gen_ai.tool.call.arguments"] = self._text(arguments)
-        return self.tracer.start_span(
-            f"execute_tool {name}",
-            context=trace.set_span_in_context(run.span),
-            kind=SpanKind.INTERNAL,
-            attributes=attrs,
-            start_time=_ns(ts),
-        )
+        if error is not None:
+            attrs["error.type"] = error
+        span = self.tracer.start_span(f"execute_tool {name}", context=run.ctx,
+                                      kind=SpanKind.INTERNAL, attributes=attrs,
+                                      start_time=_ns(started))  # fmt: skip
+        if error is not None:
+            span.set_status(Status(StatusCode.ERROR, error))
+        span.end(end_time=_ns(end))
 
     def _tool_end(self, e: ev.ToolResultEvent | ev.ToolErrorEvent) -> None:
         run = self.runs.get(e.run_id)
         if run is None:
             return
-        span = run.tools.pop(e.tool_call_id, None)
-        if span is None:  # a result without a run: denied, expired, interrupted, recovered
-            span = self._tool_span(run, e.tool_name, e.tool_call_id, {}, e.timestamp)
-            span.set_attribute("loom.tool.ran", False)
+        began = run.tools.pop(e.tool_call_id, None)
+        extra: dict[str, Any] = {}
+        if began is None:  # a result without a run: denied, expired, interrupted, recovered
+            started, arguments = e.timestamp, None
+            extra["loom.tool.ran"] = False
+        else:
+            started, _, arguments = began
         if self.capture:
-            span.set_attribute("gen_ai.tool.call.result", self._text(e.content))
-        if not e.success:
-            code = e.error_code or "tool_error"
-            span.set_attribute("error.type", code)
-            span.set_status(Status(StatusCode.ERROR, code))
-        span.end(end_time=_ns(e.timestamp))
+            if arguments is not None:
+                extra["gen_ai.tool.call.arguments"] = self._text(arguments)
+            extra["gen_ai.tool.call.result"] = self._text(e.content)
+        error = None if e.success else (e.error_code or "tool_error")
+        self._tool_span(run, e.tool_name, e.tool_call_id, started, e.timestamp, extra, error)
 
     def _agent_finish(self, e: ev.AgentFinish) -> None:
         run = self.runs.pop(e.run_id, None)
@@ -433,16 +454,14 @@ class OtelObserver:
         failed = e.stop_reason in _FAILED
         error_type = _error_type(e.error, e.stop_reason) if failed else None
         end = _ns(e.timestamp)
-        if run.chat is not None:  # the model call the run ended in (an error, a cancel)
+        if run.chat_started is not None:  # the model call the run ended in (error, cancel)
             kind = error_type or e.stop_reason
-            run.chat.set_attribute("error.type", kind)
-            run.chat.set_status(Status(StatusCode.ERROR, e.error or e.stop_reason))
-            run.chat.end(end_time=end)
-            self._measure(run, e.timestamp - run.chat_started, None, {}, kind)
-        for span in run.tools.values():  # never ended: the run was stopped while they ran
-            span.set_attribute("error.type", e.stop_reason)
-            span.set_status(Status(StatusCode.ERROR, e.stop_reason))
-            span.end(end_time=end)
+            seconds = e.timestamp - run.chat_started
+            self._chat_span(run, {**run.chat_attrs, "error.type": kind}, e.timestamp,
+                            e.error or e.stop_reason)  # fmt: skip
+            self._measure(run, seconds, None, {}, kind)
+        for call_id, (started, name, _) in run.tools.items():  # running when the run stopped
+            self._tool_span(run, name, call_id, started, e.timestamp, {}, e.stop_reason)
         attrs: dict[str, Any] = {
             "loom.stop_reason": e.stop_reason,
             "loom.iterations": e.iterations,
@@ -498,7 +517,7 @@ class _Watcher:
         attrs = o._chat_attrs(run, name)
         span = o.tracer.start_span(
             f"chat {model_name}",
-            context=trace.set_span_in_context(run.span),
+            context=run.ctx,
             kind=SpanKind.CLIENT,
             attributes=attrs,
         )

@@ -91,6 +91,7 @@ class Turn:
             Usage(),
             "",
         )
+        self.max_cost: float | None = None  # US dollars (Runtime.run(max_cost=...))
         self.verdict: dict[str, Any] | None = None  # the judge panel's latest, if any
         self.result: RunResult | None = None
         self.cancel_reason: str | None = None
@@ -200,8 +201,11 @@ class Turn:
             self.message = screened.value
         if await rt.store.get_session(sid) is None:
             await rt.store.create_session(sid, agent_name=a.name, metadata=ran_with)
+        start = ran_with
+        if rt.tracers:  # they open the run's span now; its traceparent goes into AGENT_START
+            start = {**ran_with, **await self._trace(str(ran_with["model"]))}
         await j.commit([j.event(ev.AgentStart, message_text=self.message, agent=a.name,
-                                resume=self.resume is not None, extra=ran_with)],
+                                resume=self.resume is not None, extra=start)],
                        run=RunRecord(self.run_id, sid, "running"))  # fmt: skip
         for w in d.warnings:
             j.warn(w, "toolset")
@@ -242,6 +246,26 @@ class Turn:
             ctx = self.calls.context(self.message)
             check = guards.check_parallel(self.message, ctx)
             self._parallel = asyncio.ensure_future(_settle(check, self.calls.note))
+
+    async def _trace(self, model: str) -> dict[str, Any]:
+        """Start the run's span in each tracer (``loom.observability``). A carried-on run (a
+        worker's retry) hands them the trace of the run that committed the exchange's user
+        message, so every attempt of one exchange is one trace."""
+        carried = None
+        if self.carry_on:
+            events = await self.runtime.store.load_events(self.session_id)
+            asked = next((e.run_id for e in reversed(events) if type(e) is ev.UserMessage), None)
+            for e in events:
+                if type(e) is ev.AgentStart and e.run_id == asked:
+                    carried = e.extra.get("traceparent")
+                    break
+        out: dict[str, Any] = {}
+        for tracer in self.runtime.tracers:
+            out.update(tracer.start_run(run_id=self.run_id, session_id=self.session_id,
+                                        agent=self.agent.name, model=model,
+                                        carried=str(carried) if carried else None,
+                                        parent_run_id=self.parent_run_id))  # fmt: skip
+        return out
 
     async def _settle(self, pending: list[Any]) -> None:
         """A resumed turn: apply the human's decisions, run what was approved."""
@@ -366,6 +390,7 @@ class Turn:
         if not final.text and not final.tool_calls:
             raise _Stop("model_error", "the model returned an empty response")
         if final.usage is not None:
+            final.usage = self.runtime.price(final.usage, d.model, final.model)
             self.usage = self.usage + final.usage
             observe = getattr(d.builder, "observe_usage", None)
             if observe is not None and reports_real_usage(d.model):
@@ -396,6 +421,16 @@ class Turn:
                                 usage=final.usage.model_dump() if final.usage else None,
                                 model=final.model)], hold=hold)  # fmt: skip
         self.calls.unanswered.update((c.id, c) for c in final.tool_calls)
+        if self.max_cost is not None and not (  # the answer is kept; its calls do not run
+            self.usage.cost is not None and self.usage.cost <= self.max_cost
+        ):
+            spent = (
+                "an unknown amount (a model without a price)"
+                if self.usage.cost is None
+                else f"${self.usage.cost:g}"
+            )
+            raise _Stop("cost_limit", f"the run cost {spent}, over its max_cost "
+                                      f"${self.max_cost:g}")  # fmt: skip
         return final
 
     async def _review(self, answer: str) -> bool:
@@ -476,7 +511,8 @@ class Turn:
                          duration_ms=(time.perf_counter() - started) * 1000,
                          pending_approvals=parked, warnings=list(j.warnings),
                          pending_query=self.pending_query)  # fmt: skip
-        data = {"error": error, "verdict": self.verdict, "pending_approvals": parked}
+        data = {"error": error, "verdict": self.verdict, "pending_approvals": parked,
+                "cost": self.usage.cost}  # fmt: skip
         await j.commit([finish], run=RunRecord(self.run_id, self.session_id, stop, self.usage,
                                                data=data))  # fmt: skip
 

@@ -39,6 +39,7 @@ StopReason = Literal[
     "guardrail",  # a guardrail tripped; see the GUARDRAIL event and RunResult.error
     "output_invalid",  # the answer did not fit the output_type after output_retries corrections
     "budget",  # a crew's tree-wide budget refused a model call or a spawn; see ``error``
+    "cost_limit",  # the run's model calls cost more than its max_cost (loom.pricing)
     "error",  # a fatal hook or an internal error; see the ERROR event
 ]
 """Why a run ended. ``RunResult.stop_reason`` is always one of these."""
@@ -79,21 +80,46 @@ class _Model(BaseModel):
 
 
 class Usage(_Model):
-    """Tokens a run or a model call used."""
+    """Tokens a run or a model call used, and what they cost.
+
+    ``cache_read_tokens`` / ``cache_write_tokens`` are the part of ``input_tokens`` the provider
+    read from / wrote to its prompt cache (0 when it does not say). ``cost`` is in US dollars
+    (``loom.pricing``): ``None`` when the price of a model involved is unknown, never a guess.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
     requests: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost: float | None = None
 
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    @property
+    def empty(self) -> bool:
+        """Nothing was used (no request, no token): its cost does not count in a sum."""
+        return not (self.requests or self.input_tokens or self.output_tokens)
+
     def __add__(self, other: Usage) -> Usage:
+        # An unknown cost makes the sum unknown (never a wrong total); an empty side adds nothing.
+        if self.empty:
+            cost = other.cost
+        elif other.empty:
+            cost = self.cost
+        elif self.cost is None or other.cost is None:
+            cost = None
+        else:
+            cost = round(self.cost + other.cost, 10)
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             requests=self.requests + other.requests,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            cost=cost,
         )
 
 

@@ -28,7 +28,7 @@ from loom.driving import discard, drive, watch
 from loom.errors import ConfigurationError, InputError
 from loom.events import AgentEvent, ApprovalDecisionEvent, EventType
 from loom.gates import OnBusy, SessionGate
-from loom.messages import Message, RunResult, ToolSpec, new_id
+from loom.messages import Message, RunResult, ToolSpec, Usage, new_id
 from loom.store.base import Store, capabilities_of
 from loom.tools.base import Tool, spec_of
 
@@ -82,8 +82,10 @@ class Runtime:
         lease_ttl: Seconds a session lease lasts without renewal (renewed every third of it
             while a turn runs); another process takes a session over only after that.
         observers: Called with every event of every run (after it is committed): the hook
-            point for tracers and metrics.
+            point for tracers and metrics (``loom.observability.otel.OtelObserver``).
         max_cached_sessions: Sessions whose transcript stays in memory between turns.
+        prices: Model prices over the shipped table (``loom.pricing``): a ``PriceTable`` or
+            ``{"openai:gpt-4o": {"input": 2.5, "output": 10}}`` in dollars per 1M tokens.
     """
 
     def __init__(
@@ -93,6 +95,7 @@ class Runtime:
         lease_ttl: float = 30.0,
         observers: Sequence[Callable[[AgentEvent], None]] = (),
         max_cached_sessions: int = 512,
+        prices: Any = None,
     ) -> None:
         if store is None:
             from loom.store.memory import MemoryStore
@@ -107,6 +110,9 @@ class Runtime:
         self.capabilities = capabilities_of(store)
         self.lease_ttl = lease_ttl
         self.observers = tuple(observers)
+        from loom.pricing import default_prices
+
+        self.prices = default_prices().with_overrides(prices)
         self._gates: dict[str, SessionGate] = {}
         self._sessions: OrderedDict[str, SessionView] = OrderedDict()
         self._max_sessions = max_cached_sessions
@@ -119,6 +125,12 @@ class Runtime:
 
     def __repr__(self) -> str:
         return f"Runtime(store={self.store!r})"
+
+    @property
+    def tracers(self) -> list[Any]:
+        """The observers that trace (have ``start_run``: ``loom.observability.OtelObserver``):
+        the turn lets them open a run's span before its ``AGENT_START`` is committed."""
+        return [o for o in self.observers if callable(getattr(o, "start_run", None))]
 
     # -- what the runtime holds -----------------------------------------------------------------
     def gate(self, session_id: str) -> SessionGate:
@@ -137,6 +149,13 @@ class Runtime:
         if not isinstance(spec, str | None):
             return spec
         return _shared_model(spec)
+
+    def price(self, usage: Usage, model: Model, response_model: str | None = None) -> Usage:
+        """``usage`` of one call to ``model`` with its ``cost`` from this runtime's prices."""
+        name = getattr(model, "name", None)
+        if not isinstance(name, str):
+            return usage if usage.cost is None else usage.model_copy(update={"cost": None})
+        return self.prices.priced(usage, name, response_model)
 
     def builder_for(self, agent: Agent) -> ContextBuilder:
         """The agent's context builder in this runtime (its own, or a segmented one)."""
@@ -267,6 +286,7 @@ class Runtime:
         run_id: str | None = None,
         carry_on: bool = False,
         output_type: Any = None,
+        max_cost: float | None = None,
     ) -> Turn:
         """A turn of ``agent``, checked and ready but not started: ``turn.run_id`` is known
         now, ``await turn.run(emit)`` runs it (or ``loom.driving.drive(turn)`` streams it),
@@ -276,7 +296,8 @@ class Runtime:
         the usual way). ``run_id`` names the run (default a new id); ``carry_on=True`` (with
         ``message=None``) starts no new exchange: the turn recovers what a dead run of the
         session left open and lets the model go on from the committed transcript (a worker's
-        retry of a run whose user message was already committed)."""
+        retry of a run whose user message was already committed). ``max_cost`` (US dollars)
+        stops the run with ``stop_reason="cost_limit"`` once its model calls cost more."""
         from loom.loop import Turn
 
         if message is not None:
@@ -290,9 +311,24 @@ class Runtime:
             from loom.output import compile_output
 
             output = compile_output(output_type)
-        return Turn(self, agent, message, session_id or new_id("session"), on_busy, deps,
+        if max_cost is not None:
+            self._check_budget(agent, max_cost)
+        turn = Turn(self, agent, message, session_id or new_id("session"), on_busy, deps,
                     resume=resume, answer=answer, parent_run_id=parent_run_id, run_id=run_id,
                     carry_on=carry_on, output=output)  # fmt: skip
+        turn.max_cost = max_cost
+        return turn
+
+    def _check_budget(self, agent: Agent, max_cost: float) -> None:
+        if isinstance(max_cost, bool) or not isinstance(max_cost, int | float) or max_cost < 0:
+            raise InputError(f"max_cost must be a number of US dollars >= 0, got {max_cost!r}")
+        name = getattr(self.model_for(agent), "name", None)
+        if not isinstance(name, str) or self.prices.lookup(name) is None:
+            raise ConfigurationError(
+                f"max_cost needs the price of the agent's model {name!r}, which the price "
+                "table does not know; add it with Runtime(prices={...}) or LOOM_PRICES "
+                "(docs/observability.md)"
+            )
 
     async def stream(
         self,
@@ -305,10 +341,11 @@ class Runtime:
         cancel: asyncio.Event | None = None,
         parent_run_id: str | None = None,
         output_type: Any = None,
+        max_cost: float | None = None,
     ) -> AsyncGenerator[AgentEvent, None]:
         """Run one turn of ``agent`` and yield its events as they happen (see ``Agent.stream``)."""
         turn = self.prepare(agent, message, session_id, on_busy, deps, parent_run_id=parent_run_id,
-                            output_type=output_type)  # fmt: skip
+                            output_type=output_type, max_cost=max_cost)  # fmt: skip
         events = drive(turn, cancel)
         try:
             async for event in events:
@@ -327,10 +364,12 @@ class Runtime:
         cancel: asyncio.Event | None = None,
         parent_run_id: str | None = None,
         output_type: Any = None,
+        max_cost: float | None = None,
     ) -> RunResult:
-        """Run one turn of ``agent`` to its end (see ``Agent.run``)."""
+        """Run one turn of ``agent`` to its end (see ``Agent.run``); ``max_cost`` in US dollars
+        stops it with ``stop_reason="cost_limit"`` once its model calls cost more."""
         turn = self.prepare(agent, message, session_id, on_busy, deps, parent_run_id=parent_run_id,
-                            output_type=output_type)  # fmt: skip
+                            output_type=output_type, max_cost=max_cost)  # fmt: skip
         watcher = watch(cancel, turn)  # no event consumer: the turn runs in the caller's task
         try:
             await turn.run(discard)

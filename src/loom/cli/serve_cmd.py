@@ -72,6 +72,26 @@ def serve(
             "(needs --store postgres://...).",
         ),
     ] = False,
+    otlp_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--otlp-endpoint",
+            help="Send OpenTelemetry traces and metrics over OTLP/HTTP to this collector "
+            "(e.g. http://localhost:4318); OTEL_EXPORTER_OTLP_ENDPOINT does the same.",
+        ),
+    ] = None,
+    webhook: Annotated[
+        list[str] | None,
+        typer.Option("--webhook", help="POST run ends and pending approvals here (repeatable)."),
+    ] = None,
+    webhook_secret: Annotated[
+        str | None,
+        typer.Option(
+            "--webhook-secret",
+            envvar="LOOM_WEBHOOK_SECRET",
+            help="Sign webhook bodies with HMAC-SHA256 under this secret (X-Loom-Signature).",
+        ),
+    ] = None,
 ) -> None:
     """Serve agents over HTTP: a run API LangGraph's clients speak, OpenAI-compatible, Weave."""
     from loom.errors import ConfigurationError, LoomError, MissingDependencyError
@@ -118,7 +138,9 @@ def serve(
         registry = (
             AgentRegistry.from_dir(agents) if agents is not None else load_registry(str(app_spec))
         )
-        app = create_app(registry, server_runtime(open_store(store), security), security)
+        runtime = server_runtime(open_store(store), security)
+        telemetry = _observe(runtime, otlp_endpoint, webhook or [], webhook_secret)
+        app = create_app(registry, runtime, security)
         if queue:  # opened by the app's lifespan
             try:
                 import procrastinate  # noqa: F401
@@ -142,7 +164,29 @@ def serve(
         access_log=log_format == "text",
         timeout_graceful_shutdown=5,
     )
-    _draining_server(config, app.state.loom, grace).run()
+    try:
+        _draining_server(config, app.state.loom, grace).run()
+    finally:
+        if telemetry is not None:
+            telemetry.shutdown()  # flush what is batched (bounded by the exporter's timeout)
+
+
+def _observe(runtime: Any, otlp: str | None, hooks: list[str], secret: str | None) -> Any:
+    """Add the tracing and webhook observers ``loom serve`` was asked for to ``runtime``."""
+    import os
+
+    telemetry = None
+    if otlp or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        from loom.observability import configure
+
+        telemetry = configure(otlp)
+        runtime.observers = (*runtime.observers, telemetry.observer)
+    if hooks:
+        from loom.server.webhooks import Webhook, Webhooks
+
+        observer = Webhooks([Webhook(url, secret) for url in hooks], runtime.capabilities.kv)
+        runtime.observers = (*runtime.observers, observer)
+    return telemetry
 
 
 def _json_access_log() -> None:

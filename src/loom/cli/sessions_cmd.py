@@ -145,6 +145,7 @@ def show(
         f"[bold]{escape(info.id)}[/]  agent={escape(info.agent_name or '-')}"
         f"  messages={info.message_count}"
         f"  tokens={info.usage.input_tokens}/{info.usage.output_tokens}"
+        f"  cost={_cost(runs)}"
         f"  created={info.created_at:%Y-%m-%d %H:%M:%S}"
     )
     ends = {r.run_id: r.status for r in runs if r.status != "running"}
@@ -311,3 +312,16 @@ def confirm(question: str) -> None:
     if not agreed:
         err.print("nothing deleted")
         raise typer.Exit(code=1)
+
+
+def _cost(runs: list[Any]) -> str:
+    """The session's cost from its ended runs' records: unknown if any run's is (loom.pricing)."""
+    total = 0.0
+    for r in runs:
+        if r.status == "running" or r.usage.empty:
+            continue
+        cost = r.data.get("cost") if isinstance(r.data, dict) else None
+        if not isinstance(cost, int | float):
+            return "unknown"
+        total += cost
+    return f"${total:.6g}"

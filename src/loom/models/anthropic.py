@@ -244,6 +244,8 @@ class _Reading:
     blocks: dict[int, _Block] = field(default_factory=dict)
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read: int = 0  # parts of input_tokens, priced apart (loom.pricing)
+    cache_write: int = 0
     stop: str | None = None
     finished: bool = False
     output_tool: str | None = None  # the forced output tool's name, when there is one
@@ -254,6 +256,9 @@ class _Reading:
         if kind == "message_start":
             self.model = event.message.model or self.model
             self.input_tokens = _tokens_in(event.message.usage)
+            u = event.message.usage
+            self.cache_read = int(getattr(u, "cache_read_input_tokens", None) or 0)
+            self.cache_write = int(getattr(u, "cache_creation_input_tokens", None) or 0)
             self.output_tokens = event.message.usage.output_tokens or 0
         elif kind == "content_block_start":
             cb = event.content_block
@@ -304,7 +309,11 @@ class _Reading:
             text=text,
             tool_calls=calls,
             usage=Usage(
-                input_tokens=self.input_tokens, output_tokens=self.output_tokens, requests=1
+                input_tokens=self.input_tokens,
+                output_tokens=self.output_tokens,
+                requests=1,
+                cache_read_tokens=self.cache_read,
+                cache_write_tokens=self.cache_write,
             ),
             finish_reason=finish,
             model=self.model,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -115,6 +116,25 @@ def reports_real_usage(model: object) -> bool:
     return bool(getattr(model, "reports_real_usage", True))
 
 
+class CallWatcher(Protocol):
+    """Told of each model call made through :func:`complete` (summariser and judge calls):
+    a tracer (``loom.observability``) sets one for the run it traces, in ``CALL_WATCHER``."""
+
+    def started(self, model: Model) -> Any:
+        """A call to ``model`` starts; the value returned is handed to ``ended``."""
+        ...
+
+    def ended(
+        self, token: Any, response: ModelResponse | None, error: BaseException | None
+    ) -> None:
+        """The call ended with ``response``, or failed with ``error``."""
+        ...
+
+
+CALL_WATCHER: ContextVar[CallWatcher | None] = ContextVar("loom_call_watcher", default=None)
+"""The watcher of the run this task runs (set by a tracer at the run's start, reset at its end)."""
+
+
 async def complete(
     model: Model,
     messages: Sequence[Message],
@@ -122,10 +142,19 @@ async def complete(
     settings: ModelSettings | None = None,
 ) -> ModelResponse:
     """Run ``model.stream`` to the end and return the final response."""
+    watcher = CALL_WATCHER.get()
+    token = watcher.started(model) if watcher is not None else None
     final: ModelResponse | None = None
-    async for part in model.stream(messages, tools, settings):
-        if isinstance(part, ModelResponse):
-            final = part
-    if final is None:
-        raise ModelResponseError(f"model {model.name!r} ended its stream without a response")
+    try:
+        async for part in model.stream(messages, tools, settings):
+            if isinstance(part, ModelResponse):
+                final = part
+        if final is None:
+            raise ModelResponseError(f"model {model.name!r} ended its stream without a response")
+    except BaseException as exc:
+        if watcher is not None:
+            watcher.ended(token, None, exc)
+        raise
+    if watcher is not None:
+        watcher.ended(token, final, None)
     return final

@@ -280,6 +280,7 @@ class _Reading:
                 input_tokens=chunk.usage.prompt_tokens or 0,
                 output_tokens=chunk.usage.completion_tokens or 0,
                 requests=1,
+                cache_read_tokens=_cached(chunk.usage),
             )
         new: list[str] = []
         for choice in chunk.choices or ():
@@ -328,6 +329,13 @@ class _Reading:
             finish_reason=self.finish,
             model=self.model or model,
         )
+
+
+def _cached(usage: Any) -> int:
+    """Prompt tokens read from OpenAI's cache (a part of prompt_tokens, priced lower)."""
+    details = getattr(usage, "prompt_tokens_details", None)
+    value = getattr(details, "cached_tokens", None) if details is not None else None
+    return value if isinstance(value, int) else 0
 
 
 def from_spec(rest: str) -> OpenAIModel:

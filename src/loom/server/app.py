@@ -161,6 +161,10 @@ def create_app(
             yield
         finally:
             state.ready, state.draining = False, True
+            for observer in runtime.observers:  # webhook deliveries under way (bounded)
+                drain = getattr(observer, "drain", None)
+                if drain is not None:
+                    await drain(5.0)
             try:
                 await runtime.aclose()
             finally:

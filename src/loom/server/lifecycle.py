@@ -58,6 +58,7 @@ class ServerRuntime(Runtime):
         run_id: str | None = None,
         carry_on: bool = False,
         output_type: Any = None,
+        max_cost: float | None = None,
     ) -> Turn:
         principal = current_principal.get()
         key = principal.name if principal is not None else ""
@@ -71,7 +72,7 @@ class ServerRuntime(Runtime):
                 )
         turn = super().prepare(agent, message, session_id, on_busy, deps, resume, parent_run_id,
                                answer, run_id=run_id, carry_on=carry_on,
-                               output_type=output_type)  # fmt: skip
+                               output_type=output_type, max_cost=max_cost)  # fmt: skip
         self.turns[turn] = key
         return turn
 

@@ -81,6 +81,7 @@ class SQLBackend:
         self._info: dict[str, dict[str, Any]] = {}  # table -> columns, pk, fks, comment
         self._tools: list[Tool] | None = None
         self._schema_cache: dict[int, str] = {}
+        self.config: dict[str, Any] | None = None  # the AGENT.md entry it came from
         self.problems: list[str] = []  # views left out, ...
         self.open()  # fail at configuration time, not at the first question
 

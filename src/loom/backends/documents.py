@@ -163,7 +163,9 @@ class DocumentBackend:
         )
 
     def read(self, path: str, page: int = 1) -> str:
-        found = self.index.text(path.strip().lstrip("./") if path.startswith("./") else path.strip())
+        name = path.strip()
+        name = name[2:] if name.startswith("./") else name
+        found = self.index.text(name)
         if found is None:
             names = [d[0] for d in self.index.documents()]
             raise BackendRefused(

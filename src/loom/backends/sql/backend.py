@@ -202,7 +202,8 @@ class SQLBackend:
             chosen.remove(v)
             self.problems.append(f"view {v!r} is not offered: {why}")
         self._scope = Scope(dialect, frozenset((working, t) for t in chosen), working,
-                            self.read_only, self.max_rows)  # fmt: skip
+                            self.read_only, self.max_rows,
+                            self._user_functions(conn, dialect))  # fmt: skip
         for key in chosen:
             real = norm[key]
             cols = insp.get_columns(real, schema=schema)
@@ -217,6 +218,19 @@ class SQLBackend:
                 comment = None
             self._info[key] = {"real": real, "columns": cols, "pk": pk, "fks": fks,
                                "comment": comment, "view": key in view_keys}  # fmt: skip
+
+    def _user_functions(self, conn: Any, dialect: str) -> frozenset[str]:
+        """Names of the database's own functions (PostgreSQL), which the checks refuse."""
+        if dialect != "postgres":
+            return frozenset()
+        from sqlalchemy import text
+
+        rows = conn.execute(text(
+            "SELECT DISTINCT lower(p.proname) FROM pg_proc p JOIN pg_namespace n "
+            "ON n.oid = p.pronamespace WHERE n.nspname NOT IN ('pg_catalog', "
+            "'information_schema') AND n.nspname NOT LIKE 'pg_toast%'"
+        ))  # fmt: skip
+        return frozenset(r[0] for r in rows)
 
     def _view_problem(self, insp: Any, view: str, schema: str | None, scope: Scope) -> str | None:
         """Why a view may not be allowed (its definition reads other tables), or None."""
@@ -250,9 +264,7 @@ class SQLBackend:
                 driver.set_authorizer(self._authorizer(checked))
             cur = raw.cursor()
             if self.dialect == "postgres":
-                if checked.read_only:
-                    cur.execute("SET TRANSACTION READ ONLY")
-                cur.execute(f"SET LOCAL statement_timeout = {int(self.timeout * 1000)}")
+                self._pg_setup(cur, read_only=checked.read_only)
             cur.execute(checked.sql)
             columns = [d[0] for d in cur.description or ()]
             rows = [tuple(r) for r in cur.fetchmany(self.max_rows + 1)] if columns else []
@@ -273,6 +285,17 @@ class SQLBackend:
                 driver.set_progress_handler(None, 0)
                 driver.set_authorizer(None)
             raw.close()
+
+    def _pg_setup(self, cur: Any, *, read_only: bool) -> None:
+        """This transaction's guard rails: read-only, a deadline, and the working schema first
+        on the search path (so an unqualified name means the table the checks allowed)."""
+        from sqlglot import exp
+
+        if read_only:
+            cur.execute("SET TRANSACTION READ ONLY")
+        cur.execute(f"SET LOCAL statement_timeout = {int(self.timeout * 1000)}")
+        schema = exp.to_identifier(self.scope.default_schema, quoted=True).sql("postgres")
+        cur.execute(f"SET LOCAL search_path = {schema}, pg_catalog")
 
     def _error(self, exc: Exception, deadline: float) -> ToolError:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -431,7 +454,7 @@ class SQLBackend:
                 driver.set_authorizer(self._authorizer(checked))
             cur = raw.cursor()
             if self.dialect == "postgres":
-                cur.execute(f"SET LOCAL statement_timeout = {int(self.timeout * 1000)}")
+                self._pg_setup(cur, read_only=False)
             cur.execute(checked.sql)
             count = cur.rowcount
             raw.commit()

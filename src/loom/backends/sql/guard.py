@@ -50,6 +50,9 @@ class Scope:
     default_schema: str
     read_only: bool = True
     max_rows: int = 200
+    # the database's own functions (PostgreSQL: every function outside the system schemas),
+    # which may read any table the role can: refused like the built-in list
+    denied_functions: frozenset[str] = frozenset()
 
     def allows(self, schema: str, table: str) -> bool:
         if schema in ("", self.default_schema):
@@ -143,12 +146,17 @@ def _check_nodes(tree: Any, scope: Scope, *, reads_only: bool) -> None:
             raise _refuse("SELECT ... INTO creates a table; it is not allowed")
         if isinstance(node, exp.Lock):
             raise _refuse("locking clauses (FOR UPDATE / FOR SHARE) are not allowed")
+        if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Func):
+            raise _refuse("schema-qualified function calls are not allowed")
         if isinstance(node, exp.Command | exp.Pragma | exp.Attach | exp.Detach | exp.Set):
             raise _refuse(f"{node.key.upper()} is not allowed")
         if isinstance(node, exp.Func):
             name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
             names = {name, type(node).key.lower()}
-            if any(n in DENIED_FUNCTIONS or n.startswith(DENIED_PREFIXES) for n in names):
+            if any(
+                n in DENIED_FUNCTIONS or n in scope.denied_functions or n.startswith(DENIED_PREFIXES)
+                for n in names
+            ):
                 raise _refuse(
                     f"the function {name}() is not allowed (it reaches files, settings, the "
                     "server or runs SQL from a string)"

@@ -305,7 +305,7 @@ class SQLBackend:
                 "(WHERE, LIMIT, fewer joins) or aggregate less",
                 code="timeout",
             )
-        if "not authorized" in text or "read-only" in text or "readonly" in text:
+        if any(w in text for w in ("not authorized", "prohibited", "read-only", "readonly")):
             return BackendRefused(f"the database refused the statement: {text}")
         return ToolError(f"the database reported an error: {text}", code="sql_error")
 

@@ -245,5 +245,7 @@ def definition_of(agent: Agent) -> AgentDefinition:
         workspace=str(agent.workspace) if agent.workspace is not None else None,
         permissions=dict(permissions) if isinstance(permissions, dict) else None,
         mcp_servers=servers,
-        backends=[dict(b.config) for b in agent.backends if isinstance(getattr(b, "config", None), dict)],
+        backends=[
+            dict(b.config) for b in agent.backends if isinstance(getattr(b, "config", None), dict)
+        ],
     )

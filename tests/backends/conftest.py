@@ -20,12 +20,14 @@ ALLOWED = ["users", "orgs", "v_users"]
 
 _SQLITE_SETUP = f"""
 CREATE TABLE orgs(id INTEGER PRIMARY KEY, name TEXT NOT NULL);
-CREATE TABLE users(id INTEGER PRIMARY KEY, name TEXT NOT NULL, org_id INTEGER REFERENCES orgs(id));
+CREATE TABLE users(id INTEGER PRIMARY KEY, name TEXT NOT NULL,
+                   org_id INTEGER REFERENCES orgs(id));
 CREATE TABLE secret(k TEXT);
 INSERT INTO orgs VALUES (1, 'acme'), (2, 'globex');
 INSERT INTO users VALUES (1, 'ann', 1), (2, 'bob', 1), (3, 'cid', 2);
 INSERT INTO secret VALUES ('{SECRET}');
-CREATE VIEW v_users AS SELECT u.name AS name, o.name AS org FROM users u JOIN orgs o ON o.id = u.org_id;
+CREATE VIEW v_users AS SELECT u.name AS name, o.name AS org
+    FROM users u JOIN orgs o ON o.id = u.org_id;
 CREATE VIEW v_leak AS SELECT k FROM secret;
 """
 
@@ -51,7 +53,9 @@ class Database:
             ).fetchall()
             data = [str(rows)]
             for sch, tab in rows:
-                data.append(str(conn.execute(f'SELECT * FROM "{sch}"."{tab}" ORDER BY 1').fetchall()))
+                data.append(
+                    str(conn.execute(f'SELECT * FROM "{sch}"."{tab}" ORDER BY 1').fetchall())
+                )
             return hashlib.sha256("".join(data).encode()).hexdigest()
 
 

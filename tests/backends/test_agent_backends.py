@@ -39,8 +39,15 @@ async def test_a_turn_offers_the_tools_and_puts_the_schema_into_rom(sqlite_db: D
     system = first.messages[0].content
     assert system.startswith("Answer from the database.")
     assert "SQL database 'sql' (sqlite, read-only" in system
-    assert "- users(id INTEGER PRIMARY KEY, name TEXT NOT NULL, org_id INTEGER -> orgs.id)" in system
-    assert {t.name for t in first.tools} >= {"list_tables", "describe_table", "sample_rows", "query"}
+    assert (
+        "- users(id INTEGER PRIMARY KEY, name TEXT NOT NULL, org_id INTEGER -> orgs.id)" in system
+    )
+    assert {t.name for t in first.tools} >= {
+        "list_tables",
+        "describe_table",
+        "sample_rows",
+        "query",
+    }
     results = [m for m in model.calls[1].messages if m.role == "tool"]
     assert results[0].content.splitlines()[:2] == ["n", "3"]
     assert "refused" in results[1].content and "secret" in results[1].content
@@ -52,13 +59,17 @@ def test_agent_md_backends_build_and_write_back(sqlite_db: Database, tmp_path: P
     assert sqlite_db.path is not None
     (tmp_path / "shop.db").write_bytes(sqlite_db.path.read_bytes())
     md = tmp_path / "AGENT.md"
-    md.write_text("---\nname: shop\nbackends:\n  - sql: sqlite:///shop.db\n    tables: [users]\n---\nHi\n")
+    md.write_text(
+        "---\nname: shop\nbackends:\n  - sql: sqlite:///shop.db\n    tables: [users]\n---\nHi\n"
+    )
     agent = Agent.from_file(md)
     (backend,) = agent.backends
     assert backend.scope.tables == frozenset({("main", "users")})
     assert agent.to_definition().backends == [{"sql": "sqlite:///shop.db", "tables": ["users"]}]
-    md.write_text("---\nname: shop\nbackends:\n  - sql: sqlite:///shop.db\n    tables: [nope]\n---\n")
-    with pytest.raises(AgentDefinitionError, match="backends.*nope"):
+    md.write_text(
+        "---\nname: shop\nbackends:\n  - sql: sqlite:///shop.db\n    tables: [nope]\n---\n"
+    )
+    with pytest.raises(AgentDefinitionError, match=r"backends.*nope"):
         Agent.from_file(md)
 
 

@@ -12,8 +12,8 @@ import pytest
 pytest.importorskip("pypdf")
 pytest.importorskip("watchfiles")
 
-from loom.backends.documents import DocumentBackend  # noqa: E402
-from loom.errors import BackendConfigError, BackendRefused, ToolError  # noqa: E402
+from loom.backends.documents import DocumentBackend
+from loom.errors import BackendConfigError, BackendRefused, ToolError
 
 
 def _pdf(path: Path, *, password: str | None = None) -> None:

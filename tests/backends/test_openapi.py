@@ -13,12 +13,12 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("jsonschema")
 
-from loom.backends.openapi import OpenAPIBackend  # noqa: E402
-from loom.errors import BackendConfigError, BackendRefused, ToolArgumentsError, ToolError  # noqa: E402
-from loom.tools.base import RunContext  # noqa: E402
+from loom.backends.openapi import OpenAPIBackend
+from loom.errors import BackendConfigError, BackendRefused, ToolArgumentsError, ToolError
+from loom.tools.base import RunContext
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "examples" / "backends"))
-from inventory_api import serve_in_thread  # noqa: E402
+from inventory_api import serve_in_thread
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ async def test_a_huge_response_is_cut_at_the_limit(api: str) -> None:
 def test_a_document_that_does_not_parse_is_a_configuration_error(tmp_path: Path) -> None:
     bad = tmp_path / "api.json"
     bad.write_text("{not json: [")
-    with pytest.raises(BackendConfigError, match="neither JSON nor YAML|not an OpenAPI"):
+    with pytest.raises(BackendConfigError, match=r"neither JSON nor YAML|not an OpenAPI"):
         OpenAPIBackend(str(bad), base_url="http://127.0.0.1:1")
     bad.write_text(json.dumps({"swagger": "2.0", "paths": {}}))
     with pytest.raises(BackendConfigError, match="OpenAPI 3"):

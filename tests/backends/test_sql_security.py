@@ -82,13 +82,20 @@ REFUSED_SQLITE = [
     ("detach", "DETACH DATABASE main"),
 ]
 BOUNDED = [
-    ("recursive-cte-count", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
-     "SELECT count(*) FROM c"),
-    ("recursive-cte-rows", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
-     "SELECT x FROM c"),
-    ("cross-join-bomb", "SELECT count(*) FROM users a, users b, users c, users d, users e, "
-     "users f, users g, users h, users i, users j, users k, users l, users m, users n, users o, "
-     "users p, users q, users r, users s, users t"),
+    (
+        "recursive-cte-count",
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
+    ),
+    (
+        "recursive-cte-rows",
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c",
+    ),
+    (
+        "cross-join-bomb",
+        "SELECT count(*) FROM users a, users b, users c, users d, users e, "
+        "users f, users g, users h, users i, users j, users k, users l, users m, users n, users o, "
+        "users p, users q, users r, users s, users t",
+    ),
     ("huge-limit", "SELECT * FROM users LIMIT 1000000"),
 ]
 
@@ -154,7 +161,13 @@ def test_time_bombs_are_bounded_by_the_deadline_or_the_row_limit(
 def test_allowed_reads_work_through_views_ctes_and_subqueries(guarded: SQLBackend) -> None:
     query = {t.name: t for t in guarded.tools()}["query"]
     out = query.fn("SELECT name, org FROM v_users ORDER BY name")  # type: ignore[attr-defined]
-    assert out.splitlines() == ["name | org", "ann | acme", "bob | acme", "cid | globex", "(3 rows)"]
+    assert out.splitlines() == [
+        "name | org",
+        "ann | acme",
+        "bob | acme",
+        "cid | globex",
+        "(3 rows)",
+    ]
     out = query.fn(  # type: ignore[attr-defined]
         "WITH a AS (SELECT * FROM users WHERE org_id IN (SELECT id FROM orgs WHERE name = 'acme')) "
         "SELECT count(*) AS n FROM a"

@@ -128,7 +128,8 @@ class DocumentIndex:
                                  (name, stamp, len(text), error))  # fmt: skip
                 self._db.executemany(
                     "INSERT INTO chunks(path, chunk, start, body) VALUES (?, ?, ?, ?)",
-                    [(name, i, s, piece) for i, (s, piece) in enumerate(chunks_of(text, self.chunk_chars))],
+                    [(name, i, s, piece)
+                     for i, (s, piece) in enumerate(chunks_of(text, self.chunk_chars))],
                 )  # fmt: skip
                 changed.append(name)
             self._db.commit()
@@ -154,8 +155,8 @@ class DocumentIndex:
     def documents(self) -> list[tuple[str, int, str | None]]:
         """(name, characters, error) of every indexed file."""
         with self._lock:
-            return [(r[0], int(r[1]), r[2]) for r in
-                    self._db.execute("SELECT path, chars, error FROM docs ORDER BY path")]  # fmt: skip
+            rows = self._db.execute("SELECT path, chars, error FROM docs ORDER BY path")
+            return [(r[0], int(r[1]), r[2]) for r in rows]
 
     def text(self, name: str) -> tuple[str, str | None] | None:
         """(text, error) of a document, or None if it is not indexed."""

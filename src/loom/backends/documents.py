@@ -131,7 +131,9 @@ class DocumentBackend:
     def _watch_loop(self, ready: threading.Event) -> None:
         from watchfiles import watch
 
-        targets = [self.root] if self.root is not None else sorted({p.parent for p in self.files or []})
+        targets = (
+            [self.root] if self.root is not None else sorted({p.parent for p in self.files or []})
+        )
         try:
             changes = watch(*targets, stop_event=self._stop, raise_interrupt=False,
                             rust_timeout=1000, yield_on_timeout=True, debounce=self._debounce,

@@ -38,7 +38,7 @@ class OperationTool:
         self._validator: Any = None
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        import jsonschema
+        import jsonschema  # type: ignore[import-untyped]
 
         if self._validator is None:
             cls = jsonschema.validators.validator_for(self.parameters)
@@ -176,19 +176,23 @@ class OpenAPIBackend:
         body = arguments.get("body") if op.has_body else None
         limit = self.max_response_bytes
         try:
-            async with asyncio.timeout(self.timeout):
-                async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=False,
-                                             trust_env=False) as client:  # fmt: skip
-                    async with client.stream(op.method, url, params=params, headers=headers,
-                                             json=body) as response:  # fmt: skip
-                        chunks: list[bytes] = []
-                        size, cut = 0, False
-                        async for chunk in response.aiter_bytes():
-                            chunks.append(chunk)
-                            size += len(chunk)
-                            if size > limit:
-                                cut = True
-                                break
+            async with (
+                asyncio.timeout(self.timeout),
+                httpx.AsyncClient(
+                    timeout=self.timeout, follow_redirects=False, trust_env=False
+                ) as client,
+                client.stream(
+                    op.method, url, params=params, headers=headers, json=body
+                ) as response,
+            ):
+                chunks: list[bytes] = []
+                size, cut = 0, False
+                async for chunk in response.aiter_bytes():  # stop reading at the limit
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > limit:
+                        cut = True
+                        break
         except TimeoutError:
             raise ToolError(
                 f"{op.method} {op.path} did not answer within {self.timeout:g}s", code="timeout"

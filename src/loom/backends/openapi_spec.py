@@ -84,7 +84,11 @@ def _resolve(doc: dict[str, Any], node: Any, depth: int = 0) -> Any:
                 return {}  # remote refs are never fetched
             target: Any = doc
             for part in ref[2:].split("/"):
-                target = target.get(part.replace("~1", "/").replace("~0", "~"), {}) if isinstance(target, dict) else {}
+                target = (
+                    target.get(part.replace("~1", "/").replace("~0", "~"), {})
+                    if isinstance(target, dict)
+                    else {}
+                )
             return _resolve(doc, target, depth + 1)
         return {k: _resolve(doc, v, depth + 1) for k, v in node.items()}
     if isinstance(node, list):
@@ -98,7 +102,8 @@ def _operation(doc: dict[str, Any], path: str, method: str, op: dict[str, Any],
     name = _SAFE_NAME.sub("_", str(raw_name)).strip("_")[:64] or method
     props: dict[str, Any] = {}
     required: list[str] = []
-    out = Operation(name, method.upper(), path, str(op.get("summary") or op.get("description") or ""),
+    summary = str(op.get("summary") or op.get("description") or "")
+    out = Operation(name, method.upper(), path, summary,
                     [str(t) for t in op.get("tags") or []])  # fmt: skip
     for param in [*shared, *(op.get("parameters") or [])]:
         param = _resolve(doc, param)

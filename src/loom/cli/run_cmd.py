@@ -549,9 +549,12 @@ def run(
     ] = None,
     backend: Annotated[
         list[str] | None,
-        typer.Option("--backend", help="A domain backend (repeatable): a database URL "
-                     "(sqlite:///shop.db), openapi:FILE_OR_URL or docs:FOLDER; see "
-                     "docs/backends.md. Without --agent/--tools only its tools are offered."),
+        typer.Option(
+            "--backend",
+            help="A domain backend (repeatable): a database URL "
+            "(sqlite:///shop.db), openapi:FILE_OR_URL or docs:FOLDER; see "
+            "docs/backends.md. Without --agent/--tools only its tools are offered.",
+        ),
     ] = None,
 ) -> None:
     """Run one turn and stream the answer. Ctrl-C stops it (exit code 130)."""

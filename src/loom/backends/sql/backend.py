@@ -12,6 +12,7 @@ never fetches more than ``max_rows + 1`` rows.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Sequence
@@ -63,7 +64,9 @@ class SQLBackend:
             import sqlalchemy  # noqa: F401
             import sqlglot  # noqa: F401
         except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise MissingDependencyError(exc.name or "sqlalchemy", "backends", "SQLBackend") from exc
+            raise MissingDependencyError(
+                exc.name or "sqlalchemy", "backends", "SQLBackend"
+            ) from exc
         if allow_execute and read_only:
             raise BackendConfigError(
                 "allow_execute=True needs read_only=False (a read-only backend never writes)"
@@ -275,10 +278,8 @@ class SQLBackend:
                 raw.commit()
             return columns, rows[: self.max_rows], more
         except Exception as exc:
-            try:
+            with contextlib.suppress(Exception):  # the connection may be gone already
                 raw.rollback()
-            except Exception:
-                pass
             raise self._error(exc, deadline) from None
         finally:
             if sqlite:
@@ -330,9 +331,12 @@ class SQLBackend:
             if action == sqlite3.SQLITE_FUNCTION and (a2 or "").lower() in denied_fn:
                 return sqlite3.SQLITE_DENY
             # db is None for a CTE or subquery; a real table names its database
-            if action in (sqlite3.SQLITE_READ, *writes) and db is not None:
-                if db != "main" or (a1 or "").lower() not in readable:
-                    return sqlite3.SQLITE_DENY
+            if (
+                action in (sqlite3.SQLITE_READ, *writes)
+                and db is not None
+                and (db != "main" or (a1 or "").lower() not in readable)
+            ):
+                return sqlite3.SQLITE_DENY
             return sqlite3.SQLITE_OK
 
         return decide
@@ -371,7 +375,8 @@ class SQLBackend:
     def _quoted(self, key: str) -> str:
         from sqlglot import exp
 
-        return exp.to_identifier(self._info[key]["real"], quoted=True).sql(dialect=self.dialect)
+        ident = exp.to_identifier(str(self._info[key]["real"]), quoted=True)
+        return str(ident.sql(dialect=self.dialect))
 
     def _make_tools(self) -> list[Tool]:
         backend = self
@@ -379,10 +384,13 @@ class SQLBackend:
 
         def list_tables() -> str:
             """List the tables this agent may query, with their column names."""
-            return "\n".join(
-                f"{k}({', '.join(c['name'] for c in v['columns'])})"
-                for k, v in backend._info.items()
-            ) or "(no tables are allowed)"
+            return (
+                "\n".join(
+                    f"{k}({', '.join(c['name'] for c in v['columns'])})"
+                    for k, v in backend._info.items()
+                )
+                or "(no tables are allowed)"
+            )
 
         def describe_table(table: str) -> str:
             """Describe one table: columns, types, nullability, keys and comments.
@@ -460,10 +468,8 @@ class SQLBackend:
             raw.commit()
             return f"{count} row{'s' if count != 1 else ''} changed"
         except Exception as exc:
-            try:
+            with contextlib.suppress(Exception):  # the connection may be gone already
                 raw.rollback()
-            except Exception:
-                pass
             raise self._error(exc, deadline) from None
         finally:
             if sqlite:

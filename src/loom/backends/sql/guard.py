@@ -154,7 +154,9 @@ def _check_nodes(tree: Any, scope: Scope, *, reads_only: bool) -> None:
             name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
             names = {name, type(node).key.lower()}
             if any(
-                n in DENIED_FUNCTIONS or n in scope.denied_functions or n.startswith(DENIED_PREFIXES)
+                n in DENIED_FUNCTIONS
+                or n in scope.denied_functions
+                or n.startswith(DENIED_PREFIXES)
                 for n in names
             ):
                 raise _refuse(
@@ -234,9 +236,9 @@ def _is_cte(table: Any, name: str) -> bool:
 
     node = table.parent
     while node is not None:
-        if isinstance(node, exp.Query) and (node.args.get("with_") or node.args.get("with")):
-            if name in _cte_names(node, table):
-                return True
+        has_with = node.args.get("with_") or node.args.get("with")
+        if isinstance(node, exp.Query) and has_with and name in _cte_names(node, table):
+            return True
         node = node.parent
     return False
 

@@ -133,6 +133,23 @@ def _check_guardrails(guardrails: Any) -> Guardrails | None:
         raise AgentDefinitionError(str(exc), field="guardrails") from None
 
 
+def _check_backends(backends: Any) -> tuple[Any, ...]:
+    if not backends:
+        return ()
+    if isinstance(backends, str | bytes) or not isinstance(backends, Sequence):
+        raise AgentDefinitionError(
+            f"must be a list of backends, got {type(backends).__name__}", field="backends"
+        )
+    for b in backends:
+        if not all(callable(getattr(b, m, None)) for m in ("tools", "schema_text", "close")):
+            raise AgentDefinitionError(
+                f"{b!r} is not a backend (it needs tools(), schema_text(budget) and close(); "
+                "see loom.backends)",
+                field="backends",
+            )
+    return tuple(backends)
+
+
 def _compile_output(output_type: Any) -> OutputSpec | None:
     if output_type is None or output_type is str:
         return None  # no pydantic import for a text agent
@@ -207,6 +224,9 @@ class Agent:
             The answer is validated, ``RunResult.output`` is the typed value and each
             provider constrains its answer natively where it can. ``None`` or ``str``: text.
             A type pydantic cannot build a JSON schema for is a ``ConfigurationError`` here.
+        backends: Domain backends (``loom.backends``: ``SQLBackend``, ``OpenAPIBackend``,
+            ``DocumentBackend``): their operations become tools and their schema text goes
+            into the ROM of every turn.
         output_retries: How many times a final answer that does not fit ``output_type`` is
             sent back with its validation errors before the run stops with
             ``stop_reason="output_invalid"``.
@@ -216,6 +236,7 @@ class Agent:
         "__weakref__",
         "_given",
         "approval_handler",
+        "backends",
         "compiled_hooks",
         "context_builder",
         "context_window",
@@ -252,6 +273,7 @@ class Agent:
     )
     _given: Mapping[str, Any]
     approval_handler: Any
+    backends: tuple[Any, ...]
     compiled_hooks: dict[str, list[Any]]
     context_builder: ContextBuilder | None
     context_window: int | None
@@ -319,6 +341,7 @@ class Agent:
         guardrails: Sequence[Any] | None = None,
         output_type: Any = None,
         output_retries: int = 2,
+        backends: Sequence[Any] = (),
     ) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         put = object.__setattr__
@@ -377,6 +400,7 @@ class Agent:
                 )
             own[resolved.name] = resolved
         put(self, "tools", MappingProxyType(own))
+        put(self, "backends", _check_backends(backends))
         put(self, "toolsets", tuple(toolsets))
         put(self, "tool_specs", [spec_of(t) for t in own.values()])
         put(self, "hooks", tuple(hooks))

@@ -15,6 +15,9 @@ mcp_servers:                     # MCP servers whose tools the agent gets (loom.
     command: python
     args: [-m, mcp_server_time]
     prefix: time_
+backends:                        # domain backends (loom.backends; docs/backends.md)
+  - sql: sqlite:///data.db       # relative SQLite paths are resolved from this file's folder
+    tables: [orders, customers]
 output_schema:                   # the answer's JSON schema (the agent's output_type)
   type: object
   properties: {summary: {type: string}, sources: {type: array, items: {type: string}}}
@@ -85,6 +88,9 @@ class AgentDefinition(BaseModel):
     output_schema: dict[str, Any] | None = None
     """The final answer's JSON schema: the agent's ``output_type`` (``loom.output``)."""
     output_retries: int = Field(default=2, ge=0)
+    backends: list[dict[str, Any] | str] = Field(default_factory=list)
+    """Domain backends (``loom.backends.backend_from_config``): ``{sql: URL, tables: [...]}``,
+    ``{openapi: FILE_OR_URL, base_url: ...}``, ``{documents: FOLDER}`` or a database URL."""
 
     def to_markdown(self) -> str:
         """The definition as an ``AGENT.md`` file (YAML front matter + instructions)."""
@@ -172,8 +178,16 @@ def build_agent(
     own = {t.name: t for t in tools}
     resolved: list[Tool | str] = [own.get(name, name) for name in definition.tools]
     kwargs: dict[str, Any] = definition.model_dump(
-        exclude={"description", "tools", "workspace", "mcp_servers", "output_schema"}
+        exclude={"description", "tools", "workspace", "mcp_servers", "output_schema", "backends"}
     )
+    if definition.backends:
+        from loom.backends.config import backend_from_config
+
+        try:
+            kwargs["backends"] = [backend_from_config(b, base=path.parent)
+                                  for b in definition.backends]  # fmt: skip
+        except ConfigurationError as exc:
+            raise AgentDefinitionError(str(exc), path=str(path), field="backends") from None
     if definition.output_schema is not None:
         kwargs["output_type"] = definition.output_schema
     if definition.workspace is not None:
@@ -231,4 +245,7 @@ def definition_of(agent: Agent) -> AgentDefinition:
         workspace=str(agent.workspace) if agent.workspace is not None else None,
         permissions=dict(permissions) if isinstance(permissions, dict) else None,
         mcp_servers=servers,
+        backends=[
+            dict(b.config) for b in agent.backends if isinstance(getattr(b, "config", None), dict)
+        ],
     )

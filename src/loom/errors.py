@@ -13,6 +13,7 @@ LoomError
 │   ├── PermissionsFileError      a permission rules file cannot be read (path, fix)
 │   ├── MissingDependencyError    an optional extra is not installed
 │   ├── RedactionPatternError     a redaction pattern does not compile (has .name)
+│   ├── BackendConfigError        a domain backend (SQL, OpenAPI, documents) cannot be set up
 │   ├── CrewDefinitionError       a crew (code or YAML) that does not validate (names the field)
 │   │   └── CrewCycleError        a crew's dependency graph has a cycle (names it)
 │   └── PatternError              a pattern library cannot be used as asked
@@ -33,6 +34,7 @@ LoomError
 ├── ToolError                     raised *by tools* to send a coded error to the model
 │   ├── ScopeViolation            a file tool was asked for a path outside its workspace
 │   ├── ToolArgumentsError        a call's arguments do not match the tool's schema
+│   ├── BackendRefused            a backend's safety rules refused a statement or call (reason)
 │   └── MCPServerError            an MCP server cannot be reached or answered unusably
 ├── SessionError                  session bookkeeping
 │   ├── SessionNotFound
@@ -64,6 +66,8 @@ from __future__ import annotations
 __all__ = [
     "AgentDefinitionError",
     "ApprovalHandlerError",
+    "BackendConfigError",
+    "BackendRefused",
     "BudgetExceeded",
     "ConfigurationError",
     "ContextTooLong",
@@ -132,6 +136,12 @@ class AgentDefinitionError(ConfigurationError):
         where = f"{path}: " if path else ""
         what = f"field {field!r}: " if field else ""
         super().__init__(f"{where}{what}{message}")
+
+
+class BackendConfigError(ConfigurationError):
+    """A domain backend (``loom.backends``) cannot be set up: a bad URL, an OpenAPI document
+    that does not parse, an allow-list naming a table that does not exist; the message says
+    which and how to fix it."""
 
 
 class CrewDefinitionError(ConfigurationError):
@@ -310,6 +320,14 @@ class ToolArgumentsError(ToolError):
     """
 
     def __init__(self, message: str, *, code: str = "invalid_arguments"):
+        super().__init__(message, code=code)
+
+
+class BackendRefused(ToolError):
+    """A backend's safety rules refused what the model asked (a write in read-only mode, a
+    table outside the allow-list, a host change, ...). Code ``refused``; nothing ran."""
+
+    def __init__(self, message: str, *, code: str = "refused"):
         super().__init__(message, code=code)
 
 

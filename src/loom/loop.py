@@ -337,7 +337,8 @@ class Turn:
         await self.hooks("before_context_assembly")
         j.announce(ev.ContextAssemblyStart)
         request = ContextRequest(self.agent, j.history, self.session_id, self.run_id,
-                                 self.iteration, self.message, extra_system=self.rom,
+                                 self.iteration, self.message,
+                                 extra_system=[*d.rom, *self.rom] if d.rom else self.rom,
                                  tool_specs=d.tool_specs, model=d.model)  # fmt: skip
         ctx = await d.builder.build(request)
         notes = [j.event_of(t, n) for t, n in ctx.notes]

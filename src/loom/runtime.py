@@ -59,6 +59,7 @@ class RunDeps:
     remembered: list[PermissionRule]  # the session's "always"/"never" decisions, from the store
     user_deps: Any = None
     warnings: list[str] = field(default_factory=list)  # found while building (toolsets, ...)
+    rom: list[str] = field(default_factory=list)  # the backends' schema text, ROM first
 
     def effect_of(self, tool_name: str) -> Any:
         t = self.tools.get(tool_name)
@@ -234,13 +235,20 @@ class Runtime:
 
             live = [self.toolset(ts) for ts in agent.toolsets]
             tools, warnings = await load_toolsets(live, tools)
+        rom: list[str] = []
+        if agent.backends:
+            from loom.backends.wiring import backend_tools
+
+            tools, rom, found = backend_tools(agent, tools, self.builder_for(agent),
+                                              self.model_for(agent))  # fmt: skip
+            warnings.extend(found)
         shaper = None
         caps = self.capabilities
         if caps.errors is not None or caps.results is not None:
             from loom.tools.channel import ResultShaper, builtin_tools
 
             shaper = ResultShaper.for_store(caps, agent.max_result_chars)
-            if shaper is not None and agent.tools:  # useful only when the agent has tools
+            if shaper is not None and (agent.tools or agent.backends):  # only with tools
                 for builtin in builtin_tools(shaper):
                     tools.setdefault(builtin.name, builtin)
         specs = agent.tool_specs if tools.keys() == agent.tools.keys() else self._specs(tools)
@@ -255,6 +263,7 @@ class Runtime:
             remembered=await self.remembered_rules(session_id, view),
             user_deps=agent.deps if user_deps is None else user_deps,
             warnings=warnings,
+            rom=rom,
         )
 
     def _specs(self, tools: dict[str, Tool]) -> list[ToolSpec]:

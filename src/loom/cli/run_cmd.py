@@ -245,6 +245,18 @@ def build_agent(
     return Agent(name="loom", instructions=DEFAULT_INSTRUCTIONS, **overrides)
 
 
+def with_backends(agent: Agent, specs: list[str], *, only: bool) -> Agent:
+    """``agent`` with the ``--backend`` backends added (``only``: without its default tools,
+    so a small model sees just the backend's operations)."""
+    from loom.backends.config import backend_from_config
+
+    made = [backend_from_config(spec) for spec in specs]
+    changes: dict[str, Any] = {"backends": [*agent.backends, *made]}
+    if only:
+        changes["tools"] = []
+    return agent.replace(**changes)
+
+
 def choose_session(store: Any, session: str | None, new: bool) -> str:
     """The session a turn runs in: ``--session`` must exist unless ``--new`` asks to create it.
 
@@ -535,6 +547,15 @@ def run(
         Path | None,
         typer.Option("--crew", help="Run a crew file (YAML) instead of one agent."),
     ] = None,
+    backend: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--backend",
+            help="A domain backend (repeatable): a database URL "
+            "(sqlite:///shop.db), openapi:FILE_OR_URL or docs:FOLDER; see "
+            "docs/backends.md. Without --agent/--tools only its tools are offered.",
+        ),
+    ] = None,
 ) -> None:
     """Run one turn and stream the answer. Ctrl-C stops it (exit code 130)."""
     from loom.errors import LoomError
@@ -567,6 +588,8 @@ def run(
     try:
         the_store = open_store(store)
         agent = build_agent(agent_file, model, the_store, tools, workspace, ask_approval)
+        if backend:
+            agent = with_backends(agent, backend, only=agent_file is None and tools is None)
         session_id = choose_session(the_store, session, new)
         _load_model(agent)
         events = agent.stream(message, session_id=session_id)

@@ -302,11 +302,11 @@ def build_server(resolve: Resolver, name: str = "loom") -> Server[Any]:
                          f"{', '.join(agents) or 'none'}")  # fmt: skip
         try:
             if params.request_state is not None:  # the answers to an InputRequiredResult
-                session_id, decisions = await _decisions_from_retry(runtime, params)
+                retried, decisions = await _decisions_from_retry(runtime, params)
                 if decisions is None:
-                    result = await _last(runtime, session_id)
+                    result = await _last(runtime, retried)
                     return _pending(result, "the user dismissed the question")
-                turn = await runtime.prepare_resume(agent, session_id, decisions)
+                turn = await runtime.prepare_resume(agent, retried, decisions)
             else:
                 message, session_id = _arguments(params.arguments)
                 turn = runtime.prepare(agent, message, session_id, "queue", None)

@@ -128,10 +128,14 @@ class _Plan:
         self.decisions: dict[str, Any] = {}
 
 
-async def _plan(state: ServerState, body: RunAgentInput, frontend: dict[str, FrontendTool]) -> _Plan:
+async def _plan(
+    state: ServerState, body: RunAgentInput, frontend: dict[str, FrontendTool]
+) -> _Plan:
     plan = _Plan()
     pending = await state.runtime.pending_approvals(body.thread_id)
-    answers = {m.tool_call_id: m for m in body.messages if getattr(m, "role", None) == "tool"}
+    from ag_ui.core import ToolMessage
+
+    answers = {m.tool_call_id: m for m in body.messages if isinstance(m, ToolMessage)}
     resumes = {r.interrupt_id: r for r in body.resume or []}
     for p in pending:
         tool_message = answers.get(p.tool_call_id)
@@ -186,8 +190,8 @@ class _Mapper:
             message_id = self.text_id
             if message_id is None and ev.answer:  # a model that does not stream deltas
                 message_id = new_id("msg")
-                out += [c.TextMessageStartEvent(message_id=message_id, role="assistant"),
-                        c.TextMessageContentEvent(message_id=message_id, delta=ev.answer)]  # fmt: skip
+                out.append(c.TextMessageStartEvent(message_id=message_id, role="assistant"))
+                out.append(c.TextMessageContentEvent(message_id=message_id, delta=ev.answer))
             if message_id is not None:
                 out.append(c.TextMessageEndEvent(message_id=message_id))
             self.text_id = None
@@ -200,9 +204,10 @@ class _Mapper:
                         c.ToolCallEndEvent(tool_call_id=cid)]  # fmt: skip
         elif isinstance(ev, ToolResultEvent | ToolErrorEvent):
             if ev.tool_name not in self.frontend:  # the client has its own tool's result
-                out.append(c.ToolCallResultEvent(message_id=new_id("msg"),
-                                                 tool_call_id=ev.tool_call_id,
-                                                 content=ev.content or "", role="tool"))  # fmt: skip
+                result = c.ToolCallResultEvent(message_id=new_id("msg"),
+                                               tool_call_id=ev.tool_call_id,
+                                               content=ev.content or "", role="tool")  # fmt: skip
+                out.append(result)
         elif isinstance(ev, AgentFinish):
             out += self.finish(ev)
         return out
@@ -304,7 +309,7 @@ async def _run(request: Request, name: str | None) -> Response:
         return agent
     turn, mapper = await _start(state, agent, body)
     events = drive(turn)
-    encoder = EventEncoder(accept=request.headers.get("accept"))
+    encoder = EventEncoder(accept=request.headers.get("accept", "text/event-stream"))
 
     async def sse() -> AsyncIterator[str]:
         yield encoder.encode(RunStartedEvent(thread_id=body.thread_id, run_id=body.run_id))

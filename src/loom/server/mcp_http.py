@@ -5,8 +5,8 @@ The SDK's session manager runs in this router's lifespan, so it starts and stops
 app. Each request is answered for the API key that sent it (``GuardMiddleware`` has checked
 it): the tools are that key's agents and the sessions that key's threads, whichever MCP
 session the request belongs to. An MCP session ends when the client deletes it or after
-``LOOM_MCP_IDLE_TIMEOUT`` seconds (or state.extra ``mcp_idle_timeout``; default 30 minutes) without a
-request, which also frees a session whose client never sent ``initialized``.
+``LOOM_MCP_IDLE_TIMEOUT`` seconds (or state.extra ``mcp_idle_timeout``; default 30 minutes)
+without a request, which also frees a session whose client never sent ``initialized``.
 """
 
 from __future__ import annotations
@@ -78,4 +78,9 @@ class _Endpoint:
 
 
 router = APIRouter(tags=["mcp"], lifespan=_lifespan)
-router.add_route("/mcp", _Endpoint(), methods=["GET", "POST", "DELETE"], include_in_schema=False)
+router.add_route(
+    "/mcp",
+    _Endpoint(),  # type: ignore[arg-type]  # an ASGI app: Starlette routes it as one
+    methods=["GET", "POST", "DELETE"],
+    include_in_schema=False,
+)

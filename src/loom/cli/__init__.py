@@ -13,6 +13,7 @@ import typer
 from loom.cli import (
     db_cmd,
     errors_cmd,
+    mcp_cmd,
     patterns_cmd,
     run_cmd,
     schedule_cmd,
@@ -59,6 +60,7 @@ app.command("chat")(run_cmd.chat)
 app.command("resume")(run_cmd.resume)
 app.command("serve")(serve_cmd.serve)
 app.command("worker")(worker_cmd.worker)
+app.command("mcp")(mcp_cmd.mcp)
 app.add_typer(sessions_cmd.app, name="sessions")
 app.add_typer(errors_cmd.app, name="errors")
 app.add_typer(patterns_cmd.app, name="patterns")

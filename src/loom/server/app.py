@@ -240,7 +240,8 @@ def _routers() -> list[Any]:
     import importlib
 
     out = []
-    for name in ("langgraph_api", "openai_api", "weave_api", "schedule_api", "console"):
+    for name in ("langgraph_api", "openai_api", "weave_api", "schedule_api", "mcp_http", "agui",
+                 "console"):  # fmt: skip
         try:
             module = importlib.import_module(f"loom.server.{name}")
         except ModuleNotFoundError as exc:

@@ -1,0 +1,344 @@
+"""AG-UI (``ag-ui-protocol``): ``POST /agui`` (the first served agent) and ``POST /agui/{agent}``
+take a ``RunAgentInput`` and stream AG-UI events over SSE, mapped from the run's Loom events.
+
+Terms: ``threadId`` is the Loom session; the AG-UI ``runId`` names the stream (the Loom run id
+is in ``RUN_FINISHED.result``); Loom keeps the transcript, so of ``messages`` only what is new
+is read: the last user message starts a turn, tool messages answer frontend tool calls.
+
+Order (what ``@ag-ui/client`` verifies): ``RUN_STARTED``; per model answer the text as
+``TEXT_MESSAGE_START/CONTENT/END`` (deltas as they stream) then each tool call as
+``TOOL_CALL_START/ARGS/END``; each server-side result as ``TOOL_CALL_RESULT``; a
+``STATE_SNAPSHOT`` (the input state plus ``loom``: session, run, stop reason, usage); then
+``RUN_FINISHED`` or ``RUN_ERROR`` last.
+
+Frontend tools (``RunAgentInput.tools``) are offered to the model beside the agent's own. A
+call to one parks through Loom's approval seam (a hook asks for approval, nobody answers in
+the run): the stream ends with the call's ``TOOL_CALL`` events and ``RUN_FINISHED`` whose
+success outcome names it in ``pendingToolCallIds``. The client runs the tool and sends the
+next ``RunAgentInput`` with a tool message for that call: the parked call is approved, and
+"running" it returns the client's content, so the result enters the journal as that call's
+result and the turn goes on. A server-side call that needs a human ends the run with an
+``interrupt`` outcome (one interrupt per call, ``id`` = the tool call id); a ``resume`` entry
+(``payload: {"approved": bool, "reason"?}``, or ``status: "cancelled"`` to reject) answers it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from loom.errors import InputError
+from loom.events import (
+    AgentEvent,
+    AgentFinish,
+    LlmComplete,
+    LlmDelta,
+    ToolErrorEvent,
+    ToolResultEvent,
+)
+from loom.hooks import RequireApproval
+from loom.messages import ToolCall, new_id
+from loom.server.app import ServerState, error_body, state_of
+from loom.server.openai_api import EventStream, close_quietly
+
+if TYPE_CHECKING:
+    from ag_ui.core import BaseEvent, RunAgentInput
+
+    from loom.agent import Agent
+    from loom.loop import Turn
+    from loom.tools.base import RunContext
+
+__all__ = ["FRONTEND_REASON", "FrontendTool", "router"]
+
+router = APIRouter(tags=["ag-ui"])
+
+FRONTEND_REASON = "frontend tool: the AG-UI client runs it"
+"""The approval reason of a parked frontend tool call (how a later input recognises it)."""
+
+
+class FrontendTool:
+    """A tool the AG-UI client runs. Offered to the model; its calls park (``_FrontendHook``)
+    and, once the client answered, "running" one returns the client's content."""
+
+    timeout: float | None = None
+    effect: Any = "pure"  # running it again only reads the client's answer
+
+    def __init__(self, name: str, description: str, parameters: Any) -> None:
+        self.name, self.description = name, description
+        self.parameters: dict[str, Any] = (
+            dict(parameters) if isinstance(parameters, Mapping) else {"type": "object",
+                                                                        "properties": {}}
+        )  # fmt: skip
+        self.answers: dict[str, str] = {}  # tool_call_id -> the client's result (this request)
+
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        return arguments  # the client validates what it runs
+
+    async def run(self, ctx: RunContext, arguments: dict[str, Any]) -> Any:
+        if ctx.tool_call_id not in self.answers:  # approved without an answer: cannot happen
+            raise InputError(f"no client result for frontend call {ctx.tool_call_id!r}")
+        return self.answers[ctx.tool_call_id]
+
+
+class _FrontendHook:
+    """Parks every call of a frontend tool (the approval seam: the stream ends there)."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+
+    async def before_tool_execution(self, ctx: Any, call: ToolCall) -> RequireApproval | None:
+        return RequireApproval(FRONTEND_REASON) if call.name in self.names else None
+
+
+def _with_frontend(agent: Agent, tools: Sequence[Any]) -> tuple[Agent, dict[str, FrontendTool]]:
+    """``agent`` with the client's tools added (and every approval parked, not handled)."""
+    if not tools:
+        return agent, {}
+    clash = sorted(t.name for t in tools if t.name in agent.tools)
+    if clash:
+        raise InputError(f"frontend tool(s) {', '.join(clash)} have the name of a tool of agent "
+                         f"{agent.name!r}; rename them in the client")  # fmt: skip
+    frontend = {t.name: FrontendTool(t.name, t.description, t.parameters) for t in tools}
+    hooks = (*agent.hooks, _FrontendHook(frozenset(frontend)))
+    changed = agent.replace(tools=[*agent.tools.values(), *frontend.values()], hooks=hooks,
+                            approval_handler=None)  # fmt: skip
+    return changed, frontend
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    parts = []
+    for part in content or []:
+        if getattr(part, "type", None) != "text":
+            raise InputError(f"this agent takes text only; a message has a {part.type!r} part")
+        parts.append(part.text)
+    return "".join(parts)
+
+
+class _Plan:
+    """What one input asks for: a new turn (``message``) or a resume (``decisions``)."""
+
+    def __init__(self) -> None:
+        self.message: str | None = None
+        self.decisions: dict[str, Any] = {}
+
+
+async def _plan(
+    state: ServerState, body: RunAgentInput, frontend: dict[str, FrontendTool]
+) -> _Plan:
+    plan = _Plan()
+    pending = await state.runtime.pending_approvals(body.thread_id)
+    from ag_ui.core import ToolMessage
+
+    answers = {m.tool_call_id: m for m in body.messages if isinstance(m, ToolMessage)}
+    resumes = {r.interrupt_id: r for r in body.resume or []}
+    for p in pending:
+        tool_message = answers.get(p.tool_call_id)
+        if p.reason == FRONTEND_REASON and tool_message is not None:
+            tool = frontend.get(p.tool_name)
+            if tool is None:
+                raise InputError(f"the answered call {p.tool_call_id!r} is of frontend tool "
+                                 f"{p.tool_name!r}; send that tool in tools again")  # fmt: skip
+            tool.answers[p.tool_call_id] = _text(tool_message.content)
+            plan.decisions[p.tool_call_id] = {"decision": "approve"}
+        elif p.tool_call_id in resumes:
+            entry = resumes[p.tool_call_id]
+            payload = entry.payload if isinstance(entry.payload, Mapping) else {}
+            if entry.status == "resolved" and payload.get("approved") is True:
+                plan.decisions[p.tool_call_id] = {"decision": "approve"}
+            else:
+                reason = payload.get("reason") or "rejected in the AG-UI client"
+                plan.decisions[p.tool_call_id] = {"decision": "reject", "reason": str(reason)}
+    last = body.messages[-1] if body.messages else None
+    if pending and len(plan.decisions) == len(pending):
+        return plan
+    if last is not None and getattr(last, "role", None) == "user":
+        plan.decisions = {}  # a new message: Loom rejects what is still parked
+        plan.message = _text(last.content)
+        return plan
+    if pending:
+        waiting = [p.tool_call_id for p in pending if p.tool_call_id not in plan.decisions]
+        raise InputError(f"thread {body.thread_id!r} waits on tool call(s) {', '.join(waiting)}: "
+                         "send a tool message for each frontend call or a resume entry for "
+                         "each interrupt (or a new user message)")  # fmt: skip
+    raise InputError("the last message must be a user message (the thread has nothing waiting "
+                     "for a tool result or a resume)")  # fmt: skip
+
+
+class _Mapper:
+    """Loom events → AG-UI events for one run, keeping what the protocol's order needs."""
+
+    def __init__(self, body: RunAgentInput, frontend: Mapping[str, FrontendTool]) -> None:
+        self.body, self.frontend = body, frontend
+        self.text_id: str | None = None  # the open text message
+
+    def map(self, ev: AgentEvent) -> list[BaseEvent]:
+        from ag_ui import core as c
+
+        out: list[BaseEvent] = []
+        if isinstance(ev, LlmDelta) and ev.delta:
+            if self.text_id is None:
+                self.text_id = new_id("msg")
+                out.append(c.TextMessageStartEvent(message_id=self.text_id, role="assistant"))
+            out.append(c.TextMessageContentEvent(message_id=self.text_id, delta=ev.delta))
+        elif isinstance(ev, LlmComplete):
+            message_id = self.text_id
+            if message_id is None and ev.answer:  # a model that does not stream deltas
+                message_id = new_id("msg")
+                out.append(c.TextMessageStartEvent(message_id=message_id, role="assistant"))
+                out.append(c.TextMessageContentEvent(message_id=message_id, delta=ev.answer))
+            if message_id is not None:
+                out.append(c.TextMessageEndEvent(message_id=message_id))
+            self.text_id = None
+            for call in ev.tool_calls:
+                cid = str(call.get("id"))
+                out.append(c.ToolCallStartEvent(tool_call_id=cid, tool_call_name=str(call["name"]),
+                                                parent_message_id=message_id))  # fmt: skip
+                args = json.dumps(call.get("arguments") or {})
+                out += [c.ToolCallArgsEvent(tool_call_id=cid, delta=args),
+                        c.ToolCallEndEvent(tool_call_id=cid)]  # fmt: skip
+        elif isinstance(ev, ToolResultEvent | ToolErrorEvent):
+            if ev.tool_name not in self.frontend:  # the client has its own tool's result
+                result = c.ToolCallResultEvent(message_id=new_id("msg"),
+                                               tool_call_id=ev.tool_call_id,
+                                               content=ev.content or "", role="tool")  # fmt: skip
+                out.append(result)
+        elif isinstance(ev, AgentFinish):
+            out += self.finish(ev)
+        return out
+
+    def finish(self, ev: AgentFinish) -> list[BaseEvent]:
+        from ag_ui import core as c
+
+        out: list[BaseEvent] = []
+        if self.text_id is not None:
+            out.append(c.TextMessageEndEvent(message_id=self.text_id))
+            self.text_id = None
+        loom = {"session_id": ev.session_id, "run_id": ev.run_id, "stop_reason": ev.stop_reason,
+                "usage": ev.usage}  # fmt: skip
+        base = self.body.state if isinstance(self.body.state, Mapping) else {}
+        out.append(c.StateSnapshotEvent(snapshot={**base, "loom": loom}))
+        tid, rid = self.body.thread_id, self.body.run_id
+        if ev.stop_reason in ("completed", "awaiting_approval", "awaiting_input"):
+            frontend = [p["tool_call_id"] for p in ev.pending_approvals
+                        if p.get("reason") == FRONTEND_REASON]  # fmt: skip
+            asks = [p for p in ev.pending_approvals if p.get("reason") != FRONTEND_REASON]
+            outcome: Any
+            if asks:
+                outcome = c.RunFinishedInterruptOutcome(interrupts=[
+                    c.Interrupt(id=p["tool_call_id"], reason="tool_approval",
+                                message=p.get("reason") or None, tool_call_id=p["tool_call_id"],
+                                response_schema=_RESUME_SCHEMA)
+                    for p in asks
+                ])  # fmt: skip
+            else:
+                outcome = c.RunFinishedSuccessOutcome(pending_tool_call_ids=frontend or None)
+            result = {"output": ev.output, **loom}
+            if ev.pending_query:
+                result["pending_query"] = ev.pending_query
+            out.append(c.RunFinishedEvent(thread_id=tid, run_id=rid, result=result,
+                                          outcome=outcome))  # fmt: skip
+        elif ev.stop_reason == "cancelled":
+            out.append(c.RunFinishedEvent(thread_id=tid, run_id=rid, result=loom,
+                                          outcome=c.RunFinishedCancelledOutcome()))  # fmt: skip
+        else:
+            message = ev.error or f"the run stopped: {ev.stop_reason}"
+            out.append(c.RunErrorEvent(message=message, code=ev.stop_reason))
+        return out
+
+
+_RESUME_SCHEMA = {
+    "type": "object",
+    "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"}},
+    "required": ["approved"],
+}
+
+
+def _agent_for(state: ServerState, name: str | None) -> Agent | JSONResponse:
+    if name is None:
+        first = next(iter(state.registry), None)
+        if first is None:
+            return JSONResponse(error_body("NotFound", "this server serves no agents"), 404)
+        name = first
+    agent = state.registry.get(name)
+    if agent is None:
+        agents = ", ".join(state.registry) or "none"
+        body = error_body("NotFound", f"no agent named {name!r} (served: {agents})")
+        return JSONResponse(body, status_code=404)
+    return agent
+
+
+async def _start(state: ServerState, agent: Agent, body: RunAgentInput) -> tuple[Turn, _Mapper]:
+    """The turn this input asks for (InputError → 422 before the stream starts)."""
+    served, frontend = _with_frontend(agent, body.tools or [])
+    plan = await _plan(state, body, frontend)
+    if plan.message is not None:
+        turn = state.runtime.prepare(served, plan.message, body.thread_id, "queue", None)
+    else:
+        turn = await state.runtime.prepare_resume(served, body.thread_id, plan.decisions)
+    return turn, _Mapper(body, frontend)
+
+
+async def _run(request: Request, name: str | None) -> Response:
+    from ag_ui.core import RunAgentInput, RunErrorEvent, RunStartedEvent
+    from ag_ui.encoder import EventEncoder
+    from pydantic import ValidationError
+
+    from loom.driving import drive
+
+    try:
+        raw = await request.json()
+    except ValueError:
+        return JSONResponse(error_body("InvalidRequest", "the body is not JSON: send a "
+                                       "RunAgentInput"), status_code=422)  # fmt: skip
+    try:
+        body = RunAgentInput.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                             for e in exc.errors())  # fmt: skip
+        return JSONResponse(error_body("InvalidRequest", f"not a RunAgentInput: {problems}"),
+                            status_code=422)  # fmt: skip
+    state = state_of(request)
+    agent = _agent_for(state, name)
+    if isinstance(agent, JSONResponse):
+        return agent
+    turn, mapper = await _start(state, agent, body)
+    events = drive(turn)
+    encoder = EventEncoder(accept=request.headers.get("accept", "text/event-stream"))
+
+    async def sse() -> AsyncIterator[str]:
+        yield encoder.encode(RunStartedEvent(thread_id=body.thread_id, run_id=body.run_id))
+        ended = False
+        try:
+            async for ev in events:
+                for out in mapper.map(ev):
+                    ended = ended or out.type in ("RUN_FINISHED", "RUN_ERROR")
+                    yield encoder.encode(out)
+        except Exception as exc:  # the turn itself failed: the protocol's error, last
+            if not ended:
+                yield encoder.encode(RunErrorEvent(message=f"{type(exc).__name__}: {exc}",
+                                                   code="internal_error"))  # fmt: skip
+        finally:
+            await close_quietly(events)
+
+    return EventStream(sse(), media_type=encoder.get_content_type(),
+                       headers={"Cache-Control": "no-cache",
+                                "X-Loom-Session": body.thread_id})  # fmt: skip
+
+
+_DOC = "AG-UI: run the agent for a RunAgentInput and stream AG-UI events (SSE)"
+
+
+@router.post("/agui", summary=_DOC + " (the server's first agent)")
+async def agui_default(request: Request) -> Response:
+    return await _run(request, None)
+
+
+@router.post("/agui/{agent}", summary=_DOC)
+async def agui_agent(request: Request, agent: str) -> Response:
+    return await _run(request, agent)

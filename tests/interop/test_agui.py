@@ -1,0 +1,116 @@
+"""AG-UI, driven by ``@ag-ui/client``'s HttpAgent (which verifies the event order as it reads
+the stream) against a real ``loom serve``; bad input checked over plain HTTP."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from tests.server.conftest import Server
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _node(js: Path, url: str, scenario: str) -> dict[str, Any]:
+    out = subprocess.run(["node", str(js / "agui_client.mjs"), url, scenario],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert isinstance(report, dict)
+    return report
+
+
+def test_text_answer(interop_server: Server, js: Path) -> None:
+    report = _node(js, f"{interop_server.url}/agui/calc", "text")
+    assert report["ok"], report
+    [run] = report["runs"]
+    kinds = run["types"]
+    assert kinds[0] == "RUN_STARTED" and kinds[-2:] == ["STATE_SNAPSHOT", "RUN_FINISHED"]
+    assert kinds[1] == "TEXT_MESSAGE_START" and "TEXT_MESSAGE_END" in kinds
+    assert run["outcome"] == {"type": "success"}
+    assert run["result"]["stop_reason"] == "completed"
+    assert [m["content"] for m in run["newMessages"]] == ["echo: hello there"]
+
+
+def test_default_agent_is_the_first(interop_server: Server, js: Path) -> None:
+    report = _node(js, f"{interop_server.url}/agui", "text")
+    assert report["ok"], report
+    assert report["runs"][0]["newMessages"][0]["content"] == "echo: hello there"
+
+
+def test_server_side_tool_calls(interop_server: Server, js: Path) -> None:
+    report = _node(js, f"{interop_server.url}/agui/calc", "tools")
+    assert report["ok"], report
+    [run] = report["runs"]
+    kinds = run["types"]
+    start = kinds.index("TOOL_CALL_START")
+    assert kinds[start:start + 4] == ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END",
+                                      "TOOL_CALL_RESULT"]  # fmt: skip
+    call, result, answer = run["newMessages"]
+    assert call["toolCalls"][0]["function"]["name"] == "add"
+    assert json.loads(call["toolCalls"][0]["function"]["arguments"]) == {"a": 2, "b": 3}
+    assert result == {"id": result["id"], "role": "tool", "toolCallId": call["toolCalls"][0]["id"],
+                      "content": "5"}  # fmt: skip
+    assert answer["content"] == "The sum is 5."
+
+
+def test_frontend_tool_pauses_then_continues_with_the_clients_result(
+    interop_server: Server, js: Path
+) -> None:
+    report = _node(js, f"{interop_server.url}/agui/painter", "frontend")
+    assert report["ok"], report
+    first, second = report["runs"]
+    # the first run ends with the call for the client to run, and no result of its own
+    assert first["types"][1:4] == ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END"]
+    assert "TOOL_CALL_RESULT" not in first["types"]
+    [call_id] = first["outcome"]["pendingToolCallIds"]
+    assert first["newMessages"][0]["toolCalls"][0]["id"] == call_id
+    # the second run carried the client's result: the model read it
+    assert second["outcome"] == {"type": "success"}
+    assert second["newMessages"][-1]["content"] == "You picked teal."
+    # ... and it is in the journal as that call's result
+    sid = first["result"]["session_id"]
+    state = httpx.get(f"{interop_server.url}/threads/{sid}/state").json()
+    tool_messages = [m for m in state["values"]["messages"] if m.get("type") == "tool"]
+    assert [(m["tool_call_id"], m["content"]) for m in tool_messages] == [(call_id, "teal")]
+
+
+def test_bad_input(interop_server: Server, js: Path) -> None:
+    report = _node(js, f"{interop_server.url}/agui/calc", "bad")
+    assert not report["ok"] and "HTTP 422" in report["error"]
+    assert "the last message must be a user message" in report["error"]
+    url = f"{interop_server.url}/agui/calc"
+    r = httpx.post(url, json={"threadId": "t", "messages": []})
+    assert r.status_code == 422 and "runId" in r.json()["error"]["message"]
+    r = httpx.post(url, content=b"{oops", headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "not JSON" in r.json()["error"]["message"]
+    r = httpx.post(f"{interop_server.url}/agui/nobody",
+                   json={"threadId": "t", "runId": "r", "messages": []})  # fmt: skip
+    assert r.status_code == 404 and "no agent named 'nobody'" in r.text
+
+
+def test_server_side_approval_is_an_interrupt_and_resume_answers_it(
+    interop_server: Server,
+) -> None:
+    url = f"{interop_server.url}/agui/ops"
+    thread = "agui-approval"
+    msg = {"id": "u1", "role": "user", "content": "deploy"}
+    first = _events(url, {"threadId": thread, "runId": "r1", "messages": [msg]})
+    finished = first[-1]
+    assert finished["type"] == "RUN_FINISHED" and finished["outcome"]["type"] == "interrupt"
+    [interrupt] = finished["outcome"]["interrupts"]
+    second = _events(url, {"threadId": thread, "runId": "r2", "messages": [msg],
+                           "resume": [{"interruptId": interrupt["id"], "status": "resolved",
+                                       "payload": {"approved": True}}]})  # fmt: skip
+    assert second[-1]["outcome"] == {"type": "success"}
+    results = [e["content"] for e in second if e["type"] == "TOOL_CALL_RESULT"]
+    assert results == ["deployed prod"]
+
+
+def _events(url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    with httpx.stream("POST", url, json=body, timeout=30) as r:
+        assert r.status_code == 200, r.read()
+        return [json.loads(line[5:]) for line in r.iter_lines() if line.startswith("data:")]

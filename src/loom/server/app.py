@@ -236,7 +236,7 @@ def _routers() -> list[Any]:
     import importlib
 
     out = []
-    for name in ("langgraph_api", "openai_api", "weave_api"):
+    for name in ("langgraph_api", "openai_api", "weave_api", "a2a"):
         try:
             module = importlib.import_module(f"loom.server.{name}")
         except ModuleNotFoundError as exc:

@@ -30,9 +30,10 @@ def deploy(target: str) -> str:
 async def wait_for(name: str) -> str:
     """Wait until the file NAME exists in the server's directory; return its text."""
     path = Path(name)
-    while not path.exists():  # the test creates it when it wants the call to end
+    # the test (another process) creates the file when it wants the call to end
+    while not path.exists():  # noqa: ASYNC110, ASYNC240
         await asyncio.sleep(0.02)
-    return path.read_text()
+    return path.read_text()  # noqa: ASYNC240
 
 
 def calc(messages, tools):
@@ -41,7 +42,9 @@ def calc(messages, tools):
         return f"The sum is {last.content}."
     numbers = [int(w) for w in last.content.split() if w.lstrip("-").isdigit()]
     if len(numbers) >= 2:
-        return ModelResponse(tool_calls=[ToolCall(name="add", arguments={"a": numbers[0], "b": numbers[1]})])
+        return ModelResponse(
+            tool_calls=[ToolCall(name="add", arguments={"a": numbers[0], "b": numbers[1]})]
+        )
     return f"echo: {last.content}"
 
 
@@ -56,14 +59,22 @@ def waiter(messages, tools):
     last = messages[-1]
     if last.role == "tool":
         return f"released: {last.content}"
-    return ModelResponse(tool_calls=[ToolCall(name="wait_for", arguments={"name": last.content.split()[-1]})])
+    return ModelResponse(
+        tool_calls=[ToolCall(name="wait_for", arguments={"name": last.content.split()[-1]})]
+    )
 
 
 CALC = Agent(name="calc", instructions="You add numbers.", model=FunctionModel(calc), tools=[add])
-OPS = Agent(name="ops", instructions="You deploy.", model=FunctionModel(ops), tools=[deploy],
-            permissions={"ask": ["deploy"]})
-WAITER = Agent(name="waiter", instructions="You wait for files.", model=FunctionModel(waiter),
-               tools=[wait_for])
+OPS = Agent(
+    name="ops",
+    instructions="You deploy.",
+    model=FunctionModel(ops),
+    tools=[deploy],
+    permissions={"ask": ["deploy"]},
+)
+WAITER = Agent(
+    name="waiter", instructions="You wait for files.", model=FunctionModel(waiter), tools=[wait_for]
+)
 registry = AgentRegistry([CALC, OPS, WAITER])
 
 
@@ -80,7 +91,17 @@ def boss_registry():
         if last.role == "tool":
             return f"remote says: {last.content}"
         target = "waiter" if last.content.startswith("wait") else "calc"
-        return ModelResponse(tool_calls=[ToolCall(name=target, arguments={"message": last.content})])
+        return ModelResponse(
+            tool_calls=[ToolCall(name=target, arguments={"message": last.content})]
+        )
 
-    return AgentRegistry([Agent(name="boss", instructions="You delegate.", model=FunctionModel(boss),
-                                tools=[calc_remote, waiter_remote])])
+    return AgentRegistry(
+        [
+            Agent(
+                name="boss",
+                instructions="You delegate.",
+                model=FunctionModel(boss),
+                tools=[calc_remote, waiter_remote],
+            )
+        ]
+    )

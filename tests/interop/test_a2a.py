@@ -5,6 +5,7 @@ context, an approval answered on the task, and the protocol's errors for bad inp
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -16,8 +17,8 @@ from tests.server.conftest import Server, start_server, stop_server
 
 pytest.importorskip("a2a.client")
 
-from a2a.client import ClientConfig, create_client  # noqa: E402
-from a2a.types.a2a_pb2 import (  # noqa: E402
+from a2a.client import ClientConfig, create_client
+from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
     GetTaskRequest,
     ListTasksRequest,
@@ -87,9 +88,9 @@ def _text(parts: Any) -> str:
 
 def _rpc(server: Server, agent: str, body: Any, headers: dict[str, str] = AUTH) -> dict[str, Any]:
     url = f"{server.url}/agents/{agent}/a2a"
-    content = body if isinstance(body, bytes) else None
-    r = httpx.post(url, headers={**headers, **V1, "content-type": "application/json"},
-                   content=content, json=None if content is not None else body, timeout=30)  # fmt: skip
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {**headers, **V1, "content-type": "application/json"}
+    r = httpx.post(url, headers=headers, content=content, timeout=30)
     assert r.status_code == 200, r.text
     out: dict[str, Any] = r.json()
     return out
@@ -131,7 +132,8 @@ async def test_send_message_runs_the_agent_and_a_context_continues_its_session(
     assert second.context_id == session and second.id != task.id
     assert _text(second.artifacts[0].parts) == "echo: and hello"
     # the A2A context is the Loom session: one transcript holds both exchanges
-    state = httpx.get(f"{served[0].url}/threads/{session}/state", headers=AUTH).json()
+    async with httpx.AsyncClient(headers=AUTH) as http:
+        state = (await http.get(f"{served[0].url}/threads/{session}/state")).json()
     contents = [m["content"] for m in state["values"]["messages"]]
     assert contents == ["add 2 3", "", "5", "The sum is 5.", "and hello", "echo: and hello"]
     listed = await client.list_tasks(ListTasksRequest(context_id=session))
@@ -204,25 +206,44 @@ async def test_an_approval_is_input_required_and_a_reply_resumes_the_task(
     bad = _rpc(served[0], "ops", {"jsonrpc": "2.0", "id": 7, "method": "SendMessage", "params": {
         "message": {"messageId": "x1", "role": "ROLE_USER", "taskId": task.id,
                     "parts": [{"text": "maybe later"}]}}})  # fmt: skip
-    assert bad["error"]["code"] == -32602 and "reply 'approve' or 'reject'" in bad["error"]["message"]
+    assert (
+        bad["error"]["code"] == -32602 and "reply 'approve' or 'reject'" in bad["error"]["message"]
+    )
     done, _ = await _final(ops, _message("approve", task_id=task.id, context_id=task.context_id))
     assert done.id == task.id and done.status.state == TaskState.TASK_STATE_COMPLETED
     assert _text(done.artifacts[-1].parts) == "done: deployed prod"
 
 
 # -- bad input --------------------------------------------------------------------------------
-def test_malformed_json_and_unknown_methods_get_json_rpc_errors(served: tuple[Server, Path]) -> None:
+def test_malformed_json_and_unknown_methods_get_json_rpc_errors(
+    served: tuple[Server, Path],
+) -> None:
     srv = served[0]
     parse = _rpc(srv, "calc", b"{not json")
     assert parse["error"]["code"] == -32700 and "not valid JSON" in parse["error"]["message"]
     unknown = _rpc(srv, "calc", {"jsonrpc": "2.0", "id": 1, "method": "tasks/explode"})
     assert unknown["id"] == 1 and unknown["error"]["code"] == -32601
-    assert "'tasks/explode'" in unknown["error"]["message"] and "SendMessage" in unknown["error"]["message"]
-    no_params = _rpc(srv, "calc", {"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": 5}})
+    assert (
+        "'tasks/explode'" in unknown["error"]["message"]
+        and "SendMessage" in unknown["error"]["message"]
+    )
+    no_params = _rpc(
+        srv, "calc", {"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": 5}}
+    )
     assert no_params["error"]["code"] in (-32602, -32001)
     # the server keeps serving
-    ok = _rpc(srv, "calc", {"jsonrpc": "2.0", "id": 3, "method": "SendMessage", "params": {
-        "message": {"messageId": "ok1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}})
+    ok = _rpc(
+        srv,
+        "calc",
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "SendMessage",
+            "params": {
+                "message": {"messageId": "ok1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+            },
+        },
+    )
     assert ok["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
 
 
@@ -231,8 +252,18 @@ def test_file_and_data_parts_are_refused_with_content_type_errors(
 ) -> None:
     for part, kind in (({"url": "https://x/a.png", "mediaType": "image/png"}, "file url"),
                        ({"data": {"a": 1}}, "data")):  # fmt: skip
-        body = {"jsonrpc": "2.0", "id": 4, "method": "SendMessage", "params": {"message": {
-            "messageId": f"f-{kind}", "role": "ROLE_USER", "parts": [{"text": "look"}, part]}}}
+        body = {
+            "jsonrpc": "2.0",
+            "id": 4,
+            "method": "SendMessage",
+            "params": {
+                "message": {
+                    "messageId": f"f-{kind}",
+                    "role": "ROLE_USER",
+                    "parts": [{"text": "look"}, part],
+                }
+            },
+        }
         out = _rpc(served[0], "calc", body)
         assert out["error"]["code"] == -32005, out
         assert f"part 1 is {kind}" in out["error"]["message"]
@@ -265,19 +296,31 @@ async def test_another_keys_task_and_context_do_not_exist(
 
 async def test_a_client_that_drops_the_stream_loses_nothing(served: tuple[Server, Path]) -> None:
     srv, tmp = served
-    body = {"jsonrpc": "2.0", "id": 8, "method": "SendStreamingMessage", "params": {"message": {
-        "messageId": "d1", "role": "ROLE_USER", "parts": [{"text": "wait for go-2.txt"}]}}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 8,
+        "method": "SendStreamingMessage",
+        "params": {
+            "message": {
+                "messageId": "d1",
+                "role": "ROLE_USER",
+                "parts": [{"text": "wait for go-2.txt"}],
+            }
+        },
+    }
     headers = {**AUTH, **V1, "accept": "text/event-stream"}
     task_id = ""
-    async with httpx.AsyncClient(timeout=30) as http:
-        async with http.stream("POST", f"{srv.url}/agents/waiter/a2a", json=body,
-                               headers=headers) as response:  # fmt: skip
-            async for line in response.aiter_lines():
-                if line.startswith("data:") and '"task"' in line:
-                    import json
+    url = f"{srv.url}/agents/waiter/a2a"
+    async with (
+        httpx.AsyncClient(timeout=30) as http,
+        http.stream("POST", url, json=body, headers=headers) as response,
+    ):
+        async for line in response.aiter_lines():
+            if line.startswith("data:") and '"task"' in line:
+                import json
 
-                    task_id = json.loads(line[5:])["result"]["task"]["id"]
-                    break  # hang up mid-stream
+                task_id = json.loads(line[5:])["result"]["task"]["id"]
+                break  # hang up mid-stream
     assert task_id
     (tmp / "go-2.txt").write_text("after the hang-up")
     waiter = await _client(srv, "waiter")
@@ -289,8 +332,12 @@ async def test_a_client_that_drops_the_stream_loses_nothing(served: tuple[Server
 def test_the_rest_binding_sends_and_gets(served: tuple[Server, Path]) -> None:
     srv = served[0]
     base = f"{srv.url}/agents/calc/a2a/rest"
-    sent = httpx.post(f"{base}/message:send", headers={**AUTH, **V1}, json={"message": {
-        "messageId": "r1", "role": "ROLE_USER", "parts": [{"text": "add 7 8"}]}}, timeout=30)
+    sent = httpx.post(
+        f"{base}/message:send",
+        headers={**AUTH, **V1},
+        json={"message": {"messageId": "r1", "role": "ROLE_USER", "parts": [{"text": "add 7 8"}]}},
+        timeout=30,
+    )
     assert sent.status_code == 200, sent.text
     task = sent.json()["task"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"

@@ -14,11 +14,11 @@ from tests.server.conftest import Server, start_server, stop_server
 
 pytest.importorskip("a2a.client")
 
-from a2a.client import ClientConfig, create_client  # noqa: E402
-from a2a.types.a2a_pb2 import ListTasksRequest, TaskState  # noqa: E402
+from a2a.client import ClientConfig, create_client
+from a2a.types.a2a_pb2 import ListTasksRequest, TaskState
 
-from loom.errors import ConfigurationError  # noqa: E402
-from loom.tools import a2a_agent  # noqa: E402
+from loom.errors import ConfigurationError
+from loom.tools import a2a_agent
 
 AGENTS = (Path(__file__).parent / "a2a_agents.py").read_text()
 KEY = "remote-key-0001"

@@ -22,6 +22,7 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from starlette.responses import JSONResponse
+from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from loom.server.app import ServerState, error_body, view_for
@@ -34,7 +35,7 @@ _HANDLERS = "a2a_handlers"
 def _agent_router(state: ServerState, name: str) -> Any:
     """The Starlette router of one agent's A2A endpoints (built on first use)."""
     from a2a.server.routes.rest_routes import create_rest_routes
-    from starlette.routing import Mount, Route, Router
+    from starlette.routing import Mount, Router
 
     from loom.server.a2a.card import JSONRPC_PATH, REST_PATH, agent_card
     from loom.server.a2a.executor import LoomExecutor
@@ -94,9 +95,7 @@ class A2AApp:
         try:
             import a2a.server  # noqa: F401
         except ImportError:
-            body = error_body(
-                "NotImplemented", "A2A needs the a2a extra: pip install 'loom[a2a]'"
-            )
+            body = error_body("NotImplemented", "A2A needs the a2a extra: pip install 'loom[a2a]'")
             await JSONResponse(body, status_code=501)(scope, receive, send)
             return
         if path.endswith("/.well-known/agent-card.json"):
@@ -131,14 +130,13 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 router = APIRouter(lifespan=_lifespan)
 _app = A2AApp()
-router.add_route("/.well-known/agent-card.json", _app, methods=["GET"], include_in_schema=False)
-router.add_route(
-    "/agents/{name}/.well-known/agent-card.json", _app, methods=["GET"], include_in_schema=False
-)
-router.add_route("/agents/{name}/a2a", _app, methods=["POST"], include_in_schema=False)
-router.add_route(
-    "/agents/{name}/a2a/rest/{rest:path}",
-    _app,
-    methods=["GET", "POST", "DELETE"],
-    include_in_schema=False,
+# plain Starlette routes to an ASGI app: the SDK's routers answer (and stream) themselves
+router.routes.extend(
+    Route(path, _app, methods=methods, include_in_schema=False)
+    for path, methods in (
+        ("/.well-known/agent-card.json", ["GET"]),
+        ("/agents/{name}/.well-known/agent-card.json", ["GET"]),
+        ("/agents/{name}/a2a", ["POST"]),
+        ("/agents/{name}/a2a/rest/{rest:path}", ["GET", "POST", "DELETE"]),
+    )
 )

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from a2a.helpers.proto_helpers import new_data_part, new_task, new_text_part
 from a2a.server.agent_execution.agent_executor import AgentExecutor
 from a2a.server.agent_execution.context import RequestContext
-from a2a.server.events.event_queue_v2 import EventQueue
+from a2a.server.events import EventQueue
 from a2a.server.tasks.task_updater import TaskUpdater
 from a2a.types.a2a_pb2 import Message, Part, Task, TaskState
 from google.protobuf.json_format import MessageToDict
@@ -122,6 +122,7 @@ class LoomExecutor(AgentExecutor):
 
     async def _relay(self, event: AgentEvent, updater: TaskUpdater) -> None:
         """Tool calls as ``working`` status updates (what a streaming client sees move)."""
+        data: dict[str, Any]
         if isinstance(event, ToolExecutionStart):
             data = {"loom_event": "tool_start", "tool": event.tool_name,
                     "tool_call_id": event.tool_call_id}  # fmt: skip

@@ -61,7 +61,8 @@ class LoomRequestHandler(DefaultRequestHandlerV2):
         message = params.message
         task: Task | None = None
         if message.task_id:
-            task = await self.task_store.get(message.task_id, context)  # type: ignore[union-attr]
+            stored = await self._versioned_store.get(message.task_id, context)
+            task = stored.task if stored is not None else None
             if task is None:
                 raise TaskNotFoundError(
                     f"no task {message.task_id!r} on agent {self.agent_name!r} for this API key"
@@ -101,7 +102,9 @@ class LoomRequestHandler(DefaultRequestHandlerV2):
                     "to start a new one"
                 )
 
-    async def _setup_active_task(self, params: SendMessageRequest, call_context: ServerCallContext) -> Any:
+    async def _setup_active_task(
+        self, params: SendMessageRequest, call_context: ServerCallContext
+    ) -> Any:
         await self._screen(params, call_context)
         return await super()._setup_active_task(params, call_context)
 
@@ -112,7 +115,8 @@ class LoomRequestHandler(DefaultRequestHandlerV2):
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
         try:
-            return await super().on_get_task(params, context)
+            task: Task | None = await super().on_get_task(params, context)
+            return task
         except TaskNotFoundError:
             raise self._missing(params.id) from None
 
@@ -120,11 +124,12 @@ class LoomRequestHandler(DefaultRequestHandlerV2):
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
         try:
-            return await super().on_cancel_task(params, context)
+            task: Task | None = await super().on_cancel_task(params, context)
+            return task
         except TaskNotFoundError:
             raise self._missing(params.id) from None
 
-    async def on_subscribe_to_task(  # type: ignore[override]
+    async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> Any:
         try:

@@ -74,7 +74,8 @@ class LoomTaskStore(TaskStore):
         record = await self._read(task_id)
         if record is None or not self._visible(record, context):
             return None
-        return ParseDict(record["task"], Task(), ignore_unknown_fields=True)
+        task: Task = ParseDict(record["task"], Task(), ignore_unknown_fields=True)
+        return task
 
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         """This key's tasks, newest status first, filtered by context and state."""
@@ -82,7 +83,9 @@ class LoomTaskStore(TaskStore):
             records = [r for k, r in self._memory.items() if k.startswith(f"{self.agent}:")]
         else:
             keys = await self.kv.list_keys(NAMESPACE, prefix=f"{self.agent}:")
-            records = [r for k in keys if isinstance(r := await self.kv.get_value(NAMESPACE, k), dict)]
+            records = [
+                r for k in keys if isinstance(r := await self.kv.get_value(NAMESPACE, k), dict)
+            ]
         tasks = [
             ParseDict(r["task"], Task(), ignore_unknown_fields=True)
             for r in records

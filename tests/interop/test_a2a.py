@@ -37,7 +37,7 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 OTHER_AUTH = {"x-api-key": OTHER}
 V1 = {"A2A-Version": "1.0"}
 
-pytestmark = pytest.mark.asyncio(loop_scope="session")
+session_loop = pytest.mark.asyncio(loop_scope="session")  # the fixtures' loop
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +120,7 @@ def test_agent_card_names_the_agent_its_skills_bindings_and_auth(
 
 
 # -- messages, streams, contexts --------------------------------------------------------------
+@session_loop
 async def test_send_message_runs_the_agent_and_a_context_continues_its_session(
     client: Any, served: tuple[Server, Path]
 ) -> None:
@@ -140,6 +141,7 @@ async def test_send_message_runs_the_agent_and_a_context_continues_its_session(
     assert sorted(t.id for t in listed.tasks) == sorted([task.id, second.id])
 
 
+@session_loop
 async def test_streaming_shows_the_task_move_from_working_to_completed(client: Any) -> None:
     seen = [r async for r in client.send_message(_message("add 40 2"))]
     kinds = [r.WhichOneof("payload") for r in seen]
@@ -164,6 +166,7 @@ async def _wait_state(client: Any, task_id: str, state: int, within: float = 20)
         await asyncio.sleep(0.05)
 
 
+@session_loop
 async def test_get_and_cancel_a_running_task(served: tuple[Server, Path]) -> None:
     srv, tmp = served
     waiter = await _client(srv, "waiter")
@@ -181,6 +184,7 @@ async def test_get_and_cancel_a_running_task(served: tuple[Server, Path]) -> Non
     (tmp / "never-1.txt").write_text("late")  # nothing is left waiting on it
 
 
+@session_loop
 async def test_a_task_waiting_on_the_test_ends_when_released(served: tuple[Server, Path]) -> None:
     srv, tmp = served
     waiter = await _client(srv, "waiter")
@@ -196,6 +200,7 @@ async def test_a_task_waiting_on_the_test_ends_when_released(served: tuple[Serve
     assert _text(rest[-1].status_update.status.message.parts) == "released: go"
 
 
+@session_loop
 async def test_an_approval_is_input_required_and_a_reply_resumes_the_task(
     served: tuple[Server, Path],
 ) -> None:
@@ -270,6 +275,7 @@ def test_file_and_data_parts_are_refused_with_content_type_errors(
         assert "text parts (text/plain) only" in out["error"]["message"]
 
 
+@session_loop
 async def test_another_keys_task_and_context_do_not_exist(
     client: Any, served: tuple[Server, Path]
 ) -> None:
@@ -294,6 +300,7 @@ async def test_another_keys_task_and_context_do_not_exist(
     assert mine.status.state == TaskState.TASK_STATE_COMPLETED
 
 
+@session_loop
 async def test_a_client_that_drops_the_stream_loses_nothing(served: tuple[Server, Path]) -> None:
     srv, tmp = served
     body = {

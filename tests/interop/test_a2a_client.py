@@ -24,7 +24,7 @@ AGENTS = (Path(__file__).parent / "a2a_agents.py").read_text()
 KEY = "remote-key-0001"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
-pytestmark = pytest.mark.asyncio(loop_scope="session")
+session_loop = pytest.mark.asyncio(loop_scope="session")  # the fixtures' loop
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +63,7 @@ def _weave(server: Server, message: str, session_id: str | None = None) -> dict[
     return out
 
 
+@session_loop
 async def test_a_remote_agent_answers_as_a_tool_and_keeps_its_context(
     servers: tuple[Server, Server, Path], remote_client: Any
 ) -> None:
@@ -83,6 +84,7 @@ async def test_a_remote_agent_answers_as_a_tool_and_keeps_its_context(
     assert len({t.context_id for t in tasks}) == 2
 
 
+@session_loop
 async def test_a_call_past_its_timeout_cancels_the_remote_task(
     servers: tuple[Server, Server, Path], remote_client: Any
 ) -> None:

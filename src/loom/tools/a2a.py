@@ -224,7 +224,12 @@ class A2ATool:
         task_id, context_id, state = "", known.get("context_id", ""), None
         texts: list[str] = []  # artifact text
         status_text = ""
-        try:
+        # the remote task's id, as soon as the first event names it: a call cancelled before
+        # then still cancels the remote task once the id arrives
+        named: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+        async def consume() -> None:
+            nonlocal task_id, context_id, state, texts, status_text, known
             async for response in client.send_message(SendMessageRequest(message=message)):
                 if response.HasField("message"):  # a message-only answer
                     context_id = response.message.context_id or context_id
@@ -249,12 +254,17 @@ class A2ATool:
                         texts[-1] += part
                     else:
                         texts.append(part)
+                if task_id and not named.done():
+                    named.set_result(task_id)
                 if task_id and not known.get("context_id"):  # remember it as soon as known
                     known = {"context_id": context_id}
                     await self.owner.remember(ctx, known)
+
+        reader = asyncio.ensure_future(consume())
+        try:
+            await asyncio.shield(reader)
         except asyncio.CancelledError:  # the call timed out or the run was cancelled
-            if task_id:
-                await _cancel_remote(client, task_id)
+            await _cancel_remote(client, named, reader)
             raise
         except Exception as exc:
             raise ToolError(
@@ -281,13 +291,24 @@ def _text(parts: Any) -> str:
     return "\n".join(p.text for p in parts if p.HasField("text"))
 
 
-async def _cancel_remote(client: Any, task_id: str) -> None:
-    """Cancel the remote task; shielded so the caller's cancellation cannot cut it short."""
+async def _cancel_remote(
+    client: Any, named: asyncio.Future[str], reader: asyncio.Future[None]
+) -> None:
+    """Cancel the remote task (waiting for its id if the first event has not come yet), then
+    stop reading; shielded so the caller's cancellation cannot cut it short."""
     from a2a.types.a2a_pb2 import CancelTaskRequest
 
     async def cancel() -> None:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(client.cancel_task(CancelTaskRequest(id=task_id)), _CANCEL_WAIT)
+        try:
+            with contextlib.suppress(Exception):
+                task_id = await asyncio.wait_for(asyncio.shield(named), _CANCEL_WAIT)
+                await asyncio.wait_for(
+                    client.cancel_task(CancelTaskRequest(id=task_id)), _CANCEL_WAIT
+                )
+        finally:
+            reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
 
     with contextlib.suppress(asyncio.CancelledError):
         await asyncio.shield(asyncio.ensure_future(cancel()))

@@ -4,6 +4,8 @@ session, a call past its timeout cancels the remote task)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -94,7 +96,14 @@ async def test_a_call_past_its_timeout_cancels_the_remote_task(
     assert call["name"] == "waiter" and call["success"] is False
     assert call["error_code"] == "timeout"
     waiter = await remote_client("waiter")
-    tasks = (await waiter.list_tasks(ListTasksRequest())).tasks
+    # Loom answers the timeout at once and the cancelled tool cancels the remote task in the
+    # background (the executor detaches a timed-out tool), so wait for that outcome
+    deadline = time.monotonic() + 20
+    while True:
+        tasks = (await waiter.list_tasks(ListTasksRequest())).tasks
+        if tasks[0].status.state != TaskState.TASK_STATE_WORKING or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
     assert [t.status.state for t in tasks] == [TaskState.TASK_STATE_CANCELED]
     assert tasks[0].metadata["loom_stop_reason"] == "cancelled"
     (remote_dir / "never-remote.txt").write_text("late")

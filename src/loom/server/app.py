@@ -241,7 +241,7 @@ def _routers() -> list[Any]:
 
     out = []
     for name in ("langgraph_api", "openai_api", "weave_api", "schedule_api", "mcp_http", "agui",
-                 "console"):  # fmt: skip
+                 "a2a", "console"):  # fmt: skip
         try:
             module = importlib.import_module(f"loom.server.{name}")
         except ModuleNotFoundError as exc:

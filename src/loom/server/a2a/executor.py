@@ -1,0 +1,198 @@
+"""The A2A SDK's ``AgentExecutor`` for a Loom agent: one A2A task runs as Loom runs.
+
+The task's ``contextId`` is the Loom session; each message on the task is one Loom turn (its
+run id is in the task's metadata as ``loom_run_id``). States follow the run: ``working`` while
+it runs (a status update per tool call), ``completed`` with the answer as an artifact,
+``input-required`` when a call waits for approval (or the model asked the client something),
+``canceled`` and ``failed``. A follow-up message on an ``input-required`` task resumes it: the
+answer to a query, or a decision (``approve`` / ``reject[: reason]`` as text, or a data part
+``{"decision": ...}`` / ``{call_id: decision}``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from a2a.helpers.proto_helpers import new_data_part, new_task, new_text_part
+from a2a.server.agent_execution.agent_executor import AgentExecutor
+from a2a.server.agent_execution.context import RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.tasks.task_updater import TaskUpdater
+from a2a.types.a2a_pb2 import Message, Part, Task, TaskState
+from google.protobuf.json_format import MessageToDict
+
+from loom.driving import drive
+from loom.errors import InputError
+from loom.events import AgentEvent, ToolErrorEvent, ToolExecutionStart, ToolResultEvent
+
+if TYPE_CHECKING:
+    from loom.loop import Turn
+    from loom.messages import RunResult
+    from loom.runtime import Runtime
+    from loom.server.app import ServerState
+
+__all__ = ["LoomExecutor", "decision_of", "text_of"]
+
+_CANCEL_WAIT = 30.0  # how long CancelTask waits for the run to record its end
+
+
+def text_of(message: Message) -> str:
+    """The text of a message's text parts, joined by new lines."""
+    return "\n".join(p.text for p in message.parts if p.HasField("text"))
+
+
+def decision_of(message: Message) -> Any:
+    """The approval decision a follow-up message carries, or ``InputError`` saying how to
+    write one. A data part is taken as it is (``{"decision": ...}`` or ``{call_id: ...}``);
+    text is ``approve`` / ``reject`` with an optional ``: reason``."""
+    from loom.policy.approval import coerce_decision
+
+    for part in message.parts:
+        if part.HasField("data"):
+            value = MessageToDict(part.data)
+            return value
+    text = text_of(message).strip()
+    word, _, reason = text.replace(":", " ", 1).partition(" ")
+    try:
+        decided = coerce_decision(word)
+    except InputError:
+        raise InputError(
+            f"this task waits for approval; reply 'approve' or 'reject' (optionally "
+            f"'reject: reason'), or a data part {{'decision': 'approve'}}; got {text[:80]!r}"
+        ) from None
+    if reason.strip() and word.strip().lower() in ("reject", "rejected", "no", "n", "deny"):
+        return {"decision": "reject", "reason": reason.strip()}
+    return decided
+
+
+def _agent_message(updater: TaskUpdater, text: str, data: dict[str, Any] | None = None) -> Message:
+    parts: list[Part] = [new_text_part(text)]
+    if data is not None:
+        parts.append(new_data_part(data))
+    return updater.new_agent_message(parts)
+
+
+class LoomExecutor(AgentExecutor):
+    """Runs one served agent's A2A tasks on the server's runtime."""
+
+    def __init__(self, state: ServerState, agent_name: str) -> None:
+        self.state, self.agent_name = state, agent_name
+        self._running: dict[str, tuple[asyncio.Event, asyncio.Event]] = {}
+
+    @property
+    def runtime(self) -> Runtime:
+        return self.state.runtime
+
+    async def _turn(self, task: Task | None, session_id: str, message: Message) -> Turn:
+        agent = self.state.registry[self.agent_name]
+        runtime = self.runtime
+        if task is not None and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
+            if await runtime.pending_approvals(session_id):
+                return await runtime.prepare_resume(agent, session_id, decision_of(message))
+            if await runtime.pending_query(session_id) is not None:
+                return await runtime.prepare_answer(agent, session_id, text_of(message))
+        return runtime.prepare(agent, text_of(message), session_id, "queue", None)
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        """Run the message as a Loom turn and publish the task's updates."""
+        task_id, session_id, message = context.task_id, context.context_id, context.message
+        assert task_id and session_id and message is not None  # the SDK fills them in
+        if context.current_task is None:
+            await event_queue.enqueue_event(
+                new_task(task_id, session_id, TaskState.TASK_STATE_SUBMITTED, history=[message])
+            )
+        updater = TaskUpdater(event_queue, task_id, session_id)
+        turn = await self._turn(context.current_task, session_id, message)
+        cancel, done = asyncio.Event(), asyncio.Event()
+        self._running[task_id] = (cancel, done)
+        meta = {"loom_session_id": session_id, "loom_run_id": turn.run_id,
+                "loom_agent": self.agent_name}  # fmt: skip
+        try:
+            await updater.update_status(TaskState.TASK_STATE_WORKING, metadata=meta)
+            async for event in drive(turn, cancel):
+                await self._relay(event, updater)
+            assert turn.result is not None
+            await self._finish(turn.result, updater, meta)
+        finally:
+            self._running.pop(task_id, None)
+            done.set()
+
+    async def _relay(self, event: AgentEvent, updater: TaskUpdater) -> None:
+        """Tool calls as ``working`` status updates (what a streaming client sees move)."""
+        data: dict[str, Any]
+        if isinstance(event, ToolExecutionStart):
+            data = {"loom_event": "tool_start", "tool": event.tool_name,
+                    "tool_call_id": event.tool_call_id}  # fmt: skip
+            text = f"calling {event.tool_name}"
+        elif isinstance(event, ToolResultEvent | ToolErrorEvent):
+            data = {"loom_event": "tool_end", "tool": event.tool_name,
+                    "tool_call_id": event.tool_call_id, "success": event.success}  # fmt: skip
+            text = f"{event.tool_name} {'finished' if event.success else 'failed'}"
+        else:
+            return
+        await updater.update_status(
+            TaskState.TASK_STATE_WORKING, message=_agent_message(updater, text, data)
+        )
+
+    async def _finish(self, result: RunResult, updater: TaskUpdater, meta: dict[str, Any]) -> None:
+        meta = {**meta, "loom_stop_reason": result.stop_reason}
+        stop = result.stop_reason
+        if stop == "completed":
+            await updater.add_artifact(
+                [new_text_part(result.text)], name="answer", metadata={"loom_run_id": result.run_id}
+            )
+            await updater.update_status(
+                TaskState.TASK_STATE_COMPLETED, _agent_message(updater, result.text), metadata=meta
+            )
+        elif stop == "awaiting_approval":
+            pending = list(result.pending_approvals)
+            calls = ", ".join(
+                f"{p.get('tool_name')}({json.dumps(p.get('arguments', {}))})" for p in pending
+            )
+            text = (f"waiting for approval of {calls}; reply 'approve' or 'reject' "
+                    "(optionally 'reject: reason') on this task")  # fmt: skip
+            await updater.update_status(
+                TaskState.TASK_STATE_INPUT_REQUIRED,
+                _agent_message(updater, text, {"pending_approvals": pending}),
+                metadata=meta,
+            )
+        elif stop == "awaiting_input":
+            query = result.pending_query or {}
+            await updater.update_status(
+                TaskState.TASK_STATE_INPUT_REQUIRED,
+                _agent_message(updater, result.text or "the agent asks for input",
+                               {"pending_query": query}),
+                metadata=meta,
+            )  # fmt: skip
+        elif stop == "cancelled":
+            await updater.update_status(
+                TaskState.TASK_STATE_CANCELED,
+                _agent_message(updater, "the run was cancelled"),
+                metadata=meta,
+            )
+        else:
+            why = result.error or stop
+            await updater.update_status(
+                TaskState.TASK_STATE_FAILED,
+                _agent_message(updater, f"the run ended with {stop}: {why}"),
+                metadata=meta,
+            )
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        """Cancel the task's running turn (it records its end as ``cancelled``) and wait for
+        it; a task parked on an approval or a query is marked canceled at once."""
+        task_id = context.task_id or ""
+        running = self._running.get(task_id)
+        if running is None:
+            updater = TaskUpdater(event_queue, task_id, context.context_id or "")
+            await updater.update_status(
+                TaskState.TASK_STATE_CANCELED, _agent_message(updater, "the task was cancelled")
+            )
+            return
+        cancel, done = running
+        cancel.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), _CANCEL_WAIT)

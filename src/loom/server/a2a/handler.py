@@ -1,0 +1,171 @@
+"""The SDK's request handler with Loom's checks in front, and the JSON-RPC dispatcher with
+error messages that say what was wrong."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from a2a.server.context import ServerCallContext
+from a2a.server.jsonrpc_models import JSONParseError, MethodNotFoundError
+from a2a.server.request_handlers.default_request_handler_v2 import DefaultRequestHandlerV2
+from a2a.server.routes.common import DefaultServerCallContextBuilder
+from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+from a2a.types.a2a_pb2 import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskState,
+)
+from a2a.utils.errors import (
+    ContentTypeNotSupportedError,
+    InvalidParamsError,
+    TaskNotFoundError,
+)
+from starlette.requests import Request
+from starlette.responses import Response
+
+from loom.errors import InputError
+from loom.server.a2a.executor import decision_of, text_of
+
+__all__ = ["ContextBuilder", "Dispatcher", "LoomRequestHandler"]
+
+
+class ContextBuilder(DefaultServerCallContextBuilder):
+    """Carries the request's API key (set by the server's guard) into the call context."""
+
+    def build(self, request: Request) -> ServerCallContext:
+        context = super().build(request)
+        context.state["loom.principal"] = request.scope.get("loom.principal")
+        return context
+
+
+def _part_kind(part: Any) -> str:
+    for kind in ("raw", "url", "data"):
+        if part.HasField(kind):
+            return {"raw": "file bytes", "url": "file url", "data": "data"}[kind]
+    return "empty"
+
+
+class LoomRequestHandler(DefaultRequestHandlerV2):
+    """Checks a message before the SDK makes a task of it: text parts only (a data part only as
+    an approval decision), a message the agent accepts, a context this key may use; and names
+    the task in not-found errors."""
+
+    def __init__(self, *args: Any, loom_state: Any, agent_name: str, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.loom_state, self.agent_name = loom_state, agent_name
+
+    async def _screen(self, params: SendMessageRequest, context: ServerCallContext) -> None:
+        message = params.message
+        task: Task | None = None
+        if message.task_id:
+            stored = await self._versioned_store.get(message.task_id, context)
+            task = stored.task if stored is not None else None
+            if task is None:
+                raise TaskNotFoundError(
+                    f"no task {message.task_id!r} on agent {self.agent_name!r} for this API key"
+                )
+        deciding = (
+            task is not None
+            and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+            and bool(await self.loom_state.runtime.pending_approvals(task.context_id))
+        )
+        for i, part in enumerate(message.parts):
+            if part.HasField("text") or (deciding and part.HasField("data")):
+                continue
+            media = f" ({part.media_type})" if part.media_type else ""
+            raise ContentTypeNotSupportedError(
+                f"message part {i} is {_part_kind(part)}{media}; agent {self.agent_name!r} "
+                "takes text parts (text/plain) only"
+            )
+        try:
+            if deciding:
+                decision_of(message)
+            else:
+                self.loom_state.registry[self.agent_name].check_message(text_of(message))
+        except InputError as exc:
+            raise InvalidParamsError(str(exc)) from None
+        owners = self.loom_state.extra.get("owners")
+        if task is None and message.context_id and owners is not None:
+            from loom.server.security import current_principal
+
+            token = current_principal.set(context.state.get("loom.principal"))
+            try:
+                allowed = await owners.allowed(message.context_id)
+            finally:
+                current_principal.reset(token)
+            if not allowed:
+                raise InvalidParamsError(
+                    f"no context {message.context_id!r} for this API key; leave contextId out "
+                    "to start a new one"
+                )
+
+    async def _setup_active_task(
+        self, params: SendMessageRequest, call_context: ServerCallContext
+    ) -> Any:
+        await self._screen(params, call_context)
+        return await super()._setup_active_task(params, call_context)
+
+    def _missing(self, task_id: str) -> TaskNotFoundError:
+        return TaskNotFoundError(
+            f"no task {task_id!r} on agent {self.agent_name!r} for this API key"
+        )
+
+    async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
+        try:
+            task: Task | None = await super().on_get_task(params, context)
+            return task
+        except TaskNotFoundError:
+            raise self._missing(params.id) from None
+
+    async def on_cancel_task(
+        self, params: CancelTaskRequest, context: ServerCallContext
+    ) -> Task | None:
+        try:
+            task: Task | None = await super().on_cancel_task(params, context)
+            return task
+        except TaskNotFoundError:
+            raise self._missing(params.id) from None
+
+    async def on_subscribe_to_task(
+        self, params: SubscribeToTaskRequest, context: ServerCallContext
+    ) -> Any:
+        try:
+            async for event in super().on_subscribe_to_task(params, context):
+                yield event
+        except TaskNotFoundError:
+            raise self._missing(params.id) from None
+
+
+class Dispatcher(JsonRpcDispatcher):
+    """JSON-RPC with messages that name the problem: a body that is not JSON, an unknown
+    method (and the methods there are)."""
+
+    async def handle_requests(self, request: Request) -> Response:
+        try:
+            body = await request.json()  # cached: the SDK's own parse reads the same value
+        except ValueError as exc:
+            return self._generate_error_response(
+                None,
+                JSONParseError(
+                    message=f"the request body is not valid JSON ({exc}); send one JSON-RPC 2.0 "
+                    "request object"
+                ),
+            )
+        if isinstance(body, dict) and isinstance(method := body.get("method"), str):
+            known = method in self.METHOD_TO_MODEL or (
+                self._v03_adapter is not None and self._v03_adapter.supports_method(method)
+            )
+            if not known:
+                rid = body.get("id")
+                rid = rid if isinstance(rid, str | int) and not isinstance(rid, bool) else None
+                return self._generate_error_response(
+                    rid,
+                    MethodNotFoundError(
+                        message=f"unknown method {method!r}; this A2A 1.0 endpoint takes "
+                        + ", ".join(self.METHOD_TO_MODEL)
+                    ),
+                )
+        return await super().handle_requests(request)

@@ -1,0 +1,334 @@
+"""A remote A2A agent as a tool of a Loom agent, with the ``a2a-sdk`` client.
+
+```python
+from loom import Agent
+from loom.tools import a2a_agent
+
+researcher = a2a_agent("https://agents.example.com/agents/researcher",
+                       headers={"Authorization": "Bearer <key>"})
+agent = Agent(model="...", tools=[researcher])
+```
+
+``url`` is where the agent card lives (``<url>/.well-known/agent-card.json``; a Loom server's
+agent is ``http://host:port/agents/<name>``). The card is fetched once, on the first turn that
+offers the tool; the tool's name is ``name`` (default: the card's name, made a valid tool name)
+and its description the card's. The model calls it with ``{"message": "..."}``.
+
+Each Loom session keeps the remote ``contextId`` (in the store's key-value space when it has
+one, namespace ``loom.a2a.remote``), so the next call from the same session continues the same
+remote conversation; when the remote task stopped at ``input-required`` the next call answers
+that task. Status updates arrive over ``SendStreamingMessage`` and are logged on the
+``loom.tools.a2a`` logger (a tool has no channel into the run's events). A call past
+``timeout`` is a ``timeout`` result and the remote task is cancelled, as it is when the Loom
+call is cancelled (the run cancelled or interrupted). A remote task that failed, was rejected
+or cancelled is an error result with code ``a2a_task_failed``; an unreachable agent
+``a2a_unavailable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from loom.errors import ConfigurationError, MissingDependencyError, ToolArgumentsError, ToolError
+from loom.tools.base import Effect, RunContext
+
+__all__ = ["A2AAgent", "A2ATool", "a2a_agent"]
+
+log = logging.getLogger("loom.tools.a2a")
+REMOTE_NS = "loom.a2a.remote"
+_NAME_BAD = re.compile(r"[^a-zA-Z0-9_-]")
+_CANCEL_WAIT = 10.0
+
+
+def _sdk() -> Any:
+    try:
+        import a2a.client
+    except ImportError:  # pragma: no cover - part of the a2a extra
+        raise MissingDependencyError("a2a-sdk", "a2a", "A2A agents as tools") from None
+    return a2a.client
+
+
+def _tool_name(raw: str) -> str:
+    name = _NAME_BAD.sub("_", raw.strip())[:64].strip("_")
+    return name or "remote_agent"
+
+
+class A2AAgent:
+    """A toolset of one tool: the remote A2A agent at ``url``. Build it with ``a2a_agent``."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        timeout: float = 300.0,
+        connect_timeout: float = 30.0,
+        headers: Mapping[str, str] | None = None,
+        effect: Effect = "at_most_once",
+    ) -> None:
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ConfigurationError(f"a2a_agent: url must be http(s), got {url!r}")
+        for label, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
+            if value <= 0:
+                raise ConfigurationError(f"a2a_agent({url!r}): {label} must be > 0")
+        if name is not None and _NAME_BAD.search(name):
+            raise ConfigurationError(
+                f"a2a_agent({url!r}): name {name!r} may use only letters, digits, _ and -"
+            )
+        self.url = url.rstrip("/")
+        self.name = name or self.url
+        self.tool_name = name
+        self.description = description
+        self.timeout, self.connect_timeout = timeout, connect_timeout
+        self.headers = dict(headers or {})
+        self.effect: Effect = effect
+        self.card: Any = None
+        self._client: Any = None
+        self._http: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tool: A2ATool | None = None
+        self._contexts: dict[str, dict[str, str]] = {}  # without a KV store
+
+    def __repr__(self) -> str:
+        return f"A2AAgent({self.url!r})"
+
+    def fresh(self) -> A2AAgent:
+        """A new, unconnected copy (each runtime holds its own HTTP client)."""
+        return A2AAgent(self.url, name=self.tool_name, description=self.description,
+                        timeout=self.timeout, connect_timeout=self.connect_timeout,
+                        headers=self.headers, effect=self.effect)  # fmt: skip
+
+    async def client(self) -> Any:
+        """The SDK client, made (with the card) on first use in this event loop."""
+        loop = asyncio.get_running_loop()
+        if self._client is not None and self._loop is loop:
+            return self._client
+        sdk = _sdk()
+        import httpx
+
+        timeout = httpx.Timeout(self.timeout, connect=self.connect_timeout)
+        http = httpx.AsyncClient(headers=self.headers, timeout=timeout)
+        try:
+            if self.card is None:
+                resolver = sdk.A2ACardResolver(http, self.url)
+                self.card = await resolver.get_agent_card()
+            config = sdk.ClientConfig(
+                httpx_client=http, streaming=True, supported_protocol_bindings=["JSONRPC"]
+            )
+            client = sdk.ClientFactory(config).create(self.card)
+        except BaseException:
+            await http.aclose()
+            raise
+        self._client, self._http, self._loop = client, http, loop
+        return client
+
+    async def load_tools(self) -> list[A2ATool]:
+        """The remote agent as one tool (its card is fetched the first time)."""
+        try:
+            await self.client()
+        except Exception as exc:
+            raise ToolError(
+                f"cannot reach the A2A agent at {self.url}: {exc}", code="a2a_unavailable"
+            ) from exc
+        if self._tool is None:
+            card = self.card
+            name = self.tool_name or _tool_name(card.name)
+            text = self.description or card.description or f"The remote agent {card.name}."
+            skills = "; ".join(s.name for s in card.skills if s.name and s.name != card.name)
+            if skills and self.description is None:
+                text = f"{text} (skills: {skills})"
+            self._tool = A2ATool(self, name, f"{text} Send it a message in plain language.")
+        return [self._tool]
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        client, http = self._client, self._http
+        self._client = self._http = self._loop = None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.close()
+        if http is not None:
+            with contextlib.suppress(Exception):
+                await http.aclose()
+
+    # -- the remote conversation of each Loom session --------------------------------------------
+    def _key(self, session_id: str) -> str:
+        return f"{session_id}:{self.url}"
+
+    async def remembered(self, ctx: RunContext) -> dict[str, str]:
+        """The remote context (and task waiting for input) of this Loom session."""
+        kv = _kv(ctx.store)
+        if kv is None:
+            return dict(self._contexts.get(self._key(ctx.session_id), {}))
+        value = await kv.get_value(REMOTE_NS, self._key(ctx.session_id))
+        return dict(value) if isinstance(value, dict) else {}
+
+    async def remember(self, ctx: RunContext, value: dict[str, str]) -> None:
+        kv = _kv(ctx.store)
+        if kv is None:
+            self._contexts[self._key(ctx.session_id)] = value
+        else:
+            await kv.put_value(REMOTE_NS, self._key(ctx.session_id), value)
+
+
+def _kv(store: Any) -> Any:
+    if store is None:
+        return None
+    from loom.store.base import capabilities_of
+
+    return capabilities_of(store).kv
+
+
+class A2ATool:
+    """One call sends one message to the remote agent and returns its answer."""
+
+    def __init__(self, owner: A2AAgent, name: str, description: str) -> None:
+        self.owner, self.name, self.description = owner, name, description
+        self.parameters: dict[str, Any] = {
+            "type": "object",
+            "properties": {"message": {"type": "string", "description": "What to ask or tell it."}},
+            "required": ["message"],
+            "additionalProperties": False,
+        }
+        self.timeout: float | None = owner.timeout
+        self.effect: Effect = owner.effect
+
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        message = arguments.get("message")
+        if not isinstance(message, str) or not message.strip():
+            raise ToolArgumentsError(f"{self.name} takes {{'message': '<non-empty text>'}}")
+        extra = sorted(set(arguments) - {"message"})
+        if extra:
+            raise ToolArgumentsError(f"{self.name} takes only 'message'; got also {extra}")
+        return {"message": message}
+
+    async def run(self, ctx: RunContext, arguments: dict[str, Any]) -> str:
+        from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest, TaskState
+
+        client = await self.owner.client()
+        known = await self.owner.remembered(ctx)
+        message = Message(
+            role=Role.ROLE_USER,
+            message_id=str(uuid.uuid4()),
+            parts=[Part(text=arguments["message"])],
+            context_id=known.get("context_id", ""),
+            task_id=known.get("task_id", ""),
+        )
+        task_id, context_id, state = "", known.get("context_id", ""), None
+        texts: list[str] = []  # artifact text
+        status_text = ""
+        # the remote task's id, as soon as the first event names it: a call cancelled before
+        # then still cancels the remote task once the id arrives
+        named: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+        async def consume() -> None:
+            nonlocal task_id, context_id, state, texts, status_text, known
+            async for response in client.send_message(SendMessageRequest(message=message)):
+                if response.HasField("message"):  # a message-only answer
+                    context_id = response.message.context_id or context_id
+                    status_text = _text(response.message.parts)
+                    state = TaskState.TASK_STATE_COMPLETED
+                    continue
+                if response.HasField("task"):
+                    task = response.task
+                    task_id, context_id, state = task.id, task.context_id, task.status.state
+                    texts = [_text(a.parts) for a in task.artifacts]
+                    status_text = _text(task.status.message.parts) or status_text
+                elif response.HasField("status_update"):
+                    update = response.status_update
+                    task_id, context_id = update.task_id, update.context_id
+                    state = update.status.state
+                    status_text = _text(update.status.message.parts) or status_text
+                    log.info("%s: task %s %s %s", self.name, task_id,
+                             TaskState.Name(state), status_text)  # fmt: skip
+                elif response.HasField("artifact_update"):
+                    part = _text(response.artifact_update.artifact.parts)
+                    if response.artifact_update.append and texts:
+                        texts[-1] += part
+                    else:
+                        texts.append(part)
+                if task_id and not named.done():
+                    named.set_result(task_id)
+                if task_id and not known.get("context_id"):  # remember it as soon as known
+                    known = {"context_id": context_id}
+                    await self.owner.remember(ctx, known)
+
+        reader = asyncio.ensure_future(consume())
+        try:
+            await asyncio.shield(reader)
+        except asyncio.CancelledError:  # the call timed out or the run was cancelled
+            await _cancel_remote(client, named, reader)
+            raise
+        except Exception as exc:
+            raise ToolError(
+                f"the A2A agent at {self.owner.url} failed: {exc}", code="a2a_unavailable"
+            ) from exc
+        waiting = state in (TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED)
+        remembered = {"context_id": context_id} if context_id else {}
+        if waiting and task_id:
+            remembered["task_id"] = task_id
+        await self.owner.remember(ctx, remembered)
+        answer = "\n".join(t for t in texts if t) or status_text
+        if state == TaskState.TASK_STATE_COMPLETED:
+            return answer
+        if waiting:
+            return f"[the remote agent waits for your reply] {status_text or answer}"
+        label = TaskState.Name(state or 0).removeprefix("TASK_STATE_").lower()
+        raise ToolError(
+            f"the remote agent's task {task_id or '?'} ended {label}: {status_text or answer}",
+            code="a2a_task_failed",
+        )
+
+
+def _text(parts: Any) -> str:
+    return "\n".join(p.text for p in parts if p.HasField("text"))
+
+
+async def _cancel_remote(
+    client: Any, named: asyncio.Future[str], reader: asyncio.Future[None]
+) -> None:
+    """Cancel the remote task (waiting for its id if the first event has not come yet), then
+    stop reading; shielded so the caller's cancellation cannot cut it short."""
+    from a2a.types.a2a_pb2 import CancelTaskRequest
+
+    async def cancel() -> None:
+        try:
+            with contextlib.suppress(Exception):
+                task_id = await asyncio.wait_for(asyncio.shield(named), _CANCEL_WAIT)
+                await asyncio.wait_for(
+                    client.cancel_task(CancelTaskRequest(id=task_id)), _CANCEL_WAIT
+                )
+        finally:
+            reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
+
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.shield(asyncio.ensure_future(cancel()))
+
+
+def a2a_agent(
+    url: str,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float = 300.0,
+    connect_timeout: float = 30.0,
+    headers: Mapping[str, str] | None = None,
+    effect: Effect = "at_most_once",
+) -> A2AAgent:
+    """A remote A2A agent as a tool: put the result in ``Agent(tools=[...])``.
+
+    ``url``: where the agent card is (``<url>/.well-known/agent-card.json``). ``name`` and
+    ``description`` override the card's. ``timeout``: seconds one call may take (the remote
+    task is cancelled past it). ``headers``: sent with every request (``Authorization``).
+    ``effect``: what re-running a call after a crash would do (default ``at_most_once``)."""
+    return A2AAgent(url, name=name, description=description, timeout=timeout,
+                    connect_timeout=connect_timeout, headers=headers, effect=effect)  # fmt: skip

@@ -266,7 +266,13 @@ async def list_monitors(request: Request) -> list[dict[str, Any]]:
     return [m.to_dict() for m in await _monitors(state_of(request)).list_monitors()]
 
 
-@router.get("/monitors/events", tags=["monitors"], summary="Check-ins as server-sent events")
+@router.get(
+    "/monitors/events",
+    tags=["monitors"],
+    summary="Check-ins as server-sent events",
+    response_class=StreamingResponse,  # documented as text/event-stream, not JSON
+    responses={200: {"content": {"text/event-stream": {}}, "description": "check-in events"}},
+)
 async def monitor_events(request: Request, after: int = 0, poll: float = 0.5) -> Response:
     monitors = _monitors(state_of(request))
     last = request.headers.get("last-event-id")

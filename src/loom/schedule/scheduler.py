@@ -13,6 +13,11 @@ One pass (``poll``) does, in order:
 4. start what this process claimed, applying the overlap policy against the schedule's runs;
 5. cancel runs that were asked to stop (``cancelling``).
 
+Steps 1, 4 and 5 concern only this process's own runs: ``tend`` does just those. A worker
+fleet (``loom worker``) runs the whole pass as a procrastinate periodic task, once per tick on
+one worker of the fleet, and ``tend`` on every worker every second, so a worker's runs are
+renewed, started and cancelled whichever worker got the tick.
+
 ``LOOM_SCHEDULE_FAULT=after_claim`` / ``after_start`` makes the process exit right after it
 claimed a tick / recorded its start: the crash tests' fault hook.
 """
@@ -108,16 +113,34 @@ class Scheduler:
         self.owner = owner or owner_id()
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self._loop_task: asyncio.Task[None] | None = None
+        self._detached = False
+        # a worker's periodic pass and its tend loop must not start the same runs at once
+        self._pass = asyncio.Lock()
 
     # -- one pass -------------------------------------------------------------------------------
     async def poll(self, now: float | None = None) -> PollReport:
         """One pass of the poller at ``now`` (default the clock)."""
-        now = self.clock() if now is None else now
-        report = PollReport()
-        await self.store.renew(self.owner, now + self.lease)
-        await self._recover(now, report)
-        for state in await self.store.due(now):
-            await self._claim(state, now, report)
+        async with self._pass:
+            now = self.clock() if now is None else now
+            report = PollReport()
+            await self.store.renew(self.owner, now + self.lease)
+            await self._recover(now, report)
+            for state in await self.store.due(now):
+                await self._claim(state, now, report)
+            await self._own(now, report)
+            return report
+
+    async def tend(self, now: float | None = None) -> PollReport:
+        """This process's share of a pass: renew the lease of its runs, start its claimed and
+        queued ones, stop those asked to stop. Claims nothing, takes nothing over."""
+        async with self._pass:
+            now = self.clock() if now is None else now
+            report = PollReport()
+            await self.store.renew(self.owner, now + self.lease)
+            await self._own(now, report)
+            return report
+
+    async def _own(self, now: float, report: PollReport) -> None:
         await self._start(now, report)
         for run in await self.store.schedule_runs(
             status=("cancelling",), owner=self.owner, limit=0
@@ -125,7 +148,6 @@ class Scheduler:
             task = self.tasks.get(run.id)
             if task is not None:
                 task.cancel()
-        return report
 
     async def _claim(self, state: ScheduleState, now: float, report: PollReport) -> None:
         s, first = state.schedule, state.next_fire_at
@@ -252,6 +274,8 @@ class Scheduler:
         try:
             outcome = await launcher.run(schedule, run, run_id)
         except asyncio.CancelledError:
+            if self._detached:  # this process stops, the run goes on: aclose hands it over
+                raise
             await self.store.transition(
                 run.id,
                 "cancelled",
@@ -297,7 +321,11 @@ class Scheduler:
                 continue  # another poller took it
             report.recovered += 1
             if run.status in ("running", "cancelling"):
-                if await self._reached_store(run):
+                if _reattaches(self.launcher) and not run.schedule_id.startswith("job:"):
+                    # its run goes on without its first owner (a queued job): start it again,
+                    # the launcher waits for the same run instead of starting another
+                    await self.store.transition(run.id, "claimed", expect=(run.status,))
+                elif await self._reached_store(run):
                     await self.store.transition(
                         run.id,
                         "interrupted",
@@ -323,20 +351,23 @@ class Scheduler:
         return any(r.run_id == run.run_id for r in await list_runs(run.session_id))
 
     # -- running --------------------------------------------------------------------------------
-    async def run_forever(self, every: float = 1.0) -> None:
-        """Poll every ``every`` seconds until cancelled; a failing pass is logged and retried."""
+    async def run_forever(self, every: float = 1.0, *, claim: bool = True) -> None:
+        """Poll every ``every`` seconds until cancelled (``claim=False``: only ``tend``); a
+        failing pass is logged and retried."""
         while True:
             try:
-                await self.poll()
+                await (self.poll() if claim else self.tend())
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("scheduler pass failed; retrying in %s s", every)
             await asyncio.sleep(every)
 
-    def start(self, every: float = 1.0) -> asyncio.Task[None]:
+    def start(self, every: float = 1.0, *, claim: bool = True) -> asyncio.Task[None]:
         """Run ``run_forever`` in a task of the running loop (``aclose`` stops it)."""
-        self._loop_task = asyncio.create_task(self.run_forever(every), name="loom-scheduler")
+        self._loop_task = asyncio.create_task(
+            self.run_forever(every, claim=claim), name="loom-scheduler"
+        )
         return self._loop_task
 
     async def drain(self) -> None:
@@ -344,8 +375,17 @@ class Scheduler:
         while self.tasks:
             await asyncio.gather(*list(self.tasks.values()), return_exceptions=True)
 
-    async def aclose(self) -> None:
-        """Stop polling and cancel this process's runs (their rows say ``cancelled``)."""
+    async def aclose(self, *, cancel_runs: bool = True) -> None:
+        """Stop polling and cancel this process's runs (their rows say ``cancelled``).
+
+        ``cancel_runs=False`` (a worker shutting down, whose runs are queued jobs that go on
+        elsewhere): stop waiting for them and hand them over (their lease ends now), so the
+        next pass of another process takes them over and waits for the same runs."""
+        if not cancel_runs:
+            self._detached = True
+            detach = getattr(self.launcher, "detach", None)
+            if detach is not None:
+                detach()
         if self._loop_task is not None:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -353,6 +393,13 @@ class Scheduler:
         for task in list(self.tasks.values()):
             task.cancel()
         await self.drain()
+        if self._detached:
+            await self.store.renew(self.owner, 0.0)  # a lease that ended: any pass takes over
+
+
+def _reattaches(launcher: Launcher) -> bool:
+    """Whether ``launcher`` re-attaches to a run started before (``QueueLauncher``)."""
+    return bool(getattr(launcher, "reattaches", False))
 
 
 def _lease_out(run: ScheduleRun, now: float) -> bool:

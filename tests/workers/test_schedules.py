@@ -36,27 +36,37 @@ async def test_three_workers_fire_a_schedule_once_per_tick(fleet: Any) -> None:
     try:
         options = ["--concurrency", "3", "--heartbeat", "0.5", "--stalled-after", "2"]
         workers = [
-            fleet.start("-m", "loom", "worker", "--store", fleet.dsn, "--app",
-                        "sched_app:agents", *options)  # fmt: skip
+            fleet.start(
+                "-m", "loom", "worker", "--store", fleet.dsn, "--app", "sched_app:agents", *options
+            )
             for _ in range(3)
         ]
 
-        async def all_up() -> bool:
-            rows = await store._fetchall(  # the test reads procrastinate's table directly
-                "counting workers",
-                "SELECT count(*) FROM pg_tables WHERE tablename = 'procrastinate_workers'",
-            )
-            if not rows[0][0]:
-                return False
-            up = await store._fetchall("counting workers", "SELECT count(*) FROM procrastinate_workers")
-            return bool(up[0][0] >= 3)
+        async def all_up() -> bool:  # each worker registered in procrastinate's table
+            import psycopg
+
+            async with await psycopg.AsyncConnection.connect(fleet.dsn) as conn:
+                cur = await conn.execute("SELECT to_regclass('procrastinate_workers')")
+                if (await cur.fetchone()) == (None,):
+                    return False
+                cur = await conn.execute("SELECT count(*) FROM procrastinate_workers")
+                row = await cur.fetchone()
+                return row is not None and row[0] >= 3
 
         await _until("three workers", all_up, 20)
         start = math.ceil(time.time()) + 1
         await schedules.add(
-            Schedule(agent="stamp", message="stamp it", interval=1, start_at=start,
-                     id="every-second", session="per_run", misfire="catch_up", catch_up=10,
-                     overlap="queue")  # fmt: skip
+            Schedule(
+                agent="stamp",
+                message="stamp it",
+                interval=1,
+                start_at=start,
+                id="every-second",
+                session="per_run",
+                misfire="catch_up",
+                catch_up=10,
+                overlap="queue",
+            )
         )
 
         async def enough() -> bool:
@@ -68,7 +78,8 @@ async def test_three_workers_fire_a_schedule_once_per_tick(fleet: Any) -> None:
 
         async def settled() -> bool:
             return not await schedules.active_runs("every-second") and not [
-                r for r in await schedules.schedule_runs("every-second", limit=0)
+                r
+                for r in await schedules.schedule_runs("every-second", limit=0)
                 if r.status == "queued"
             ]
 
@@ -77,7 +88,9 @@ async def test_three_workers_fire_a_schedule_once_per_tick(fleet: Any) -> None:
         ticks = [r.tick for r in runs]
         assert ticks == [start + i for i in range(len(runs))], ticks  # every tick, in a row
         assert len(runs) >= TICKS
-        assert [r.status for r in runs] == ["finished"] * len(runs), [(r.tick, r.status, r.error) for r in runs]
+        assert [r.status for r in runs] == ["finished"] * len(runs), [
+            (r.tick, r.status, r.error) for r in runs
+        ]
         # the journal: each tick's run started once, with the message once, in its own session
         for r in runs:
             assert r.run_id == f"run_sched_every-second_{int(r.tick)}"

@@ -146,4 +146,6 @@ class QueueLauncher:
             return Outcome(error="its job ended without the run's end; the session's next "
                            "turn recovers the run")  # fmt: skip
         reason = ended[-1].status
-        return Outcome(error=f"the run ended: {reason}" if reason in ("error", "cancelled") else None)
+        return Outcome(
+            error=f"the run ended: {reason}" if reason in ("error", "cancelled") else None
+        )

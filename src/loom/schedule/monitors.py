@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from loom.errors import MonitorNotFound, ScheduleError
-from loom.schedule.backend import Backend, backend_of
+from loom.schedule.backend import tables_of
 from loom.schedule.model import CheckIn, Monitor
 from loom.schedule.timing import next_tick
+from loom.store.base import ScheduleTables
 
 __all__ = ["MonitorChange", "MonitorState", "MonitorStore"]
 
@@ -86,7 +87,8 @@ class MonitorStore:
     time; ``cancel_schedule_runs`` (set by the scheduler's owner) stops a timed-out run."""
 
     def __init__(self, store: Any, *, clock: Callable[[], float] = time.time) -> None:
-        self.db: Backend = backend_of(store)
+        self.store = store  # the Loom store: its ScheduleTables run the SQL
+        self.db: ScheduleTables = tables_of(store)
         self.clock = clock
         self.subscribers: list[Subscriber] = []
 
@@ -108,7 +110,7 @@ class MonitorStore:
     async def _expected(self, monitor: Monitor, after: float) -> float | None:
         if monitor.schedule_id is None:
             return next_tick(monitor, after)
-        rows = await self.db.rows(
+        rows = await self.db.schedule_rows(
             "reading a schedule", "SELECT data FROM schedules WHERE id = ?", (monitor.schedule_id,)
         )
         if not rows:
@@ -123,7 +125,7 @@ class MonitorStore:
         unknown schedule is refused)."""
         monitor.check()
         if monitor.schedule_id is not None:
-            rows = await self.db.rows(
+            rows = await self.db.schedule_rows(
                 "reading a schedule",
                 "SELECT id FROM schedules WHERE id = ?",
                 (monitor.schedule_id,),
@@ -132,7 +134,7 @@ class MonitorStore:
                 raise ScheduleError(f"no schedule {monitor.schedule_id!r}", field="schedule_id")
         now = self.clock()
         expected = await self._expected(monitor, now)
-        n = await self.db.execute(
+        n = await self.db.schedule_execute(
             "adding a monitor",
             f"INSERT INTO monitors (id, schedule_id, {_STATE_COLS}) VALUES (?, ?, ?, 'new', ?, "
             "NULL, NULL, ?) ON CONFLICT (id) DO NOTHING",
@@ -143,7 +145,7 @@ class MonitorStore:
         return MonitorState(monitor, "new", expected, None, None, now)
 
     async def get(self, monitor_id: str) -> MonitorState:
-        rows = await self.db.rows(
+        rows = await self.db.schedule_rows(
             "reading a monitor", f"SELECT {_STATE_COLS} FROM monitors WHERE id = ?", (monitor_id,)
         )
         if not rows:
@@ -151,17 +153,17 @@ class MonitorStore:
         return _state(rows[0])
 
     async def list_monitors(self) -> list[MonitorState]:
-        rows = await self.db.rows(
+        rows = await self.db.schedule_rows(
             "listing monitors", f"SELECT {_STATE_COLS} FROM monitors ORDER BY id"
         )
         return [_state(r) for r in rows]
 
     async def remove(self, monitor_id: str) -> None:
-        if not await self.db.execute(
+        if not await self.db.schedule_execute(
             "deleting a monitor", "DELETE FROM monitors WHERE id = ?", (monitor_id,)
         ):
             raise MonitorNotFound(f"no monitor {monitor_id!r}", field="monitor_id")
-        await self.db.execute(
+        await self.db.schedule_execute(
             "deleting check-ins", "DELETE FROM monitor_checkins WHERE monitor_id = ?", (monitor_id,)
         )
 
@@ -173,12 +175,18 @@ class MonitorStore:
         if monitor_id is not None:
             where += " AND monitor_id = ?"
             params.append(monitor_id)  # type: ignore[arg-type]
-        rows = await self.db.rows(
+        rows = await self.db.schedule_rows(
             "listing check-ins",
             f"SELECT {_CHECKIN_COLS} FROM monitor_checkins WHERE {where} ORDER BY id LIMIT ?",
             (*params, limit),
         )
         return [_checkin(r) for r in rows]
+
+    async def delete_checkins(self, older_than: float) -> int:
+        """Delete check-ins recorded before ``older_than`` (the ``history`` job)."""
+        return await self.db.schedule_execute(
+            "deleting old check-ins", "DELETE FROM monitor_checkins WHERE at < ?", (older_than,)
+        )
 
     # -- check-ins ------------------------------------------------------------------------------
     async def checkin(self, monitor_id: str, status: str, *, source: str = "client") -> CheckIn:
@@ -205,7 +213,7 @@ class MonitorStore:
                 " next_expected_at = ?, updated_at = ? WHERE id = ?",
                 (health, now, expected, now, monitor_id),
             )
-        await self.db.gated(
+        await self.db.schedule_gated(
             "recording a check-in",
             sql,
             [self._insert(monitor_id, status, source, now, state.next_expected_at, health)],
@@ -214,7 +222,7 @@ class MonitorStore:
 
     async def schedule_checkin(self, schedule_id: str, status: str) -> None:
         """The scheduler's check-in for every monitor of ``schedule_id``."""
-        rows = await self.db.rows(
+        rows = await self.db.schedule_rows(
             "finding monitors", "SELECT id FROM monitors WHERE schedule_id = ?", (schedule_id,)
         )
         for (monitor_id,) in rows:
@@ -231,7 +239,7 @@ class MonitorStore:
         )
 
     async def _recorded(self, monitor_id: str, before: str, after: str) -> CheckIn:
-        rows = await self.db.rows(
+        rows = await self.db.schedule_rows(
             "reading a check-in",
             f"SELECT {_CHECKIN_COLS} FROM monitor_checkins WHERE "
             "monitor_id = ? ORDER BY id DESC LIMIT 1",
@@ -262,7 +270,7 @@ class MonitorStore:
                     "updated_at = ? WHERE id = ? AND next_expected_at = ?",
                     (new_expected, now, m.id, expected),
                 )
-                if await self.db.gated(
+                if await self.db.schedule_gated(
                     "recording a missed check-in",
                     gate,
                     [self._insert(m.id, "missed", "system", now, expected, "missed")],
@@ -284,6 +292,6 @@ class MonitorStore:
                             (m.schedule_id,),
                         )
                     )
-                if await self.db.gated("recording a timeout", gate, then):
+                if await self.db.schedule_gated("recording a timeout", gate, then):
                     written.append(await self._recorded(m.id, state.health, "timed_out"))
         return written

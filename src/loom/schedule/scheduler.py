@@ -50,23 +50,16 @@ _MISSED_ROWS = 100  # missed ticks recorded one row each, newest first; older on
 
 def owner_id() -> str:
     """This process as a run owner: ``host:pid:start_ticks`` (a reused pid is told apart)."""
-    from loom.store._sqlite_db import Owner
+    from loom.store.owner import Owner
 
-    me = Owner.me()
-    return f"{me.host}:{me.pid}:{me.start_ticks}"
+    return str(Owner.me())
 
 
 def _owner_dead(owner: str | None) -> bool:
-    from loom.store._sqlite_db import Owner
+    from loom.store.owner import Owner
 
-    if not owner:
-        return False
-    host, _, rest = owner.partition(":")
-    pid, _, ticks = rest.partition(":")
-    try:
-        return not Owner(host, int(pid), int(ticks or 0)).alive()
-    except ValueError:
-        return False
+    found = Owner.parse(owner) if owner else None
+    return found is not None and not found.alive()
 
 
 def _fault(point: str) -> None:
@@ -344,7 +337,7 @@ class Scheduler:
         again)."""
         if run.run_id is None or run.session_id is None:
             return False
-        store = self.store.db.store  # type: ignore[attr-defined]
+        store = self.store.store
         list_runs = getattr(store, "list_runs", None)
         if list_runs is None:
             return True  # cannot tell: never run twice

@@ -12,6 +12,7 @@ from loom.errors import ScheduleError
 
 if TYPE_CHECKING:
     from loom.agent import Agent
+    from loom.crew import Crew
     from loom.runtime import Runtime
     from loom.schedule.model import Schedule, ScheduleRun
 
@@ -36,21 +37,33 @@ class Launcher(Protocol):
 
 
 class RuntimeLauncher:
-    """Runs the schedule's agent in this process on ``runtime`` (``loom serve``): the turn is
-    named ``run_id`` and runs on the tick's session (its gate queues turns of one session)."""
+    """Runs the schedule's agent (or crew) in this process on ``runtime`` (``loom serve``): an
+    agent's turn is named ``run_id`` and runs on the tick's session (its gate queues turns of
+    one session); a crew runs on the tick's session as its crew session. ``agents`` are looked
+    up by name; ``add`` makes one more agent or crew known here (``Scheduler.schedule``)."""
 
-    def __init__(self, runtime: Runtime, agents: Mapping[str, Agent]) -> None:
+    def __init__(self, runtime: Runtime, agents: Mapping[str, Agent | Crew]) -> None:
         self.runtime = runtime
         self.agents = agents
+        self.added: dict[str, Agent | Crew] = {}
+
+    def add(self, target: Agent | Crew) -> None:
+        """Run ``target`` for schedules naming it (it wins over an ``agents`` entry)."""
+        self.added[target.name] = target
 
     async def run(self, schedule: Schedule, run: ScheduleRun, run_id: str) -> Outcome:
+        from loom.crew import Crew
         from loom.driving import discard
 
-        agent = self.agents.get(schedule.agent)
-        if agent is None:
+        target = self.added.get(schedule.agent) or self.agents.get(schedule.agent)
+        if target is None:
             raise ScheduleError(f"no agent named {schedule.agent!r} in this process", field="agent")
         session = run.session_id or schedule.session_for(run.tick)
-        turn = self.runtime.prepare(agent, schedule.message, session, "queue", None, run_id=run_id)
+        if isinstance(target, Crew):
+            done = await target.run(schedule.message, session_id=session, runtime=self.runtime)
+            failed = done.stop_reason in ("error", "cancelled")
+            return Outcome(error=(done.error or done.stop_reason) if failed else None)
+        turn = self.runtime.prepare(target, schedule.message, session, "queue", None, run_id=run_id)
         await turn.run(discard)
         result = turn.result
         if result is None or result.stop_reason in ("error", "cancelled"):

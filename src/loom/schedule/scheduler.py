@@ -30,7 +30,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from loom.errors import ScheduleNotFound
 from loom.schedule.launch import Launcher, Outcome
@@ -39,6 +39,8 @@ from loom.schedule.storage import ScheduleState, ScheduleStore
 from loom.schedule.timing import next_tick, ticks_between
 
 if TYPE_CHECKING:
+    from loom.agent import Agent
+    from loom.crew import Crew
     from loom.schedule.monitors import MonitorStore
 
 __all__ = ["PollReport", "Scheduler", "owner_id"]
@@ -109,6 +111,38 @@ class Scheduler:
         self._detached = False
         # a worker's periodic pass and its tend loop must not start the same runs at once
         self._pass = asyncio.Lock()
+
+    # -- from code ------------------------------------------------------------------------------
+    async def schedule(
+        self,
+        target: Agent | Crew,
+        message: str,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        tz: str = "UTC",
+        **options: Any,
+    ) -> Schedule:
+        """Run ``target`` (an ``Agent`` or a ``Crew``) with ``message`` on the cron line ``cron``
+        (read in the IANA time zone ``tz``) or every ``every`` seconds; ``options`` are the other
+        ``Schedule`` fields (``id``, ``session``, ``misfire``, ``catch_up``, ``overlap``,
+        ``start_at``, ``end_at``, ...). Stores the schedule and returns it; a bad field is a
+        ``ScheduleError`` naming it.
+
+        This process runs it when its launcher runs in process (``RuntimeLauncher``: the target
+        is added to it). A worker fleet runs agents by name: give the workers the agent.
+        """
+        from loom.errors import ScheduleError
+
+        if not isinstance(getattr(target, "name", None), str):
+            raise ScheduleError("schedule an Agent or a Crew (it needs a name)", field="agent")
+        schedule = Schedule(agent=target.name, message=message, cron=cron, interval=every,
+                            timezone=tz, **options)  # fmt: skip
+        add = getattr(self.launcher, "add", None)
+        if add is not None:
+            add(target)  # before the schedule exists: its first tick finds it
+        state = await self.store.add(schedule, known=add is not None)
+        return state.schedule
 
     # -- one pass -------------------------------------------------------------------------------
     async def poll(self, now: float | None = None) -> PollReport:

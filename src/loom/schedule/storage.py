@@ -78,12 +78,14 @@ class ScheduleStore:
         self.agents = agents
 
     # -- schedules ------------------------------------------------------------------------------
-    async def add(self, schedule: Schedule) -> ScheduleState:
-        """Store a new schedule (checked first: ``ScheduleError`` names a bad field)."""
+    async def add(self, schedule: Schedule, *, known: bool = False) -> ScheduleState:
+        """Store a new schedule (checked first: ``ScheduleError`` names a bad field).
+        ``known``: the caller holds the agent itself (``Scheduler.schedule``), so its name is
+        not looked up in ``agents``."""
         now = self.clock()
         if not schedule.created_at:
             schedule = schedule.replace(created_at=now)
-        schedule.check(self.agents if schedule.job is None else None)
+        schedule.check(self.agents if schedule.job is None and not known else None)
         nxt = next_tick(schedule, now) if schedule.enabled else None
         thread = schedule.session_id if schedule.session == "per_schedule" else None
         inserted = await self.db.schedule_execute(

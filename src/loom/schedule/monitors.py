@@ -15,10 +15,12 @@ so several processes running it write each synthetic check-in once.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +70,16 @@ class MonitorChange:
     before: str
     after: str
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (a webhook's body): ``monitor_id``, ``checkin``, ``before``,
+        ``after``."""
+        return {
+            "monitor_id": self.monitor_id,
+            "checkin": self.checkin.to_dict(),
+            "before": self.before,
+            "after": self.after,
+        }
+
 
 Subscriber = Callable[[MonitorChange], Awaitable[None] | None]
 
@@ -93,10 +105,46 @@ class MonitorStore:
         self.subscribers: list[Subscriber] = []
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
-        """Call ``fn`` (sync or async) with every health change this process records (webhooks
-        hook in here); returns a function that unsubscribes."""
+        """Call ``fn`` (sync or async) with every check-in this ``MonitorStore`` records, as a
+        ``MonitorChange`` (health before and after), right after its commit; returns a function
+        that unsubscribes. A subscriber that raises is logged and the others still run.
+
+        This is where webhooks attach (``server.schedule_api.monitors_of(state)`` is the
+        server's instance). It sees what this process records; ``follow`` sees every process's
+        check-ins (a worker fleet's detector, another server)."""
         self.subscribers.append(fn)
         return lambda: self.subscribers.remove(fn) if fn in self.subscribers else None
+
+    async def follow(
+        self, *, after: int = 0, every: float = 1.0, stop: asyncio.Event | None = None
+    ) -> AsyncIterator[MonitorChange]:
+        """Every check-in with an id above ``after`` as a ``MonitorChange``, oldest first, from
+        whichever process recorded it (it tails the table every ``every`` seconds, as the SSE
+        stream does) until ``stop`` is set. ``before`` is the health of the monitor's previous
+        check-in (``new`` for its first). A consumer that keeps the last id it handled
+        resumes after a restart without losing or repeating one."""
+        last: dict[str, str] = {}
+        while stop is None or not stop.is_set():
+            batch = await self.checkins(after=after, limit=500)
+            for c in batch:
+                before = last.get(c.monitor_id)
+                if before is None:
+                    rows = await self.db.schedule_rows(
+                        "reading a check-in",
+                        "SELECT health FROM monitor_checkins WHERE monitor_id = ? AND id < ? "
+                        "ORDER BY id DESC LIMIT 1",
+                        (c.monitor_id, c.id),
+                    )
+                    before = rows[0][0] if rows else "new"
+                last[c.monitor_id] = c.health
+                after = c.id
+                yield MonitorChange(c.monitor_id, c, before, c.health)
+            if not batch:
+                if stop is None:
+                    await asyncio.sleep(every)
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), every)
 
     async def _notify(self, change: MonitorChange) -> None:
         for fn in list(self.subscribers):

@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # events, stores: loaded by the first run, not by `from loom 
     from loom.patterns.library import PatternLibrary
     from loom.policy.approval import PendingApproval
     from loom.runtime import Runtime
+    from loom.schedule import Schedule, Scheduler
     from loom.store.base import Store
 
 __all__ = ["Agent"]
@@ -578,6 +579,20 @@ class Agent:
         raise ConfigurationError(
             "run_sync() was called inside a running event loop; use 'await agent.run(...)'"
         )
+
+    async def schedule(
+        self,
+        message: str,
+        *,
+        on: Scheduler,
+        cron: str | None = None,
+        every: float | None = None,
+        tz: str = "UTC",
+        **options: Any,
+    ) -> Schedule:
+        """Run this agent with ``message`` on a clock: ``on.schedule(self, ...)``, see
+        ``loom.schedule.Scheduler.schedule`` and docs/scheduling.md."""
+        return await on.schedule(self, message, cron=cron, every=every, tz=tz, **options)
 
     # -- human approval ----------------------------------------------------------------------
     async def pending_approvals(self, session_id: str) -> list[PendingApproval]:

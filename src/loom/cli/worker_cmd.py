@@ -45,8 +45,19 @@ def worker(
     max_attempts: Annotated[
         int, typer.Option("--max-attempts", help="Attempts of a run whose worker keeps dying.")
     ] = 3,
+    scheduler: Annotated[
+        bool,
+        typer.Option(
+            "--scheduler/--no-scheduler",
+            help="Fire the store's schedules and background jobs (one worker per tick).",
+        ),
+    ] = True,
+    schedule_every: Annotated[
+        int, typer.Option("--schedule-every", help="Seconds between scheduler passes (1..59).")
+    ] = 1,
 ) -> None:
-    """Execute queued runs (background runs of `loom serve --queue`, `enqueue_run`)."""
+    """Execute queued runs (background runs of `loom serve --queue`, `enqueue_run`) and fire
+    schedules (docs/scheduling.md)."""
     from loom.errors import ConfigurationError, LoomError, MissingDependencyError
 
     try:
@@ -71,6 +82,8 @@ def worker(
             heartbeat=heartbeat,
             stalled_after=stalled_after,
             max_attempts=max_attempts,
+            scheduler=scheduler,
+            schedule_every=schedule_every,
         )
         settings.check()  # before loading agents: a bad fleet setting says so first
         registry = (

@@ -40,6 +40,7 @@ from loom.messages import StopReason, Usage, new_id
 if TYPE_CHECKING:
     from loom.agent import Agent
     from loom.runtime import Runtime
+    from loom.schedule import Schedule, Scheduler
 
 __all__ = ["Crew"]
 
@@ -154,6 +155,20 @@ class Crew:
                  runtime: Runtime | None = None, deps: Any = None) -> CrewResult:  # fmt: skip
         """``run`` for code without an event loop."""
         return asyncio.run(self.run(task, session_id=session_id, runtime=runtime, deps=deps))
+
+    async def schedule(
+        self,
+        message: str,
+        *,
+        on: Scheduler,
+        cron: str | None = None,
+        every: float | None = None,
+        tz: str = "UTC",
+        **options: Any,
+    ) -> Schedule:
+        """Run this crew with ``message`` on a clock: ``on.schedule(self, ...)``, see
+        ``loom.schedule.Scheduler.schedule`` and docs/scheduling.md."""
+        return await on.schedule(self, message, cron=cron, every=every, tz=tz, **options)
 
     async def stream(self, task: str, *, session_id: str | None = None,
                      runtime: Runtime | None = None,

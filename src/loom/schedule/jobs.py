@@ -158,9 +158,7 @@ def builtin_jobs(
         assert s.history_ttl is not None
         before = clock() - s.history_ttl
         runs = await schedules.delete_runs(before)
-        checkins = await schedules.db.execute(
-            "deleting old check-ins", "DELETE FROM monitor_checkins WHERE at < ?", (before,)
-        )
+        checkins = await monitors.delete_checkins(before)
         return {"runs": runs, "checkins": checkins}
 
     async def detect() -> dict[str, int]:

@@ -12,10 +12,14 @@ from loom.errors import ScheduleError
 
 if TYPE_CHECKING:
     from loom.agent import Agent
+    from loom.crew import Crew
     from loom.runtime import Runtime
     from loom.schedule.model import Schedule, ScheduleRun
 
-__all__ = ["Launcher", "Outcome", "QueueLauncher", "RuntimeLauncher"]
+__all__ = ["JOBS_NAMESPACE", "Launcher", "Outcome", "QueueLauncher", "RuntimeLauncher"]
+
+JOBS_NAMESPACE = "loom.schedule.jobs"
+"""Key-value namespace of the queued job of each scheduled run (key: the run id)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,21 +37,33 @@ class Launcher(Protocol):
 
 
 class RuntimeLauncher:
-    """Runs the schedule's agent in this process on ``runtime`` (``loom serve``): the turn is
-    named ``run_id`` and runs on the tick's session (its gate queues turns of one session)."""
+    """Runs the schedule's agent (or crew) in this process on ``runtime`` (``loom serve``): an
+    agent's turn is named ``run_id`` and runs on the tick's session (its gate queues turns of
+    one session); a crew runs on the tick's session as its crew session. ``agents`` are looked
+    up by name; ``add`` makes one more agent or crew known here (``Scheduler.schedule``)."""
 
-    def __init__(self, runtime: Runtime, agents: Mapping[str, Agent]) -> None:
+    def __init__(self, runtime: Runtime, agents: Mapping[str, Agent | Crew]) -> None:
         self.runtime = runtime
         self.agents = agents
+        self.added: dict[str, Agent | Crew] = {}
+
+    def add(self, target: Agent | Crew) -> None:
+        """Run ``target`` for schedules naming it (it wins over an ``agents`` entry)."""
+        self.added[target.name] = target
 
     async def run(self, schedule: Schedule, run: ScheduleRun, run_id: str) -> Outcome:
+        from loom.crew import Crew
         from loom.driving import discard
 
-        agent = self.agents.get(schedule.agent)
-        if agent is None:
+        target = self.added.get(schedule.agent) or self.agents.get(schedule.agent)
+        if target is None:
             raise ScheduleError(f"no agent named {schedule.agent!r} in this process", field="agent")
         session = run.session_id or schedule.session_for(run.tick)
-        turn = self.runtime.prepare(agent, schedule.message, session, "queue", None, run_id=run_id)
+        if isinstance(target, Crew):
+            done = await target.run(schedule.message, session_id=session, runtime=self.runtime)
+            failed = done.stop_reason in ("error", "cancelled")
+            return Outcome(error=(done.error or done.stop_reason) if failed else None)
+        turn = self.runtime.prepare(target, schedule.message, session, "queue", None, run_id=run_id)
         await turn.run(discard)
         result = turn.result
         if result is None or result.stop_reason in ("error", "cancelled"):
@@ -56,26 +72,93 @@ class RuntimeLauncher:
 
 
 class QueueLauncher:
-    """Queues the tick's turn on the workers (``loom.workers.enqueue_run``) and waits for the
-    job's end (its record in the store); cancelling aborts the job."""
+    """Queues the tick's turn on the workers (``loom.workers.enqueue_run``, the run named
+    ``run_id``) and waits for the job's end (its record in the store); cancelling aborts the
+    job. ``loom worker`` fires schedules with it.
 
-    def __init__(self, app: Any, store: Any, *, poll_every: float = 0.5) -> None:
+    It re-attaches (``reattaches``): run again for a tick whose job exists, it waits for that
+    job instead of queueing another. The job's id is kept in the store (key-value namespace
+    ``loom.schedule.jobs``, key = run id); a job queued by a process that died before keeping
+    its id is found by its queueing lock while it waits, or by its run in the session's
+    journal once it ran. After ``detach()`` (the process shuts down) a cancelled wait leaves
+    the job running.
+    """
+
+    reattaches = True
+
+    def __init__(
+        self, app: Any, store: Any, *, queue: str = "loom", poll_every: float = 0.2
+    ) -> None:
         self.app = app
         self.store = store
+        self.queue = queue
         self.poll_every = poll_every
+        self.detached = False
+
+    def detach(self) -> None:
+        """From now on a cancelled wait stops waiting and leaves the job alone."""
+        self.detached = True
 
     async def run(self, schedule: Schedule, run: ScheduleRun, run_id: str) -> Outcome:
-        from loom.workers.app import abort_run, enqueue_run, job_state
+        from loom.workers.app import abort_run, job_state, kv_of
 
         session = run.session_id or schedule.session_for(run.tick)
-        job = await enqueue_run(self.app, schedule.agent, session, schedule.message)
+        kv = kv_of(self.store)
+        job = await kv.get_value(JOBS_NAMESPACE, run_id)
+        if not isinstance(job, int):
+            ran = await self._ran(session, run_id)
+            if ran is not None:
+                return ran  # queued and run before its id was kept: not again
+            job = await self._enqueue(schedule, session, run_id)
+            await kv.put_value(JOBS_NAMESPACE, run_id, job)
         try:
             while True:
                 state = await job_state(self.store, job)
                 if state is not None and state.get("status") in ("finished", "failed"):
-                    failed = state.get("status") == "failed"
-                    return Outcome(error=str(state.get("error") or "failed") if failed else None)
+                    if state.get("status") == "failed" or state.get("stop_reason") in (
+                        "error",
+                        "cancelled",
+                    ):
+                        return Outcome(error=str(state.get("error") or "the run failed"))
+                    return Outcome()
                 await asyncio.sleep(self.poll_every)
         except asyncio.CancelledError:
-            await abort_run(self.app, job)
+            if not self.detached:
+                await abort_run(self.app, job)
             raise
+
+    async def _enqueue(self, schedule: Schedule, session: str, run_id: str) -> int:
+        from procrastinate.exceptions import AlreadyEnqueued
+
+        from loom.workers.app import enqueue_run
+
+        lock = f"loom-schedule:{run_id}"
+        try:
+            return await enqueue_run(
+                self.app,
+                schedule.agent,
+                session,
+                schedule.message,
+                queue=self.queue,
+                run_id=run_id,
+                queueing_lock=lock,
+            )
+        except AlreadyEnqueued:  # queued by a process that died before it kept the job's id
+            waiting = await self.app.job_manager.list_jobs_async(queueing_lock=lock)
+            return int(next(iter(waiting)).id)
+
+    async def _ran(self, session: str, run_id: str) -> Outcome | None:
+        list_runs = getattr(self.store, "list_runs", None)
+        if list_runs is None:
+            return None
+        records = [r for r in await list_runs(session) if r.run_id == run_id]
+        if not records:
+            return None
+        ended = [r for r in records if r.status != "running"]
+        if not ended:  # started, never ended: its job is gone or still going; not again
+            return Outcome(error="its job ended without the run's end; the session's next "
+                           "turn recovers the run")  # fmt: skip
+        reason = ended[-1].status
+        return Outcome(
+            error=f"the run ended: {reason}" if reason in ("error", "cancelled") else None
+        )

@@ -15,17 +15,20 @@ so several processes running it write each synthetic check-in once.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from loom.errors import MonitorNotFound, ScheduleError
-from loom.schedule.backend import Backend, backend_of
+from loom.schedule.backend import tables_of
 from loom.schedule.model import CheckIn, Monitor
 from loom.schedule.timing import next_tick
+from loom.store.base import ScheduleTables
 
 __all__ = ["MonitorChange", "MonitorState", "MonitorStore"]
 
@@ -67,6 +70,16 @@ class MonitorChange:
     before: str
     after: str
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (a webhook's body): ``monitor_id``, ``checkin``, ``before``,
+        ``after``."""
+        return {
+            "monitor_id": self.monitor_id,
+            "checkin": self.checkin.to_dict(),
+            "before": self.before,
+            "after": self.after,
+        }
+
 
 Subscriber = Callable[[MonitorChange], Awaitable[None] | None]
 
@@ -86,15 +99,52 @@ class MonitorStore:
     time; ``cancel_schedule_runs`` (set by the scheduler's owner) stops a timed-out run."""
 
     def __init__(self, store: Any, *, clock: Callable[[], float] = time.time) -> None:
-        self.db: Backend = backend_of(store)
+        self.store = store  # the Loom store: its ScheduleTables run the SQL
+        self.db: ScheduleTables = tables_of(store)
         self.clock = clock
         self.subscribers: list[Subscriber] = []
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
-        """Call ``fn`` (sync or async) with every health change this process records (webhooks
-        hook in here); returns a function that unsubscribes."""
+        """Call ``fn`` (sync or async) with every check-in this ``MonitorStore`` records, as a
+        ``MonitorChange`` (health before and after), right after its commit; returns a function
+        that unsubscribes. A subscriber that raises is logged and the others still run.
+
+        This is where webhooks attach (``server.schedule_api.monitors_of(state)`` is the
+        server's instance). It sees what this process records; ``follow`` sees every process's
+        check-ins (a worker fleet's detector, another server)."""
         self.subscribers.append(fn)
         return lambda: self.subscribers.remove(fn) if fn in self.subscribers else None
+
+    async def follow(
+        self, *, after: int = 0, every: float = 1.0, stop: asyncio.Event | None = None
+    ) -> AsyncIterator[MonitorChange]:
+        """Every check-in with an id above ``after`` as a ``MonitorChange``, oldest first, from
+        whichever process recorded it (it tails the table every ``every`` seconds, as the SSE
+        stream does) until ``stop`` is set. ``before`` is the health of the monitor's previous
+        check-in (``new`` for its first). A consumer that keeps the last id it handled
+        resumes after a restart without losing or repeating one."""
+        last: dict[str, str] = {}
+        while stop is None or not stop.is_set():
+            batch = await self.checkins(after=after, limit=500)
+            for c in batch:
+                before = last.get(c.monitor_id)
+                if before is None:
+                    rows = await self.db.schedule_rows(
+                        "reading a check-in",
+                        "SELECT health FROM monitor_checkins WHERE monitor_id = ? AND id < ? "
+                        "ORDER BY id DESC LIMIT 1",
+                        (c.monitor_id, c.id),
+                    )
+                    before = rows[0][0] if rows else "new"
+                last[c.monitor_id] = c.health
+                after = c.id
+                yield MonitorChange(c.monitor_id, c, before, c.health)
+            if not batch:
+                if stop is None:
+                    await asyncio.sleep(every)
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), every)
 
     async def _notify(self, change: MonitorChange) -> None:
         for fn in list(self.subscribers):
@@ -108,7 +158,7 @@ class MonitorStore:
     async def _expected(self, monitor: Monitor, after: float) -> float | None:
         if monitor.schedule_id is None:
             return next_tick(monitor, after)
-        rows = await self.db.rows(
+        rows = await self.db.schedule_rows(
             "reading a schedule", "SELECT data FROM schedules WHERE id = ?", (monitor.schedule_id,)
         )
         if not rows:
@@ -123,7 +173,7 @@ class MonitorStore:
         unknown schedule is refused)."""
         monitor.check()
         if monitor.schedule_id is not None:
-            rows = await self.db.rows(
+            rows = await self.db.schedule_rows(
                 "reading a schedule",
                 "SELECT id FROM schedules WHERE id = ?",
                 (monitor.schedule_id,),
@@ -132,7 +182,7 @@ class MonitorStore:
                 raise ScheduleError(f"no schedule {monitor.schedule_id!r}", field="schedule_id")
         now = self.clock()
         expected = await self._expected(monitor, now)
-        n = await self.db.execute(
+        n = await self.db.schedule_execute(
             "adding a monitor",
             f"INSERT INTO monitors (id, schedule_id, {_STATE_COLS}) VALUES (?, ?, ?, 'new', ?, "
             "NULL, NULL, ?) ON CONFLICT (id) DO NOTHING",
@@ -143,7 +193,7 @@ class MonitorStore:
         return MonitorState(monitor, "new", expected, None, None, now)
 
     async def get(self, monitor_id: str) -> MonitorState:
-        rows = await self.db.rows(
+        rows = await self.db.schedule_rows(
             "reading a monitor", f"SELECT {_STATE_COLS} FROM monitors WHERE id = ?", (monitor_id,)
         )
         if not rows:
@@ -151,17 +201,17 @@ class MonitorStore:
         return _state(rows[0])
 
     async def list_monitors(self) -> list[MonitorState]:
-        rows = await self.db.rows(
+        rows = await self.db.schedule_rows(
             "listing monitors", f"SELECT {_STATE_COLS} FROM monitors ORDER BY id"
         )
         return [_state(r) for r in rows]
 
     async def remove(self, monitor_id: str) -> None:
-        if not await self.db.execute(
+        if not await self.db.schedule_execute(
             "deleting a monitor", "DELETE FROM monitors WHERE id = ?", (monitor_id,)
         ):
             raise MonitorNotFound(f"no monitor {monitor_id!r}", field="monitor_id")
-        await self.db.execute(
+        await self.db.schedule_execute(
             "deleting check-ins", "DELETE FROM monitor_checkins WHERE monitor_id = ?", (monitor_id,)
         )
 
@@ -173,12 +223,18 @@ class MonitorStore:
         if monitor_id is not None:
             where += " AND monitor_id = ?"
             params.append(monitor_id)  # type: ignore[arg-type]
-        rows = await self.db.rows(
+        rows = await self.db.schedule_rows(
             "listing check-ins",
             f"SELECT {_CHECKIN_COLS} FROM monitor_checkins WHERE {where} ORDER BY id LIMIT ?",
             (*params, limit),
         )
         return [_checkin(r) for r in rows]
+
+    async def delete_checkins(self, older_than: float) -> int:
+        """Delete check-ins recorded before ``older_than`` (the ``history`` job)."""
+        return await self.db.schedule_execute(
+            "deleting old check-ins", "DELETE FROM monitor_checkins WHERE at < ?", (older_than,)
+        )
 
     # -- check-ins ------------------------------------------------------------------------------
     async def checkin(self, monitor_id: str, status: str, *, source: str = "client") -> CheckIn:
@@ -205,7 +261,7 @@ class MonitorStore:
                 " next_expected_at = ?, updated_at = ? WHERE id = ?",
                 (health, now, expected, now, monitor_id),
             )
-        await self.db.gated(
+        await self.db.schedule_gated(
             "recording a check-in",
             sql,
             [self._insert(monitor_id, status, source, now, state.next_expected_at, health)],
@@ -214,7 +270,7 @@ class MonitorStore:
 
     async def schedule_checkin(self, schedule_id: str, status: str) -> None:
         """The scheduler's check-in for every monitor of ``schedule_id``."""
-        rows = await self.db.rows(
+        rows = await self.db.schedule_rows(
             "finding monitors", "SELECT id FROM monitors WHERE schedule_id = ?", (schedule_id,)
         )
         for (monitor_id,) in rows:
@@ -231,7 +287,7 @@ class MonitorStore:
         )
 
     async def _recorded(self, monitor_id: str, before: str, after: str) -> CheckIn:
-        rows = await self.db.rows(
+        rows = await self.db.schedule_rows(
             "reading a check-in",
             f"SELECT {_CHECKIN_COLS} FROM monitor_checkins WHERE "
             "monitor_id = ? ORDER BY id DESC LIMIT 1",
@@ -262,7 +318,7 @@ class MonitorStore:
                     "updated_at = ? WHERE id = ? AND next_expected_at = ?",
                     (new_expected, now, m.id, expected),
                 )
-                if await self.db.gated(
+                if await self.db.schedule_gated(
                     "recording a missed check-in",
                     gate,
                     [self._insert(m.id, "missed", "system", now, expected, "missed")],
@@ -284,6 +340,6 @@ class MonitorStore:
                             (m.schedule_id,),
                         )
                     )
-                if await self.db.gated("recording a timeout", gate, then):
+                if await self.db.schedule_gated("recording a timeout", gate, then):
                     written.append(await self._recorded(m.id, state.health, "timed_out"))
         return written

@@ -13,6 +13,11 @@ One pass (``poll``) does, in order:
 4. start what this process claimed, applying the overlap policy against the schedule's runs;
 5. cancel runs that were asked to stop (``cancelling``).
 
+Steps 1, 4 and 5 concern only this process's own runs: ``tend`` does just those. A worker
+fleet (``loom worker``) runs the whole pass as a procrastinate periodic task, once per tick on
+one worker of the fleet, and ``tend`` on every worker every second, so a worker's runs are
+renewed, started and cancelled whichever worker got the tick.
+
 ``LOOM_SCHEDULE_FAULT=after_claim`` / ``after_start`` makes the process exit right after it
 claimed a tick / recorded its start: the crash tests' fault hook.
 """
@@ -25,7 +30,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from loom.errors import ScheduleNotFound
 from loom.schedule.launch import Launcher, Outcome
@@ -34,6 +39,8 @@ from loom.schedule.storage import ScheduleState, ScheduleStore
 from loom.schedule.timing import next_tick, ticks_between
 
 if TYPE_CHECKING:
+    from loom.agent import Agent
+    from loom.crew import Crew
     from loom.schedule.monitors import MonitorStore
 
 __all__ = ["PollReport", "Scheduler", "owner_id"]
@@ -45,23 +52,16 @@ _MISSED_ROWS = 100  # missed ticks recorded one row each, newest first; older on
 
 def owner_id() -> str:
     """This process as a run owner: ``host:pid:start_ticks`` (a reused pid is told apart)."""
-    from loom.store._sqlite_db import Owner
+    from loom.store.owner import Owner
 
-    me = Owner.me()
-    return f"{me.host}:{me.pid}:{me.start_ticks}"
+    return str(Owner.me())
 
 
 def _owner_dead(owner: str | None) -> bool:
-    from loom.store._sqlite_db import Owner
+    from loom.store.owner import Owner
 
-    if not owner:
-        return False
-    host, _, rest = owner.partition(":")
-    pid, _, ticks = rest.partition(":")
-    try:
-        return not Owner(host, int(pid), int(ticks or 0)).alive()
-    except ValueError:
-        return False
+    found = Owner.parse(owner) if owner else None
+    return found is not None and not found.alive()
 
 
 def _fault(point: str) -> None:
@@ -108,16 +108,66 @@ class Scheduler:
         self.owner = owner or owner_id()
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self._loop_task: asyncio.Task[None] | None = None
+        self._detached = False
+        # a worker's periodic pass and its tend loop must not start the same runs at once
+        self._pass = asyncio.Lock()
+
+    # -- from code ------------------------------------------------------------------------------
+    async def schedule(
+        self,
+        target: Agent | Crew,
+        message: str,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        tz: str = "UTC",
+        **options: Any,
+    ) -> Schedule:
+        """Run ``target`` (an ``Agent`` or a ``Crew``) with ``message`` on the cron line ``cron``
+        (read in the IANA time zone ``tz``) or every ``every`` seconds; ``options`` are the other
+        ``Schedule`` fields (``id``, ``session``, ``misfire``, ``catch_up``, ``overlap``,
+        ``start_at``, ``end_at``, ...). Stores the schedule and returns it; a bad field is a
+        ``ScheduleError`` naming it.
+
+        This process runs it when its launcher runs in process (``RuntimeLauncher``: the target
+        is added to it). A worker fleet runs agents by name: give the workers the agent.
+        """
+        from loom.errors import ScheduleError
+
+        if not isinstance(getattr(target, "name", None), str):
+            raise ScheduleError("schedule an Agent or a Crew (it needs a name)", field="agent")
+        schedule = Schedule(agent=target.name, message=message, cron=cron, interval=every,
+                            timezone=tz, **options)  # fmt: skip
+        add = getattr(self.launcher, "add", None)
+        if add is not None:
+            add(target)  # before the schedule exists: its first tick finds it
+        state = await self.store.add(schedule, known=add is not None)
+        return state.schedule
 
     # -- one pass -------------------------------------------------------------------------------
     async def poll(self, now: float | None = None) -> PollReport:
         """One pass of the poller at ``now`` (default the clock)."""
-        now = self.clock() if now is None else now
-        report = PollReport()
-        await self.store.renew(self.owner, now + self.lease)
-        await self._recover(now, report)
-        for state in await self.store.due(now):
-            await self._claim(state, now, report)
+        async with self._pass:
+            now = self.clock() if now is None else now
+            report = PollReport()
+            await self.store.renew(self.owner, now + self.lease)
+            await self._recover(now, report)
+            for state in await self.store.due(now):
+                await self._claim(state, now, report)
+            await self._own(now, report)
+            return report
+
+    async def tend(self, now: float | None = None) -> PollReport:
+        """This process's share of a pass: renew the lease of its runs, start its claimed and
+        queued ones, stop those asked to stop. Claims nothing, takes nothing over."""
+        async with self._pass:
+            now = self.clock() if now is None else now
+            report = PollReport()
+            await self.store.renew(self.owner, now + self.lease)
+            await self._own(now, report)
+            return report
+
+    async def _own(self, now: float, report: PollReport) -> None:
         await self._start(now, report)
         for run in await self.store.schedule_runs(
             status=("cancelling",), owner=self.owner, limit=0
@@ -125,7 +175,6 @@ class Scheduler:
             task = self.tasks.get(run.id)
             if task is not None:
                 task.cancel()
-        return report
 
     async def _claim(self, state: ScheduleState, now: float, report: PollReport) -> None:
         s, first = state.schedule, state.next_fire_at
@@ -252,6 +301,8 @@ class Scheduler:
         try:
             outcome = await launcher.run(schedule, run, run_id)
         except asyncio.CancelledError:
+            if self._detached:  # this process stops, the run goes on: aclose hands it over
+                raise
             await self.store.transition(
                 run.id,
                 "cancelled",
@@ -297,7 +348,11 @@ class Scheduler:
                 continue  # another poller took it
             report.recovered += 1
             if run.status in ("running", "cancelling"):
-                if await self._reached_store(run):
+                if _reattaches(self.launcher) and not run.schedule_id.startswith("job:"):
+                    # its run goes on without its first owner (a queued job): start it again,
+                    # the launcher waits for the same run instead of starting another
+                    await self.store.transition(run.id, "claimed", expect=(run.status,))
+                elif await self._reached_store(run):
                     await self.store.transition(
                         run.id,
                         "interrupted",
@@ -316,27 +371,30 @@ class Scheduler:
         again)."""
         if run.run_id is None or run.session_id is None:
             return False
-        store = self.store.db.store  # type: ignore[attr-defined]
+        store = self.store.store
         list_runs = getattr(store, "list_runs", None)
         if list_runs is None:
             return True  # cannot tell: never run twice
         return any(r.run_id == run.run_id for r in await list_runs(run.session_id))
 
     # -- running --------------------------------------------------------------------------------
-    async def run_forever(self, every: float = 1.0) -> None:
-        """Poll every ``every`` seconds until cancelled; a failing pass is logged and retried."""
+    async def run_forever(self, every: float = 1.0, *, claim: bool = True) -> None:
+        """Poll every ``every`` seconds until cancelled (``claim=False``: only ``tend``); a
+        failing pass is logged and retried."""
         while True:
             try:
-                await self.poll()
+                await (self.poll() if claim else self.tend())
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("scheduler pass failed; retrying in %s s", every)
             await asyncio.sleep(every)
 
-    def start(self, every: float = 1.0) -> asyncio.Task[None]:
+    def start(self, every: float = 1.0, *, claim: bool = True) -> asyncio.Task[None]:
         """Run ``run_forever`` in a task of the running loop (``aclose`` stops it)."""
-        self._loop_task = asyncio.create_task(self.run_forever(every), name="loom-scheduler")
+        self._loop_task = asyncio.create_task(
+            self.run_forever(every, claim=claim), name="loom-scheduler"
+        )
         return self._loop_task
 
     async def drain(self) -> None:
@@ -344,8 +402,17 @@ class Scheduler:
         while self.tasks:
             await asyncio.gather(*list(self.tasks.values()), return_exceptions=True)
 
-    async def aclose(self) -> None:
-        """Stop polling and cancel this process's runs (their rows say ``cancelled``)."""
+    async def aclose(self, *, cancel_runs: bool = True) -> None:
+        """Stop polling and cancel this process's runs (their rows say ``cancelled``).
+
+        ``cancel_runs=False`` (a worker shutting down, whose runs are queued jobs that go on
+        elsewhere): stop waiting for them and hand them over (their lease ends now), so the
+        next pass of another process takes them over and waits for the same runs."""
+        if not cancel_runs:
+            self._detached = True
+            detach = getattr(self.launcher, "detach", None)
+            if detach is not None:
+                detach()
         if self._loop_task is not None:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -353,6 +420,13 @@ class Scheduler:
         for task in list(self.tasks.values()):
             task.cancel()
         await self.drain()
+        if self._detached:
+            await self.store.renew(self.owner, 0.0)  # a lease that ended: any pass takes over
+
+
+def _reattaches(launcher: Launcher) -> bool:
+    """Whether ``launcher`` re-attaches to a run started before (``QueueLauncher``)."""
+    return bool(getattr(launcher, "reattaches", False))
 
 
 def _lease_out(run: ScheduleRun, now: float) -> bool:

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from loom.errors import ScheduleError, ScheduleNotFound
-from loom.schedule.backend import Backend, Statement, backend_of
+from loom.schedule.backend import tables_of
 from loom.schedule.model import ACTIVE, Schedule, ScheduleRun
 from loom.schedule.timing import next_tick
+from loom.store.base import ScheduleTables, Statement
 
 __all__ = ["ScheduleState", "ScheduleStore"]
 
@@ -71,20 +72,23 @@ class ScheduleStore:
     def __init__(
         self, store: Any, *, clock: Callable[[], float] = time.time, agents: Any = None
     ) -> None:
-        self.db: Backend = backend_of(store)
+        self.store = store  # the Loom store: its ScheduleTables run the SQL
+        self.db: ScheduleTables = tables_of(store)
         self.clock = clock
         self.agents = agents
 
     # -- schedules ------------------------------------------------------------------------------
-    async def add(self, schedule: Schedule) -> ScheduleState:
-        """Store a new schedule (checked first: ``ScheduleError`` names a bad field)."""
+    async def add(self, schedule: Schedule, *, known: bool = False) -> ScheduleState:
+        """Store a new schedule (checked first: ``ScheduleError`` names a bad field).
+        ``known``: the caller holds the agent itself (``Scheduler.schedule``), so its name is
+        not looked up in ``agents``."""
         now = self.clock()
         if not schedule.created_at:
             schedule = schedule.replace(created_at=now)
-        schedule.check(self.agents if schedule.job is None else None)
+        schedule.check(self.agents if schedule.job is None and not known else None)
         nxt = next_tick(schedule, now) if schedule.enabled else None
         thread = schedule.session_id if schedule.session == "per_schedule" else None
-        inserted = await self.db.execute(
+        inserted = await self.db.schedule_execute(
             "adding a schedule",
             "INSERT INTO schedules (id, agent, thread_id, enabled, next_fire_at, data, "
             "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
@@ -112,7 +116,7 @@ class ScheduleStore:
                 raise
 
     async def get(self, schedule_id: str) -> ScheduleState:
-        rows = await self.db.rows(
+        rows = await self.db.schedule_rows(
             "reading a schedule",
             "SELECT data, next_fire_at, updated_at FROM schedules WHERE id = ?",
             (schedule_id,),
@@ -143,7 +147,7 @@ class ScheduleStore:
                 params.append(value)
         if not jobs:
             where.append("id NOT LIKE 'job:%'")
-        rows = await self.db.rows(
+        rows = await self.db.schedule_rows(
             "listing schedules",
             f"SELECT data, next_fire_at, updated_at FROM schedules WHERE {' AND '.join(where)} "
             "ORDER BY created_at, id LIMIT ? OFFSET ?",
@@ -166,7 +170,7 @@ class ScheduleStore:
         if not changed.enabled:
             nxt = None
         thread = changed.session_id if changed.session == "per_schedule" else None
-        await self.db.execute(
+        await self.db.schedule_execute(
             "updating a schedule",
             "UPDATE schedules SET agent = ?, thread_id = ?, enabled = ?, next_fire_at = ?, "
             "data = ?, updated_at = ? WHERE id = ?",
@@ -191,12 +195,12 @@ class ScheduleStore:
 
     async def remove(self, schedule_id: str) -> None:
         """Delete a schedule and its run history (``ScheduleNotFound`` if there is none)."""
-        n = await self.db.execute(
+        n = await self.db.schedule_execute(
             "deleting a schedule", "DELETE FROM schedules WHERE id = ?", (schedule_id,)
         )
         if n == 0:
             raise ScheduleNotFound(f"no schedule {schedule_id!r}", field="id")
-        await self.db.execute(
+        await self.db.schedule_execute(
             "deleting a schedule's runs",
             "DELETE FROM schedule_runs WHERE schedule_id = ?",
             (schedule_id,),
@@ -204,7 +208,7 @@ class ScheduleStore:
 
     async def due(self, now: float) -> list[ScheduleState]:
         """Enabled schedules whose next tick is at or before ``now``."""
-        rows = await self.db.rows(
+        rows = await self.db.schedule_rows(
             "finding due schedules",
             "SELECT data, next_fire_at, updated_at FROM schedules "
             "WHERE enabled = 1 AND next_fire_at <= ? ORDER BY next_fire_at",
@@ -254,7 +258,7 @@ class ScheduleStore:
             )
             for t in missed
         ]
-        return await self.db.gated(
+        return await self.db.schedule_gated(
             "claiming a tick",
             (
                 "UPDATE schedules SET next_fire_at = ? WHERE id = ? AND next_fire_at = ?",
@@ -292,7 +296,7 @@ class ScheduleStore:
         if owner is not None:
             where += " AND owner = ?"
             params.append(owner)
-        n = await self.db.execute(
+        n = await self.db.schedule_execute(
             "updating a schedule run",
             f"UPDATE schedule_runs SET {', '.join(sets)} WHERE {where}",
             params,
@@ -303,7 +307,7 @@ class ScheduleStore:
         """Make ``owner`` the owner of ``run`` if it is still as read (its owner dead or its
         lease run out): exactly one process takes a stranded tick over."""
         return (
-            await self.db.execute(
+            await self.db.schedule_execute(
                 "taking a schedule run over",
                 "UPDATE schedule_runs SET owner = ?, lease_until = ? "
                 "WHERE id = ? AND status = ? AND owner = ?",
@@ -314,7 +318,7 @@ class ScheduleStore:
 
     async def renew(self, owner: str, lease_until: float) -> None:
         """Extend the lease of ``owner``'s active runs (the poller does it every pass)."""
-        await self.db.execute(
+        await self.db.schedule_execute(
             "renewing schedule runs",
             "UPDATE schedule_runs SET lease_until = ? WHERE owner = ? AND status IN "
             "('claimed', 'queued', 'running', 'cancelling')",
@@ -340,7 +344,7 @@ class ScheduleStore:
         if owner is not None:
             where.append("owner = ?")
             params.append(owner)
-        rows = await self.db.rows(
+        rows = await self.db.schedule_rows(
             "listing schedule runs",
             f"SELECT {_RUN_COLS} FROM schedule_runs WHERE {' AND '.join(where)} "
             "ORDER BY tick DESC, id DESC LIMIT ?",
@@ -354,7 +358,7 @@ class ScheduleStore:
 
     async def stranded(self, now: float) -> list[ScheduleRun]:
         """Unfinished runs whose owner's lease ran out (the poller renews live ones)."""
-        rows = await self.db.rows(
+        rows = await self.db.schedule_rows(
             "finding stranded schedule runs",
             f"SELECT {_RUN_COLS} FROM schedule_runs WHERE status IN "
             "('claimed', 'queued', 'running', 'cancelling') AND lease_until < ? ORDER BY tick",
@@ -364,7 +368,7 @@ class ScheduleStore:
 
     async def delete_runs(self, older_than: float) -> int:
         """Delete finished run rows whose tick is before ``older_than`` (job-history cleanup)."""
-        return await self.db.execute(
+        return await self.db.schedule_execute(
             "deleting old schedule runs",
             "DELETE FROM schedule_runs WHERE tick < ? AND status NOT IN "
             "('claimed', 'queued', 'running', 'cancelling')",

@@ -34,7 +34,7 @@ from loom.errors import ConfigurationError, MonitorNotFound, ScheduleNotFound
 from loom.schedule import Monitor, MonitorStore, Schedule, ScheduleState, ScheduleStore
 from loom.server.app import ServerState, state_of
 
-__all__ = ["router"]
+__all__ = ["monitors_of", "router"]
 
 log = logging.getLogger("loom.server")
 T = TypeVar("T")
@@ -118,9 +118,18 @@ def _schedules(state: ServerState) -> ScheduleStore:
     return ScheduleStore(state.runtime.store, agents=state.registry)
 
 
-def _monitors(state: ServerState) -> MonitorStore:
+def monitors_of(state: ServerState) -> MonitorStore:
+    """The server's one ``MonitorStore`` (the scheduler's when it runs): what subscribes here
+    (``monitors_of(state).subscribe(fn)``, e.g. server/webhooks.py at startup) gets every
+    health change this server records, from HTTP check-ins, its scheduler's runs and its
+    detector. Changes other processes record reach it through ``MonitorStore.follow``."""
     found = state.extra.get("monitors")
-    return found if isinstance(found, MonitorStore) else MonitorStore(state.runtime.store)
+    if not isinstance(found, MonitorStore):
+        found = state.extra["monitors"] = MonitorStore(state.runtime.store)
+    return found
+
+
+_monitors = monitors_of
 
 
 async def _found(call: Awaitable[T]) -> T:

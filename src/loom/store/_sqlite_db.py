@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import sqlite3
 import threading
 import time
@@ -25,6 +24,7 @@ from typing import Literal, TypeVar
 
 from loom.errors import SchemaTooNew, StoreCorrupt, StoreError
 from loom.store import _schedule_sql
+from loom.store.owner import Owner
 
 T = TypeVar("T")
 Durability = Literal["normal", "full"]
@@ -180,51 +180,6 @@ MIGRATIONS: list[tuple[str, str]] = [
     ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
-
-
-def _start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks (Linux), to tell a live pid from a reused one."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode(errors="replace")
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return 0
-    try:
-        return int(stat[stat.rfind(")") + 2 :].split()[19])
-    except (IndexError, ValueError):
-        return 0
-
-
-@dataclass(frozen=True, slots=True)
-class Owner:
-    """Which process holds a session lock."""
-
-    host: str
-    pid: int
-    start_ticks: int
-
-    @classmethod
-    def me(cls) -> Owner:
-        return cls(socket.gethostname(), os.getpid(), _start_ticks(os.getpid()) or 0)
-
-    def alive(self) -> bool:
-        """False only when the owner certainly died: same host and its pid is gone or reused."""
-        if self.host != socket.gethostname():
-            return True
-        ticks = _start_ticks(self.pid)
-        if ticks is None:
-            if os.path.isdir("/proc/self"):
-                return False
-            try:
-                os.kill(self.pid, 0)
-            except ProcessLookupError:
-                return False
-            except PermissionError:
-                return True
-            return True
-        return not (ticks and self.start_ticks and ticks != self.start_ticks)
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:

@@ -302,6 +302,40 @@ class KVStore(Protocol):
     async def delete_value(self, namespace: str, key: str) -> bool: ...
 
 
+Statement = tuple[str, Sequence[Any]]
+"""One SQL statement with ``?`` placeholders and its parameters."""
+
+
+@runtime_checkable
+class ScheduleTables(Protocol):
+    """SQL on the scheduling tables (``schedules``, ``schedule_runs``, ``monitors``,
+    ``monitor_checkins``; ``loom.store._schedule_sql``), run by the store on its own connections.
+
+    ``loom.schedule`` (``ScheduleStore``, ``MonitorStore``) is the only caller and owns what the
+    statements say; the store owns connections, transactions, retries and error translation.
+    Statements use ``?`` placeholders; every value is bound, never spliced. ``SQLiteStore`` and
+    ``PostgresStore`` implement it (``store/sqlite_schedules.py``, ``store/postgres_schedules.py``).
+    """
+
+    async def schedule_rows(
+        self, doing: str, sql: str, params: Sequence[Any] = ()
+    ) -> list[Sequence[Any]]:
+        """The rows of one query; ``doing`` (e.g. ``"listing schedules"``) names the step in a
+        ``StoreError``."""
+        ...
+
+    async def schedule_execute(self, doing: str, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement in its own transaction; return how many rows it changed. Not
+        re-sent after a dropped connection (a conditional UPDATE is not idempotent)."""
+        ...
+
+    async def schedule_gated(self, doing: str, gate: Statement, then: Sequence[Statement]) -> bool:
+        """In one transaction: ``gate`` (a conditional UPDATE), and only if it changed exactly
+        one row, ``then``. True when it did; False (nothing written) when another process
+        changed the row first. This is the claim that fires a tick once."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class StoreCapabilities:
     """The optional capabilities one store has: each field is the store itself, or None."""
@@ -311,6 +345,7 @@ class StoreCapabilities:
     runs: RunStore | None = None
     kv: KVStore | None = None
     typed_events: EventTypeStore | None = None
+    schedules: ScheduleTables | None = None
 
 
 _capabilities: weakref.WeakKeyDictionary[Any, StoreCapabilities] = weakref.WeakKeyDictionary()
@@ -332,6 +367,7 @@ def capabilities_of(store: Store) -> StoreCapabilities:
         runs=store if isinstance(store, RunStore) else None,
         kv=store if isinstance(store, KVStore) else None,
         typed_events=store if isinstance(store, EventTypeStore) else None,
+        schedules=store if isinstance(store, ScheduleTables) else None,
     )
     with contextlib.suppress(TypeError):
         _capabilities[store] = caps

@@ -24,7 +24,8 @@ so a holder that was taken over cannot commit anything. Expiry is judged by the 
 clock, the one clock every host shares. Unlike ``SQLiteStore`` there is no "dead process"
 shortcut: a lease whose holder died is free when it expires.
 
-Besides ``Store`` it implements ``ErrorStore``, ``ResultStore``, ``RunStore`` and ``KVStore``.
+Besides ``Store`` it implements ``ErrorStore``, ``ResultStore``, ``RunStore``, ``KVStore`` and
+``ScheduleTables`` (``postgres_schedules.py``).
 Every value goes through ``loom.store.codec`` exactly as on SQLite; every query is
 parameterised.
 """
@@ -64,6 +65,7 @@ from loom.store.base import (
     lease_lost,
     new_error_id,
 )
+from loom.store.postgres_schedules import PostgresScheduleTables
 
 try:
     import psycopg
@@ -106,7 +108,7 @@ def redact(conninfo: str) -> str:
     return shown or "<the libpq defaults: PGHOST, PGPORT, PGDATABASE, PGUSER>"
 
 
-class PostgresStore:
+class PostgresStore(PostgresScheduleTables):
     """Sessions, transcripts, events, the tool-call ledger, errors, results and key-values in
     PostgreSQL, for many processes on many hosts.
 

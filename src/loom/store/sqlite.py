@@ -15,7 +15,8 @@ after a power cut, but the last commits before an OS crash or power loss may be 
 is on disk even after a power cut; it costs about 0.2 ms per commit on an SSD.
 
 Besides ``Store`` it implements the optional capabilities of ``loom.store.base``:
-``ErrorStore``, ``ResultStore``, ``RunStore`` and ``KVStore``. Every query is parameterised.
+``ErrorStore``, ``ResultStore``, ``RunStore``, ``KVStore`` and ``ScheduleTables``. Every query is
+parameterised.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from loom.store._sqlite_db import (
 )
 from loom.store._sqlite_extras import SQLiteCapabilities
 from loom.store.base import Lease, LedgerEntry, RunRecord, SessionInfo, lease_lost
+from loom.store.sqlite_schedules import SQLiteScheduleTables
 
 __all__ = ["SQLiteStore"]
 
@@ -89,7 +91,7 @@ def _check_lease(c: sqlite3.Connection, session_id: str, lease: Lease) -> None:
         raise lease_lost(lease, row)
 
 
-class SQLiteStore(SQLiteCapabilities):
+class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables):
     """Sessions, transcripts, events, the tool-call ledger, errors and large results in SQLite.
 
     Args:

@@ -82,15 +82,17 @@ async def enqueue_run(
     queue: str = "loom",
     priority: int = 0,
     run_id: str | None = None,
+    queueing_lock: str | None = None,
 ) -> int:
     """Queue one turn of ``agent`` on ``session_id`` with ``message``; return the job id.
 
     Turns of one session run one after another in the order queued (the job's procrastinate
     ``lock`` is the session), on whichever worker is free. ``run_id`` names the run its first
     attempt makes (a retry's is ``<run_id>-a<attempt>``), so a server can hand the id out
-    before any worker took the job; without it, attempts are ``run_j<job>a<attempt>``."""
+    before any worker took the job; without it, attempts are ``run_j<job>a<attempt>``.
+    ``queueing_lock``: procrastinate refuses (``AlreadyEnqueued``) a second waiting job with it."""
     deferrer = app.configure_task(RUN_TASK, lock=session_lock(session_id), queue=queue,
-                                  priority=priority)  # fmt: skip
+                                  priority=priority, queueing_lock=queueing_lock)  # fmt: skip
     extra = {} if run_id is None else {"run_id": run_id}
     return int(
         await deferrer.defer_async(agent=agent, session_id=session_id, message=message, **extra)

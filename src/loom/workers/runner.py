@@ -39,7 +39,9 @@ class WorkerSettings:
     for retried jobs every ``poll_every`` seconds (new jobs wake it at once); ``lease_ttl`` is
     the Loom session lease, renewed every third of it while a turn runs (a retry does not wait
     for it: it takes the dead attempt's lease over); a job is attempted at most
-    ``max_attempts`` times.
+    ``max_attempts`` times. ``scheduler`` fires the store's schedules and background jobs
+    (``loom.schedule``): the scheduler's pass is a periodic task every ``schedule_every``
+    seconds, run on one worker per tick, and each fired tick is a queued run.
     """
 
     conninfo: str
@@ -52,6 +54,8 @@ class WorkerSettings:
     poll_every: float = 1.0
     max_attempts: int = 3
     pool_size: int = 10
+    scheduler: bool = True
+    schedule_every: int = 1
 
     def check(self) -> None:
         """Raise ``ConfigurationError`` for settings a fleet cannot work with."""
@@ -67,6 +71,10 @@ class WorkerSettings:
             )
         if not 1 <= self.sweep_every <= 59:
             raise ConfigurationError(f"sweep_every must be 1..59 seconds, got {self.sweep_every}")
+        if not 1 <= self.schedule_every <= 59:
+            raise ConfigurationError(
+                f"schedule_every must be 1..59 seconds, got {self.schedule_every}"
+            )
 
 
 async def run_worker(
@@ -74,7 +82,7 @@ async def run_worker(
 ) -> None:
     """Execute queued turns and periodic ticks until SIGINT / SIGTERM (then finish the running
     ones). ``periodic`` adds jobs run once per tick across the fleet (every worker must be
-    given the same ones)."""
+    given the same ones); with ``settings.scheduler`` the store's schedules fire too."""
     from loom.runtime import Runtime
     from loom.store.postgres import PostgresStore
     from loom.workers.fenced_jobs import FencedJobManager
@@ -88,19 +96,33 @@ async def run_worker(
     app = make_app(settings.conninfo, max_size=max(4, settings.concurrency + 2))
     app.job_manager = FencedJobManager(app.connector)  # a stalled worker cannot finish lost jobs
     sweep = sweep_job(settings.sweep_every, settings.stalled_after, settings.max_attempts)
-    for job in (sweep, *periodic):
+    scheduler = None
+    ticks = [sweep, *periodic]
+    if settings.scheduler:
+        from loom.schedule import QueueLauncher, build_scheduler, schedule_tick
+
+        launcher = QueueLauncher(app, store, queue=settings.queues[0])
+        scheduler = await build_scheduler(runtime, agents, launcher=launcher)
+        ticks.append(schedule_tick(scheduler, settings.schedule_every))
+    for job in ticks:
         add_periodic(app, store, job)
     try:
         async with app.open_async():
-            await app.run_worker_async(
-                queues=[*settings.queues, TICK_QUEUE],
-                concurrency=settings.concurrency,
-                update_heartbeat_interval=settings.heartbeat,
-                stalled_worker_timeout=settings.stalled_after,
-                fetch_job_polling_interval=settings.poll_every,
-                abort_job_polling_interval=min(5.0, settings.heartbeat),
-                install_signal_handlers=True,
-            )
+            if scheduler is not None:  # this worker's own runs, whichever worker has the tick
+                scheduler.start(float(settings.schedule_every), claim=False)
+            try:
+                await app.run_worker_async(
+                    queues=[*settings.queues, TICK_QUEUE],
+                    concurrency=settings.concurrency,
+                    update_heartbeat_interval=settings.heartbeat,
+                    stalled_worker_timeout=settings.stalled_after,
+                    fetch_job_polling_interval=settings.poll_every,
+                    abort_job_polling_interval=min(5.0, settings.heartbeat),
+                    install_signal_handlers=True,
+                )
+            finally:
+                if scheduler is not None:  # its queued runs go on: other workers take them over
+                    await scheduler.aclose(cancel_runs=False)
     finally:
         set_context(None)
         await runtime.aclose()

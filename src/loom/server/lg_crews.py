@@ -16,6 +16,8 @@ A replayed crew run (one this process no longer holds) has the crew's frames onl
 
 from __future__ import annotations
 
+from typing import Any
+
 from loom.events import AgentEvent, CrewMemberFinish, LlmComplete, LlmDelta
 from loom.server.lg_runs import Frame, FrameMaker, lc_message
 
@@ -34,6 +36,10 @@ class CrewFrameMaker(FrameMaker):
         self.k = 0  # member frames since it
         self.member_streamed: dict[str, bool] = {}  # member run -> its answer came as deltas
 
+    def meta(self, ev: AgentEvent, node: str) -> dict[str, Any]:
+        return {**super().meta(ev, node), "loom_member_path": ev.extra.get("member_path",
+                                                                           self.root)}  # fmt: skip
+
     def frames(self, ev: AgentEvent) -> list[Frame]:
         path = ev.extra.get("member_path", self.root)
         if path == self.root:
@@ -48,8 +54,7 @@ class CrewFrameMaker(FrameMaker):
 
     def _member(self, ev: AgentEvent, path: str) -> list[Frame]:
         out: list[Frame] = []
-        meta = {**self.meta(ev, path), "loom_member_path": path,
-                "loom_session_id": ev.session_id, "loom_member_run_id": ev.run_id}  # fmt: skip
+        meta = {**self.meta(ev, path), "loom_session_id": ev.session_id, "loom_member_run_id": ev.run_id}  # fmt: skip
         msg_id = f"{ev.session_id}:{ev.run_id}:{ev.sequence}"
         if isinstance(ev, LlmDelta) and ev.delta:
             self.member_streamed[ev.run_id] = True

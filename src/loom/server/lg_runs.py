@@ -402,11 +402,12 @@ class RunManager:
         assert maker is not None
         try:
             async for ev in drive(turn, run.cancel):
-                if isinstance(ev, AgentStart):
+                own = ev.run_id == run.run_id  # not a crew member's (their runs are their own)
+                if own and isinstance(ev, AgentStart):
                     run.status = "running"
                     maker.start(await self._base(run.thread_id, run.run_id))
                 run.add(maker.frames(ev))
-                if isinstance(ev, AgentFinish):
+                if own and isinstance(ev, AgentFinish):
                     run.stop_reason = ev.stop_reason
                     run.status = run_status(ev.stop_reason)
                     run.error = ev.error

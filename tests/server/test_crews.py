@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from tests.server.conftest import Server, start_server, stop_server
 
 pytest.importorskip("langgraph_sdk")
-from langgraph_sdk import get_client  # noqa: E402
+from langgraph_sdk import get_client
 
 CREWS = r'''
 """A registry with two crews of test-model members."""

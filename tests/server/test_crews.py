@@ -102,9 +102,10 @@ async def test_a_crew_is_an_assistant_and_streams_its_members_tagged_with_their_
                    and "messages" in u[k]]  # fmt: skip
     assert ("ai", "notes on tide pools") in [(m["type"], _text(m)) for m in member_msgs]
     finished = {k: v for u in updates for k, v in u.items() if "stop_reason" in v}
-    assert finished["blog/writer"] == {"stop_reason": "completed", "reused": False,
-                                       "error": None,
-                                       "output": "post from Write: notes on tide pools"}  # fmt: skip
+    answer = "post from Write: notes on tide pools"
+    assert finished["blog/writer"] == {
+        "stop_reason": "completed", "reused": False, "error": None, "output": answer
+    }  # fmt: skip
     tuples = by("messages")
     ai = [(msg, meta) for msg, meta in tuples if msg["type"] in ("ai", "AIMessageChunk")]
     said: dict[str, str] = {}  # member path -> its text, streamed chunk by chunk or whole
@@ -140,8 +141,8 @@ async def test_a_crew_is_an_assistant_and_streams_its_members_tagged_with_their_
 async def test_wait_runs_a_crew_to_its_answer(crew_server: Server) -> None:
     client = get_client(url=crew_server.url)
     thread = await client.threads.create()
-    values = await client.runs.wait(thread["thread_id"], "blog",
-                                    input={"messages": [{"role": "user", "content": "kelp"}]})  # fmt: skip
+    task = {"messages": [{"role": "user", "content": "kelp"}]}
+    values = await client.runs.wait(thread["thread_id"], "blog", input=task)
     assert isinstance(values, dict)
     assert _text(values["messages"][-1]) == "post from Write: notes on kelp"
 
@@ -151,8 +152,8 @@ async def test_a_members_approval_is_an_interrupt_with_its_path_and_resumes_that
 ) -> None:
     client = get_client(url=crew_server.url)
     tid = (await client.threads.create())["thread_id"]
-    values = await client.runs.wait(tid, "release",
-                                    input={"messages": [{"role": "user", "content": "v1.2"}]})  # fmt: skip
+    task = {"messages": [{"role": "user", "content": "v1.2"}]}
+    values = await client.runs.wait(tid, "release", input=task)
     assert isinstance(values, dict)
     [interrupt] = values["__interrupt__"]
     value = interrupt["value"]
@@ -191,8 +192,9 @@ async def test_an_unknown_call_id_is_refused_and_the_crew_stays_parked(crew_serv
     await client.runs.wait(tid, "release",
                            input={"messages": [{"role": "user", "content": "v2"}]})  # fmt: skip
     async with httpx.AsyncClient(base_url=crew_server.url) as http:
-        r = await http.post(f"/threads/{tid}/runs/wait", json={
-            "assistant_id": "release", "command": {"resume": {"nope": {"decision": "approve"}}}})  # fmt: skip
+        resume = {"resume": {"nope": {"decision": "approve"}}}
+        body = {"assistant_id": "release", "command": resume}
+        r = await http.post(f"/threads/{tid}/runs/wait", json=body)
         assert r.status_code == 422 and "no pending call 'nope'" in r.json()["error"]["message"]
         pending = (await http.get(f"/threads/{tid}/approvals")).json()
     assert [p["member_path"] for p in pending] == ["release/ship/shipper"]

@@ -54,7 +54,8 @@ class CrewFrameMaker(FrameMaker):
 
     def _member(self, ev: AgentEvent, path: str) -> list[Frame]:
         out: list[Frame] = []
-        meta = {**self.meta(ev, path), "loom_session_id": ev.session_id, "loom_member_run_id": ev.run_id}  # fmt: skip
+        meta = self.meta(ev, path)
+        meta.update(loom_session_id=ev.session_id, loom_member_run_id=ev.run_id)
         msg_id = f"{ev.session_id}:{ev.run_id}:{ev.sequence}"
         if isinstance(ev, LlmDelta) and ev.delta:
             self.member_streamed[ev.run_id] = True

@@ -9,15 +9,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loom.events import AgentEvent
 
 if TYPE_CHECKING:
-    from loom.loop import Turn
+    from loom.messages import RunResult
 
-__all__ = ["discard", "drive", "watch"]
+__all__ = ["Drivable", "discard", "drive", "watch"]
+
+
+class Drivable(Protocol):
+    """What a driver needs of a prepared run: ``loom.loop.Turn``, and ``loom.crew.CrewTurn``
+    for a crew."""
+
+    run_id: str
+    session_id: str
+    result: RunResult | None
+
+    async def run(self, emit: Callable[[AgentEvent], None]) -> None: ...
+
+    def cancel(self, reason: str = ...) -> None: ...
+
 
 _DONE = object()
 
@@ -51,7 +65,7 @@ class _Channel:
         return self.items.popleft()
 
 
-def watch(cancel: asyncio.Event | None, turn: Turn) -> asyncio.Future[Any] | None:
+def watch(cancel: asyncio.Event | None, turn: Drivable) -> asyncio.Future[Any] | None:
     """Cancel ``turn`` when ``cancel`` is set."""
     if cancel is None:
         return None
@@ -61,7 +75,7 @@ def watch(cancel: asyncio.Event | None, turn: Turn) -> asyncio.Future[Any] | Non
 
 
 async def drive(
-    turn: Turn, cancel: asyncio.Event | None = None
+    turn: Drivable, cancel: asyncio.Event | None = None
 ) -> AsyncGenerator[AgentEvent, None]:
     """Run the turn in its own task and hand its events over as they come."""
     channel = _Channel()

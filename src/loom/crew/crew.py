@@ -33,12 +33,14 @@ from loom.crew.plan import Node, validate
 from loom.crew.result import CrewResult
 from loom.crew.runner import Handover, Runner, tag
 from loom.crew.state import SharedState
+from loom.crew.turn import as_crew_session
 from loom.errors import BudgetExceeded, CrewDefinitionError, InputError, RunCancelled
 from loom.events import AgentEvent
 from loom.messages import StopReason, Usage, new_id
 
 if TYPE_CHECKING:
     from loom.agent import Agent
+    from loom.crew.turn import CrewTurn
     from loom.runtime import Runtime
     from loom.schedule import Schedule, Scheduler
 
@@ -191,6 +193,29 @@ class Crew:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await job
 
+    def prepare(self, runtime: Runtime, task: str, *, session_id: str | None = None,
+                deps: Any = None) -> CrewTurn:  # fmt: skip
+        """A crew run on ``runtime``, ready to be driven like a ``Turn`` (``run(emit)``,
+        ``cancel(reason)``, ``result``): what a server runs for a crew."""
+        from loom.crew.turn import CrewTurn
+
+        return CrewTurn(self, runtime, task, session_id, deps=deps)
+
+    async def prepare_resume(self, runtime: Runtime, session_id: str, decisions: Any = True, *,
+                             deps: Any = None) -> CrewTurn:  # fmt: skip
+        """``prepare`` for ``resume``: the decisions are checked against the calls the crew
+        session waits on first (``InputError`` when it waits on none, or for an unknown call);
+        decisions keyed by tool call id are routed to the member that parked each call."""
+        from loom.crew.turn import CrewTurn, by_member, crew_pending
+
+        prior = await unfinished_run(runtime.store, session_id)
+        pending = await crew_pending(runtime.store, session_id)
+        if prior is None or not pending:
+            raise InputError(f"crew session {session_id!r} has no member call waiting for "
+                             "approval")  # fmt: skip
+        routed = by_member(decisions, pending, session_id)
+        return CrewTurn(self, runtime, prior.task, session_id, deps=deps, approvals=routed)
+
     async def resume(self, session_id: str, decisions: Any = True, *,
                      runtime: Runtime | None = None, deps: Any = None) -> CrewResult:  # fmt: skip
         """Continue a crew run that stopped with ``stop_reason="awaiting_approval"``.
@@ -210,8 +235,8 @@ class Crew:
     async def execute(self, runtime: Runtime, task: str, *, session_id: str | None = None,
                       scope: BudgetScope | None = None, depth: int = 0, root: str | None = None,
                       emit: Callable[[AgentEvent], None] | None = None, deps: Any = None,
-                      parent_run_id: str | None = None,
-                      approvals: Any = None) -> CrewResult:  # fmt: skip
+                      parent_run_id: str | None = None, approvals: Any = None,
+                      run_id: str | None = None) -> CrewResult:  # fmt: skip
         """One crew run on ``runtime`` (``run`` and ``stream`` call this; a parent crew calls
         it for a nested crew with its own budget scope, depth and path)."""
         if not isinstance(task, str) or not task.strip():
@@ -219,7 +244,7 @@ class Crew:
         if session_id is not None and (not isinstance(session_id, str) or not session_id.strip()):
             raise InputError("session_id must be a non-empty string or None")
         sid = session_id or new_id("session")
-        run_id = new_id("run")
+        run_id = run_id or new_id("run")
         root = root or self.name
         scope = scope or BudgetScope(self.budget)
         store = runtime.store
@@ -275,7 +300,8 @@ class Crew:
             if parked and stop != "budget":  # a member waits for a human: the crew waits too
                 stop, error = "awaiting_approval", None
             usage = sum((m.usage for m in members), Usage())
-            await log.finish(stop, output, usage, error, (time.perf_counter() - started) * 1000)
+            await log.finish(stop, output, usage, error, (time.perf_counter() - started) * 1000,
+                             as_crew_session(parked, sid))  # fmt: skip
             return CrewResult(output=output, stop_reason=stop, session_id=sid, run_id=run_id,
                               usage=usage, members=members,
                               error=error, budget=budget_name, pending_approvals=parked,

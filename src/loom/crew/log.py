@@ -26,7 +26,9 @@ from loom.events import (
     AgentStart,
     CrewMemberFinish,
     CrewMemberStart,
+    LlmComplete,
     RunRecovered,
+    UserMessage,
 )
 from loom.journal import Journal
 from loom.messages import Usage
@@ -85,6 +87,7 @@ class CrewLog:
                                parent_run_id=parent_run_id, observers=observers)  # fmt: skip
         self.journal.emit = emit
         self._lock = asyncio.Lock()
+        self.crew = ""
 
     @property
     def run_id(self) -> str:
@@ -105,9 +108,14 @@ class CrewLog:
                 )
                 await j.commit([j.event(RunRecovered, recovered_run_id=recovered.run_id,
                                         stop_reason=reason)], run=end)  # fmt: skip
-            await j.commit([j.event(AgentStart, message_text=task, agent=crew_name,
-                                    extra={"crew": True, **extra})],
-                           run=RunRecord(j.run_id, j.session_id, "running"))  # fmt: skip
+            self.crew = crew_name
+            events: list[AgentEvent] = [j.event(AgentStart, message_text=task, agent=crew_name,
+                                                extra={"crew": True, **extra})]  # fmt: skip
+            if recovered is None or recovered.task != task:  # a resumed run's task is in already
+                # the task joins the crew session's transcript: a crew session reads as a
+                # conversation (the task, the crew's answer) wherever sessions are shown
+                events.append(j.event(UserMessage, content=task))
+            await j.commit(events, run=RunRecord(j.run_id, j.session_id, "running"))
 
     async def member_start(self, **payload: Any) -> None:
         async with self._lock:
@@ -121,11 +129,17 @@ class CrewLog:
         self.journal.warn(text, "crew")
 
     async def finish(self, stop: str, output: str, usage: Usage, error: str | None,
-                     duration_ms: float) -> None:  # fmt: skip
+                     duration_ms: float,
+                     pending: list[dict[str, Any]] | None = None) -> None:  # fmt: skip
         j = self.journal
         async with self._lock:
-            finish = j.event(AgentFinish, stop_reason=stop, output=output,
-                             usage=usage.model_dump(), error=error, duration_ms=duration_ms,
-                             warnings=list(j.warnings))  # fmt: skip
-            await j.commit([finish], run=RunRecord(j.run_id, j.session_id, stop, usage,
-                                                   data={"error": error}))  # fmt: skip
+            events: list[AgentEvent] = []
+            if stop == "completed" and output:  # the crew's answer joins its transcript
+                events.append(j.event(LlmComplete, answer=output, model=f"crew:{self.crew}",
+                                      extra={"crew": True}))  # fmt: skip
+            events.append(j.event(AgentFinish, stop_reason=stop, output=output,
+                                  usage=usage.model_dump(), error=error,
+                                  duration_ms=duration_ms, pending_approvals=pending or [],
+                                  warnings=list(j.warnings)))  # fmt: skip
+            await j.commit(events, run=RunRecord(j.run_id, j.session_id, stop, usage,
+                                                 data={"error": error}))  # fmt: skip

@@ -92,11 +92,12 @@ def _default_agent(state: ServerState, body: StatelessRunCreate) -> str:
     name = body.assistant_id or body.agent_id
     if name:
         return name
-    if len(state.registry) == 1:
-        return next(iter(state.registry))
+    names = state.registry.names()
+    if len(names) == 1:
+        return names[0]
     raise InputError(
         "name the agent to run: assistant_id (or agent_id); this server's agents: "
-        + ", ".join(state.registry)
+        + ", ".join(names)
     )
 
 

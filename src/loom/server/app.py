@@ -66,9 +66,11 @@ def view_for(state: ServerState, principal: Principal | None) -> ServerState:
     views: dict[str, AgentRegistry] = state.extra.setdefault("registry_views", {})
     view = views.get(principal.name)
     if view is None:
+        reg = state.registry
         view = views[principal.name] = AgentRegistry(
-            a for name, a in state.registry.items() if name in principal.agents
-        )
+            [*(a for name, a in reg.items() if name in principal.agents),
+             *(c for name, c in reg.crews.items() if name in principal.agents)]
+        )  # fmt: skip
     return replace(state, registry=view)
 
 
@@ -135,12 +137,17 @@ def create_app(
     security = security or SecurityConfig(keys=_no_keys())
     if security.keys:
         unknown = sorted(
-            {a for p in security.keys.principals for a in (p.agents or ()) if a not in registry}
+            {
+                a
+                for p in security.keys.principals
+                for a in (p.agents or ())
+                if registry.served(a) is None
+            }
         )
         if unknown:
             raise ConfigurationError(
                 f"API keys name agents this server does not serve: {', '.join(unknown)}; "
-                f"its agents: {', '.join(registry)}"
+                f"its agents: {', '.join(registry.names())}"
             )
         if not isinstance(runtime.store, OwnedStore):
             raise ConfigurationError(
@@ -227,7 +234,7 @@ def create_app(
         ok = state.ready and not state.draining
         body: dict[str, Any] = {"status": "ready" if ok else "not ready"}
         if not security.keys:  # with keys, which agents exist is for key holders
-            body["agents"] = list(registry)
+            body["agents"] = registry.names()
         return JSONResponse(body, status_code=200 if ok else 503)
 
     for router in _routers():

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from loom.agent import Agent
+from loom.crew import Crew
 from loom.errors import ConfigurationError, InputError, SessionBusy
 from loom.events import AgentFinish
 from loom.messages import Message
@@ -145,19 +146,35 @@ def assistant_uuid(name: str) -> str:
 
 
 def _agent(state: ServerState, assistant_id: str) -> Agent:
+    found = _served(state, assistant_id)
+    if not isinstance(found, Agent):
+        raise InputError(f"{assistant_id!r} is a crew; this operation takes an agent")
+    return found
+
+
+def _served(state: ServerState, assistant_id: str) -> Agent | Crew:
+    """The agent or crew served as ``assistant_id`` (its name or its UUID form)."""
     registry = state.registry
-    if assistant_id in registry:
-        return registry[assistant_id]
-    for name in registry:
+    found = registry.served(assistant_id)
+    if found is not None:
+        return found
+    for name in registry.names():
         if assistant_uuid(name) == assistant_id:
-            return registry[name]
+            served = registry.served(name)
+            assert served is not None
+            return served
     raise _not_found(
-        f"no assistant {assistant_id!r}; this server's assistants: {', '.join(registry)}"
+        f"no assistant {assistant_id!r}; this server's assistants: {', '.join(registry.names())}"
     )
 
 
-def _assistant(agent: Agent) -> dict[str, Any]:
+def _assistant(agent: Agent | Crew) -> dict[str, Any]:
     now = datetime.fromtimestamp(0, UTC).isoformat()
+    if isinstance(agent, Crew):  # a crew: its members where an agent lists its tools
+        meta = {"loom_uuid": assistant_uuid(agent.name), "crew": True,
+                "members": list(agent.members)}  # fmt: skip
+    else:
+        meta = {"loom_uuid": assistant_uuid(agent.name), "tools": list(agent.tools)}
     return {
         "assistant_id": agent.name,
         "graph_id": agent.name,
@@ -165,7 +182,7 @@ def _assistant(agent: Agent) -> dict[str, Any]:
         "description": getattr(agent, "description", None) or None,
         "config": {},
         "context": {},
-        "metadata": {"loom_uuid": assistant_uuid(agent.name), "tools": list(agent.tools)},
+        "metadata": meta,
         "version": 1,
         "created_at": now,
         "updated_at": now,
@@ -212,7 +229,12 @@ def _values(thread_id: str, messages: list[Message]) -> dict[str, Any]:
 
 
 async def _pending(state: ServerState, thread_id: str) -> list[dict[str, Any]]:
-    return [p.to_dict() for p in await state.runtime.pending_approvals(thread_id)]
+    pending = [p.to_dict() for p in await state.runtime.pending_approvals(thread_id)]
+    if not pending and state.registry.crews:  # a crew thread waits on its members' calls
+        from loom.crew.turn import crew_pending
+
+        pending = await crew_pending(state.runtime.store, thread_id)
+    return pending
 
 
 async def _thread(state: ServerState, info: SessionInfo) -> dict[str, Any]:
@@ -311,7 +333,7 @@ async def _start_run(
 ) -> LgRun:
     """Start a run on ``thread_id``: here, or (a background run on a ``--queue`` server) as a
     job of the queue."""
-    agent = _agent(state, assistant_id or getattr(body, "assistant_id", None) or "")
+    agent = _served(state, assistant_id or getattr(body, "assistant_id", None) or "")
     modes = _modes(body.stream_mode, ["values"])
     store = state.runtime.store
     info = await store.get_session(thread_id)
@@ -324,6 +346,8 @@ async def _start_run(
         await store.create_session(thread_id, agent_name=agent.name)
     manager = _manager(state)
     queue = _queue(state)
+    if isinstance(agent, Crew):  # a crew runs in this process, also on a --queue server
+        return await _start_crew_run(state, thread_id, agent, body, modes)
     if queue is not None and background and not body.command:
         return await _enqueue(state, queue, thread_id, agent, body, modes)
     if body.multitask_strategy == "reject" and manager.active_on(thread_id):
@@ -352,6 +376,46 @@ async def _start_run(
                                              "graph_id": agent.name})  # fmt: skip
     run = LgRun(turn.run_id, thread_id, agent.name, body.multitask_strategy, modes,
                 metadata=dict(body.metadata or {}), on_disconnect=body.on_disconnect)  # fmt: skip
+    manager.start(run, turn)
+    return run
+
+
+async def _start_crew_run(
+    state: ServerState, thread_id: str, crew: Crew, body: _RunFields, modes: list[str]
+) -> LgRun:
+    """A run of ``crew`` on ``thread_id`` (the crew's session): a ``CrewTurn`` driven by the run
+    manager like a turn, framed by ``CrewFrameMaker`` (member frames tagged with their path)."""
+    from loom.server.lg_crews import CrewFrameMaker
+    from loom.server.lifecycle import ServerRuntime
+
+    manager = _manager(state)
+    runtime = state.runtime
+    if body.multitask_strategy == "reject" and manager.active_on(thread_id):
+        raise SessionBusy(
+            f"thread {thread_id!r} is running a run; wait for it (GET .../runs/{{id}}/join), "
+            'or use multitask_strategy "enqueue" or "interrupt"'
+        )
+    if body.command and "answer" in body.command:
+        raise InputError(f"{crew.name!r} is a crew; a crew asks no server queries to answer")
+    if body.command and "resume" in body.command:
+        turn = await crew.prepare_resume(runtime, thread_id, body.command["resume"])
+    else:
+        message = _last_human(body.input)
+        if message is None:
+            raise InputError('a run needs input {"messages": [...]} or command {"resume": ...}')
+        turn = crew.prepare(runtime, message, session_id=thread_id)
+    if body.multitask_strategy in ("interrupt", "rollback"):  # the new run waits for their end
+        for other in manager.active_on(thread_id):
+            other.cancel.set()
+    if isinstance(runtime, ServerRuntime):  # limits and graceful shutdown, as for a turn
+        runtime.track(turn)
+    patch = await _metadata_patch(state, thread_id)
+    if patch.get("assistant_id") != crew.name:
+        await _save_patch(state, thread_id, {**patch, "assistant_id": crew.name,
+                                             "graph_id": crew.name})  # fmt: skip
+    run = LgRun(turn.run_id, thread_id, crew.name, body.multitask_strategy, modes,
+                metadata=dict(body.metadata or {}), on_disconnect=body.on_disconnect)  # fmt: skip
+    run.maker = CrewFrameMaker(thread_id, turn.run_id, crew.name, crew.name)
     manager.start(run, turn)
     return run
 
@@ -511,9 +575,10 @@ async def _find_run(state: ServerState, thread_id: str, run_id: str) -> LgRun:
 @router.post("/assistants/search", summary="Search assistants (the served agents)")
 async def search_assistants(request: Request, body: AssistantSearch) -> list[dict[str, Any]]:
     state = state_of(request)
+    served: list[Agent | Crew] = [*state.registry.values(), *state.registry.crews.values()]
     found = [
         _assistant(a)
-        for a in state.registry.values()
+        for a in served
         if (body.graph_id is None or a.name == body.graph_id)
         and (body.name is None or body.name.lower() in a.name.lower())
     ]
@@ -531,12 +596,12 @@ async def count_assistants(request: Request, body: AssistantSearch) -> int:
 
 @router.get("/assistants/{assistant_id}", summary="Get an assistant (an agent, by name)")
 async def get_assistant(request: Request, assistant_id: str) -> dict[str, Any]:
-    return _assistant(_agent(state_of(request), assistant_id))
+    return _assistant(_served(state_of(request), assistant_id))
 
 
 @router.get("/assistants/{assistant_id}/schemas", summary="An assistant's input/output schemas")
 async def assistant_schemas(request: Request, assistant_id: str) -> dict[str, Any]:
-    agent = _agent(state_of(request), assistant_id)
+    agent = _served(state_of(request), assistant_id)
     messages = {
         "type": "object",
         "properties": {"messages": {"type": "array", "items": {"type": "object"}}},

@@ -234,6 +234,7 @@ def interrupts_of(pending: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                 "tool_name": p.get("tool_name", ""),
                 "arguments": p.get("arguments", {}),
                 "reason": p.get("reason", ""),
+                **({"member_path": p["member_path"]} if "member_path" in p else {}),
                 "approve_with": f"POST /threads/{p.get('session_id', '{thread_id}')}/approvals/"
                 f"{p.get('tool_call_id', '')}",
             },
@@ -364,10 +365,12 @@ class RunManager:
             self.runs.pop(run_id, None)
 
     def start(self, run: LgRun, turn: Any) -> None:
-        """Run ``turn`` (a ``loom.loop.Turn``) in a task of its own, feeding ``run``."""
+        """Run ``turn`` (a ``loom.loop.Turn``, or a crew's ``CrewTurn``) in a task of its own,
+        feeding ``run``."""
         self.runs[run.run_id] = run
         self.by_thread.setdefault(run.thread_id, []).append(run.run_id)
-        run.maker = FrameMaker(run.thread_id, run.run_id, run.assistant_id)
+        if run.maker is None:  # a crew run comes with its own (loom.server.lg_crews)
+            run.maker = FrameMaker(run.thread_id, run.run_id, run.assistant_id)
         run.add([Frame(None, "metadata", {"run_id": run.run_id, "attempt": 1})])
         run.task = asyncio.ensure_future(self._execute(run, turn))
         self._evict()
@@ -399,11 +402,12 @@ class RunManager:
         assert maker is not None
         try:
             async for ev in drive(turn, run.cancel):
-                if isinstance(ev, AgentStart):
+                own = ev.run_id == run.run_id  # not a crew member's (their runs are their own)
+                if own and isinstance(ev, AgentStart):
                     run.status = "running"
                     maker.start(await self._base(run.thread_id, run.run_id))
                 run.add(maker.frames(ev))
-                if isinstance(ev, AgentFinish):
+                if own and isinstance(ev, AgentFinish):
                     run.stop_reason = ev.stop_reason
                     run.status = run_status(ev.stop_reason)
                     run.error = ev.error

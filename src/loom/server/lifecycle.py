@@ -19,6 +19,7 @@ from loom.server.security import current_principal
 
 if TYPE_CHECKING:
     from loom.agent import Agent
+    from loom.driving import Drivable
     from loom.loop import Turn
 
 __all__ = ["SHUTDOWN_REASON", "ServerRuntime", "drain"]
@@ -26,7 +27,7 @@ __all__ = ["SHUTDOWN_REASON", "ServerRuntime", "drain"]
 SHUTDOWN_REASON = "server shutting down"
 
 
-def _live(turn: Turn) -> bool:
+def _live(turn: Drivable) -> bool:
     if turn.result is not None:
         return False
     task: asyncio.Task[Any] | None = getattr(turn, "_task", None)
@@ -39,10 +40,32 @@ class ServerRuntime(Runtime):
     def __init__(self, *args: Any, max_concurrent_runs: int = 0, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.max_concurrent_runs = max_concurrent_runs
-        self.turns: weakref.WeakKeyDictionary[Turn, str] = weakref.WeakKeyDictionary()
+        # every prepared run: agent turns, and crew runs (``track``), by the key that made it
+        self.turns: weakref.WeakKeyDictionary[Drivable, str] = weakref.WeakKeyDictionary()
 
-    def live_turns(self, key: str | None = None) -> list[Turn]:
+    def live_turns(self, key: str | None = None) -> list[Drivable]:
         return [t for t, k in list(self.turns.items()) if _live(t) and (key is None or k == key)]
+
+    def _admit(self, nested: bool) -> str:
+        """The request's key, once its run is within ``max_concurrent_runs`` (else
+        ``QueueFull``)."""
+        principal = current_principal.get()
+        key = principal.name if principal is not None else ""
+        limit = self.max_concurrent_runs
+        if principal is not None and limit > 0 and not nested:
+            live = len(self.live_turns(key))
+            if live >= limit:
+                raise QueueFull(
+                    f"API key {key!r} has {live} runs in progress, the limit of this server "
+                    "(--max-concurrent-runs); wait for one to end and retry"
+                )
+        return key
+
+    def track(self, run: Drivable) -> None:
+        """Count ``run`` (a crew run, ``CrewTurn``) as one of this server's runs: within its
+        key's limit, and drained at shutdown like a turn. Its members' turns are made by
+        ``prepare`` under the crew run's id, so they do not count against the limit again."""
+        self.turns[run] = self._admit(False)
 
     def prepare(
         self,
@@ -60,16 +83,7 @@ class ServerRuntime(Runtime):
         output_type: Any = None,
         max_cost: float | None = None,
     ) -> Turn:
-        principal = current_principal.get()
-        key = principal.name if principal is not None else ""
-        limit = self.max_concurrent_runs
-        if principal is not None and limit > 0 and parent_run_id is None:
-            live = len(self.live_turns(key))
-            if live >= limit:
-                raise QueueFull(
-                    f"API key {key!r} has {live} runs in progress, the limit of this server "
-                    "(--max-concurrent-runs); wait for one to end and retry"
-                )
+        key = self._admit(parent_run_id is not None)
         turn = super().prepare(agent, message, session_id, on_busy, deps, resume, parent_run_id,
                                answer, run_id=run_id, carry_on=carry_on,
                                output_type=output_type, max_cost=max_cost)  # fmt: skip

@@ -26,10 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import Receive, Scope, Send
 
 from loom.agent import Agent
+from loom.crew import Crew
 from loom.errors import InputError
 from loom.events import AgentEvent, AgentFinish, LlmDelta
 from loom.messages import RunResult, Usage, new_id
 from loom.server.app import error_body, state_of
+from loom.server.served import run_served, stream_served
 
 __all__ = ["router"]
 
@@ -89,7 +91,7 @@ def _not_found(kind: str, message: str, code: str, param: str) -> JSONResponse:
 
 
 def _unknown_model(request: Request, name: str) -> JSONResponse:
-    agents = ", ".join(state_of(request).registry) or "none"
+    agents = ", ".join(state_of(request).registry.names()) or "none"
     return _not_found(
         "NotFound",
         f"no agent named {name!r}; the model is the agent's name (served: {agents}; "
@@ -221,12 +223,12 @@ def _model(name: str) -> dict[str, Any]:
 
 @router.get("/models", summary="The agents, as OpenAI models")
 async def list_models(request: Request) -> dict[str, Any]:
-    return {"object": "list", "data": [_model(name) for name in state_of(request).registry]}
+    return {"object": "list", "data": [_model(name) for name in state_of(request).registry.names()]}
 
 
 @router.get("/models/{model}", summary="One agent, as an OpenAI model", response_model=None)
 async def get_model(request: Request, model: str) -> dict[str, Any] | JSONResponse:
-    if model not in state_of(request).registry:
+    if state_of(request).registry.served(model) is None:
         return _unknown_model(request, model)
     return _model(model)
 
@@ -243,16 +245,16 @@ async def chat_completions(
     x_loom_session: str | None = Header(None, description="The Loom session to continue."),
 ) -> Response:
     state = state_of(request)
-    agent = state.registry.get(body.model)
+    agent = state.registry.served(body.model)
     if agent is None:
         return _unknown_model(request, body.model)
     message = _last_user_text(body.messages, "messages")
     session_id = _session(x_loom_session, body.user, body.metadata)
     if body.stream:
         include_usage = bool((body.stream_options or {}).get("include_usage"))
-        events = await _started(state.runtime.stream(agent, message, session_id=session_id))
+        events = await _started(stream_served(state.runtime, agent, message, session_id))
         return _stream_response(_chat_chunks(events, agent, include_usage), session_id)
-    result = await state.runtime.run(agent, message, session_id=session_id)
+    result = await run_served(state.runtime, agent, message, session_id)
     if result.stop_reason in _FAILED:
         return _run_failed(result)
     reply = {
@@ -277,7 +279,7 @@ async def chat_completions(
 
 
 async def _chat_chunks(
-    events: AsyncIterator[AgentEvent], agent: Agent, include_usage: bool
+    events: AsyncIterator[AgentEvent], agent: Agent | Crew, include_usage: bool
 ) -> AsyncIterator[bytes]:
     created = int(time.time())
     chunk_id: str | None = None
@@ -344,7 +346,7 @@ def session_of_response(rid: str) -> str | None:
 
 
 def _response_object(
-    agent: Agent,
+    agent: Agent | Crew,
     rid: str,
     status: Literal["completed", "incomplete", "in_progress"],
     text: str | None,
@@ -415,7 +417,7 @@ async def responses(
     x_loom_session: str | None = Header(None, description="The Loom session to continue."),
 ) -> Response:
     state = state_of(request)
-    agent = state.registry.get(body.model)
+    agent = state.registry.served(body.model)
     if agent is None:
         return _unknown_model(request, body.model)
     message = _responses_input(body)
@@ -433,10 +435,10 @@ async def responses(
         session_id = _session(x_loom_session, body.user, body.metadata)
     created = int(time.time())
     if body.stream:
-        events = await _started(state.runtime.stream(agent, message, session_id=session_id))
+        events = await _started(stream_served(state.runtime, agent, message, session_id))
         gen = _response_events(events, agent, body.previous_response_id, created)
         return _stream_response(gen, session_id)
-    result = await state.runtime.run(agent, message, session_id=session_id)
+    result = await run_served(state.runtime, agent, message, session_id)
     if result.stop_reason in _FAILED:
         return _run_failed(result)
     rid = response_id(result.session_id, result.run_id)
@@ -453,7 +455,7 @@ async def responses(
 
 
 async def _response_events(
-    events: AsyncIterator[AgentEvent], agent: Agent, previous: str | None, created: int
+    events: AsyncIterator[AgentEvent], agent: Agent | Crew, previous: str | None, created: int
 ) -> AsyncIterator[bytes]:
     """The Responses API's semantic streaming events for one turn."""
     seq = 0

@@ -1,14 +1,24 @@
-"""The agents a server serves: from a directory of AGENT.md / YAML files or a Python object."""
+"""The agents a server serves: from a directory of AGENT.md / YAML files or a Python object.
+
+A registry also holds crews (``loom.crew.Crew``), served as assistants / models beside the
+agents: ``registry.crews`` by name. The mapping itself stays one of agents (what every
+agent-only path reads); ``served(name)`` answers either. Names are unique across both.
+"""
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import yaml
 
 from loom.agent import Agent
 from loom.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from loom.crew import Crew
 
 __all__ = ["AgentRegistry", "load_registry"]
 
@@ -16,21 +26,36 @@ _SUFFIXES = (".md", ".yaml", ".yml")
 
 
 class AgentRegistry(Mapping[str, Agent]):
-    """Agents by name (read-only once built). Names are unique."""
+    """Agents by name (read-only once built), and crews by name in ``crews``. Names are unique
+    across both."""
 
-    def __init__(self, agents: Iterable[Agent] = ()) -> None:
+    def __init__(self, agents: Iterable[Agent | Crew] = ()) -> None:
+        from loom.crew import Crew
+
         self._agents: dict[str, Agent] = {}
+        self.crews: dict[str, Crew] = {}
         for agent in agents:
-            if not isinstance(agent, Agent):
+            if not isinstance(agent, Agent | Crew):
                 raise ConfigurationError(
-                    f"a registry holds Agent objects, got {type(agent).__name__}"
+                    f"a registry holds Agent and Crew objects, got {type(agent).__name__}"
                 )
-            if agent.name in self._agents:
+            if agent.name in self._agents or agent.name in self.crews:
                 raise ConfigurationError(
-                    f"two agents are named {agent.name!r}; the names a server serves must be "
-                    "unique (set name: in each AGENT.md)"
+                    f"two agents or crews are named {agent.name!r}; the names a server serves "
+                    "must be unique (set name: in each AGENT.md or crew file)"
                 )
-            self._agents[agent.name] = agent
+            if isinstance(agent, Crew):
+                self.crews[agent.name] = agent
+            else:
+                self._agents[agent.name] = agent
+
+    def served(self, name: str) -> Agent | Crew | None:
+        """The agent or crew served as ``name`` (None: neither)."""
+        return self._agents.get(name) or self.crews.get(name)
+
+    def names(self) -> list[str]:
+        """Every name served: the agents', then the crews'."""
+        return [*self._agents, *self.crews]
 
     def __getitem__(self, name: str) -> Agent:
         return self._agents[name]
@@ -42,11 +67,15 @@ class AgentRegistry(Mapping[str, Agent]):
         return len(self._agents)
 
     def __repr__(self) -> str:
-        return f"AgentRegistry({list(self._agents)})"
+        return f"AgentRegistry({self.names()})"
 
     @classmethod
     def from_dir(cls, directory: str | Path, **overrides: Any) -> AgentRegistry:
-        """Every ``*.md`` / ``*.yaml`` / ``*.yml`` agent definition in ``directory``."""
+        """Every ``*.md`` / ``*.yaml`` / ``*.yml`` agent definition in ``directory``, and every
+        crew file there (``*.crew.yaml``, or a YAML file with a ``plan:`` key); ``overrides``
+        go to the agents."""
+        from loom.crew import Crew
+
         root = Path(directory)
         if not root.is_dir():
             raise ConfigurationError(f"{root} is not a directory of agent definitions")
@@ -56,12 +85,29 @@ class AgentRegistry(Mapping[str, Agent]):
                 f"{root} holds no agent definitions (*.md, *.yaml); add an AGENT.md or pass "
                 "--app module:registry"
             )
-        return cls(Agent.from_file(p, **overrides) for p in files)
+        return cls(
+            Crew.from_file(p) if is_crew_file(p) else Agent.from_file(p, **overrides) for p in files
+        )
+
+
+def is_crew_file(path: Path) -> bool:
+    """Whether ``path`` is a crew file: named ``*.crew.yaml`` / ``*.crew.yml``, or a YAML
+    mapping with a ``plan:`` key (an agent definition has none)."""
+    name = path.name.lower()
+    if name.endswith((".crew.yaml", ".crew.yml")):
+        return True
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        return False
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False  # the agent loader reports what is wrong with it
+    return isinstance(data, dict) and "plan" in data
 
 
 def load_registry(spec: str) -> AgentRegistry:
-    """``module:attr`` naming an ``AgentRegistry``, an ``Agent``, a list of agents, or a
-    function (no arguments) returning one of those."""
+    """``module:attr`` naming an ``AgentRegistry``, an ``Agent`` or a ``Crew``, a list of
+    them, or a function (no arguments) returning one of those."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ConfigurationError(f"--app must be module:attr, got {spec!r}")
@@ -73,14 +119,17 @@ def load_registry(spec: str) -> AgentRegistry:
         value: Any = getattr(module, attr)
     except AttributeError:
         raise ConfigurationError(f"module {module_name!r} has no attribute {attr!r}") from None
-    if callable(value) and not isinstance(value, Agent | AgentRegistry):
+    from loom.crew import Crew
+
+    if callable(value) and not isinstance(value, Agent | Crew | AgentRegistry):
         value = value()
     if isinstance(value, AgentRegistry):
         return value
-    if isinstance(value, Agent):
+    if isinstance(value, Agent | Crew):
         return AgentRegistry([value])
     if isinstance(value, Iterable):
         return AgentRegistry(value)
     raise ConfigurationError(
-        f"{spec} is a {type(value).__name__}; give an AgentRegistry, an Agent or a list of agents"
+        f"{spec} is a {type(value).__name__}; give an AgentRegistry, an Agent, a Crew or a list "
+        "of them"
     )

@@ -20,6 +20,7 @@ from fastapi import APIRouter, FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
+from loom.driving import discard
 from loom.events import (
     AgentEvent,
     AgentFinish,
@@ -37,6 +38,7 @@ from loom.events import (
 from loom.messages import RunResult, Usage, new_id
 from loom.server.app import ServerState, error_body, state_of
 from loom.server.openai_api import EventStream, close_quietly
+from loom.server.served import run_served, stream_served
 from loom.server.session_events import Lagged, event_id, session_events
 
 _T = TypeVar("_T")
@@ -179,7 +181,7 @@ def progress(events: list[AgentEvent]) -> list[Progress]:
 
 
 def _unknown_agent(state: ServerState, name: str) -> JSONResponse:
-    agents = ", ".join(state.registry) or "none"
+    agents = ", ".join(state.registry.names()) or "none"
     body = error_body("NotFound", f"no agent named {name!r} (served: {agents})")
     return JSONResponse(body, status_code=404)
 
@@ -187,10 +189,10 @@ def _unknown_agent(state: ServerState, name: str) -> JSONResponse:
 @router.post("/weave", summary="Weave: run one turn of an agent and return its answer")
 async def weave(request: Request, body: WeaveRequest) -> Response:
     state = state_of(request)
-    agent = state.registry.get(body.agent)
+    agent = state.registry.served(body.agent)
     if agent is None:
         return _unknown_agent(state, body.agent)
-    result = await state.runtime.run(agent, body.message, session_id=body.session_id)
+    result = await run_served(state.runtime, agent, body.message, body.session_id)
     return JSONResponse(weave_reply(result), headers={"X-Loom-Session": result.session_id})
 
 
@@ -202,11 +204,11 @@ async def weave(request: Request, body: WeaveRequest) -> Response:
 )
 async def stream_weave(request: Request, body: WeaveRequest) -> Response:
     state = state_of(request)
-    agent = state.registry.get(body.agent)
+    agent = state.registry.served(body.agent)
     if agent is None:
         return _unknown_agent(state, body.agent)
     session_id = body.session_id or new_id("session")
-    events = state.runtime.stream(agent, body.message, session_id=session_id)
+    events = stream_served(state.runtime, agent, body.message, session_id)
     first = await anext(events)  # input errors become a status code, not a broken stream
 
     async def sse() -> AsyncIterator[bytes]:
@@ -259,10 +261,17 @@ async def answer_weave(request: Request, body: WeaveAnswer) -> Response:
     if waiting:
         return JSONResponse({"status": "waiting", "undecided": waiting}, status_code=202)
     name = await session_agent(state, info)
-    agent = state.registry.get(name)
-    if agent is None:
-        return _unknown_agent(state, name)
-    result = await state.runtime.resume(agent, body.session_id, decided)
+    crew = state.registry.crews.get(name)
+    if crew is not None:  # the crew resumes the member(s) that parked the calls
+        turn = await crew.prepare_resume(state.runtime, body.session_id, decided)
+        await turn.run(discard)
+        assert turn.result is not None
+        result = turn.result
+    else:
+        agent = state.registry.get(name)
+        if agent is None:
+            return _unknown_agent(state, name)
+        result = await state.runtime.resume(agent, body.session_id, decided)
     return JSONResponse(
         {"status": "resumed", "reply": weave_reply(result)},
         headers={"X-Loom-Session": body.session_id},

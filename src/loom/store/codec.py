@@ -44,6 +44,7 @@ from loom.store.base import LedgerEntry, RunRecord, SessionInfo, StoredError
 __all__ = [
     "ERROR_COLS",
     "MAX_DEPTH",
+    "PARENT_KEY",
     "EventRow",
     "LedgerRow",
     "RunRow",
@@ -221,10 +222,19 @@ class EventRow(NamedTuple):
     data: str
 
 
+#: The key under which an event's ``parent_run_id`` (the crew run that started its run) rides
+#: in the stored ``data`` JSON: every store keeps that body already, so no column (and no
+#: migration) is needed. ``$`` keeps it apart from payload fields and ``extra`` keys.
+PARENT_KEY = "$parent_run_id"
+
+
 def encode_event(event: AgentEvent) -> EventRow:
-    """An event as stored (its fields from ``AgentEvent.to_dict``)."""
+    """An event as stored (its fields from ``AgentEvent.to_dict``; a ``parent_run_id`` rides
+    in ``data`` under :data:`PARENT_KEY`)."""
     d = event.to_dict()
     data = d["data"]
+    if event.parent_run_id is not None:
+        data = {**data, PARENT_KEY: event.parent_run_id}
     return EventRow(
         scrub_text(d["run_id"]),
         d["sequence"],
@@ -237,6 +247,8 @@ def encode_event(event: AgentEvent) -> EventRow:
 
 def decode_event(session_id: str, row: Sequence[Any]) -> AgentEvent:
     """The event of a stored :class:`EventRow` (through ``AgentEvent.from_dict``)."""
+    data = from_json(row[5])
+    parent = data.pop(PARENT_KEY, None) if PARENT_KEY in data else None
     return AgentEvent.from_dict(
         {
             "type": row[2],
@@ -245,7 +257,8 @@ def decode_event(session_id: str, row: Sequence[Any]) -> AgentEvent:
             "iteration": row[3],
             "sequence": row[1],
             "timestamp": row[4],
-            "data": from_json(row[5]),
+            "data": data,
+            "parent_run_id": parent,
         }
     )
 
@@ -253,13 +266,13 @@ def decode_event(session_id: str, row: Sequence[Any]) -> AgentEvent:
 class PackedEvents(NamedTuple):
     """A commit's events, encoded with one ``to_json`` call (``MemoryStore``'s form).
 
-    ``heads`` keeps each event's envelope (class, run id, sequence, iteration, timestamp: str,
-    int and float, immutable); ``payloads`` is the JSON of each event's payload fields and
+    ``heads`` keeps each event's envelope (class, run id, sequence, iteration, timestamp,
+    parent run id: immutable); ``payloads`` is the JSON of each event's payload fields and
     ``extra``, in ``PAYLOAD`` order. Reading it back builds exactly the event
     :func:`decode_event` builds from the :class:`EventRow` of the same event.
     """
 
-    heads: list[tuple[Any, type[AgentEvent], str, int, int, float]]
+    heads: list[tuple[Any, type[AgentEvent], str, int, int, float, str | None]]
     payloads: bytes
 
 
@@ -270,9 +283,10 @@ def pack_events(events: Sequence[AgentEvent]) -> PackedEvents | None:
     heads = []
     payload = []
     for ev in events:
-        if not ev.run_id.isascii():
+        if not ev.run_id.isascii() or not (ev.parent_run_id or "").isascii():
             return None
-        heads.append((ev.type, type(ev), ev.run_id, ev.sequence, ev.iteration, ev.timestamp))
+        heads.append((ev.type, type(ev), ev.run_id, ev.sequence, ev.iteration, ev.timestamp,
+                      ev.parent_run_id))  # fmt: skip
         payload.append(type(ev).ROW(ev))
     try:
         text = to_json(payload, inf_nan_mode="constants")
@@ -287,7 +301,7 @@ def unpack_events(session_id: str, packed: PackedEvents, run_id: str | None) -> 
     """The events of :func:`pack_events` (those of ``run_id`` only, unless None)."""
     out: list[AgentEvent] = []
     values = None
-    for i, (kind, cls, rid, sequence, iteration, timestamp) in enumerate(packed.heads):
+    for i, (kind, cls, rid, sequence, iteration, timestamp, parent) in enumerate(packed.heads):
         if run_id is not None and rid != run_id:
             continue
         if values is None:
@@ -297,7 +311,7 @@ def unpack_events(session_id: str, packed: PackedEvents, run_id: str | None) -> 
         data = {keys.get(n, n): row[j] for j, n in enumerate(fields_)}
         data.update(row[-1])
         out.append(make_event(kind, rid, session_id, iteration, sequence, data,
-                              timestamp=timestamp))  # fmt: skip
+                              timestamp=timestamp, parent_run_id=parent))  # fmt: skip
     return out
 
 

@@ -199,6 +199,24 @@ class StoreContract:
         assert [e.sequence for e in await of("s", [EventType.AGENT_START])] == [0]
         assert await of("s", []) == [] and await of("nobody", [decided]) == []
 
+    async def test_events_keep_parent_run_id(self, store: Any) -> None:
+        # a crew member's events name the crew run that started theirs (docs/architecture.md)
+        child = make_event(EventType.AGENT_START, "r2", "s", 0, 0, {"message": "m"},
+                           parent_run_id="crew-run")  # fmt: skip
+        tool = make_event(EventType.TOOL_RESULT, "r2", "s", 1, 1, {"tool_name": "t"},
+                          parent_run_id="crew-run")  # fmt: skip
+        await store.append("s", events=[_ev("r1", 0), child])
+        await store.append("s", events=[tool])
+        every = await store.load_events("s")
+        assert [e.parent_run_id for e in every] == [None, "crew-run", "crew-run"]
+        assert every[1].data["message"] == "m"
+        assert all("parent_run_id" not in k for e in every for k in e.data)  # not in the payload
+        assert every[1].extra == {} and every[2].extra == {}
+        assert [e.parent_run_id for e in await store.load_events("s", "r2")] == [
+            "crew-run",
+            "crew-run",
+        ]
+
     # -- ledger and runs --------------------------------------------------------------------------
     async def test_ledger_open_calls(self, store: Any) -> None:
         a, b, c = _started("r1", "c1"), _started("r1", "c2"), _started("r2", "c1")

@@ -103,7 +103,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     stop_server(srv)
 
 
-@pytest.fixture(scope="session")
+# Module, not session: while sync_playwright is open it keeps an event loop running in the main
+# thread, and every asyncio test that ran after this module failed ("another loop is running").
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_api.sync_playwright() as pw:

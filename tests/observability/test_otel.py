@@ -290,3 +290,36 @@ async def test_workflow_spans_parent_the_member_runs() -> None:
     for name in ("invoke_agent a", "invoke_agent b"):
         (member,) = spans[name]
         assert member.parent is not None and member.parent.span_id == crew.context.span_id
+
+
+async def test_a_crew_run_is_one_trace_under_its_workflow_span() -> None:
+    # the crew opens its tracer's workflow span itself: every member's run (parallel ones in
+    # their own tasks too) and their model and tool calls hang under `invoke_workflow {crew}`
+    from loom.crew import Crew, Parallel, Sequential
+
+    tel = Tel()
+    rt = Runtime(observers=[tel.observer])
+
+    def member(name: str) -> Agent:
+        calls = [ToolCall(id=f"{name}1", name="add", arguments={"a": 1, "b": 2})]
+        script = [ModelResponse(tool_calls=calls), f"{name} done"]
+        return Agent(name=name, model=ScriptedModel(script, name="openai:gpt-4o"), tools=[add])
+
+    crew = Crew("blog", members={"research": member("research"), "a": member("a"),
+                                 "b": member("b")},
+                plan=Sequential("research", Parallel("a", "b")))  # fmt: skip
+    result = await crew.run("write", runtime=rt)
+    assert result.stop_reason == "completed"
+    spans = by_name(tel.finished())
+    (workflow,) = spans["invoke_workflow blog"]
+    trace_id = workflow.context.trace_id
+    assert all(s.context.trace_id == trace_id for s in tel.finished())  # one trace
+    (crew_run,) = spans["invoke_agent blog"]  # the crew's own run record, under the workflow
+    assert crew_run.parent is not None and crew_run.parent.span_id == workflow.context.span_id
+    runs = [s for name in ("research", "a", "b") for s in spans[f"invoke_agent {name}"]]
+    assert len(runs) == 3
+    assert all(s.parent is not None and s.parent.span_id == crew_run.context.span_id for s in runs)
+    run_ids = {s.context.span_id for s in runs}
+    tools = spans["execute_tool add"]
+    assert len(tools) == 3 and all(t.parent is not None and t.parent.span_id in run_ids
+                                   for t in tools)  # fmt: skip

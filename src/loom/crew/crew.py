@@ -244,6 +244,22 @@ class Crew:
         if session_id is not None and (not isinstance(session_id, str) or not session_id.strip()):
             raise InputError("session_id must be a non-empty string or None")
         sid = session_id or new_id("session")
+        with contextlib.ExitStack() as spans:
+            # a tracer's ``workflow`` span (loom.observability: ``invoke_workflow {crew}``) is
+            # current while the crew runs, so every member run's span becomes its child
+            for observer in runtime.observers:
+                workflow = getattr(observer, "workflow", None)
+                if callable(workflow):
+                    spans.enter_context(workflow(self.name, session_id=sid))
+            return await self._execute(runtime, task, sid, scope=scope, depth=depth, root=root,
+                                       emit=emit, deps=deps, parent_run_id=parent_run_id,
+                                       approvals=approvals, run_id=run_id)  # fmt: skip
+
+    async def _execute(self, runtime: Runtime, task: str, sid: str, *,
+                       scope: BudgetScope | None, depth: int, root: str | None,
+                       emit: Callable[[AgentEvent], None] | None, deps: Any,
+                       parent_run_id: str | None, approvals: Any,
+                       run_id: str | None) -> CrewResult:  # fmt: skip
         run_id = run_id or new_id("run")
         root = root or self.name
         scope = scope or BudgetScope(self.budget)

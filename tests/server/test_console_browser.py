@@ -114,8 +114,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     stop_server(srv)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    # module, not session: playwright's sync API marks this thread's event loop as running
+    # while it is open, and later modules' asyncio.run() would refuse to start
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_api.sync_playwright() as pw:
         b = pw.chromium.launch(

@@ -5,18 +5,25 @@ What it proves: logging in with a key sets an HttpOnly, SameSite=Strict cookie; 
 into the open page live (the timeline grows while the run is going, without a reload); a
 pending call is approved from the page and the run finishes; an error's full text is shown;
 model and tool output is escaped (no element or script from it exists, no flag it sets is set);
-a form without its CSRF token is a 403 page; unknown ids are 404 pages. Screenshots go to
-``tests/artifacts/console/``.
+a form without its CSRF token is a 403 page; unknown ids are 404 pages. The scheduler's pages:
+a schedule fired by the server's poller shows with its runs (linking to their sessions) and its
+monitor's check-ins; the pause button pauses it (the API says so), and not without its CSRF
+token; monitors show the detector's ``missed`` and ``timeout`` check-ins, and a check-in over
+the API reaches the open monitors page live. Screenshots go to ``tests/artifacts/console/``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
-from collections.abc import Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -32,6 +39,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in t
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "console"
 KEY = "console-test-key-0123"
+ADMIN_KEY = "console-admin-key-4567"  # sees sessions no key owns, e.g. the scheduler's
 XSS = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 
 AGENTS = r'''
@@ -90,6 +98,7 @@ registry = AgentRegistry([
     Agent(name="breaker", model=caller("explode", {"what": "core "}), tools=[explode]),
     Agent(name="ops", model=caller("deploy", {"target": "prod"}), tools=[deploy],
           permissions={"ask": ["deploy"]}),
+    Agent(name="ticker", model=FunctionModel(lambda messages, tools: "tick")),
 ])
 '''.replace("XSS_TEXT", repr(XSS))
 
@@ -97,16 +106,18 @@ registry = AgentRegistry([
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("console")
-    srv = start_server(tmp, app="console_agents:registry", source=AGENTS,
-                       env={"LOOM_API_KEYS": KEY})  # fmt: skip
+    keys = tmp / "keys.yaml"
+    keys.write_text(f"- {{name: admin, key: {ADMIN_KEY}, admin: true}}\n")
+    srv = start_server(tmp, "--keys", str(keys), app="console_agents:registry", source=AGENTS,
+                       env={"LOOM_API_KEYS": KEY, "LOOM_SCHEDULE_POLL": "0.1"})  # fmt: skip
     yield srv
     stop_server(srv)
 
 
-# Module, not session: while sync_playwright is open it keeps an event loop running in the main
-# thread, and every asyncio test that ran after this module failed ("another loop is running").
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    # module, not session: playwright's sync API marks this thread's event loop as running
+    # while it is open, and later modules' asyncio.run() would refuse to start
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_api.sync_playwright() as pw:
         b = pw.chromium.launch(
@@ -119,13 +130,13 @@ def browser() -> Iterator[Any]:
         b.close()
 
 
-def login(browser: Any, server: Server, **options: Any) -> Any:
+def login(browser: Any, server: Server, key: str = KEY, **options: Any) -> Any:
     """A fresh browser context logged in through the form; its page."""
     context = browser.new_context(viewport={"width": 1280, "height": 860}, **options)
     page = context.new_page()
     page.goto(f"{server.url}/console/sessions")
     assert "/console/login" in page.url  # sent to the form first
-    page.fill("input[name=api_key]", KEY)
+    page.fill("input[name=api_key]", key)
     page.click("button[type=submit]")
     page.wait_for_url("**/console/sessions")
     return page
@@ -284,8 +295,185 @@ def test_tool_output_is_escaped_on_the_page_and_live(browser: Any, server: Serve
     page.context.close()
 
 
+# -- the scheduler's pages ------------------------------------------------------------------------
+def on_store(server: Server, use: Callable[[Any], Awaitable[Any]]) -> Any:
+    """``use`` the server's own store file through Loom's Python API, as tests/schedule does (in
+    a thread: playwright's sync API owns this thread's event loop)."""
+    from loom.store import SQLiteStore
+
+    async def go() -> Any:
+        store = SQLiteStore(server.db)
+        try:
+            return await use(store)
+        finally:
+            await store.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, go()).result()
+
+
+def until(check: Callable[[], Any], what: str, timeout: float = 20) -> Any:
+    """Poll the API until ``check`` answers something true (the server's poller fires on its
+    own clock; this waits for the outcome, not for time)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+def cron_of(client: httpx.Client, cron_id: str) -> dict[str, Any]:
+    found = client.post("/runs/crons/search", json={"limit": 0}).json()
+    (cron,) = [c for c in found if c["cron_id"] == cron_id]
+    return cron  # type: ignore[no-any-return]
+
+
+def test_a_fired_schedule_shows_with_its_runs_and_monitor(
+    browser: Any, page: Any, server: Server
+) -> None:
+    from loom.schedule import Schedule, ScheduleStore
+
+    with api(server) as client:
+        morning = client.post("/runs/crons", json={
+            "assistant_id": "ticker", "schedule": "0 9 * * 1-5", "timezone": "Europe/Berlin",
+            "multitask_strategy": "enqueue",
+            "input": {"messages": [{"role": "user", "content": XSS}]}}).json()  # fmt: skip
+        # the cron API takes five-field lines (a minute at least): a one-second interval goes in
+        # through the Python API, paused, so its monitor exists before the first tick
+        every = Schedule(agent="ticker", message="tick", interval=1, id="every-second",
+                         enabled=False)  # fmt: skip
+        on_store(server, lambda store: ScheduleStore(store).add(every))
+        client.post("/monitors", json={"id": "every-second-mon", "schedule_id": "every-second"}
+                    ).raise_for_status()  # fmt: skip
+        client.patch("/runs/crons/every-second", json={"enabled": True}).raise_for_status()
+        runs = until(lambda: [r for r in client.get("/runs/crons/every-second/runs").json()
+                              if r["status"] == "finished"], "a finished run")  # fmt: skip
+        until(lambda: client.get("/monitors/every-second-mon").json()["health"] == "ok",
+              "the monitor's ok check-in")  # fmt: skip
+    page.goto(f"{server.url}/console/schedules")
+    card = page.locator("#schedule-every-second")
+    assert card.get_attribute("data-enabled") == "yes"
+    assert card.locator("dd.when").text_content() == "every 1 s"
+    assert card.locator("dd.tz").text_content() == "UTC"
+    assert card.locator("dd.agent").text_content() == "ticker"
+    assert card.locator("dd.misfire").text_content().startswith("run_once")
+    assert card.locator("dd.overlap").text_content() == "skip"
+    assert card.locator("dd.next").text_content().endswith("UTC")
+    links = card.locator("tr.schedule-run[data-status=finished] a.run-link")
+    assert links.count() >= 1 and runs
+    shown = dict(
+        zip(
+            links.all_text_contents(),
+            links.evaluate_all("els => els.map(e => e.getAttribute('href'))"),
+            strict=True,
+        )
+    )
+    with api(server) as client:  # the schedule fires on: read its runs again, after the page
+        now = {
+            r["run_id"]: r["session_id"]
+            for r in client.get("/runs/crons/every-second/runs").json()
+            if r["status"] == "finished"
+        }
+    for run_id, href in shown.items():
+        assert href == f"/console/sessions/{quote(now[run_id], safe='')}#run-{run_id}"
+    run_id = links.first.text_content()
+    monitor = card.locator("#monitor-every-second-mon")
+    assert monitor.get_attribute("data-health") == "ok"
+    assert monitor.locator("li.checkin[data-status=ok][data-source=schedule]").count() >= 1
+    other = page.locator(f"#schedule-{morning['cron_id']}")
+    assert other.locator("dd.when").text_content() == "cron 0 9 * * 1-5"
+    assert other.locator("dd.tz").text_content() == "Europe/Berlin"
+    assert other.locator("dd.overlap").text_content() == "queue"
+    assert other.locator("dd.message").text_content() == XSS  # the message, as text
+    assert page.locator("#schedules script, #schedules img").count() == 0
+    shot(page, "schedules")
+    # a run's link opens its session at that run; the scheduler's sessions belong to no key,
+    # so (as over the API) an admin key sees them and another key gets a 404
+    href = links.first.get_attribute("href")
+    assert page.goto(f"{server.url}{href}").status == 404
+    admin = login(browser, server, ADMIN_KEY)
+    admin.goto(f"{server.url}/console/schedules/every-second")
+    admin.locator(f"#schedule-every-second a.run-link[href='{href}']").click()
+    admin.wait_for_url(f"**/console/sessions/*#run-{run_id}")
+    admin.locator(f"#run-{run_id}[data-status=completed]").wait_for()
+    admin.context.close()
+
+
+def test_the_pause_button_pauses_and_needs_its_csrf_token(page: Any, server: Server) -> None:
+    with api(server) as client:
+        assert cron_of(client, "every-second")["enabled"] is True
+        page.goto(f"{server.url}/console/schedules/every-second")
+        card = page.locator("#schedule-every-second")
+        card.locator("input[name=csrf_token]").evaluate("e => e.remove()")
+        with page.expect_navigation() as nav:
+            card.locator("button.pause").click()
+        assert nav.value.status == 403
+        assert "CSRF" in page.locator("#problem-message").text_content()
+        assert cron_of(client, "every-second")["enabled"] is True  # nothing changed
+        page.goto(f"{server.url}/console/schedules/every-second")
+        page.locator("#schedule-every-second button.pause").click()
+        page.wait_for_url("**/console/schedules/every-second")
+        assert card.get_attribute("data-enabled") == "no"
+        assert "paused" in card.locator("dd.next").text_content()
+        paused = cron_of(client, "every-second")
+        assert paused["enabled"] is False and paused["next_run_date"] is None
+        shot(page, "schedule-paused")
+        card.locator("button.resume").click()  # and back, from the page
+        page.wait_for_url("**/console/schedules/every-second")
+        assert cron_of(client, "every-second")["enabled"] is True
+        assert card.get_attribute("data-enabled") == "yes"
+        client.patch("/runs/crons/every-second", json={"enabled": False}).raise_for_status()
+
+
+def test_monitors_show_missed_and_timeout_and_update_live(page: Any, server: Server) -> None:
+    from loom.schedule import MonitorStore
+
+    with api(server) as client:
+        client.post("/monitors", json={"id": "nightly-backup", "cron": "0 3 * * *",
+                                       "margin": 600}).raise_for_status()  # fmt: skip
+        client.post("/monitors", json={"id": "stuck-job", "interval": 3600,
+                                       "max_runtime": 60}).raise_for_status()  # fmt: skip
+        client.post("/monitors/stuck-job/checkins", json={"status": "in_progress"}
+                    ).raise_for_status()  # fmt: skip
+        expected = client.get("/monitors/nightly-backup").json()["next_expected_at"]
+        # the detector (the server's `monitors` job, every minute) run on the server's store at
+        # an injected time past the expected check-in plus its margin
+        written = on_store(server, lambda store: MonitorStore(store).detect(now=expected + 601))
+        mine = {c.monitor_id: c.status for c in written}
+        assert mine["nightly-backup"] == "missed" and mine["stuck-job"] == "timeout"
+        page.goto(f"{server.url}/console/monitors")
+        wait_live(page)
+        row = page.locator("#monitor-nightly-backup")
+        assert row.get_attribute("data-health") == "missed"
+        newest = row.locator("li.checkin").first
+        assert newest.get_attribute("data-status") == "missed"
+        assert newest.get_attribute("data-source") == "system"
+        stuck = page.locator("#monitor-stuck-job")
+        assert stuck.get_attribute("data-health") == "timed_out"
+        assert [stuck.locator("li.checkin").nth(i).get_attribute("data-status")
+                for i in range(2)] == ["timeout", "in_progress"]  # fmt: skip
+        # a check-in over the API reaches the open page (the row appears; then it changes)
+        page.evaluate("window.__same_page = true")
+        client.post("/monitors", json={"id": "ext-job", "interval": 3600}).raise_for_status()
+        client.post("/monitors/ext-job/checkins", json={"status": "ok"}).raise_for_status()
+        page.locator("#monitor-ext-job[data-health=ok]").wait_for()
+        client.post("/monitors/ext-job/checkins", json={"status": "error"}).raise_for_status()
+        page.locator("#monitor-ext-job[data-health=failing]").wait_for()
+        assert page.locator("#monitor-ext-job").count() == 1  # replaced, not appended again
+        assert page.evaluate("window.__same_page") is True
+        assert client.get("/monitors/ext-job").json()["health"] == "failing"
+        shot(page, "monitors")
+
+
 def test_unknown_ids_are_404_pages(page: Any, server: Server) -> None:
-    for path in ("/console/sessions/no-such-session", "/console/errors/err_20200101_000000_000000"):
+    for path in (
+        "/console/sessions/no-such-session",
+        "/console/errors/err_20200101_000000_000000",
+        "/console/schedules/no-such-schedule",
+        "/console/monitors/no-such-monitor",
+    ):
         response = page.goto(f"{server.url}{path}")
         assert response.status == 404
         assert page.locator("h1").text_content() == "Not found"

@@ -1,6 +1,7 @@
 """The console's pages: sessions, a session's transcript and timeline (live over SSE),
-approvals, runs, schedules and stored errors. Server-rendered with Jinja2 (autoescaped: model
-and tool output is text, never markup); forms carry a CSRF token."""
+approvals, runs and stored errors (the scheduler's pages are in ``schedules.py``).
+Server-rendered with Jinja2 (autoescaped: model and tool output is text, never markup); forms
+carry a CSRF token."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import functools
 import json
 import secrets
 from collections.abc import AsyncIterator
-from dataclasses import asdict, is_dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -435,7 +435,7 @@ async def decide(request: Request, session_id: str, call_id: str) -> Response:
     return RedirectResponse(back, 303)
 
 
-# -- runs and schedules -----------------------------------------------------------------------
+# -- runs (the scheduler's pages: schedules.py) ------------------------------------------------
 @router.get("/runs")
 async def runs(request: Request, status: str = "") -> Response:
     state = state_of(request)
@@ -453,25 +453,7 @@ async def runs(request: Request, status: str = "") -> Response:
                          "ended": None if rec.status == "running" else rec.timestamp,
                          "usage": rec.usage, "cost": cost_of(rec.usage)})  # fmt: skip
     rows.sort(key=lambda r: r["started"], reverse=True)
-    schedules = await _schedules(state)
-    return page(request, "runs.html", nav="runs", rows=rows[:500], status=status,
-                schedules=schedules)  # fmt: skip
-
-
-async def _schedules(state: ServerState) -> list[dict[str, Any]] | None:
-    """The store's schedules when it keeps any (the scheduler), else None."""
-    lister = getattr(state.runtime.store, "list_schedules", None)
-    if lister is None:
-        return None
-    out = []
-    for s in await lister():
-        if is_dataclass(s) and not isinstance(s, type):
-            out.append(asdict(s))
-        elif hasattr(s, "model_dump"):
-            out.append(s.model_dump())
-        else:
-            out.append(dict(s) if isinstance(s, dict) else {"schedule": s})
-    return out
+    return page(request, "runs.html", nav="runs", rows=rows[:500], status=status)
 
 
 # -- errors -----------------------------------------------------------------------------------

@@ -278,7 +278,7 @@ class Exchange:
     def state_name(self) -> str:
         from a2a.types.a2a_pb2 import TaskState
 
-        return TaskState.Name(self.state or 0).removeprefix("TASK_STATE_").lower()
+        return str(TaskState.Name(self.state or 0)).removeprefix("TASK_STATE_").lower()
 
     def remembered(self) -> dict[str, str]:
         """What to keep for the next message: the context, and the task when it waits."""

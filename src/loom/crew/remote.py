@@ -31,10 +31,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from loom.crew.plan import Graph, Handoff, Loop, Manager, Node, Parallel, Router, Sequential
-from loom.errors import CrewDefinitionError, MissingDependencyError, RemoteMemberError
+from loom.errors import (
+    ConfigurationError,
+    CrewDefinitionError,
+    MissingDependencyError,
+    RemoteMemberError,
+)
 from loom.tools.a2a import A2AAgent
 
 __all__ = ["RemoteAgent", "a2a_member", "check_roles"]
+
+_HTTP_MARGIN = 10.0
 
 
 class RemoteAgent:
@@ -53,8 +60,12 @@ class RemoteAgent:
                  timeout: float = 300.0, connect_timeout: float = 30.0) -> None:  # fmt: skip
         if importlib.util.find_spec("a2a") is None:  # pragma: no cover - part of the a2a extra
             raise MissingDependencyError("a2a-sdk", "a2a", "remote (A2A) crew members")
-        # validates url and timeouts (ConfigurationError) and holds the HTTP client and card
-        self.a2a = A2AAgent(url, headers=headers, timeout=timeout,
+        if not isinstance(timeout, int | float) or timeout <= 0:
+            raise ConfigurationError(f"RemoteAgent({url!r}): timeout must be > 0")
+        # validates url and connect_timeout (ConfigurationError) and holds the HTTP client and
+        # card; its HTTP read timeout sits past the member's deadline, so the deadline (which
+        # cancels the remote task) is what fires, never an idle stream's read timeout
+        self.a2a = A2AAgent(url, headers=headers, timeout=timeout + _HTTP_MARGIN,
                             connect_timeout=connect_timeout)  # fmt: skip
         self.url = self.a2a.url
         self.timeout = timeout

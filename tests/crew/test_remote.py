@@ -334,6 +334,10 @@ async def test_remote_members_count_as_spawns_and_fan_out_and_a_cost_budget_refu
     assert "cannot report its cost" in (cost.error or "")
     assert len(await remote_tasks(server, "echo")) == before  # the remote was never asked
 
+    tokens = await crew(Sequential("local", "far"), Budget(tokens=10_000)).run("go")
+    assert tokens.stop_reason == "completed", tokens.error
+    assert any("tokens are unknown and not counted" in w for w in tokens.warnings)
+
 
 # -- crew files ----------------------------------------------------------------------------------
 async def test_a_crew_file_with_a_remote_member(

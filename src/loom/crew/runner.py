@@ -536,7 +536,8 @@ class Runner:
 
         store = self.runtime.store
         known = await member.a2a.load_context(store, child_sid)
-        if self.scope.budget.tokens is not None and name not in self._unmetered:
+        metered = any(sc.budget.tokens is not None for sc in self.scope.chain())
+        if metered and name not in self._unmetered:
             self._unmetered.add(name)
             self.log.warn(f"{path}: the remote member's tokens are unknown and not counted "
                           "against budget.tokens")  # fmt: skip

@@ -55,6 +55,7 @@ LoomError
 ├── JobFailed                     a background job failed (has .retryable)
 ├── ValueNotRepresentable         a value cannot become JSON (contains itself, too deep/large)
 ├── BudgetExceeded                a crew's tree-wide budget refused a model call or a spawn
+├── RemoteMemberError             a crew's remote (A2A) member is unreachable or has a bad card
 └── RunCancelled                  the caller cancelled a run
 ```
 
@@ -100,6 +101,7 @@ __all__ = [
     "QueueFull",
     "QueueTimeout",
     "RedactionPatternError",
+    "RemoteMemberError",
     "RunCancelled",
     "ScheduleError",
     "ScheduleNotFound",
@@ -438,6 +440,18 @@ class ValueNotRepresentable(LoomError, ValueError):
     It contains itself, is nested too deeply, holds too many items, or its ``str()`` raises.
     A tool result like that becomes a ``tool_exception`` result whose message says why.
     """
+
+
+class RemoteMemberError(LoomError):
+    """A crew's remote (A2A) member cannot be reached, or its agent card is unusable.
+    ``member`` names the member and ``url`` where it was looked for; inside a crew run it is
+    recorded as that member's failed result."""
+
+    def __init__(self, member: str, url: str, detail: str):
+        self.member, self.url = member, url
+        super().__init__(f"crew member {member!r} (A2A agent at {url}): {detail}; check that the "
+                         "URL is the agent's (http://host/agents/<name>), that it is up, and its "
+                         "headers (Authorization)")  # fmt: skip
 
 
 class RunCancelled(LoomError):

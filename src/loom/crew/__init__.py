@@ -5,6 +5,7 @@
   ``Graph`` + ``Task``, ``Manager``, ``Handoff``;
 - context passing per edge (context.py): ``brief``, ``last_n:N``, ``summary``, ``full``, ``none``;
 - tree-wide budgets (budget.py): ``Budget``; shared state (state.py): ``SharedState``;
+- remote members (remote.py): ``RemoteAgent(url)`` / ``a2a_member(url)``, an A2A agent;
 - crew files (file.py): ``Crew.from_file("crew.yaml")``, ``loom run --crew crew.yaml``.
 
 See docs/crews.md.
@@ -14,6 +15,7 @@ from loom.crew.budget import Budget, BudgetedModel, BudgetScope
 from loom.crew.context import ContextPolicy
 from loom.crew.crew import Crew
 from loom.crew.plan import Graph, Handoff, Loop, Manager, Parallel, Router, Sequential, Step, Task
+from loom.crew.remote import RemoteAgent, a2a_member
 from loom.crew.result import CrewResult, MemberResult
 from loom.crew.state import SharedState
 
@@ -30,9 +32,11 @@ __all__ = [
     "Manager",
     "MemberResult",
     "Parallel",
+    "RemoteAgent",
     "Router",
     "Sequential",
     "SharedState",
     "Step",
     "Task",
+    "a2a_member",
 ]

@@ -125,6 +125,15 @@ class BudgetScope:
                        "metered; add it to Budget(prices=...)")  # fmt: skip
                 raise self._refuse("cost_usd", why)
 
+    def check_unmetered(self, what: str) -> None:
+        """Refuse ``what`` (a member whose spending cannot be reported, e.g. a remote A2A
+        agent) when any cost limit up the chain would have to trust it: fail closed."""
+        for scope in self.chain():
+            if scope.budget.cost_usd is not None:
+                raise self._refuse("cost_usd", f"{what} cannot report its cost, so it cannot "
+                                   "run under a cost_usd budget; drop the cost limit or run "
+                                   "a local member")  # fmt: skip
+
     def check_spawn(self, depth: int) -> None:
         """Before starting one member run at ``depth``: depth, spawns, and everything ``check``
         looks at. Counts the spawn when it lets it through."""

@@ -30,6 +30,7 @@ from loom import gates
 from loom.crew.budget import Budget, BudgetScope
 from loom.crew.log import CrewLog, unfinished_run
 from loom.crew.plan import Node, validate
+from loom.crew.remote import RemoteAgent, check_roles
 from loom.crew.result import CrewResult
 from loom.crew.runner import Handover, Runner, tag
 from loom.crew.state import SharedState
@@ -55,8 +56,9 @@ class Crew:
 
     Args:
         name: The crew's name: the root of every member path (``blog/writer``).
-        members: Member name -> ``Agent`` (or a nested ``Crew``, which needs
-            ``Budget(max_depth=2)`` or more).
+        members: Member name -> ``Agent``, a remote A2A agent (``RemoteAgent(url)``, see
+            ``loom.crew.remote``), or a nested ``Crew`` (which needs ``Budget(max_depth=2)``
+            or more).
         plan: The plan node (a member name is a one-step plan).
         budget: Tree-wide limits (``Budget``); defaults allow no nesting, 16 members at once
             and 100 member runs.
@@ -73,7 +75,8 @@ class Crew:
     __slots__ = ("__weakref__", "budget", "members", "name", "plan", "queue_timeout",
                  "ref_threshold", "shared_state", "store", "summarizer")  # fmt: skip
 
-    def __init__(self, name: str, *, members: Mapping[str, Agent | Crew], plan: Node | str,
+    def __init__(self, name: str, *, members: Mapping[str, Agent | Crew | RemoteAgent],
+                 plan: Node | str,
                  budget: Budget | None = None, shared_state: bool = False,
                  ref_threshold: int | None = None, summarizer: Agent | None = None,
                  store: Any = None, queue_timeout: float = 300.0) -> None:  # fmt: skip
@@ -88,15 +91,17 @@ class Crew:
             if not isinstance(key, str) or not _NAME.match(key):
                 raise CrewDefinitionError(f"{key!r} is not a usable member name (letters, "
                                           "digits, '_', '.', '-')", field="members")  # fmt: skip
-            if not isinstance(m, Agent | Crew):
-                raise CrewDefinitionError(f"is a {type(m).__name__}; a member is an Agent or a "
-                                          "Crew", field=f"members.{key}")  # fmt: skip
+            if not isinstance(m, Agent | Crew | RemoteAgent):
+                raise CrewDefinitionError(f"is a {type(m).__name__}; a member is an Agent, a "
+                                          "RemoteAgent or a Crew",
+                                          field=f"members.{key}")  # fmt: skip
         if budget is not None and not isinstance(budget, Budget):
             raise CrewDefinitionError("must be a loom.crew.Budget", field="budget")
         if ref_threshold is not None and (not shared_state or ref_threshold < 1):
             raise CrewDefinitionError("passing by reference needs shared_state=True and a "
                                       "threshold >= 1", field="ref_threshold")  # fmt: skip
         validate(plan, members)
+        check_roles(plan, members)
         put = object.__setattr__
         put(self, "name", name)
         put(self, "members", dict(members))
@@ -109,7 +114,7 @@ class Crew:
         put(self, "queue_timeout", queue_timeout)
 
     name: str
-    members: dict[str, Agent | Crew]
+    members: dict[str, Agent | Crew | RemoteAgent]
     plan: Node | str
     budget: Budget
     shared_state: bool

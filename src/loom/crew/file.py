@@ -25,6 +25,8 @@ problem is a ``CrewDefinitionError`` naming the file and the field.
 from __future__ import annotations
 
 import importlib
+import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,10 +51,12 @@ from loom.errors import ConfigurationError, CrewDefinitionError
 if TYPE_CHECKING:
     from loom.agent import Agent
     from loom.crew.crew import Crew
+    from loom.crew.remote import RemoteAgent
 
 __all__ = ["load_crew", "parse_node"]
 
 _TOP = {"name", "members", "plan", "budget", "shared_state", "ref_threshold", "description"}
+_ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _MODES = ("sequential", "parallel", "router", "loop", "graph", "manager", "handoff")
 
 
@@ -97,17 +101,56 @@ def load_crew(path: Path, **overrides: Any) -> Crew:
         raise CrewDefinitionError(str(exc), path=where) from None
 
 
-def _members(raw: Any, path: Path) -> dict[str, Agent]:
+def _remote(spec: dict[str, Any], at: str) -> RemoteAgent:
+    from loom.crew.remote import RemoteAgent
+
+    _fields(spec, {"a2a", "headers", "timeout", "connect_timeout"}, at)
+    url = spec["a2a"]
+    if not isinstance(url, str):
+        raise CrewDefinitionError("the remote agent's URL (http://host/agents/<name>)",
+                                  field=f"{at}.a2a")  # fmt: skip
+    raw_headers = spec.get("headers") or {}
+    if not isinstance(raw_headers, dict):
+        raise CrewDefinitionError("a mapping of header name to value", field=f"{at}.headers")
+    headers = {}
+    for key, value in raw_headers.items():
+        # secrets stay out of the file: ${VAR} is read from the environment
+        headers[str(key)] = _expand(str(value), f"{at}.headers.{key}")
+    options = {k: spec[k] for k in ("timeout", "connect_timeout") if k in spec}
+    for k, v in options.items():
+        if not isinstance(v, int | float) or isinstance(v, bool):
+            raise CrewDefinitionError(f"must be a number of seconds, got {v!r}",
+                                      field=f"{at}.{k}")  # fmt: skip
+    try:
+        return RemoteAgent(url, headers=headers, **options)
+    except ConfigurationError as exc:
+        raise CrewDefinitionError(str(exc), field=f"{at}.a2a") from None
+
+
+def _expand(text: str, at: str) -> str:
+    def env(match: re.Match[str]) -> str:
+        value = os.environ.get(match.group(1))
+        if value is None:
+            raise CrewDefinitionError(f"the environment variable {match.group(1)} is not set",
+                                      field=at)  # fmt: skip
+        return value
+
+    return _ENV_VAR.sub(env, text)
+
+
+def _members(raw: Any, path: Path) -> dict[str, Agent | RemoteAgent]:
     from loom.agent import Agent
     from loom.definition import AgentDefinition, build_agent
 
     if not isinstance(raw, dict) or not raw:
         raise CrewDefinitionError("a mapping of member name to an agent file or definition",
                                   field="members")  # fmt: skip
-    out: dict[str, Agent] = {}
+    out: dict[str, Agent | RemoteAgent] = {}
     for name, spec in raw.items():
         at = f"members.{name}"
-        if isinstance(spec, str):
+        if isinstance(spec, dict) and "a2a" in spec:
+            out[name] = _remote(spec, at)
+        elif isinstance(spec, str):
             file = (path.parent / spec).resolve()
             try:
                 out[name] = Agent.from_file(file)
@@ -127,7 +170,8 @@ def _members(raw: Any, path: Path) -> dict[str, Agent]:
             except ConfigurationError as exc:
                 raise CrewDefinitionError(str(exc), field=at) from None
         else:
-            raise CrewDefinitionError("an agent file path or an inline definition", field=at)
+            raise CrewDefinitionError("an agent file path, an inline definition or {a2a: url}",
+                                      field=at)  # fmt: skip
     return out
 
 

@@ -28,6 +28,9 @@ class MemberResult(BaseModel):
     error: str | None = None
     reused: bool = False
     pending_approvals: list[dict[str, Any]] = Field(default_factory=list)
+    remote: dict[str, str] = Field(default_factory=dict)
+    """A remote (A2A) member's run: its ``url``, the remote ``task_id`` and ``context_id``, and
+    the task's last ``state``; usage is unknown (zero)."""
     messages: list[Message] = Field(default_factory=list, exclude=True)
 
     @property

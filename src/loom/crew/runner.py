@@ -32,12 +32,13 @@ from loom.crew.plan import (
     Step,
     node_of,
 )
+from loom.crew.remote import RemoteAgent
 from loom.crew.result import MemberResult
 from loom.crew.state import SharedState, state_tools
 from loom.crew.tools import CrewTool, choice_tool
-from loom.errors import BudgetExceeded, ToolError
+from loom.errors import BudgetExceeded, RemoteMemberError, ToolError
 from loom.events import AgentEvent, CrewMemberFinish
-from loom.messages import Usage
+from loom.messages import Message, Usage
 from loom.tools.base import RunContext
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ class Runner:
         self.approvals = approvals  # Crew.resume's decisions: member path -> decision(s)
         self._slots: list[MemberResult | None] = []  # in start order
         self._seen: dict[str, int] = {}
+        self._unmetered: set[str] = set()  # remote members already warned about
 
     @property
     def results(self) -> list[MemberResult]:
@@ -427,7 +429,8 @@ class Runner:
         """Run member ``name`` (an agent or a nested crew) on ``message`` at ``path``."""
         return await self.spawn(self.crew.members[name], name, message, path, policy, extra_tools)
 
-    async def spawn(self, member: Agent | Crew, name: str, message: str, path: str, policy: str,
+    async def spawn(self, member: Agent | Crew | RemoteAgent, name: str, message: str,
+                    path: str, policy: str,
                     extra_tools: Sequence[CrewTool]) -> MemberResult:  # fmt: skip
         from loom.crew.crew import Crew
 
@@ -443,12 +446,17 @@ class Runner:
             r = MemberResult(path=path, member=name, key=key, session_id=reused.child_session_id,
                              run_id=reused.child_run_id, stop_reason=reused.stop_reason,
                              output=reused.output, usage=Usage(**reused.usage),
+                             remote=dict(reused.extra.get("a2a") or {}),
                              reused=True)  # fmt: skip
             self._put(slot, r)
             await self.log.member_finish(**_finish_payload(r))
             return r
         depth = self.depth + 1
+        if isinstance(member, RemoteAgent):  # its cost is unknown: no cost budget may trust it
+            self.scope.check_unmetered(f"the remote (A2A) member {name!r}")
         self.scope.check_spawn(depth)
+        if isinstance(member, RemoteAgent):
+            return await self._remote(member, name, message, path, policy, key, child_sid, slot)
         if isinstance(member, Crew):
             return await self._nested(
                 member, name, message, path, policy, key, child_sid, depth, slot
@@ -518,6 +526,71 @@ class Runner:
         await self.log.member_finish(**_finish_payload(r))
         if r.stop_reason == "budget":
             self._budget_gate()
+        return r
+
+    async def _remote(self, member: RemoteAgent, name: str, message: str, path: str, policy: str,
+                      key: str, child_sid: str, slot: int) -> MemberResult:  # fmt: skip
+        """One run of a remote (A2A) member: ``message`` sent to it, its task read to the end
+        (see ``loom.crew.remote``). The crew tools meant for it are not given: it has none."""
+        from loom.tools.a2a import Exchange, exchange
+
+        store = self.runtime.store
+        known = await member.a2a.load_context(store, child_sid)
+        metered = any(sc.budget.tokens is not None for sc in self.scope.chain())
+        if metered and name not in self._unmetered:
+            self._unmetered.add(name)
+            self.log.warn(f"{path}: the remote member's tokens are unknown and not counted "
+                          "against budget.tokens")  # fmt: skip
+        await self.log.member_start(path=path, member=name, key=key, child_session_id=child_sid,
+                                    child_run_id="", context_policy=policy, context=message,
+                                    extra={"a2a": {"url": member.url, **known}})  # fmt: skip
+        ex = Exchange()
+
+        async def first_context(context_id: str) -> None:  # kept as soon as the remote names it
+            await member.a2a.save_context(store, child_sid, {"context_id": context_id})
+
+        def result(stop: str, error: str | None = None, output: str = "") -> MemberResult:
+            remote = {"url": member.url, "task_id": ex.task_id, "context_id": ex.context_id,
+                      "state": ex.state_name if ex.state is not None else ""}  # fmt: skip
+            messages = [Message(role="user", content=message)]
+            if output:
+                messages.append(Message(role="assistant", content=output))
+            return MemberResult(path=path, member=name, key=key, session_id=child_sid,
+                                run_id=ex.task_id, stop_reason=stop, output=output, error=error,
+                                remote=remote, messages=messages)  # fmt: skip
+
+        try:
+            async with asyncio.timeout(member.timeout):
+                client = await member.connect(name)
+                await exchange(client, message, known, on_context=first_context, label=path,
+                               into=ex)  # fmt: skip
+        except asyncio.CancelledError:  # the crew was stopped: the remote task was cancelled
+            r = self._put(slot, result("cancelled", "the crew was stopped; the remote task "
+                                       "was cancelled"))  # fmt: skip
+            await asyncio.shield(self.log.member_finish(**_finish_payload(r)))
+            raise
+        except TimeoutError:
+            r = result("timeout", f"no answer within timeout={member.timeout:g} s; the remote "
+                       "task was cancelled")  # fmt: skip
+        except RemoteMemberError as exc:
+            r = result("error", f"RemoteMemberError: {exc}")
+        except Exception as exc:  # the transport failed mid-task: a recorded result
+            err = RemoteMemberError(name, member.url, f"failed while running: {exc}")
+            r = result("error", f"RemoteMemberError: {err}")
+        else:
+            if ex.state_name == "completed":
+                r = result("completed", output=ex.answer)
+            elif ex.waiting:  # the coordinator reads the question; the next message answers it
+                question = ex.status_text or ex.answer
+                r = result("awaiting_input", f"the remote agent waits for input: {question}; "
+                           f"the next message to {name} answers it", output=question)  # fmt: skip
+            else:
+                r = result("error", f"the remote task {ex.task_id or '?'} ended "
+                           f"{ex.state_name}: {ex.status_text or ex.answer}")  # fmt: skip
+        # drop a stale waiting task id (the answer was sent, or the task ended)
+        await member.a2a.save_context(store, child_sid, ex.remembered())
+        self._put(slot, r)
+        await self.log.member_finish(**_finish_payload(r))
         return r
 
     def _budget_gate(self) -> None:
@@ -590,4 +663,5 @@ def _result_of(turn: Any, path: str, name: str, key: str, sid: str, stop: str | 
 def _finish_payload(r: MemberResult) -> dict[str, Any]:
     return {"path": r.path, "member": r.member, "key": r.key, "child_session_id": r.session_id,
             "child_run_id": r.run_id, "stop_reason": r.stop_reason, "output": r.output,
-            "usage": r.usage.model_dump(), "error": r.error, "reused": r.reused}  # fmt: skip
+            "usage": r.usage.model_dump(), "error": r.error, "reused": r.reused,
+            **({"extra": {"a2a": r.remote}} if r.remote else {})}  # fmt: skip

@@ -32,13 +32,14 @@ import contextlib
 import logging
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from loom.errors import ConfigurationError, MissingDependencyError, ToolArgumentsError, ToolError
 from loom.tools.base import Effect, RunContext
 
-__all__ = ["A2AAgent", "A2ATool", "a2a_agent"]
+__all__ = ["A2AAgent", "A2ATool", "Exchange", "a2a_agent", "exchange"]
 
 log = logging.getLogger("loom.tools.a2a")
 REMOTE_NS = "loom.a2a.remote"
@@ -164,18 +165,26 @@ class A2AAgent:
 
     async def remembered(self, ctx: RunContext) -> dict[str, str]:
         """The remote context (and task waiting for input) of this Loom session."""
-        kv = _kv(ctx.store)
-        if kv is None:
-            return dict(self._contexts.get(self._key(ctx.session_id), {}))
-        value = await kv.get_value(REMOTE_NS, self._key(ctx.session_id))
-        return dict(value) if isinstance(value, dict) else {}
+        return await self.load_context(ctx.store, ctx.session_id)
 
     async def remember(self, ctx: RunContext, value: dict[str, str]) -> None:
-        kv = _kv(ctx.store)
+        await self.save_context(ctx.store, ctx.session_id, value)
+
+    async def load_context(self, store: Any, session_id: str) -> dict[str, str]:
+        """``remembered`` for the Loom session ``session_id`` of ``store``."""
+        kv = _kv(store)
         if kv is None:
-            self._contexts[self._key(ctx.session_id)] = value
+            return dict(self._contexts.get(self._key(session_id), {}))
+        value = await kv.get_value(REMOTE_NS, self._key(session_id))
+        return dict(value) if isinstance(value, dict) else {}
+
+    async def save_context(self, store: Any, session_id: str, value: dict[str, str]) -> None:
+        """``remember`` for the Loom session ``session_id`` of ``store``."""
+        kv = _kv(store)
+        if kv is None:
+            self._contexts[self._key(session_id)] = value
         else:
-            await kv.put_value(REMOTE_NS, self._key(ctx.session_id), value)
+            await kv.put_value(REMOTE_NS, self._key(session_id), value)
 
 
 def _kv(store: Any) -> Any:
@@ -210,81 +219,143 @@ class A2ATool:
         return {"message": message}
 
     async def run(self, ctx: RunContext, arguments: dict[str, Any]) -> str:
-        from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest, TaskState
+        from a2a.types.a2a_pb2 import TaskState
 
         client = await self.owner.client()
         known = await self.owner.remembered(ctx)
-        message = Message(
-            role=Role.ROLE_USER,
-            message_id=str(uuid.uuid4()),
-            parts=[Part(text=arguments["message"])],
-            context_id=known.get("context_id", ""),
-            task_id=known.get("task_id", ""),
-        )
-        task_id, context_id, state = "", known.get("context_id", ""), None
-        texts: list[str] = []  # artifact text
-        status_text = ""
-        # the remote task's id, as soon as the first event names it: a call cancelled before
-        # then still cancels the remote task once the id arrives
-        named: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
-        async def consume() -> None:
-            nonlocal task_id, context_id, state, texts, status_text, known
-            async for response in client.send_message(SendMessageRequest(message=message)):
-                if response.HasField("message"):  # a message-only answer
-                    context_id = response.message.context_id or context_id
-                    status_text = _text(response.message.parts)
-                    state = TaskState.TASK_STATE_COMPLETED
-                    continue
-                if response.HasField("task"):
-                    task = response.task
-                    task_id, context_id, state = task.id, task.context_id, task.status.state
-                    texts = [_text(a.parts) for a in task.artifacts]
-                    status_text = _text(task.status.message.parts) or status_text
-                elif response.HasField("status_update"):
-                    update = response.status_update
-                    task_id, context_id = update.task_id, update.context_id
-                    state = update.status.state
-                    status_text = _text(update.status.message.parts) or status_text
-                    log.info("%s: task %s %s %s", self.name, task_id,
-                             TaskState.Name(state), status_text)  # fmt: skip
-                elif response.HasField("artifact_update"):
-                    part = _text(response.artifact_update.artifact.parts)
-                    if response.artifact_update.append and texts:
-                        texts[-1] += part
-                    else:
-                        texts.append(part)
-                if task_id and not named.done():
-                    named.set_result(task_id)
-                if task_id and not known.get("context_id"):  # remember it as soon as known
-                    known = {"context_id": context_id}
-                    await self.owner.remember(ctx, known)
+        async def first_context(context_id: str) -> None:  # remember it as soon as known
+            if not known.get("context_id"):
+                await self.owner.remember(ctx, {"context_id": context_id})
 
-        reader = asyncio.ensure_future(consume())
         try:
-            await asyncio.shield(reader)
-        except asyncio.CancelledError:  # the call timed out or the run was cancelled
-            await _cancel_remote(client, named, reader)
+            ex = await exchange(client, arguments["message"], known, on_context=first_context,
+                                label=self.name)  # fmt: skip
+        except asyncio.CancelledError:
             raise
         except Exception as exc:
             raise ToolError(
                 f"the A2A agent at {self.owner.url} failed: {exc}", code="a2a_unavailable"
             ) from exc
-        waiting = state in (TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED)
-        remembered = {"context_id": context_id} if context_id else {}
-        if waiting and task_id:
-            remembered["task_id"] = task_id
-        await self.owner.remember(ctx, remembered)
-        answer = "\n".join(t for t in texts if t) or status_text
-        if state == TaskState.TASK_STATE_COMPLETED:
-            return answer
-        if waiting:
-            return f"[the remote agent waits for your reply] {status_text or answer}"
-        label = TaskState.Name(state or 0).removeprefix("TASK_STATE_").lower()
+        await self.owner.remember(ctx, ex.remembered())
+        if ex.state == TaskState.TASK_STATE_COMPLETED:
+            return ex.answer
+        if ex.waiting:
+            return f"[the remote agent waits for your reply] {ex.status_text or ex.answer}"
         raise ToolError(
-            f"the remote agent's task {task_id or '?'} ended {label}: {status_text or answer}",
+            f"the remote agent's task {ex.task_id or '?'} ended {ex.state_name}: "
+            f"{ex.status_text or ex.answer}",
             code="a2a_task_failed",
         )
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One message sent to a remote agent and what came back, filled in as events arrive (so a
+    cancelled exchange still says which remote task it was)."""
+
+    task_id: str = ""
+    context_id: str = ""
+    state: int | None = None  # a2a TaskState
+    texts: list[str] = field(default_factory=list)  # artifact text
+    status_text: str = ""
+
+    @property
+    def answer(self) -> str:
+        return "\n".join(t for t in self.texts if t) or self.status_text
+
+    @property
+    def waiting(self) -> bool:
+        """The remote task stopped for input (or auth): the next message answers it."""
+        from a2a.types.a2a_pb2 import TaskState
+
+        return self.state in (
+            TaskState.TASK_STATE_INPUT_REQUIRED,
+            TaskState.TASK_STATE_AUTH_REQUIRED,
+        )
+
+    @property
+    def state_name(self) -> str:
+        from a2a.types.a2a_pb2 import TaskState
+
+        return str(TaskState.Name(self.state or 0)).removeprefix("TASK_STATE_").lower()
+
+    def remembered(self) -> dict[str, str]:
+        """What to keep for the next message: the context, and the task when it waits."""
+        out = {"context_id": self.context_id} if self.context_id else {}
+        if self.waiting and self.task_id:
+            out["task_id"] = self.task_id
+        return out
+
+
+async def exchange(
+    client: Any,
+    text: str,
+    known: Mapping[str, str],
+    *,
+    on_context: Callable[[str], Awaitable[None]] | None = None,
+    label: str = "a2a",
+    into: Exchange | None = None,
+) -> Exchange:
+    """Send ``text`` to the remote agent (continuing ``known``'s ``context_id``, answering its
+    ``task_id``) over ``SendStreamingMessage`` and read it to the end. ``on_context`` is awaited
+    once, as soon as the remote context is known; ``into`` is filled in as events arrive. When
+    the caller is cancelled (or times out) the remote task is cancelled before this re-raises.
+    Transport failures propagate as they are."""
+    from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest, TaskState
+
+    ex = into if into is not None else Exchange()
+    ex.context_id = known.get("context_id", "")
+    message = Message(
+        role=Role.ROLE_USER,
+        message_id=str(uuid.uuid4()),
+        parts=[Part(text=text)],
+        context_id=known.get("context_id", ""),
+        task_id=known.get("task_id", ""),
+    )
+    # the remote task's id, as soon as the first event names it: a call cancelled before
+    # then still cancels the remote task once the id arrives
+    named: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def consume() -> None:
+        told = False
+        async for response in client.send_message(SendMessageRequest(message=message)):
+            if response.HasField("message"):  # a message-only answer
+                ex.context_id = response.message.context_id or ex.context_id
+                ex.status_text = _text(response.message.parts)
+                ex.state = TaskState.TASK_STATE_COMPLETED
+                continue
+            if response.HasField("task"):
+                task = response.task
+                ex.task_id, ex.context_id, ex.state = task.id, task.context_id, task.status.state
+                ex.texts = [_text(a.parts) for a in task.artifacts]
+                ex.status_text = _text(task.status.message.parts) or ex.status_text
+            elif response.HasField("status_update"):
+                update = response.status_update
+                ex.task_id, ex.context_id = update.task_id, update.context_id
+                ex.state = update.status.state
+                ex.status_text = _text(update.status.message.parts) or ex.status_text
+                log.info("%s: task %s %s %s", label, ex.task_id,
+                         TaskState.Name(ex.state), ex.status_text)  # fmt: skip
+            elif response.HasField("artifact_update"):
+                part = _text(response.artifact_update.artifact.parts)
+                if response.artifact_update.append and ex.texts:
+                    ex.texts[-1] += part
+                else:
+                    ex.texts.append(part)
+            if ex.task_id and not named.done():
+                named.set_result(ex.task_id)
+            if ex.task_id and not told and on_context is not None:
+                told = True
+                await on_context(ex.context_id)
+
+    reader = asyncio.ensure_future(consume())
+    try:
+        await asyncio.shield(reader)
+    except asyncio.CancelledError:  # the call timed out or the run was cancelled
+        await _cancel_remote(client, named, reader)
+        raise
+    return ex
 
 
 def _text(parts: Any) -> str:

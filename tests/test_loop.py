@@ -12,7 +12,7 @@ from loom import Agent, AgentState, EventType, ModelResponse, ToolCall, tool
 from loom.errors import ModelUnavailable
 from loom.events import AgentEvent
 from loom.messages import Message, Usage
-from loom.models.base import TextDelta
+from loom.models.base import ModelSettings, TextDelta
 from loom.testing import FunctionModel, ScriptedModel
 
 E = EventType
@@ -339,3 +339,30 @@ def test_hook_context_messages_type() -> None:
 
 
 from loom.tools.base import RunContext  # noqa: E402  (used in a tool annotation above)
+
+
+@pytest.mark.parametrize("forced", ["required", "add"])
+async def test_a_forced_tool_choice_holds_until_a_tool_is_called_then_is_auto(
+    forced: str,
+) -> None:
+    """The first call of each turn is forced; after the tool round the model may answer."""
+    model = ScriptedModel(
+        [calls(("add", {"a": 1, "b": 2})), "3", calls(("add", {"a": 2, "b": 2})), "4"]
+    )
+    agent = Agent(model=model, tools=[add], model_settings=ModelSettings(tool_choice=forced))
+    result = await agent.run("1 + 2?")
+    await agent.run("2 + 2?", session_id=result.session_id)
+    sent = [c.settings.tool_choice if c.settings else None for c in model.calls]
+    assert sent == [forced, "auto", forced, "auto"]
+    assert agent.model_settings is not None and agent.model_settings.tool_choice == forced
+
+
+async def test_reset_tool_choice_off_keeps_the_choice_forced_on_every_call() -> None:
+    model = ScriptedModel([calls(("add", {"a": 1, "b": 2})), "3"])
+    settings = ModelSettings(tool_choice="required", reset_tool_choice=False)
+    agent = Agent(model=model, tools=[add], model_settings=settings)
+    await agent.run("1 + 2?")
+    assert [c.settings.tool_choice if c.settings else None for c in model.calls] == [
+        "required",
+        "required",
+    ]

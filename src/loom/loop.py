@@ -377,7 +377,8 @@ class Turn:
         d, j = self.deps, self.j
         final: ModelResponse | None = None
         partial = self.typed.partial_reader() if self.typed is not None else None
-        async for part in d.model.stream(messages, ctx.tools, self.settings):
+        settings = self.settings.for_messages(messages) if self.settings else None
+        async for part in d.model.stream(messages, ctx.tools, settings):
             if type(part) is TextDelta:
                 j.announce(ev.LlmDelta, delta=part.text)
                 if partial is not None and (value := partial.feed(part.text)) is not None:

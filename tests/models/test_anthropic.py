@@ -179,6 +179,22 @@ async def test_a_tool_round_trip_through_the_agent() -> None:
     assert result.usage.input_tokens == 472 + 630
 
 
+@pytest.mark.parametrize(
+    ("choice", "wire"),
+    [("add", {"type": "tool", "name": "add"}), ("required", {"type": "any"})],
+)
+async def test_a_forced_first_call_then_auto(choice: str, wire: dict[str, str]) -> None:
+    replay = Replay((200, recording("tool_use")), (200, recording("text")))
+    agent = Agent(
+        model=replay.model(),
+        tools=["add"],
+        model_settings=ModelSettings(max_tokens=300, tool_choice=choice),
+    )
+    result = await agent.run("What is 17 + 25?")
+    assert result.stop_reason == "completed"
+    assert [r["tool_choice"] for r in replay.requests] == [wire, {"type": "auto"}]
+
+
 async def test_a_missing_key_names_the_variable() -> None:
     with pytest.raises(ModelAuthError, match="ANTHROPIC_API_KEY"):
         resolve_model("anthropic:claude-opus-4-6")

@@ -5,7 +5,7 @@ calls, bad JSON arguments) are replayed through the SDK's HTTP transport."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
@@ -21,7 +21,6 @@ from loom.models.base import ModelSettings, RetryNotice, StreamPart, TextDelta
 from loom.models.openai import OpenAIModel, response_format, strict_schema, to_openai_messages
 from loom.models.resilience import CircuitBreaker, RetryPolicy
 from loom.output import compile_output
-from loom.tools.base import ToolSpec
 from loom.tools.basic import add
 
 pytestmark = pytest.mark.slow
@@ -53,30 +52,24 @@ async def test_streams_text_deltas_from_the_real_server(llama_server: str) -> No
     assert final.usage is not None and final.usage.requests == 1
 
 
-class ForceToolOnce:
-    """Delegates to the real provider, asking for the tool on the first call only (the server's
-    generic chat handler makes tool calls only when a tool is named in tool_choice)."""
-
-    def __init__(self, inner: OpenAIModel, tool: str) -> None:
-        self.inner, self.tool, self.calls = inner, tool, 0
-        self.name = inner.name
-
-    def stream(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-        settings: ModelSettings | None = None,
-    ) -> AsyncIterator[StreamPart]:
-        self.calls += 1
-        choice = self.tool if self.calls == 1 else None
-        return self.inner.stream(
-            messages, tools, ModelSettings(max_tokens=30, temperature=0, tool_choice=choice)
-        )
-
-
 async def test_a_tool_round_trip_through_the_agent(llama_server: str) -> None:
-    model = ForceToolOnce(compatible(llama_server), "add")
-    agent = Agent(name="calc", instructions="You add numbers.", model=model, tools=["add"])
+    """The agent forces the first call to ``add`` (the server's generic chat handler makes tool
+    calls only when a tool is named in tool_choice); after the result it asks with "auto"."""
+    sent: list[dict[str, Any]] = []
+
+    async def record(request: httpx2.Request) -> None:
+        sent.append(json.loads(request.content))
+
+    model = compatible(
+        llama_server, http_client=httpx2.AsyncClient(event_hooks={"request": [record]})
+    )
+    agent = Agent(
+        name="calc",
+        instructions="You add numbers.",
+        model=model,
+        tools=["add"],
+        model_settings=ModelSettings(max_tokens=30, temperature=0, tool_choice="add"),
+    )
     events = [e async for e in agent.stream("What is 17 + 25?")]
     start = next(e.data for e in events if e.type is EventType.TOOL_EXECUTION_START)
     result = next(e.data for e in events if e.type is EventType.TOOL_RESULT)
@@ -87,7 +80,21 @@ async def test_a_tool_round_trip_through_the_agent(llama_server: str) -> None:
     assert result["content"] == "42"
     assert finish["stop_reason"] == "completed", finish["error"][:3000]
     assert finish["output"]  # the server accepted the tool message and answered
-    assert model.calls == 2
+    assert [b["tool_choice"] for b in sent] == [
+        {"type": "function", "function": {"name": "add"}},
+        "auto",
+    ]
+
+
+def test_required_and_none_are_sent_as_openai_spells_them() -> None:
+    model = compatible("http://127.0.0.1:9/v1")
+    tools = [add.spec()]
+    msgs = [Message.user("hi")]
+    for choice in ("required", "none", "auto"):
+        assert (
+            model._request(msgs, tools, ModelSettings(tool_choice=choice))["tool_choice"] == choice
+        )
+    assert "tool_choice" not in model._request(msgs, [], ModelSettings(tool_choice="required"))
 
 
 async def test_a_model_string_selects_the_compatible_server(llama_server: str) -> None:

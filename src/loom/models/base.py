@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from loom.errors import ModelResponseError
@@ -42,6 +42,14 @@ class OutputSchema:
 class ModelSettings:
     """Per-call options. Providers ignore what they do not support.
 
+    ``tool_choice`` is ``"auto"`` (the default), ``"none"``, ``"required"`` (the model must
+    call some tool) or a tool's name (it must call that tool). Every provider enforces it
+    natively: OpenAI's ``tool_choice``, Anthropic's ``{"type": "any"}`` / ``{"type": "tool"}``,
+    and the embedded model's grammar, which then admits only calls of the allowed tools. A
+    forced choice holds until the model has called a tool in the turn; the loop then asks with
+    ``"auto"`` so the model can answer from the result (``reset_tool_choice=False`` keeps it
+    forced on every call, for a turn that a tool ends).
+
     ``output`` is set by the loop for an agent with an ``output_type``: a provider that can
     constrain its answer to that schema does so (see :class:`OutputSchema`).
     """
@@ -50,8 +58,22 @@ class ModelSettings:
     max_tokens: int | None = None
     timeout: float | None = None
     tool_choice: str | None = None  # "auto" | "required" | "none" | a tool name
+    reset_tool_choice: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
     output: OutputSchema | None = None
+
+    def for_messages(self, messages: Sequence[Message]) -> ModelSettings:
+        """These settings for a call on ``messages``: a forced ``tool_choice`` becomes
+        ``"auto"`` once the model has called a tool since the last user message (unless
+        ``reset_tool_choice`` is off), so a forced first call cannot become an endless loop."""
+        if not self.reset_tool_choice or self.tool_choice in (None, "auto", "none"):
+            return self
+        for m in reversed(messages):
+            if m.role == "user":
+                return self
+            if m.role == "assistant" and m.tool_calls:
+                return replace(self, tool_choice="auto")
+        return self
 
 
 @dataclass(slots=True)

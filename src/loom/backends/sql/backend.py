@@ -413,8 +413,10 @@ class SQLBackend:
             return backend._rows(checked)
 
         def query(sql: str) -> str:
-            """Run one read-only SQL statement (SELECT, WITH ... SELECT or EXPLAIN) and return
-            the rows as a table. A row limit is added when the statement has none.
+            """Run one read-only SQL query and return its rows as a table.
+
+            SELECT, WITH ... SELECT and EXPLAIN are accepted; a row limit is added when the
+            statement has none.
 
             Args:
                 sql: Exactly one SQL statement.

@@ -75,6 +75,24 @@ def test_bad_cron_input_is_422_naming_the_field(server: Server) -> None:
     assert r.status_code == 404 and "nope" in r.json()["error"]["message"]
 
 
+def test_numbers_out_of_range_are_422_not_500(server: Server) -> None:
+    # found by schemathesis: a limit past 64 bits reached SQLite and failed with OverflowError
+    huge = 15896965166188016495279345555541590016
+    for path, body in [
+        ("/runs/crons/search", {"limit": huge}),
+        ("/runs/crons/search", {"offset": huge}),
+        ("/runs/crons/count", {"limit": -1}),
+        ("/monitors", {"id": "m", "interval": 1e300}),
+        ("/monitors", {"id": "m", "margin": -5}),
+    ]:
+        r = httpx.post(f"{server.url}{path}", json=body)
+        assert r.status_code == 422, (path, body, r.text)
+    r = httpx.get(f"{server.url}/runs/crons/nope/runs", params={"limit": huge})
+    assert r.status_code == 422, r.text
+    r = httpx.get(f"{server.url}/monitors/events", params={"after": huge})
+    assert r.status_code == 422, r.text
+
+
 def test_monitor_checkins_stream_as_sse(server: Server) -> None:
     r = httpx.post(f"{server.url}/monitors", json={"id": "nightly", "cron": "0 3 * * *"})
     assert r.status_code == 200, r.text

@@ -26,9 +26,9 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
-from fastapi import APIRouter, FastAPI, HTTPException, Request, Response
+from fastapi import APIRouter, FastAPI, HTTPException, Query, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from loom.errors import ConfigurationError, MonitorNotFound, ScheduleNotFound
 from loom.schedule import Monitor, MonitorStore, Schedule, ScheduleState, ScheduleStore
@@ -67,6 +67,10 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 router = APIRouter(tags=["schedules"], lifespan=_lifespan)
 
 
+_MAX_ROW = 2**62  # row ids and offsets SQLite and PostgreSQL take as 64-bit integers
+_MAX_SECONDS = 10 * 366 * 86400.0  # ten years: any longer period is a mistake, not a schedule
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -95,8 +99,9 @@ class CronSearch(_Body):
     assistant_id: str | None = None
     thread_id: str | None = None
     enabled: bool | None = None
-    limit: int = 10
-    offset: int = 0
+    # bounded: a number past SQLite's 64-bit integers failed the query (OverflowError, a 500)
+    limit: int = Field(10, ge=0, le=10_000)
+    offset: int = Field(0, ge=0, le=_MAX_ROW)
 
 
 class MonitorCreate(_Body):
@@ -104,10 +109,10 @@ class MonitorCreate(_Body):
     name: str = ""
     schedule_id: str | None = None
     cron: str | None = None
-    interval: float | None = None
+    interval: float | None = Field(None, gt=0, le=_MAX_SECONDS)
     timezone: str = "UTC"
-    margin: float = 60.0
-    max_runtime: float | None = None
+    margin: float = Field(60.0, ge=0, le=_MAX_SECONDS)
+    max_runtime: float | None = Field(None, gt=0, le=_MAX_SECONDS)
 
 
 class CheckInBody(_Body):
@@ -256,7 +261,9 @@ async def delete_cron(request: Request, cron_id: str) -> Response:
 
 
 @router.get("/runs/crons/{cron_id}/runs", summary="A schedule's ticks and their runs (Loom)")
-async def cron_runs(request: Request, cron_id: str, limit: int = 100) -> list[dict[str, Any]]:
+async def cron_runs(
+    request: Request, cron_id: str, limit: int = Query(100, ge=1, le=10_000)
+) -> list[dict[str, Any]]:
     store = _schedules(state_of(request))
     await _found(store.get(cron_id))
     return [r.to_dict() for r in await store.schedule_runs(cron_id, limit=limit)]
@@ -282,10 +289,14 @@ async def list_monitors(request: Request) -> list[dict[str, Any]]:
     response_class=StreamingResponse,  # documented as text/event-stream, not JSON
     responses={200: {"content": {"text/event-stream": {}}, "description": "check-in events"}},
 )
-async def monitor_events(request: Request, after: int = 0, poll: float = 0.5) -> Response:
+async def monitor_events(
+    request: Request,
+    after: int = Query(0, ge=0, le=_MAX_ROW),
+    poll: float = Query(0.5, ge=0.05, le=60),
+) -> Response:
     monitors = _monitors(state_of(request))
     last = request.headers.get("last-event-id")
-    start = int(last) if last and last.isdigit() else after
+    start = min(int(last), _MAX_ROW) if last and last.isdigit() else after
 
     async def events() -> AsyncIterator[str]:
         cursor = start

@@ -89,3 +89,27 @@ def test_shipped_example_agents_load(path: Path) -> None:
     agent = Agent.from_file(path)
     assert agent.name == path.stem
     assert agent.instructions
+
+
+def test_model_settings_in_a_file_reach_the_agent_and_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "AGENT.md"
+    path.write_text(
+        "---\nname: shop\nmodel: demo\ntools: [add]\n"
+        "model_settings: {max_tokens: 160, tool_choice: add, temperature: 0}\n---\nSum.\n"
+    )
+    agent = Agent.from_file(path)
+    ms = agent.model_settings
+    assert ms is not None and (ms.max_tokens, ms.tool_choice, ms.temperature) == (160, "add", 0)
+    assert ms.reset_tool_choice is True  # a forced choice holds for the first call only
+    again = tmp_path / "again.md"
+    again.write_text(agent.to_definition().to_markdown())
+    back = Agent.from_file(again).model_settings
+    assert back is not None and (back.max_tokens, back.tool_choice) == (160, "add")
+
+
+def test_a_bad_model_setting_names_its_field(tmp_path: Path) -> None:
+    path = tmp_path / "AGENT.md"
+    path.write_text("---\nname: shop\nmodel: demo\nmodel_settings: {tool_choise: add}\n---\nx\n")
+    with pytest.raises(AgentDefinitionError) as info:
+        Agent.from_file(path)
+    assert "model_settings.tool_choise" in str(info.value)

@@ -18,6 +18,9 @@ mcp_servers:                     # MCP servers whose tools the agent gets (loom.
 backends:                        # domain backends (loom.backends; docs/backends.md)
   - sql: sqlite:///data.db       # relative SQLite paths are resolved from this file's folder
     tables: [orders, customers]
+model_settings:                  # per-call options (loom.models.ModelSettings)
+  max_tokens: 400
+  tool_choice: auto              # or required, none, or a tool's name (forced on the first call)
 output_schema:                   # the answer's JSON schema (the agent's output_type)
   type: object
   properties: {summary: {type: string}, sources: {type: array, items: {type: string}}}
@@ -68,6 +71,19 @@ class MCPServerConfig(BaseModel):
     call_timeout: float = Field(default=60.0, gt=0)
 
 
+class ModelSettingsConfig(BaseModel):
+    """``model_settings:`` in an agent file: the per-call options of ``ModelSettings``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float | None = Field(default=None, ge=0)
+    max_tokens: int | None = Field(default=None, gt=0)
+    timeout: float | None = Field(default=None, gt=0)
+    tool_choice: str | None = None
+    """``auto``, ``none``, ``required`` or a tool's name (forced on the turn's first call)."""
+    reset_tool_choice: bool = True
+
+
 class AgentDefinition(BaseModel):
     """The fields an agent file may set; anything else is an error that names the field."""
 
@@ -88,6 +104,9 @@ class AgentDefinition(BaseModel):
     output_schema: dict[str, Any] | None = None
     """The final answer's JSON schema: the agent's ``output_type`` (``loom.output``)."""
     output_retries: int = Field(default=2, ge=0)
+    model_settings: ModelSettingsConfig | None = None
+    """Per-call options (``loom.models.ModelSettings``): temperature, max_tokens, timeout,
+    tool_choice (e.g. ``query`` to make the first call of each turn a ``query`` call)."""
     backends: list[dict[str, Any] | str] = Field(default_factory=list)
     """Domain backends (``loom.backends.backend_from_config``): ``{sql: URL, tables: [...]}``,
     ``{openapi: FILE_OR_URL, base_url: ...}``, ``{documents: FOLDER}`` or a database URL."""
@@ -178,8 +197,15 @@ def build_agent(
     own = {t.name: t for t in tools}
     resolved: list[Tool | str] = [own.get(name, name) for name in definition.tools]
     kwargs: dict[str, Any] = definition.model_dump(
-        exclude={"description", "tools", "workspace", "mcp_servers", "output_schema", "backends"}
-    )
+        exclude={"description", "tools", "workspace", "mcp_servers", "output_schema", "backends",
+                 "model_settings"}
+    )  # fmt: skip
+    if definition.model_settings is not None:
+        from loom.models.base import ModelSettings
+
+        kwargs["model_settings"] = ModelSettings(
+            **definition.model_settings.model_dump(exclude_defaults=True)
+        )
     if definition.backends:
         from loom.backends.config import backend_from_config
 
@@ -231,7 +257,15 @@ def definition_of(agent: Agent) -> AgentDefinition:
     names = [n for n in agent.tools if not (agent.memory is not None and n in memory_tools)]
     permissions = given.get("permissions")
     spec = agent.output_spec  # a Python output type is written as its JSON schema
+    ms = agent.model_settings
+    settings = None
+    if ms is not None:
+        settings = ModelSettingsConfig(
+            temperature=ms.temperature, max_tokens=ms.max_tokens, timeout=ms.timeout,
+            tool_choice=ms.tool_choice, reset_tool_choice=ms.reset_tool_choice,
+        )  # fmt: skip
     return AgentDefinition(
+        model_settings=settings,
         output_schema=spec.schema if spec is not None else None,
         output_retries=agent.output_retries,
         name=agent.name,

@@ -62,9 +62,9 @@ async def test_the_embedded_model_answers_from_the_sample_database(
     db = sqlite3.connect(shop_agent_file.parent / "shop.db")
     (largest,) = db.execute("SELECT max(total) FROM orders").fetchone()
     db.close()
-    agent = Agent.from_file(shop_agent_file, model=LocalModel()).replace(
-        model_settings=ModelSettings(tool_choice="query", max_tokens=160)
-    )
+    # the file itself forces the first call (model_settings: {tool_choice: query, ...})
+    agent = Agent.from_file(shop_agent_file, model=LocalModel())
+    assert agent.model_settings == ModelSettings(tool_choice="query", max_tokens=160)
     events = [e async for e in agent.stream(question)]
     calls = [e.data for e in events if e.type is EventType.TOOL_EXECUTION_START]
     results = [e.data["content"] for e in events if e.type is EventType.TOOL_RESULT]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from loom.backends.base import trim_to_tokens
@@ -254,8 +254,11 @@ class SQLBackend:
         return None
 
     # -- running statements -------------------------------------------------------------------
-    def run_checked(self, checked: Checked) -> tuple[list[str], list[tuple[Any, ...]], bool]:
-        """Run a checked statement under the deadline; (columns, rows, more rows existed)."""
+    @contextlib.contextmanager
+    def _guarded(self, checked: Checked, *, read_only: bool) -> Iterator[tuple[Any, Any]]:
+        """A raw connection and cursor for one checked statement, under its guard rails (the
+        deadline, SQLite's authorizer, PostgreSQL's transaction settings); any failure is
+        rolled back and answered as the backend's error, and the rails come off after."""
         self.open()
         raw = self._engine.raw_connection()
         deadline = time.monotonic() + self.timeout
@@ -267,16 +270,8 @@ class SQLBackend:
                 driver.set_authorizer(self._authorizer(checked))
             cur = raw.cursor()
             if self.dialect == "postgres":
-                self._pg_setup(cur, read_only=checked.read_only)
-            cur.execute(checked.sql)
-            columns = [d[0] for d in cur.description or ()]
-            rows = [tuple(r) for r in cur.fetchmany(self.max_rows + 1)] if columns else []
-            more = len(rows) > self.max_rows
-            if checked.read_only:
-                raw.rollback()
-            else:
-                raw.commit()
-            return columns, rows[: self.max_rows], more
+                self._pg_setup(cur, read_only=read_only)
+            yield raw, cur
         except Exception as exc:
             with contextlib.suppress(Exception):  # the connection may be gone already
                 raw.rollback()
@@ -286,6 +281,19 @@ class SQLBackend:
                 driver.set_progress_handler(None, 0)
                 driver.set_authorizer(None)
             raw.close()
+
+    def run_checked(self, checked: Checked) -> tuple[list[str], list[tuple[Any, ...]], bool]:
+        """Run a checked statement under the deadline; (columns, rows, more rows existed)."""
+        with self._guarded(checked, read_only=checked.read_only) as (raw, cur):
+            cur.execute(checked.sql)
+            columns = [d[0] for d in cur.description or ()]
+            rows = [tuple(r) for r in cur.fetchmany(self.max_rows + 1)] if columns else []
+            more = len(rows) > self.max_rows
+            if checked.read_only:
+                raw.rollback()
+            else:
+                raw.commit()
+            return columns, rows[: self.max_rows], more
 
     def _pg_setup(self, cur: Any, *, read_only: bool) -> None:
         """This transaction's guard rails: read-only, a deadline, and the working schema first
@@ -453,31 +461,11 @@ class SQLBackend:
 
     def run_write(self, checked: Checked) -> str:
         """Run a checked write and report the changed row count."""
-        self.open()
-        raw = self._engine.raw_connection()
-        deadline = time.monotonic() + self.timeout
-        sqlite = self.dialect == "sqlite"
-        driver = raw.driver_connection
-        try:
-            if sqlite:
-                driver.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
-                driver.set_authorizer(self._authorizer(checked))
-            cur = raw.cursor()
-            if self.dialect == "postgres":
-                self._pg_setup(cur, read_only=False)
+        with self._guarded(checked, read_only=False) as (raw, cur):
             cur.execute(checked.sql)
             count = cur.rowcount
             raw.commit()
             return f"{count} row{'s' if count != 1 else ''} changed"
-        except Exception as exc:
-            with contextlib.suppress(Exception):  # the connection may be gone already
-                raw.rollback()
-            raise self._error(exc, deadline) from None
-        finally:
-            if sqlite:
-                driver.set_progress_handler(None, 0)
-                driver.set_authorizer(None)
-            raw.close()
 
     # -- schema text --------------------------------------------------------------------------
     def describe(self, key: str) -> str:

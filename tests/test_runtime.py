@@ -376,3 +376,29 @@ async def test_a_turns_tool_specs_are_one_list_while_its_tools_stay_the_same(
     assert [s.name for s in third.tool_specs] == list(third.tools)
     assert "sub" in third.tools and third.tool_specs is not first.tool_specs
     await store.close()
+
+
+@pytest.mark.parametrize("store", [None, "sqlite"])
+async def test_a_session_never_sees_another_sessions_messages(
+    store: str | None, tmp_path: Path
+) -> None:
+    # one runtime, one transcript cache, sessions of equal and unequal length taking turns:
+    # what the model is sent for a session is that session's conversation and nothing else
+    seen: dict[str, list[str]] = {}
+
+    def model(messages: list[Message], tools: Any) -> str:
+        texts = [m.content for m in messages if m.role in ("user", "assistant")]
+        tag = texts[-1].split(":")[0]
+        seen[tag] = texts
+        return f"{tag}: ok"
+
+    rt = Runtime(store=SQLiteStore(tmp_path / "s.db") if store else MemoryStore())
+    agent = Agent(name="a", model=FunctionModel(model))
+    for turn in range(3):
+        for sid in ("A", "B", "C"):
+            if sid == "C" and turn == 0:
+                continue  # C is shorter than A and B: the cache holds sessions of both lengths
+            result = await rt.run(agent, f"{sid}: turn {turn}", session_id=sid)
+            assert result.stop_reason == "completed"
+            assert all(t.startswith(f"{sid}:") for t in seen[sid]), (sid, seen[sid])
+    assert len(seen["A"]) == 5 and len(seen["C"]) == 3  # its own turns, all of them

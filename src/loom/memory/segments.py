@@ -113,7 +113,13 @@ class SessionIndex:
         else:
             self.unit_starts.append(pos)
             self._open_calls = {c.id for c in msg.tool_calls}
-            if msg.role == "user":
+            # the pinned "latest user message" is the user's request, not a judge's or the
+            # output check's correction (a user-role message too): pinning the correction let
+            # a summary swallow the request itself
+            meta = msg.metadata
+            if msg.role == "user" and not (
+                meta.get("judge_correction") or meta.get("output_correction")
+            ):
                 self.user_positions.append(pos)
         self.prefix.append(self.prefix[-1] + raw)
 

@@ -66,8 +66,9 @@ def workload(k: int) -> tuple[Any, Any]:
         i = state["i"]
         if i < k:
             state["i"] = i + 1
-            return ModelResponse(tool_calls=[ToolCall(id=f"c{i}", name="add",
-                                                      arguments={"a": i, "b": 1})])  # fmt: skip
+            return ModelResponse(
+                tool_calls=[ToolCall(id=f"c{i}", name="add", arguments={"a": i, "b": 1})]
+            )
         state["i"] = 0
         return ModelResponse(text="done")
 
@@ -142,8 +143,9 @@ def construction(n: int) -> dict[str, float]:
         for label, kw in (("", {}), ("_store", {"store": store})):
 
             def make(kw: dict[str, Any] = kw) -> Any:
-                return Agent(name="a", instructions="You add numbers.", model=model, tools=[add],
-                             **kw)  # fmt: skip
+                return Agent(
+                    name="a", instructions="You add numbers.", model=model, tools=[add], **kw
+                )
 
             for _ in range(200):
                 make()
@@ -326,8 +328,9 @@ def main() -> None:
     if want("step_sqlite"):
         result["step_sqlite"] = _best(repeats, "per_step_us", "step_sqlite", runs)
     if want("construction"):
-        result["construction"] = _best(repeats, "construct_us", "construction",
-                                       2000 if quick else 10000)  # fmt: skip
+        result["construction"] = _best(
+            repeats, "construct_us", "construction", 2000 if quick else 10000
+        )
     if want("in_flight"):
         n = 2000
         result["in_flight"] = {

@@ -35,8 +35,9 @@ def _script(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse | s
     if last.role != "user":
         return "done"
     name = "hold" if last.content.startswith("hold") else "lookup"
-    return ModelResponse(text="", tool_calls=[ToolCall(name=name, arguments=(
-        {} if name == "hold" else {"n": 1}))])  # fmt: skip
+    return ModelResponse(
+        text="", tool_calls=[ToolCall(name=name, arguments=({} if name == "hold" else {"n": 1}))]
+    )
 
 
 agents = [Agent(name="bench", model=FunctionModel(_script), tools=[lookup, hold])]

@@ -41,14 +41,31 @@ class Workers:
     def __init__(self, dsn: str, workdir: Path) -> None:
         self.dsn, self.dir, self.procs = dsn, workdir, []  # type: ignore[var-annotated]
         src = str(HERE.parent / "src")
-        self.env = {**os.environ, "LOOM_BENCH_DIR": str(workdir),
-                    "PYTHONPATH": os.pathsep.join([src, str(HERE)])}  # fmt: skip
+        self.env = {
+            **os.environ,
+            "LOOM_BENCH_DIR": str(workdir),
+            "PYTHONPATH": os.pathsep.join([src, str(HERE)]),
+        }
 
     def start(self) -> subprocess.Popen[bytes]:
         log = open(self.dir / f"w{len(self.procs)}.log", "wb")  # noqa: SIM115
-        p = subprocess.Popen([sys.executable, "-m", "loom", "worker", "--store", self.dsn,
-                              "--app", "queue_app:agents", "--concurrency", str(CONCURRENCY)],
-                             env=self.env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        p = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "loom",
+                "worker",
+                "--store",
+                self.dsn,
+                "--app",
+                "queue_app:agents",
+                "--concurrency",
+                str(CONCURRENCY),
+            ],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         log.close()
         self.procs.append(p)
         return p
@@ -110,25 +127,36 @@ async def throughput(base: str, n_workers: int) -> dict[str, Any]:
             later = datetime.now(UTC) + timedelta(hours=1)
             for i in range(RUNS):
                 sid = f"s{i % SESSIONS}"
-                await app.configure_task(RUN_TASK, lock=f"loom-session:{sid}", queue="loom",
-                                         schedule_at=later).defer_async(
-                    agent="bench", session_id=sid, message=f"question {i}")  # fmt: skip
-            await _scalar(dsn, "UPDATE procrastinate_jobs SET scheduled_at = now() "
-                          "WHERE status = 'todo' RETURNING 1")  # fmt: skip
+                await app.configure_task(
+                    RUN_TASK, lock=f"loom-session:{sid}", queue="loom", schedule_at=later
+                ).defer_async(agent="bench", session_id=sid, message=f"question {i}")
+            await _scalar(
+                dsn,
+                "UPDATE procrastinate_jobs SET scheduled_at = now() "
+                "WHERE status = 'todo' RETURNING 1",
+            )
             t0 = time.perf_counter()
 
             async def all_done() -> bool:
-                failed = await _scalar(dsn, "SELECT count(*) FROM procrastinate_jobs WHERE "
-                                       "status = 'failed'")  # fmt: skip
+                failed = await _scalar(
+                    dsn, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'failed'"
+                )
                 assert not failed, f"{failed} runs failed; see {workers.dir}"
-                done = await _scalar(dsn, "SELECT count(*) FROM procrastinate_jobs WHERE status "
-                                     "= 'succeeded' AND task_name = %s", RUN_TASK)  # fmt: skip
+                done = await _scalar(
+                    dsn,
+                    "SELECT count(*) FROM procrastinate_jobs WHERE status "
+                    "= 'succeeded' AND task_name = %s",
+                    RUN_TASK,
+                )
                 return bool(done == RUNS)
 
             await _poll(all_done, 0.05)
             elapsed = time.perf_counter() - t0
-        return {"workers": n_workers, "seconds": round(elapsed, 2),
-                "runs_per_s": round(RUNS / elapsed, 1)}  # fmt: skip
+        return {
+            "workers": n_workers,
+            "seconds": round(elapsed, 2),
+            "runs_per_s": round(RUNS / elapsed, 1),
+        }
     finally:
         workers.stop()
 
@@ -175,10 +203,14 @@ async def failover(base: str) -> dict[str, Any]:
     finally:
         workers.stop()
         await store.close()
-    return {"settings": "defaults (heartbeat 1 s, stalled_after 5 s, sweep every 1 s, poll 1 s)",
-            "rounds": len(times), "seconds_p50": round(statistics.median(times), 2),
-            "seconds_max": round(max(times), 2), "seconds_min": round(min(times), 2),
-            "all": [round(t, 2) for t in times]}  # fmt: skip
+    return {
+        "settings": "defaults (heartbeat 1 s, stalled_after 5 s, sweep every 1 s, poll 1 s)",
+        "rounds": len(times),
+        "seconds_p50": round(statistics.median(times), 2),
+        "seconds_max": round(max(times), 2),
+        "seconds_min": round(min(times), 2),
+        "all": [round(t, 2) for t in times],
+    }
 
 
 async def measure(dsn: str) -> dict[str, Any]:
@@ -190,12 +222,25 @@ async def measure(dsn: str) -> dict[str, Any]:
             print(got, file=sys.stderr)
             tries[n].append(got["runs_per_s"])
     one = max(tries[1])
-    runs = [{"workers": n, "runs_per_s_best": max(v), "runs_per_s_all": v,
-             "ratio_to_1_worker": round(max(v) / one, 2)} for n, v in tries.items()]  # fmt: skip
-    return {"queue_throughput": {"runs": RUNS, "sessions": SESSIONS,
-                                 "concurrency_per_worker": CONCURRENCY, "by_workers": runs},
-            "failover": await failover(dsn),
-            "queue_targets": {"failover_seconds": 10}}  # fmt: skip
+    runs = [
+        {
+            "workers": n,
+            "runs_per_s_best": max(v),
+            "runs_per_s_all": v,
+            "ratio_to_1_worker": round(max(v) / one, 2),
+        }
+        for n, v in tries.items()
+    ]
+    return {
+        "queue_throughput": {
+            "runs": RUNS,
+            "sessions": SESSIONS,
+            "concurrency_per_worker": CONCURRENCY,
+            "by_workers": runs,
+        },
+        "failover": await failover(dsn),
+        "queue_targets": {"failover_seconds": 10},
+    }
 
 
 if __name__ == "__main__":

@@ -60,17 +60,36 @@ TARGETS = {
 }
 # The same workload measured against other servers on a machine of this kind (issue 13).
 PEERS = {
-    "langgraph_dev_inmem": {"run_k1_ms": 1016, "per_step_ms": 8.2, "runs_per_s_16": 18,
-                            "server_cpu_ms_per_run": "46-58", "rss_kib_per_thread": 37,
-                            "ready_s": 2.7},
-    "agno_agentos_sqlite": {"run_k1_ms": 19, "per_step_ms": 1.5, "runs_per_s": "40-42",
-                            "server_cpu_ms_per_run": "19-21", "rss_kib_per_thread": 2.8,
-                            "disk_kib_per_thread": 4.9, "ready_s": 3.3},
-    "fastapi_pydantic_ai_no_persistence": {"run_k1_ms": 13.6, "per_step_ms": 3.9,
-                                           "runs_per_s": "71-82", "server_cpu_ms_per_run": 12},
-    "empty_fastapi": {"run_k1_ms": 2.6, "runs_per_s": "200-250", "server_cpu_ms_per_run": 0.9,
-                      "ready_s": 0.8},
-}  # fmt: skip
+    "langgraph_dev_inmem": {
+        "run_k1_ms": 1016,
+        "per_step_ms": 8.2,
+        "runs_per_s_16": 18,
+        "server_cpu_ms_per_run": "46-58",
+        "rss_kib_per_thread": 37,
+        "ready_s": 2.7,
+    },
+    "agno_agentos_sqlite": {
+        "run_k1_ms": 19,
+        "per_step_ms": 1.5,
+        "runs_per_s": "40-42",
+        "server_cpu_ms_per_run": "19-21",
+        "rss_kib_per_thread": 2.8,
+        "disk_kib_per_thread": 4.9,
+        "ready_s": 3.3,
+    },
+    "fastapi_pydantic_ai_no_persistence": {
+        "run_k1_ms": 13.6,
+        "per_step_ms": 3.9,
+        "runs_per_s": "71-82",
+        "server_cpu_ms_per_run": 12,
+    },
+    "empty_fastapi": {
+        "run_k1_ms": 2.6,
+        "runs_per_s": "200-250",
+        "server_cpu_ms_per_run": 0.9,
+        "ready_s": 0.8,
+    },
+}
 
 AGENTS = '''
 """The benchmark's agents: benchmarks/core.py's workload with K=1 and K=10."""
@@ -145,14 +164,23 @@ def _spawn(workdir: Path, profile: str | None) -> Server:
     (workdir / "bench_agents.py").write_text(AGENTS)
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, str(workdir)]))
-    args = ["serve", "--app", "bench_agents:registry", "--port", str(port),
-            "--log-level", "warning"]  # fmt: skip
+    args = [
+        "serve",
+        "--app",
+        "bench_agents:registry",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
     if profile:
         # uvicorn re-raises SIGTERM after its graceful shutdown: make that an exit that
         # cProfile.run survives, so it writes its statistics
-        code = ("import cProfile, signal, sys; from loom.cli import main; out = sys.argv[1]; "
-                "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); "
-                "sys.argv = ['loom', *sys.argv[2:]]; cProfile.run('main()', out)")  # fmt: skip
+        code = (
+            "import cProfile, signal, sys; from loom.cli import main; out = sys.argv[1]; "
+            "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); "
+            "sys.argv = ['loom', *sys.argv[2:]]; cProfile.run('main()', out)"
+        )
         cmd = [sys.executable, "-c", code, profile, *args]
     else:
         cmd = [sys.executable, "-m", "loom", *args]
@@ -243,8 +271,9 @@ def latency(runs: int, warm: int, profile: str | None) -> dict[str, Any]:
             t0 = time.perf_counter()
             tid = client.post(f"{server.url}/threads", json={}).json()["thread_id"]
             t1 = time.perf_counter()
-            client.post(f"{server.url}/threads/{tid}/runs/wait",
-                        json={"assistant_id": "k1", **RUN_BODY}).raise_for_status()  # fmt: skip
+            client.post(
+                f"{server.url}/threads/{tid}/runs/wait", json={"assistant_id": "k1", **RUN_BODY}
+            ).raise_for_status()
             create.append(t1 - t0)
             wait.append(time.perf_counter() - t1)
         out["create_thread_ms"] = statistics.median(create) * 1e3
@@ -304,8 +333,9 @@ async def _clients(server: Server, n: int, seconds: float) -> dict[str, float]:
             while time.perf_counter() < deadline:
                 t0 = time.perf_counter()
                 tid = (await client.post(f"{url}/threads", json={})).json()["thread_id"]
-                r = await client.post(f"{url}/threads/{tid}/runs/wait",
-                                      json={"assistant_id": "k1", **RUN_BODY})  # fmt: skip
+                r = await client.post(
+                    f"{url}/threads/{tid}/runs/wait", json={"assistant_id": "k1", **RUN_BODY}
+                )
                 r.raise_for_status()
                 done += 1
                 times.append(time.perf_counter() - t0)

@@ -66,11 +66,26 @@ def serve(url: str, workdir: Path, env: dict[str, str]) -> tuple[subprocess.Pope
     (workdir / "bench_agents.py").write_text(AGENTS)
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "loom", "serve", "--app", "bench_agents:agents", "--port",
-         str(port), "--store", url, "--queue", "--log-level", "warning"],
+        [
+            sys.executable,
+            "-m",
+            "loom",
+            "serve",
+            "--app",
+            "bench_agents:agents",
+            "--port",
+            str(port),
+            "--store",
+            url,
+            "--queue",
+            "--log-level",
+            "warning",
+        ],
         env={**os.environ, **env, "PYTHONPATH": os.pathsep.join([SRC, str(workdir)])},
-        cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        cwd=workdir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     for _ in range(600):
         try:
@@ -87,9 +102,16 @@ async def measure(url: str, dsn: str, base: str) -> dict[str, Any]:
     store = PostgresStore(dsn)
     async with httpx.AsyncClient(base_url=base, timeout=60) as client:
         tid = (await client.post("/threads", json={})).json()["thread_id"]
-        run = (await client.post(f"/threads/{tid}/runs", json={
-            "assistant_id": "bench", "input": {"messages": [{"role": "user", "content": "x"}]},
-            "stream_mode": ["events"]})).json()  # fmt: skip
+        run = (
+            await client.post(
+                f"/threads/{tid}/runs",
+                json={
+                    "assistant_id": "bench",
+                    "input": {"messages": [{"role": "user", "content": "x"}]},
+                    "stream_mode": ["events"],
+                },
+            )
+        ).json()
         run_id = run["run_id"]
         committed: dict[int, float] = {}
         received: dict[int, float] = {}
@@ -112,8 +134,9 @@ async def measure(url: str, dsn: str, base: str) -> dict[str, Any]:
             elif seq <= EVENTS:
                 ev = Warning(run_id=run_id, session_id=tid, sequence=seq, warning=f"w{seq}")
             else:
-                ev = AgentFinish(run_id=run_id, session_id=tid, sequence=seq,
-                                 stop_reason="completed")  # fmt: skip
+                ev = AgentFinish(
+                    run_id=run_id, session_id=tid, sequence=seq, stop_reason="completed"
+                )
             t0 = time.perf_counter()
             await store.append(tid, events=[ev])
             committed[seq] = time.perf_counter()
@@ -134,9 +157,11 @@ async def measure(url: str, dsn: str, base: str) -> dict[str, Any]:
 def main() -> None:
     import psycopg
 
-    modes = [("notify", {"LOOM_QUEUE_TAIL": "notify"}),
-             ("poll_100ms", {"LOOM_QUEUE_TAIL": "poll", "LOOM_QUEUE_POLL": "0.1"}),
-             ("poll_25ms", {"LOOM_QUEUE_TAIL": "poll", "LOOM_QUEUE_POLL": "0.025"})]  # fmt: skip
+    modes = [
+        ("notify", {"LOOM_QUEUE_TAIL": "notify"}),
+        ("poll_100ms", {"LOOM_QUEUE_TAIL": "poll", "LOOM_QUEUE_POLL": "0.1"}),
+        ("poll_25ms", {"LOOM_QUEUE_TAIL": "poll", "LOOM_QUEUE_POLL": "0.025"}),
+    ]
     out: dict[str, Any] = {"events": EVENTS, "gap_s": GAP}
     with cluster() as dsn:
         for name, env in modes:

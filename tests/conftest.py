@@ -83,8 +83,11 @@ def postgres_dsn() -> Iterator[str]:
         yield f"{base} dbname=loom_test"
     finally:
         if os.path.exists(os.path.join(data, "postmaster.pid")):
-            subprocess.run([*as_postgres, pg_ctl, "-D", data, "-m", "immediate", "stop"],
-                           capture_output=True, timeout=60)  # fmt: skip
+            subprocess.run(
+                [*as_postgres, pg_ctl, "-D", data, "-m", "immediate", "stop"],
+                capture_output=True,
+                timeout=60,
+            )
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -133,8 +133,12 @@ async def test_a_tool_server_that_cannot_start_is_a_warning_logged_and_streamed(
 ) -> None:
     from loom.tools.mcp import mcp_server
 
-    bad = mcp_server("ghost", command=sys.executable, args=["-m", "no_such_mcp_server_module"],
-                     connect_timeout=10)  # fmt: skip
+    bad = mcp_server(
+        "ghost",
+        command=sys.executable,
+        args=["-m", "no_such_mcp_server_module"],
+        connect_timeout=10,
+    )
     agent = Agent(model=FunctionModel(lambda m, t: "carried on"), tools=["add", bad])
     try:
         with caplog.at_level(logging.WARNING, logger="loom.tools"):
@@ -200,8 +204,12 @@ async def test_an_approval_handler_that_raises_is_a_typed_error_and_nothing_ran(
     def handler(pending: Any) -> bool:
         raise RuntimeError("the approval service is down")
 
-    agent = Agent(model=one_call("deploy", target="prod"), tools=[deploy],
-                  permissions={"ask": ["deploy"]}, approval_handler=handler)  # fmt: skip
+    agent = Agent(
+        model=one_call("deploy", target="prod"),
+        tools=[deploy],
+        permissions={"ask": ["deploy"]},
+        approval_handler=handler,
+    )
     with pytest.raises(ApprovalHandlerError, match="the approval service is down"):
         await agent.run("ship it", session_id="s")
     assert ran == []
@@ -236,8 +244,9 @@ async def test_results_are_stored_in_call_order(kind: str, tmp_path: Path) -> No
     events = [e async for e in Agent(model=model, tools=[slow, fast], store=store).stream("go")]
     results = [e.data["content"] for e in events if e.type is EventType.TOOL_RESULT]
     assert results == ["slow", "fast"]
-    stored = [m.content for m in await store.load_messages(events[0].session_id)
-              if m.role == "tool"]  # fmt: skip
+    stored = [
+        m.content for m in await store.load_messages(events[0].session_id) if m.role == "tool"
+    ]
     assert stored == ["slow", "fast"]
 
 

@@ -193,8 +193,11 @@ async def test_every_event_a_stream_consumer_saw_is_in_the_journal() -> None:
     agent = _two_step_agent()
     seen = [e async for e in Runtime(store).stream(agent, "go", session_id="s")]
     stored = {(e.run_id, e.sequence) for e in await store.load_events("s")}
-    missing = [e.type for e in seen if e.type is not EventType.LLM_DELTA
-               and (e.run_id, e.sequence) not in stored]  # fmt: skip
+    missing = [
+        e.type
+        for e in seen
+        if e.type is not EventType.LLM_DELTA and (e.run_id, e.sequence) not in stored
+    ]
     assert missing == []
 
 
@@ -234,16 +237,20 @@ def _plan_model(plans: list[list[list[str]]]) -> FunctionModel:
     ``plans[t]`` one model call after another, then with text."""
 
     def fn(messages: list[Message], tools: list[Any]) -> ModelResponse | str:
-        start = max(i for i, m in enumerate(messages)
-                    if m.role == "user" and not m.metadata.get("judge_correction"))  # fmt: skip
+        start = max(
+            i
+            for i, m in enumerate(messages)
+            if m.role == "user" and not m.metadata.get("judge_correction")
+        )
         turn = int(messages[start].content.split()[1])
         done = sum(1 for m in messages[start:] if m.role == "assistant" and m.tool_calls)
         if messages[-1].role == "user" and messages[-1].metadata.get("judge_correction"):
             return f"turn {turn}, corrected"
         plan = plans[turn] if turn < len(plans) else []
         if done < len(plan):
-            return ModelResponse(tool_calls=[ToolCall(name=k, arguments={"n": turn})
-                                             for k in plan[done]])  # fmt: skip
+            return ModelResponse(
+                tool_calls=[ToolCall(name=k, arguments={"n": turn}) for k in plan[done]]
+            )
         return f"turn {turn}, answered"
 
     return FunctionModel(fn)
@@ -301,14 +308,22 @@ async def _scenario(
     model = _plan_model(plans)
     summary = "Summary: the user asked for numbered turns; tools ran and answered. " * 3
     window: dict[str, Any] = (
-        {"context_window": 1400, "reserved_output_tokens": 100,
-         "memory": MemoryConfig(summarizer=FunctionModel(lambda m, t: summary))}
-        if tight else {}
-    )  # fmt: skip
-    agent = Agent(model=model, tools=[ok, fail, slow, ask, hang], max_iterations=12,
-                  permissions={"ask": ["ask"], "default": "allow"},
-                  judges=JudgePanel([FunctionJudge(judge_fn)], max_retries=2),
-                  **window)  # fmt: skip
+        {
+            "context_window": 1400,
+            "reserved_output_tokens": 100,
+            "memory": MemoryConfig(summarizer=FunctionModel(lambda m, t: summary)),
+        }
+        if tight
+        else {}
+    )
+    agent = Agent(
+        model=model,
+        tools=[ok, fail, slow, ask, hang],
+        max_iterations=12,
+        permissions={"ask": ["ask"], "default": "allow"},
+        judges=JudgePanel([FunctionJudge(judge_fn)], max_retries=2),
+        **window,
+    )
 
     async def step(call: Any) -> Any:
         """Run ``call(runtime)`` as a new process would; the process dies if hang starts."""
@@ -365,8 +380,7 @@ async def _scenario(
     return kinds
 
 
-batches = st.lists(st.lists(st.sampled_from(TOOL_KINDS), min_size=1, max_size=3),
-                   max_size=3)  # fmt: skip
+batches = st.lists(st.lists(st.sampled_from(TOOL_KINDS), min_size=1, max_size=3), max_size=3)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
@@ -431,8 +445,12 @@ def test_every_event_received_before_a_sigkill_is_in_the_store(
     script.write_text(KILL_CHILD)
     db = tmp_path / "k.db"
     src = str(Path(__file__).resolve().parents[1] / "src")
-    child = subprocess.Popen([sys.executable, str(script), str(db)], stdout=subprocess.PIPE,
-                             text=True, env=dict(os.environ, PYTHONPATH=src))  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(db)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=src),
+    )
     assert child.stdout is not None
     received = []
     for line in child.stdout:

@@ -67,7 +67,10 @@ async def test_bad_answers_are_corrected_with_their_errors_until_one_fits() -> N
     messages = await store.load_messages("s")
     assert messages == transcript(events)
     assert [m.metadata.get("output_correction") for m in messages if m.role == "user"] == [
-        None, True, True]  # fmt: skip
+        None,
+        True,
+        True,
+    ]
 
 
 async def test_it_gives_up_after_output_retries_with_its_own_stop_reason() -> None:
@@ -88,8 +91,7 @@ async def test_it_gives_up_after_output_retries_with_its_own_stop_reason() -> No
 
 
 async def test_no_retries_means_the_first_bad_answer_ends_the_run() -> None:
-    result = await Agent(model=ScriptedModel(["{}"]), output_type=Person,
-                         output_retries=0).run("x")  # fmt: skip
+    result = await Agent(model=ScriptedModel(["{}"]), output_type=Person, output_retries=0).run("x")
     assert result.stop_reason == "output_invalid"
 
 
@@ -114,28 +116,53 @@ class Dog(BaseModel):
     good: bool
 
 
-RAW = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}},
-       "required": ["n"], "title": "Count"}  # fmt: skip
+RAW = {
+    "type": "object",
+    "properties": {"n": {"type": "integer", "minimum": 1}},
+    "required": ["n"],
+    "title": "Count",
+}
 
 KINDS: list[tuple[str, Any, str, str, Any]] = [
     # (id, output_type, a bad answer, a good answer, the value it becomes)
     ("pydantic", Person, '{"name": "Ana"}', GOOD, ANA),
     ("dataclass", Point, '{"x": 1}', '{"x": 1, "y": 2}', Point(1, 2)),
-    ("typeddict", Movie, '{"title": "Up", "year": "soon"}', '{"title": "Up", "year": 2009}',
-     {"title": "Up", "year": 2009}),
-    ("union", Cat | Dog, '{"kind": "cow"}', '{"kind": "dog", "good": true}',
-     Dog(kind="dog", good=True)),
-    ("list", list[Point], '[{"x": 1, "y": "b"}]', '{"response": [{"x": 1, "y": 2}]}',
-     [Point(1, 2)]),
+    (
+        "typeddict",
+        Movie,
+        '{"title": "Up", "year": "soon"}',
+        '{"title": "Up", "year": 2009}',
+        {"title": "Up", "year": 2009},
+    ),
+    (
+        "union",
+        Cat | Dog,
+        '{"kind": "cow"}',
+        '{"kind": "dog", "good": true}',
+        Dog(kind="dog", good=True),
+    ),
+    (
+        "list",
+        list[Point],
+        '[{"x": 1, "y": "b"}]',
+        '{"response": [{"x": 1, "y": 2}]}',
+        [Point(1, 2)],
+    ),
     ("list-bare", list[int], '["a"]', "[1, 2]", [1, 2]),
     ("schema", RAW, '{"n": 0}', '{"n": 3}', {"n": 3}),
-    ("schema-array", {"type": "array", "items": {"type": "string"}}, "[1]",
-     '{"response": ["a"]}', ["a"]),
-]  # fmt: skip
+    (
+        "schema-array",
+        {"type": "array", "items": {"type": "string"}},
+        "[1]",
+        '{"response": ["a"]}',
+        ["a"],
+    ),
+]
 
 
-@pytest.mark.parametrize(("output_type", "bad", "good", "value"),
-                         [k[1:] for k in KINDS], ids=[k[0] for k in KINDS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("output_type", "bad", "good", "value"), [k[1:] for k in KINDS], ids=[k[0] for k in KINDS]
+)
 async def test_each_kind_of_output_type(output_type: Any, bad: str, good: str, value: Any) -> None:
     model = ScriptedModel([bad, good])
     agent = Agent(model=model, output_type=output_type)
@@ -149,8 +176,9 @@ async def test_each_kind_of_output_type(output_type: Any, bad: str, good: str, v
 
 
 async def test_a_fenced_answer_is_accepted() -> None:
-    result = await Agent(model=ScriptedModel([f"```json\n{GOOD}\n```"]),
-                         output_type=Person).run("x")  # fmt: skip
+    result = await Agent(model=ScriptedModel([f"```json\n{GOOD}\n```"]), output_type=Person).run(
+        "x"
+    )
     assert result.output == ANA
 
 
@@ -178,8 +206,11 @@ async def test_streaming_yields_each_partial_value_once_it_validates() -> None:
     events = [e async for e in agent.stream("count", session_id="s")]
     partials = [e for e in events if e.type == EventType.OUTPUT_PARTIAL]
     # word-sized deltas: each finished item makes a new valid list; nothing repeats
-    assert [p.data["output"] for p in partials] == [[{"n": 1}], [{"n": 1}, {"n": 2}],
-                                                    [{"n": 1}, {"n": 2}, {"n": 3}]]  # fmt: skip
+    assert [p.data["output"] for p in partials] == [
+        [{"n": 1}],
+        [{"n": 1}, {"n": 2}],
+        [{"n": 1}, {"n": 2}, {"n": 3}],
+    ]
     for p in partials:  # the stable JSON form, both ways
         assert AgentEvent.from_dict(json.loads(json.dumps(p.to_dict())), validate=True) == p
     stored = {e.type for e in await store.load_events("s")}
@@ -192,16 +223,18 @@ async def test_partials_keep_unfinished_strings() -> None:
         title: str
         body: str = ""
 
-    agent = Agent(model=ScriptedModel(['{"title": "hello world", "body": "a b c"}']),
-                  output_type=Note)  # fmt: skip
+    agent = Agent(
+        model=ScriptedModel(['{"title": "hello world", "body": "a b c"}']), output_type=Note
+    )
     outs = [e.data["output"] async for e in agent.stream("x") if e.type == EventType.OUTPUT_PARTIAL]
     assert outs[0] == {"title": "hello ", "body": ""}  # valid as soon as the title starts
     assert outs[-1] == {"title": "hello world", "body": "a b c"}
 
 
 def test_the_output_retry_event_round_trips_and_carries_its_message() -> None:
-    ev = OutputRetry(run_id="r", session_id="s", attempt=2, errors=[{"loc": "a", "msg": "m"}],
-                     correction="fix a")  # fmt: skip
+    ev = OutputRetry(
+        run_id="r", session_id="s", attempt=2, errors=[{"loc": "a", "msg": "m"}], correction="fix a"
+    )
     back = AgentEvent.from_dict(json.loads(json.dumps(ev.to_dict())), validate=True)
     assert back == ev
     message = back.message()
@@ -257,8 +290,11 @@ def test_an_agent_file_declares_its_output_schema(tmp_path: Path) -> None:
     assert agent.output_retries == 1
     assert agent.run_sync("go").output == {"n": 4}
     again = agent.to_definition()
-    assert again.output_schema == {"type": "object", "properties": {"n": {"type": "integer"}},
-                                   "required": ["n"]}  # fmt: skip
+    assert again.output_schema == {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}},
+        "required": ["n"],
+    }
     typed = Agent(model=ScriptedModel([]), output_type=Person).to_definition()
     assert typed.output_schema == Person.model_json_schema()
     (tmp_path / "bad.md").write_text("---\nname: b\noutput_schema: {type: nope}\n---\nx\n")

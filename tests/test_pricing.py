@@ -129,12 +129,15 @@ def _script(name: str = "openai:gpt-4o") -> ScriptedModel:
     call = ToolCall(name="add", arguments={"a": 1, "b": 2})
     return ScriptedModel(
         [
-            ModelResponse(tool_calls=[call], usage=Usage(input_tokens=1_000, output_tokens=100,
-                                                         requests=1), model="gpt-4o-2024-08-06"),
+            ModelResponse(
+                tool_calls=[call],
+                usage=Usage(input_tokens=1_000, output_tokens=100, requests=1),
+                model="gpt-4o-2024-08-06",
+            ),
             ModelResponse(text="3", usage=Usage(input_tokens=2_000, output_tokens=10, requests=1)),
         ],
         name=name,
-    )  # fmt: skip
+    )
 
 
 async def _show(db: Path) -> Any:

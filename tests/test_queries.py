@@ -23,8 +23,9 @@ def reader(messages: list[Message], tools: object) -> str:
 
 
 def agent() -> Agent:
-    return Agent(model=FunctionModel(reader),
-                 query_detector={"file_read": r"I need to read (?P<path>\S+)"})  # fmt: skip
+    return Agent(
+        model=FunctionModel(reader), query_detector={"file_read": r"I need to read (?P<path>\S+)"}
+    )
 
 
 async def test_a_query_stops_the_run_and_the_answer_continues_the_turn() -> None:
@@ -45,8 +46,9 @@ async def test_a_query_stops_the_run_and_the_answer_continues_the_turn() -> None
     kinds = [e.type for e in events]
     assert EventType.SERVER_QUERY in kinds and EventType.QUERY_ANSWER in kinds
     stored = await runtime.store.load_messages("s")
-    assert [(m.role, m.content) for m in transcript(events)] == [(m.role, m.content)
-                                                                for m in stored]  # fmt: skip
+    assert [(m.role, m.content) for m in transcript(events)] == [
+        (m.role, m.content) for m in stored
+    ]
     assert [m.role for m in stored] == ["user", "assistant", "user", "assistant"]
     assert stored[2].metadata["server_query"] == query["query_id"]
 

@@ -145,8 +145,11 @@ async def test_open_calls_resolved_by_effect(store: Any) -> None:
     assert [(e.data["recovered_run_id"], e.data["stop_reason"]) for e in closed] == [
         ("run_dead", "crashed")
     ]
-    recovered = {e.data["tool_call_id"]: e.data["metadata"]["recovered"] for e in journal
-                 if e.type in (EventType.TOOL_RESULT, EventType.TOOL_ERROR)}  # fmt: skip
+    recovered = {
+        e.data["tool_call_id"]: e.data["metadata"]["recovered"]
+        for e in journal
+        if e.type in (EventType.TOOL_RESULT, EventType.TOOL_ERROR)
+    }
     assert recovered == {calls[0].id: "interrupted", calls[1].id: "rerun", calls[2].id: "rerun"}
     assert not any(
         e.type is EventType.AGENT_FINISH for e in await store.load_events("s", "run_dead")

@@ -131,8 +131,12 @@ async def test_one_agent_shared_by_200_sessions_leaks_nothing(tmp_path: Path) ->
         return f"tools={names} results={results}"
 
     server = FlakyServer()
-    agent = Agent(model=FunctionModel(model), tools=[gated, server], approval_handler=handler,
-                  permissions={"ask": ["gated"], "default": "allow"})  # fmt: skip
+    agent = Agent(
+        model=FunctionModel(model),
+        tools=[gated, server],
+        approval_handler=handler,
+        permissions={"ask": ["gated"], "default": "allow"},
+    )
     runtimes: list[Runtime] = []
     for i in range(200):  # every tenth runtime on its own SQLite file, the rest in memory
         store = SQLiteStore(tmp_path / f"{i}.db") if i % 10 == 0 else MemoryStore()
@@ -232,8 +236,12 @@ async def test_remembered_decisions_are_found_by_a_new_process_without_the_journ
         return "done"
 
     perms = {"ask": ["gated"], "default": "allow"}
-    first = Agent(model=FunctionModel(model), tools=[gated], permissions=perms,
-                  approval_handler=lambda p: Approve(remember="tool"))  # fmt: skip
+    first = Agent(
+        model=FunctionModel(model),
+        tools=[gated],
+        permissions=perms,
+        approval_handler=lambda p: Approve(remember="tool"),
+    )
     store = SQLiteStore(tmp_path / "l.db")
     assert (await Runtime(store).run(first, "go", session_id="s")).stop_reason == "completed"
     await store.close()
@@ -266,8 +274,9 @@ async def test_a_long_turn_keeps_its_lease(tmp_path: Path) -> None:
     for _ in range(4):  # well past the ttl: renewed every 0.1 s
         await asyncio.sleep(0.3)
         with pytest.raises(SessionBusy):
-            await other.run(Agent(model=FunctionModel(lambda m, t: "x")), "x", session_id="s",
-                            on_busy="drop")  # fmt: skip
+            await other.run(
+                Agent(model=FunctionModel(lambda m, t: "x")), "x", session_id="s", on_busy="drop"
+            )
     leave.set()
     assert (await turn).stop_reason == "completed"
 
@@ -313,9 +322,13 @@ async def test_a_process_whose_lease_was_taken_over_cannot_write(tmp_path: Path)
     db = tmp_path / "f.db"
     script = tmp_path / "holder.py"
     script.write_text(HOLDER)
-    a = subprocess.Popen([sys.executable, str(script), str(db), "0.5"], stdin=subprocess.PIPE,  # noqa: ASYNC220
-                         stdout=subprocess.PIPE, text=True,
-                         env=dict(os.environ, PYTHONPATH=SRC))  # fmt: skip
+    a = subprocess.Popen(  # noqa: ASYNC220
+        [sys.executable, str(script), str(db), "0.5"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=SRC),
+    )
     assert a.stdin is not None and a.stdout is not None
     try:
         assert a.stdout.readline().strip() == "in-tool"

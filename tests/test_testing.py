@@ -151,9 +151,13 @@ class Region(BaseModel):
 
 @pytest.mark.parametrize(
     "output_type",
-    [Region, list[Town], Town | Region, {"type": "object", "properties": {"n": {"enum": [3, 4]}},
-                                         "required": ["n"]}],
-)  # fmt: skip
+    [
+        Region,
+        list[Town],
+        Town | Region,
+        {"type": "object", "properties": {"n": {"enum": [3, 4]}}, "required": ["n"]},
+    ],
+)
 async def test_test_model_answers_with_an_object_that_fits_the_output_type(
     output_type: Any,
 ) -> None:
@@ -180,18 +184,28 @@ async def test_test_model_calls_tools_with_arguments_that_fit_their_schemas() ->
 
 
 def test_sample_respects_the_constraints_it_knows() -> None:
-    schema = {"type": "object", "properties": {
-        "a": {"type": "integer", "exclusiveMinimum": 5},
-        "b": {"type": "number", "maximum": -2},
-        "c": {"type": "string", "minLength": 4},
-        "d": {"anyOf": [{"type": "null"}, {"type": "boolean"}]},
-        "e": {"type": "array", "items": {"$ref": "#/$defs/X"}, "minItems": 2},
-        "f": {"const": "k"},
-        "g": {"type": "string", "format": "email"},
-    }, "$defs": {"X": {"type": "object", "properties": {"y": {"enum": ["p", "q"]}}}}}  # fmt: skip
-    assert sample(schema) == {"a": 6, "b": -2.0, "c": "aaaa", "d": True,
-                              "e": [{"y": "p"}, {"y": "p"}], "f": "k",
-                              "g": "user@example.com"}  # fmt: skip
+    schema = {
+        "type": "object",
+        "properties": {
+            "a": {"type": "integer", "exclusiveMinimum": 5},
+            "b": {"type": "number", "maximum": -2},
+            "c": {"type": "string", "minLength": 4},
+            "d": {"anyOf": [{"type": "null"}, {"type": "boolean"}]},
+            "e": {"type": "array", "items": {"$ref": "#/$defs/X"}, "minItems": 2},
+            "f": {"const": "k"},
+            "g": {"type": "string", "format": "email"},
+        },
+        "$defs": {"X": {"type": "object", "properties": {"y": {"enum": ["p", "q"]}}}},
+    }
+    assert sample(schema) == {
+        "a": 6,
+        "b": -2.0,
+        "c": "aaaa",
+        "d": True,
+        "e": [{"y": "p"}, {"y": "p"}],
+        "f": "k",
+        "g": "user@example.com",
+    }
 
 
 def test_test_model_rejects_a_bad_call_tools() -> None:

@@ -63,8 +63,9 @@ def _check_model(model: Any) -> str | Model | None:
 
         provider = model.strip().partition(":")[0]
         if not model.strip():
-            raise AgentDefinitionError("is empty; try 'local' or 'openai:gpt-4o-mini'",
-                                       field="model")  # fmt: skip
+            raise AgentDefinitionError(
+                "is empty; try 'local' or 'openai:gpt-4o-mini'", field="model"
+            )
         if provider not in PROVIDERS:
             known = ", ".join(sorted(PROVIDERS))
             raise AgentDefinitionError(
@@ -355,15 +356,23 @@ class Agent:
         put(self, "instructions", instructions)
         put(self, "model_spec", _check_model(model))
         for field_name, value, integer in (
-            ("max_iterations", max_iterations, True), ("max_tool_calls", max_tool_calls, True),
-            ("timeout", timeout, False), ("tool_timeout", tool_timeout, False),
+            ("max_iterations", max_iterations, True),
+            ("max_tool_calls", max_tool_calls, True),
+            ("timeout", timeout, False),
+            ("tool_timeout", tool_timeout, False),
             ("max_message_chars", max_message_chars, True),
-            ("queue_timeout", queue_timeout, False), ("max_queue_depth", max_queue_depth, True),
+            ("queue_timeout", queue_timeout, False),
+            ("max_queue_depth", max_queue_depth, True),
             ("lock_ttl", lock_ttl, False),
-        ):  # fmt: skip
+        ):
             put(self, field_name, _positive(field_name, value, integer=integer))
-        put(self, "context_window", None if context_window is None
-            else _positive("context_window", context_window, integer=True))  # fmt: skip
+        put(
+            self,
+            "context_window",
+            None
+            if context_window is None
+            else _positive("context_window", context_window, integer=True),
+        )
         if reserved_output_tokens is not None and (
             isinstance(reserved_output_tokens, bool)
             or not isinstance(reserved_output_tokens, int)
@@ -453,8 +462,13 @@ class Agent:
         put(self, "output_retries", output_retries)
         put(self, "output_type", output_type)
         put(self, "output_spec", _compile_output(output_type))
-        put(self, "max_result_chars", None if max_result_chars is None
-            else _positive("max_result_chars", max_result_chars, integer=True))  # fmt: skip
+        put(
+            self,
+            "max_result_chars",
+            None
+            if max_result_chars is None
+            else _positive("max_result_chars", max_result_chars, integer=True),
+        )
         if context_builder is None and (
             context_window is not None
             or isinstance(getattr(self.model_spec, "context_window", None), int)
@@ -537,9 +551,15 @@ class Agent:
         ``output_type`` overrides the agent's for this run (``str`` for a text answer);
         partial typed values arrive as ``OUTPUT_PARTIAL`` events.
         """
-        events = self.runtime.stream(self, message, session_id=session_id, on_busy=on_busy,
-                                     deps=deps, cancel=cancel,
-                                     output_type=output_type)  # fmt: skip
+        events = self.runtime.stream(
+            self,
+            message,
+            session_id=session_id,
+            on_busy=on_busy,
+            deps=deps,
+            cancel=cancel,
+            output_type=output_type,
+        )
         try:
             async for event in events:
                 yield event
@@ -557,9 +577,15 @@ class Agent:
         output_type: Any = None,
     ) -> RunResult:
         """Run one turn to its end and return the ``RunResult`` (arguments as for ``stream``)."""
-        return await self.runtime.run(self, message, session_id=session_id, on_busy=on_busy,
-                                      deps=deps, cancel=cancel,
-                                      output_type=output_type)  # fmt: skip
+        return await self.runtime.run(
+            self,
+            message,
+            session_id=session_id,
+            on_busy=on_busy,
+            deps=deps,
+            cancel=cancel,
+            output_type=output_type,
+        )
 
     def run_sync(
         self,
@@ -574,8 +600,15 @@ class Agent:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.run(message, session_id=session_id, on_busy=on_busy,
-                                        deps=deps, output_type=output_type))  # fmt: skip
+            return asyncio.run(
+                self.run(
+                    message,
+                    session_id=session_id,
+                    on_busy=on_busy,
+                    deps=deps,
+                    output_type=output_type,
+                )
+            )
         raise ConfigurationError(
             "run_sync() was called inside a running event loop; use 'await agent.run(...)'"
         )

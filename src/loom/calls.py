@@ -100,22 +100,25 @@ class CallRunner:
         """Limits, hooks and approval for one call: (call to run, or None) and a refusal."""
         limit = self.agent.max_tool_calls
         if self.made + index >= limit:
-            return None, error_result(call, "limit", f"not run: the turn reached "
-                                      f"max_tool_calls={limit}")  # fmt: skip
+            return None, error_result(
+                call, "limit", f"not run: the turn reached max_tool_calls={limit}"
+            )
         ask: RequireApproval | None = None
         for hook in self.hooks.at("before_tool_execution"):
             decision = await self.hooks.call("before_tool_execution", hook, call)
             if isinstance(decision, Deny):
                 return None, error_result(call, "denied", decision.reason)
             if isinstance(decision, ReplaceArguments):
-                call = call.model_copy(update={"arguments": decision.arguments,
-                                               "raw_arguments": None})  # fmt: skip
+                call = call.model_copy(
+                    update={"arguments": decision.arguments, "raw_arguments": None}
+                )
             ask = ask or (decision if isinstance(decision, RequireApproval) else None)
         if self.guards is not None and self.guards.has("tool_call"):
             checked = await self.guards.check_call(call, self.context())
             if checked.trip is not None:  # the call gets its refusal, then the run stops
-                await self.record(call, error_result(call, "guardrail", checked.trip.reason),
-                                  started=False)  # fmt: skip
+                await self.record(
+                    call, error_result(call, "guardrail", checked.trip.reason), started=False
+                )
             self.note(checked)
             call = checked.value
         if ask is None or call.id in self.decided:
@@ -130,8 +133,17 @@ class CallRunner:
         p = PendingApproval(
             j.session_id, j.run_id, call.id, call.name, dict(call.arguments), reason
         )
-        await j.commit([j.event(ApprovalRequired, tool_call_id=call.id, tool_name=call.name,
-                                arguments=dict(call.arguments), reason=reason)])  # fmt: skip
+        await j.commit(
+            [
+                j.event(
+                    ApprovalRequired,
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                    arguments=dict(call.arguments),
+                    reason=reason,
+                )
+            ]
+        )
         handler = self.agent.approval_handler
         if handler is None:  # parked until a human decides (resume)
             self.parked.append(p.to_dict())
@@ -148,27 +160,52 @@ class CallRunner:
         self.deps.remembered.extend(rules)
         j = self.journal
         data = decision_payload(p, decision, how, rules)
-        extra = {k: v for k, v in data.items() if k not in ("tool_call_id", "tool_name",
-                                                             "decision", "decided_by")}  # fmt: skip
-        await j.commit([j.event(ApprovalDecisionEvent, tool_call_id=p.tool_call_id,
-                                tool_name=p.tool_name, decision=data["decision"], decided_by=how,
-                                extra=extra)])  # fmt: skip
+        extra = {
+            k: v
+            for k, v in data.items()
+            if k not in ("tool_call_id", "tool_name", "decision", "decided_by")
+        }
+        await j.commit(
+            [
+                j.event(
+                    ApprovalDecisionEvent,
+                    tool_call_id=p.tool_call_id,
+                    tool_name=p.tool_name,
+                    decision=data["decision"],
+                    decided_by=how,
+                    extra=extra,
+                )
+            ]
+        )
 
     async def start(self, calls: Sequence[ToolCall]) -> None:
         """Ledger rows ``started`` for the calls, committed before any of them runs."""
         j, sid = self.journal, self.journal.session_id
-        rows = [LedgerEntry(j.run_id, sid, c.id, c.name, "started", c.arguments,
-                            self.deps.effect_of(c.name)) for c in calls]  # fmt: skip
+        rows = [
+            LedgerEntry(
+                j.run_id, sid, c.id, c.name, "started", c.arguments, self.deps.effect_of(c.name)
+            )
+            for c in calls
+        ]
         self.open.update((r.tool_call_id, r) for r in rows)
-        events = [j.event(ToolExecutionStart, tool_name=c.name, tool_call_id=c.id,
-                          arguments=c.arguments) for c in calls]  # fmt: skip
+        events = [
+            j.event(ToolExecutionStart, tool_name=c.name, tool_call_id=c.id, arguments=c.arguments)
+            for c in calls
+        ]
         await j.commit(events, ledger=rows)
 
     async def execute(self, call: ToolCall, run_id: str | None = None) -> ToolResult:
         """Run one call (``run_id``: the run whose idempotency key a recovered call keeps)."""
         d, j = self.deps, self.journal
-        ctx = RunContext(j.session_id, run_id or j.run_id, call.id, self.agent.name,
-                         self.agent.workspace, d.user_deps, store=d.store)  # fmt: skip
+        ctx = RunContext(
+            j.session_id,
+            run_id or j.run_id,
+            call.id,
+            self.agent.name,
+            self.agent.workspace,
+            d.user_deps,
+            store=d.store,
+        )
         return await execute_call(call, d.tools, ctx, self.agent.tool_timeout)
 
     async def record(
@@ -202,13 +239,22 @@ class CallRunner:
                 status = "interrupted"
             ledger.append(entry.ended(status, result))
         if result.metadata.get("escaped_strings"):
-            j.warn(f"{call.name} returned text that was not valid Unicode (bytes that were "
-                   "not UTF-8); it is stored with those bytes shown as \\xNN escapes",
-                   "tool")  # fmt: skip
+            j.warn(
+                f"{call.name} returned text that was not valid Unicode (bytes that were "
+                "not UTF-8); it is stored with those bytes shown as \\xNN escapes",
+                "tool",
+            )
         cls = ToolResultEvent if result.success else ToolErrorEvent
-        ev = j.event(cls, tool_name=call.name, tool_call_id=call.id, success=result.success,
-                     content=result.to_content(), error_code=result.error_code,
-                     duration_ms=result.duration_ms, metadata=metadata or {})  # fmt: skip
+        ev = j.event(
+            cls,
+            tool_name=call.name,
+            tool_call_id=call.id,
+            success=result.success,
+            content=result.to_content(),
+            error_code=result.error_code,
+            duration_ms=result.duration_ms,
+            metadata=metadata or {},
+        )
         await j.commit([ev], ledger=ledger)
         self.unanswered.pop(call.id, None)
         await self.hooks("after_tool_execution", call, result)
@@ -221,8 +267,9 @@ class CallRunner:
         j = self.journal
         if message is None:
             message = next((m.content for m in reversed(j.history) if m.role == "user"), "")
-        return GuardrailContext(self.agent.name, j.session_id, j.run_id, message, j.history,
-                                self.deps.user_deps)  # fmt: skip
+        return GuardrailContext(
+            self.agent.name, j.session_id, j.run_id, message, j.history, self.deps.user_deps
+        )
 
     def note(self, outcome: Outcome, *, stop: bool = True) -> None:
         """Announce each guardrail decision (journaled with the next commit: the checked
@@ -243,23 +290,32 @@ class CallRunner:
         for e in ends.rerun:  # the same idempotency key as the first attempt
             call = call_of(e)
             result = await self.execute(call, run_id=e.run_id)
-            await self.record(call, result, entry=e,
-                              metadata={"recovered": "rerun", "from_run": e.run_id})  # fmt: skip
+            await self.record(
+                call, result, entry=e, metadata={"recovered": "rerun", "from_run": e.run_id}
+            )
         for e in ends.unknown:
             call = call_of(e)
             meta = {"recovered": "interrupted", "from_run": e.run_id}
             await self.record(call, outcome_unknown(call), entry=e, metadata=meta)
         for call in ends.never_ran:
-            await self.record(call, never_started(call), started=False,
-                              metadata={"recovered": "never_started"})  # fmt: skip
+            await self.record(
+                call, never_started(call), started=False, metadata={"recovered": "never_started"}
+            )
         for run in ends.dead_runs:
-            await j.commit([j.event(RunRecovered, recovered_run_id=run.run_id)],
-                           run=RunRecord(run.run_id, j.session_id, CRASHED,
-                                         data={"recovered_by": j.run_id}))  # fmt: skip
+            await j.commit(
+                [j.event(RunRecovered, recovered_run_id=run.run_id)],
+                run=RunRecord(run.run_id, j.session_id, CRASHED, data={"recovered_by": j.run_id}),
+            )
 
     async def close_unanswered(self, stop: str) -> None:
         """PERSIST: every call still without a result gets an ``interrupted`` one."""
         self.closing = True
         for call in list(self.unanswered.values()):
-            await self.record(call, error_result(call, "interrupted", f"the run stopped ({stop}) "
-                              "before this call finished; its outcome is unknown"))  # fmt: skip
+            await self.record(
+                call,
+                error_result(
+                    call,
+                    "interrupted",
+                    f"the run stopped ({stop}) before this call finished; its outcome is unknown",
+                ),
+            )

@@ -197,9 +197,16 @@ def build_agent(
     own = {t.name: t for t in tools}
     resolved: list[Tool | str] = [own.get(name, name) for name in definition.tools]
     kwargs: dict[str, Any] = definition.model_dump(
-        exclude={"description", "tools", "workspace", "mcp_servers", "output_schema", "backends",
-                 "model_settings"}
-    )  # fmt: skip
+        exclude={
+            "description",
+            "tools",
+            "workspace",
+            "mcp_servers",
+            "output_schema",
+            "backends",
+            "model_settings",
+        }
+    )
     if definition.model_settings is not None:
         from loom.models.base import ModelSettings
 
@@ -210,8 +217,9 @@ def build_agent(
         from loom.backends.config import backend_from_config
 
         try:
-            kwargs["backends"] = [backend_from_config(b, base=path.parent)
-                                  for b in definition.backends]  # fmt: skip
+            kwargs["backends"] = [
+                backend_from_config(b, base=path.parent) for b in definition.backends
+            ]
         except ConfigurationError as exc:
             raise AgentDefinitionError(str(exc), path=str(path), field="backends") from None
     if definition.output_schema is not None:
@@ -248,11 +256,17 @@ def definition_of(agent: Agent) -> AgentDefinition:
     for ts in agent.toolsets:
         if all(hasattr(ts, a) for a in ("command", "args", "url", "prefix")):
             servers[ts.name] = MCPServerConfig(
-                command=ts.command, args=list(ts.args), env=dict(ts.env), cwd=ts.cwd,
-                url=ts.url, headers=dict(ts.headers), prefix=ts.prefix,
+                command=ts.command,
+                args=list(ts.args),
+                env=dict(ts.env),
+                cwd=ts.cwd,
+                url=ts.url,
+                headers=dict(ts.headers),
+                prefix=ts.prefix,
                 tools=sorted(ts.only) if ts.only is not None else None,
-                connect_timeout=ts.connect_timeout, call_timeout=ts.call_timeout,
-            )  # fmt: skip
+                connect_timeout=ts.connect_timeout,
+                call_timeout=ts.call_timeout,
+            )
     memory_tools = {"remember", "memory_write"}
     names = [n for n in agent.tools if not (agent.memory is not None and n in memory_tools)]
     permissions = given.get("permissions")
@@ -261,9 +275,12 @@ def definition_of(agent: Agent) -> AgentDefinition:
     settings = None
     if ms is not None:
         settings = ModelSettingsConfig(
-            temperature=ms.temperature, max_tokens=ms.max_tokens, timeout=ms.timeout,
-            tool_choice=ms.tool_choice, reset_tool_choice=ms.reset_tool_choice,
-        )  # fmt: skip
+            temperature=ms.temperature,
+            max_tokens=ms.max_tokens,
+            timeout=ms.timeout,
+            tool_choice=ms.tool_choice,
+            reset_tool_choice=ms.reset_tool_choice,
+        )
     return AgentDefinition(
         model_settings=settings,
         output_schema=spec.schema if spec is not None else None,

@@ -449,9 +449,11 @@ class RemoteMemberError(LoomError):
 
     def __init__(self, member: str, url: str, detail: str):
         self.member, self.url = member, url
-        super().__init__(f"crew member {member!r} (A2A agent at {url}): {detail}; check that the "
-                         "URL is the agent's (http://host/agents/<name>), that it is up, and its "
-                         "headers (Authorization)")  # fmt: skip
+        super().__init__(
+            f"crew member {member!r} (A2A agent at {url}): {detail}; check that the "
+            "URL is the agent's (http://host/agents/<name>), that it is up, and its "
+            "headers (Authorization)"
+        )
 
 
 class RunCancelled(LoomError):

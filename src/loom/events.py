@@ -204,8 +204,14 @@ def _tool_message(ev: Any) -> Message:
     meta = dict(ev.metadata)
     if not ev.success:
         meta.update(success=False, error_code=ev.error_code)
-    return Message(role="tool", content=ev.content, tool_call_id=ev.tool_call_id,
-                   name=ev.tool_name, timestamp=_at(ev.timestamp), metadata=meta)  # fmt: skip
+    return Message(
+        role="tool",
+        content=ev.content,
+        tool_call_id=ev.tool_call_id,
+        name=ev.tool_name,
+        timestamp=_at(ev.timestamp),
+        metadata=meta,
+    )
 
 
 @_payload
@@ -230,8 +236,12 @@ class UserMessage(AgentEvent):
     def message(self) -> Message:
         from loom.messages import Message
 
-        return Message(role="user", content=self.content, timestamp=_at(self.timestamp),
-                       metadata=dict(self.metadata))  # fmt: skip
+        return Message(
+            role="user",
+            content=self.content,
+            timestamp=_at(self.timestamp),
+            metadata=dict(self.metadata),
+        )
 
 
 @_payload
@@ -341,8 +351,12 @@ class MemoryRecord(AgentEvent):
     def message(self) -> Message:
         from loom.messages import Message
 
-        return Message(role="system", content=self.content, timestamp=_at(self.timestamp),
-                       metadata=dict(self.metadata))  # fmt: skip
+        return Message(
+            role="system",
+            content=self.content,
+            timestamp=_at(self.timestamp),
+            metadata=dict(self.metadata),
+        )
 
 
 @_payload
@@ -400,8 +414,9 @@ class LlmComplete(AgentEvent):
         from loom.messages import Message, ToolCall
 
         calls = [ToolCall.model_validate(c) for c in self.tool_calls]
-        return Message(role="assistant", content=self.answer, tool_calls=calls,
-                       timestamp=_at(self.timestamp))  # fmt: skip
+        return Message(
+            role="assistant", content=self.answer, tool_calls=calls, timestamp=_at(self.timestamp)
+        )
 
 
 @_payload
@@ -508,10 +523,15 @@ class JudgeRetry(AgentEvent):
     def message(self) -> Message:
         from loom.messages import Message
 
-        meta = {"judge_correction": True, "attempt": self.attempt, "score": self.score,
-                "threshold": self.threshold}  # fmt: skip
-        return Message(role="user", content=self.correction, timestamp=_at(self.timestamp),
-                       metadata=meta)  # fmt: skip
+        meta = {
+            "judge_correction": True,
+            "attempt": self.attempt,
+            "score": self.score,
+            "threshold": self.threshold,
+        }
+        return Message(
+            role="user", content=self.correction, timestamp=_at(self.timestamp), metadata=meta
+        )
 
 
 @_payload
@@ -540,8 +560,12 @@ class QueryAnswer(AgentEvent):
     def message(self) -> Message:
         from loom.messages import Message
 
-        return Message(role="user", content=self.content, timestamp=_at(self.timestamp),
-                       metadata={"server_query": self.query_id, "kind": self.kind})  # fmt: skip
+        return Message(
+            role="user",
+            content=self.content,
+            timestamp=_at(self.timestamp),
+            metadata={"server_query": self.query_id, "kind": self.kind},
+        )
 
 
 @_payload
@@ -613,8 +637,12 @@ class OutputRetry(AgentEvent):
     def message(self) -> Message:
         from loom.messages import Message
 
-        return Message(role="user", content=self.correction, timestamp=_at(self.timestamp),
-                       metadata={"output_correction": True, "attempt": self.attempt})  # fmt: skip
+        return Message(
+            role="user",
+            content=self.correction,
+            timestamp=_at(self.timestamp),
+            metadata={"output_correction": True, "attempt": self.attempt},
+        )
 
 
 @_payload
@@ -685,16 +713,50 @@ class UnknownEvent(AgentEvent):
 EVENT_CLASSES: dict[EventType, type[AgentEvent]] = {
     cls.__dataclass_fields__["type"].default: cls  # type: ignore[misc]
     for cls in (
-        AgentStart, UserMessage, IterationStart, StateChange, ContextAssemblyStart,
-        ContextComponentIncluded, ContextComponentTruncated, ContextComponentExcluded,
-        ContextAssemblyComplete, CompressionStart, CompressionProgress, CompressionFallback,
-        CompressionComplete, MemoryFlush, MemoryRecord, PatternsMatched, LlmStart, LlmDelta,
-        LlmToolCalls, LlmComplete, LlmRetry, ToolExecutionStart, ToolResultEvent, ToolErrorEvent,
-        ApprovalRequired, ApprovalDecisionEvent, Recursion, JudgeStart, JudgeResult, JudgeRetry,
-        OutputPartial, OutputRetry, ServerQueryEvent, QueryAnswer, RunRecovered, GuardrailEvent,
-        Warning, PersistStart, AgentFinish, ErrorEvent, CrewMemberStart, CrewMemberFinish,
+        AgentStart,
+        UserMessage,
+        IterationStart,
+        StateChange,
+        ContextAssemblyStart,
+        ContextComponentIncluded,
+        ContextComponentTruncated,
+        ContextComponentExcluded,
+        ContextAssemblyComplete,
+        CompressionStart,
+        CompressionProgress,
+        CompressionFallback,
+        CompressionComplete,
+        MemoryFlush,
+        MemoryRecord,
+        PatternsMatched,
+        LlmStart,
+        LlmDelta,
+        LlmToolCalls,
+        LlmComplete,
+        LlmRetry,
+        ToolExecutionStart,
+        ToolResultEvent,
+        ToolErrorEvent,
+        ApprovalRequired,
+        ApprovalDecisionEvent,
+        Recursion,
+        JudgeStart,
+        JudgeResult,
+        JudgeRetry,
+        OutputPartial,
+        OutputRetry,
+        ServerQueryEvent,
+        QueryAnswer,
+        RunRecovered,
+        GuardrailEvent,
+        Warning,
+        PersistStart,
+        AgentFinish,
+        ErrorEvent,
+        CrewMemberStart,
+        CrewMemberFinish,
     )
-}  # fmt: skip
+}
 assert set(EVENT_CLASSES) == set(EventType), "every EventType needs its class"
 
 # data key -> field name, per class (the inverse of KEYS), precomputed for make_event
@@ -718,10 +780,16 @@ def make_event(
     try:
         kind = EventType(type)
     except ValueError:
-        return UnknownEvent(type=str(type), run_id=run_id, session_id=session_id,
-                            iteration=iteration, sequence=sequence, extra=dict(data or {}),
-                            timestamp=time.time() if timestamp is None else timestamp,
-                            parent_run_id=parent_run_id)  # fmt: skip
+        return UnknownEvent(
+            type=str(type),
+            run_id=run_id,
+            session_id=session_id,
+            iteration=iteration,
+            sequence=sequence,
+            extra=dict(data or {}),
+            timestamp=time.time() if timestamp is None else timestamp,
+            parent_run_id=parent_run_id,
+        )
     cls = EVENT_CLASSES[kind]
     known = _FIELDS[cls]
     kwargs: dict[str, Any] = {}
@@ -735,8 +803,15 @@ def make_event(
                 kwargs[name] = value
     if timestamp is not None:
         kwargs["timestamp"] = timestamp
-    return cls(run_id=run_id, session_id=session_id, iteration=iteration, sequence=sequence,
-               parent_run_id=parent_run_id, extra=extra, **kwargs)  # fmt: skip
+    return cls(
+        run_id=run_id,
+        session_id=session_id,
+        iteration=iteration,
+        sequence=sequence,
+        parent_run_id=parent_run_id,
+        extra=extra,
+        **kwargs,
+    )
 
 
 _ADAPTERS: dict[type[AgentEvent], Any] = {}

@@ -156,15 +156,28 @@ class Journal:
 
     def event(self, cls: type[Ev], **payload: Any) -> Ev:
         """A new event of this run, numbered next."""
-        ev = cls(run_id=self.run_id, session_id=self.session_id, iteration=self.iteration,
-                 sequence=self.seq, parent_run_id=self.parent_run_id, **payload)  # fmt: skip
+        ev = cls(
+            run_id=self.run_id,
+            session_id=self.session_id,
+            iteration=self.iteration,
+            sequence=self.seq,
+            parent_run_id=self.parent_run_id,
+            **payload,
+        )
         self.seq += 1
         return ev
 
     def event_of(self, type: EventType, data: dict[str, Any]) -> AgentEvent:
         """A new event of this run from a payload dict (plugins describe events that way)."""
-        ev = make_event(type, self.run_id, self.session_id, self.iteration, self.seq, data,
-                        parent_run_id=self.parent_run_id)  # fmt: skip
+        ev = make_event(
+            type,
+            self.run_id,
+            self.session_id,
+            self.iteration,
+            self.seq,
+            data,
+            parent_run_id=self.parent_run_id,
+        )
         self.seq += 1
         return ev
 
@@ -229,8 +242,14 @@ class Journal:
             added = [*self.held[1], *messages]
             out = [*self.held_out, *events]
             self.held, self.held_out = None, []  # committed below, or lost with this commit
-        await self.store.append(self.session_id, messages=added, events=journal,
-                                ledger=ledger, run=run, lease=self.lease)  # fmt: skip
+        await self.store.append(
+            self.session_id,
+            messages=added,
+            events=journal,
+            ledger=ledger,
+            run=run,
+            lease=self.lease,
+        )
         self.history.extend(added)
         self.added.extend(added)
         for ev in out:

@@ -75,10 +75,22 @@ class _Stop(Exception):
 class Turn:
     """One user message (or one resume) run to its answer. Made by ``Runtime``."""
 
-    def __init__(self, runtime: Runtime, agent: Agent, message: str | None, session_id: str,
-                 on_busy: str, deps: Any, *, resume: Any = None, answer: Any = None,
-                 parent_run_id: str | None = None, run_id: str | None = None,
-                 carry_on: bool = False, output: OutputSpec | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        runtime: Runtime,
+        agent: Agent,
+        message: str | None,
+        session_id: str,
+        on_busy: str,
+        deps: Any,
+        *,
+        resume: Any = None,
+        answer: Any = None,
+        parent_run_id: str | None = None,
+        run_id: str | None = None,
+        carry_on: bool = False,
+        output: OutputSpec | None = None,
+    ) -> None:
         self.runtime, self.agent, self.session_id = runtime, agent, session_id
         self.run_id = run_id or new_id("run")
         self.message, self.resume, self.answer = message or "", resume, answer
@@ -112,11 +124,17 @@ class Turn:
         self._task = asyncio.current_task()
         gate = rt.gate(self.session_id)
         try:
-            await gates.acquire(gate, rt.store, self.session_id, self.run_id,
-                                on_busy=self.on_busy,  # type: ignore[arg-type]
-                                interrupt=lambda: self.cancel("interrupted by a newer turn"),
-                                queue_timeout=a.queue_timeout, max_queue_depth=a.max_queue_depth,
-                                lock_ttl=rt.lease_ttl)  # fmt: skip
+            await gates.acquire(
+                gate,
+                rt.store,
+                self.session_id,
+                self.run_id,
+                on_busy=self.on_busy,  # type: ignore[arg-type]
+                interrupt=lambda: self.cancel("interrupted by a newer turn"),
+                queue_timeout=a.queue_timeout,
+                max_queue_depth=a.max_queue_depth,
+                lock_ttl=rt.lease_ttl,
+            )
         except asyncio.CancelledError:
             if self.cancel_reason is None:
                 raise
@@ -125,8 +143,15 @@ class Turn:
             rt.forget_gate(self.session_id, gate)
             raise
         renew = asyncio.ensure_future(gates.keep_alive(rt.store, gate, rt.lease_ttl, self.cancel))
-        self.j = Journal(rt.store, self.session_id, self.run_id, [], lease=gate.lease,
-                         parent_run_id=self.parent_run_id, observers=rt.observers)  # fmt: skip
+        self.j = Journal(
+            rt.store,
+            self.session_id,
+            self.run_id,
+            [],
+            lease=gate.lease,
+            parent_run_id=self.parent_run_id,
+            observers=rt.observers,
+        )
         self.j.emit = emit
         started, stop, error = time.perf_counter(), "completed", None
         raise_after: BaseException | None = None
@@ -190,8 +215,10 @@ class Turn:
         report = lambda e: j.announce(ev.ErrorEvent, error=e, fatal=False)  # noqa: E731
         self.hooks = HookRunner(a.compiled_hooks, self.hctx, report)
         self.calls = CallRunner(d, j, self.hooks)
-        ran_with = {"model": getattr(d.model, "name", type(d.model).__name__),
-                    "context_window": _window(d)}  # fmt: skip
+        ran_with = {
+            "model": getattr(d.model, "name", type(d.model).__name__),
+            "context_window": _window(d),
+        }
         guards, screened = a.guardrails, None
         fresh = self.resume is None and self.answer is None and not self.carry_on
         if (
@@ -204,15 +231,30 @@ class Turn:
         start = ran_with
         if rt.tracers:  # they open the run's span now; its traceparent goes into AGENT_START
             start = {**ran_with, **await self._trace(str(ran_with["model"]))}
-        await j.commit([j.event(ev.AgentStart, message_text=self.message, agent=a.name,
-                                resume=self.resume is not None, extra=start)],
-                       run=RunRecord(self.run_id, sid, "running"))  # fmt: skip
+        await j.commit(
+            [
+                j.event(
+                    ev.AgentStart,
+                    message_text=self.message,
+                    agent=a.name,
+                    resume=self.resume is not None,
+                    extra=start,
+                )
+            ],
+            run=RunRecord(self.run_id, sid, "running"),
+        )
         for w in d.warnings:
             j.warn(w, "toolset")
         unanswered = approval.unanswered_calls(j.history)
         pending = await approval.pending_approvals(rt.store, sid, j.history) if unanswered else []
-        ends = await find_loose_ends(rt.store, rt.capabilities.runs, sid, unanswered,
-                                     {p.tool_call_id for p in pending}, self.run_id)  # fmt: skip
+        ends = await find_loose_ends(
+            rt.store,
+            rt.capabilities.runs,
+            sid,
+            unanswered,
+            {p.tool_call_id for p in pending},
+            self.run_id,
+        )
         if ends:  # what dead runs of the session left open (loom.recovery)
             await self.calls.recover(ends)
         if self.resume is not None:
@@ -221,8 +263,9 @@ class Turn:
             query, text = self.answer
             self.message = next((m.content for m in reversed(j.history) if m.role == "user"), "")
             content = format_answer(query.kind, query.question, text)
-            await j.commit([j.event(ev.QueryAnswer, query_id=query.query_id, kind=query.kind,
-                                    content=content)])  # fmt: skip
+            await j.commit(
+                [j.event(ev.QueryAnswer, query_id=query.query_id, kind=query.kind, content=content)]
+            )
             return
         if self.carry_on:  # a worker's retry of a run that died after committing the message
             self.message = next((m.content for m in reversed(j.history) if m.role == "user"), "")
@@ -261,10 +304,16 @@ class Turn:
                     break
         out: dict[str, Any] = {}
         for tracer in self.runtime.tracers:
-            out.update(tracer.start_run(run_id=self.run_id, session_id=self.session_id,
-                                        agent=self.agent.name, model=model,
-                                        carried=str(carried) if carried else None,
-                                        parent_run_id=self.parent_run_id))  # fmt: skip
+            out.update(
+                tracer.start_run(
+                    run_id=self.run_id,
+                    session_id=self.session_id,
+                    agent=self.agent.name,
+                    model=model,
+                    carried=str(carried) if carried else None,
+                    parent_run_id=self.parent_run_id,
+                )
+            )
         return out
 
     async def _settle(self, pending: list[Any]) -> None:
@@ -299,8 +348,12 @@ class Turn:
             for extra in await hook("before_llm_call", messages):
                 if extra:
                     messages = [*messages, *extra]
-            j.announce(ev.LlmStart, tool_count=len(ctx.tools), message_count=len(messages),
-                       token_estimate=ctx.token_estimate)  # fmt: skip
+            j.announce(
+                ev.LlmStart,
+                tool_count=len(ctx.tools),
+                message_count=len(messages),
+                token_estimate=ctx.token_estimate,
+            )
             response = await self._race(messages, ctx)
             self._set_state(S.PROCESSING_LLM_RESPONSE)
             await hook("after_llm_response", response)
@@ -313,9 +366,17 @@ class Turn:
                 query = a.query_detector.detect(response.text) if a.query_detector else None
                 if query is not None:  # seed 003: the model asked the client; wait for it
                     q = self.pending_query = {**query.to_dict(), "query_id": new_id("query")}
-                    await j.commit([j.event(ev.ServerQueryEvent, query_id=q["query_id"],
-                                            kind=q["kind"], question=q["question"],
-                                            details=q["data"])])  # fmt: skip
+                    await j.commit(
+                        [
+                            j.event(
+                                ev.ServerQueryEvent,
+                                query_id=q["query_id"],
+                                kind=q["kind"],
+                                question=q["question"],
+                                details=q["data"],
+                            )
+                        ]
+                    )
                     raise _Stop("awaiting_input")
                 return
             self._set_state(S.EXECUTING_TOOLS)
@@ -336,22 +397,34 @@ class Turn:
         d, j = self.deps, self.j
         await self.hooks("before_context_assembly")
         j.announce(ev.ContextAssemblyStart)
-        request = ContextRequest(self.agent, j.history, self.session_id, self.run_id,
-                                 self.iteration, self.message,
-                                 extra_system=[*d.rom, *self.rom] if d.rom else self.rom,
-                                 tool_specs=d.tool_specs, model=d.model)  # fmt: skip
+        request = ContextRequest(
+            self.agent,
+            j.history,
+            self.session_id,
+            self.run_id,
+            self.iteration,
+            self.message,
+            extra_system=[*d.rom, *self.rom] if d.rom else self.rom,
+            tool_specs=d.tool_specs,
+            model=d.model,
+        )
         ctx = await d.builder.build(request)
         notes = [j.event_of(t, n) for t, n in ctx.notes]
         if ctx.persist:  # summaries and flush markers: committed with their events
-            records = [j.event(ev.MemoryRecord, content=m.content, metadata=dict(m.metadata))
-                       for m in ctx.persist]  # fmt: skip
+            records = [
+                j.event(ev.MemoryRecord, content=m.content, metadata=dict(m.metadata))
+                for m in ctx.persist
+            ]
             await j.commit([*notes, *records])
         else:
             for note in notes:
                 j.send(note)
         await self.hooks("after_context_assembly", ctx.messages)
-        j.announce(ev.ContextAssemblyComplete, token_estimate=ctx.token_estimate,
-                   message_count=len(ctx.messages))  # fmt: skip
+        j.announce(
+            ev.ContextAssemblyComplete,
+            token_estimate=ctx.token_estimate,
+            message_count=len(ctx.messages),
+        )
         return ctx
 
     async def _race(self, messages: list[Message], ctx: AssembledContext) -> ModelResponse:
@@ -415,13 +488,24 @@ class Turn:
             j.announce(ev.LlmToolCalls, tool_calls=calls)
         # Held into the calls' "started" commit (one fsync, not two) unless a user hook runs in
         # between (the permission check reads no transcript; what it decides is a commit).
-        hold = bool(calls) and not any(hasattr(h, "after_llm_response")
-                                       or hasattr(h, "before_tool_execution")
-                                       for h in self.agent.hooks)  # fmt: skip
-        await j.commit([j.event(ev.LlmComplete, answer=final.text, tool_calls=calls,
-                                tool_call_count=len(calls), finish_reason=final.finish_reason,
-                                usage=final.usage.model_dump() if final.usage else None,
-                                model=final.model)], hold=hold)  # fmt: skip
+        hold = bool(calls) and not any(
+            hasattr(h, "after_llm_response") or hasattr(h, "before_tool_execution")
+            for h in self.agent.hooks
+        )
+        await j.commit(
+            [
+                j.event(
+                    ev.LlmComplete,
+                    answer=final.text,
+                    tool_calls=calls,
+                    tool_call_count=len(calls),
+                    finish_reason=final.finish_reason,
+                    usage=final.usage.model_dump() if final.usage else None,
+                    model=final.model,
+                )
+            ],
+            hold=hold,
+        )
         self.calls.unanswered.update((c.id, c) for c in final.tool_calls)
         if self.max_cost is not None and not (  # the answer is kept; its calls do not run
             self.usage.cost is not None and self.usage.cost <= self.max_cost
@@ -431,8 +515,7 @@ class Turn:
                 if self.usage.cost is None
                 else f"${self.usage.cost:g}"
             )
-            raise _Stop("cost_limit", f"the run cost {spent}, over its max_cost "
-                                      f"${self.max_cost:g}")  # fmt: skip
+            raise _Stop("cost_limit", f"the run cost {spent}, over its max_cost ${self.max_cost:g}")
         return final
 
     async def _review(self, answer: str) -> bool:
@@ -442,12 +525,26 @@ class Turn:
         panel, j = self.agent.judges, self.j
         assert panel is not None
         attempt = int((self.verdict or {}).get("attempt", 0)) + 1
-        j.announce(ev.JudgeStart, attempt=attempt, answer=answer,
-                   extra={"judges": list(panel.names), "strategy": panel.strategy,
-                          "threshold": panel.threshold})  # fmt: skip
-        review = await review_answer(panel, self.message, answer, j.history, self.verdict,
-                                     can_iterate=self.iteration < self.agent.max_iterations,
-                                     session_id=self.session_id, run_id=self.run_id)  # fmt: skip
+        j.announce(
+            ev.JudgeStart,
+            attempt=attempt,
+            answer=answer,
+            extra={
+                "judges": list(panel.names),
+                "strategy": panel.strategy,
+                "threshold": panel.threshold,
+            },
+        )
+        review = await review_answer(
+            panel,
+            self.message,
+            answer,
+            j.history,
+            self.verdict,
+            can_iterate=self.iteration < self.agent.max_iterations,
+            session_id=self.session_id,
+            run_id=self.run_id,
+        )
         self.verdict = review.verdict
         await j.commit([j.event_of(ev.EventType.JUDGE_RESULT, review.verdict)])
         if review.retry is None:
@@ -459,17 +556,23 @@ class Turn:
         """Validate a final answer against the output type; True when the model must answer
         again (the correction is committed), ``_Stop("output_invalid")`` when it gave up."""
         assert self.typed is not None
-        decision = check_answer(self.typed, answer, self.output_failures,
-                                self.agent.output_retries)  # fmt: skip
+        decision = check_answer(self.typed, answer, self.output_failures, self.agent.output_retries)
         if isinstance(decision, Accept):
             self.data = decision.value
             return False
         self.output_failures += 1
         if isinstance(decision, GiveUp):
             raise _Stop("output_invalid", decision.error)
-        await self.j.commit([self.j.event(ev.OutputRetry, attempt=self.output_failures,
-                                          errors=decision.errors,
-                                          correction=decision.correction)])  # fmt: skip
+        await self.j.commit(
+            [
+                self.j.event(
+                    ev.OutputRetry,
+                    attempt=self.output_failures,
+                    errors=decision.errors,
+                    correction=decision.correction,
+                )
+            ]
+        )
         return True
 
     def _set_state(self, state: AgentState) -> None:
@@ -484,8 +587,13 @@ class Turn:
         if self._parallel is not None and not self._parallel.done():
             self._parallel.cancel()
         failed = stop in ("error", "model_error")
-        self._set_state(S.SHUTTING_DOWN if stop == "cancelled" else S.ERROR if failed
-                        else S.WAITING_FOR_USER_INPUT)  # fmt: skip
+        self._set_state(
+            S.SHUTTING_DOWN
+            if stop == "cancelled"
+            else S.ERROR
+            if failed
+            else S.WAITING_FOR_USER_INPUT
+        )
         j.announce(ev.PersistStart)
         if error is not None and stop not in ("completed", "max_iterations", "max_tool_calls"):
             j.announce(ev.ErrorEvent, error=error, extra={"stop_reason": stop})
@@ -497,26 +605,46 @@ class Turn:
             with contextlib.suppress(Exception):  # a carried-on run that had already answered
                 self.data = self.typed.parse(self.output)
         self.result = RunResult(
-            output=self.output if self.typed is None else self.data, text=self.output,
-            messages=j.added, usage=self.usage, session_id=self.session_id,
-            run_id=self.run_id, stop_reason=stop, iterations=self.iteration, error=error,
-            verdict=self.verdict, pending_approvals=parked, warnings=j.warnings,
+            output=self.output if self.typed is None else self.data,
+            text=self.output,
+            messages=j.added,
+            usage=self.usage,
+            session_id=self.session_id,
+            run_id=self.run_id,
+            stop_reason=stop,
+            iterations=self.iteration,
+            error=error,
+            verdict=self.verdict,
+            pending_approvals=parked,
+            warnings=j.warnings,
             pending_query=self.pending_query,
-        )  # fmt: skip
+        )
         if calls is not None:
             try:
                 await self.hooks("after_iteration_end", self.result)
             except HookError as exc:
                 j.announce(ev.ErrorEvent, error=str(exc), fatal=True)
-        finish = j.event(ev.AgentFinish, stop_reason=stop, output=self.output,
-                         usage=self.usage.model_dump(), iterations=self.iteration, error=error,
-                         duration_ms=(time.perf_counter() - started) * 1000,
-                         pending_approvals=parked, warnings=list(j.warnings),
-                         pending_query=self.pending_query)  # fmt: skip
-        data = {"error": error, "verdict": self.verdict, "pending_approvals": parked,
-                "cost": self.usage.cost}  # fmt: skip
-        await j.commit([finish], run=RunRecord(self.run_id, self.session_id, stop, self.usage,
-                                               data=data))  # fmt: skip
+        finish = j.event(
+            ev.AgentFinish,
+            stop_reason=stop,
+            output=self.output,
+            usage=self.usage.model_dump(),
+            iterations=self.iteration,
+            error=error,
+            duration_ms=(time.perf_counter() - started) * 1000,
+            pending_approvals=parked,
+            warnings=list(j.warnings),
+            pending_query=self.pending_query,
+        )
+        data = {
+            "error": error,
+            "verdict": self.verdict,
+            "pending_approvals": parked,
+            "cost": self.usage.cost,
+        }
+        await j.commit(
+            [finish], run=RunRecord(self.run_id, self.session_id, stop, self.usage, data=data)
+        )
 
 
 async def _settle(check: Any, note: Callable[[Any], None]) -> None:

@@ -80,39 +80,58 @@ Resolver = Callable[["ServerRequestContext[Any, Any]"], tuple[Mapping[str, "Agen
 def _as_usage(usage: Usage | Mapping[str, Any] | None) -> Usage:
     if usage is None or isinstance(usage, Usage):
         return usage or Usage()
-    return Usage(**{k: int(usage.get(k) or 0) for k in ("input_tokens", "output_tokens",
-                                                         "requests")})  # fmt: skip
+    return Usage(
+        **{k: int(usage.get(k) or 0) for k in ("input_tokens", "output_tokens", "requests")}
+    )
 
 
 def _usage(usage: Usage | Mapping[str, Any] | None) -> dict[str, int]:
     u = _as_usage(usage)
-    return {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
-            "requests": u.requests}  # fmt: skip
+    return {
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens,
+        "requests": u.requests,
+    }
 
 
 def progress_note(event: AgentEvent, total: Usage) -> dict[str, Any] | None:
     """The progress message (as a dict) an event becomes, or None for events not reported.
     ``total`` is the run's token count before this event."""
     if isinstance(event, ToolExecutionStart):
-        return {"type": "tool_start", "tool": event.tool_name, "id": event.tool_call_id,
-                "input": event.arguments}  # fmt: skip
+        return {
+            "type": "tool_start",
+            "tool": event.tool_name,
+            "id": event.tool_call_id,
+            "input": event.arguments,
+        }
     if isinstance(event, ToolResultEvent | ToolErrorEvent):
-        return {"type": "tool_end", "tool": event.tool_name, "id": event.tool_call_id,
-                "success": event.success, "error_code": event.error_code}  # fmt: skip
+        return {
+            "type": "tool_end",
+            "tool": event.tool_name,
+            "id": event.tool_call_id,
+            "success": event.success,
+            "error_code": event.error_code,
+        }
     if isinstance(event, LlmComplete):
         call = _as_usage(event.usage)
         return {"type": "tokens", "call": _usage(call), "total": _usage(total + call)}
     if isinstance(event, ApprovalRequired):
-        return {"type": "approval_required", "tool": event.tool_name, "id": event.tool_call_id,
-                "input": event.arguments, "reason": event.reason}  # fmt: skip
+        return {
+            "type": "approval_required",
+            "tool": event.tool_name,
+            "id": event.tool_call_id,
+            "input": event.arguments,
+            "reason": event.reason,
+        }
     return None
 
 
 def _description(agent: Agent) -> str:
     text = str(getattr(agent, "description", None) or "").strip()  # AGENT.md description
     if not text:  # the instructions' first line says what the agent is for
-        first = next((ln.strip() for ln in (agent.instructions or "").splitlines() if ln.strip()),
-                     "")  # fmt: skip
+        first = next(
+            (ln.strip() for ln in (agent.instructions or "").splitlines() if ln.strip()), ""
+        )
         text = first or f"The Loom agent {agent.name!r}."
     return text
 
@@ -128,16 +147,21 @@ def _arguments(args: Mapping[str, Any] | None) -> tuple[str, str | None]:
     args = args or {}
     unknown = sorted(set(args) - {"message", "session_id"})
     if unknown:
-        raise _error(f"unknown argument(s) {', '.join(unknown)}; an agent tool takes "
-                     "'message' (text) and optionally 'session_id'")  # fmt: skip
+        raise _error(
+            f"unknown argument(s) {', '.join(unknown)}; an agent tool takes "
+            "'message' (text) and optionally 'session_id'"
+        )
     message = args.get("message")
     if not isinstance(message, str) or not message.strip():
-        raise _error("'message' is required and must be non-empty text: the user's message "
-                     "to the agent")  # fmt: skip
+        raise _error(
+            "'message' is required and must be non-empty text: the user's message to the agent"
+        )
     session_id = args.get("session_id")
     if session_id is not None and (not isinstance(session_id, str) or not session_id.strip()):
-        raise _error("'session_id' must be non-empty text (a previous result's session_id); "
-                     "leave it out to start a new session")  # fmt: skip
+        raise _error(
+            "'session_id' must be non-empty text (a previous result's session_id); "
+            "leave it out to start a new session"
+        )
     return message, session_id
 
 
@@ -175,15 +199,21 @@ async def _run(ctx: ServerRequestContext[Any, Any], turn: Turn) -> RunResult:
 def _answer(result: RunResult) -> Any:
     import mcp_types as t
 
-    structured: dict[str, Any] = {"session_id": result.session_id, "run_id": result.run_id,
-                                  "stop_reason": result.stop_reason,
-                                  "usage": _usage(result.usage)}  # fmt: skip
+    structured: dict[str, Any] = {
+        "session_id": result.session_id,
+        "run_id": result.run_id,
+        "stop_reason": result.stop_reason,
+        "usage": _usage(result.usage),
+    }
     failed = result.error is not None
     if failed:
         structured["error"] = result.error
     text = result.text or (f"the run failed: {result.error}" if failed else "")
-    return t.CallToolResult(content=[t.TextContent(type="text", text=text)],
-                            structured_content=structured, is_error=failed)  # fmt: skip
+    return t.CallToolResult(
+        content=[t.TextContent(type="text", text=text)],
+        structured_content=structured,
+        is_error=failed,
+    )
 
 
 def _pending(result: RunResult, why: str) -> Any:
@@ -191,22 +221,36 @@ def _pending(result: RunResult, why: str) -> Any:
     import mcp_types as t
 
     pending = list(result.pending_approvals)
-    lines = [f"- {p['tool_name']}({json.dumps(p.get('arguments', {}))}): {p.get('reason', '')}"
-             for p in pending]  # fmt: skip
-    text = (f"The run is waiting for approval of {len(pending)} tool call(s) ({why}):\n"
-            + "\n".join(lines) + f"\nDecide them on the Loom server (session "
-            f"{result.session_id}: POST /v1/weave:answer, or the run API's resume command); "
-            "a new message on the session rejects them.")  # fmt: skip
-    structured = {"session_id": result.session_id, "run_id": result.run_id,
-                  "stop_reason": result.stop_reason, "usage": _usage(result.usage),
-                  "pending_approvals": pending}  # fmt: skip
-    return t.CallToolResult(content=[t.TextContent(type="text", text=text)],
-                            structured_content=structured, is_error=False)  # fmt: skip
+    lines = [
+        f"- {p['tool_name']}({json.dumps(p.get('arguments', {}))}): {p.get('reason', '')}"
+        for p in pending
+    ]
+    text = (
+        f"The run is waiting for approval of {len(pending)} tool call(s) ({why}):\n"
+        + "\n".join(lines)
+        + f"\nDecide them on the Loom server (session "
+        f"{result.session_id}: POST /v1/weave:answer, or the run API's resume command); "
+        "a new message on the session rejects them."
+    )
+    structured = {
+        "session_id": result.session_id,
+        "run_id": result.run_id,
+        "stop_reason": result.stop_reason,
+        "usage": _usage(result.usage),
+        "pending_approvals": pending,
+    }
+    return t.CallToolResult(
+        content=[t.TextContent(type="text", text=text)],
+        structured_content=structured,
+        is_error=False,
+    )
 
 
 def _ask(p: Mapping[str, Any]) -> str:
-    return (f"The agent wants to call {p['tool_name']} with {json.dumps(p.get('arguments', {}))}"
-            f" ({p.get('reason') or 'it needs approval'}). Approve?")  # fmt: skip
+    return (
+        f"The agent wants to call {p['tool_name']} with {json.dumps(p.get('arguments', {}))}"
+        f" ({p.get('reason') or 'it needs approval'}). Approve?"
+    )
 
 
 def _decision(answer: Any) -> dict[str, Any] | None:
@@ -262,15 +306,17 @@ async def _decisions_from_retry(
         session_id = json.loads(params.request_state)["session_id"]
         assert isinstance(session_id, str)
     except Exception:
-        raise _error("requestState is not one this server sent; call the tool again "
-                     "without it") from None  # fmt: skip
+        raise _error(
+            "requestState is not one this server sent; call the tool again without it"
+        ) from None
     pending = await runtime.pending_approvals(session_id)
     answers = params.input_responses or {}
     decisions: dict[str, dict[str, Any]] = {}
     for p in pending:
         if p.tool_call_id not in answers:
-            raise _error(f"no answer for the pending call {p.tool_call_id!r} of session "
-                         f"{session_id!r}")  # fmt: skip
+            raise _error(
+                f"no answer for the pending call {p.tool_call_id!r} of session {session_id!r}"
+            )
         decision = _decision(answers[p.tool_call_id])
         if decision is None:
             return session_id, None
@@ -289,17 +335,21 @@ def build_server(resolve: Resolver, name: str = "loom") -> Server[Any]:
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> t.ListToolsResult:
         agents, _ = resolve(ctx)
-        return t.ListToolsResult(tools=[
-            t.Tool(name=a.name, description=_description(a), input_schema=INPUT_SCHEMA)
-            for a in agents.values()
-        ])  # fmt: skip
+        return t.ListToolsResult(
+            tools=[
+                t.Tool(name=a.name, description=_description(a), input_schema=INPUT_SCHEMA)
+                for a in agents.values()
+            ]
+        )
 
     async def call_tool(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
         agents, runtime = resolve(ctx)
         agent = agents.get(params.name)
         if agent is None:
-            raise _error(f"no tool {params.name!r}; this server's tools (its agents): "
-                         f"{', '.join(agents) or 'none'}")  # fmt: skip
+            raise _error(
+                f"no tool {params.name!r}; this server's tools (its agents): "
+                f"{', '.join(agents) or 'none'}"
+            )
         try:
             if params.request_state is not None:  # the answers to an InputRequiredResult
                 retried, decisions = await _decisions_from_retry(runtime, params)
@@ -327,18 +377,29 @@ def build_server(resolve: Resolver, name: str = "loom") -> Server[Any]:
         except LoomError as exc:  # a session of another key, a busy session, ...
             raise _error(f"{type(exc).__name__}: {exc}") from exc
 
-    return Server(name, version=__version__, title="Loom agents",
-                  description="Each tool is a Loom agent: send it a message, get its answer.",
-                  on_list_tools=list_tools, on_call_tool=call_tool)  # fmt: skip
+    return Server(
+        name,
+        version=__version__,
+        title="Loom agents",
+        description="Each tool is a Loom agent: send it a message, get its answer.",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
 
 
 async def _last(runtime: Runtime, session_id: str) -> RunResult:
     """A stand-in result for a session whose parked calls stay undecided."""
     pending = [p.to_dict() for p in await runtime.pending_approvals(session_id)]
     run_id = pending[0]["run_id"] if pending else ""
-    return RunResult(output=None, messages=[], usage=Usage(), session_id=session_id,
-                     run_id=run_id, stop_reason="awaiting_approval",
-                     pending_approvals=pending)  # fmt: skip
+    return RunResult(
+        output=None,
+        messages=[],
+        usage=Usage(),
+        session_id=session_id,
+        run_id=run_id,
+        stop_reason="awaiting_approval",
+        pending_approvals=pending,
+    )
 
 
 async def serve_stdio(agents: Mapping[str, Agent], runtime: Runtime) -> None:

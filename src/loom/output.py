@@ -302,9 +302,11 @@ def _from_schema(schema: dict[str, Any]) -> OutputSpec:
         found = sorted(validator.iter_errors(data), key=lambda e: list(e.path))
         if found:
             raise _Invalid(
-                [{"loc": ".".join(str(p) for p in e.path) or "(answer)", "msg": e.message}
-                 for e in found]
-            )  # fmt: skip
+                [
+                    {"loc": ".".join(str(p) for p in e.path) or "(answer)", "msg": e.message}
+                    for e in found
+                ]
+            )
         return data
 
     name = _name_of(str(schema.get("title") or WRAP_KEY))

@@ -104,8 +104,9 @@ def _price(model: str, raw: Any) -> Price:
 class PriceTable:
     """Prices per model name (``provider:model``, or a bare name for any provider)."""
 
-    def __init__(self, prices: Mapping[str, Price | Mapping[str, Any]],
-                 *, as_of: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, prices: Mapping[str, Price | Mapping[str, Any]], *, as_of: str | None = None
+    ) -> None:
         self.prices = {str(name): _price(str(name), p) for name, p in prices.items()}
         self.as_of = as_of
 

@@ -110,8 +110,9 @@ async def pending_query(store: Any, session_id: str) -> ServerQuery | None:
     for ev in await store.load_events(session_id):
         if ev.type is EventType.SERVER_QUERY:
             d = ev.data
-            waiting = ServerQuery(d["kind"], d["question"], dict(d.get("data") or {}),
-                                  d["query_id"])  # fmt: skip
+            waiting = ServerQuery(
+                d["kind"], d["question"], dict(d.get("data") or {}), d["query_id"]
+            )
         elif ev.type in (EventType.QUERY_ANSWER, EventType.USER_MESSAGE):
             waiting = None
     return waiting

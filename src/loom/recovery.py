@@ -48,8 +48,9 @@ class LooseEnds:
     dead_runs: list[RunRecord] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.rerun or self.unknown or self.ledger_only or self.never_ran
-                    or self.dead_runs)  # fmt: skip
+        return bool(
+            self.rerun or self.unknown or self.ledger_only or self.never_ran or self.dead_runs
+        )
 
 
 async def find_loose_ends(
@@ -85,9 +86,13 @@ async def find_loose_ends(
 
 
 def outcome_unknown(call: ToolCall) -> ToolResult:
-    return error_result(call, "interrupted", f"the run that made this call stopped before it "
-                        f"finished; whether {call.name} took effect is unknown. Check before "
-                        "repeating it.")  # fmt: skip
+    return error_result(
+        call,
+        "interrupted",
+        f"the run that made this call stopped before it "
+        f"finished; whether {call.name} took effect is unknown. Check before "
+        "repeating it.",
+    )
 
 
 def never_started(call: ToolCall) -> ToolResult:

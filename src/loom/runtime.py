@@ -239,8 +239,9 @@ class Runtime:
         if agent.backends:
             from loom.backends.wiring import backend_tools
 
-            tools, rom, found = backend_tools(agent, tools, self.builder_for(agent),
-                                              self.model_for(agent))  # fmt: skip
+            tools, rom, found = backend_tools(
+                agent, tools, self.builder_for(agent), self.model_for(agent)
+            )
             warnings.extend(found)
         shaper = None
         caps = self.capabilities
@@ -322,9 +323,20 @@ class Runtime:
             output = compile_output(output_type)
         if max_cost is not None:
             self._check_budget(agent, max_cost)
-        turn = Turn(self, agent, message, session_id or new_id("session"), on_busy, deps,
-                    resume=resume, answer=answer, parent_run_id=parent_run_id, run_id=run_id,
-                    carry_on=carry_on, output=output)  # fmt: skip
+        turn = Turn(
+            self,
+            agent,
+            message,
+            session_id or new_id("session"),
+            on_busy,
+            deps,
+            resume=resume,
+            answer=answer,
+            parent_run_id=parent_run_id,
+            run_id=run_id,
+            carry_on=carry_on,
+            output=output,
+        )
         turn.max_cost = max_cost
         return turn
 
@@ -353,8 +365,16 @@ class Runtime:
         max_cost: float | None = None,
     ) -> AsyncGenerator[AgentEvent, None]:
         """Run one turn of ``agent`` and yield its events as they happen (see ``Agent.stream``)."""
-        turn = self.prepare(agent, message, session_id, on_busy, deps, parent_run_id=parent_run_id,
-                            output_type=output_type, max_cost=max_cost)  # fmt: skip
+        turn = self.prepare(
+            agent,
+            message,
+            session_id,
+            on_busy,
+            deps,
+            parent_run_id=parent_run_id,
+            output_type=output_type,
+            max_cost=max_cost,
+        )
         events = drive(turn, cancel)
         try:
             async for event in events:
@@ -377,8 +397,16 @@ class Runtime:
     ) -> RunResult:
         """Run one turn of ``agent`` to its end (see ``Agent.run``); ``max_cost`` in US dollars
         stops it with ``stop_reason="cost_limit"`` once its model calls cost more."""
-        turn = self.prepare(agent, message, session_id, on_busy, deps, parent_run_id=parent_run_id,
-                            output_type=output_type, max_cost=max_cost)  # fmt: skip
+        turn = self.prepare(
+            agent,
+            message,
+            session_id,
+            on_busy,
+            deps,
+            parent_run_id=parent_run_id,
+            output_type=output_type,
+            max_cost=max_cost,
+        )
         watcher = watch(cancel, turn)  # no event consumer: the turn runs in the caller's task
         try:
             await turn.run(discard)

@@ -71,8 +71,7 @@ def sqlite_db(tmp_path_factory: pytest.TempPathFactory) -> Database:
 
 def _pg_url(dsn: str) -> str:
     parts = dict(p.split("=", 1) for p in dsn.split())
-    return (f"postgresql+psycopg://{parts['user']}@{parts['host']}:{parts['port']}/"
-            f"{parts['dbname']}")  # fmt: skip
+    return f"postgresql+psycopg://{parts['user']}@{parts['host']}:{parts['port']}/{parts['dbname']}"
 
 
 @pytest.fixture(scope="module")

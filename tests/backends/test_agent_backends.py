@@ -27,11 +27,15 @@ def _calls(*pairs: tuple[str, dict[str, object]]) -> ModelResponse:
 
 async def test_a_turn_offers_the_tools_and_puts_the_schema_into_rom(sqlite_db: Database) -> None:
     backend = SQLBackend(sqlite_db.url, tables=ALLOWED)
-    model = ScriptedModel([
-        _calls(("query", {"sql": "SELECT count(*) AS n FROM users"}),
-               ("query", {"sql": "SELECT * FROM secret"})),
-        "three users",
-    ])  # fmt: skip
+    model = ScriptedModel(
+        [
+            _calls(
+                ("query", {"sql": "SELECT count(*) AS n FROM users"}),
+                ("query", {"sql": "SELECT * FROM secret"}),
+            ),
+            "three users",
+        ]
+    )
     agent = Agent("analyst", "Answer from the database.", model=model, backends=[backend])
     result = await agent.run("how many users?")
     assert result.output == "three users"
@@ -89,10 +93,18 @@ def test_loom_run_backend_uses_the_database(sqlite_db: Database, tmp_path: Path)
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(tmp_path)])}
     proc = subprocess.run(
-        [sys.executable, "-c", "import scripted, sys; from loom.cli import main; "
-         "sys.argv=['loom','run','--model','scripted:x','--store',':memory:','--backend',"
-         f"{sqlite_db.url!r},'orgs?']; main()"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import scripted, sys; from loom.cli import main; "
+            "sys.argv=['loom','run','--model','scripted:x','--store',':memory:','--backend',"
+            f"{sqlite_db.url!r},'orgs?']; main()",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "→ query" in proc.stderr and "acme" in proc.stderr

@@ -30,9 +30,10 @@ def _pdf(path: Path, *, password: str | None = None) -> None:
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
     (tmp_path / "guide.md").write_text(
-        "# Deploying\n\nRun the migration before the rollout.\n\n" + "filler text. " * 300
+        "# Deploying\n\nRun the migration before the rollout.\n\n"
+        + "filler text. " * 300
         + "\n\nThe rollback needs the previous image tag."
-    )  # fmt: skip
+    )
     (tmp_path / "notes.txt").write_text("Quarterly revenue grew; churn fell.")
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "faq.md").write_text("How do I reset a password? Use the console.")

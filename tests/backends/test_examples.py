@@ -28,13 +28,17 @@ def shop_agent_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 async def test_the_shop_agent_file_answers_from_its_database(shop_agent_file: Path) -> None:
     """Loop logic only (scripted model): the example file's backend is wired and guarded."""
-    model = ScriptedModel([
-        ModelResponse(tool_calls=[
-            ToolCall(name="query", arguments={"sql": "SELECT count(*) AS n FROM orders"}),
-            ToolCall(name="query", arguments={"sql": "SELECT * FROM staff_salaries"}),
-        ]),
-        "4 orders",
-    ])  # fmt: skip
+    model = ScriptedModel(
+        [
+            ModelResponse(
+                tool_calls=[
+                    ToolCall(name="query", arguments={"sql": "SELECT count(*) AS n FROM orders"}),
+                    ToolCall(name="query", arguments={"sql": "SELECT * FROM staff_salaries"}),
+                ]
+            ),
+            "4 orders",
+        ]
+    )
     agent = Agent.from_file(shop_agent_file, model=model)
     assert set(agent.to_definition().backends[0]["tables"]) == {"customers", "orders"}
     await agent.run("How many orders are there?")

@@ -64,8 +64,9 @@ async def test_typed_calls_reach_the_api_and_bad_types_are_refused(api: str) -> 
 async def test_a_write_method_needs_the_allow_list(api: str) -> None:
     with pytest.raises(BackendConfigError, match="POST"):
         OpenAPIBackend(f"{api}/openapi.json", base_url=api, operations=["create_item"])
-    b = OpenAPIBackend(f"{api}/openapi.json", base_url=api, operations=["create_item"],
-                       methods=["GET", "POST"])  # fmt: skip
+    b = OpenAPIBackend(
+        f"{api}/openapi.json", base_url=api, operations=["create_item"], methods=["GET", "POST"]
+    )
     tool = b.tools()[0]
     assert tool.effect == "at_most_once"
     out = await _call(b, "create_item", {"body": {"id": 7, "name": "gizmo", "quantity": 3}})
@@ -78,8 +79,13 @@ async def test_the_model_cannot_change_the_host(api: str) -> None:
     b = OpenAPIBackend(f"{api}/openapi.json", base_url=api, tags=["files"])
     op = b.operations[0]
     here = httpx.URL(api)
-    for value in ("http://evil.example/x", "//evil.example/x", "a/../../admin", "?x=1#frag",
-                  "@evil.example"):  # fmt: skip
+    for value in (
+        "http://evil.example/x",
+        "//evil.example/x",
+        "a/../../admin",
+        "?x=1#frag",
+        "@evil.example",
+    ):
         url = b.url_for(op, {"name": value})
         assert (url.scheme, url.host, url.port) == (here.scheme, here.host, here.port)
         segment = url.raw_path.decode().removeprefix("/files/")
@@ -99,8 +105,9 @@ async def test_auth_comes_from_configuration_never_from_the_model(
     api: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("INVENTORY_TOKEN", "t0ken")
-    b = OpenAPIBackend(f"{api}/openapi.json", base_url=api, tags=["meta"],
-                       auth_env="INVENTORY_TOKEN")  # fmt: skip
+    b = OpenAPIBackend(
+        f"{api}/openapi.json", base_url=api, tags=["meta"], auth_env="INVENTORY_TOKEN"
+    )
     whoami = {t.name: t for t in b.tools()}["whoami"]
     assert "authorization" not in whoami.parameters["properties"]
     out = await _call(b, "whoami", {})
@@ -115,8 +122,9 @@ async def test_a_hanging_server_times_out(api: str) -> None:
 
 
 async def test_a_huge_response_is_cut_at_the_limit(api: str) -> None:
-    b = OpenAPIBackend(f"{api}/openapi.json", base_url=api, operations=["huge"],
-                       max_response_bytes=100_000)  # fmt: skip
+    b = OpenAPIBackend(
+        f"{api}/openapi.json", base_url=api, operations=["huge"], max_response_bytes=100_000
+    )
     out = await _call(b, "huge", {})
     body, _, note = out.partition("\n[response cut")
     assert len(body) == len("HTTP 200\n") + 100_000

@@ -202,8 +202,9 @@ def test_views_not_on_the_list_and_leaky_views_are_refused_at_configuration(
 
 
 def test_execute_writes_only_allowed_tables_when_enabled(database: Database) -> None:
-    b = SQLBackend(database.url, tables=["orgs"], schema=database.schema, read_only=False,
-                   allow_execute=True)  # fmt: skip
+    b = SQLBackend(
+        database.url, tables=["orgs"], schema=database.schema, read_only=False, allow_execute=True
+    )
     tools = {t.name: t for t in b.tools()}
     assert tools["execute"].effect == "at_most_once" and tools["query"].effect == "pure"
     with pytest.raises(BackendRefused):

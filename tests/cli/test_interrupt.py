@@ -23,8 +23,16 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")  # this checkout, not an 
 def test_ctrl_c_during_the_model_load_stops_the_run(
     tmp_path: Path, terminal: Callable[..., Any], delay: float
 ) -> None:
-    child = terminal("run", "What is 17 + 25?", "--session", "s1", "--new", cwd=tmp_path,
-                     timeout=120, term="xterm")  # fmt: skip
+    child = terminal(
+        "run",
+        "What is 17 + 25?",
+        "--session",
+        "s1",
+        "--new",
+        cwd=tmp_path,
+        timeout=120,
+        term="xterm",
+    )
     child.expect_exact("Loading the model")
     # The delay is the subject, not a way to order events: Ctrl-C lands at a different point
     # of the ~1 s load (or just after it) each time, and must stop the run every time. The
@@ -39,10 +47,23 @@ def test_ctrl_c_during_the_model_load_stops_the_run(
     with sqlite3.connect(tmp_path / ".loom" / "loom.db") as raw:
         exists = raw.execute("SELECT COUNT(*) FROM sessions WHERE id = 's1'").fetchone()[0]
     later = subprocess.run(
-        [sys.executable, "-m", "loom", "run", "2 + 3", "--model", "demo", "--session", "s1",
-         *([] if exists else ["--new"])],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "loom",
+            "run",
+            "2 + 3",
+            "--model",
+            "demo",
+            "--session",
+            "s1",
+            *([] if exists else ["--new"]),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
         env=dict(os.environ, PYTHONPATH=SRC),
-    )  # fmt: skip
+    )
     assert later.returncode == 0, later.stderr
     assert "returned: 5" in later.stdout

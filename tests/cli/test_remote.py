@@ -24,9 +24,14 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def loom(tmp: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=SRC, NO_COLOR="1", COLUMNS="200")
     return subprocess.run(
-        [sys.executable, "-m", "loom", *args], input=stdin, capture_output=True, text=True,
-        env=env, cwd=tmp, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "-m", "loom", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp,
+        timeout=60,
+    )
 
 
 def test_run_on_a_server_renders_like_a_local_run(served: Server, tmp_path: Path) -> None:
@@ -57,8 +62,9 @@ def test_bad_requests_exit_2(served: Server, tmp_path: Path) -> None:
     assert unknown.returncode == 2 and "no agent 'nobody'" in unknown.stderr
     missing = loom(tmp_path, "run", "--server", served.url, "-a", "calc", "-s", "nope", "hi")
     assert missing.returncode == 2 and "SessionNotFound" in missing.stderr
-    created = loom(tmp_path, "run", "--server", served.url, "-a", "calc", "-s", "mine", "--new",
-                   "hi")  # fmt: skip
+    created = loom(
+        tmp_path, "run", "--server", served.url, "-a", "calc", "-s", "mine", "--new", "hi"
+    )
     assert created.returncode == 0 and created.stdout.strip() == "echo: hi"
     local = loom(tmp_path, "run", "--server", served.url, "-a", "calc", "--model", "demo", "x")
     assert local.returncode == 2 and "--model cannot be used with --server" in local.stderr
@@ -67,8 +73,9 @@ def test_bad_requests_exit_2(served: Server, tmp_path: Path) -> None:
 
 
 def test_chat_on_a_server(served: Server, tmp_path: Path) -> None:
-    done = loom(tmp_path, "chat", "--server", served.url, "-a", "calc",
-                stdin="add 1 and 2\nhello\n")  # fmt: skip
+    done = loom(
+        tmp_path, "chat", "--server", served.url, "-a", "calc", stdin="add 1 and 2\nhello\n"
+    )
     assert done.returncode == 0, done.stderr
     assert "The sum is 3." in done.stdout and "echo: hello" in done.stdout
     assert done.stderr.count("completed") == 2

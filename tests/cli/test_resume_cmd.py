@@ -26,10 +26,15 @@ def pause(tmp_path: Path) -> None:
 
     async def go() -> None:
         store = SQLiteStore(tmp_path / ".loom" / "loom.db")
-        call = ToolCall(id="call_w", name="write_file",
-                        arguments={"path": "note.txt", "content": "hi"})  # fmt: skip
-        agent = Agent(model=ScriptedModel([ModelResponse(tool_calls=[call])]),
-                      tools=["write_file"], workspace=tmp_path, store=store)  # fmt: skip
+        call = ToolCall(
+            id="call_w", name="write_file", arguments={"path": "note.txt", "content": "hi"}
+        )
+        agent = Agent(
+            model=ScriptedModel([ModelResponse(tool_calls=[call])]),
+            tools=["write_file"],
+            workspace=tmp_path,
+            store=store,
+        )
         result = await agent.run("write a note", session_id="s1")
         assert result.stop_reason == "awaiting_approval"
         await store.close()
@@ -40,10 +45,26 @@ def pause(tmp_path: Path) -> None:
 
 def loom(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "loom", "resume", "s1", "--model", "demo", "--tools",
-         "write_file", "--workspace", str(tmp_path), *args],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120, env=ENV,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "loom",
+            "resume",
+            "s1",
+            "--model",
+            "demo",
+            "--tools",
+            "write_file",
+            "--workspace",
+            str(tmp_path),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env=ENV,
+    )
 
 
 def test_approve_runs_the_call_and_finishes_the_turn(tmp_path: Path) -> None:
@@ -87,8 +108,17 @@ def test_ctrl_c_at_the_prompt_decides_nothing_and_exits_130(
     tmp_path: Path, terminal: Callable[..., Any]
 ) -> None:
     pause(tmp_path)
-    child = terminal("resume", "s1", "--model", "demo", "--tools", "write_file",
-                     "--workspace", str(tmp_path), cwd=tmp_path)  # fmt: skip
+    child = terminal(
+        "resume",
+        "s1",
+        "--model",
+        "demo",
+        "--tools",
+        "write_file",
+        "--workspace",
+        str(tmp_path),
+        cwd=tmp_path,
+    )
     child.expect("Allow write_file")
     # The choices are printed as text: Rich used to read [y] [n] [a] [e] as markup tags.
     child.expect_exact("[y]es, [n]o, [a]lways in this session, [e]dit arguments")
@@ -115,8 +145,12 @@ def pause_on_custom_tool(tmp_path: Path) -> None:
     async def go() -> None:
         store = SQLiteStore(tmp_path / ".loom" / "loom.db")
         call = ToolCall(id="call_d", name="deploy", arguments={"target": "prod"})
-        agent = Agent(model=ScriptedModel([ModelResponse(tool_calls=[call])]), tools=[deploy],
-                      permissions={"ask": ["deploy"]}, store=store)  # fmt: skip
+        agent = Agent(
+            model=ScriptedModel([ModelResponse(tool_calls=[call])]),
+            tools=[deploy],
+            permissions={"ask": ["deploy"]},
+            store=store,
+        )
         result = await agent.run("deploy prod", session_id="s1")
         assert result.stop_reason == "awaiting_approval"
         await store.close()
@@ -129,18 +163,34 @@ def test_a_custom_tool_is_refused_up_front_and_stays_pending(tmp_path: Path, age
     pause_on_custom_tool(tmp_path)
     out = subprocess.run(
         [sys.executable, "-m", "loom", "resume", "s1", "--approve", "--model", "demo"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120, env=ENV,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env=ENV,
+    )
     assert out.returncode == 2, out.stderr
     said = " ".join(out.stderr.split())
     assert "'deploy'" in said and "nothing was decided" in said and "--agent" in said
     assert still_waiting(tmp_path) == ["call_d"]
     # With the agent that has the tool (a Python factory), the same session resumes.
     out = subprocess.run(
-        [sys.executable, "-m", "loom", "resume", "s1", "--approve", "--agent",
-         "agents.py:deployer"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120, env=ENV,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "loom",
+            "resume",
+            "s1",
+            "--approve",
+            "--agent",
+            "agents.py:deployer",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env=ENV,
+    )
     assert out.returncode == 0, out.stderr
     assert "✓ deploy: deployed prod" in out.stderr and "done: deployed prod" in out.stdout
     assert still_waiting(tmp_path) == []

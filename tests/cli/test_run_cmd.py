@@ -79,8 +79,17 @@ def test_chat_keeps_one_session(tmp_path: Path) -> None:
 
 
 def test_empty_tools_means_no_tools(tmp_path: Path) -> None:
-    out = loom("run", "what is 2 + 40?", "--model", "demo", "--tools", "", "--store", ":memory:",
-               cwd=tmp_path)  # fmt: skip
+    out = loom(
+        "run",
+        "what is 2 + 40?",
+        "--model",
+        "demo",
+        "--tools",
+        "",
+        "--store",
+        ":memory:",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     assert "You said: what is 2 + 40?" in out.stdout and "→ add" not in out.stderr
 
@@ -117,19 +126,33 @@ def test_errors_are_not_wrapped_when_piped(tmp_path: Path) -> None:
 
 def test_bracketed_text_is_printed_as_text(tmp_path: Path) -> None:
     # A session id and a user message that look like Rich markup come out as typed.
-    out = loom("run", "[bold]hi[/bold]", "--model", "demo", "--session", "[s]1", "--new",
-               cwd=tmp_path)  # fmt: skip
+    out = loom(
+        "run", "[bold]hi[/bold]", "--model", "demo", "--session", "[s]1", "--new", cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr
     assert "You said: [bold]hi[/bold]" in out.stdout and "session [s]1 ·" in out.stderr
 
 
 def test_a_python_agent_by_module_attr(tmp_path: Path, agents: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "loom", "run", "deploy staging", "--agent", "agents:deployer",
-         "--store", ":memory:"],
-        input="y\n", capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "loom",
+            "run",
+            "deploy staging",
+            "--agent",
+            "agents:deployer",
+            "--store",
+            ":memory:",
+        ],
+        input="y\n",
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
         env=dict(os.environ, PYTHONPATH=SRC),
-    )  # fmt: skip
+    )
     assert out.returncode == 0, out.stderr
     assert "✓ deploy: deployed staging" in out.stderr and "done: deployed staging" in out.stdout
     for bad, said in (

@@ -99,17 +99,20 @@ registry = AgentRegistry([
 @pytest.fixture(scope="module")
 def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Path]]:
     where = tmp_path_factory.mktemp("crew_remote")
-    server = start_server(where, app="remote_agents:registry", source=REMOTE_AGENTS,
-                          env={"LOOM_API_KEYS": KEY})  # fmt: skip
+    server = start_server(
+        where, app="remote_agents:registry", source=REMOTE_AGENTS, env={"LOOM_API_KEYS": KEY}
+    )
     yield server, where
     stop_server(server)
 
 
 async def remote_tasks(server: Server, agent: str) -> list[Any]:
     async with httpx.AsyncClient(headers=AUTH, timeout=30) as http:
-        client = await create_client(f"{server.url}/agents/{agent}",
-                                     ClientConfig(httpx_client=http),
-                                     resolver_http_kwargs={"headers": AUTH})  # fmt: skip
+        client = await create_client(
+            f"{server.url}/agents/{agent}",
+            ClientConfig(httpx_client=http),
+            resolver_http_kwargs={"headers": AUTH},
+        )
         return list((await client.list_tasks(ListTasksRequest())).tasks)
 
 
@@ -130,10 +133,15 @@ async def test_sequential_local_then_remote_records_the_remote_task(
     remote: tuple[Server, Path], tmp_path: Path
 ) -> None:
     server, _ = remote
-    crew = Crew("blog", members={"researcher": scripted("researcher", "facts: tides"),
-                                 "writer": member(server, "echo")},
-                plan=Sequential("researcher", Step("writer", task="Write from: {input}")),
-                store=str(tmp_path / "crew.db"))  # fmt: skip
+    crew = Crew(
+        "blog",
+        members={
+            "researcher": scripted("researcher", "facts: tides"),
+            "writer": member(server, "echo"),
+        },
+        plan=Sequential("researcher", Step("writer", task="Write from: {input}")),
+        store=str(tmp_path / "crew.db"),
+    )
 
     res = await crew.run("tide pools", session_id="s1")
 
@@ -153,16 +161,24 @@ async def test_sequential_local_then_remote_records_the_remote_task(
     assert start[0].extra["a2a"]["url"] == f"{server.url}/agents/echo"
     assert finish[0].stop_reason == "completed"
     assert finish[0].child_run_id == task.id
-    assert finish[0].extra["a2a"] == {"url": f"{server.url}/agents/echo", "task_id": task.id,
-                                      "context_id": task.context_id,
-                                      "state": "completed"}  # fmt: skip
+    assert finish[0].extra["a2a"] == {
+        "url": f"{server.url}/agents/echo",
+        "task_id": task.id,
+        "context_id": task.context_id,
+        "state": "completed",
+    }
 
 
 async def test_parallel_local_and_remote_in_declared_order(remote: tuple[Server, Path]) -> None:
     server, _ = remote
-    crew = Crew("p", members={"local": scripted("local", "local says hi"),
-                              "far": a2a_member(f"{server.url}/agents/echo", headers=AUTH)},
-                plan=Parallel("local", "far"))  # fmt: skip
+    crew = Crew(
+        "p",
+        members={
+            "local": scripted("local", "local says hi"),
+            "far": a2a_member(f"{server.url}/agents/echo", headers=AUTH),
+        },
+        plan=Parallel("local", "far"),
+    )
 
     res = await crew.run("hello")
 
@@ -172,8 +188,9 @@ async def test_parallel_local_and_remote_in_declared_order(remote: tuple[Server,
 
 async def test_a_loop_continues_one_remote_conversation(remote: tuple[Server, Path]) -> None:
     server, _ = remote
-    crew = Crew("l", members={"far": member(server, "echo")},
-                plan=Loop(Step("far"), max_iterations=2))  # fmt: skip
+    crew = Crew(
+        "l", members={"far": member(server, "echo")}, plan=Loop(Step("far"), max_iterations=2)
+    )
 
     res = await crew.run("draft")
 
@@ -207,8 +224,11 @@ async def test_a_manager_delegates_to_a_remote_worker_and_answers_its_question(
         )
 
     lead = Agent(name="lead", model=FunctionModel(manage))
-    crew = Crew("team", members={"lead": lead, "ops": member(server, "ops")},
-                plan=Manager("lead", workers=["ops"]))  # fmt: skip
+    crew = Crew(
+        "team",
+        members={"lead": lead, "ops": member(server, "ops")},
+        plan=Manager("lead", workers=["ops"]),
+    )
 
     res = await crew.run("ship it")
 
@@ -242,8 +262,11 @@ async def test_a_remote_member_past_its_timeout_is_a_timeout_and_its_task_is_can
 async def test_cancelling_the_crew_cancels_the_remote_task(remote: tuple[Server, Path]) -> None:
     server, where = remote
     plan = Sequential("local", Step("slow", task="wait for never-cancel.txt"))
-    crew = Crew("c", members={"local": scripted("local", "ready"),
-                              "slow": member(server, "waiter")}, plan=plan)  # fmt: skip
+    crew = Crew(
+        "c",
+        members={"local": scripted("local", "ready"), "slow": member(server, "waiter")},
+        plan=plan,
+    )
     before = {t.id for t in await remote_tasks(server, "waiter")}
     turn = crew.prepare(crew.runtime, "go", session_id="cancel-1")
     job = asyncio.ensure_future(turn.run(lambda ev: None))
@@ -262,8 +285,11 @@ async def test_cancelling_the_crew_cancels_the_remote_task(remote: tuple[Server,
     assert turn.result is not None and turn.result.stop_reason == "cancelled"
     [task] = [t for t in await remote_tasks(server, "waiter") if t.id == fresh[0].id]
     assert task.status.state == TaskState.TASK_STATE_CANCELED
-    finish = [e for e in await crew_events(crew, "cancel-1")
-              if isinstance(e, CrewMemberFinish) and e.path == "c/slow"]  # fmt: skip
+    finish = [
+        e
+        for e in await crew_events(crew, "cancel-1")
+        if isinstance(e, CrewMemberFinish) and e.path == "c/slow"
+    ]
     assert finish[0].stop_reason == "cancelled"
     assert finish[0].extra["a2a"]["task_id"] == task.id
     (where / "never-cancel.txt").write_text("late")
@@ -276,9 +302,14 @@ async def test_an_unreachable_member_is_a_typed_error_and_a_recorded_failure() -
         await RemoteAgent(url, connect_timeout=2).connect("writer")
     assert info.value.member == "writer" and info.value.url == url
 
-    crew = Crew("blog", members={"researcher": scripted("researcher", "facts"),
-                                 "writer": RemoteAgent(url, connect_timeout=2)},
-                plan=Sequential("researcher", "writer"))  # fmt: skip
+    crew = Crew(
+        "blog",
+        members={
+            "researcher": scripted("researcher", "facts"),
+            "writer": RemoteAgent(url, connect_timeout=2),
+        },
+        plan=Sequential("researcher", "writer"),
+    )
     res = await asyncio.wait_for(crew.run("go", session_id="down"), 30)
 
     assert res.stop_reason == "error"
@@ -306,8 +337,11 @@ async def test_a_url_without_an_agent_card_is_a_recorded_failure(
 def test_a_remote_member_cannot_be_a_manager() -> None:
     lead = RemoteAgent("http://127.0.0.1:1/agents/lead")
     with pytest.raises(CrewDefinitionError, match="remote") as info:
-        Crew("t", members={"lead": lead, "w": scripted("w", "x")},
-             plan=Manager("lead", workers=["w"]))  # fmt: skip
+        Crew(
+            "t",
+            members={"lead": lead, "w": scripted("w", "x")},
+            plan=Manager("lead", workers=["w"]),
+        )
     assert info.value.field == "plan.manager.manager"
 
 
@@ -319,14 +353,18 @@ async def test_remote_members_count_as_spawns_and_fan_out_and_a_cost_budget_refu
     before = len(await remote_tasks(server, "echo"))
 
     def crew(plan: Any, budget: Budget) -> Crew:
-        return Crew("b", members={"local": scripted("local", "l1", "l2"),
-                                  "far": member(server, "echo")},
-                    plan=plan, budget=budget)  # fmt: skip
+        return Crew(
+            "b",
+            members={"local": scripted("local", "l1", "l2"), "far": member(server, "echo")},
+            plan=plan,
+            budget=budget,
+        )
 
     spawns = await crew(Sequential("local", "far"), Budget(max_spawns=1)).run("go")
     fan = await crew(Parallel("local", "far"), Budget(max_fan_out=1)).run("go")
-    cost = await crew(Sequential("local", "far"),
-                      Budget(cost_usd=5.0, prices={"*": (1.0, 1.0)})).run("go")  # fmt: skip
+    cost = await crew(
+        Sequential("local", "far"), Budget(cost_usd=5.0, prices={"*": (1.0, 1.0)})
+    ).run("go")
 
     assert (spawns.stop_reason, spawns.budget) == ("budget", "spawns")
     assert (fan.stop_reason, fan.budget) == ("budget", "fan_out")

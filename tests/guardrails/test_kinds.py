@@ -162,9 +162,12 @@ async def test_tool_call_passes_fixes_and_trips() -> None:
         ran.append(text)
         return "ran"
 
-    model = ScriptedModel([ModelResponse(tool_calls=[ToolCall(id="c1", name="spy",
-                                                              arguments={"text": "rm -rf"})]),
-                           "never"])  # fmt: skip
+    model = ScriptedModel(
+        [
+            ModelResponse(tool_calls=[ToolCall(id="c1", name="spy", arguments={"text": "rm -rf"})]),
+            "never",
+        ]
+    )
     agent = Agent(model=model, tools=[spy], guardrails=[no_secrets_in_args])
     result = await agent.run("go", session_id="s")
     assert result.stop_reason == "guardrail" and "dangerous" in (result.error or "")
@@ -327,8 +330,16 @@ def test_the_console_shows_fixes_and_trips_not_passes() -> None:
     show = _Renderer(as_json=False)
     with err.capture() as cap:
         for action in ("pass", "fix", "trip"):
-            show(GuardrailEvent(run_id="r", session_id="s", guardrail="redact", kind="input",
-                                action=action, reason=f"[{action}] reason"))  # fmt: skip
+            show(
+                GuardrailEvent(
+                    run_id="r",
+                    session_id="s",
+                    guardrail="redact",
+                    kind="input",
+                    action=action,
+                    reason=f"[{action}] reason",
+                )
+            )
     text = cap.get()
     assert "redact (input) trip: [trip] reason" in text
     assert "redact (input) fix: [fix] reason" in text and "pass" not in text

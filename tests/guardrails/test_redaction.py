@@ -45,11 +45,17 @@ def login() -> str:
 
 
 def script() -> ScriptedModel:
-    return ScriptedModel([
-        ModelResponse(tool_calls=[ToolCall(id="c1", name="read_config", arguments={}),
-                                  ToolCall(id="c2", name="login", arguments={})]),
-        "done",
-    ])  # fmt: skip
+    return ScriptedModel(
+        [
+            ModelResponse(
+                tool_calls=[
+                    ToolCall(id="c1", name="read_config", arguments={}),
+                    ToolCall(id="c2", name="login", arguments={}),
+                ]
+            ),
+            "done",
+        ]
+    )
 
 
 def raw_bytes(db: Path) -> bytes:
@@ -93,8 +99,9 @@ async def test_no_secret_reaches_the_journal_or_the_error_store(tmp_path: Path) 
     store = SQLiteStore(db)
     model = script()
     agent = Agent(model=model, tools=[read_config, login], store=store, guardrails=[Redactor()])
-    result = await agent.run(f"my email is {SECRETS['email']}, card {SECRETS['card']}",
-                             session_id="s")  # fmt: skip
+    result = await agent.run(
+        f"my email is {SECRETS['email']}, card {SECRETS['card']}", session_id="s"
+    )
     assert result.stop_reason == "completed"
     seen = "\n".join(m.content for m in model.calls[1].messages)
     assert leaks(seen.encode()) == [] and "[REDACTED:api_key]" in seen  # the model saw none
@@ -136,17 +143,50 @@ def unredacted_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_the_jsonl_export_is_redacted(unredacted_session: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     out = tmp_path / "t.jsonl"
-    r = runner.invoke(app, ["sessions", "export", "s", "--store", str(unredacted_session),
-                            "-o", str(out), "--redact-pattern", "word=\\bconfig\\b"])  # fmt: skip
+    r = runner.invoke(
+        app,
+        [
+            "sessions",
+            "export",
+            "s",
+            "--store",
+            str(unredacted_session),
+            "-o",
+            str(out),
+            "--redact-pattern",
+            "word=\\bconfig\\b",
+        ],
+    )
     assert r.exit_code == 0, r.output
     data = out.read_bytes()
     assert leaks(data) == [] and b"[REDACTED:word]" in data and b"[REDACTED:phone]" in data
-    r = runner.invoke(app, ["sessions", "export", "s", "--store", str(unredacted_session),
-                            "-o", str(out), "--no-redact"])  # fmt: skip
+    r = runner.invoke(
+        app,
+        [
+            "sessions",
+            "export",
+            "s",
+            "--store",
+            str(unredacted_session),
+            "-o",
+            str(out),
+            "--no-redact",
+        ],
+    )
     assert r.exit_code == 0 and SECRETS["phone"].encode() in out.read_bytes()
 
 
 def test_export_with_a_bad_pattern_says_which(unredacted_session: Path) -> None:
-    r = CliRunner().invoke(app, ["sessions", "export", "s", "--store", str(unredacted_session),
-                                 "--redact-pattern", "bad=(("])  # fmt: skip
+    r = CliRunner().invoke(
+        app,
+        [
+            "sessions",
+            "export",
+            "s",
+            "--store",
+            str(unredacted_session),
+            "--redact-pattern",
+            "bad=((",
+        ],
+    )
     assert r.exit_code == 1 and "RedactionPatternError" in r.output and "'bad'" in r.output

@@ -47,8 +47,12 @@ async def test_a_tripped_run_over_the_langgraph_api(guarded: Server) -> None:
         got = (await http.get(f"/threads/{tid}/runs/{run['run_id']}")).json()
         assert got["status"] == "error" and got["stop_reason"] == "guardrail"
         assert "no_refunds" in got["error"] and "refunds go to a human" in got["error"]
-        ok = (await http.post(f"/threads/{tid}/runs", json={**body, "input": {
-            "messages": [{"role": "user", "content": "hello"}]}})).json()  # fmt: skip
+        ok = (
+            await http.post(
+                f"/threads/{tid}/runs",
+                json={**body, "input": {"messages": [{"role": "user", "content": "hello"}]}},
+            )
+        ).json()
         await http.get(f"/threads/{tid}/runs/{ok['run_id']}/join")
         got = (await http.get(f"/threads/{tid}/runs/{ok['run_id']}")).json()
         assert got["status"] == "success" and got["stop_reason"] == "completed"

@@ -43,8 +43,9 @@ session_loop = pytest.mark.asyncio(loop_scope="session")  # the fixtures' loop
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Path]]:
     tmp = tmp_path_factory.mktemp("a2a")
-    srv = start_server(tmp, app="a2a_agents:registry", source=AGENTS,
-                       env={"LOOM_API_KEYS": f"{KEY},{OTHER}"})  # fmt: skip
+    srv = start_server(
+        tmp, app="a2a_agents:registry", source=AGENTS, env={"LOOM_API_KEYS": f"{KEY},{OTHER}"}
+    )
     yield srv, tmp
     stop_server(srv)
 
@@ -70,8 +71,13 @@ async def _client(
 
 
 def _message(text: str, *, context_id: str = "", task_id: str = "") -> SendMessageRequest:
-    msg = Message(role=Role.ROLE_USER, message_id=f"m-{time.monotonic_ns()}",
-                  parts=[Part(text=text)], context_id=context_id, task_id=task_id)  # fmt: skip
+    msg = Message(
+        role=Role.ROLE_USER,
+        message_id=f"m-{time.monotonic_ns()}",
+        parts=[Part(text=text)],
+        context_id=context_id,
+        task_id=task_id,
+    )
     return SendMessageRequest(message=msg)
 
 
@@ -106,8 +112,10 @@ def test_agent_card_names_the_agent_its_skills_bindings_and_auth(
     assert [s["id"] for s in card["skills"]] == ["calc", "calc.add"]
     assert card["skills"][1]["description"] == "Add two integers."
     bindings = {i["protocolBinding"]: i["url"] for i in card["supportedInterfaces"]}
-    assert bindings == {"JSONRPC": f"{srv.url}/agents/calc/a2a",
-                        "HTTP+JSON": f"{srv.url}/agents/calc/a2a/rest"}  # fmt: skip
+    assert bindings == {
+        "JSONRPC": f"{srv.url}/agents/calc/a2a",
+        "HTTP+JSON": f"{srv.url}/agents/calc/a2a/rest",
+    }
     assert card["capabilities"]["streaming"] is True
     assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
     assert card["securitySchemes"]["apiKey"]["apiKeySecurityScheme"]["name"] == "x-api-key"
@@ -208,9 +216,23 @@ async def test_an_approval_is_input_required_and_a_reply_resumes_the_task(
     task, _ = await _final(ops, _message("ship it"))
     assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     assert "deploy" in _text(task.status.message.parts)
-    bad = _rpc(served[0], "ops", {"jsonrpc": "2.0", "id": 7, "method": "SendMessage", "params": {
-        "message": {"messageId": "x1", "role": "ROLE_USER", "taskId": task.id,
-                    "parts": [{"text": "maybe later"}]}}})  # fmt: skip
+    bad = _rpc(
+        served[0],
+        "ops",
+        {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "SendMessage",
+            "params": {
+                "message": {
+                    "messageId": "x1",
+                    "role": "ROLE_USER",
+                    "taskId": task.id,
+                    "parts": [{"text": "maybe later"}],
+                }
+            },
+        },
+    )
     assert (
         bad["error"]["code"] == -32602 and "reply 'approve' or 'reject'" in bad["error"]["message"]
     )
@@ -255,8 +277,10 @@ def test_malformed_json_and_unknown_methods_get_json_rpc_errors(
 def test_file_and_data_parts_are_refused_with_content_type_errors(
     served: tuple[Server, Path],
 ) -> None:
-    for part, kind in (({"url": "https://x/a.png", "mediaType": "image/png"}, "file url"),
-                       ({"data": {"a": 1}}, "data")):  # fmt: skip
+    for part, kind in (
+        ({"url": "https://x/a.png", "mediaType": "image/png"}, "file url"),
+        ({"data": {"a": 1}}, "data"),
+    ):
         body = {
             "jsonrpc": "2.0",
             "id": 4,
@@ -287,9 +311,19 @@ async def test_another_keys_task_and_context_do_not_exist(
     assert f"no task {task.id!r}" in out["error"]["message"]
     cancel = {"jsonrpc": "2.0", "id": 6, "method": "CancelTask", "params": {"id": task.id}}
     assert _rpc(srv, "calc", cancel, headers=OTHER_AUTH)["error"]["code"] == -32001
-    steal = {"jsonrpc": "2.0", "id": 7, "method": "SendMessage", "params": {"message": {
-        "messageId": "s1", "role": "ROLE_USER", "contextId": task.context_id,
-        "parts": [{"text": "what did they say?"}]}}}  # fmt: skip
+    steal = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "SendMessage",
+        "params": {
+            "message": {
+                "messageId": "s1",
+                "role": "ROLE_USER",
+                "contextId": task.context_id,
+                "parts": [{"text": "what did they say?"}],
+            }
+        },
+    }
     out = _rpc(srv, "calc", steal, headers=OTHER_AUTH)
     assert out["error"]["code"] == -32602 and "no context" in out["error"]["message"]
     other = await _client(srv, "calc", OTHER_AUTH)

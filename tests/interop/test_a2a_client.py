@@ -32,13 +32,21 @@ session_loop = pytest.mark.asyncio(loop_scope="session")  # the fixtures' loop
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Server, Path]]:
     remote_dir = tmp_path_factory.mktemp("a2a_remote")
-    remote = start_server(remote_dir, app="a2a_agents:registry", source=AGENTS,
-                          env={"LOOM_API_KEYS": KEY})  # fmt: skip
+    remote = start_server(
+        remote_dir, app="a2a_agents:registry", source=AGENTS, env={"LOOM_API_KEYS": KEY}
+    )
     try:
-        env = {"REMOTE_KEY": KEY, "REMOTE_CALC": f"{remote.url}/agents/calc",
-               "REMOTE_WAITER": f"{remote.url}/agents/waiter"}  # fmt: skip
-        local = start_server(tmp_path_factory.mktemp("a2a_local"), app="a2a_agents:boss_registry",
-                             source=AGENTS, env=env)  # fmt: skip
+        env = {
+            "REMOTE_KEY": KEY,
+            "REMOTE_CALC": f"{remote.url}/agents/calc",
+            "REMOTE_WAITER": f"{remote.url}/agents/waiter",
+        }
+        local = start_server(
+            tmp_path_factory.mktemp("a2a_local"),
+            app="a2a_agents:boss_registry",
+            source=AGENTS,
+            env=env,
+        )
     except BaseException:
         stop_server(remote)
         raise

@@ -37,8 +37,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, P
 
 def test_the_a2a_js_client_runs_the_core_flow(served: tuple[Server, Path]) -> None:
     srv, tmp = served
-    done = subprocess.run(["node", str(JS / "flow.mjs"), srv.url, KEY], capture_output=True,
-                          text=True, timeout=120, cwd=JS)  # fmt: skip
+    done = subprocess.run(
+        ["node", str(JS / "flow.mjs"), srv.url, KEY],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=JS,
+    )
     assert done.returncode == 0, done.stderr + (tmp / "server.log").read_text()[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["card"] == {"name": "calc", "skills": ["calc", "calc.add"], "streaming": True}

@@ -16,8 +16,12 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def _node(js: Path, url: str, scenario: str) -> dict[str, Any]:
-    out = subprocess.run(["node", str(js / "agui_client.mjs"), url, scenario],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        ["node", str(js / "agui_client.mjs"), url, scenario],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert isinstance(report, dict)
     return report
@@ -47,13 +51,21 @@ def test_server_side_tool_calls(interop_server: Server, js: Path) -> None:
     [run] = report["runs"]
     kinds = run["types"]
     start = kinds.index("TOOL_CALL_START")
-    assert kinds[start:start + 4] == ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END",
-                                      "TOOL_CALL_RESULT"]  # fmt: skip
+    assert kinds[start : start + 4] == [
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "TOOL_CALL_RESULT",
+    ]
     call, result, answer = run["newMessages"]
     assert call["toolCalls"][0]["function"]["name"] == "add"
     assert json.loads(call["toolCalls"][0]["function"]["arguments"]) == {"a": 2, "b": 3}
-    assert result == {"id": result["id"], "role": "tool", "toolCallId": call["toolCalls"][0]["id"],
-                      "content": "5"}  # fmt: skip
+    assert result == {
+        "id": result["id"],
+        "role": "tool",
+        "toolCallId": call["toolCalls"][0]["id"],
+        "content": "5",
+    }
     assert answer["content"] == "The sum is 5."
 
 
@@ -87,8 +99,9 @@ def test_bad_input(interop_server: Server, js: Path) -> None:
     assert r.status_code == 422 and "runId" in r.json()["error"]["message"]
     r = httpx.post(url, content=b"{oops", headers={"content-type": "application/json"})
     assert r.status_code == 422 and "not JSON" in r.json()["error"]["message"]
-    r = httpx.post(f"{interop_server.url}/agui/nobody",
-                   json={"threadId": "t", "runId": "r", "messages": []})  # fmt: skip
+    r = httpx.post(
+        f"{interop_server.url}/agui/nobody", json={"threadId": "t", "runId": "r", "messages": []}
+    )
     assert r.status_code == 404 and "no agent named 'nobody'" in r.text
 
 
@@ -102,9 +115,21 @@ def test_server_side_approval_is_an_interrupt_and_resume_answers_it(
     finished = first[-1]
     assert finished["type"] == "RUN_FINISHED" and finished["outcome"]["type"] == "interrupt"
     [interrupt] = finished["outcome"]["interrupts"]
-    second = _events(url, {"threadId": thread, "runId": "r2", "messages": [msg],
-                           "resume": [{"interruptId": interrupt["id"], "status": "resolved",
-                                       "payload": {"approved": True}}]})  # fmt: skip
+    second = _events(
+        url,
+        {
+            "threadId": thread,
+            "runId": "r2",
+            "messages": [msg],
+            "resume": [
+                {
+                    "interruptId": interrupt["id"],
+                    "status": "resolved",
+                    "payload": {"approved": True},
+                }
+            ],
+        },
+    )
     assert second[-1]["outcome"] == {"type": "success"}
     results = [e["content"] for e in second if e["type"] == "TOOL_CALL_RESULT"]
     assert results == ["deployed prod"]

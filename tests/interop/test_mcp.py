@@ -48,8 +48,12 @@ async def test_tools_are_the_agents_and_a_call_runs_one(interop_server: Server) 
         # the run's events as progress notifications, in the run's order
         kinds = [n["type"] for n in notes]
         assert kinds == ["tokens", "tool_start", "tool_end", "tokens"]
-        assert notes[1] == {"type": "tool_start", "tool": "add", "id": notes[1]["id"],
-                            "input": {"a": 2, "b": 3}}  # fmt: skip
+        assert notes[1] == {
+            "type": "tool_start",
+            "tool": "add",
+            "id": notes[1]["id"],
+            "input": {"a": 2, "b": 3},
+        }
         assert notes[2]["success"] is True and notes[3]["total"]["requests"] == 2
 
         again = await client.call_tool("calc", {"message": "hi", "session_id": sc["session_id"]})
@@ -98,15 +102,20 @@ async def _until(check: Any, what: str) -> Any:
 async def test_client_cancellation_cancels_the_run(interop_server: Server) -> None:
     sid = f"mcp-cancel-{os.getpid()}"
     async with _client(interop_server.url) as client:
-        call = asyncio.create_task(client.call_tool("slow", {"message": "sleep 60",
-                                                              "session_id": sid}))  # fmt: skip
-        await _until(lambda: any(r["status"] == "running" for r in _runs(interop_server, sid)),
-                     "the run to start")  # fmt: skip
+        call = asyncio.create_task(
+            client.call_tool("slow", {"message": "sleep 60", "session_id": sid})
+        )
+        await _until(
+            lambda: any(r["status"] == "running" for r in _runs(interop_server, sid)),
+            "the run to start",
+        )
         call.cancel()  # the SDK sends notifications/cancelled
         with pytest.raises(asyncio.CancelledError):
             await call
-        runs = await _until(lambda: [r for r in _runs(interop_server, sid)
-                                     if r["status"] != "running"], "the run to end")  # fmt: skip
+        runs = await _until(
+            lambda: [r for r in _runs(interop_server, sid) if r["status"] != "running"],
+            "the run to end",
+        )
         assert runs[0]["status"] in ("interrupted", "cancelled")
         # the session is free again: a next call runs at once
         done = await client.call_tool("slow", {"message": "sleep 0", "session_id": sid})
@@ -153,19 +162,29 @@ async def test_approval_by_elicitation_resumes_the_run(
 async def test_a_client_that_never_sends_initialized_does_not_wedge_the_server(
     interop_server: Server,
 ) -> None:
-    headers = {"accept": "application/json, text/event-stream",
-               "content-type": "application/json"}  # fmt: skip
-    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                       "clientInfo": {"name": "stuck", "version": "0"}}}  # fmt: skip
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "stuck", "version": "0"},
+        },
+    }
     async with httpx.AsyncClient(base_url=interop_server.url, timeout=30) as http:
         r = await http.post("/mcp", json=init, headers=headers)
         assert r.status_code == 200
         session = r.headers["mcp-session-id"]
         # no notifications/initialized: a call on that session is answered, not left hanging
         # (the SDK's runner serves it; it waits on no handshake step)
-        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                "params": {"name": "calc", "arguments": {"message": "x"}}}  # fmt: skip
+        call = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "calc", "arguments": {"message": "x"}},
+        }
         r = await http.post("/mcp", json=call, headers={**headers, "mcp-session-id": session})
         assert r.status_code == 200 and '"id":2' in r.text
         # other clients are served meanwhile
@@ -180,8 +199,7 @@ async def test_a_client_that_never_sends_initialized_does_not_wedge_the_server(
 
 
 async def test_malformed_json_rpc_gets_a_json_rpc_error(interop_server: Server) -> None:
-    headers = {"accept": "application/json, text/event-stream",
-               "content-type": "application/json"}  # fmt: skip
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
     async with httpx.AsyncClient(base_url=interop_server.url, timeout=30) as http:
         r = await http.post("/mcp", content=b"{not json", headers=headers)
     assert r.status_code == 400
@@ -196,10 +214,18 @@ async def test_stdio_loom_mcp(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, str(tmp_path)]))
     params = mcp.StdioServerParameters(
         command=sys.executable,
-        args=["-m", "loom", "mcp", "--app", "interop_agents:registry", "--store",
-              str(tmp_path / "stdio.db")],
-        env=env, cwd=str(tmp_path),
-    )  # fmt: skip
+        args=[
+            "-m",
+            "loom",
+            "mcp",
+            "--app",
+            "interop_agents:registry",
+            "--store",
+            str(tmp_path / "stdio.db"),
+        ],
+        env=env,
+        cwd=str(tmp_path),
+    )
     notes: list[str] = []
 
     async def progress(done: float, total: float | None, message: str | None) -> None:
@@ -226,8 +252,11 @@ def _inspector(js: Path, *args: str) -> Any:
         ["npx", "--no-install", "mcp-inspector-cli", "--cli", *args],
         # the CLI (1.0.3) checks for "../package.json" from the working directory but imports
         # it relative to its own file: run it one level below a package.json, as upstream does
-        cwd=js / "node_modules", capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=js / "node_modules",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr + out.stdout
     return json.loads(out.stdout)
 
@@ -236,7 +265,17 @@ def test_inspector_cli_lists_and_calls(interop_server: Server, js: Path) -> None
     url = f"{interop_server.url}/mcp"
     listed = _inspector(js, url, "--transport", "http", "--method", "tools/list")
     assert [t["name"] for t in listed["tools"]] == ["calc", "ops", "slow", "painter"]
-    called = _inspector(js, url, "--transport", "http", "--method", "tools/call",
-                        "--tool-name", "calc", "--tool-arg", "message=add 20 22")  # fmt: skip
+    called = _inspector(
+        js,
+        url,
+        "--transport",
+        "http",
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "calc",
+        "--tool-arg",
+        "message=add 20 22",
+    )
     assert called["content"][0]["text"] == "The sum is 42."
     assert called["structuredContent"]["stop_reason"] == "completed"

@@ -36,9 +36,22 @@ def _corpus() -> dict[str, list[str]]:
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     site = Path(sysconfig.get_paths()["purelib"])
     code = [p.read_text(errors="ignore") for p in sorted(stdlib.glob("*.py"))[:40]]
-    stable = ("pydantic", "rich", "typer", "click", "PyYAML", "tenacity", "docstring_parser",
-              "openai", "anthropic", "httpx", "mcp", "jsonschema", "pytest",
-              "hypothesis")  # fmt: skip
+    stable = (
+        "pydantic",
+        "rich",
+        "typer",
+        "click",
+        "PyYAML",
+        "tenacity",
+        "docstring_parser",
+        "openai",
+        "anthropic",
+        "httpx",
+        "mcp",
+        "jsonschema",
+        "pytest",
+        "hypothesis",
+    )
     prose = [
         Path(p).read_text(errors="ignore")
         for name in stable

@@ -158,8 +158,15 @@ async def simulate(
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # found by hypothesis: 1380 raw tokens * 1.35 is 1863.0000000000002 in floating point, and the
 # scaled estimate came out one token over the 1863-token budget
-@example(turns=[(120, [[459]], 1)], window=3486, reserve_share=0.46575099121900065, mode="ok",
-         scale=1.35, l2=None, keep=0)  # fmt: skip
+@example(
+    turns=[(120, [[459]], 1)],
+    window=3486,
+    reserve_share=0.46575099121900065,
+    mode="ok",
+    scale=1.35,
+    l2=None,
+    keep=0,
+)
 @given(
     turns=st.lists(turn, min_size=1, max_size=12),
     window=st.integers(min_value=700, max_value=8000),

@@ -344,5 +344,7 @@ def test_response_format_is_strict_only_when_the_schema_allows() -> None:
     listed = compile_output(list[int])
     assert listed is not None and listed.wrapped
     assert response_format(listed.wire, "json_object") == {
-        "type": "json_object", "schema": listed.wire.schema}  # fmt: skip
+        "type": "json_object",
+        "schema": listed.wire.schema,
+    }
     assert listed.wire.schema["properties"]["response"]["type"] == "array"

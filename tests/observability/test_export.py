@@ -86,10 +86,14 @@ def add(a: int, b: int) -> int:
 def agent() -> Agent:
     call = ToolCall(id="call_1", name="add", arguments={"a": 1, "b": 2})
     model = ScriptedModel(
-        [ModelResponse(tool_calls=[call], usage=Usage(input_tokens=9, output_tokens=3, requests=1)),
-         ModelResponse(text="3", usage=Usage(input_tokens=12, output_tokens=1, requests=1))],
+        [
+            ModelResponse(
+                tool_calls=[call], usage=Usage(input_tokens=9, output_tokens=3, requests=1)
+            ),
+            ModelResponse(text="3", usage=Usage(input_tokens=12, output_tokens=1, requests=1)),
+        ],
         name="openai:gpt-4o",
-    )  # fmt: skip
+    )
     return Agent(name="adder", model=model, tools=[add])
 
 
@@ -107,8 +111,9 @@ async def test_spans_and_metrics_arrive_over_otlp_http(receiver: Receiver) -> No
     services = set()
     for req in receiver.traces:
         for rs in req.resource_spans:
-            services.update(a.value.string_value for a in rs.resource.attributes
-                            if a.key == "service.name")  # fmt: skip
+            services.update(
+                a.value.string_value for a in rs.resource.attributes if a.key == "service.name"
+            )
             for ss in rs.scope_spans:
                 for s in ss.spans:
                     spans[s.name] = s
@@ -121,8 +126,13 @@ async def test_spans_and_metrics_arrive_over_otlp_http(receiver: Receiver) -> No
     assert attrs["gen_ai.usage.input_tokens"].int_value == 21
     tool_attrs = {a.key: a.value for a in tool_span.attributes}
     assert tool_attrs["gen_ai.tool.call.id"].string_value == "call_1"
-    names = {m.name for req in receiver.metrics for rm in req.resource_metrics
-             for sm in rm.scope_metrics for m in sm.metrics}  # fmt: skip
+    names = {
+        m.name
+        for req in receiver.metrics
+        for rm in req.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
     assert {"gen_ai.client.operation.duration", "gen_ai.client.token.usage"} <= names
 
 

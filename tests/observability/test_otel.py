@@ -37,8 +37,9 @@ class Tel:
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(self.spans))
         self.reader = InMemoryMetricReader()
-        self.observer = OtelObserver(provider, MeterProvider(metric_readers=[self.reader]),
-                                     capture_content=capture)  # fmt: skip
+        self.observer = OtelObserver(
+            provider, MeterProvider(metric_readers=[self.reader]), capture_content=capture
+        )
 
     def finished(self) -> list[ReadableSpan]:
         return list(self.spans.get_finished_spans())
@@ -72,15 +73,21 @@ def two_tools() -> ScriptedModel:
     ]
     return ScriptedModel(
         [
-            ModelResponse(tool_calls=calls, usage=Usage(input_tokens=120, output_tokens=30,
-                          requests=1, cache_read_tokens=100), model="gpt-4o-2024-08-06",
-                          finish_reason="tool_calls"),
-            ModelResponse(text="5, and ann@example.com is unknown", model="gpt-4o-2024-08-06",
-                          usage=Usage(input_tokens=200, output_tokens=12, requests=1),
-                          finish_reason="stop"),
+            ModelResponse(
+                tool_calls=calls,
+                usage=Usage(input_tokens=120, output_tokens=30, requests=1, cache_read_tokens=100),
+                model="gpt-4o-2024-08-06",
+                finish_reason="tool_calls",
+            ),
+            ModelResponse(
+                text="5, and ann@example.com is unknown",
+                model="gpt-4o-2024-08-06",
+                usage=Usage(input_tokens=200, output_tokens=12, requests=1),
+                finish_reason="stop",
+            ),
         ],
         name="openai:gpt-4o",
-    )  # fmt: skip
+    )
 
 
 def by_name(spans: list[ReadableSpan]) -> dict[str, list[ReadableSpan]]:
@@ -97,11 +104,18 @@ async def test_a_two_tool_run_is_one_span_tree_with_genai_attributes() -> None:
     result = await rt.run(agent, "add 2 and 3, and find ann@example.com", session_id="s-1")
     assert result.stop_reason == "completed"
     spans = by_name(tel.finished())
-    assert sorted(spans) == ["chat gpt-4o", "execute_tool add", "execute_tool lookup",
-                             "invoke_agent helper"]  # fmt: skip
+    assert sorted(spans) == [
+        "chat gpt-4o",
+        "execute_tool add",
+        "execute_tool lookup",
+        "invoke_agent helper",
+    ]
     (root,) = spans["invoke_agent helper"]
-    chats, (t_add,), (t_lookup,) = spans["chat gpt-4o"], spans["execute_tool add"], \
-        spans["execute_tool lookup"]  # fmt: skip
+    chats, (t_add,), (t_lookup,) = (
+        spans["chat gpt-4o"],
+        spans["execute_tool add"],
+        spans["execute_tool lookup"],
+    )
     assert len(chats) == 2
     assert root.parent is None and root.kind is SpanKind.INTERNAL
     trace_id = root.context.trace_id
@@ -150,8 +164,9 @@ async def test_a_two_tool_run_is_one_span_tree_with_genai_attributes() -> None:
     durations = points["gen_ai.client.operation.duration"]
     assert sum(p.count for p in durations) == 2
     assert dict(durations[0].attributes)["gen_ai.request.model"] == "gpt-4o"
-    tokens = {dict(p.attributes)["gen_ai.token.type"]: p.sum
-              for p in points["gen_ai.client.token.usage"]}  # fmt: skip
+    tokens = {
+        dict(p.attributes)["gen_ai.token.type"]: p.sum for p in points["gen_ai.client.token.usage"]
+    }
     assert tokens == {"input": 320, "output": 42}
 
 
@@ -180,10 +195,14 @@ async def test_the_env_variable_turns_capture_on(monkeypatch: pytest.MonkeyPatch
 
 async def test_a_judge_model_call_is_a_chat_span_of_the_run() -> None:
     tel = Tel()
-    judge = LLMJudge(ScriptedModel(['{"score": 1, "reason": "fine"}'], name="anthropic:claude-x"),
-                     "Is correct.")  # fmt: skip
-    agent = Agent(name="judged", model=ScriptedModel(["Paris"], name="openai:gpt-4o"),
-                  judges=JudgePanel([judge]))  # fmt: skip
+    judge = LLMJudge(
+        ScriptedModel(['{"score": 1, "reason": "fine"}'], name="anthropic:claude-x"), "Is correct."
+    )
+    agent = Agent(
+        name="judged",
+        model=ScriptedModel(["Paris"], name="openai:gpt-4o"),
+        judges=JudgePanel([judge]),
+    )
     await Runtime(observers=[tel.observer]).run(agent, "capital of France?")
     spans = by_name(tel.finished())
     (root,) = spans["invoke_agent judged"]
@@ -248,8 +267,14 @@ DEAD_ATTEMPT = textwrap.dedent(
 async def test_a_run_carried_on_in_another_process_joins_the_same_trace(tmp_path: Path) -> None:
     db = tmp_path / "loom.db"
     env = {**os.environ, "PYTHONPATH": SRC}
-    proc = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", DEAD_ATTEMPT, str(db)],
-                                   env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", DEAD_ATTEMPT, str(db)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 17, proc.stderr
     store = SQLiteStore(db)
     starts = [e for e in await store.load_events("s") if e.type == "agent_start"]
@@ -264,8 +289,9 @@ async def test_a_run_carried_on_in_another_process_joins_the_same_trace(tmp_path
     tel = Tel()
     rt = Runtime(store, lease_ttl=1.0, observers=[tel.observer])
     model = ScriptedModel(["done"], name="openai:gpt-4o")
-    turn = rt.prepare(Agent(name="worker", model=model, tools=[slow]), None, "s", "queue", None,
-                      carry_on=True)  # fmt: skip
+    turn = rt.prepare(
+        Agent(name="worker", model=model, tools=[slow]), None, "s", "queue", None, carry_on=True
+    )
     await turn.run(lambda e: None)
     assert turn.result is not None and turn.result.stop_reason == "completed"
     spans = by_name(tel.finished())
@@ -305,9 +331,11 @@ async def test_a_crew_run_is_one_trace_under_its_workflow_span() -> None:
         script = [ModelResponse(tool_calls=calls), f"{name} done"]
         return Agent(name=name, model=ScriptedModel(script, name="openai:gpt-4o"), tools=[add])
 
-    crew = Crew("blog", members={"research": member("research"), "a": member("a"),
-                                 "b": member("b")},
-                plan=Sequential("research", Parallel("a", "b")))  # fmt: skip
+    crew = Crew(
+        "blog",
+        members={"research": member("research"), "a": member("a"), "b": member("b")},
+        plan=Sequential("research", Parallel("a", "b")),
+    )
     result = await crew.run("write", runtime=rt)
     assert result.stop_reason == "completed"
     spans = by_name(tel.finished())
@@ -321,5 +349,6 @@ async def test_a_crew_run_is_one_trace_under_its_workflow_span() -> None:
     assert all(s.parent is not None and s.parent.span_id == crew_run.context.span_id for s in runs)
     run_ids = {s.context.span_id for s in runs}
     tools = spans["execute_tool add"]
-    assert len(tools) == 3 and all(t.parent is not None and t.parent.span_id in run_ids
-                                   for t in tools)  # fmt: skip
+    assert len(tools) == 3 and all(
+        t.parent is not None and t.parent.span_id in run_ids for t in tools
+    )

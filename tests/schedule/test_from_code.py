@@ -28,8 +28,11 @@ async def test_an_agent_scheduled_from_code_runs_on_its_berlin_cron(rig: Rig) ->
     )
     assert isinstance(made, Schedule)
     assert (made.agent, made.message, made.cron, made.timezone) == (
-        "greeter", "team", "0 9 * * 1-5", "Europe/Berlin",
-    )  # fmt: skip
+        "greeter",
+        "team",
+        "0 9 * * 1-5",
+        "Europe/Berlin",
+    )
     stored = await rig.schedules.get("standup")
     assert stored.next_fire_at == at("2025-01-06T09:00:00", "Europe/Berlin")
     await fire(rig, at("2025-01-06T08:00:01"))  # greeter is in no registry: the scheduler has it

@@ -123,10 +123,26 @@ def start_server(
     env = dict(os.environ, **(env or {}), PYTHONPATH=os.pathsep.join([SRC, str(tmp)]))
     log = (tmp / "server.log").open("ab")
     process = subprocess.Popen(
-        [sys.executable, "-m", "loom", "serve", "--app", app,
-         "--port", str(port), "--store", store or str(db), "--log-level", "warning", *extra],
-        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "loom",
+            "serve",
+            "--app",
+            app,
+            "--port",
+            str(port),
+            "--store",
+            store or str(db),
+            "--log-level",
+            "warning",
+            *extra,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=tmp,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     import httpx

@@ -31,7 +31,10 @@ def test_the_openapi_schema_is_served(server: Server) -> None:
 def test_serve_without_agents_exits_2_with_a_message(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "loom", "serve", "--port", "1"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=60,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
         env=dict(os.environ, PYTHONPATH=SRC),
-    )  # fmt: skip
+    )
     assert out.returncode == 2 and "--agents DIR" in out.stderr

@@ -108,8 +108,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("console")
     keys = tmp / "keys.yaml"
     keys.write_text(f"- {{name: admin, key: {ADMIN_KEY}, admin: true}}\n")
-    srv = start_server(tmp, "--keys", str(keys), app="console_agents:registry", source=AGENTS,
-                       env={"LOOM_API_KEYS": KEY, "LOOM_SCHEDULE_POLL": "0.1"})  # fmt: skip
+    srv = start_server(
+        tmp,
+        "--keys",
+        str(keys),
+        app="console_agents:registry",
+        source=AGENTS,
+        env={"LOOM_API_KEYS": KEY, "LOOM_SCHEDULE_POLL": "0.1"},
+    )
     yield srv
     stop_server(srv)
 
@@ -122,10 +128,16 @@ def browser() -> Iterator[Any]:
     with sync_api.sync_playwright() as pw:
         b = pw.chromium.launch(
             executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
-            args=["--no-sandbox", "--headless", "--disable-gpu",
-                  "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run"],
-        )  # fmt: skip
+            args=[
+                "--no-sandbox",
+                "--headless",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
         yield b
         b.close()
 
@@ -179,8 +191,10 @@ def test_login_sets_a_strict_httponly_cookie_and_refuses_a_wrong_key(
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
     assert KEY not in cookie["value"]
     # the API itself still wants the key: the cookie is the console's only
-    assert httpx.get(f"{server.url}/threads/x", cookies={"loom_console": cookie["value"]}
-                     ).status_code == 401  # fmt: skip
+    assert (
+        httpx.get(f"{server.url}/threads/x", cookies={"loom_console": cookie["value"]}).status_code
+        == 401
+    )
     context.close()
 
 
@@ -191,9 +205,13 @@ def test_a_run_streams_into_the_open_page(page: Any, server: Server, tmp_path: P
         page.goto(f"{server.url}/console/sessions/live-1")
         wait_live(page)
         page.evaluate("window.__same_page = true")  # gone if the page reloads
-        run = client.post("/threads/live-1/runs",
-                          json={"assistant_id": "waiter", "input": {"messages": [
-                              {"role": "user", "content": str(gate)}]}}).json()  # fmt: skip
+        run = client.post(
+            "/threads/live-1/runs",
+            json={
+                "assistant_id": "waiter",
+                "input": {"messages": [{"role": "user", "content": str(gate)}]},
+            },
+        ).json()
     run_node = page.locator(f"#run-{run['run_id']}")
     tool = run_node.locator("li.tool[data-name=wait_for_file]")
     # the first entries arrive while the tool still waits for the file
@@ -220,8 +238,13 @@ def test_a_run_streams_into_the_open_page(page: Any, server: Server, tmp_path: P
 def test_approve_a_pending_call_from_the_page(page: Any, server: Server) -> None:
     with api(server) as client:
         client.post("/threads", json={"thread_id": "ops-1"}).raise_for_status()
-        out = client.post("/threads/ops-1/runs/wait", json={"assistant_id": "ops", "input": {
-            "messages": [{"role": "user", "content": "ship it"}]}}).json()  # fmt: skip
+        out = client.post(
+            "/threads/ops-1/runs/wait",
+            json={
+                "assistant_id": "ops",
+                "input": {"messages": [{"role": "user", "content": "ship it"}]},
+            },
+        ).json()
         assert out["__interrupt__"]
     page.goto(f"{server.url}/console/sessions/ops-1")
     pending = page.locator("#approvals li.pending")
@@ -286,8 +309,12 @@ def test_tool_output_is_escaped_on_the_page_and_live(browser: Any, server: Serve
     for where in ("live", "loaded"):
         output = page.locator("li.tool[data-name=echo_html] .tool-output")
         assert output.text_content() == XSS  # shown as text
-        assert page.locator(".tool-output script, .tool-output img, #transcript img, "
-                            "#transcript pre script").count() == 0  # fmt: skip
+        assert (
+            page.locator(
+                ".tool-output script, .tool-output img, #transcript img, #transcript pre script"
+            ).count()
+            == 0
+        )
         page.locator("li.tool[data-name=echo_html] summary").click()
         assert page.evaluate("window.__pwned") is None, where
         page.reload()
@@ -336,22 +363,38 @@ def test_a_fired_schedule_shows_with_its_runs_and_monitor(
     from loom.schedule import Schedule, ScheduleStore
 
     with api(server) as client:
-        morning = client.post("/runs/crons", json={
-            "assistant_id": "ticker", "schedule": "0 9 * * 1-5", "timezone": "Europe/Berlin",
-            "multitask_strategy": "enqueue",
-            "input": {"messages": [{"role": "user", "content": XSS}]}}).json()  # fmt: skip
+        morning = client.post(
+            "/runs/crons",
+            json={
+                "assistant_id": "ticker",
+                "schedule": "0 9 * * 1-5",
+                "timezone": "Europe/Berlin",
+                "multitask_strategy": "enqueue",
+                "input": {"messages": [{"role": "user", "content": XSS}]},
+            },
+        ).json()
         # the cron API takes five-field lines (a minute at least): a one-second interval goes in
         # through the Python API, paused, so its monitor exists before the first tick
-        every = Schedule(agent="ticker", message="tick", interval=1, id="every-second",
-                         enabled=False)  # fmt: skip
+        every = Schedule(
+            agent="ticker", message="tick", interval=1, id="every-second", enabled=False
+        )
         on_store(server, lambda store: ScheduleStore(store).add(every))
-        client.post("/monitors", json={"id": "every-second-mon", "schedule_id": "every-second"}
-                    ).raise_for_status()  # fmt: skip
+        client.post(
+            "/monitors", json={"id": "every-second-mon", "schedule_id": "every-second"}
+        ).raise_for_status()
         client.patch("/runs/crons/every-second", json={"enabled": True}).raise_for_status()
-        runs = until(lambda: [r for r in client.get("/runs/crons/every-second/runs").json()
-                              if r["status"] == "finished"], "a finished run")  # fmt: skip
-        until(lambda: client.get("/monitors/every-second-mon").json()["health"] == "ok",
-              "the monitor's ok check-in")  # fmt: skip
+        runs = until(
+            lambda: [
+                r
+                for r in client.get("/runs/crons/every-second/runs").json()
+                if r["status"] == "finished"
+            ],
+            "a finished run",
+        )
+        until(
+            lambda: client.get("/monitors/every-second-mon").json()["health"] == "ok",
+            "the monitor's ok check-in",
+        )
     page.goto(f"{server.url}/console/schedules")
     card = page.locator("#schedule-every-second")
     assert card.get_attribute("data-enabled") == "yes"
@@ -431,12 +474,15 @@ def test_monitors_show_missed_and_timeout_and_update_live(page: Any, server: Ser
     from loom.schedule import MonitorStore
 
     with api(server) as client:
-        client.post("/monitors", json={"id": "nightly-backup", "cron": "0 3 * * *",
-                                       "margin": 600}).raise_for_status()  # fmt: skip
-        client.post("/monitors", json={"id": "stuck-job", "interval": 3600,
-                                       "max_runtime": 60}).raise_for_status()  # fmt: skip
-        client.post("/monitors/stuck-job/checkins", json={"status": "in_progress"}
-                    ).raise_for_status()  # fmt: skip
+        client.post(
+            "/monitors", json={"id": "nightly-backup", "cron": "0 3 * * *", "margin": 600}
+        ).raise_for_status()
+        client.post(
+            "/monitors", json={"id": "stuck-job", "interval": 3600, "max_runtime": 60}
+        ).raise_for_status()
+        client.post(
+            "/monitors/stuck-job/checkins", json={"status": "in_progress"}
+        ).raise_for_status()
         expected = client.get("/monitors/nightly-backup").json()["next_expected_at"]
         # the detector (the server's `monitors` job, every minute) run on the server's store at
         # an injected time past the expected check-in plus its margin
@@ -452,8 +498,9 @@ def test_monitors_show_missed_and_timeout_and_update_live(page: Any, server: Ser
         assert newest.get_attribute("data-source") == "system"
         stuck = page.locator("#monitor-stuck-job")
         assert stuck.get_attribute("data-health") == "timed_out"
-        assert [stuck.locator("li.checkin").nth(i).get_attribute("data-status")
-                for i in range(2)] == ["timeout", "in_progress"]  # fmt: skip
+        assert [
+            stuck.locator("li.checkin").nth(i).get_attribute("data-status") for i in range(2)
+        ] == ["timeout", "in_progress"]
         # a check-in over the API reaches the open page (the row appears; then it changes)
         page.evaluate("window.__same_page = true")
         client.post("/monitors", json={"id": "ext-job", "interval": 3600}).raise_for_status()

@@ -86,8 +86,11 @@ async def test_kill_9_mid_run_then_rejoin_and_recover(tmp_path: Path) -> None:
     (tmp_path / "hold").touch()
     db = tmp_path / "crash.db"
     first = start(tmp_path, db)
-    body = {"assistant_id": "crashy", "input": {"messages": [{"role": "user", "content": "go"}]},
-            "stream_mode": ["events", "values"]}  # fmt: skip
+    body = {
+        "assistant_id": "crashy",
+        "input": {"messages": [{"role": "user", "content": "go"}]},
+        "stream_mode": ["events", "values"],
+    }
     seen: list[str] = []
     try:
         async with (
@@ -135,10 +138,12 @@ async def test_kill_9_mid_run_then_rejoin_and_recover(tmp_path: Path) -> None:
         parts = [
             p
             async for p in client.runs.stream(
-                thread_id, "crashy", input={"messages": [{"role": "user", "content": "again"}]},
+                thread_id,
+                "crashy",
+                input={"messages": [{"role": "user", "content": "again"}]},
                 stream_mode="events",
             )
-        ]  # fmt: skip
+        ]
         types = [p.data["type"] for p in parts if p.event == "events"]
         assert "run_recovered" in types and types[-1] == "agent_finish"
         results = {
@@ -151,8 +156,10 @@ async def test_kill_9_mid_run_then_rejoin_and_recover(tmp_path: Path) -> None:
         assert results["hold_once"]["error_code"] == "interrupted"
         state = await client.threads.get_state(thread_id)
         kinds = [(m["type"], m["content"]) for m in state["values"]["messages"]]
-        assert kinds[0] == ("human", "go") and kinds[-2:] == [("human", "again"),
-                                                              ("ai", "echo: again")]  # fmt: skip
+        assert kinds[0] == ("human", "go") and kinds[-2:] == [
+            ("human", "again"),
+            ("ai", "echo: again"),
+        ]
         assert ("tool", "pure done") in kinds
         runs = await client.runs.list(thread_id)
         assert {r["run_id"]: r["status"] for r in runs}[run_id] == "interrupted"

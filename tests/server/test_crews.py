@@ -65,8 +65,7 @@ registry = AgentRegistry([Agent(name="solo", model=FunctionModel(echo)), BLOG, R
 
 @pytest.fixture(scope="module")
 def crew_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("crews"), app="server_crews:registry",
-                       source=CREWS)  # fmt: skip
+    srv = start_server(tmp_path_factory.mktemp("crews"), app="server_crews:registry", source=CREWS)
     yield srv
     stop_server(srv)
 
@@ -88,24 +87,32 @@ async def test_a_crew_is_an_assistant_and_streams_its_members_tagged_with_their_
     chunks = [
         c
         async for c in client.runs.stream(
-            thread["thread_id"], "blog",
+            thread["thread_id"],
+            "blog",
             input={"messages": [{"role": "user", "content": "tide pools"}]},
             stream_mode=["values", "updates", "messages-tuple", "events"],
         )
-    ]  # fmt: skip
+    ]
 
     by = lambda kind: [c.data for c in chunks if c.event == kind]  # noqa: E731
     updates = by("updates")
     members = [next(iter(u)) for u in updates if next(iter(u)).startswith("blog/")]
     assert members[0] == "blog/researcher" and members[-1] == "blog/writer"
-    member_msgs = [u[k]["messages"][0] for u in updates for k in u if k.startswith("blog/")
-                   and "messages" in u[k]]  # fmt: skip
+    member_msgs = [
+        u[k]["messages"][0]
+        for u in updates
+        for k in u
+        if k.startswith("blog/") and "messages" in u[k]
+    ]
     assert ("ai", "notes on tide pools") in [(m["type"], _text(m)) for m in member_msgs]
     finished = {k: v for u in updates for k, v in u.items() if "stop_reason" in v}
     answer = "post from Write: notes on tide pools"
     assert finished["blog/writer"] == {
-        "stop_reason": "completed", "reused": False, "error": None, "output": answer
-    }  # fmt: skip
+        "stop_reason": "completed",
+        "reused": False,
+        "error": None,
+        "output": answer,
+    }
     tuples = by("messages")
     ai = [(msg, meta) for msg, meta in tuples if msg["type"] in ("ai", "AIMessageChunk")]
     said: dict[str, str] = {}  # member path -> its text, streamed chunk by chunk or whole
@@ -113,9 +120,11 @@ async def test_a_crew_is_an_assistant_and_streams_its_members_tagged_with_their_
         said[meta["loom_member_path"]] = said.get(meta["loom_member_path"], "") + _text(msg)
         member = meta["loom_member_path"] != "blog"
         assert meta["langgraph_node"] == (meta["loom_member_path"] if member else "agent")
-    assert said == {"blog/researcher": "notes on tide pools",
-                    "blog/writer": "post from Write: notes on tide pools",
-                    "blog": "post from Write: notes on tide pools"}  # fmt: skip
+    assert said == {
+        "blog/researcher": "notes on tide pools",
+        "blog/writer": "post from Write: notes on tide pools",
+        "blog": "post from Write: notes on tide pools",
+    }
     events = by("events")
     paths = {e["data"].get("member_path") for e in events}
     assert paths == {"blog", "blog/researcher", "blog/writer"}
@@ -166,10 +175,12 @@ async def test_a_members_approval_is_an_interrupt_with_its_path_and_resumes_that
     chunks = [
         c
         async for c in client.runs.stream(
-            tid, "release", command={"resume": {interrupt["id"]: {"decision": "approve"}}},
+            tid,
+            "release",
+            command={"resume": {interrupt["id"]: {"decision": "approve"}}},
             stream_mode=["values", "events"],
         )
-    ]  # fmt: skip
+    ]
     events = [c.data for c in chunks if c.event == "events"]
     reused = [e["data"] for e in events if e["type"] == "crew_member_finish"]
     assert [(r["path"], r["reused"]) for r in reused] == [
@@ -189,8 +200,7 @@ async def test_an_unknown_call_id_is_refused_and_the_crew_stays_parked(crew_serv
 
     client = get_client(url=crew_server.url)
     tid = (await client.threads.create())["thread_id"]
-    await client.runs.wait(tid, "release",
-                           input={"messages": [{"role": "user", "content": "v2"}]})  # fmt: skip
+    await client.runs.wait(tid, "release", input={"messages": [{"role": "user", "content": "v2"}]})
     async with httpx.AsyncClient(base_url=crew_server.url) as http:
         resume = {"resume": {"nope": {"decision": "approve"}}}
         body = {"assistant_id": "release", "command": resume}

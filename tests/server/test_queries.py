@@ -23,8 +23,9 @@ async def test_a_query_interrupts_the_run_and_the_answer_continues_it(query_serv
     client = get_client(url=query_server.url)
     thread = await client.threads.create()
     tid = thread["thread_id"]
-    values = await client.runs.wait(tid, "reader", input={"messages": [
-        {"role": "user", "content": "what does main do?"}]})  # fmt: skip
+    values = await client.runs.wait(
+        tid, "reader", input={"messages": [{"role": "user", "content": "what does main do?"}]}
+    )
     assert isinstance(values, dict)
     interrupt = values["__interrupt__"][0]["value"]
     assert interrupt["type"] == "server_query" and interrupt["data"] == {"path": "src/main.rs"}

@@ -103,22 +103,41 @@ def deployment(postgres_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> I
     dirs = [root / n for n in ("a", "b", "w")]
     for d in dirs:
         d.mkdir()
-    a = start_server(dirs[0], "--queue", app="queue_agents:registry", source=AGENTS, env=env,
-                     store=url)  # fmt: skip
-    b = start_server(dirs[1], "--queue", app="queue_agents:registry", source=AGENTS, env=env,
-                     store=url)  # fmt: skip
+    a = start_server(
+        dirs[0], "--queue", app="queue_agents:registry", source=AGENTS, env=env, store=url
+    )
+    b = start_server(
+        dirs[1], "--queue", app="queue_agents:registry", source=AGENTS, env=env, store=url
+    )
     (dirs[2] / "queue_agents.py").write_text(AGENTS)
     workers: list[subprocess.Popen[bytes]] = []
 
     def start_worker() -> subprocess.Popen[bytes]:
         log = (dirs[2] / f"worker{len(workers)}.log").open("wb")
         worker = subprocess.Popen(
-            [sys.executable, "-m", "loom", "worker", "--store", url, "--app",
-             "queue_agents:registry", "--concurrency", "2", "--heartbeat", "0.5",
-             "--stalled-after", "2", "--lease-ttl", "2"],
+            [
+                sys.executable,
+                "-m",
+                "loom",
+                "worker",
+                "--store",
+                url,
+                "--app",
+                "queue_agents:registry",
+                "--concurrency",
+                "2",
+                "--heartbeat",
+                "0.5",
+                "--stalled-after",
+                "2",
+                "--lease-ttl",
+                "2",
+            ],
             env={**os.environ, **env, "PYTHONPATH": os.pathsep.join([SRC, str(dirs[2])])},
-            stdout=log, stderr=subprocess.STDOUT, cwd=dirs[2],
-        )  # fmt: skip
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=dirs[2],
+        )
         log.close()
         workers.append(worker)
         return worker
@@ -297,12 +316,27 @@ async def test_a_run_whose_worker_dies_is_retried_and_streams_on_without_reused_
 def test_queue_without_a_postgres_store_is_refused(tmp_path: Path) -> None:
     (tmp_path / "queue_agents.py").write_text(AGENTS)
     done = subprocess.run(
-        [sys.executable, "-m", "loom", "serve", "--app", "queue_agents:registry", "--queue",
-         "--store", str(tmp_path / "x.db")],
-        env={**os.environ, "LOOM_GATE_DIR": str(tmp_path),
-             "PYTHONPATH": os.pathsep.join([SRC, str(tmp_path)])},
-        capture_output=True, text=True, timeout=60, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "loom",
+            "serve",
+            "--app",
+            "queue_agents:registry",
+            "--queue",
+            "--store",
+            str(tmp_path / "x.db"),
+        ],
+        env={
+            **os.environ,
+            "LOOM_GATE_DIR": str(tmp_path),
+            "PYTHONPATH": os.pathsep.join([SRC, str(tmp_path)]),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert done.returncode == 2
     assert "--queue needs a PostgreSQL store" in done.stderr + done.stdout
 

@@ -34,8 +34,12 @@ def test_every_operation_conforms(tmp_path: Path) -> None:
         for op in operations:
 
             @given(case=op.as_strategy())
-            @settings(max_examples=8, deadline=None, database=None,
-                      suppress_health_check=list(HealthCheck))  # fmt: skip
+            @settings(
+                max_examples=8,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            )
             def check(case: schemathesis.Case) -> None:
                 case.call_and_validate(checks=CHECKS, timeout=20)
 

@@ -43,8 +43,11 @@ def test_langgraph_js_sdk_streams_a_run(server: Server) -> None:
         pytest.fail(f"the npm client is not installed: run `npm ci --prefix {JS_DIR}`")
     done = subprocess.run(
         [node, str(JS_DIR / "stream_run.mjs"), server.url, "calc", "add 2 3"],
-        capture_output=True, text=True, timeout=60, cwd=JS_DIR,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=JS_DIR,
+    )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["assistants"] == ["calc", "ops"]

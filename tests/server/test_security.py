@@ -30,10 +30,18 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         f"- {{name: root, key: {ROOT}, admin: true}}\n"
     )
     srv = start_server(
-        tmp, "--keys", str(tmp / "keys.yaml"), "--max-concurrent-runs", "2",
-        "--cors-origin", ORIGIN, "--log-format", "json",
-        app="server_agents:slow_registry", env={"LOOM_API_KEYS": ENV},
-    )  # fmt: skip
+        tmp,
+        "--keys",
+        str(tmp / "keys.yaml"),
+        "--max-concurrent-runs",
+        "2",
+        "--cors-origin",
+        ORIGIN,
+        "--log-format",
+        "json",
+        app="server_agents:slow_registry",
+        env={"LOOM_API_KEYS": ENV},
+    )
     yield srv
     stop_server(srv)
 
@@ -125,8 +133,9 @@ def test_a_key_never_reads_another_keys_thread(keyed: Server) -> None:
         ("DELETE", f"/threads/{thread}"),
         ("POST", f"/threads/{thread}/runs/wait"),
     ]:
-        r = httpx.request(method, url + path, json=run if "runs/wait" in path else {},
-                          headers=alice)  # fmt: skip
+        r = httpx.request(
+            method, url + path, json=run if "runs/wait" in path else {}, headers=alice
+        )
         assert r.status_code == 404, (method, path, r.text)
         assert thread in error_of(r)["message"]
     # nor by id in a search, nor as an OpenAI / Weave session, nor by creating it again
@@ -135,13 +144,15 @@ def test_a_key_never_reads_another_keys_thread(keyed: Server) -> None:
     listed = httpx.post(f"{url}/threads/search", json={"limit": 100}, headers=alice).json()
     assert thread not in [t["thread_id"] for t in listed]
     chat = {"model": "calc", "messages": [{"role": "user", "content": "add 1 1"}]}
-    r = httpx.post(f"{url}/v1/chat/completions", json=chat,
-                   headers={**alice, "X-Loom-Session": thread})  # fmt: skip
+    r = httpx.post(
+        f"{url}/v1/chat/completions", json=chat, headers={**alice, "X-Loom-Session": thread}
+    )
     assert r.status_code == 404 and error_of(r)
     weave = {"agent": "calc", "message": "add 1 1", "session_id": thread}
     assert httpx.post(f"{url}/v1/weave", json=weave, headers=alice).status_code == 404
-    r = httpx.post(f"{url}/threads", json={"thread_id": thread, "if_exists": "do_nothing"},
-                   headers=alice)  # fmt: skip
+    r = httpx.post(
+        f"{url}/threads", json={"thread_id": thread, "if_exists": "do_nothing"}, headers=alice
+    )
     assert r.status_code == 404
     # the thread is untouched and still bob's; an admin key sees it
     after = httpx.get(f"{url}/threads/{thread}", headers=bearer(BOB)).json()
@@ -151,13 +162,15 @@ def test_a_key_never_reads_another_keys_thread(keyed: Server) -> None:
 
 def test_a_keys_own_threads_are_listed(keyed: Server) -> None:
     h = bearer(ALICE)
-    mine = httpx.post(f"{keyed.url}/threads", json={"metadata": {"who": "alice"}},
-                      headers=h).json()["thread_id"]  # fmt: skip
+    mine = httpx.post(
+        f"{keyed.url}/threads", json={"metadata": {"who": "alice"}}, headers=h
+    ).json()["thread_id"]
     listed = httpx.post(f"{keyed.url}/threads/search", json={"limit": 100}, headers=h).json()
     assert mine in [t["thread_id"] for t in listed]
     assert all(t["metadata"].get("who") != "bob" for t in listed)
-    others = httpx.post(f"{keyed.url}/threads/search", json={"limit": 100},
-                        headers=bearer(BOB)).json()  # fmt: skip
+    others = httpx.post(
+        f"{keyed.url}/threads/search", json={"limit": 100}, headers=bearer(BOB)
+    ).json()
     assert mine not in [t["thread_id"] for t in others]
 
 
@@ -173,15 +186,21 @@ def test_body_over_the_limit_is_413(keyed: Server) -> None:
             yield b"y" * 16384
         yield b'"}]}'
 
-    r = httpx.post(f"{keyed.url}/v1/chat/completions", content=chunks(),
-                   headers={**bearer(BOB), "Content-Type": "application/json"})  # fmt: skip
+    r = httpx.post(
+        f"{keyed.url}/v1/chat/completions",
+        content=chunks(),
+        headers={**bearer(BOB), "Content-Type": "application/json"},
+    )
     assert r.status_code == 413 and "--max-body" in error_of(r)["message"]
 
 
 def test_runs_past_the_per_key_limit_are_429(keyed: Server) -> None:
     url, h = keyed.url, bearer(ALICE)
-    body = {"assistant_id": "slow", "input": {"messages": [{"role": "user", "content": "sleep 5"}]},
-            "if_not_exists": "create"}  # fmt: skip
+    body = {
+        "assistant_id": "slow",
+        "input": {"messages": [{"role": "user", "content": "sleep 5"}]},
+        "if_not_exists": "create",
+    }
     started = []
     for i in range(2):
         r = httpx.post(f"{url}/threads/limit-{i}/runs", json=body, headers=h)
@@ -201,21 +220,25 @@ def test_runs_past_the_per_key_limit_are_429(keyed: Server) -> None:
 
 
 def test_cors_only_for_the_allowed_origin(keyed: Server) -> None:
-    preflight = {"Access-Control-Request-Method": "POST",
-                 "Access-Control-Request-Headers": "authorization,content-type"}  # fmt: skip
-    ok = httpx.options(f"{keyed.url}/v1/chat/completions",
-                       headers={**preflight, "Origin": ORIGIN})  # fmt: skip
+    preflight = {
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization,content-type",
+    }
+    ok = httpx.options(f"{keyed.url}/v1/chat/completions", headers={**preflight, "Origin": ORIGIN})
     assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == ORIGIN
-    bad = httpx.options(f"{keyed.url}/v1/chat/completions",
-                        headers={**preflight, "Origin": "http://evil.example"})  # fmt: skip
+    bad = httpx.options(
+        f"{keyed.url}/v1/chat/completions", headers={**preflight, "Origin": "http://evil.example"}
+    )
     assert "access-control-allow-origin" not in bad.headers
 
 
 def test_no_cors_by_default(server: Server) -> None:
     r = httpx.get(f"{server.url}/healthz", headers={"Origin": ORIGIN})
     assert "access-control-allow-origin" not in r.headers
-    pre = httpx.options(f"{server.url}/v1/models", headers={
-        "Origin": ORIGIN, "Access-Control-Request-Method": "GET"})  # fmt: skip
+    pre = httpx.options(
+        f"{server.url}/v1/models",
+        headers={"Origin": ORIGIN, "Access-Control-Request-Method": "GET"},
+    )
     assert "access-control-allow-origin" not in pre.headers
 
 
@@ -264,10 +287,25 @@ def _serve(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k != "LOOM_API_KEYS"}
     env = dict(base, PYTHONPATH=os.pathsep.join([SRC, str(tmp)]))
     return subprocess.run(
-        [sys.executable, "-m", "loom", "serve", "--app", "server_agents:registry",
-         "--store", str(tmp / "x.db"), "--port", str(free_port()), *args],
-        capture_output=True, text=True, env=env, cwd=tmp, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "loom",
+            "serve",
+            "--app",
+            "server_agents:registry",
+            "--store",
+            str(tmp / "x.db"),
+            "--port",
+            str(free_port()),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp,
+        timeout=60,
+    )
 
 
 def test_refuses_a_public_interface_without_keys(tmp_path: Path) -> None:

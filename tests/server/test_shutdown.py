@@ -30,8 +30,12 @@ def _events(lines: Any) -> Any:
 
 
 def _stream_then_sigterm(srv: Server, seconds: float) -> tuple[list[tuple[str, Any]], str]:
-    run = {"assistant_id": "slow", "if_not_exists": "create", "stream_mode": ["values"],
-           "input": {"messages": [{"role": "user", "content": f"sleep {seconds}"}]}}  # fmt: skip
+    run = {
+        "assistant_id": "slow",
+        "if_not_exists": "create",
+        "stream_mode": ["values"],
+        "input": {"messages": [{"role": "user", "content": f"sleep {seconds}"}]},
+    }
     seen: list[tuple[str, Any]] = []
     with httpx.stream("POST", f"{srv.url}/threads/drain/runs/stream", json=run, timeout=30) as r:
         events = _events(r.iter_lines())

@@ -83,21 +83,30 @@ async def test_agent_protocol_agents_and_runs(server: Server) -> None:
 
         # a run on a thread, named in the body; input as Agent Protocol messages
         thread_id = (await http.post("/threads", json={})).json()["thread_id"]
-        body = {"agent_id": "calc", "thread_id": thread_id,
-                "messages": [{"role": "user", "content": "add 2 and 2"}]}  # fmt: skip
+        body = {
+            "agent_id": "calc",
+            "thread_id": thread_id,
+            "messages": [{"role": "user", "content": "add 2 and 2"}],
+        }
         r = await http.post("/runs/wait", json=body)
         assert r.status_code == 200
         out = r.json()
         assert out["run"]["status"] == "success" and out["run"]["thread_id"] == thread_id
         assert out["messages"][0] == {
-            "role": "user", "content": "add 2 and 2", "id": f"{thread_id}:0", "metadata": {}
-        }  # fmt: skip
+            "role": "user",
+            "content": "add 2 and 2",
+            "id": f"{thread_id}:0",
+            "metadata": {},
+        }
         assert out["messages"][-1]["role"] == "assistant"
         assert out["values"]["messages"][-1]["content"] == "The sum is 4."
 
         # background run, then wait / stream / get / search / delete by run id
-        started = (await http.post("/runs", json={**body, "messages": [
-            {"role": "user", "content": "add 3 and 3"}]})).json()  # fmt: skip
+        started = (
+            await http.post(
+                "/runs", json={**body, "messages": [{"role": "user", "content": "add 3 and 3"}]}
+            )
+        ).json()
         run_id = started["run_id"]
         waited = (await http.get(f"/runs/{run_id}/wait")).json()
         assert waited["values"]["messages"][-1]["content"] == "The sum is 6."
@@ -121,8 +130,9 @@ async def test_stateless_bad_input(server: Server) -> None:
         assert r.status_code == 422 and "calc, ops" in r.json()["error"]["message"]
         r = await http.post("/runs", json={"assistant_id": "nobody", "input": human("hi")})
         assert r.status_code == 404
-        r = await http.post("/runs", json={"agent_id": "calc", "thread_id": "missing",
-                                           "input": human("hi")})  # fmt: skip
+        r = await http.post(
+            "/runs", json={"agent_id": "calc", "thread_id": "missing", "input": human("hi")}
+        )
         assert r.status_code == 404
         r = await http.post("/runs", json={"assistant_id": "calc"})
         assert r.status_code == 422

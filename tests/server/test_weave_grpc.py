@@ -117,8 +117,14 @@ def test_committed_stubs_match_the_proto(tmp_path: Path) -> None:
 
     src = Path(pb.__file__).resolve().parents[3]
     proto = "loom/server/proto/weave.proto"
-    args = ["protoc", f"-I{src}", f"--python_out={tmp_path}", f"--pyi_out={tmp_path}",
-            f"--grpc_python_out={tmp_path}", str(src / proto)]  # fmt: skip
+    args = [
+        "protoc",
+        f"-I{src}",
+        f"--python_out={tmp_path}",
+        f"--pyi_out={tmp_path}",
+        f"--grpc_python_out={tmp_path}",
+        str(src / proto),
+    ]
     assert protoc.main(args) == 0
     for name in ("weave_pb2.py", "weave_pb2.pyi", "weave_pb2_grpc.py"):
         fresh = (tmp_path / "loom/server/proto" / name).read_text()
@@ -194,10 +200,17 @@ async def test_subscribe_sees_stored_then_live_events_without_duplicates(
 async def test_subscribe_after_an_event_id_resumes_after_it(grpc_server: GrpcServer) -> None:
     url = grpc_server.http.url
     async with httpx.AsyncClient(timeout=20) as h, weave_stub(grpc_server) as stub:
-        one = (await h.post(f"{url}/v1/weave", json={"agent": "calc", "message": "add 1 and 2",
-                                                     "session_id": "sub-2"})).json()  # fmt: skip
-        two = (await h.post(f"{url}/v1/weave", json={"agent": "calc", "message": "hello",
-                                                     "session_id": "sub-2"})).json()  # fmt: skip
+        one = (
+            await h.post(
+                f"{url}/v1/weave",
+                json={"agent": "calc", "message": "add 1 and 2", "session_id": "sub-2"},
+            )
+        ).json()
+        two = (
+            await h.post(
+                f"{url}/v1/weave", json={"agent": "calc", "message": "hello", "session_id": "sub-2"}
+            )
+        ).json()
         whole: list[pb.WeaveEvent] = []
         call = stub.SubscribeToSession(pb.SubscribeRequest(session_id="sub-2"), timeout=20)
         await _collect(call, two["run_id"], whole)
@@ -210,9 +223,11 @@ async def test_subscribe_after_an_event_id_resumes_after_it(grpc_server: GrpcSer
         call.cancel()
         assert [e.event_id for e in rest] == [e.event_id for e in whole[cut + 1 :]]
         # bad cursors and unknown sessions are refused with a status, the server serves on
-        for bad, code in [("nope", grpc.StatusCode.INVALID_ARGUMENT),
-                          ("run_000000000000:3", grpc.StatusCode.INVALID_ARGUMENT),
-                          (f"{one['run_id']}:999", grpc.StatusCode.INVALID_ARGUMENT)]:  # fmt: skip
+        for bad, code in [
+            ("nope", grpc.StatusCode.INVALID_ARGUMENT),
+            ("run_000000000000:3", grpc.StatusCode.INVALID_ARGUMENT),
+            (f"{one['run_id']}:999", grpc.StatusCode.INVALID_ARGUMENT),
+        ]:
             call = stub.SubscribeToSession(
                 pb.SubscribeRequest(session_id="sub-2", after_event_id=bad), timeout=5
             )

@@ -45,11 +45,15 @@ class Receiver:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                receiver.hits.append({
-                    "body": json.loads(body),
-                    "event": self.headers["X-Loom-Event"],
-                    "verified": verify_signature(SECRET, body, self.headers["X-Loom-Signature"]),
-                })  # fmt: skip
+                receiver.hits.append(
+                    {
+                        "body": json.loads(body),
+                        "event": self.headers["X-Loom-Event"],
+                        "verified": verify_signature(
+                            SECRET, body, self.headers["X-Loom-Signature"]
+                        ),
+                    }
+                )
                 receiver.got_hit.set()
                 status = receiver.respond(len(receiver.hits))
                 if status is None:  # a target that does not answer in time
@@ -104,15 +108,24 @@ async def test_a_finished_run_is_posted_signed_and_recorded(
     receiver: Receiver, store: SQLiteStore
 ) -> None:
     hooks, rt = hooks_for(store, receiver.url)
-    model = ScriptedModel([ModelResponse(text="hi there", usage=Usage(input_tokens=1_000,
-                          output_tokens=10, requests=1))], name="openai:gpt-4o")  # fmt: skip
+    model = ScriptedModel(
+        [
+            ModelResponse(
+                text="hi there", usage=Usage(input_tokens=1_000, output_tokens=10, requests=1)
+            )
+        ],
+        name="openai:gpt-4o",
+    )
     result = await rt.run(Agent(name="greeter", model=model), "hello", session_id="s1")
     await hooks.drain(10)
     (hit,) = receiver.hits
     assert hit["verified"] and hit["event"] == "run.finished"
     body = hit["body"]
-    assert (body["type"], body["run_id"], body["session_id"]) == ("run.finished", result.run_id,
-                                                                  "s1")  # fmt: skip
+    assert (body["type"], body["run_id"], body["session_id"]) == (
+        "run.finished",
+        result.run_id,
+        "s1",
+    )
     assert body["stop_reason"] == "completed" and body["output"] == "hi there"
     assert body["usage"]["cost"] == pytest.approx(result.usage.cost)
     record = await store.get_value(NAMESPACE, body["id"])
@@ -124,8 +137,12 @@ async def test_a_run_waiting_for_approval_is_posted_with_its_calls(
 ) -> None:
     hooks, rt = hooks_for(store, receiver.url)
     call = ToolCall(id="call_d", name="deploy", arguments={"target": "prod"})
-    agent = Agent(name="deployer", model=ScriptedModel([ModelResponse(tool_calls=[call])]),
-                  tools=[deploy], permissions={"ask": ["deploy"]})  # fmt: skip
+    agent = Agent(
+        name="deployer",
+        model=ScriptedModel([ModelResponse(tool_calls=[call])]),
+        tools=[deploy],
+        permissions={"ask": ["deploy"]},
+    )
     result = await rt.run(agent, "deploy prod")
     assert result.stop_reason == "awaiting_approval"
     await hooks.drain(10)
@@ -139,8 +156,9 @@ async def test_a_target_that_times_out_is_retried_and_recorded(
 ) -> None:
     receiver.respond = lambda n: None if n == 1 else 200
     hooks, _ = hooks_for(store, receiver.url, timeout=0.3, backoff=0.01)
-    record = await hooks.deliver(hooks.targets[0], {"type": "run.finished", "run_id": "r",
-                                                    "session_id": "s"})  # fmt: skip
+    record = await hooks.deliver(
+        hooks.targets[0], {"type": "run.finished", "run_id": "r", "session_id": "s"}
+    )
     receiver.release.set()
     assert [a.get("error") or a.get("status") for a in record["attempts"]] == ["timeout", 200]
     assert record["delivered"] is True
@@ -154,22 +172,25 @@ async def test_5xx_is_retried_up_to_the_bound_and_4xx_is_final(
 ) -> None:
     receiver.respond = lambda n: 503
     hooks, _ = hooks_for(store, receiver.url, max_attempts=3, backoff=0.01)
-    record = await hooks.deliver(hooks.targets[0], {"type": "run.finished", "run_id": "r",
-                                                    "session_id": "s"})  # fmt: skip
+    record = await hooks.deliver(
+        hooks.targets[0], {"type": "run.finished", "run_id": "r", "session_id": "s"}
+    )
     assert [a["status"] for a in record["attempts"]] == [503, 503, 503]
     assert record["delivered"] is False
     assert (await store.get_value(NAMESPACE, record["id"]))["delivered"] is False
     receiver.hits.clear()
     receiver.respond = lambda n: 400
-    record = await hooks.deliver(hooks.targets[0], {"type": "run.finished", "run_id": "r",
-                                                    "session_id": "s"})  # fmt: skip
+    record = await hooks.deliver(
+        hooks.targets[0], {"type": "run.finished", "run_id": "r", "session_id": "s"}
+    )
     assert [a["status"] for a in record["attempts"]] == [400] and len(receiver.hits) == 1
 
 
 async def test_an_unreachable_target_is_recorded_as_failed(store: SQLiteStore) -> None:
     hooks, _ = hooks_for(store, "http://127.0.0.1:9/hook", max_attempts=2, backoff=0.01)
-    record = await hooks.deliver(hooks.targets[0], {"type": "run.finished", "run_id": "r",
-                                                    "session_id": "s"})  # fmt: skip
+    record = await hooks.deliver(
+        hooks.targets[0], {"type": "run.finished", "run_id": "r", "session_id": "s"}
+    )
     assert record["delivered"] is False and len(record["attempts"]) == 2
     assert "Connect" in record["attempts"][0]["error"]
 
@@ -196,19 +217,33 @@ def test_loom_serve_sends_webhooks_and_traces(receiver: Receiver, tmp_path: Path
     )
     from tests.server.conftest import start_server, stop_server
 
-    server = start_server(tmp_path, "--otlp-endpoint", receiver.base, "--webhook", receiver.url,
-                          "--webhook-secret", SECRET,
-                          env={"OTEL_BSP_SCHEDULE_DELAY": "50"})  # fmt: skip
+    server = start_server(
+        tmp_path,
+        "--otlp-endpoint",
+        receiver.base,
+        "--webhook",
+        receiver.url,
+        "--webhook-secret",
+        SECRET,
+        env={"OTEL_BSP_SCHEDULE_DELAY": "50"},
+    )
     try:
-        r = httpx.post(f"{server.url}/v1/chat/completions", timeout=30, json={
-            "model": "calc", "messages": [{"role": "user", "content": "add 2 and 3"}]})  # fmt: skip
+        r = httpx.post(
+            f"{server.url}/v1/chat/completions",
+            timeout=30,
+            json={"model": "calc", "messages": [{"role": "user", "content": "add 2 and 3"}]},
+        )
         assert r.status_code == 200, r.text
         assert receiver.got_hit.wait(15) and receiver.got_otlp.wait(15)
     finally:
         stop_server(server)
     (hit,) = receiver.hits
     assert hit["verified"] and hit["body"]["stop_reason"] == "completed"
-    names = {s.name for body in receiver.otlp["/v1/traces"]
-             for rs in ExportTraceServiceRequest.FromString(body).resource_spans
-             for ss in rs.scope_spans for s in ss.spans}  # fmt: skip
+    names = {
+        s.name
+        for body in receiver.otlp["/v1/traces"]
+        for rs in ExportTraceServiceRequest.FromString(body).resource_spans
+        for ss in rs.scope_spans
+        for s in ss.spans
+    }
     assert {"invoke_agent calc", "chat function", "execute_tool add"} <= names

@@ -388,8 +388,14 @@ async def test_agent_with_tools_through_a_runtime(store: PostgresStore) -> None:
     r2 = await Runtime(store).run(agent, "again", session_id="s")
     assert r2.output == "two"
     messages = await store.load_messages("s")
-    assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant", "user",
-                                          "assistant"]  # fmt: skip
+    assert [m.role for m in messages] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+        "assistant",
+    ]
     info = await store.get_session("s")
     assert info is not None and info.message_count == 6 and info.usage.requests >= 3
     events = await store.load_events("s")
@@ -568,11 +574,19 @@ def second_cluster() -> Any:
     opts = f"-c listen_addresses=127.0.0.1 -p {port} -k {root} -c fsync=off"
 
     def ctl(*args: str) -> None:
-        subprocess.run([*as_pg, f"{pg_bin}/pg_ctl", "-D", data, "-l", f"{root}/log", *args],
-                       check=True, capture_output=True, timeout=60)  # fmt: skip
+        subprocess.run(
+            [*as_pg, f"{pg_bin}/pg_ctl", "-D", data, "-l", f"{root}/log", *args],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
 
-    subprocess.run([*as_pg, f"{pg_bin}/initdb", "-D", data, "-A", "trust", "-U", "postgres",
-                    "--no-sync"], check=True, capture_output=True, timeout=60)  # fmt: skip
+    subprocess.run(
+        [*as_pg, f"{pg_bin}/initdb", "-D", data, "-A", "trust", "-U", "postgres", "--no-sync"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     ctl("-w", "-o", opts, "start")
 
     class Cluster:
@@ -588,8 +602,11 @@ def second_cluster() -> Any:
         yield Cluster()
     finally:
         if os.path.exists(f"{data}/postmaster.pid"):
-            subprocess.run([*as_pg, f"{pg_bin}/pg_ctl", "-D", data, "-m", "immediate", "stop"],
-                           capture_output=True, timeout=60)  # fmt: skip
+            subprocess.run(
+                [*as_pg, f"{pg_bin}/pg_ctl", "-D", data, "-m", "immediate", "stop"],
+                capture_output=True,
+                timeout=60,
+            )
         shutil.rmtree(root, ignore_errors=True)
 
 

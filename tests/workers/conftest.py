@@ -21,16 +21,33 @@ class Fleet:
 
     def __init__(self, dsn: str, workdir: Path, **options: Any) -> None:
         self.dsn, self.dir = dsn, workdir
-        self.options = {"concurrency": 3, "lease-ttl": 2, "heartbeat": 0.5,
-                        "stalled-after": 2, "max-attempts": 10, **options}  # fmt: skip
+        self.options = {
+            "concurrency": 3,
+            "lease-ttl": 2,
+            "heartbeat": 0.5,
+            "stalled-after": 2,
+            "max-attempts": 10,
+            **options,
+        }
         self.procs: list[subprocess.Popen[bytes]] = []
-        self.env = {**os.environ, "LOOM_FLEET_DIR": str(workdir),
-                    "PYTHONPATH": os.pathsep.join([str(SRC), str(HERE)])}  # fmt: skip
+        self.env = {
+            **os.environ,
+            "LOOM_FLEET_DIR": str(workdir),
+            "PYTHONPATH": os.pathsep.join([str(SRC), str(HERE)]),
+        }
 
     def start(self, *script: str) -> subprocess.Popen[bytes]:
         """Start a `loom worker` with ``self.options`` (or ``python script args...``)."""
-        args = [sys.executable, "-m", "loom", "worker", "--store", self.dsn, "--app",
-                "fleet_app:agents"]  # fmt: skip
+        args = [
+            sys.executable,
+            "-m",
+            "loom",
+            "worker",
+            "--store",
+            self.dsn,
+            "--app",
+            "fleet_app:agents",
+        ]
         for k, v in self.options.items():
             args += [f"--{k}", str(v)]
         if script:

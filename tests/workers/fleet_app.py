@@ -102,8 +102,11 @@ async def _script(messages: list[Message], tools: list[ToolSpec]) -> ModelRespon
     await asyncio.sleep(random.uniform(0.0, 0.01) if FAST else random.uniform(0.02, 0.15))
     last = messages[-1]
     asked = next(m.content for m in reversed(messages) if m.role == "user")
-    if asked.startswith("hold, gate") and last.role == "tool" and "gate" not in {
-            c.name for m in messages for c in m.tool_calls}:  # fmt: skip
+    if (
+        asked.startswith("hold, gate")
+        and last.role == "tool"
+        and "gate" not in {c.name for m in messages for c in m.tool_calls}
+    ):
         return ModelResponse(text="", tool_calls=[ToolCall(name="gate", arguments={})])
     if last.role != "user":
         return "done"

@@ -15,8 +15,11 @@ from loom.tools.base import RunContext
 @tool(effect="at_most_once")
 def stamp(ctx: RunContext) -> str:
     """Record which process ran this run."""
-    fd = os.open(os.path.join(os.environ["LOOM_FLEET_DIR"], "stamps.log"),
-                 os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)  # fmt: skip
+    fd = os.open(
+        os.path.join(os.environ["LOOM_FLEET_DIR"], "stamps.log"),
+        os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+        0o644,
+    )
     try:
         os.write(fd, f"{ctx.run_id} {ctx.session_id} {os.getpid()}\n".encode())
     finally:

@@ -33,7 +33,19 @@ def test_bad_settings_are_refused(change: dict[str, float], message: str) -> Non
 
 def test_the_cli_says_what_is_wrong() -> None:
     pytest.importorskip("procrastinate", reason="the postgres extra is not installed")
-    result = CliRunner().invoke(app, ["worker", "--store", "dbname=x", "--app", "x:y",
-                                      "--heartbeat", "3", "--stalled-after", "4"])  # fmt: skip
+    result = CliRunner().invoke(
+        app,
+        [
+            "worker",
+            "--store",
+            "dbname=x",
+            "--app",
+            "x:y",
+            "--heartbeat",
+            "3",
+            "--stalled-after",
+            "4",
+        ],
+    )
     assert result.exit_code == 2
     assert "at least twice the heartbeat" in result.output

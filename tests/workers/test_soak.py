@@ -79,8 +79,12 @@ async def test_soak_kill_9_workers(fleet: Any) -> None:
         assert record is not None and record["status"] == "finished", (job, record)
         assert record["stop_reason"] == "completed", (job, record)
         retried += len(record["runs"]) > 1
-        finishes = [e for r in record["runs"] for e in await store.load_events(sid, r)
-                    if isinstance(e, AgentFinish)]  # fmt: skip
+        finishes = [
+            e
+            for r in record["runs"]
+            for e in await store.load_events(sid, r)
+            if isinstance(e, AgentFinish)
+        ]
         assert len(finishes) == 1, (job, record)  # finished exactly once
     assert retried >= 1, "no run was ever retried: the kills missed everything"
 
@@ -88,8 +92,9 @@ async def test_soak_kill_9_workers(fleet: Any) -> None:
         sid = f"soak-{s}"
         events = await store.load_events(sid)
         # each message entered the transcript once: a retry never re-sent it
-        sent = collections.Counter(e.data["content"] for e in events
-                                   if e.type == EventType.USER_MESSAGE)  # fmt: skip
+        sent = collections.Counter(
+            e.data["content"] for e in events if e.type == EventType.USER_MESSAGE
+        )
         assert sorted(sent) == sorted(m for sid2, m in jobs.values() if sid2 == sid)
         assert set(sent.values()) == {1}, sent
         # no two runs at once: once another run wrote, an earlier run never wrote again
@@ -107,8 +112,9 @@ async def test_soak_kill_9_workers(fleet: Any) -> None:
         assert await store.open_tool_calls(sid) == []
 
     effects = fleet.effects()
-    once = collections.Counter(key for effect, phase, key, _ in effects
-                               if effect == "at_most_once" and phase == "begin")  # fmt: skip
+    once = collections.Counter(
+        key for effect, phase, key, _ in effects if effect == "at_most_once" and phase == "begin"
+    )
     assert once and max(once.values()) == 1, [k for k, n in once.items() if n > 1]
     print(
         f"soak: {took:.0f} s, {kills} kills, {retried} of {RUNS} runs retried, "

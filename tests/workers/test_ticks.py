@@ -61,7 +61,9 @@ async def test_each_tick_runs_once_across_the_fleet(fleet: Any) -> None:
     async with await psycopg.AsyncConnection.connect(fleet.dsn) as conn:
         cur = await conn.execute(
             "SELECT count(*) FROM procrastinate_jobs WHERE queue_name = %s AND status = "
-            "'succeeded'", (TICK_QUEUE,))  # fmt: skip
+            "'succeeded'",
+            (TICK_QUEUE,),
+        )
         row = await cur.fetchone()
     # the sweep deletes finished ticks: the table does not grow a row a second
     assert row is not None and row[0] <= 4, row

@@ -40,7 +40,10 @@ async def test_a_queued_run_runs_on_a_worker(fleet: Any) -> None:
     msgs = await store.load_messages("s1")
     assert [m.role for m in msgs] == ["user", "assistant", "tool", "tool", "tool", "assistant"]
     assert sorted(e[0] for e in fleet.effects() if e[1] == "end") == [
-        "at_most_once", "idempotent", "pure"]  # fmt: skip
+        "at_most_once",
+        "idempotent",
+        "pure",
+    ]
     await store.close()
 
 

@@ -14,8 +14,11 @@ from loom.workers import PeriodicJob, Tick, WorkerSettings, run_worker
 
 
 async def record(tick: Tick) -> None:
-    fd = os.open(os.path.join(os.environ["LOOM_FLEET_DIR"], "ticks.log"),
-                 os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)  # fmt: skip
+    fd = os.open(
+        os.path.join(os.environ["LOOM_FLEET_DIR"], "ticks.log"),
+        os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+        0o644,
+    )
     try:
         os.write(fd, f"{tick.timestamp} {os.getpid()}\n".encode())
     finally:

@@ -124,13 +124,16 @@ class DocumentIndex:
                 except UnreadableDocument as exc:
                     text, error = "", str(exc)
                 self._texts[name] = text
-                self._db.execute("INSERT INTO docs VALUES (?, ?, ?, ?)",
-                                 (name, stamp, len(text), error))  # fmt: skip
+                self._db.execute(
+                    "INSERT INTO docs VALUES (?, ?, ?, ?)", (name, stamp, len(text), error)
+                )
                 self._db.executemany(
                     "INSERT INTO chunks(path, chunk, start, body) VALUES (?, ?, ?, ?)",
-                    [(name, i, s, piece)
-                     for i, (s, piece) in enumerate(chunks_of(text, self.chunk_chars))],
-                )  # fmt: skip
+                    [
+                        (name, i, s, piece)
+                        for i, (s, piece) in enumerate(chunks_of(text, self.chunk_chars))
+                    ],
+                )
                 changed.append(name)
             self._db.commit()
         return changed

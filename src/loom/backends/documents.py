@@ -84,9 +84,10 @@ class DocumentBackend:
         return [
             (p.relative_to(self.root).as_posix(), p)
             for p in sorted(self.root.rglob("*"))
-            if p.suffix.lower() in self.suffixes and p.is_file()
+            if p.suffix.lower() in self.suffixes
+            and p.is_file()
             and not any(part.startswith(".") for part in p.relative_to(self.root).parts)
-        ]  # fmt: skip
+        ]
 
     def refresh(self) -> list[str]:
         """Re-read what changed on disk; returns the changed names (listeners are told)."""
@@ -123,8 +124,9 @@ class DocumentBackend:
             raise MissingDependencyError("watchfiles", "backends", "Document watching") from exc
         ready = threading.Event()
         self._stop.clear()
-        self._thread = threading.Thread(target=self._watch_loop, args=(ready,), daemon=True,
-                                        name=f"loom-docs-watch:{self.name}")  # fmt: skip
+        self._thread = threading.Thread(
+            target=self._watch_loop, args=(ready,), daemon=True, name=f"loom-docs-watch:{self.name}"
+        )
         self._thread.start()
         ready.wait(5)
 
@@ -135,9 +137,16 @@ class DocumentBackend:
             [self.root] if self.root is not None else sorted({p.parent for p in self.files or []})
         )
         try:
-            changes = watch(*targets, stop_event=self._stop, raise_interrupt=False,
-                            rust_timeout=1000, yield_on_timeout=True, debounce=self._debounce,
-                            step=20, force_polling=self._polling)  # fmt: skip
+            changes = watch(
+                *targets,
+                stop_event=self._stop,
+                raise_interrupt=False,
+                rust_timeout=1000,
+                yield_on_timeout=True,
+                debounce=self._debounce,
+                step=20,
+                force_polling=self._polling,
+            )
             ready.set()
             first = True
             for batch in changes:

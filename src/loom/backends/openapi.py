@@ -110,8 +110,13 @@ class OpenAPIBackend:
         self.problems: list[str] = []
         self.document = load_document(source, timeout=timeout)
         base = base_url or next(
-            (str(s.get("url")) for s in self.document.get("servers") or []
-             if isinstance(s, dict) and "://" in str(s.get("url", ""))), None)  # fmt: skip
+            (
+                str(s.get("url"))
+                for s in self.document.get("servers") or []
+                if isinstance(s, dict) and "://" in str(s.get("url", ""))
+            ),
+            None,
+        )
         if not base:
             raise BackendConfigError(
                 "the API's base URL is unknown: give base_url= (the document has no absolute "
@@ -120,15 +125,17 @@ class OpenAPIBackend:
         self.base = httpx.URL(base.rstrip("/") + "/")
         if self.base.scheme not in ("http", "https") or not self.base.host:
             raise BackendConfigError(f"base_url {base!r} must be an absolute http(s) URL")
-        self.operations = select_operations(self.document, operations=operations, tags=tags,
-                                            paths=paths, methods=methods)  # fmt: skip
+        self.operations = select_operations(
+            self.document, operations=operations, tags=tags, paths=paths, methods=methods
+        )
         if not self.operations:
             raise BackendConfigError(
                 f"no operation of {source} is allowed by the filters (methods={list(methods)}, "
                 f"operations={operations}, tags={tags}, paths={paths})"
             )
-        self._tools: list[Tool] = [OperationTool(self, op, f"{prefix}{op.name}")
-                                   for op in self.operations]  # fmt: skip
+        self._tools: list[Tool] = [
+            OperationTool(self, op, f"{prefix}{op.name}") for op in self.operations
+        ]
 
     def tools(self) -> list[Tool]:
         return list(self._tools)
@@ -208,15 +215,18 @@ class OpenAPIBackend:
             else ""
         )
         if response.status_code >= 400:
-            raise ToolError(f"HTTP {response.status_code} from {op.method} {op.path}: "
-                            f"{text[:2000]}{note}", code="http_error")  # fmt: skip
+            raise ToolError(
+                f"HTTP {response.status_code} from {op.method} {op.path}: {text[:2000]}{note}",
+                code="http_error",
+            )
         return f"HTTP {response.status_code}\n{text}{note}"
 
     # -- schema text --------------------------------------------------------------------------
     def schema_text(self, budget: int) -> str:
         methods = sorted({op.method for op in self.operations})
-        lines = [f"HTTP API {self.name!r} at {self.base} ({', '.join(methods)}); one tool per "
-                 "operation:"]  # fmt: skip
+        lines = [
+            f"HTTP API {self.name!r} at {self.base} ({', '.join(methods)}); one tool per operation:"
+        ]
         for tool, op in zip(self._tools, self.operations, strict=True):
             args = ", ".join(op.schema["properties"])
             summary = f" -- {op.summary}" if op.summary else ""

@@ -96,15 +96,15 @@ def _resolve(doc: dict[str, Any], node: Any, depth: int = 0) -> Any:
     return node
 
 
-def _operation(doc: dict[str, Any], path: str, method: str, op: dict[str, Any],
-               shared: list[Any]) -> Operation:  # fmt: skip
+def _operation(
+    doc: dict[str, Any], path: str, method: str, op: dict[str, Any], shared: list[Any]
+) -> Operation:
     raw_name = op.get("operationId") or f"{method}_{path}"
     name = _SAFE_NAME.sub("_", str(raw_name)).strip("_")[:64] or method
     props: dict[str, Any] = {}
     required: list[str] = []
     summary = str(op.get("summary") or op.get("description") or "")
-    out = Operation(name, method.upper(), path, summary,
-                    [str(t) for t in op.get("tags") or []])  # fmt: skip
+    out = Operation(name, method.upper(), path, summary, [str(t) for t in op.get("tags") or []])
     for param in [*shared, *(op.get("parameters") or [])]:
         param = _resolve(doc, param)
         pname, where = str(param.get("name", "")), param.get("in")
@@ -129,8 +129,12 @@ def _operation(doc: dict[str, Any], path: str, method: str, op: dict[str, Any],
             out.has_body = True
             if body.get("required"):
                 required.append("body")
-    out.schema = {"type": "object", "properties": props, "required": sorted(set(required)),
-                  "additionalProperties": False}  # fmt: skip
+    out.schema = {
+        "type": "object",
+        "properties": props,
+        "required": sorted(set(required)),
+        "additionalProperties": False,
+    }
     return out
 
 

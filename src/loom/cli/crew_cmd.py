@@ -25,14 +25,18 @@ async def _render_crew(events: AsyncIterator[AgentEvent], as_json: bool) -> dict
             if not as_json and event.type is E.CREW_MEMBER_START:
                 render.end_text()
                 d = event.data
-                err.print(f"[magenta]▶ {escape(str(d['path']))}[/] "
-                          f"[dim](context: {escape(str(d['context_policy']))})[/]")  # fmt: skip
+                err.print(
+                    f"[magenta]▶ {escape(str(d['path']))}[/] "
+                    f"[dim](context: {escape(str(d['context_policy']))})[/]"
+                )
             elif not as_json and event.type is E.CREW_MEMBER_FINISH:
                 render.end_text()
                 d = event.data
                 reused = " (reused)" if d.get("reused") else ""
-                err.print(f"[magenta]■ {escape(str(d['path']))}[/] "
-                          f"[dim]{escape(str(d['stop_reason']))}{reused}[/]")  # fmt: skip
+                err.print(
+                    f"[magenta]■ {escape(str(d['path']))}[/] "
+                    f"[dim]{escape(str(d['stop_reason']))}{reused}[/]"
+                )
             render(event)
     except BaseException:
         render.end_text()
@@ -53,5 +57,6 @@ def run_crew(
 
     crew = Crew.from_file(path)
     runtime = Runtime(store)
-    return asyncio.run(_render_crew(crew.stream(message, session_id=session_id,
-                                                runtime=runtime), as_json))  # fmt: skip
+    return asyncio.run(
+        _render_crew(crew.stream(message, session_id=session_id, runtime=runtime), as_json)
+    )

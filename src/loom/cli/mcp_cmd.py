@@ -36,11 +36,15 @@ def mcp(
     from loom.server.registry import AgentRegistry, load_registry
 
     if (agent is None) == (app_spec is None):
-        raise ConfigurationError("give the agents to serve: --agent AGENT.md (or a directory) "
-                                 "or --app module:attr")  # fmt: skip
+        raise ConfigurationError(
+            "give the agents to serve: --agent AGENT.md (or a directory) or --app module:attr"
+        )
     if agent is not None:
-        registry = (AgentRegistry.from_dir(agent) if agent.is_dir()
-                    else AgentRegistry([Agent.from_file(agent)]))  # fmt: skip
+        registry = (
+            AgentRegistry.from_dir(agent)
+            if agent.is_dir()
+            else AgentRegistry([Agent.from_file(agent)])
+        )
     else:
         registry = load_registry(str(app_spec))
     runtime = Runtime(open_store(store))

@@ -66,8 +66,10 @@ class Remote:
         return r.json()
 
     async def agent(self, name: str | None) -> str:
-        agents = [a["assistant_id"] for a in await self._request(
-            "POST", "/assistants/search", json={"limit": 1000})]  # fmt: skip
+        agents = [
+            a["assistant_id"]
+            for a in await self._request("POST", "/assistants/search", json={"limit": 1000})
+        ]
         if name is None:
             if len(agents) == 1:
                 return str(agents[0])

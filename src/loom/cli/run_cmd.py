@@ -371,8 +371,7 @@ class _Renderer:
             out.print(d["text"], end="", soft_wrap=True, markup=False)
             self.in_text = True
             return
-        if event.type in (E.LLM_COMPLETE, E.TOOL_EXECUTION_START, E.ERROR, E.WARNING,
-                          E.GUARDRAIL):  # fmt: skip
+        if event.type in (E.LLM_COMPLETE, E.TOOL_EXECUTION_START, E.ERROR, E.WARNING, E.GUARDRAIL):
             self.end_text()
         if event.type is E.TOOL_EXECUTION_START:
             args = escape(json.dumps(d["arguments"], ensure_ascii=False))
@@ -391,9 +390,11 @@ class _Renderer:
             err.print(f"[yellow]warning:[/] {escape(str(d.get('message')))}")
         elif event.type is E.GUARDRAIL and d.get("action") != "pass":  # passes: --json only
             color = {"trip": "red", "fix": "yellow"}.get(str(d.get("action")), "yellow")
-            err.print(f"[{color}]guardrail {escape(str(d.get('guardrail')))} "
-                      f"({escape(str(d.get('kind')))}) {escape(str(d.get('action')))}:[/] "
-                      f"{escape(str(d.get('reason')))}")  # fmt: skip
+            err.print(
+                f"[{color}]guardrail {escape(str(d.get('guardrail')))} "
+                f"({escape(str(d.get('kind')))}) {escape(str(d.get('action')))}:[/] "
+                f"{escape(str(d.get('reason')))}"
+            )
 
 
 async def read_line(prompt: str) -> str:
@@ -565,12 +566,19 @@ def run(
         from loom.errors import InputError
 
         try:
-            clash = {"--agent": agent_file, "--model": model, "--tools": tools,
-                     "--workspace": workspace, "--server": server}  # fmt: skip
+            clash = {
+                "--agent": agent_file,
+                "--model": model,
+                "--tools": tools,
+                "--workspace": workspace,
+                "--server": server,
+            }
             bad = [k for k, v in clash.items() if v is not None]
             if bad:
-                raise InputError(f"{', '.join(bad)} cannot be used with --crew: the crew file "
-                                 "defines its members' models and tools")  # fmt: skip
+                raise InputError(
+                    f"{', '.join(bad)} cannot be used with --crew: the crew file "
+                    "defines its members' models and tools"
+                )
             the_store = open_store(store)
             session_id = choose_session(the_store, session, new)
             result = run_crew(crew, message, the_store, session_id, as_json)

@@ -66,8 +66,9 @@ def worker(
 
             from loom.server.registry import AgentRegistry, load_registry
         except ImportError as exc:
-            raise MissingDependencyError(exc.name or "procrastinate", "postgres",
-                                         "loom worker") from None  # fmt: skip
+            raise MissingDependencyError(
+                exc.name or "procrastinate", "postgres", "loom worker"
+            ) from None
         from loom.workers import WorkerSettings, run_worker
 
         if (agents is None) == (app_spec is None):

@@ -56,20 +56,23 @@ class Budget:
         for name in ("tokens", "cost_usd", "wall_seconds"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int | float) or value <= 0):
-                raise CrewDefinitionError(f"must be a positive number or None, got {value!r}",
-                                          field=f"budget.{name}")  # fmt: skip
+                raise CrewDefinitionError(
+                    f"must be a positive number or None, got {value!r}", field=f"budget.{name}"
+                )
         for name in ("max_depth", "max_fan_out", "max_spawns"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise CrewDefinitionError(f"must be an integer >= 1, got {value!r}",
-                                          field=f"budget.{name}")  # fmt: skip
+                raise CrewDefinitionError(
+                    f"must be an integer >= 1, got {value!r}", field=f"budget.{name}"
+                )
 
 
 class BudgetScope:
     """One crew run's (or one member run's) share of the budget, chained to its parent."""
 
-    def __init__(self, budget: Budget | None, parent: BudgetScope | None = None,
-                 *, depth: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self, budget: Budget | None, parent: BudgetScope | None = None, *, depth: int = 0
+    ) -> None:
         self.budget = budget or Budget()
         self.parent = parent
         self.depth = depth
@@ -105,24 +108,32 @@ class BudgetScope:
                 raise scope.exhausted
             b = scope.budget
             if b.tokens is not None and scope.usage.total_tokens >= b.tokens:
-                raise self._refuse("tokens", f"token budget exhausted: {scope.usage.total_tokens}"
-                                   f" of {b.tokens} tokens used")  # fmt: skip
+                raise self._refuse(
+                    "tokens",
+                    f"token budget exhausted: {scope.usage.total_tokens} of {b.tokens} tokens used",
+                )
             if b.cost_usd is not None and scope.cost >= b.cost_usd:
-                raise self._refuse("cost_usd", f"cost budget exhausted: ${scope.cost:.4f} of "
-                                   f"${b.cost_usd:.4f} spent")  # fmt: skip
+                raise self._refuse(
+                    "cost_usd",
+                    f"cost budget exhausted: ${scope.cost:.4f} of ${b.cost_usd:.4f} spent",
+                )
             if b.wall_seconds is not None:
                 elapsed = time.monotonic() - scope.started
                 if elapsed >= b.wall_seconds:
-                    raise self._refuse("wall_seconds", f"wall-time budget exhausted: {elapsed:.1f}"
-                                       f" s of {b.wall_seconds:g} s")  # fmt: skip
+                    raise self._refuse(
+                        "wall_seconds",
+                        f"wall-time budget exhausted: {elapsed:.1f} s of {b.wall_seconds:g} s",
+                    )
 
     def check_model(self, model_name: str) -> None:
         """``check``, and refuse a model no cost limit up the chain can price (fail closed)."""
         self.check()
         for scope in self.chain():
             if scope.budget.cost_usd is not None and _price(scope.budget, model_name) is None:
-                why = (f"no price is known for model {model_name!r}, so its cost cannot be "
-                       "metered; add it to Budget(prices=...)")  # fmt: skip
+                why = (
+                    f"no price is known for model {model_name!r}, so its cost cannot be "
+                    "metered; add it to Budget(prices=...)"
+                )
                 raise self._refuse("cost_usd", why)
 
     def check_unmetered(self, what: str) -> None:
@@ -130,9 +141,12 @@ class BudgetScope:
         agent) when any cost limit up the chain would have to trust it: fail closed."""
         for scope in self.chain():
             if scope.budget.cost_usd is not None:
-                raise self._refuse("cost_usd", f"{what} cannot report its cost, so it cannot "
-                                   "run under a cost_usd budget; drop the cost limit or run "
-                                   "a local member")  # fmt: skip
+                raise self._refuse(
+                    "cost_usd",
+                    f"{what} cannot report its cost, so it cannot "
+                    "run under a cost_usd budget; drop the cost limit or run "
+                    "a local member",
+                )
 
     def check_spawn(self, depth: int) -> None:
         """Before starting one member run at ``depth``: depth, spawns, and everything ``check``
@@ -142,13 +156,19 @@ class BudgetScope:
         for scope in chain:
             b = scope.budget
             if depth - scope.depth > b.max_depth:  # depth below the crew that set the limit
-                raise self._refuse("depth", f"depth budget: a member {depth - scope.depth} "
-                                   f"levels below crew depth {scope.depth} exceeds max_depth="
-                                   f"{b.max_depth} (nested spawning is off unless "
-                                   "Budget(max_depth=...) allows it)")  # fmt: skip
+                raise self._refuse(
+                    "depth",
+                    f"depth budget: a member {depth - scope.depth} "
+                    f"levels below crew depth {scope.depth} exceeds max_depth="
+                    f"{b.max_depth} (nested spawning is off unless "
+                    "Budget(max_depth=...) allows it)",
+                )
             if scope.spawns + 1 > b.max_spawns:
-                raise self._refuse("spawns", f"spawn budget: member run {scope.spawns + 1} "
-                                   f"exceeds max_spawns={b.max_spawns}")  # fmt: skip
+                raise self._refuse(
+                    "spawns",
+                    f"spawn budget: member run {scope.spawns + 1} "
+                    f"exceeds max_spawns={b.max_spawns}",
+                )
         for scope in chain:
             scope.spawns += 1
 
@@ -157,8 +177,11 @@ class BudgetScope:
         self.check()
         for scope in self.chain():
             if width > scope.budget.max_fan_out:
-                raise self._refuse("fan_out", f"fan-out budget: {width} members at once exceed "
-                                   f"max_fan_out={scope.budget.max_fan_out}")  # fmt: skip
+                raise self._refuse(
+                    "fan_out",
+                    f"fan-out budget: {width} members at once exceed "
+                    f"max_fan_out={scope.budget.max_fan_out}",
+                )
 
     def charge(self, usage: Usage, model_name: str) -> None:
         """Add a model call's usage (and its price) to this scope and every ancestor."""

@@ -72,34 +72,60 @@ class Crew:
         queue_timeout: Seconds a run waits for the crew session when another run holds it.
     """
 
-    __slots__ = ("__weakref__", "budget", "members", "name", "plan", "queue_timeout",
-                 "ref_threshold", "shared_state", "store", "summarizer")  # fmt: skip
+    __slots__ = (
+        "__weakref__",
+        "budget",
+        "members",
+        "name",
+        "plan",
+        "queue_timeout",
+        "ref_threshold",
+        "shared_state",
+        "store",
+        "summarizer",
+    )
 
-    def __init__(self, name: str, *, members: Mapping[str, Agent | Crew | RemoteAgent],
-                 plan: Node | str,
-                 budget: Budget | None = None, shared_state: bool = False,
-                 ref_threshold: int | None = None, summarizer: Agent | None = None,
-                 store: Any = None, queue_timeout: float = 300.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        name: str,
+        *,
+        members: Mapping[str, Agent | Crew | RemoteAgent],
+        plan: Node | str,
+        budget: Budget | None = None,
+        shared_state: bool = False,
+        ref_threshold: int | None = None,
+        summarizer: Agent | None = None,
+        store: Any = None,
+        queue_timeout: float = 300.0,
+    ) -> None:
         from loom.agent import Agent
 
         if not isinstance(name, str) or not _NAME.match(name):
-            raise CrewDefinitionError(f"{name!r} is not a usable name: use letters, digits, "
-                                      "'_', '.', '-' (no '/' or ':')", field="name")  # fmt: skip
+            raise CrewDefinitionError(
+                f"{name!r} is not a usable name: use letters, digits, "
+                "'_', '.', '-' (no '/' or ':')",
+                field="name",
+            )
         if not members:
             raise CrewDefinitionError("a crew needs at least one member", field="members")
         for key, m in members.items():
             if not isinstance(key, str) or not _NAME.match(key):
-                raise CrewDefinitionError(f"{key!r} is not a usable member name (letters, "
-                                          "digits, '_', '.', '-')", field="members")  # fmt: skip
+                raise CrewDefinitionError(
+                    f"{key!r} is not a usable member name (letters, digits, '_', '.', '-')",
+                    field="members",
+                )
             if not isinstance(m, Agent | Crew | RemoteAgent):
-                raise CrewDefinitionError(f"is a {type(m).__name__}; a member is an Agent, a "
-                                          "RemoteAgent or a Crew",
-                                          field=f"members.{key}")  # fmt: skip
+                raise CrewDefinitionError(
+                    f"is a {type(m).__name__}; a member is an Agent, a RemoteAgent or a Crew",
+                    field=f"members.{key}",
+                )
         if budget is not None and not isinstance(budget, Budget):
             raise CrewDefinitionError("must be a loom.crew.Budget", field="budget")
         if ref_threshold is not None and (not shared_state or ref_threshold < 1):
-            raise CrewDefinitionError("passing by reference needs shared_state=True and a "
-                                      "threshold >= 1", field="ref_threshold")  # fmt: skip
+            raise CrewDefinitionError(
+                "passing by reference needs shared_state=True and a threshold >= 1",
+                field="ref_threshold",
+            )
         validate(plan, members)
         check_roles(plan, members)
         put = object.__setattr__
@@ -152,14 +178,26 @@ class Crew:
         return rt
 
     # -- running --------------------------------------------------------------------------------
-    async def run(self, task: str, *, session_id: str | None = None,
-                  runtime: Runtime | None = None, deps: Any = None) -> CrewResult:  # fmt: skip
+    async def run(
+        self,
+        task: str,
+        *,
+        session_id: str | None = None,
+        runtime: Runtime | None = None,
+        deps: Any = None,
+    ) -> CrewResult:
         """Run the crew on ``task`` to its end. ``session_id`` names the crew session (running
         the same task again on a session whose run died resumes it)."""
         return await self.execute(runtime or self.runtime, task, session_id=session_id, deps=deps)
 
-    def run_sync(self, task: str, *, session_id: str | None = None,
-                 runtime: Runtime | None = None, deps: Any = None) -> CrewResult:  # fmt: skip
+    def run_sync(
+        self,
+        task: str,
+        *,
+        session_id: str | None = None,
+        runtime: Runtime | None = None,
+        deps: Any = None,
+    ) -> CrewResult:
         """``run`` for code without an event loop."""
         return asyncio.run(self.run(task, session_id=session_id, runtime=runtime, deps=deps))
 
@@ -177,16 +215,22 @@ class Crew:
         ``loom.schedule.Scheduler.schedule`` and docs/scheduling.md."""
         return await on.schedule(self, message, cron=cron, every=every, tz=tz, **options)
 
-    async def stream(self, task: str, *, session_id: str | None = None,
-                     runtime: Runtime | None = None,
-                     deps: Any = None) -> AsyncIterator[AgentEvent]:  # fmt: skip
+    async def stream(
+        self,
+        task: str,
+        *,
+        session_id: str | None = None,
+        runtime: Runtime | None = None,
+        deps: Any = None,
+    ) -> AsyncIterator[AgentEvent]:
         """Run the crew and yield every event of the crew and of every member as it happens,
         each tagged with ``extra["member_path"]``; the last one is the crew's
         ``AGENT_FINISH``. Leaving early stops the crew."""
         queue: asyncio.Queue[AgentEvent | None] = asyncio.Queue()
         rt = runtime or self.runtime
-        job = asyncio.ensure_future(self.execute(rt, task, session_id=session_id, deps=deps,
-                                                 emit=queue.put_nowait))  # fmt: skip
+        job = asyncio.ensure_future(
+            self.execute(rt, task, session_id=session_id, deps=deps, emit=queue.put_nowait)
+        )
         job.add_done_callback(lambda _: queue.put_nowait(None))
         try:
             while (item := await queue.get()) is not None:
@@ -198,16 +242,18 @@ class Crew:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await job
 
-    def prepare(self, runtime: Runtime, task: str, *, session_id: str | None = None,
-                deps: Any = None) -> CrewTurn:  # fmt: skip
+    def prepare(
+        self, runtime: Runtime, task: str, *, session_id: str | None = None, deps: Any = None
+    ) -> CrewTurn:
         """A crew run on ``runtime``, ready to be driven like a ``Turn`` (``run(emit)``,
         ``cancel(reason)``, ``result``): what a server runs for a crew."""
         from loom.crew.turn import CrewTurn
 
         return CrewTurn(self, runtime, task, session_id, deps=deps)
 
-    async def prepare_resume(self, runtime: Runtime, session_id: str, decisions: Any = True, *,
-                             deps: Any = None) -> CrewTurn:  # fmt: skip
+    async def prepare_resume(
+        self, runtime: Runtime, session_id: str, decisions: Any = True, *, deps: Any = None
+    ) -> CrewTurn:
         """``prepare`` for ``resume``: the decisions are checked against the calls the crew
         session waits on first (``InputError`` when it waits on none, or for an unknown call);
         decisions keyed by tool call id are routed to the member that parked each call."""
@@ -216,13 +262,18 @@ class Crew:
         prior = await unfinished_run(runtime.store, session_id)
         pending = await crew_pending(runtime.store, session_id)
         if prior is None or not pending:
-            raise InputError(f"crew session {session_id!r} has no member call waiting for "
-                             "approval")  # fmt: skip
+            raise InputError(f"crew session {session_id!r} has no member call waiting for approval")
         routed = by_member(decisions, pending, session_id)
         return CrewTurn(self, runtime, prior.task, session_id, deps=deps, approvals=routed)
 
-    async def resume(self, session_id: str, decisions: Any = True, *,
-                     runtime: Runtime | None = None, deps: Any = None) -> CrewResult:  # fmt: skip
+    async def resume(
+        self,
+        session_id: str,
+        decisions: Any = True,
+        *,
+        runtime: Runtime | None = None,
+        deps: Any = None,
+    ) -> CrewResult:
         """Continue a crew run that stopped with ``stop_reason="awaiting_approval"``.
 
         ``decisions`` is one decision for every parked call of every member (``True``,
@@ -234,14 +285,25 @@ class Crew:
         prior = await unfinished_run(rt.store, session_id)
         if prior is None:
             raise InputError(f"crew session {session_id!r} has no crew run to resume")
-        return await self.execute(rt, prior.task, session_id=session_id, deps=deps,
-                                  approvals=decisions)  # fmt: skip
+        return await self.execute(
+            rt, prior.task, session_id=session_id, deps=deps, approvals=decisions
+        )
 
-    async def execute(self, runtime: Runtime, task: str, *, session_id: str | None = None,
-                      scope: BudgetScope | None = None, depth: int = 0, root: str | None = None,
-                      emit: Callable[[AgentEvent], None] | None = None, deps: Any = None,
-                      parent_run_id: str | None = None, approvals: Any = None,
-                      run_id: str | None = None) -> CrewResult:  # fmt: skip
+    async def execute(
+        self,
+        runtime: Runtime,
+        task: str,
+        *,
+        session_id: str | None = None,
+        scope: BudgetScope | None = None,
+        depth: int = 0,
+        root: str | None = None,
+        emit: Callable[[AgentEvent], None] | None = None,
+        deps: Any = None,
+        parent_run_id: str | None = None,
+        approvals: Any = None,
+        run_id: str | None = None,
+    ) -> CrewResult:
         """One crew run on ``runtime`` (``run`` and ``stream`` call this; a parent crew calls
         it for a nested crew with its own budget scope, depth and path)."""
         if not isinstance(task, str) or not task.strip():
@@ -256,33 +318,69 @@ class Crew:
                 workflow = getattr(observer, "workflow", None)
                 if callable(workflow):
                     spans.enter_context(workflow(self.name, session_id=sid))
-            return await self._execute(runtime, task, sid, scope=scope, depth=depth, root=root,
-                                       emit=emit, deps=deps, parent_run_id=parent_run_id,
-                                       approvals=approvals, run_id=run_id)  # fmt: skip
+            return await self._execute(
+                runtime,
+                task,
+                sid,
+                scope=scope,
+                depth=depth,
+                root=root,
+                emit=emit,
+                deps=deps,
+                parent_run_id=parent_run_id,
+                approvals=approvals,
+                run_id=run_id,
+            )
 
-    async def _execute(self, runtime: Runtime, task: str, sid: str, *,
-                       scope: BudgetScope | None, depth: int, root: str | None,
-                       emit: Callable[[AgentEvent], None] | None, deps: Any,
-                       parent_run_id: str | None, approvals: Any,
-                       run_id: str | None) -> CrewResult:  # fmt: skip
+    async def _execute(
+        self,
+        runtime: Runtime,
+        task: str,
+        sid: str,
+        *,
+        scope: BudgetScope | None,
+        depth: int,
+        root: str | None,
+        emit: Callable[[AgentEvent], None] | None,
+        deps: Any,
+        parent_run_id: str | None,
+        approvals: Any,
+        run_id: str | None,
+    ) -> CrewResult:
         run_id = run_id or new_id("run")
         root = root or self.name
         scope = scope or BudgetScope(self.budget)
         store = runtime.store
         gate = runtime.gate(sid)
-        await gates.acquire(gate, store, sid, run_id, on_busy="queue",
-                            interrupt=lambda: None, queue_timeout=self.queue_timeout,
-                            max_queue_depth=16, lock_ttl=runtime.lease_ttl)  # fmt: skip
+        await gates.acquire(
+            gate,
+            store,
+            sid,
+            run_id,
+            on_busy="queue",
+            interrupt=lambda: None,
+            queue_timeout=self.queue_timeout,
+            max_queue_depth=16,
+            lock_ttl=runtime.lease_ttl,
+        )
         stopped: list[str] = []
-        renew = asyncio.ensure_future(gates.keep_alive(store, gate, runtime.lease_ttl,
-                                                       stopped.append))  # fmt: skip
+        renew = asyncio.ensure_future(
+            gates.keep_alive(store, gate, runtime.lease_ttl, stopped.append)
+        )
         started = time.perf_counter()
         try:
             if await store.get_session(sid) is None:
                 await store.create_session(sid, agent_name=self.name, metadata={"crew": True})
             crew_emit = None if emit is None else (lambda ev: emit(tag(ev, root)))
-            log = CrewLog(store, sid, run_id, gate.lease, parent_run_id, runtime.observers,
-                          crew_emit or _discard)  # fmt: skip
+            log = CrewLog(
+                store,
+                sid,
+                run_id,
+                gate.lease,
+                parent_run_id,
+                runtime.observers,
+                crew_emit or _discard,
+            )
             prior = await unfinished_run(store, sid)
             resume = prior is not None and prior.task == task
             done = prior.done if prior is not None and resume else {}
@@ -294,8 +392,9 @@ class Crew:
             state = None
             if self.shared_state:
                 state = SharedState(f"crew:{sid}:{state_scope}", runtime.capabilities.kv)
-            runner = Runner(self, runtime, log, scope, state, task, done, depth, root, emit,
-                            deps, approvals)  # fmt: skip
+            runner = Runner(
+                self, runtime, log, scope, state, task, done, depth, root, emit, deps, approvals
+            )
             stop: StopReason = "completed"
             output, error, budget_name = "", None, None
             try:
@@ -321,13 +420,27 @@ class Crew:
             if parked and stop != "budget":  # a member waits for a human: the crew waits too
                 stop, error = "awaiting_approval", None
             usage = sum((m.usage for m in members), Usage())
-            await log.finish(stop, output, usage, error, (time.perf_counter() - started) * 1000,
-                             as_crew_session(parked, sid))  # fmt: skip
-            return CrewResult(output=output, stop_reason=stop, session_id=sid, run_id=run_id,
-                              usage=usage, members=members,
-                              error=error, budget=budget_name, pending_approvals=parked,
-                              resumed_from=prior.run_id if resume and prior else None,
-                              warnings=list(log.journal.warnings))  # fmt: skip
+            await log.finish(
+                stop,
+                output,
+                usage,
+                error,
+                (time.perf_counter() - started) * 1000,
+                as_crew_session(parked, sid),
+            )
+            return CrewResult(
+                output=output,
+                stop_reason=stop,
+                session_id=sid,
+                run_id=run_id,
+                usage=usage,
+                members=members,
+                error=error,
+                budget=budget_name,
+                pending_approvals=parked,
+                resumed_from=prior.run_id if resume and prior else None,
+                warnings=list(log.journal.warnings),
+            )
         finally:
             renew.cancel()
             await gates.release(store, gate)

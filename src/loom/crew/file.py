@@ -77,8 +77,11 @@ def load_crew(path: Path, **overrides: Any) -> Crew:
         raise CrewDefinitionError("a crew file is a mapping (name, members, plan)", path=where)
     unknown = sorted(set(data) - _TOP)
     if unknown:
-        raise CrewDefinitionError(f"unknown field; a crew file has {', '.join(sorted(_TOP))}",
-                                  path=where, field=unknown[0])  # fmt: skip
+        raise CrewDefinitionError(
+            f"unknown field; a crew file has {', '.join(sorted(_TOP))}",
+            path=where,
+            field=unknown[0],
+        )
     for need in ("name", "members", "plan"):
         if need not in data:
             raise CrewDefinitionError("is required", path=where, field=need)
@@ -107,8 +110,9 @@ def _remote(spec: dict[str, Any], at: str) -> RemoteAgent:
     _fields(spec, {"a2a", "headers", "timeout", "connect_timeout"}, at)
     url = spec["a2a"]
     if not isinstance(url, str):
-        raise CrewDefinitionError("the remote agent's URL (http://host/agents/<name>)",
-                                  field=f"{at}.a2a")  # fmt: skip
+        raise CrewDefinitionError(
+            "the remote agent's URL (http://host/agents/<name>)", field=f"{at}.a2a"
+        )
     raw_headers = spec.get("headers") or {}
     if not isinstance(raw_headers, dict):
         raise CrewDefinitionError("a mapping of header name to value", field=f"{at}.headers")
@@ -119,8 +123,7 @@ def _remote(spec: dict[str, Any], at: str) -> RemoteAgent:
     options = {k: spec[k] for k in ("timeout", "connect_timeout") if k in spec}
     for k, v in options.items():
         if not isinstance(v, int | float) or isinstance(v, bool):
-            raise CrewDefinitionError(f"must be a number of seconds, got {v!r}",
-                                      field=f"{at}.{k}")  # fmt: skip
+            raise CrewDefinitionError(f"must be a number of seconds, got {v!r}", field=f"{at}.{k}")
     try:
         return RemoteAgent(url, headers=headers, **options)
     except ConfigurationError as exc:
@@ -131,8 +134,9 @@ def _expand(text: str, at: str) -> str:
     def env(match: re.Match[str]) -> str:
         value = os.environ.get(match.group(1))
         if value is None:
-            raise CrewDefinitionError(f"the environment variable {match.group(1)} is not set",
-                                      field=at)  # fmt: skip
+            raise CrewDefinitionError(
+                f"the environment variable {match.group(1)} is not set", field=at
+            )
         return value
 
     return _ENV_VAR.sub(env, text)
@@ -143,8 +147,9 @@ def _members(raw: Any, path: Path) -> dict[str, Agent | RemoteAgent]:
     from loom.definition import AgentDefinition, build_agent
 
     if not isinstance(raw, dict) or not raw:
-        raise CrewDefinitionError("a mapping of member name to an agent file or definition",
-                                  field="members")  # fmt: skip
+        raise CrewDefinitionError(
+            "a mapping of member name to an agent file or definition", field="members"
+        )
     out: dict[str, Agent | RemoteAgent] = {}
     for name, spec in raw.items():
         at = f"members.{name}"
@@ -170,8 +175,9 @@ def _members(raw: Any, path: Path) -> dict[str, Agent | RemoteAgent]:
             except ConfigurationError as exc:
                 raise CrewDefinitionError(str(exc), field=at) from None
         else:
-            raise CrewDefinitionError("an agent file path, an inline definition or {a2a: url}",
-                                      field=at)  # fmt: skip
+            raise CrewDefinitionError(
+                "an agent file path, an inline definition or {a2a: url}", field=at
+            )
     return out
 
 
@@ -180,12 +186,20 @@ def _budget(raw: Any) -> Budget | None:
         return None
     if not isinstance(raw, dict):
         raise CrewDefinitionError("a mapping of budget names to limits", field="budget")
-    known = {"tokens", "cost_usd", "wall_seconds", "max_depth", "max_fan_out", "max_spawns",
-             "prices"}  # fmt: skip
+    known = {
+        "tokens",
+        "cost_usd",
+        "wall_seconds",
+        "max_depth",
+        "max_fan_out",
+        "max_spawns",
+        "prices",
+    }
     for key in raw:
         if key not in known:
-            raise CrewDefinitionError(f"unknown budget; use {', '.join(sorted(known))}",
-                                      field=f"budget.{key}")  # fmt: skip
+            raise CrewDefinitionError(
+                f"unknown budget; use {', '.join(sorted(known))}", field=f"budget.{key}"
+            )
     prices = {k: (float(v[0]), float(v[1])) for k, v in (raw.get("prices") or {}).items()}
     return Budget(**{**raw, "prices": prices})
 
@@ -206,8 +220,9 @@ def _function(spec: Any, at: str) -> Callable[..., Any]:
 def _fields(raw: dict[str, Any], allowed: set[str], at: str) -> None:
     for key in raw:
         if key not in allowed:
-            raise CrewDefinitionError(f"unknown field; expected {', '.join(sorted(allowed))}",
-                                      field=f"{at}.{key}")  # fmt: skip
+            raise CrewDefinitionError(
+                f"unknown field; expected {', '.join(sorted(allowed))}", field=f"{at}.{key}"
+            )
 
 
 def parse_node(raw: Any, at: str) -> Node:
@@ -241,38 +256,57 @@ def parse_node(raw: Any, at: str) -> Node:
         _fields(body, {"branches", "by", "route", "default"}, here)
         branches = body.get("branches")
         if not isinstance(branches, dict) or not branches:
-            raise CrewDefinitionError("a router needs branches: {name: node}",
-                                      field=f"{here}.branches")  # fmt: skip
+            raise CrewDefinitionError(
+                "a router needs branches: {name: node}", field=f"{here}.branches"
+            )
         route = _function(body["route"], f"{here}.route") if "route" in body else None
         nodes = {k: parse_node(v, f"{here}.branches.{k}") for k, v in branches.items()}
-        return Router(nodes, route=route, by=body.get("by"), default=body.get("default"),
-                      name=name)  # fmt: skip
+        return Router(nodes, route=route, by=body.get("by"), default=body.get("default"), name=name)
     if mode == "loop":
         _fields(body, {"body", "max_iterations", "until", "exit_tool"}, here)
         if "body" not in body:
             raise CrewDefinitionError("is required", field=f"{here}.body")
         if "max_iterations" not in body:
-            raise CrewDefinitionError("a loop needs max_iterations (its hard stop)",
-                                      field=f"{here}.max_iterations")  # fmt: skip
+            raise CrewDefinitionError(
+                "a loop needs max_iterations (its hard stop)", field=f"{here}.max_iterations"
+            )
         until = _function(body["until"], f"{here}.until") if "until" in body else None
-        return Loop(parse_node(body["body"], f"{here}.body"), body["max_iterations"], until,
-                    bool(body.get("exit_tool", True)), name)  # fmt: skip
+        return Loop(
+            parse_node(body["body"], f"{here}.body"),
+            body["max_iterations"],
+            until,
+            bool(body.get("exit_tool", True)),
+            name,
+        )
     if mode == "graph":
         tasks = {}
         for tname, t in body.items():
             tat = f"{here}.{tname}"
             if not isinstance(t, dict) or "member" not in t:
-                raise CrewDefinitionError("a task is {member, depends_on, task, context}",
-                                          field=tat)  # fmt: skip
+                raise CrewDefinitionError(
+                    "a task is {member, depends_on, task, context}", field=tat
+                )
             _fields(t, {"member", "depends_on", "task", "context"}, tat)
-            tasks[tname] = Task(t["member"], tuple(t.get("depends_on") or ()), t.get("task"),
-                                t.get("context", "brief"))  # fmt: skip
+            tasks[tname] = Task(
+                t["member"],
+                tuple(t.get("depends_on") or ()),
+                t.get("task"),
+                t.get("context", "brief"),
+            )
         return Graph(tasks, name=name)
     if mode == "manager":
         _fields(body, {"manager", "workers", "max_delegations"}, here)
-        return Manager(body.get("manager", ""), tuple(body.get("workers") or ()),
-                       int(body.get("max_delegations", 10)), name)  # fmt: skip
+        return Manager(
+            body.get("manager", ""),
+            tuple(body.get("workers") or ()),
+            int(body.get("max_delegations", 10)),
+            name,
+        )
     _fields(body, {"start", "members", "max_handoffs", "context"}, here)
-    return Handoff(body.get("start", ""), tuple(body.get("members") or ()),
-                   int(body.get("max_handoffs", 5)), body.get("context", "brief"),
-                   name)  # fmt: skip
+    return Handoff(
+        body.get("start", ""),
+        tuple(body.get("members") or ()),
+        int(body.get("max_handoffs", 5)),
+        body.get("context", "brief"),
+        name,
+    )

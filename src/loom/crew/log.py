@@ -71,8 +71,11 @@ async def unfinished_run(store: Store, session_id: str) -> Unfinished | None:
     scope = str(start.extra.get("state_scope") or run_id)
     out = Unfinished(run_id, start.message_text, scope, dead=run_id not in cancelled)
     for ev in events:  # a run resumed from another carries its reused results forward
-        if (isinstance(ev, CrewMemberFinish) and ev.stop_reason == "completed"
-                and ev.run_id in (run_id, *start.extra.get("resumed_from", ()))):  # fmt: skip
+        if (
+            isinstance(ev, CrewMemberFinish)
+            and ev.stop_reason == "completed"
+            and ev.run_id in (run_id, *start.extra.get("resumed_from", ()))
+        ):
             out.done[ev.key] = ev
     return out
 
@@ -80,11 +83,25 @@ async def unfinished_run(store: Store, session_id: str) -> Unfinished | None:
 class CrewLog:
     """Commits one crew run's events in order (see the module docstring)."""
 
-    def __init__(self, store: Store, session_id: str, run_id: str, lease: Lease | None,
-                 parent_run_id: str | None, observers: Any,
-                 emit: Callable[[AgentEvent], None]) -> None:  # fmt: skip
-        self.journal = Journal(store, session_id, run_id, [], lease=lease,
-                               parent_run_id=parent_run_id, observers=observers)  # fmt: skip
+    def __init__(
+        self,
+        store: Store,
+        session_id: str,
+        run_id: str,
+        lease: Lease | None,
+        parent_run_id: str | None,
+        observers: Any,
+        emit: Callable[[AgentEvent], None],
+    ) -> None:
+        self.journal = Journal(
+            store,
+            session_id,
+            run_id,
+            [],
+            lease=lease,
+            parent_run_id=parent_run_id,
+            observers=observers,
+        )
         self.journal.emit = emit
         self._lock = asyncio.Lock()
         self.crew = ""
@@ -97,8 +114,9 @@ class CrewLog:
     def session_id(self) -> str:
         return self.journal.session_id
 
-    async def start(self, crew_name: str, task: str, extra: dict[str, Any],
-                    recovered: Unfinished | None) -> None:  # fmt: skip
+    async def start(
+        self, crew_name: str, task: str, extra: dict[str, Any], recovered: Unfinished | None
+    ) -> None:
         j = self.journal
         async with self._lock:
             if recovered is not None:  # the unfinished run is closed before this one opens
@@ -106,11 +124,16 @@ class CrewLog:
                 end = (
                     RunRecord(recovered.run_id, j.session_id, "crashed") if recovered.dead else None
                 )
-                await j.commit([j.event(RunRecovered, recovered_run_id=recovered.run_id,
-                                        stop_reason=reason)], run=end)  # fmt: skip
+                await j.commit(
+                    [j.event(RunRecovered, recovered_run_id=recovered.run_id, stop_reason=reason)],
+                    run=end,
+                )
             self.crew = crew_name
-            events: list[AgentEvent] = [j.event(AgentStart, message_text=task, agent=crew_name,
-                                                extra={"crew": True, **extra})]  # fmt: skip
+            events: list[AgentEvent] = [
+                j.event(
+                    AgentStart, message_text=task, agent=crew_name, extra={"crew": True, **extra}
+                )
+            ]
             if recovered is None or recovered.task != task:  # a resumed run's task is in already
                 # the task joins the crew session's transcript: a crew session reads as a
                 # conversation (the task, the crew's answer) wherever sessions are shown
@@ -128,18 +151,36 @@ class CrewLog:
     def warn(self, text: str) -> None:
         self.journal.warn(text, "crew")
 
-    async def finish(self, stop: str, output: str, usage: Usage, error: str | None,
-                     duration_ms: float,
-                     pending: list[dict[str, Any]] | None = None) -> None:  # fmt: skip
+    async def finish(
+        self,
+        stop: str,
+        output: str,
+        usage: Usage,
+        error: str | None,
+        duration_ms: float,
+        pending: list[dict[str, Any]] | None = None,
+    ) -> None:
         j = self.journal
         async with self._lock:
             events: list[AgentEvent] = []
             if stop == "completed" and output:  # the crew's answer joins its transcript
-                events.append(j.event(LlmComplete, answer=output, model=f"crew:{self.crew}",
-                                      extra={"crew": True}))  # fmt: skip
-            events.append(j.event(AgentFinish, stop_reason=stop, output=output,
-                                  usage=usage.model_dump(), error=error,
-                                  duration_ms=duration_ms, pending_approvals=pending or [],
-                                  warnings=list(j.warnings)))  # fmt: skip
-            await j.commit(events, run=RunRecord(j.run_id, j.session_id, stop, usage,
-                                                 data={"error": error}))  # fmt: skip
+                events.append(
+                    j.event(
+                        LlmComplete, answer=output, model=f"crew:{self.crew}", extra={"crew": True}
+                    )
+                )
+            events.append(
+                j.event(
+                    AgentFinish,
+                    stop_reason=stop,
+                    output=output,
+                    usage=usage.model_dump(),
+                    error=error,
+                    duration_ms=duration_ms,
+                    pending_approvals=pending or [],
+                    warnings=list(j.warnings),
+                )
+            )
+            await j.commit(
+                events, run=RunRecord(j.run_id, j.session_id, stop, usage, data={"error": error})
+            )

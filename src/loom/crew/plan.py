@@ -77,8 +77,9 @@ class Parallel:
     fail_fast: bool
     name: str | None
 
-    def __init__(self, *steps: Node | str, fail_fast: bool = False,
-                 name: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, *steps: Node | str, fail_fast: bool = False, name: str | None = None
+    ) -> None:
         object.__setattr__(self, "steps", tuple(_node(s) for s in steps))
         object.__setattr__(self, "fail_fast", fail_fast)
         object.__setattr__(self, "name", name)
@@ -170,18 +171,23 @@ def validate(plan: Any, members: Mapping[str, Any], where: str = "plan") -> None
     """Raise ``CrewDefinitionError`` (naming the field) for the first problem in ``plan``."""
     node = _node(plan)
     if not isinstance(node, NODE_TYPES):
-        raise CrewDefinitionError(f"is a {type(plan).__name__}, not a plan node (Step, "
-                                  "Sequential, Parallel, Router, Loop, Graph, Manager, Handoff) "
-                                  "or a member name", field=where)  # fmt: skip
+        raise CrewDefinitionError(
+            f"is a {type(plan).__name__}, not a plan node (Step, "
+            "Sequential, Parallel, Router, Loop, Graph, Manager, Handoff) "
+            "or a member name",
+            field=where,
+        )
     if node.name is not None and (not node.name or "/" in node.name):
-        raise CrewDefinitionError("a node name must be non-empty and hold no '/'",
-                                  field=f"{where}.name")  # fmt: skip
+        raise CrewDefinitionError(
+            "a node name must be non-empty and hold no '/'", field=f"{where}.name"
+        )
 
     def member(name: Any, at: str) -> None:
         if name not in members:
             known = ", ".join(sorted(members)) or "(none)"
-            raise CrewDefinitionError(f"names no member: {name!r}; the crew's members are "
-                                      f"{known}", field=at)  # fmt: skip
+            raise CrewDefinitionError(
+                f"names no member: {name!r}; the crew's members are {known}", field=at
+            )
 
     def policy(value: Any, at: str) -> None:
         try:
@@ -200,31 +206,41 @@ def validate(plan: Any, members: Mapping[str, Any], where: str = "plan") -> None
             validate(s, members, f"{where}.{mode}[{i}]")
     elif isinstance(node, Router):
         if not node.branches:
-            raise CrewDefinitionError("a router needs at least one branch",
-                                      field=f"{where}.router.branches")  # fmt: skip
+            raise CrewDefinitionError(
+                "a router needs at least one branch", field=f"{where}.router.branches"
+            )
         if (node.route is None) == (node.by is None):
-            raise CrewDefinitionError("give exactly one of route (a Python predicate) or by (a "
-                                      "member that chooses)",
-                                      field=f"{where}.router.route")  # fmt: skip
+            raise CrewDefinitionError(
+                "give exactly one of route (a Python predicate) or by (a member that chooses)",
+                field=f"{where}.router.route",
+            )
         if node.route is not None and not callable(node.route):
             raise CrewDefinitionError("must be callable", field=f"{where}.router.route")
         if node.by is not None:
             member(node.by, f"{where}.router.by")
         if node.default is not None and node.default not in node.branches:
-            raise CrewDefinitionError(f"names no branch: {node.default!r}; branches are "
-                                      f"{', '.join(node.branches)}",
-                                      field=f"{where}.router.default")  # fmt: skip
+            raise CrewDefinitionError(
+                f"names no branch: {node.default!r}; branches are {', '.join(node.branches)}",
+                field=f"{where}.router.default",
+            )
         for name, b in node.branches.items():
             validate(b, members, f"{where}.router.branches.{name}")
     elif isinstance(node, Loop):
-        if (not isinstance(node.max_iterations, int) or isinstance(node.max_iterations, bool)
-                or node.max_iterations < 1):  # fmt: skip
-            raise CrewDefinitionError(f"must be an integer >= 1, got {node.max_iterations!r}",
-                                      field=f"{where}.loop.max_iterations")  # fmt: skip
+        if (
+            not isinstance(node.max_iterations, int)
+            or isinstance(node.max_iterations, bool)
+            or node.max_iterations < 1
+        ):
+            raise CrewDefinitionError(
+                f"must be an integer >= 1, got {node.max_iterations!r}",
+                field=f"{where}.loop.max_iterations",
+            )
         if node.until is None and not node.exit_tool:
-            raise CrewDefinitionError("the loop has no exit: give until (a predicate on the "
-                                      "output) or keep exit_tool=True",
-                                      field=f"{where}.loop.until")  # fmt: skip
+            raise CrewDefinitionError(
+                "the loop has no exit: give until (a predicate on the "
+                "output) or keep exit_tool=True",
+                field=f"{where}.loop.until",
+            )
         validate(node.body, members, f"{where}.loop.body")
     elif isinstance(node, Graph):
         if not node.tasks:
@@ -237,15 +253,16 @@ def validate(plan: Any, members: Mapping[str, Any], where: str = "plan") -> None
             policy(t.context, f"{at}.context")
             for dep in t.depends_on:
                 if dep not in node.tasks:
-                    raise CrewDefinitionError(f"names no task: {dep!r}",
-                                              field=f"{at}.depends_on")  # fmt: skip
+                    raise CrewDefinitionError(f"names no task: {dep!r}", field=f"{at}.depends_on")
         sorter = graphlib.TopologicalSorter({n: list(t.depends_on) for n, t in node.tasks.items()})
         try:
             sorter.prepare()
         except graphlib.CycleError as exc:
             cycle = " -> ".join(exc.args[1])
-            raise CrewCycleError(f"the dependency graph has a cycle: {cycle}; no task on it "
-                                 "could ever start", field=f"{where}.graph") from None  # fmt: skip
+            raise CrewCycleError(
+                f"the dependency graph has a cycle: {cycle}; no task on it could ever start",
+                field=f"{where}.graph",
+            ) from None
     elif isinstance(node, Manager):
         member(node.manager, f"{where}.manager.manager")
         if not node.workers:
@@ -253,20 +270,23 @@ def validate(plan: Any, members: Mapping[str, Any], where: str = "plan") -> None
         for i, w in enumerate(node.workers):
             member(w, f"{where}.manager.workers[{i}]")
             if w == node.manager:
-                raise CrewDefinitionError("the manager cannot be its own worker",
-                                          field=f"{where}.manager.workers[{i}]")  # fmt: skip
+                raise CrewDefinitionError(
+                    "the manager cannot be its own worker", field=f"{where}.manager.workers[{i}]"
+                )
         if node.max_delegations < 1:
             raise CrewDefinitionError("must be >= 1", field=f"{where}.manager.max_delegations")
     elif isinstance(node, Handoff):
         member(node.start, f"{where}.handoff.start")
         if node.start not in node.members:
-            raise CrewDefinitionError("the start member must be one of members",
-                                      field=f"{where}.handoff.start")  # fmt: skip
+            raise CrewDefinitionError(
+                "the start member must be one of members", field=f"{where}.handoff.start"
+            )
         for i, m in enumerate(node.members):
             member(m, f"{where}.handoff.members[{i}]")
         if len(node.members) < 2:
-            raise CrewDefinitionError("a handoff needs at least two members",
-                                      field=f"{where}.handoff.members")  # fmt: skip
+            raise CrewDefinitionError(
+                "a handoff needs at least two members", field=f"{where}.handoff.members"
+            )
         if node.max_handoffs < 1:
             raise CrewDefinitionError("must be >= 1", field=f"{where}.handoff.max_handoffs")
         policy(node.context, f"{where}.handoff.context")

@@ -56,8 +56,14 @@ class RemoteAgent:
         connect_timeout: Seconds to connect.
     """
 
-    def __init__(self, url: str, *, headers: Mapping[str, str] | None = None,
-                 timeout: float = 300.0, connect_timeout: float = 30.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = 300.0,
+        connect_timeout: float = 30.0,
+    ) -> None:
         if importlib.util.find_spec("a2a") is None:  # pragma: no cover - part of the a2a extra
             raise MissingDependencyError("a2a-sdk", "a2a", "remote (A2A) crew members")
         if not isinstance(timeout, int | float) or timeout <= 0:
@@ -65,8 +71,9 @@ class RemoteAgent:
         # validates url and connect_timeout (ConfigurationError) and holds the HTTP client and
         # card; its HTTP read timeout sits past the member's deadline, so the deadline (which
         # cancels the remote task) is what fires, never an idle stream's read timeout
-        self.a2a = A2AAgent(url, headers=headers, timeout=timeout + _HTTP_MARGIN,
-                            connect_timeout=connect_timeout)  # fmt: skip
+        self.a2a = A2AAgent(
+            url, headers=headers, timeout=timeout + _HTTP_MARGIN, connect_timeout=connect_timeout
+        )
         self.url = self.a2a.url
         self.timeout = timeout
 
@@ -92,8 +99,13 @@ class RemoteAgent:
             raise RemoteMemberError(member, self.url, why) from exc
 
 
-def a2a_member(url: str, *, headers: Mapping[str, str] | None = None, timeout: float = 300.0,
-               connect_timeout: float = 30.0) -> RemoteAgent:  # fmt: skip
+def a2a_member(
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    timeout: float = 300.0,
+    connect_timeout: float = 30.0,
+) -> RemoteAgent:
     """A remote A2A agent as a crew member: ``Crew(members={"writer": a2a_member(url)})``."""
     return RemoteAgent(url, headers=headers, timeout=timeout, connect_timeout=connect_timeout)
 
@@ -106,9 +118,12 @@ def check_roles(plan: Node | str, members: Mapping[str, Any], where: str = "plan
 
     def local(name: str, role: str, at: str) -> None:
         if isinstance(members.get(name), RemoteAgent):
-            raise CrewDefinitionError(f"{name!r} is a remote (A2A) member and cannot be {role}: "
-                                      "it cannot be given the crew's tool for it; use a local "
-                                      "agent here", field=at)  # fmt: skip
+            raise CrewDefinitionError(
+                f"{name!r} is a remote (A2A) member and cannot be {role}: "
+                "it cannot be given the crew's tool for it; use a local "
+                "agent here",
+                field=at,
+            )
 
     if isinstance(plan, Sequential | Parallel):
         mode = type(plan).__name__.lower()

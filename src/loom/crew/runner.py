@@ -90,10 +90,21 @@ class _LoopFrame:
 class Runner:
     """One crew run in progress (made by ``Crew``)."""
 
-    def __init__(self, crew: Crew, runtime: Runtime, log: CrewLog, scope: BudgetScope,
-                 state: SharedState | None, task: str, done: dict[str, CrewMemberFinish],
-                 depth: int, root: str, emit: Callable[[AgentEvent], None] | None,
-                 deps: Any, approvals: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        crew: Crew,
+        runtime: Runtime,
+        log: CrewLog,
+        scope: BudgetScope,
+        state: SharedState | None,
+        task: str,
+        done: dict[str, CrewMemberFinish],
+        depth: int,
+        root: str,
+        emit: Callable[[AgentEvent], None] | None,
+        deps: Any,
+        approvals: Any = None,
+    ) -> None:
         self.crew, self.runtime, self.log, self.scope = crew, runtime, log, scope
         self.state, self.task, self.done, self.depth = state, task, done, depth
         self.root, self.emit, self.deps = root, emit, deps
@@ -112,8 +123,9 @@ class Runner:
         return r
 
     # -- nodes ----------------------------------------------------------------------------------
-    async def node(self, node: Node | str, hand: Handover, path: str,
-                   loops: tuple[_LoopFrame, ...] = ()) -> Outcome:  # fmt: skip
+    async def node(
+        self, node: Node | str, hand: Handover, path: str, loops: tuple[_LoopFrame, ...] = ()
+    ) -> Outcome:
         n = node_of(node)
         here = f"{path}/{n.name}" if n.name else path
         if isinstance(n, Step):
@@ -132,8 +144,9 @@ class Runner:
             return await self._manager(n, hand, here, loops)
         return await self._handoff(n, hand, here, loops)
 
-    async def _step(self, s: Step, hand: Handover, path: str,
-                    loops: tuple[_LoopFrame, ...]) -> Outcome:  # fmt: skip
+    async def _step(
+        self, s: Step, hand: Handover, path: str, loops: tuple[_LoopFrame, ...]
+    ) -> Outcome:
         policy = parse_policy(s.context)
         context = await self.context_for(policy, hand, path)
         message = self._fill(s.task, context)
@@ -141,8 +154,9 @@ class Runner:
         r = await self.run_member(s.member, message, f"{path}/{s.member}", str(policy), extra)
         return self._outcome(r)
 
-    async def _sequential(self, s: Sequential, hand: Handover, path: str,
-                          loops: tuple[_LoopFrame, ...]) -> Outcome:  # fmt: skip
+    async def _sequential(
+        self, s: Sequential, hand: Handover, path: str, loops: tuple[_LoopFrame, ...]
+    ) -> Outcome:
         out = Outcome(hand.text, senders=hand.senders)
         for child in s.steps:
             out = await self.node(child, out.handover(), path, loops)
@@ -150,8 +164,9 @@ class Runner:
                 return out
         return out
 
-    async def _parallel(self, p: Parallel, hand: Handover, path: str,
-                        loops: tuple[_LoopFrame, ...]) -> Outcome:  # fmt: skip
+    async def _parallel(
+        self, p: Parallel, hand: Handover, path: str, loops: tuple[_LoopFrame, ...]
+    ) -> Outcome:
         self.scope.check_spawn_width(len(p.steps))
         outs: list[Outcome | None] = [None] * len(p.steps)
 
@@ -190,16 +205,18 @@ class Runner:
         error = "; ".join(failures) or None
         return Outcome("\n\n".join(parts), ok=ok, error=error, senders=senders)
 
-    async def _router(self, r: Router, hand: Handover, path: str,
-                      loops: tuple[_LoopFrame, ...]) -> Outcome:  # fmt: skip
+    async def _router(
+        self, r: Router, hand: Handover, path: str, loops: tuple[_LoopFrame, ...]
+    ) -> Outcome:
         names = list(r.branches)
         choice: str | None
         if r.route is not None:
             try:
                 choice = r.route(hand.text)
             except Exception as exc:
-                return Outcome("", ok=False, error=f"router predicate raised "
-                               f"{type(exc).__name__}: {exc}")  # fmt: skip
+                return Outcome(
+                    "", ok=False, error=f"router predicate raised {type(exc).__name__}: {exc}"
+                )
         else:
             picked: list[str] = []
 
@@ -207,8 +224,13 @@ class Runner:
                 picked.append(args["branch"])
                 return f"branch {args['branch']!r} chosen; end your turn with one short line"
 
-            tool = choice_tool("choose_branch", "Choose which branch handles this; the only "
-                               "valid names are the enum's.", "branch", names, choose)  # fmt: skip
+            tool = choice_tool(
+                "choose_branch",
+                "Choose which branch handles this; the only valid names are the enum's.",
+                "branch",
+                names,
+                choose,
+            )
             assert r.by is not None
             res = await self.run_member(r.by, hand.text, f"{path}/{r.by}", "brief", [tool])
             if not res.ok:
@@ -216,15 +238,18 @@ class Runner:
             choice = picked[-1] if picked else None
         if choice is None or choice not in r.branches:
             if r.default is None:
-                why = (f"the router chose {choice!r}, which names no branch (branches: "
-                       f"{', '.join(names)}) and there is no default")  # fmt: skip
+                why = (
+                    f"the router chose {choice!r}, which names no branch (branches: "
+                    f"{', '.join(names)}) and there is no default"
+                )
                 return Outcome("", ok=False, error=why)
             self.log.warn(f"{path}: the router chose {choice!r}, no branch; ran {r.default!r}")
             choice = r.default
         return await self.node(r.branches[choice], hand, path, loops)
 
-    async def _loop(self, lp: Loop, hand: Handover, path: str,
-                    loops: tuple[_LoopFrame, ...]) -> Outcome:  # fmt: skip
+    async def _loop(
+        self, lp: Loop, hand: Handover, path: str, loops: tuple[_LoopFrame, ...]
+    ) -> Outcome:
         frame = _LoopFrame()
         inner = (*loops, frame) if lp.exit_tool else (*loops, _NO_EXIT)
         out = Outcome(hand.text, senders=hand.senders)
@@ -237,8 +262,9 @@ class Runner:
         self.log.warn(f"{path}: the loop stopped at max_iterations={lp.max_iterations}")
         return out
 
-    async def _graph(self, g: Graph, hand: Handover, path: str,
-                     loops: tuple[_LoopFrame, ...]) -> Outcome:  # fmt: skip
+    async def _graph(
+        self, g: Graph, hand: Handover, path: str, loops: tuple[_LoopFrame, ...]
+    ) -> Outcome:
         sorter = graphlib.TopologicalSorter({n: list(t.depends_on) for n, t in g.tasks.items()})
         sorter.prepare()
         outs: dict[str, Outcome] = {}
@@ -298,13 +324,17 @@ class Runner:
         needed = {d for t in g.tasks.values() for d in t.depends_on}
         sinks = [n for n in g.tasks if n not in needed]
         failures = [f"{n}: {o.error}" for n, o in outs.items() if not o.ok]
-        text = outs[sinks[0]].output if len(sinks) == 1 else "\n\n".join(
-            f"## {n}\n{outs[n].output}" for n in sinks)  # fmt: skip
+        text = (
+            outs[sinks[0]].output
+            if len(sinks) == 1
+            else "\n\n".join(f"## {n}\n{outs[n].output}" for n in sinks)
+        )
         senders = [s for n in sinks for s in outs[n].senders]
         return Outcome(text, ok=not failures, error="; ".join(failures) or None, senders=senders)
 
-    async def _manager(self, m: Manager, hand: Handover, path: str,
-                       loops: tuple[_LoopFrame, ...]) -> Outcome:  # fmt: skip
+    async def _manager(
+        self, m: Manager, hand: Handover, path: str, loops: tuple[_LoopFrame, ...]
+    ) -> Outcome:
         used = 0
         inflight = 0
 
@@ -314,8 +344,10 @@ class Runner:
             if worker not in m.workers:  # validate() already refused it; never run a stranger
                 raise ToolError(f"{worker!r} is not a worker of this crew", code="not_a_member")
             if used >= m.max_delegations:
-                raise ToolError(f"delegation limit reached ({m.max_delegations}); answer with "
-                                "what you have", code="delegation_limit")  # fmt: skip
+                raise ToolError(
+                    f"delegation limit reached ({m.max_delegations}); answer with what you have",
+                    code="delegation_limit",
+                )
             used += 1
             inflight += 1
             try:
@@ -331,31 +363,46 @@ class Runner:
 
         manager_agent = self.crew.members[m.manager]
         timeout = float(getattr(manager_agent, "timeout", 600.0))
-        tool = choice_tool("delegate", "Give a task to one of your workers and get its answer. "
-                           "member must be one of the enum; task is a complete, self-contained "
-                           "brief (the worker sees nothing else).", "member", list(m.workers),
-                           delegate, extra={"task": {"type": "string"}})  # fmt: skip
+        tool = choice_tool(
+            "delegate",
+            "Give a task to one of your workers and get its answer. "
+            "member must be one of the enum; task is a complete, self-contained "
+            "brief (the worker sees nothing else).",
+            "member",
+            list(m.workers),
+            delegate,
+            extra={"task": {"type": "string"}},
+        )
         tool.timeout = timeout
         context = await self.context_for(ContextPolicy("brief"), hand, path)
         res = await self.run_member(m.manager, context, f"{path}/{m.manager}", "brief", [tool])
         return self._outcome(res)
 
-    async def _handoff(self, h: Handoff, hand: Handover, path: str,
-                       loops: tuple[_LoopFrame, ...]) -> Outcome:  # fmt: skip
+    async def _handoff(
+        self, h: Handoff, hand: Handover, path: str, loops: tuple[_LoopFrame, ...]
+    ) -> Outcome:
         policy = parse_policy(h.context)
         current, message, hops = h.start, hand.text, 0
         while True:
             moved: list[tuple[str, str]] = []
             tool = _transfer_tool(moved, [x for x in h.members if x != current])
-            res = await self.run_member(current, message, f"{path}/{current}",
-                                        "brief" if hops == 0 else str(policy),
-                                        [tool, *self._loop_tools(loops)])  # fmt: skip
+            res = await self.run_member(
+                current,
+                message,
+                f"{path}/{current}",
+                "brief" if hops == 0 else str(policy),
+                [tool, *self._loop_tools(loops)],
+            )
             if not res.ok or not moved:
                 return self._outcome(res)
             hops += 1
             if hops > h.max_handoffs:
-                return Outcome(res.output, ok=False, error=f"more than max_handoffs="
-                               f"{h.max_handoffs} transfers", senders=[res])  # fmt: skip
+                return Outcome(
+                    res.output,
+                    ok=False,
+                    error=f"more than max_handoffs={h.max_handoffs} transfers",
+                    senders=[res],
+                )
             target, brief = moved[0]
             sent = Handover(brief, [res])
             message = (
@@ -383,8 +430,9 @@ class Runner:
     async def _summary(self, senders: list[MemberResult], path: str) -> str:
         from loom.agent import Agent
 
-        work = "\n\n".join(f"From {s.path}:\n{render_messages(s.messages) or s.output}"
-                           for s in senders)  # fmt: skip
+        work = "\n\n".join(
+            f"From {s.path}:\n{render_messages(s.messages) or s.output}" for s in senders
+        )
         agent = self.crew.summarizer
         if agent is None:
             # the sender's model; a nested crew has none of its own: then the first agent's
@@ -421,17 +469,30 @@ class Runner:
             frame.exit_requested = True
             return "the loop will stop after this pass; finish your answer"
 
-        return [CrewTool("exit_loop", "Stop the loop you are in once this pass ends (the work "
-                         "is done).", {}, exit_loop)]  # fmt: skip
+        return [
+            CrewTool(
+                "exit_loop",
+                "Stop the loop you are in once this pass ends (the work is done).",
+                {},
+                exit_loop,
+            )
+        ]
 
-    async def run_member(self, name: str, message: str, path: str, policy: str,
-                         extra_tools: Sequence[CrewTool]) -> MemberResult:  # fmt: skip
+    async def run_member(
+        self, name: str, message: str, path: str, policy: str, extra_tools: Sequence[CrewTool]
+    ) -> MemberResult:
         """Run member ``name`` (an agent or a nested crew) on ``message`` at ``path``."""
         return await self.spawn(self.crew.members[name], name, message, path, policy, extra_tools)
 
-    async def spawn(self, member: Agent | Crew | RemoteAgent, name: str, message: str,
-                    path: str, policy: str,
-                    extra_tools: Sequence[CrewTool]) -> MemberResult:  # fmt: skip
+    async def spawn(
+        self,
+        member: Agent | Crew | RemoteAgent,
+        name: str,
+        message: str,
+        path: str,
+        policy: str,
+        extra_tools: Sequence[CrewTool],
+    ) -> MemberResult:
         from loom.crew.crew import Crew
 
         digest = hashlib.sha1(message.encode("utf-8", "surrogatepass")).hexdigest()[:10]
@@ -443,11 +504,18 @@ class Runner:
         self._slots.append(None)
         reused = self.done.get(key)
         if reused is not None:  # finished by the interrupted run this one resumes
-            r = MemberResult(path=path, member=name, key=key, session_id=reused.child_session_id,
-                             run_id=reused.child_run_id, stop_reason=reused.stop_reason,
-                             output=reused.output, usage=Usage(**reused.usage),
-                             remote=dict(reused.extra.get("a2a") or {}),
-                             reused=True)  # fmt: skip
+            r = MemberResult(
+                path=path,
+                member=name,
+                key=key,
+                session_id=reused.child_session_id,
+                run_id=reused.child_run_id,
+                stop_reason=reused.stop_reason,
+                output=reused.output,
+                usage=Usage(**reused.usage),
+                remote=dict(reused.extra.get("a2a") or {}),
+                reused=True,
+            )
             self._put(slot, r)
             await self.log.member_finish(**_finish_payload(r))
             return r
@@ -468,30 +536,56 @@ class Runner:
             tools.extend(state_tools(self.state))
         agent = member.replace(model=BudgetedModel(rt.model_for(member), child_scope), tools=tools)
         if await rt.store.get_session(child_sid) is None:
-            await rt.store.create_session(child_sid, agent_name=member.name, metadata={
-                "crew_session": self.log.session_id, "crew_run_id": self.log.run_id,
-                "path": path})  # fmt: skip
+            await rt.store.create_session(
+                child_sid,
+                agent_name=member.name,
+                metadata={
+                    "crew_session": self.log.session_id,
+                    "crew_run_id": self.log.run_id,
+                    "path": path,
+                },
+            )
         parked = await rt.pending_approvals(child_sid) if self.approvals is not None else []
         if parked:  # parked on an approval by the run this one resumes: decide, never re-ask
             decision = _decision_for(self.approvals, path)
             if decision is None:  # no decision for this member yet: it stays parked
-                r = MemberResult(path=path, member=name, key=key, session_id=child_sid,
-                                 run_id=parked[0].run_id, stop_reason="awaiting_approval",
-                                 pending_approvals=[p.to_dict() for p in parked])  # fmt: skip
+                r = MemberResult(
+                    path=path,
+                    member=name,
+                    key=key,
+                    session_id=child_sid,
+                    run_id=parked[0].run_id,
+                    stop_reason="awaiting_approval",
+                    pending_approvals=[p.to_dict() for p in parked],
+                )
                 await self.log.member_finish(**_finish_payload(r))
                 return self._put(slot, r)
             from loom.policy.approval import match_decisions
 
             match_decisions(decision, parked, child_sid)  # a clear InputError before running
-            turn = rt.prepare(agent, None, child_sid, "queue", self.deps, resume=decision,
-                              parent_run_id=self.log.run_id)  # fmt: skip
+            turn = rt.prepare(
+                agent,
+                None,
+                child_sid,
+                "queue",
+                self.deps,
+                resume=decision,
+                parent_run_id=self.log.run_id,
+            )
         else:
-            turn = rt.prepare(agent, message, child_sid, "queue", self.deps,
-                              parent_run_id=self.log.run_id)  # fmt: skip
+            turn = rt.prepare(
+                agent, message, child_sid, "queue", self.deps, parent_run_id=self.log.run_id
+            )
 
-        await self.log.member_start(path=path, member=name, key=key, child_session_id=child_sid,
-                                    child_run_id=turn.run_id, context_policy=policy,
-                                    context=message)  # fmt: skip
+        await self.log.member_start(
+            path=path,
+            member=name,
+            key=key,
+            child_session_id=child_sid,
+            child_run_id=turn.run_id,
+            context_policy=policy,
+            context=message,
+        )
         emit = self.emit
         error: str | None = None
         try:
@@ -510,26 +604,67 @@ class Runner:
             self._budget_gate()
         return r
 
-    async def _nested(self, crew: Crew, name: str, message: str, path: str, policy: str,
-                      key: str, child_sid: str, depth: int, slot: int) -> MemberResult:  # fmt: skip
-        await self.log.member_start(path=path, member=name, key=key, child_session_id=child_sid,
-                                    child_run_id="", context_policy=policy,
-                                    context=message)  # fmt: skip
+    async def _nested(
+        self,
+        crew: Crew,
+        name: str,
+        message: str,
+        path: str,
+        policy: str,
+        key: str,
+        child_sid: str,
+        depth: int,
+        slot: int,
+    ) -> MemberResult:
+        await self.log.member_start(
+            path=path,
+            member=name,
+            key=key,
+            child_session_id=child_sid,
+            child_run_id="",
+            context_policy=policy,
+            context=message,
+        )
         scope = self.scope.child(crew.budget, depth=depth)
-        res = await crew.execute(self.runtime, message, session_id=child_sid, scope=scope,
-                                 depth=depth, root=path, emit=self.emit, deps=self.deps,
-                                 parent_run_id=self.log.run_id)  # fmt: skip
-        r = MemberResult(path=path, member=name, key=key, session_id=child_sid, run_id=res.run_id,
-                         stop_reason=res.stop_reason, output=res.output, usage=res.usage,
-                         error=res.error)  # fmt: skip
+        res = await crew.execute(
+            self.runtime,
+            message,
+            session_id=child_sid,
+            scope=scope,
+            depth=depth,
+            root=path,
+            emit=self.emit,
+            deps=self.deps,
+            parent_run_id=self.log.run_id,
+        )
+        r = MemberResult(
+            path=path,
+            member=name,
+            key=key,
+            session_id=child_sid,
+            run_id=res.run_id,
+            stop_reason=res.stop_reason,
+            output=res.output,
+            usage=res.usage,
+            error=res.error,
+        )
         self._put(slot, r)
         await self.log.member_finish(**_finish_payload(r))
         if r.stop_reason == "budget":
             self._budget_gate()
         return r
 
-    async def _remote(self, member: RemoteAgent, name: str, message: str, path: str, policy: str,
-                      key: str, child_sid: str, slot: int) -> MemberResult:  # fmt: skip
+    async def _remote(
+        self,
+        member: RemoteAgent,
+        name: str,
+        message: str,
+        path: str,
+        policy: str,
+        key: str,
+        child_sid: str,
+        slot: int,
+    ) -> MemberResult:
         """One run of a remote (A2A) member: ``message`` sent to it, its task read to the end
         (see ``loom.crew.remote``). The crew tools meant for it are not given: it has none."""
         from loom.tools.a2a import Exchange, exchange
@@ -539,39 +674,65 @@ class Runner:
         metered = any(sc.budget.tokens is not None for sc in self.scope.chain())
         if metered and name not in self._unmetered:
             self._unmetered.add(name)
-            self.log.warn(f"{path}: the remote member's tokens are unknown and not counted "
-                          "against budget.tokens")  # fmt: skip
-        await self.log.member_start(path=path, member=name, key=key, child_session_id=child_sid,
-                                    child_run_id="", context_policy=policy, context=message,
-                                    extra={"a2a": {"url": member.url, **known}})  # fmt: skip
+            self.log.warn(
+                f"{path}: the remote member's tokens are unknown and not counted "
+                "against budget.tokens"
+            )
+        await self.log.member_start(
+            path=path,
+            member=name,
+            key=key,
+            child_session_id=child_sid,
+            child_run_id="",
+            context_policy=policy,
+            context=message,
+            extra={"a2a": {"url": member.url, **known}},
+        )
         ex = Exchange()
 
         async def first_context(context_id: str) -> None:  # kept as soon as the remote names it
             await member.a2a.save_context(store, child_sid, {"context_id": context_id})
 
         def result(stop: str, error: str | None = None, output: str = "") -> MemberResult:
-            remote = {"url": member.url, "task_id": ex.task_id, "context_id": ex.context_id,
-                      "state": ex.state_name if ex.state is not None else ""}  # fmt: skip
+            remote = {
+                "url": member.url,
+                "task_id": ex.task_id,
+                "context_id": ex.context_id,
+                "state": ex.state_name if ex.state is not None else "",
+            }
             messages = [Message(role="user", content=message)]
             if output:
                 messages.append(Message(role="assistant", content=output))
-            return MemberResult(path=path, member=name, key=key, session_id=child_sid,
-                                run_id=ex.task_id, stop_reason=stop, output=output, error=error,
-                                remote=remote, messages=messages)  # fmt: skip
+            return MemberResult(
+                path=path,
+                member=name,
+                key=key,
+                session_id=child_sid,
+                run_id=ex.task_id,
+                stop_reason=stop,
+                output=output,
+                error=error,
+                remote=remote,
+                messages=messages,
+            )
 
         try:
             async with asyncio.timeout(member.timeout):
                 client = await member.connect(name)
-                await exchange(client, message, known, on_context=first_context, label=path,
-                               into=ex)  # fmt: skip
+                await exchange(
+                    client, message, known, on_context=first_context, label=path, into=ex
+                )
         except asyncio.CancelledError:  # the crew was stopped: the remote task was cancelled
-            r = self._put(slot, result("cancelled", "the crew was stopped; the remote task "
-                                       "was cancelled"))  # fmt: skip
+            r = self._put(
+                slot, result("cancelled", "the crew was stopped; the remote task was cancelled")
+            )
             await asyncio.shield(self.log.member_finish(**_finish_payload(r)))
             raise
         except TimeoutError:
-            r = result("timeout", f"no answer within timeout={member.timeout:g} s; the remote "
-                       "task was cancelled")  # fmt: skip
+            r = result(
+                "timeout",
+                f"no answer within timeout={member.timeout:g} s; the remote task was cancelled",
+            )
         except RemoteMemberError as exc:
             r = result("error", f"RemoteMemberError: {exc}")
         except Exception as exc:  # the transport failed mid-task: a recorded result
@@ -582,11 +743,18 @@ class Runner:
                 r = result("completed", output=ex.answer)
             elif ex.waiting:  # the coordinator reads the question; the next message answers it
                 question = ex.status_text or ex.answer
-                r = result("awaiting_input", f"the remote agent waits for input: {question}; "
-                           f"the next message to {name} answers it", output=question)  # fmt: skip
+                r = result(
+                    "awaiting_input",
+                    f"the remote agent waits for input: {question}; "
+                    f"the next message to {name} answers it",
+                    output=question,
+                )
             else:
-                r = result("error", f"the remote task {ex.task_id or '?'} ended "
-                           f"{ex.state_name}: {ex.status_text or ex.answer}")  # fmt: skip
+                r = result(
+                    "error",
+                    f"the remote task {ex.task_id or '?'} ended "
+                    f"{ex.state_name}: {ex.status_text or ex.answer}",
+                )
         # drop a stale waiting task id (the answer was sent, or the task ended)
         await member.a2a.save_context(store, child_sid, ex.remembered())
         self._put(slot, r)
@@ -602,8 +770,12 @@ class Runner:
     def _outcome(r: MemberResult) -> Outcome:
         if r.ok:
             return Outcome(r.output, senders=[r])
-        return Outcome(r.output, ok=False, senders=[r],
-                       error=f"{r.path} stopped with {r.stop_reason}: {r.error}")  # fmt: skip
+        return Outcome(
+            r.output,
+            ok=False,
+            senders=[r],
+            error=f"{r.path} stopped with {r.stop_reason}: {r.error}",
+        )
 
 
 class _FailFast(Exception):
@@ -639,29 +811,61 @@ def _transfer_tool(moved: list[tuple[str, str]], others: list[str]) -> CrewTool:
         moved.append((args["to"], args["brief"]))
         return f"transferred to {args['to']}; end your turn with one short line"
 
-    return choice_tool("transfer", "Hand this conversation to another member when it is "
-                       "theirs to answer; brief says what they need to know.", "to", others,
-                       transfer, extra={"brief": {"type": "string"}})  # fmt: skip
+    return choice_tool(
+        "transfer",
+        "Hand this conversation to another member when it is "
+        "theirs to answer; brief says what they need to know.",
+        "to",
+        others,
+        transfer,
+        extra={"brief": {"type": "string"}},
+    )
 
 
 def _discard(event: AgentEvent) -> None:
     return None
 
 
-def _result_of(turn: Any, path: str, name: str, key: str, sid: str, stop: str | None,
-               error: str | None) -> MemberResult:  # fmt: skip
+def _result_of(
+    turn: Any, path: str, name: str, key: str, sid: str, stop: str | None, error: str | None
+) -> MemberResult:
     res = turn.result
     if res is None:
-        return MemberResult(path=path, member=name, key=key, session_id=sid, run_id=turn.run_id,
-                            stop_reason=stop or "error", error=error)  # fmt: skip
-    return MemberResult(path=path, member=name, key=key, session_id=sid, run_id=res.run_id,
-                        stop_reason=stop or res.stop_reason, output=res.output, usage=res.usage,
-                        error=error or res.error, messages=list(res.messages),
-                        pending_approvals=list(res.pending_approvals))  # fmt: skip
+        return MemberResult(
+            path=path,
+            member=name,
+            key=key,
+            session_id=sid,
+            run_id=turn.run_id,
+            stop_reason=stop or "error",
+            error=error,
+        )
+    return MemberResult(
+        path=path,
+        member=name,
+        key=key,
+        session_id=sid,
+        run_id=res.run_id,
+        stop_reason=stop or res.stop_reason,
+        output=res.output,
+        usage=res.usage,
+        error=error or res.error,
+        messages=list(res.messages),
+        pending_approvals=list(res.pending_approvals),
+    )
 
 
 def _finish_payload(r: MemberResult) -> dict[str, Any]:
-    return {"path": r.path, "member": r.member, "key": r.key, "child_session_id": r.session_id,
-            "child_run_id": r.run_id, "stop_reason": r.stop_reason, "output": r.output,
-            "usage": r.usage.model_dump(), "error": r.error, "reused": r.reused,
-            **({"extra": {"a2a": r.remote}} if r.remote else {})}  # fmt: skip
+    return {
+        "path": r.path,
+        "member": r.member,
+        "key": r.key,
+        "child_session_id": r.session_id,
+        "child_run_id": r.run_id,
+        "stop_reason": r.stop_reason,
+        "output": r.output,
+        "usage": r.usage.model_dump(),
+        "error": r.error,
+        "reused": r.reused,
+        **({"extra": {"a2a": r.remote}} if r.remote else {}),
+    }

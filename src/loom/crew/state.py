@@ -80,24 +80,45 @@ def state_tools(state: SharedState) -> list[CrewTool]:
         return json.dumps({"key": args["key"], "value": value, "version": version})
 
     async def put(ctx: RunContext, args: dict[str, Any]) -> str:
-        done, version = await state.compare_and_set(args["key"], args["value"],
-                                                    args["expected_version"])  # fmt: skip
+        done, version = await state.compare_and_set(
+            args["key"], args["value"], args["expected_version"]
+        )
         if done:
             return json.dumps({"ok": True, "version": version})
-        return json.dumps({"ok": False, "conflict": True, "current_version": version,
-                           "hint": "someone wrote it since you read it: state_get it again, "
-                                   "merge, and retry with the current version"})  # fmt: skip
+        return json.dumps(
+            {
+                "ok": False,
+                "conflict": True,
+                "current_version": version,
+                "hint": "someone wrote it since you read it: state_get it again, "
+                "merge, and retry with the current version",
+            }
+        )
 
     async def keys(ctx: RunContext, args: dict[str, Any]) -> str:
         return json.dumps(await state.keys())
 
     s = {"type": "string"}
     return [
-        CrewTool("state_get", "Read a shared value and its version (version 0: not set).",
-                 {"key": s}, get, effect="pure"),
-        CrewTool("state_set", "Write a shared value if it is still at expected_version (0 for "
-                 "a new key); on a conflict read it again and retry.",
-                 {"key": s, "value": s, "expected_version": {"type": "integer"}}, put),
-        CrewTool("state_keys", "List the shared keys (large results are stored as ref:...).",
-                 {}, keys, effect="pure"),
-    ]  # fmt: skip
+        CrewTool(
+            "state_get",
+            "Read a shared value and its version (version 0: not set).",
+            {"key": s},
+            get,
+            effect="pure",
+        ),
+        CrewTool(
+            "state_set",
+            "Write a shared value if it is still at expected_version (0 for "
+            "a new key); on a conflict read it again and retry.",
+            {"key": s, "value": s, "expected_version": {"type": "integer"}},
+            put,
+        ),
+        CrewTool(
+            "state_keys",
+            "List the shared keys (large results are stored as ref:...).",
+            {},
+            keys,
+            effect="pure",
+        ),
+    ]

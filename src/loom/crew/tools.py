@@ -23,16 +23,26 @@ __all__ = ["CrewTool", "choice_tool"]
 class CrewTool:
     """A tool with a hand-written JSON schema (string and integer properties, enums)."""
 
-    def __init__(self, name: str, description: str, properties: dict[str, dict[str, Any]],
-                 run: Callable[[RunContext, dict[str, Any]], Awaitable[Any]], *,
-                 required: Sequence[str] | None = None, effect: Effect = "at_most_once",
-                 timeout: float | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        properties: dict[str, dict[str, Any]],
+        run: Callable[[RunContext, dict[str, Any]], Awaitable[Any]],
+        *,
+        required: Sequence[str] | None = None,
+        effect: Effect = "at_most_once",
+        timeout: float | None = None,
+    ) -> None:
         self.name = name
         self.description = description
         self.required = list(properties if required is None else required)
-        self.parameters: dict[str, Any] = {"type": "object", "properties": properties,
-                                           "required": self.required,
-                                           "additionalProperties": False}  # fmt: skip
+        self.parameters: dict[str, Any] = {
+            "type": "object",
+            "properties": properties,
+            "required": self.required,
+            "additionalProperties": False,
+        }
         self._run = run
         self.effect: Effect = effect
         self.timeout = timeout
@@ -41,8 +51,9 @@ class CrewTool:
         props = self.parameters["properties"]
         for key in arguments:
             if key not in props:
-                raise ToolArgumentsError(f"{self.name}: unknown argument {key!r}; expected "
-                                         f"{', '.join(props) or 'none'}")  # fmt: skip
+                raise ToolArgumentsError(
+                    f"{self.name}: unknown argument {key!r}; expected {', '.join(props) or 'none'}"
+                )
         for key in self.required:
             if key not in arguments:
                 raise ToolArgumentsError(f"{self.name}: missing argument {key!r}")
@@ -54,8 +65,10 @@ class CrewTool:
             if kind == "integer" and (not isinstance(value, int) or isinstance(value, bool)):
                 raise ToolArgumentsError(f"{self.name}: {key} must be an integer")
             if "enum" in schema and value not in schema["enum"]:
-                raise ToolArgumentsError(f"{self.name}: {key}={value!r} is not one of "
-                                         f"{', '.join(map(str, schema['enum']))}")  # fmt: skip
+                raise ToolArgumentsError(
+                    f"{self.name}: {key}={value!r} is not one of "
+                    f"{', '.join(map(str, schema['enum']))}"
+                )
         return arguments
 
     async def run(self, ctx: RunContext, arguments: dict[str, Any]) -> Any:
@@ -68,9 +81,14 @@ class CrewTool:
         return f"CrewTool({self.name!r})"
 
 
-def choice_tool(name: str, description: str, key: str, choices: Sequence[str],
-                run: Callable[[RunContext, dict[str, Any]], Awaitable[Any]],
-                extra: dict[str, dict[str, Any]] | None = None) -> CrewTool:  # fmt: skip
+def choice_tool(
+    name: str,
+    description: str,
+    key: str,
+    choices: Sequence[str],
+    run: Callable[[RunContext, dict[str, Any]], Awaitable[Any]],
+    extra: dict[str, dict[str, Any]] | None = None,
+) -> CrewTool:
     """A tool whose ``key`` argument is an enum of ``choices`` (plus ``extra`` properties)."""
     props: dict[str, dict[str, Any]] = {key: {"type": "string", "enum": list(choices)}}
     props.update(extra or {})

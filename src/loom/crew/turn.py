@@ -33,8 +33,16 @@ __all__ = ["CrewTurn", "by_member", "crew_pending"]
 class CrewTurn:
     """One crew run, prepared and not started (see the module docstring)."""
 
-    def __init__(self, crew: Crew, runtime: Runtime, task: str, session_id: str | None, *,
-                 deps: Any = None, approvals: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        crew: Crew,
+        runtime: Runtime,
+        task: str,
+        session_id: str | None,
+        *,
+        deps: Any = None,
+        approvals: Any = None,
+    ) -> None:
         if not isinstance(task, str) or not task.strip():
             raise InputError("a crew's task must be non-empty text")
         self.crew, self.runtime, self.task = crew, runtime, task
@@ -54,25 +62,43 @@ class CrewTurn:
         its members (tagged with ``extra["member_path"]``) to ``emit``."""
         self._task = asyncio.current_task()
         try:
-            res = await self.crew.execute(self.runtime, self.task, session_id=self.session_id,
-                                          emit=emit, deps=self.deps, approvals=self.approvals,
-                                          run_id=self.run_id)  # fmt: skip
+            res = await self.crew.execute(
+                self.runtime,
+                self.task,
+                session_id=self.session_id,
+                emit=emit,
+                deps=self.deps,
+                approvals=self.approvals,
+                run_id=self.run_id,
+            )
         except asyncio.CancelledError:
             if self.cancel_reason is None or self._task is None:
                 raise  # not ours: whoever cancelled the task wants it to stop
             self._task.uncancel()  # ours: the crew recorded its end; answer like a turn does
-            self.result = RunResult(output="", messages=[], usage=Usage(),
-                                    session_id=self.session_id, run_id=self.run_id,
-                                    stop_reason="cancelled", error=self.cancel_reason)  # fmt: skip
+            self.result = RunResult(
+                output="",
+                messages=[],
+                usage=Usage(),
+                session_id=self.session_id,
+                run_id=self.run_id,
+                stop_reason="cancelled",
+                error=self.cancel_reason,
+            )
             return
         self.crew_result = res
         messages = [Message(role="assistant", content=res.output)] if res.output else []
-        self.result = RunResult(output=res.output, text=res.output, messages=messages,
-                                usage=res.usage, session_id=res.session_id, run_id=res.run_id,
-                                stop_reason=res.stop_reason, error=res.error,
-                                pending_approvals=as_crew_session(res.pending_approvals,
-                                                                  res.session_id),
-                                warnings=list(res.warnings))  # fmt: skip
+        self.result = RunResult(
+            output=res.output,
+            text=res.output,
+            messages=messages,
+            usage=res.usage,
+            session_id=res.session_id,
+            run_id=res.run_id,
+            stop_reason=res.stop_reason,
+            error=res.error,
+            pending_approvals=as_crew_session(res.pending_approvals, res.session_id),
+            warnings=list(res.warnings),
+        )
 
     def cancel(self, reason: str = "cancelled by the caller") -> None:
         """Stop the crew at its next await: running members are cancelled and recorded, the
@@ -87,8 +113,14 @@ class CrewTurn:
 def as_crew_session(parked: list[dict[str, Any]], crew_session: str) -> list[dict[str, Any]]:
     """Parked member calls as the crew session's: ``session_id`` the crew session (where they
     are decided), ``child_session_id`` the member's own."""
-    return [{**p, "child_session_id": p.get("child_session_id", p.get("session_id")),
-             "session_id": crew_session} for p in parked]  # fmt: skip
+    return [
+        {
+            **p,
+            "child_session_id": p.get("child_session_id", p.get("session_id")),
+            "session_id": crew_session,
+        }
+        for p in parked
+    ]
 
 
 async def crew_pending(store: Store, session_id: str) -> list[dict[str, Any]]:
@@ -116,8 +148,9 @@ def by_member(decisions: Any, pending: list[dict[str, Any]], session_id: str) ->
     member path, is returned as it is. ``InputError`` for a call the crew does not wait on."""
     if not isinstance(decisions, Mapping) or not decisions:
         return decisions
-    if "decision" in decisions and not any(k == p["tool_call_id"] for p in pending
-                                           for k in decisions):  # fmt: skip
+    if "decision" in decisions and not any(
+        k == p["tool_call_id"] for p in pending for k in decisions
+    ):
         return decisions  # one decision ({"decision": ...}) for every parked call
     paths = {p["member_path"] for p in pending}
     if all(k in paths for k in decisions):
@@ -127,7 +160,9 @@ def by_member(decisions: Any, pending: list[dict[str, Any]], session_id: str) ->
     for call_id, decision in decisions.items():
         path = where.get(call_id)
         if path is None:
-            raise InputError(f"crew session {session_id!r} has no pending call {call_id!r}; "
-                             f"pending calls: {', '.join(where) or 'none'}")  # fmt: skip
+            raise InputError(
+                f"crew session {session_id!r} has no pending call {call_id!r}; "
+                f"pending calls: {', '.join(where) or 'none'}"
+            )
         out.setdefault(path, {})[call_id] = decision
     return out

@@ -24,11 +24,19 @@ class MaxLength:
     fatal = True
     parallel = False
 
-    def __init__(self, max_chars: int, *, input: bool = True, output: bool = True,
-                 truncate: bool = False, name: str = "max_length") -> None:  # fmt: skip
+    def __init__(
+        self,
+        max_chars: int,
+        *,
+        input: bool = True,
+        output: bool = True,
+        truncate: bool = False,
+        name: str = "max_length",
+    ) -> None:
         if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars <= 0:
-            raise ConfigurationError(f"MaxLength: max_chars must be a positive int, got "
-                                     f"{max_chars!r}")  # fmt: skip
+            raise ConfigurationError(
+                f"MaxLength: max_chars must be a positive int, got {max_chars!r}"
+            )
         self.max_chars, self.input, self.output = max_chars, input, output
         self.truncate, self.name = truncate, name
 
@@ -90,12 +98,20 @@ class AllowedLanguages:
     fatal = True
     parallel = False
 
-    def __init__(self, languages: Iterable[str], *, input: bool = True, output: bool = True,
-                 min_chars: int = 20, name: str = "language") -> None:  # fmt: skip
+    def __init__(
+        self,
+        languages: Iterable[str],
+        *,
+        input: bool = True,
+        output: bool = True,
+        min_chars: int = 20,
+        name: str = "language",
+    ) -> None:
         self.languages = frozenset(languages)
         if not self.languages or not all(isinstance(x, str) for x in self.languages):
-            raise ConfigurationError("AllowedLanguages: give one or more ISO 639-1 codes, "
-                                     "such as ['en', 'fr']")  # fmt: skip
+            raise ConfigurationError(
+                "AllowedLanguages: give one or more ISO 639-1 codes, such as ['en', 'fr']"
+            )
         self.input, self.output, self.min_chars, self.name = input, output, min_chars, name
 
     async def _check(self, text: str, on: bool, what: str) -> Decision:

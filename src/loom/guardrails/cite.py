@@ -49,10 +49,13 @@ class MustCite:
 
     async def check_output(self, text: str, ctx: GuardrailContext) -> Decision:
         got = await self.judge.evaluate(
-            ctx.user_message, text,
+            ctx.user_message,
+            text,
             JudgeContext(ctx.messages, session_id=ctx.session_id, run_id=ctx.run_id),
-        )  # fmt: skip
+        )
         if got.score >= self.threshold:
             return Decision.allow(got.reason)
-        return Decision.trip(f"the answer does not cite its sources (score {got.score:g} < "
-                             f"{self.threshold:g}): {got.reason}")  # fmt: skip
+        return Decision.trip(
+            f"the answer does not cite its sources (score {got.score:g} < "
+            f"{self.threshold:g}): {got.reason}"
+        )

@@ -38,9 +38,15 @@ class Record:
 
     def data(self) -> dict[str, Any]:
         """The event payload."""
-        return {"guardrail": self.guardrail, "kind": self.kind, "action": self.action,
-                "reason": self.reason, "error": self.error, "tool_call_id": self.tool_call_id,
-                "replacement": self.replacement}  # fmt: skip
+        return {
+            "guardrail": self.guardrail,
+            "kind": self.kind,
+            "action": self.action,
+            "reason": self.reason,
+            "error": self.error,
+            "tool_call_id": self.tool_call_id,
+            "replacement": self.replacement,
+        }
 
 
 @dataclass(slots=True)
@@ -138,8 +144,13 @@ class Guardrails:
             error = f"{type(exc).__name__}: {exc}"
             if getattr(g, "fatal", True):
                 return Record(_name(g), kind, "trip", f"the guardrail raised {error}", error)
-            return Record(_name(g), kind, "warn", f"the guardrail raised {error}; passed "
-                          "because it is not fatal", error)  # fmt: skip
+            return Record(
+                _name(g),
+                kind,
+                "warn",
+                f"the guardrail raised {error}; passed because it is not fatal",
+                error,
+            )
 
     async def _chain(
         self, kind: Kind, value: Any, args: Any, apply: Any, call_id: str | None = None
@@ -153,8 +164,14 @@ class Guardrails:
                 try:
                     out.value = apply(out.value, got.replacement)
                 except (TypeError, ValueError) as exc:
-                    rec = Record(_name(g), kind, "trip", f"its fix is unusable: {exc}",
-                                 f"{type(exc).__name__}: {exc}", call_id)  # fmt: skip
+                    rec = Record(
+                        _name(g),
+                        kind,
+                        "trip",
+                        f"its fix is unusable: {exc}",
+                        f"{type(exc).__name__}: {exc}",
+                        call_id,
+                    )
                 else:
                     rec = Record(
                         _name(g),
@@ -208,11 +225,13 @@ class Guardrails:
         """The tool-call guardrails on one call; a fix replaces its arguments."""
         return await self._chain("tool_call", call, lambda v: (v, ctx), _args_fix, call.id)
 
-    async def check_result(self, call: ToolCall, result: ToolResult, ctx: GuardrailContext
-                           ) -> Outcome:  # fmt: skip
+    async def check_result(
+        self, call: ToolCall, result: ToolResult, ctx: GuardrailContext
+    ) -> Outcome:
         """The tool-result guardrails on one result; a fix replaces it (or its text)."""
-        return await self._chain("tool_result", result, lambda v: (call, v, ctx), _result_fix,
-                                 call.id)  # fmt: skip
+        return await self._chain(
+            "tool_result", result, lambda v: (call, v, ctx), _result_fix, call.id
+        )
 
 
 def _text_fix(_old: str, new: Any) -> str:
@@ -223,8 +242,9 @@ def _text_fix(_old: str, new: Any) -> str:
 
 def _args_fix(call: ToolCall, new: Any) -> ToolCall:
     if not isinstance(new, dict):
-        raise TypeError(f"a tool-call fix must be the new arguments (a dict), got "
-                        f"{type(new).__name__}")  # fmt: skip
+        raise TypeError(
+            f"a tool-call fix must be the new arguments (a dict), got {type(new).__name__}"
+        )
     return call.model_copy(update={"arguments": new, "raw_arguments": None})
 
 
@@ -232,8 +252,7 @@ def _result_fix(old: ToolResult, new: Any) -> ToolResult:
     if isinstance(new, ToolResult):
         return new
     if not isinstance(new, str):
-        raise TypeError(f"a tool-result fix must be a ToolResult or str, got "
-                        f"{type(new).__name__}")  # fmt: skip
+        raise TypeError(f"a tool-result fix must be a ToolResult or str, got {type(new).__name__}")
     if old.success:
         return old.model_copy(update={"data": new})
     return old.model_copy(update={"error_message": new})

@@ -185,8 +185,9 @@ class Redactor:
         fixed = {k: self.redact_value(before[k]) for k in ("data", "error_message", "metadata")}
         if fixed == {k: before[k] for k in fixed}:
             return Decision.allow()
-        found = self.findings(repr(before["data"]) + repr(before["error_message"])
-                              + repr(before["metadata"]))  # fmt: skip
+        found = self.findings(
+            repr(before["data"]) + repr(before["error_message"]) + repr(before["metadata"])
+        )
         return Decision.fix(result.model_copy(update=fixed), f"redacted {_count(found)}")
 
     def __repr__(self) -> str:

@@ -57,6 +57,11 @@ async def review_answer(
         data["gave_up"] = "max_retries" if attempt >= panel.max_retries else "max_iterations"
     if data["final"]:
         return Review(attempt, data, None)
-    retry = {"attempt": attempt, "next_attempt": attempt + 1, "score": verdict.score,
-             "threshold": verdict.threshold, "correction": panel.correction(verdict)}  # fmt: skip
+    retry = {
+        "attempt": attempt,
+        "next_attempt": attempt + 1,
+        "score": verdict.score,
+        "threshold": verdict.threshold,
+        "correction": panel.correction(verdict),
+    }
     return Review(attempt, data, retry)

@@ -195,15 +195,21 @@ class AnthropicModel(RemoteModel):
         assert out is not None
         body["tools"] = [
             *(
-                {"name": t.name, "description": t.description,
-                 "input_schema": t.parameters or {"type": "object", "properties": {}}}
-                for t in tools if t.name != OUTPUT_TOOL
+                {
+                    "name": t.name,
+                    "description": t.description,
+                    "input_schema": t.parameters or {"type": "object", "properties": {}},
+                }
+                for t in tools
+                if t.name != OUTPUT_TOOL
             ),
-            {"name": OUTPUT_TOOL,
-             "description": (out.description or f"The final answer, a {out.name}.")
-             + " Call this tool to give your final answer.",
-             "input_schema": out.schema},
-        ]  # fmt: skip
+            {
+                "name": OUTPUT_TOOL,
+                "description": (out.description or f"The final answer, a {out.name}.")
+                + " Call this tool to give your final answer.",
+                "input_schema": out.schema,
+            },
+        ]
         real = len(body["tools"]) > 1
         body["tool_choice"] = {"type": "any"} if real else {"type": "tool", "name": OUTPUT_TOOL}
         if s.temperature is not None:

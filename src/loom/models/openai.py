@@ -130,8 +130,11 @@ def response_format(output: OutputSchema, style: str) -> dict[str, Any]:
     if style == "json_object":
         return {"type": "json_object", "schema": output.schema}
     strict = strict_schema(output.schema)
-    spec: dict[str, Any] = {"name": output.name, "schema": strict or output.schema,
-                            "strict": strict is not None}  # fmt: skip
+    spec: dict[str, Any] = {
+        "name": output.name,
+        "schema": strict or output.schema,
+        "strict": strict is not None,
+    }
     if output.description:
         spec["description"] = output.description
     return {"type": "json_schema", "json_schema": spec}

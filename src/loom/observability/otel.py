@@ -226,8 +226,15 @@ class OtelObserver:
             log.exception("loom tracing failed to start run %s", run_id)
             return {}
 
-    def _start(self, run_id: str, session_id: str, agent: str, model: str,
-               parent_run_id: str | None, carried: str | None) -> dict[str, str]:  # fmt: skip
+    def _start(
+        self,
+        run_id: str,
+        session_id: str,
+        agent: str,
+        model: str,
+        parent_run_id: str | None,
+        carried: str | None,
+    ) -> dict[str, str]:
         if carried:
             parent: otel_context.Context | None = context_from_traceparent(carried)
         elif parent_run_id is not None and parent_run_id in self.runs:
@@ -330,16 +337,20 @@ class OtelObserver:
             retry = {"attempt": e.attempt, "delay": e.delay, "error": e.error}
             run.retries = [*(run.retries or ()), (retry, e.timestamp)]
 
-    def _chat_span(self, run: _Run, attrs: dict[str, Any], end: float,
-                   error: str | None = None) -> None:  # fmt: skip
+    def _chat_span(
+        self, run: _Run, attrs: dict[str, Any], end: float, error: str | None = None
+    ) -> None:
         if not run.recording:
             run.chat_started, run.retries = None, None
             return
         started = _ns(run.chat_started if run.chat_started is not None else end)
         span = self.tracer.start_span(
-            f"chat {run.model}", context=run.ctx, kind=SpanKind.CLIENT, attributes=attrs,
+            f"chat {run.model}",
+            context=run.ctx,
+            kind=SpanKind.CLIENT,
+            attributes=attrs,
             start_time=started,
-        )  # fmt: skip
+        )
         for retry, ts in run.retries or ():
             span.add_event("gen_ai.retry", retry, timestamp=_ns(ts))
         if error is not None:
@@ -409,8 +420,16 @@ class OtelObserver:
         if run is not None:
             run.tools[e.tool_call_id] = (e.timestamp, e.tool_name, e.arguments)
 
-    def _tool_span(self, run: _Run, name: str, call_id: str, started: float, end: float,
-                   extra: dict[str, Any], error: str | None = None) -> None:  # fmt: skip
+    def _tool_span(
+        self,
+        run: _Run,
+        name: str,
+        call_id: str,
+        started: float,
+        end: float,
+        extra: dict[str, Any],
+        error: str | None = None,
+    ) -> None:
         if not run.recording:
             return
         attrs: dict[str, Any] = {
@@ -422,9 +441,13 @@ class OtelObserver:
         }
         if error is not None:
             attrs["error.type"] = error
-        span = self.tracer.start_span(f"execute_tool {name}", context=run.ctx,
-                                      kind=SpanKind.INTERNAL, attributes=attrs,
-                                      start_time=_ns(started))  # fmt: skip
+        span = self.tracer.start_span(
+            f"execute_tool {name}",
+            context=run.ctx,
+            kind=SpanKind.INTERNAL,
+            attributes=attrs,
+            start_time=_ns(started),
+        )
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, error))
         span.end(end_time=_ns(end))
@@ -457,8 +480,9 @@ class OtelObserver:
         if run.chat_started is not None:  # the model call the run ended in (error, cancel)
             kind = error_type or e.stop_reason
             seconds = e.timestamp - run.chat_started
-            self._chat_span(run, {**run.chat_attrs, "error.type": kind}, e.timestamp,
-                            e.error or e.stop_reason)  # fmt: skip
+            self._chat_span(
+                run, {**run.chat_attrs, "error.type": kind}, e.timestamp, e.error or e.stop_reason
+            )
             self._measure(run, seconds, None, {}, kind)
         for call_id, (started, name, _) in run.tools.items():  # running when the run stopped
             self._tool_span(run, name, call_id, started, e.timestamp, {}, e.stop_reason)

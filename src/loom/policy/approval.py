@@ -176,9 +176,13 @@ async def pending_approvals(
     for ev in await store.load_events(session_id):
         if isinstance(ev, ApprovalRequired) and ev.tool_call_id in open_calls:
             required[ev.tool_call_id] = PendingApproval(
-                ev.session_id, ev.run_id, ev.tool_call_id, ev.tool_name, dict(ev.arguments),
+                ev.session_id,
+                ev.run_id,
+                ev.tool_call_id,
+                ev.tool_name,
+                dict(ev.arguments),
                 ev.reason,
-            )  # fmt: skip
+            )
         elif isinstance(ev, ApprovalDecisionEvent):
             required.pop(ev.tool_call_id, None)
     return list(required.values())
@@ -241,8 +245,11 @@ def decision_payload(
     p: PendingApproval, decision: ApprovalDecision | None, how: str, rules: list[PermissionRule]
 ) -> dict[str, Any]:
     """The ``APPROVAL_DECISION`` event's payload (``decision=None`` means expired)."""
-    data: dict[str, Any] = {"tool_call_id": p.tool_call_id, "tool_name": p.tool_name,
-                            "decided_by": how}  # fmt: skip
+    data: dict[str, Any] = {
+        "tool_call_id": p.tool_call_id,
+        "tool_name": p.tool_name,
+        "decided_by": how,
+    }
     if isinstance(decision, Approve):
         data["decision"] = "approve"
     elif isinstance(decision, Reject):

@@ -156,8 +156,10 @@ class QueueLauncher:
             return None
         ended = [r for r in records if r.status != "running"]
         if not ended:  # started, never ended: its job is gone or still going; not again
-            return Outcome(error="its job ended without the run's end; the session's next "
-                           "turn recovers the run")  # fmt: skip
+            return Outcome(
+                error="its job ended without the run's end; the session's next "
+                "turn recovers the run"
+            )
         reason = ended[-1].status
         return Outcome(
             error=f"the run ended: {reason}" if reason in ("error", "cancelled") else None

@@ -136,8 +136,9 @@ class Scheduler:
 
         if not isinstance(getattr(target, "name", None), str):
             raise ScheduleError("schedule an Agent or a Crew (it needs a name)", field="agent")
-        schedule = Schedule(agent=target.name, message=message, cron=cron, interval=every,
-                            timezone=tz, **options)  # fmt: skip
+        schedule = Schedule(
+            agent=target.name, message=message, cron=cron, interval=every, timezone=tz, **options
+        )
         add = getattr(self.launcher, "add", None)
         if add is not None:
             add(target)  # before the schedule exists: its first tick finds it

@@ -232,8 +232,9 @@ async def delete_run_by_id(request: Request, run_id: str) -> Response:
 # -- agents (= assistants) --------------------------------------------------------------------
 @router.post("/agents/search", summary="Search agents (Agent Protocol)")
 async def search_agents(request: Request, body: AgentSearch) -> list[dict[str, Any]]:
-    query = AssistantSearch(name=body.name, metadata=body.metadata, limit=body.limit,
-                            offset=body.offset)  # fmt: skip
+    query = AssistantSearch(
+        name=body.name, metadata=body.metadata, limit=body.limit, offset=body.offset
+    )
     return [_agent_of(a) for a in await search_assistants(request, query)]
 
 

@@ -70,9 +70,10 @@ class FrontendTool:
     def __init__(self, name: str, description: str, parameters: Any) -> None:
         self.name, self.description = name, description
         self.parameters: dict[str, Any] = (
-            dict(parameters) if isinstance(parameters, Mapping) else {"type": "object",
-                                                                        "properties": {}}
-        )  # fmt: skip
+            dict(parameters)
+            if isinstance(parameters, Mapping)
+            else {"type": "object", "properties": {}}
+        )
         self.answers: dict[str, str] = {}  # tool_call_id -> the client's result (this request)
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -100,12 +101,15 @@ def _with_frontend(agent: Agent, tools: Sequence[Any]) -> tuple[Agent, dict[str,
         return agent, {}
     clash = sorted(t.name for t in tools if t.name in agent.tools)
     if clash:
-        raise InputError(f"frontend tool(s) {', '.join(clash)} have the name of a tool of agent "
-                         f"{agent.name!r}; rename them in the client")  # fmt: skip
+        raise InputError(
+            f"frontend tool(s) {', '.join(clash)} have the name of a tool of agent "
+            f"{agent.name!r}; rename them in the client"
+        )
     frontend = {t.name: FrontendTool(t.name, t.description, t.parameters) for t in tools}
     hooks = (*agent.hooks, _FrontendHook(frozenset(frontend)))
-    changed = agent.replace(tools=[*agent.tools.values(), *frontend.values()], hooks=hooks,
-                            approval_handler=None)  # fmt: skip
+    changed = agent.replace(
+        tools=[*agent.tools.values(), *frontend.values()], hooks=hooks, approval_handler=None
+    )
     return changed, frontend
 
 
@@ -142,8 +146,10 @@ async def _plan(
         if p.reason == FRONTEND_REASON and tool_message is not None:
             tool = frontend.get(p.tool_name)
             if tool is None:
-                raise InputError(f"the answered call {p.tool_call_id!r} is of frontend tool "
-                                 f"{p.tool_name!r}; send that tool in tools again")  # fmt: skip
+                raise InputError(
+                    f"the answered call {p.tool_call_id!r} is of frontend tool "
+                    f"{p.tool_name!r}; send that tool in tools again"
+                )
             tool.answers[p.tool_call_id] = _text(tool_message.content)
             plan.decisions[p.tool_call_id] = {"decision": "approve"}
         elif p.tool_call_id in resumes:
@@ -163,11 +169,15 @@ async def _plan(
         return plan
     if pending:
         waiting = [p.tool_call_id for p in pending if p.tool_call_id not in plan.decisions]
-        raise InputError(f"thread {body.thread_id!r} waits on tool call(s) {', '.join(waiting)}: "
-                         "send a tool message for each frontend call or a resume entry for "
-                         "each interrupt (or a new user message)")  # fmt: skip
-    raise InputError("the last message must be a user message (the thread has nothing waiting "
-                     "for a tool result or a resume)")  # fmt: skip
+        raise InputError(
+            f"thread {body.thread_id!r} waits on tool call(s) {', '.join(waiting)}: "
+            "send a tool message for each frontend call or a resume entry for "
+            "each interrupt (or a new user message)"
+        )
+    raise InputError(
+        "the last message must be a user message (the thread has nothing waiting "
+        "for a tool result or a resume)"
+    )
 
 
 class _Mapper:
@@ -197,16 +207,26 @@ class _Mapper:
             self.text_id = None
             for call in ev.tool_calls:
                 cid = str(call.get("id"))
-                out.append(c.ToolCallStartEvent(tool_call_id=cid, tool_call_name=str(call["name"]),
-                                                parent_message_id=message_id))  # fmt: skip
+                out.append(
+                    c.ToolCallStartEvent(
+                        tool_call_id=cid,
+                        tool_call_name=str(call["name"]),
+                        parent_message_id=message_id,
+                    )
+                )
                 args = json.dumps(call.get("arguments") or {})
-                out += [c.ToolCallArgsEvent(tool_call_id=cid, delta=args),
-                        c.ToolCallEndEvent(tool_call_id=cid)]  # fmt: skip
+                out += [
+                    c.ToolCallArgsEvent(tool_call_id=cid, delta=args),
+                    c.ToolCallEndEvent(tool_call_id=cid),
+                ]
         elif isinstance(ev, ToolResultEvent | ToolErrorEvent):
             if ev.tool_name not in self.frontend:  # the client has its own tool's result
-                result = c.ToolCallResultEvent(message_id=new_id("msg"),
-                                               tool_call_id=ev.tool_call_id,
-                                               content=ev.content or "", role="tool")  # fmt: skip
+                result = c.ToolCallResultEvent(
+                    message_id=new_id("msg"),
+                    tool_call_id=ev.tool_call_id,
+                    content=ev.content or "",
+                    role="tool",
+                )
                 out.append(result)
         elif isinstance(ev, AgentFinish):
             out += self.finish(ev)
@@ -219,33 +239,50 @@ class _Mapper:
         if self.text_id is not None:
             out.append(c.TextMessageEndEvent(message_id=self.text_id))
             self.text_id = None
-        loom = {"session_id": ev.session_id, "run_id": ev.run_id, "stop_reason": ev.stop_reason,
-                "usage": ev.usage}  # fmt: skip
+        loom = {
+            "session_id": ev.session_id,
+            "run_id": ev.run_id,
+            "stop_reason": ev.stop_reason,
+            "usage": ev.usage,
+        }
         base = self.body.state if isinstance(self.body.state, Mapping) else {}
         out.append(c.StateSnapshotEvent(snapshot={**base, "loom": loom}))
         tid, rid = self.body.thread_id, self.body.run_id
         if ev.stop_reason in ("completed", "awaiting_approval", "awaiting_input"):
-            frontend = [p["tool_call_id"] for p in ev.pending_approvals
-                        if p.get("reason") == FRONTEND_REASON]  # fmt: skip
+            frontend = [
+                p["tool_call_id"]
+                for p in ev.pending_approvals
+                if p.get("reason") == FRONTEND_REASON
+            ]
             asks = [p for p in ev.pending_approvals if p.get("reason") != FRONTEND_REASON]
             outcome: Any
             if asks:
-                outcome = c.RunFinishedInterruptOutcome(interrupts=[
-                    c.Interrupt(id=p["tool_call_id"], reason="tool_approval",
-                                message=p.get("reason") or None, tool_call_id=p["tool_call_id"],
-                                response_schema=_RESUME_SCHEMA)
-                    for p in asks
-                ])  # fmt: skip
+                outcome = c.RunFinishedInterruptOutcome(
+                    interrupts=[
+                        c.Interrupt(
+                            id=p["tool_call_id"],
+                            reason="tool_approval",
+                            message=p.get("reason") or None,
+                            tool_call_id=p["tool_call_id"],
+                            response_schema=_RESUME_SCHEMA,
+                        )
+                        for p in asks
+                    ]
+                )
             else:
                 outcome = c.RunFinishedSuccessOutcome(pending_tool_call_ids=frontend or None)
             result = {"output": ev.output, **loom}
             if ev.pending_query:
                 result["pending_query"] = ev.pending_query
-            out.append(c.RunFinishedEvent(thread_id=tid, run_id=rid, result=result,
-                                          outcome=outcome))  # fmt: skip
+            out.append(
+                c.RunFinishedEvent(thread_id=tid, run_id=rid, result=result, outcome=outcome)
+            )
         elif ev.stop_reason == "cancelled":
-            out.append(c.RunFinishedEvent(thread_id=tid, run_id=rid, result=loom,
-                                          outcome=c.RunFinishedCancelledOutcome()))  # fmt: skip
+            out.append(
+                c.RunFinishedEvent(
+                    thread_id=tid, run_id=rid, result=loom, outcome=c.RunFinishedCancelledOutcome()
+                )
+            )
         else:
             message = ev.error or f"the run stopped: {ev.stop_reason}"
             out.append(c.RunErrorEvent(message=message, code=ev.stop_reason))
@@ -294,15 +331,19 @@ async def _run(request: Request, name: str | None) -> Response:
     try:
         raw = await request.json()
     except ValueError:
-        return JSONResponse(error_body("InvalidRequest", "the body is not JSON: send a "
-                                       "RunAgentInput"), status_code=422)  # fmt: skip
+        return JSONResponse(
+            error_body("InvalidRequest", "the body is not JSON: send a RunAgentInput"),
+            status_code=422,
+        )
     try:
         body = RunAgentInput.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                             for e in exc.errors())  # fmt: skip
-        return JSONResponse(error_body("InvalidRequest", f"not a RunAgentInput: {problems}"),
-                            status_code=422)  # fmt: skip
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        return JSONResponse(
+            error_body("InvalidRequest", f"not a RunAgentInput: {problems}"), status_code=422
+        )
     state = state_of(request)
     agent = _agent_for(state, name)
     if isinstance(agent, JSONResponse):
@@ -321,14 +362,17 @@ async def _run(request: Request, name: str | None) -> Response:
                     yield encoder.encode(out)
         except Exception as exc:  # the turn itself failed: the protocol's error, last
             if not ended:
-                yield encoder.encode(RunErrorEvent(message=f"{type(exc).__name__}: {exc}",
-                                                   code="internal_error"))  # fmt: skip
+                yield encoder.encode(
+                    RunErrorEvent(message=f"{type(exc).__name__}: {exc}", code="internal_error")
+                )
         finally:
             await close_quietly(events)
 
-    return EventStream(sse(), media_type=encoder.get_content_type(),
-                       headers={"Cache-Control": "no-cache",
-                                "X-Loom-Session": body.thread_id})  # fmt: skip
+    return EventStream(
+        sse(),
+        media_type=encoder.get_content_type(),
+        headers={"Cache-Control": "no-cache", "X-Loom-Session": body.thread_id},
+    )
 
 
 _DOC = "AG-UI: run the agent for a RunAgentInput and stream AG-UI events (SSE)"

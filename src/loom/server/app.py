@@ -68,9 +68,11 @@ def view_for(state: ServerState, principal: Principal | None) -> ServerState:
     if view is None:
         reg = state.registry
         view = views[principal.name] = AgentRegistry(
-            [*(a for name, a in reg.items() if name in principal.agents),
-             *(c for name, c in reg.crews.items() if name in principal.agents)]
-        )  # fmt: skip
+            [
+                *(a for name, a in reg.items() if name in principal.agents),
+                *(c for name, c in reg.crews.items() if name in principal.agents),
+            ]
+        )
     return replace(state, registry=view)
 
 
@@ -194,10 +196,16 @@ def create_app(
             CORSMiddleware,
             allow_origins=list(security.cors_origins),
             allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
-            allow_headers=["authorization", "x-api-key", "content-type", "last-event-id",
-                           "x-loom-session", "x-request-id"],
+            allow_headers=[
+                "authorization",
+                "x-api-key",
+                "content-type",
+                "last-event-id",
+                "x-loom-session",
+                "x-request-id",
+            ],
             expose_headers=["location", "content-location", "x-loom-session", "x-request-id"],
-        )  # fmt: skip
+        )
     app.add_middleware(AccessLogMiddleware)
 
     @app.exception_handler(LoomError)
@@ -247,8 +255,16 @@ def _routers() -> list[Any]:
     import importlib
 
     out = []
-    for name in ("langgraph_api", "openai_api", "weave_api", "schedule_api", "mcp_http", "agui",
-                 "a2a", "console"):  # fmt: skip
+    for name in (
+        "langgraph_api",
+        "openai_api",
+        "weave_api",
+        "schedule_api",
+        "mcp_http",
+        "agui",
+        "a2a",
+        "console",
+    ):
         try:
             module = importlib.import_module(f"loom.server.{name}")
         except ModuleNotFoundError as exc:

@@ -171,8 +171,11 @@ def _served(state: ServerState, assistant_id: str) -> Agent | Crew:
 def _assistant(agent: Agent | Crew) -> dict[str, Any]:
     now = datetime.fromtimestamp(0, UTC).isoformat()
     if isinstance(agent, Crew):  # a crew: its members where an agent lists its tools
-        meta = {"loom_uuid": assistant_uuid(agent.name), "crew": True,
-                "members": list(agent.members)}  # fmt: skip
+        meta = {
+            "loom_uuid": assistant_uuid(agent.name),
+            "crew": True,
+            "members": list(agent.members),
+        }
     else:
         meta = {"loom_uuid": assistant_uuid(agent.name), "tools": list(agent.tools)}
     return {
@@ -264,10 +267,20 @@ def _thread_state(
 ) -> dict[str, Any]:
     interrupts = interrupts_of(pending)
     tasks = (
-        [{"id": "approvals", "name": "tools", "error": None, "interrupts": interrupts,
-          "checkpoint": None, "state": None, "result": None}]
-        if interrupts else []
-    )  # fmt: skip
+        [
+            {
+                "id": "approvals",
+                "name": "tools",
+                "error": None,
+                "interrupts": interrupts,
+                "checkpoint": None,
+                "state": None,
+                "result": None,
+            }
+        ]
+        if interrupts
+        else []
+    )
     return {
         "values": _values(thread_id, messages),
         "next": ["tools"] if interrupts else [],
@@ -357,8 +370,9 @@ async def _start_run(
         )
     runtime = state.runtime
     if body.command and "answer" in body.command:  # the client answers a server query
-        turn = await runtime.prepare_answer(agent, thread_id, body.command["answer"],
-                                            query_id=body.command.get("query_id"))  # fmt: skip
+        turn = await runtime.prepare_answer(
+            agent, thread_id, body.command["answer"], query_id=body.command.get("query_id")
+        )
     elif body.command and "resume" in body.command:
         if isinstance(body.command["resume"], str) and await runtime.pending_query(thread_id):
             turn = await runtime.prepare_answer(agent, thread_id, body.command["resume"])
@@ -372,10 +386,18 @@ async def _start_run(
         turn = runtime.prepare(agent, message, thread_id, on_busy, None)
     patch = await _metadata_patch(state, thread_id)
     if patch.get("assistant_id") != agent.name:
-        await _save_patch(state, thread_id, {**patch, "assistant_id": agent.name,
-                                             "graph_id": agent.name})  # fmt: skip
-    run = LgRun(turn.run_id, thread_id, agent.name, body.multitask_strategy, modes,
-                metadata=dict(body.metadata or {}), on_disconnect=body.on_disconnect)  # fmt: skip
+        await _save_patch(
+            state, thread_id, {**patch, "assistant_id": agent.name, "graph_id": agent.name}
+        )
+    run = LgRun(
+        turn.run_id,
+        thread_id,
+        agent.name,
+        body.multitask_strategy,
+        modes,
+        metadata=dict(body.metadata or {}),
+        on_disconnect=body.on_disconnect,
+    )
     manager.start(run, turn)
     return run
 
@@ -411,10 +433,18 @@ async def _start_crew_run(
         runtime.track(turn)
     patch = await _metadata_patch(state, thread_id)
     if patch.get("assistant_id") != crew.name:
-        await _save_patch(state, thread_id, {**patch, "assistant_id": crew.name,
-                                             "graph_id": crew.name})  # fmt: skip
-    run = LgRun(turn.run_id, thread_id, crew.name, body.multitask_strategy, modes,
-                metadata=dict(body.metadata or {}), on_disconnect=body.on_disconnect)  # fmt: skip
+        await _save_patch(
+            state, thread_id, {**patch, "assistant_id": crew.name, "graph_id": crew.name}
+        )
+    run = LgRun(
+        turn.run_id,
+        thread_id,
+        crew.name,
+        body.multitask_strategy,
+        modes,
+        metadata=dict(body.metadata or {}),
+        on_disconnect=body.on_disconnect,
+    )
     run.maker = CrewFrameMaker(thread_id, turn.run_id, crew.name, crew.name)
     manager.start(run, turn)
     return run
@@ -449,17 +479,34 @@ async def _enqueue(
             other.cancel.set()
     patch = await _metadata_patch(state, thread_id)
     if patch.get("assistant_id") != agent.name:
-        await _save_patch(state, thread_id, {**patch, "assistant_id": agent.name,
-                                             "graph_id": agent.name})  # fmt: skip
-    run = LgRun(f"run_{uuid.uuid4().hex}", thread_id, agent.name, strategy, modes,
-                metadata=dict(body.metadata or {}), on_disconnect=body.on_disconnect)  # fmt: skip
+        await _save_patch(
+            state, thread_id, {**patch, "assistant_id": agent.name, "graph_id": agent.name}
+        )
+    run = LgRun(
+        f"run_{uuid.uuid4().hex}",
+        thread_id,
+        agent.name,
+        strategy,
+        modes,
+        metadata=dict(body.metadata or {}),
+        on_disconnect=body.on_disconnect,
+    )
     run.job_id = await queue.enqueue(agent.name, thread_id, message, run.run_id)
     # before the client hears of the run id: any server it asks finds the job by it
-    await _kv(state).put_value(RUNS_NAMESPACE, run.run_id, {
-        "thread_id": thread_id, "assistant_id": agent.name, "job": run.job_id,
-        "created_at": run.created_at.isoformat(), "multitask_strategy": strategy,
-        "metadata": run.metadata, "stream_mode": modes, "on_disconnect": body.on_disconnect,
-    })  # fmt: skip
+    await _kv(state).put_value(
+        RUNS_NAMESPACE,
+        run.run_id,
+        {
+            "thread_id": thread_id,
+            "assistant_id": agent.name,
+            "job": run.job_id,
+            "created_at": run.created_at.isoformat(),
+            "multitask_strategy": strategy,
+            "metadata": run.metadata,
+            "stream_mode": modes,
+            "on_disconnect": body.on_disconnect,
+        },
+    )
     _tail(state, queue, run)
     return run
 
@@ -490,10 +537,16 @@ async def _queued_run(state: ServerState, run_id: str, thread_id: str | None) ->
         return None
     if thread_id is not None and mapping["thread_id"] != thread_id:
         return None
-    run = LgRun(run_id, mapping["thread_id"], mapping["assistant_id"],
-                mapping["multitask_strategy"], list(mapping["stream_mode"]),
-                metadata=dict(mapping["metadata"]), on_disconnect=mapping["on_disconnect"],
-                job_id=int(mapping["job"]))  # fmt: skip
+    run = LgRun(
+        run_id,
+        mapping["thread_id"],
+        mapping["assistant_id"],
+        mapping["multitask_strategy"],
+        list(mapping["stream_mode"]),
+        metadata=dict(mapping["metadata"]),
+        on_disconnect=mapping["on_disconnect"],
+        job_id=int(mapping["job"]),
+    )
     run.created_at = datetime.fromisoformat(mapping["created_at"])
     tail = _tail(state, queue, run)
     await tail.caught_up.wait()  # its status is current before anyone reads it
@@ -665,8 +718,9 @@ async def get_thread(request: Request, thread_id: str) -> dict[str, Any]:
 async def patch_thread(request: Request, thread_id: str, body: ThreadPatch) -> dict[str, Any]:
     state = state_of(request)
     info = await _session(state, thread_id)
-    await _save_patch(state, thread_id, {**await _metadata_patch(state, thread_id),
-                                         **body.metadata})  # fmt: skip
+    await _save_patch(
+        state, thread_id, {**await _metadata_patch(state, thread_id), **body.metadata}
+    )
     return await _thread(state, info)
 
 
@@ -690,8 +744,11 @@ async def delete_thread(request: Request, thread_id: str) -> Response:
 async def thread_state(request: Request, thread_id: str) -> dict[str, Any]:
     state = state_of(request)
     info = await _session(state, thread_id)
-    runs = [e.run_id for e in await state.runtime.store.load_events(thread_id)
-            if isinstance(e, AgentFinish)]  # fmt: skip
+    runs = [
+        e.run_id
+        for e in await state.runtime.store.load_events(thread_id)
+        if isinstance(e, AgentFinish)
+    ]
     return _thread_state(
         thread_id,
         await state.runtime.store.load_messages(thread_id),
@@ -769,11 +826,16 @@ async def list_runs(
             old = runs.get(rec.run_id)
             created = old["created_at"] if old else rec.timestamp.isoformat()
             runs[rec.run_id] = {
-                "run_id": rec.run_id, "thread_id": thread_id, "assistant_id": assistant,
-                "created_at": created, "updated_at": rec.timestamp.isoformat(),
-                "status": run_status(rec.status), "metadata": {}, "multitask_strategy": "enqueue",
+                "run_id": rec.run_id,
+                "thread_id": thread_id,
+                "assistant_id": assistant,
+                "created_at": created,
+                "updated_at": rec.timestamp.isoformat(),
+                "status": run_status(rec.status),
+                "metadata": {},
+                "multitask_strategy": "enqueue",
                 "stop_reason": None if rec.status == "running" else rec.status,
-            }  # fmt: skip
+            }
     out = sorted(runs.values(), key=lambda r: r["created_at"], reverse=True)
     if status is not None:
         out = [r for r in out if r["status"] == status]
@@ -863,11 +925,15 @@ async def decide_approval(
     if waiting:
         return JSONResponse({"status": "waiting", "undecided": waiting}, status_code=202)
     assistant = await session_agent(state, info)
-    resume = RunCreate(assistant_id=assistant, command={"resume": decided},
-                       stream_mode=["values", "updates", "messages-tuple", "events"])  # fmt: skip
+    resume = RunCreate(
+        assistant_id=assistant,
+        command={"resume": decided},
+        stream_mode=["values", "updates", "messages-tuple", "events"],
+    )
     run = await _start_run(state, thread_id, resume)
-    return JSONResponse({"status": "resumed", "run": run.to_dict()}, status_code=202,
-                        headers=_locations(run))  # fmt: skip
+    return JSONResponse(
+        {"status": "resumed", "run": run.to_dict()}, status_code=202, headers=_locations(run)
+    )
 
 
 async def record_decision(
@@ -940,8 +1006,9 @@ async def answer_query(request: Request, thread_id: str, body: QueryAnswerBody) 
     modes = body.stream_mode or ["values", "updates", "messages-tuple", "events"]
     create = RunCreate(assistant_id=str(assistant), command=command, stream_mode=modes)
     run = await _start_run(state, thread_id, create)
-    return JSONResponse({"status": "answered", "run": run.to_dict()}, status_code=202,
-                        headers=_locations(run))  # fmt: skip
+    return JSONResponse(
+        {"status": "answered", "run": run.to_dict()}, status_code=202, headers=_locations(run)
+    )
 
 
 @router.get("/errors/{error_id}", summary="A tool error kept in full (seed 001 get_error_detail)")

@@ -37,8 +37,10 @@ class CrewFrameMaker(FrameMaker):
         self.member_streamed: dict[str, bool] = {}  # member run -> its answer came as deltas
 
     def meta(self, ev: AgentEvent, node: str) -> dict[str, Any]:
-        return {**super().meta(ev, node), "loom_member_path": ev.extra.get("member_path",
-                                                                           self.root)}  # fmt: skip
+        return {
+            **super().meta(ev, node),
+            "loom_member_path": ev.extra.get("member_path", self.root),
+        }
 
     def frames(self, ev: AgentEvent) -> list[Frame]:
         path = ev.extra.get("member_path", self.root)
@@ -46,8 +48,14 @@ class CrewFrameMaker(FrameMaker):
             self.last_seq, self.k = ev.sequence, 0
             out = super().frames(ev)
             if isinstance(ev, CrewMemberFinish):  # what a member handed back, keyed by its path
-                update = {ev.path: {"stop_reason": ev.stop_reason, "output": ev.output,
-                                    "error": ev.error, "reused": ev.reused}}  # fmt: skip
+                update = {
+                    ev.path: {
+                        "stop_reason": ev.stop_reason,
+                        "output": ev.output,
+                        "error": ev.error,
+                        "reused": ev.reused,
+                    }
+                }
                 out.append(Frame("updates", "updates", update, f"{ev.sequence}.7"))
             return out
         return self._member(ev, path)
@@ -59,9 +67,15 @@ class CrewFrameMaker(FrameMaker):
         msg_id = f"{ev.session_id}:{ev.run_id}:{ev.sequence}"
         if isinstance(ev, LlmDelta) and ev.delta:
             self.member_streamed[ev.run_id] = True
-            chunk = {"type": "AIMessageChunk", "content": ev.delta, "id": f"{ev.run_id}:ai",
-                     "tool_calls": [], "tool_call_chunks": [], "additional_kwargs": {},
-                     "response_metadata": {}}  # fmt: skip
+            chunk = {
+                "type": "AIMessageChunk",
+                "content": ev.delta,
+                "id": f"{ev.run_id}:ai",
+                "tool_calls": [],
+                "tool_call_chunks": [],
+                "additional_kwargs": {},
+                "response_metadata": {},
+            }
             out.append(Frame("messages-tuple", "messages", [chunk, meta]))
         m = ev.message()
         if m is not None:

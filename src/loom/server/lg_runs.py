@@ -204,10 +204,15 @@ class FrameMaker:
                 out.append(Frame("updates", "updates", {node: {"messages": [msg]}}))
             self.streamed = "" if isinstance(ev, LlmComplete) else self.streamed
             out.append(Frame("values", "values", self.values()))
-        if isinstance(ev, AgentFinish) and ev.stop_reason in ("awaiting_approval",
-                                                              "awaiting_input"):  # fmt: skip
-            interrupts = (interrupts_of(ev.pending_approvals) if ev.pending_query is None
-                          else query_interrupts(ev.session_id, ev.pending_query))  # fmt: skip
+        if isinstance(ev, AgentFinish) and ev.stop_reason in (
+            "awaiting_approval",
+            "awaiting_input",
+        ):
+            interrupts = (
+                interrupts_of(ev.pending_approvals)
+                if ev.pending_query is None
+                else query_interrupts(ev.session_id, ev.pending_query)
+            )
             out.append(Frame("values", "values", {"__interrupt__": interrupts}))
             out.append(Frame("updates", "updates", {"__interrupt__": interrupts}))
         out.append(Frame("events", "events", ev.to_dict()))
@@ -218,8 +223,7 @@ class FrameMaker:
 
 def query_interrupts(thread_id: str, query: dict[str, Any]) -> list[dict[str, Any]]:
     """The LangGraph interrupt for a server query (seed 003) waiting for the client."""
-    value = {"type": "server_query", **query,
-             "answer_with": f"POST /threads/{thread_id}/commands"}  # fmt: skip
+    value = {"type": "server_query", **query, "answer_with": f"POST /threads/{thread_id}/commands"}
     return [{"id": query.get("query_id", ""), "value": value, "when": "during"}]
 
 

@@ -84,9 +84,20 @@ class ServerRuntime(Runtime):
         max_cost: float | None = None,
     ) -> Turn:
         key = self._admit(parent_run_id is not None)
-        turn = super().prepare(agent, message, session_id, on_busy, deps, resume, parent_run_id,
-                               answer, run_id=run_id, carry_on=carry_on,
-                               output_type=output_type, max_cost=max_cost)  # fmt: skip
+        turn = super().prepare(
+            agent,
+            message,
+            session_id,
+            on_busy,
+            deps,
+            resume,
+            parent_run_id,
+            answer,
+            run_id=run_id,
+            carry_on=carry_on,
+            output_type=output_type,
+            max_cost=max_cost,
+        )
         self.turns[turn] = key
         return turn
 

@@ -123,8 +123,9 @@ class RunQueue:
 
         out: list[int] = []
         for status in ("doing", "todo"):
-            jobs = await self.app.job_manager.list_jobs_async(lock=session_lock(thread_id),
-                                                              status=status)  # fmt: skip
+            jobs = await self.app.job_manager.list_jobs_async(
+                lock=session_lock(thread_id), status=status
+            )
             out += [j.id for j in jobs if j.id is not None]
         return sorted(out)
 
@@ -218,8 +219,11 @@ class JournalTail:
         finished: bool | None = None
         for index, run_id in enumerate(attempts):
             last = self.seen.get(run_id, -1)
-            fresh = [e for e in await self.store.load_events(self.run.thread_id, run_id)
-                     if e.sequence > last]  # fmt: skip
+            fresh = [
+                e
+                for e in await self.store.load_events(self.run.thread_id, run_id)
+                if e.sequence > last
+            ]
             for ev in fresh:
                 self.seen[run_id] = ev.sequence
                 await self._add(ev, attempt_offset(index))
@@ -264,8 +268,9 @@ class JournalTail:
             run.error = f"cancelled before a worker took it (job {self.job})"
         else:
             run.status = "error" if status == "failed" else "interrupted"
-            run.stop_reason = record.get("stop_reason") or ("error" if status == "failed"
-                                                            else "cancelled")  # fmt: skip
+            run.stop_reason = record.get("stop_reason") or (
+                "error" if status == "failed" else "cancelled"
+            )
             run.error = record.get("error") or f"job {self.job} ended {status} without a result"
         if run.status == "error":
             run.add([Frame(None, "error", {"error": "RunError", "message": run.error})])

@@ -217,9 +217,13 @@ async def create_thread_cron(request: Request, thread_id: str, body: CronCreate)
 async def search_crons(request: Request, body: CronSearch) -> list[dict[str, Any]]:
     state = state_of(request)
     agent = _agent_name(state, body.assistant_id) if body.assistant_id else None
-    found = await _schedules(state).list_schedules(agent=agent, thread_id=body.thread_id,
-                                                   enabled=body.enabled, limit=body.limit,
-                                                   offset=body.offset)  # fmt: skip
+    found = await _schedules(state).list_schedules(
+        agent=agent,
+        thread_id=body.thread_id,
+        enabled=body.enabled,
+        limit=body.limit,
+        offset=body.offset,
+    )
     return [_cron(s) for s in found if s.schedule.agent in state.registry]
 
 

@@ -379,34 +379,44 @@ class GuardMiddleware:
                     await refusal(scope, receive, send)
                     return
             elif presented is None:
-                await _error(401, "Unauthorized",
-                             "this server needs an API key: send Authorization: Bearer <key> "
-                             "(or x-api-key: <key>)",
-                             {"WWW-Authenticate": "Bearer"})(scope, receive, send)  # fmt: skip
+                await _error(
+                    401,
+                    "Unauthorized",
+                    "this server needs an API key: send Authorization: Bearer <key> "
+                    "(or x-api-key: <key>)",
+                    {"WWW-Authenticate": "Bearer"},
+                )(scope, receive, send)
                 return
             else:
                 principal = self.config.keys.match(presented)
             if principal is None and presented is not None:
-                await _error(401, "Unauthorized",
-                             "the API key is not valid for this server; check the key you send",
-                             {"WWW-Authenticate": 'Bearer error="invalid_token"'},
-                             )(scope, receive, send)  # fmt: skip
+                await _error(
+                    401,
+                    "Unauthorized",
+                    "the API key is not valid for this server; check the key you send",
+                    {"WWW-Authenticate": 'Bearer error="invalid_token"'},
+                )(scope, receive, send)
                 return
             if principal is not None:
                 scope["loom.principal"] = principal
         method: str = scope["method"]
         if self.state.draining and starts_runs(method, path):
-            await _error(503, "ShuttingDown",
-                         "the server is shutting down and takes no new runs; retry against "
-                         "another instance or after it restarts",
-                         {"Retry-After": "5"})(scope, receive, send)  # fmt: skip
+            await _error(
+                503,
+                "ShuttingDown",
+                "the server is shutting down and takes no new runs; retry against "
+                "another instance or after it restarts",
+                {"Retry-After": "5"},
+            )(scope, receive, send)
             return
         limit = self.config.max_body
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > limit):
-            await _error(413, "PayloadTooLarge",
-                         f"the request body is over this server's {limit} byte limit "
-                         "(--max-body)")(scope, receive, send)  # fmt: skip
+            await _error(
+                413,
+                "PayloadTooLarge",
+                f"the request body is over this server's {limit} byte limit (--max-body)",
+            )(scope, receive, send)
             return
         token = current_principal.set(principal)
         try:
@@ -417,9 +427,11 @@ class GuardMiddleware:
                     and m.group(1) not in ("search", "count")
                     and not await self.owners.allowed(m.group(1))
                 ):
-                    await _error(404, "NotFound",
-                                 f"no thread {m.group(1)!r}; create it with POST /threads",
-                                 )(scope, receive, send)  # fmt: skip
+                    await _error(
+                        404,
+                        "NotFound",
+                        f"no thread {m.group(1)!r}; create it with POST /threads",
+                    )(scope, receive, send)
                     return
             await self.app(scope, _limited(receive, limit), send)
         finally:
@@ -469,8 +481,9 @@ class AccessLogMiddleware:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        given = next((v.decode("latin-1") for k, v in scope["headers"]
-                      if k.lower() == b"x-request-id"), "")  # fmt: skip
+        given = next(
+            (v.decode("latin-1") for k, v in scope["headers"] if k.lower() == b"x-request-id"), ""
+        )
         rid = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
         status = 500
 
@@ -478,8 +491,7 @@ class AccessLogMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = [*message.get("headers", []),
-                                      (b"x-request-id", rid.encode())]  # fmt: skip
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", rid.encode())]
             await send(message)
 
         try:

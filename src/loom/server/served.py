@@ -34,8 +34,9 @@ def _crew_turn(runtime: Runtime, crew: Crew, message: str, session_id: str | Non
     return turn
 
 
-async def run_served(runtime: Runtime, target: Agent | Crew, message: str,
-                     session_id: str | None) -> RunResult:  # fmt: skip
+async def run_served(
+    runtime: Runtime, target: Agent | Crew, message: str, session_id: str | None
+) -> RunResult:
     """One turn of ``target`` on ``message``, to its end."""
     from loom.crew import Crew
 
@@ -47,8 +48,9 @@ async def run_served(runtime: Runtime, target: Agent | Crew, message: str,
     return turn.result
 
 
-async def stream_served(runtime: Runtime, target: Agent | Crew, message: str,
-                        session_id: str | None) -> AsyncGenerator[AgentEvent, None]:  # fmt: skip
+async def stream_served(
+    runtime: Runtime, target: Agent | Crew, message: str, session_id: str | None
+) -> AsyncGenerator[AgentEvent, None]:
     """The events of one turn of ``target`` (a crew's as in the module docstring)."""
     from loom.crew import Crew
 
@@ -62,9 +64,13 @@ async def stream_served(runtime: Runtime, target: Agent | Crew, message: str,
             if ev.extra.get("member_path", target.name) != target.name:
                 continue  # a member's: not the crew's answer
             if isinstance(ev, LlmComplete) and ev.answer:  # the crew's answer, as one delta
-                yield LlmDelta(run_id=ev.run_id, session_id=ev.session_id,
-                               sequence=ev.sequence, delta=ev.answer,
-                               extra=dict(ev.extra))  # fmt: skip
+                yield LlmDelta(
+                    run_id=ev.run_id,
+                    session_id=ev.session_id,
+                    sequence=ev.sequence,
+                    delta=ev.answer,
+                    extra=dict(ev.extra),
+                )
             yield ev
     finally:
         await events.aclose()

@@ -92,8 +92,14 @@ def _tool_calls(result: RunResult) -> list[dict[str, Any]]:
     calls: dict[str, dict[str, Any]] = {}
     for m in result.messages:
         for c in m.tool_calls:
-            calls[c.id] = {"id": c.id, "name": c.name, "input": c.arguments, "success": None,
-                           "result": None, "error_code": None}  # fmt: skip
+            calls[c.id] = {
+                "id": c.id,
+                "name": c.name,
+                "input": c.arguments,
+                "success": None,
+                "result": None,
+                "error_code": None,
+            }
         if m.role == "tool" and m.tool_call_id in calls:
             call = calls[m.tool_call_id]
             call["success"] = bool(m.metadata.get("success", True))
@@ -133,9 +139,14 @@ class ProgressTracker:
         if isinstance(event, AgentStart):
             return "started", {"agent": event.agent, "resume": event.resume}
         if isinstance(event, ToolExecutionStart):
-            call: dict[str, Any] = {"id": event.tool_call_id, "name": event.tool_name,
-                                    "input": event.arguments, "success": None, "result": None,
-                                    "error_code": None}  # fmt: skip
+            call: dict[str, Any] = {
+                "id": event.tool_call_id,
+                "name": event.tool_name,
+                "input": event.arguments,
+                "success": None,
+                "result": None,
+                "error_code": None,
+            }
             self.calls[event.tool_call_id] = call
             return "tool_start", {k: call[k] for k in ("id", "name", "input")}
         if isinstance(event, ToolResultEvent | ToolErrorEvent):
@@ -220,9 +231,14 @@ async def stream_weave(request: Request, body: WeaveRequest) -> Response:
                     continue
                 kind, data = p
                 payload = json.dumps(
-                    {"session_id": event.session_id, "run_id": event.run_id,
-                     "sequence": event.sequence, **data}, separators=(",", ":"),
-                )  # fmt: skip
+                    {
+                        "session_id": event.session_id,
+                        "run_id": event.run_id,
+                        "sequence": event.sequence,
+                        **data,
+                    },
+                    separators=(",", ":"),
+                )
                 yield f"event: {kind}\nid: {event_id(event)}\ndata: {payload}\n\n".encode()
         finally:
             await close_quietly(events)
@@ -308,10 +324,18 @@ async def session_events_sse(
                 p = tracker.progress(ev)
                 kind, data = p if p is not None else ("event", {})
                 payload = json.dumps(
-                    {"session_id": ev.session_id, "run_id": ev.run_id, "sequence": ev.sequence,
-                     "type": str(ev.type), "replayed": replayed, **data,
-                     "event": ev.to_dict()}, separators=(",", ":"), default=str,
-                )  # fmt: skip
+                    {
+                        "session_id": ev.session_id,
+                        "run_id": ev.run_id,
+                        "sequence": ev.sequence,
+                        "type": str(ev.type),
+                        "replayed": replayed,
+                        **data,
+                        "event": ev.to_dict(),
+                    },
+                    separators=(",", ":"),
+                    default=str,
+                )
                 yield f"event: {kind}\nid: {event_id(ev)}\ndata: {payload}\n\n".encode()
                 if isinstance(ev, AgentFinish):
                     trackers.pop(ev.run_id, None)

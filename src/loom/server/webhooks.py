@@ -127,19 +127,30 @@ class Webhooks:
 
         delivery_id = new_id("whd")
         body = json.dumps({"id": delivery_id, **payload}, default=str).encode()
-        headers = {"Content-Type": "application/json", "X-Loom-Event": payload["type"],
-                   "X-Loom-Delivery": delivery_id, "User-Agent": "loom-webhooks"}  # fmt: skip
+        headers = {
+            "Content-Type": "application/json",
+            "X-Loom-Event": payload["type"],
+            "X-Loom-Delivery": delivery_id,
+            "User-Agent": "loom-webhooks",
+        }
         if target.secret:
             headers[HEADER] = sign(target.secret, body)
-        record: dict[str, Any] = {"id": delivery_id, "url": target.url, "type": payload["type"],
-                                  "run_id": payload["run_id"], "session_id": payload["session_id"],
-                                  "delivered": False, "attempts": []}  # fmt: skip
+        record: dict[str, Any] = {
+            "id": delivery_id,
+            "url": target.url,
+            "type": payload["type"],
+            "run_id": payload["run_id"],
+            "session_id": payload["session_id"],
+            "delivered": False,
+            "attempts": [],
+        }
         delay = target.backoff
         for attempt in range(1, target.max_attempts + 1):
             started = time.time()
             try:
-                r = await self._http().post(target.url, content=body, headers=headers,
-                                            timeout=target.timeout)  # fmt: skip
+                r = await self._http().post(
+                    target.url, content=body, headers=headers, timeout=target.timeout
+                )
                 outcome: dict[str, Any] = {"status": r.status_code}
                 retry = r.status_code >= 500 or r.status_code == 429
                 record["delivered"] = 200 <= r.status_code < 300
@@ -154,9 +165,15 @@ class Webhooks:
             await asyncio.sleep(delay)
             delay *= 2
         level = logging.INFO if record["delivered"] else logging.WARNING
-        log.log(level, "webhook %s %s to %s: %s after %d attempt(s)", delivery_id,
-                payload["type"], target.url, "delivered" if record["delivered"] else "FAILED",
-                len(record["attempts"]))  # fmt: skip
+        log.log(
+            level,
+            "webhook %s %s to %s: %s after %d attempt(s)",
+            delivery_id,
+            payload["type"],
+            target.url,
+            "delivered" if record["delivered"] else "FAILED",
+            len(record["attempts"]),
+        )
         if self.kv is not None:
             try:
                 await self.kv.put_value(NAMESPACE, delivery_id, record)

@@ -75,8 +75,16 @@ class LedgerEntry:
 
     def ended(self, status: LedgerStatus, result: ToolResult | None) -> LedgerEntry:
         """The entry that closes this call with ``status`` and ``result``."""
-        return LedgerEntry(self.run_id, self.session_id, self.tool_call_id, self.name, status,
-                           self.arguments, self.effect, result)  # fmt: skip
+        return LedgerEntry(
+            self.run_id,
+            self.session_id,
+            self.tool_call_id,
+            self.name,
+            status,
+            self.arguments,
+            self.effect,
+            result,
+        )
 
 
 @dataclass(slots=True)

@@ -285,8 +285,17 @@ def pack_events(events: Sequence[AgentEvent]) -> PackedEvents | None:
     for ev in events:
         if not ev.run_id.isascii() or not (ev.parent_run_id or "").isascii():
             return None
-        heads.append((ev.type, type(ev), ev.run_id, ev.sequence, ev.iteration, ev.timestamp,
-                      ev.parent_run_id))  # fmt: skip
+        heads.append(
+            (
+                ev.type,
+                type(ev),
+                ev.run_id,
+                ev.sequence,
+                ev.iteration,
+                ev.timestamp,
+                ev.parent_run_id,
+            )
+        )
         payload.append(type(ev).ROW(ev))
     try:
         text = to_json(payload, inf_nan_mode="constants")
@@ -310,8 +319,18 @@ def unpack_events(session_id: str, packed: PackedEvents, run_id: str | None) -> 
         row = values[i]
         data = {keys.get(n, n): row[j] for j, n in enumerate(fields_)}
         data.update(row[-1])
-        out.append(make_event(kind, rid, session_id, iteration, sequence, data,
-                              timestamp=timestamp, parent_run_id=parent))  # fmt: skip
+        out.append(
+            make_event(
+                kind,
+                rid,
+                session_id,
+                iteration,
+                sequence,
+                data,
+                timestamp=timestamp,
+                parent_run_id=parent,
+            )
+        )
     return out
 
 

@@ -201,10 +201,12 @@ class StoreContract:
 
     async def test_events_keep_parent_run_id(self, store: Any) -> None:
         # a crew member's events name the crew run that started theirs (docs/architecture.md)
-        child = make_event(EventType.AGENT_START, "r2", "s", 0, 0, {"message": "m"},
-                           parent_run_id="crew-run")  # fmt: skip
-        tool = make_event(EventType.TOOL_RESULT, "r2", "s", 1, 1, {"tool_name": "t"},
-                          parent_run_id="crew-run")  # fmt: skip
+        child = make_event(
+            EventType.AGENT_START, "r2", "s", 0, 0, {"message": "m"}, parent_run_id="crew-run"
+        )
+        tool = make_event(
+            EventType.TOOL_RESULT, "r2", "s", 1, 1, {"tool_name": "t"}, parent_run_id="crew-run"
+        )
         await store.append("s", events=[_ev("r1", 0), child])
         await store.append("s", events=[tool])
         every = await store.load_events("s")

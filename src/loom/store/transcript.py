@@ -50,13 +50,21 @@ def write_jsonl(
     n = 0
     for m in messages:
         if redact is not None:
-            m = m.model_copy(update={
-                "content": redact(m.content),
-                "tool_calls": [c.model_copy(update={"arguments": redact(c.arguments),
-                                                    "raw_arguments": redact(c.raw_arguments)})
-                               for c in m.tool_calls],
-                "metadata": redact(m.metadata),
-            })  # fmt: skip
+            m = m.model_copy(
+                update={
+                    "content": redact(m.content),
+                    "tool_calls": [
+                        c.model_copy(
+                            update={
+                                "arguments": redact(c.arguments),
+                                "raw_arguments": redact(c.raw_arguments),
+                            }
+                        )
+                        for c in m.tool_calls
+                    ],
+                    "metadata": redact(m.metadata),
+                }
+            )
         out.write(message_line(m) + "\n")
         n += 1
     return n

@@ -102,9 +102,15 @@ class A2AAgent:
 
     def fresh(self) -> A2AAgent:
         """A new, unconnected copy (each runtime holds its own HTTP client)."""
-        return A2AAgent(self.url, name=self.tool_name, description=self.description,
-                        timeout=self.timeout, connect_timeout=self.connect_timeout,
-                        headers=self.headers, effect=self.effect)  # fmt: skip
+        return A2AAgent(
+            self.url,
+            name=self.tool_name,
+            description=self.description,
+            timeout=self.timeout,
+            connect_timeout=self.connect_timeout,
+            headers=self.headers,
+            effect=self.effect,
+        )
 
     async def client(self) -> Any:
         """The SDK client, made (with the card) on first use in this event loop."""
@@ -229,8 +235,9 @@ class A2ATool:
                 await self.owner.remember(ctx, {"context_id": context_id})
 
         try:
-            ex = await exchange(client, arguments["message"], known, on_context=first_context,
-                                label=self.name)  # fmt: skip
+            ex = await exchange(
+                client, arguments["message"], known, on_context=first_context, label=self.name
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -335,8 +342,9 @@ async def exchange(
                 ex.task_id, ex.context_id = update.task_id, update.context_id
                 ex.state = update.status.state
                 ex.status_text = _text(update.status.message.parts) or ex.status_text
-                log.info("%s: task %s %s %s", label, ex.task_id,
-                         TaskState.Name(ex.state), ex.status_text)  # fmt: skip
+                log.info(
+                    "%s: task %s %s %s", label, ex.task_id, TaskState.Name(ex.state), ex.status_text
+                )
             elif response.HasField("artifact_update"):
                 part = _text(response.artifact_update.artifact.parts)
                 if response.artifact_update.append and ex.texts:
@@ -401,5 +409,12 @@ def a2a_agent(
     ``description`` override the card's. ``timeout``: seconds one call may take (the remote
     task is cancelled past it). ``headers``: sent with every request (``Authorization``).
     ``effect``: what re-running a call after a crash would do (default ``at_most_once``)."""
-    return A2AAgent(url, name=name, description=description, timeout=timeout,
-                    connect_timeout=connect_timeout, headers=headers, effect=effect)  # fmt: skip
+    return A2AAgent(
+        url,
+        name=name,
+        description=description,
+        timeout=timeout,
+        connect_timeout=connect_timeout,
+        headers=headers,
+        effect=effect,
+    )

@@ -196,12 +196,19 @@ class MCPServer:
         """A new, unconnected server with the same settings: each runtime holds its own
         connection, so one runtime's failing server never touches another's tools."""
         return MCPServer(
-            self.name, command=self.command, args=self.args, env=self.env, cwd=self.cwd,
-            url=self.url, headers=self.headers, prefix=self.prefix,
+            self.name,
+            command=self.command,
+            args=self.args,
+            env=self.env,
+            cwd=self.cwd,
+            url=self.url,
+            headers=self.headers,
+            prefix=self.prefix,
             tools=sorted(self.only) if self.only is not None else None,
-            connect_timeout=self.connect_timeout, call_timeout=self.call_timeout,
+            connect_timeout=self.connect_timeout,
+            call_timeout=self.call_timeout,
             effect=self.effect,
-        )  # fmt: skip
+        )
 
     def _client(self, errlog: TextIO) -> Any:
         mcp = _sdk()

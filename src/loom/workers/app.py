@@ -21,7 +21,7 @@ __all__ = [
     "kv_of",
     "make_app",
     "session_lock",
-]  # fmt: skip
+]
 
 RUN_TASK = "loom.run_turn"
 """The procrastinate task name of a queued turn."""
@@ -91,8 +91,13 @@ async def enqueue_run(
     attempt makes (a retry's is ``<run_id>-a<attempt>``), so a server can hand the id out
     before any worker took the job; without it, attempts are ``run_j<job>a<attempt>``.
     ``queueing_lock``: procrastinate refuses (``AlreadyEnqueued``) a second waiting job with it."""
-    deferrer = app.configure_task(RUN_TASK, lock=session_lock(session_id), queue=queue,
-                                  priority=priority, queueing_lock=queueing_lock)  # fmt: skip
+    deferrer = app.configure_task(
+        RUN_TASK,
+        lock=session_lock(session_id),
+        queue=queue,
+        priority=priority,
+        queueing_lock=queueing_lock,
+    )
     extra = {} if run_id is None else {"run_id": run_id}
     return int(
         await deferrer.defer_async(agent=agent, session_id=session_id, message=message, **extra)

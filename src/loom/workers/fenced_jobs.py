@@ -39,12 +39,17 @@ class FencedJobManager(JobManager):
             await super().finish_job(job, status, delete_job)
             return
         rows = await self.connector.execute_query_all_async(
-            _FINISH_IF_MINE, job_id=job.id, worker_id=job.worker_id, status=status.value,
+            _FINISH_IF_MINE,
+            job_id=job.id,
+            worker_id=job.worker_id,
+            status=status.value,
             delete_job=delete_job,
-        )  # fmt: skip
+        )
         if not rows:
             log.warning(
                 "job %s was retried on another worker while this one (worker %s) was stalled; "
                 "its outcome here (%s) is dropped",
-                job.id, job.worker_id, status.value,
-            )  # fmt: skip
+                job.id,
+                job.worker_id,
+                status.value,
+            )

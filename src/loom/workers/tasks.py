@@ -111,15 +111,24 @@ async def run_turn(
             elif event.type == EventType.USER_MESSAGE:
                 committed = True
     if finished is not None:
-        record.update(status="finished", run_id=finished.run_id, stop_reason=finished.stop_reason,
-                      error=finished.error, output=finished.output)  # fmt: skip
+        record.update(
+            status="finished",
+            run_id=finished.run_id,
+            stop_reason=finished.stop_reason,
+            error=finished.error,
+            output=finished.output,
+        )
         await _save(ctx, job_id, record)
         return record
     if len(runs) >= ctx.max_attempts:
-        record.update(status="failed", error=(
-            f"job {job_id} was attempted {len(runs)} times and its worker died each time "
-            f"(max_attempts={ctx.max_attempts}); not retrying. The session's next turn closes "
-            "the dead runs."))  # fmt: skip
+        record.update(
+            status="failed",
+            error=(
+                f"job {job_id} was attempted {len(runs)} times and its worker died each time "
+                f"(max_attempts={ctx.max_attempts}); not retrying. The session's next turn closes "
+                "the dead runs."
+            ),
+        )
         await _save(ctx, job_id, record)
         raise JobFailed(record["error"])
     try:
@@ -134,15 +143,25 @@ async def run_turn(
         run_id = f"{run_id}-a{len(runs) + 1}"
     record["runs"] = [*runs, run_id]
     await _save(ctx, job_id, record)  # before the run starts: a retry must know of it
-    turn = ctx.runtime.prepare(a, None if committed else message, session_id, "queue", None,
-                               run_id=run_id, carry_on=committed)  # fmt: skip
+    turn = ctx.runtime.prepare(
+        a,
+        None if committed else message,
+        session_id,
+        "queue",
+        None,
+        run_id=run_id,
+        carry_on=committed,
+    )
     inner = asyncio.ensure_future(turn.run(discard))
     try:
         await asyncio.shield(inner)
     except asyncio.CancelledError:  # procrastinate abort (or shutdown): stop the turn cleanly
         reason = context.abort_reason()
-        why = (f"aborted through the queue (job {job_id})" if reason is None or reason.value
-               == "user_request" else f"the worker shut down (job {job_id})")  # fmt: skip
+        why = (
+            f"aborted through the queue (job {job_id})"
+            if reason is None or reason.value == "user_request"
+            else f"the worker shut down (job {job_id})"
+        )
         turn.cancel(why)
         superseded = False
         try:
@@ -152,9 +171,12 @@ async def run_turn(
             raise
         finally:
             result = turn.result
-            record.update(status="finished", run_id=run_id,
-                          stop_reason=result.stop_reason if result else "cancelled",
-                          error=result.error if result else why)  # fmt: skip
+            record.update(
+                status="finished",
+                run_id=run_id,
+                stop_reason=result.stop_reason if result else "cancelled",
+                error=result.error if result else why,
+            )
             if not superseded:
                 await asyncio.shield(_save(ctx, job_id, record))
         raise
@@ -166,7 +188,12 @@ async def run_turn(
         raise
     result = turn.result
     assert result is not None
-    record.update(status="finished", run_id=run_id, stop_reason=result.stop_reason,
-                  error=result.error, output=result.text)  # fmt: skip
+    record.update(
+        status="finished",
+        run_id=run_id,
+        stop_reason=result.stop_reason,
+        error=result.error,
+        output=result.text,
+    )
     await _save(ctx, job_id, record)
     return record

@@ -26,8 +26,15 @@ if TYPE_CHECKING:
 
     from loom.store.base import Store
 
-__all__ = ["SWEEP_TASK", "TICK_QUEUE", "PeriodicJob", "Tick", "add_periodic", "sweep_job",
-           "sweep_stalled"]  # fmt: skip
+__all__ = [
+    "SWEEP_TASK",
+    "TICK_QUEUE",
+    "PeriodicJob",
+    "Tick",
+    "add_periodic",
+    "sweep_job",
+    "sweep_stalled",
+]
 
 log = logging.getLogger("loom.workers")
 
@@ -104,10 +111,14 @@ async def sweep_stalled(
             elif job.attempts + 1 >= max_attempts:
                 record = await kv_of(store).get_value(JOB_NAMESPACE, str(job.id))
                 record = dict(record) if isinstance(record, dict) else {"runs": []}
-                record.update(status="failed", error=(
-                    f"job {job.id}: its worker died on each of {job.attempts + 1} attempts "
-                    f"(max_attempts={max_attempts}); not retrying. The session's next turn "
-                    "closes the dead runs."))  # fmt: skip
+                record.update(
+                    status="failed",
+                    error=(
+                        f"job {job.id}: its worker died on each of {job.attempts + 1} attempts "
+                        f"(max_attempts={max_attempts}); not retrying. The session's next turn "
+                        "closes the dead runs."
+                    ),
+                )
                 await kv_of(store).put_value(JOB_NAMESPACE, str(job.id), record)
                 await app.job_manager.finish_job(job, Status.FAILED, delete_job=False)
                 log.warning("job %s failed: crash loop", job.id)

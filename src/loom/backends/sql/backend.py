@@ -194,8 +194,9 @@ class SQLBackend:
                     )
                 chosen.append(key)
         view_keys = {normalize_name(v, dialect, quoted=True) for v in views}
-        scope = Scope(dialect, frozenset((working, t) for t in chosen), working,
-                      self.read_only, self.max_rows)  # fmt: skip
+        scope = Scope(
+            dialect, frozenset((working, t) for t in chosen), working, self.read_only, self.max_rows
+        )
         for v in [c for c in chosen if c in view_keys]:
             why = self._view_problem(insp, norm[v], schema, scope)
             if why is None:
@@ -204,9 +205,14 @@ class SQLBackend:
                 raise BackendConfigError(f"view {v!r} cannot be allowed: {why}")
             chosen.remove(v)
             self.problems.append(f"view {v!r} is not offered: {why}")
-        self._scope = Scope(dialect, frozenset((working, t) for t in chosen), working,
-                            self.read_only, self.max_rows,
-                            self._user_functions(conn, dialect))  # fmt: skip
+        self._scope = Scope(
+            dialect,
+            frozenset((working, t) for t in chosen),
+            working,
+            self.read_only,
+            self.max_rows,
+            self._user_functions(conn, dialect),
+        )
         for key in chosen:
             real = norm[key]
             cols = insp.get_columns(real, schema=schema)
@@ -219,8 +225,14 @@ class SQLBackend:
                 comment = insp.get_table_comment(real, schema=schema).get("text")
             except NotImplementedError:
                 comment = None
-            self._info[key] = {"real": real, "columns": cols, "pk": pk, "fks": fks,
-                               "comment": comment, "view": key in view_keys}  # fmt: skip
+            self._info[key] = {
+                "real": real,
+                "columns": cols,
+                "pk": pk,
+                "fks": fks,
+                "comment": comment,
+                "view": key in view_keys,
+            }
 
     def _user_functions(self, conn: Any, dialect: str) -> frozenset[str]:
         """Names of the database's own functions (PostgreSQL), which the checks refuse."""
@@ -228,11 +240,13 @@ class SQLBackend:
             return frozenset()
         from sqlalchemy import text
 
-        rows = conn.execute(text(
-            "SELECT DISTINCT lower(p.proname) FROM pg_proc p JOIN pg_namespace n "
-            "ON n.oid = p.pronamespace WHERE n.nspname NOT IN ('pg_catalog', "
-            "'information_schema') AND n.nspname NOT LIKE 'pg_toast%'"
-        ))  # fmt: skip
+        rows = conn.execute(
+            text(
+                "SELECT DISTINCT lower(p.proname) FROM pg_proc p JOIN pg_namespace n "
+                "ON n.oid = p.pronamespace WHERE n.nspname NOT IN ('pg_catalog', "
+                "'information_schema') AND n.nspname NOT LIKE 'pg_toast%'"
+            )
+        )
         return frozenset(r[0] for r in rows)
 
     def _view_problem(self, insp: Any, view: str, schema: str | None, scope: Scope) -> str | None:
@@ -322,13 +336,21 @@ class SQLBackend:
         import sqlite3
 
         readable = {t for _, t in self.scope.tables}
-        denied_always = {sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH, sqlite3.SQLITE_PRAGMA,
-                         getattr(sqlite3, "SQLITE_CREATE_VTABLE", 29),
-                         getattr(sqlite3, "SQLITE_DROP_VTABLE", 30)}  # fmt: skip
+        denied_always = {
+            sqlite3.SQLITE_ATTACH,
+            sqlite3.SQLITE_DETACH,
+            sqlite3.SQLITE_PRAGMA,
+            getattr(sqlite3, "SQLITE_CREATE_VTABLE", 29),
+            getattr(sqlite3, "SQLITE_DROP_VTABLE", 30),
+        }
         writes = {sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE}
         read_only = checked.read_only
-        ok_actions = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
-                      getattr(sqlite3, "SQLITE_RECURSIVE", 33)}  # fmt: skip
+        ok_actions = {
+            sqlite3.SQLITE_SELECT,
+            sqlite3.SQLITE_READ,
+            sqlite3.SQLITE_FUNCTION,
+            getattr(sqlite3, "SQLITE_RECURSIVE", 33),
+        }
         if not read_only:
             ok_actions |= writes | {sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT}
         denied_fn = ("load_extension", "readfile", "writefile", "fts3_tokenizer", "edit")
@@ -451,8 +473,9 @@ class SQLBackend:
             FunctionTool(query, name=f"{p}query", effect="pure", timeout=timeout),
         ]
         if self.allow_execute:
-            made.append(FunctionTool(execute, name=f"{p}execute", effect="at_most_once",
-                                     timeout=timeout))  # fmt: skip
+            made.append(
+                FunctionTool(execute, name=f"{p}execute", effect="at_most_once", timeout=timeout)
+            )
         return made
 
     def _rows(self, checked: Checked) -> str:
@@ -479,8 +502,9 @@ class SQLBackend:
     def _column_lines(self, info: dict[str, Any]) -> list[str]:
         refs = {}
         for fk in info["fks"]:
-            for col, ref in zip(fk.get("constrained_columns") or [],
-                                fk.get("referred_columns") or [], strict=False):  # fmt: skip
+            for col, ref in zip(
+                fk.get("constrained_columns") or [], fk.get("referred_columns") or [], strict=False
+            ):
                 refs[col] = f"{fk.get('referred_table')}.{ref}"
         out = []
         for c in info["columns"]:

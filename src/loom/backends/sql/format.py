@@ -18,9 +18,13 @@ def _cell(value: Any, width: int) -> str:
 
 
 def format_rows(
-    columns: Sequence[str], rows: Sequence[Sequence[Any]], *, more: bool, max_rows: int,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    more: bool,
+    max_rows: int,
     max_cell_chars: int = 200,
-) -> str:  # fmt: skip
+) -> str:
     """``a | b`` header, one line per row; says when rows were cut at ``max_rows``. Large
     tables reach the model through the result channel (preview + ``get_tool_result``)."""
     if not columns:

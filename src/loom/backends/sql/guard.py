@@ -26,15 +26,42 @@ __all__ = ["Checked", "Scope", "check_statement", "normalize_name"]
 # signal other sessions, or run SQL given as a string (which would bypass the allow-list).
 DENIED_FUNCTIONS = frozenset(
     {
-        "load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "fts5",
-        "sqlite_compileoption_get", "sqlite_offset", "zeroblob", "randomblob",
-        "set_config", "current_setting", "nextval", "setval", "currval", "lastval",
-        "query_to_xml", "query_to_xml_and_xmlschema", "query_to_xmlschema", "table_to_xml",
-        "table_to_xml_and_xmlschema", "cursor_to_xml", "schema_to_xml", "database_to_xml",
-        "ts_stat", "ts_rewrite", "xpath_table", "dblink", "copy", "txid_current",
-        "version", "inet_server_addr", "inet_client_addr", "format_type",
+        "load_extension",
+        "readfile",
+        "writefile",
+        "edit",
+        "fts3_tokenizer",
+        "fts5",
+        "sqlite_compileoption_get",
+        "sqlite_offset",
+        "zeroblob",
+        "randomblob",
+        "set_config",
+        "current_setting",
+        "nextval",
+        "setval",
+        "currval",
+        "lastval",
+        "query_to_xml",
+        "query_to_xml_and_xmlschema",
+        "query_to_xmlschema",
+        "table_to_xml",
+        "table_to_xml_and_xmlschema",
+        "cursor_to_xml",
+        "schema_to_xml",
+        "database_to_xml",
+        "ts_stat",
+        "ts_rewrite",
+        "xpath_table",
+        "dblink",
+        "copy",
+        "txid_current",
+        "version",
+        "inet_server_addr",
+        "inet_client_addr",
+        "format_type",
     }
-)  # fmt: skip
+)
 DENIED_PREFIXES = ("pg_", "lo_", "dblink", "sqlite_", "pragma_", "xmlexists", "file_")
 
 _EXPLAIN = re.compile(r"^\s*explain(\s+query\s+plan)?(\s+analyze)?(\s+verbose)?\s+", re.I)

@@ -108,8 +108,11 @@ class LoomExecutor(AgentExecutor):
         turn = await self._turn(context.current_task, session_id, message)
         cancel, done = asyncio.Event(), asyncio.Event()
         self._running[task_id] = (cancel, done)
-        meta = {"loom_session_id": session_id, "loom_run_id": turn.run_id,
-                "loom_agent": self.agent_name}  # fmt: skip
+        meta = {
+            "loom_session_id": session_id,
+            "loom_run_id": turn.run_id,
+            "loom_agent": self.agent_name,
+        }
         try:
             await updater.update_status(TaskState.TASK_STATE_WORKING, metadata=meta)
             async for event in drive(turn, cancel):
@@ -124,12 +127,19 @@ class LoomExecutor(AgentExecutor):
         """Tool calls as ``working`` status updates (what a streaming client sees move)."""
         data: dict[str, Any]
         if isinstance(event, ToolExecutionStart):
-            data = {"loom_event": "tool_start", "tool": event.tool_name,
-                    "tool_call_id": event.tool_call_id}  # fmt: skip
+            data = {
+                "loom_event": "tool_start",
+                "tool": event.tool_name,
+                "tool_call_id": event.tool_call_id,
+            }
             text = f"calling {event.tool_name}"
         elif isinstance(event, ToolResultEvent | ToolErrorEvent):
-            data = {"loom_event": "tool_end", "tool": event.tool_name,
-                    "tool_call_id": event.tool_call_id, "success": event.success}  # fmt: skip
+            data = {
+                "loom_event": "tool_end",
+                "tool": event.tool_name,
+                "tool_call_id": event.tool_call_id,
+                "success": event.success,
+            }
             text = f"{event.tool_name} {'finished' if event.success else 'failed'}"
         else:
             return
@@ -152,8 +162,10 @@ class LoomExecutor(AgentExecutor):
             calls = ", ".join(
                 f"{p.get('tool_name')}({json.dumps(p.get('arguments', {}))})" for p in pending
             )
-            text = (f"waiting for approval of {calls}; reply 'approve' or 'reject' "
-                    "(optionally 'reject: reason') on this task")  # fmt: skip
+            text = (
+                f"waiting for approval of {calls}; reply 'approve' or 'reject' "
+                "(optionally 'reject: reason') on this task"
+            )
             await updater.update_status(
                 TaskState.TASK_STATE_INPUT_REQUIRED,
                 _agent_message(updater, text, {"pending_approvals": pending}),
@@ -163,10 +175,11 @@ class LoomExecutor(AgentExecutor):
             query = result.pending_query or {}
             await updater.update_status(
                 TaskState.TASK_STATE_INPUT_REQUIRED,
-                _agent_message(updater, result.text or "the agent asks for input",
-                               {"pending_query": query}),
+                _agent_message(
+                    updater, result.text or "the agent asks for input", {"pending_query": query}
+                ),
                 metadata=meta,
-            )  # fmt: skip
+            )
         elif stop == "cancelled":
             await updater.update_status(
                 TaskState.TASK_STATE_CANCELED,

@@ -119,8 +119,14 @@ def page(request: Request, name: str, code: int = 200, **context: Any) -> HTMLRe
     )
     response.headers["X-Content-Type-Options"] = "nosniff"
     if fresh:
-        response.set_cookie(auth.CSRF_COOKIE, seed, httponly=True, samesite="strict",
-                            path="/console", secure=request.url.scheme == "https")  # fmt: skip
+        response.set_cookie(
+            auth.CSRF_COOKIE,
+            seed,
+            httponly=True,
+            samesite="strict",
+            path="/console",
+            secure=request.url.scheme == "https",
+        )
     return response
 
 
@@ -140,10 +146,12 @@ def _csrf_refused(request: Request, form: dict[str, str]) -> HTMLResponse | None
     if auth.csrf_ok(form.get("csrf_token"), seed, _principal(request), auth.secret_of(state)):
         return None
     return problem(
-        request, 403, "Forbidden",
+        request,
+        403,
+        "Forbidden",
         "this form's CSRF token is missing or wrong (an old page, another browser, or a request "
         "from another site); reload the page and submit the form again",
-    )  # fmt: skip
+    )
 
 
 # -- login ------------------------------------------------------------------------------------
@@ -174,13 +182,24 @@ async def login(request: Request) -> Response:
     if principal is None:
         return page(request, "login.html", 401, next=target, failed=True)
     response = RedirectResponse(target, 303)
-    response.set_cookie(auth.COOKIE, auth.login_cookie(principal, auth.secret_of(state)),
-                        max_age=auth.MAX_AGE, httponly=True, samesite="strict", path="/console",
-                        secure=request.url.scheme == "https")  # fmt: skip
+    response.set_cookie(
+        auth.COOKIE,
+        auth.login_cookie(principal, auth.secret_of(state)),
+        max_age=auth.MAX_AGE,
+        httponly=True,
+        samesite="strict",
+        path="/console",
+        secure=request.url.scheme == "https",
+    )
     # a new CSRF seed with the new login, so a token from before the login is void
-    response.set_cookie(auth.CSRF_COOKIE, secrets.token_urlsafe(32), httponly=True,
-                        samesite="strict", path="/console",
-                        secure=request.url.scheme == "https")  # fmt: skip
+    response.set_cookie(
+        auth.CSRF_COOKIE,
+        secrets.token_urlsafe(32),
+        httponly=True,
+        samesite="strict",
+        path="/console",
+        secure=request.url.scheme == "https",
+    )
     return response
 
 
@@ -233,8 +252,11 @@ async def _matches(state: ServerState, info: SessionInfo, q: str) -> bool:
 @router.get("/sessions")
 async def sessions(request: Request, q: str = "", status: str = "") -> Response:
     state = state_of(request)
-    infos = sorted(await state.runtime.store.list_sessions(limit=SEARCH_SCAN),
-                   key=lambda i: i.updated_at, reverse=True)  # fmt: skip
+    infos = sorted(
+        await state.runtime.store.list_sessions(limit=SEARCH_SCAN),
+        key=lambda i: i.updated_at,
+        reverse=True,
+    )
     needle = q.strip().lower()
     rows = []
     for info in infos:
@@ -246,9 +268,25 @@ async def sessions(request: Request, q: str = "", status: str = "") -> Response:
         rows.append({"info": info, "status": st})
         if len(rows) >= 200:
             break
-    return page(request, "sessions.html", rows=rows, q=q, status=status, nav="sessions",
-                statuses=["running", "completed", "awaiting_approval", "awaiting_input",
-                          "error", "model_error", "timeout", "cancelled", "crashed"])  # fmt: skip
+    return page(
+        request,
+        "sessions.html",
+        rows=rows,
+        q=q,
+        status=status,
+        nav="sessions",
+        statuses=[
+            "running",
+            "completed",
+            "awaiting_approval",
+            "awaiting_input",
+            "error",
+            "model_error",
+            "timeout",
+            "cancelled",
+            "crashed",
+        ],
+    )
 
 
 def _pages(run_ids: list[str], page_no: int) -> tuple[list[str], int, int]:
@@ -278,8 +316,12 @@ async def _shown_events(
     events = await store.load_events(session_id)
     shown_ids, page_no, pages = _pages(list(dict.fromkeys(e.run_id for e in events)), page_no)
     keep = set(shown_ids)
-    return ([e for e in events if e.run_id in keep], page_no, pages,
-            event_id(events[-1]) if events else "")  # fmt: skip
+    return (
+        [e for e in events if e.run_id in keep],
+        page_no,
+        pages,
+        event_id(events[-1]) if events else "",
+    )
 
 
 async def render_session(request: Request, session_id: str, page_no: int = 0) -> Response:
@@ -298,15 +340,28 @@ async def render_session(request: Request, session_id: str, page_no: int = 0) ->
     messages: list[Message] = [m for e in shown if (m := e.message()) is not None]
     status = await _status(state, session_id, records)
     # calls wait for a decision only after a run stopped for them (a new message expires them)
-    pending = [p.to_dict() for p in await state.runtime.pending_approvals(session_id)
-               ] if status == "awaiting_approval" else []  # fmt: skip
+    pending = (
+        [p.to_dict() for p in await state.runtime.pending_approvals(session_id)]
+        if status == "awaiting_approval"
+        else []
+    )
     total_cost = _sum_costs(timeline)
     agent = next((r.agent for r in reversed(timeline.runs) if r.agent), info.agent_name)
     return page(
-        request, "session.html", nav="sessions", info=info, timeline=timeline,
-        messages=messages, pending=pending, page_no=page_no, pages=pages, status=status,
-        total_cost=total_cost, agent=agent, after=after,
-    )  # fmt: skip
+        request,
+        "session.html",
+        nav="sessions",
+        info=info,
+        timeline=timeline,
+        messages=messages,
+        pending=pending,
+        page_no=page_no,
+        pages=pages,
+        status=status,
+        total_cost=total_cost,
+        agent=agent,
+        after=after,
+    )
 
 
 def _sum_costs(timeline: Timeline) -> float | None:
@@ -371,20 +426,26 @@ async def session_live(
                     m = ev.message()
                     if m is not None:
                         html = str(module.message(m))  # type: ignore[attr-defined]
-                        parts.append({"mode": "new", "node": "", "parent": "transcript",
-                                      "html": html})  # fmt: skip
-                    if isinstance(ev, AgentStart | AgentFinish | ApprovalRequired
-                                  | ApprovalDecisionEvent):  # fmt: skip
+                        parts.append(
+                            {"mode": "new", "node": "", "parent": "transcript", "html": html}
+                        )
+                    if isinstance(
+                        ev, AgentStart | AgentFinish | ApprovalRequired | ApprovalDecisionEvent
+                    ):
                         html = await _approvals_html(state, request, session_id)
-                        parts.append({"mode": "update", "node": "approvals", "parent": "",
-                                      "html": html})  # fmt: skip
+                        parts.append(
+                            {"mode": "update", "node": "approvals", "parent": "", "html": html}
+                        )
                     if isinstance(ev, AgentStart | AgentFinish):
                         status = ev.stop_reason if isinstance(ev, AgentFinish) else "running"
-                        parts.append({"mode": "text", "node": "session-status", "parent": "",
-                                      "html": status})  # fmt: skip
+                        parts.append(
+                            {"mode": "text", "node": "session-status", "parent": "", "html": status}
+                        )
                     if parts:
-                        data = json.dumps({"id": event_id(ev), "type": str(ev.type),
-                                           "parts": parts}, separators=(",", ":"))  # fmt: skip
+                        data = json.dumps(
+                            {"id": event_id(ev), "type": str(ev.type), "parts": parts},
+                            separators=(",", ":"),
+                        )
                         yield f"id: {event_id(ev)}\ndata: {data}\n\n".encode()
                 elif event_id(ev) == after:
                     sending = True
@@ -421,8 +482,9 @@ async def decide(request: Request, session_id: str, call_id: str) -> Response:
         info, decided, waiting = await record_decision(state, session_id, call_id, decision)
         if not waiting:
             agent = await session_agent(state, info)
-            resume = RunCreate(assistant_id=agent, command={"resume": decided},
-                               stream_mode=["events"])  # fmt: skip
+            resume = RunCreate(
+                assistant_id=agent, command={"resume": decided}, stream_mode=["events"]
+            )
             await _start_run(state, session_id, resume)
     except HTTPException as exc:
         return problem(request, exc.status_code, "Not found", str(exc.detail))
@@ -439,8 +501,9 @@ async def decide(request: Request, session_id: str, call_id: str) -> Response:
 @router.get("/runs")
 async def runs(request: Request, status: str = "") -> Response:
     state = state_of(request)
-    infos = sorted(await state.runtime.store.list_sessions(limit=100),
-                   key=lambda i: i.updated_at, reverse=True)  # fmt: skip
+    infos = sorted(
+        await state.runtime.store.list_sessions(limit=100), key=lambda i: i.updated_at, reverse=True
+    )
     rows: list[dict[str, Any]] = []
     for info in infos:
         records = await _runs_of(state, info.id)
@@ -448,10 +511,18 @@ async def runs(request: Request, status: str = "") -> Response:
         for run_id, rec in _latest(records).items():
             if status and rec.status != status:
                 continue
-            rows.append({"run_id": run_id, "session_id": info.id, "agent": info.agent_name,
-                         "status": rec.status, "started": starts.get(run_id, rec.timestamp),
-                         "ended": None if rec.status == "running" else rec.timestamp,
-                         "usage": rec.usage, "cost": cost_of(rec.usage)})  # fmt: skip
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "session_id": info.id,
+                    "agent": info.agent_name,
+                    "status": rec.status,
+                    "started": starts.get(run_id, rec.timestamp),
+                    "ended": None if rec.status == "running" else rec.timestamp,
+                    "usage": rec.usage,
+                    "cost": cost_of(rec.usage),
+                }
+            )
     rows.sort(key=lambda r: r["started"], reverse=True)
     return page(request, "runs.html", nav="runs", rows=rows[:500], status=status)
 
@@ -465,8 +536,9 @@ async def errors(request: Request, session: str = "") -> Response:
     if store is not None and _principal(request) is not None:
         owned = [e for e in found if await state.runtime.store.get_session(e.session_id)]
         found = owned  # another key's errors do not exist for this one
-    return page(request, "errors.html", nav="errors", errors=found, kept=store is not None,
-                session=session)  # fmt: skip
+    return page(
+        request, "errors.html", nav="errors", errors=found, kept=store is not None, session=session
+    )
 
 
 @router.get("/errors/{error_id}")

@@ -99,8 +99,7 @@ async def _monitor_view(monitors: MonitorStore, ms: MonitorState, n: int) -> Mon
 
 
 def _no_scheduler(request: Request, exc: ConfigurationError) -> Response:
-    return page(request, "schedules.html", nav="schedules", views=None, reason=str(exc),
-                jobs=False)  # fmt: skip
+    return page(request, "schedules.html", nav="schedules", views=None, reason=str(exc), jobs=False)
 
 
 # -- schedules ----------------------------------------------------------------------------------
@@ -119,8 +118,10 @@ async def schedules_page(request: Request, jobs: bool = False) -> Response:
     views = []
     for st in found:
         runs = await schedules.schedule_runs(st.schedule.id, limit=RUNS_ON_LIST)
-        watched = [await _monitor_view(monitors, ms, CHECKINS_ON_LIST)
-                   for ms in by_schedule.get(st.schedule.id, [])]  # fmt: skip
+        watched = [
+            await _monitor_view(monitors, ms, CHECKINS_ON_LIST)
+            for ms in by_schedule.get(st.schedule.id, [])
+        ]
         views.append(ScheduleView(st, runs, watched))
     return page(request, "schedules.html", nav="schedules", views=views, reason="", jobs=jobs)
 
@@ -131,8 +132,9 @@ async def schedule_page(request: Request, schedule_id: str) -> Response:
     try:
         schedules, monitors = _stores(state)
         st = await schedules.get(schedule_id)
-        watched = [ms for ms in await monitors.list_monitors()
-                   if ms.monitor.schedule_id == schedule_id]  # fmt: skip
+        watched = [
+            ms for ms in await monitors.list_monitors() if ms.monitor.schedule_id == schedule_id
+        ]
     except ConfigurationError as exc:
         return problem(request, 404, "Not found", f"no schedule {schedule_id!r}: {exc}")
     except ScheduleNotFound:
@@ -187,8 +189,7 @@ async def monitors_page(request: Request) -> Response:
         _, monitors = _stores(state)
         found = await monitors.list_monitors()
     except ConfigurationError as exc:
-        return page(request, "monitors.html", nav="monitors", views=None, reason=str(exc),
-                    after=0)  # fmt: skip
+        return page(request, "monitors.html", nav="monitors", views=None, reason=str(exc), after=0)
     views = [await _monitor_view(monitors, ms, CHECKINS_ON_LIST) for ms in found]
     # the stream starts after the newest check-in shown; one landing while this page was read
     # (between two monitors' reads) is caught up by that monitor's next check-in or a reload
@@ -223,10 +224,16 @@ async def monitors_live(request: Request, after: int = 0) -> Response:
                 except LoomError:  # removed since: nothing to show
                     continue
                 # "new" replaces the row when the page has it and appends it when not
-                part = {"mode": "new", "node": f"monitor-{monitor_id}", "parent": "monitors",
-                        "html": str(row(view))}  # fmt: skip
-                data = json.dumps({"id": str(view.newest_id), "type": "checkin",
-                                   "parts": [part]}, separators=(",", ":"))  # fmt: skip
+                part = {
+                    "mode": "new",
+                    "node": f"monitor-{monitor_id}",
+                    "parent": "monitors",
+                    "html": str(row(view)),
+                }
+                data = json.dumps(
+                    {"id": str(view.newest_id), "type": "checkin", "parts": [part]},
+                    separators=(",", ":"),
+                )
                 yield f"id: {view.newest_id}\ndata: {data}\n\n".encode()
             if fresh:
                 cursor = fresh[-1].id

@@ -211,8 +211,9 @@ class Timeline:
             call = self._tools.get(ev.tool_call_id)
             if call is None:
                 parent = self._llm_node(ev, changes)
-                call = ToolNode(ev.tool_call_id, ev.tool_name, dict(ev.arguments), ev.run_id,
-                                ev.timestamp)  # fmt: skip
+                call = ToolNode(
+                    ev.tool_call_id, ev.tool_name, dict(ev.arguments), ev.run_id, ev.timestamp
+                )
                 self._tools[ev.tool_call_id] = call
                 parent.tools.append(call)
                 changes.append(Change("new", call, parent))
@@ -249,9 +250,11 @@ class Timeline:
         elif isinstance(ev, ErrorEvent):
             self._note(ev, "error", ev.error, changes)
         elif isinstance(ev, GuardrailEvent) and ev.action != "pass":
-            self._note(ev, "guardrail", f"{ev.guardrail} ({ev.kind}): {ev.action} {ev.reason}",
-                       changes)  # fmt: skip
+            self._note(
+                ev, "guardrail", f"{ev.guardrail} ({ev.kind}): {ev.action} {ev.reason}", changes
+            )
         elif isinstance(ev, RunRecovered):
-            self._note(ev, "recovered", f"recovered {ev.recovered_run_id}: {ev.stop_reason}",
-                       changes)  # fmt: skip
+            self._note(
+                ev, "recovered", f"recovered {ev.recovered_run_id}: {ev.stop_reason}", changes
+            )
         return changes

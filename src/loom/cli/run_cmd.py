@@ -100,8 +100,18 @@ def open_store(path: str | None) -> Any:
         return PostgresStore(path)
     from loom.store.sqlite import SQLiteStore
 
-    target = Path(path) if path else Path(".loom") / "loom.db"
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if path is None:  # the default folder is Loom's own: make it
+        target = Path(".loom") / "loom.db"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return SQLiteStore(target)
+    target = Path(path)
+    if not target.parent.is_dir():
+        from loom.errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"--store {path}: the folder {target.parent} does not exist; create it first or "
+            "name a file in an existing folder (Loom makes only its default .loom/ folder)"
+        )
     return SQLiteStore(target)
 
 
@@ -174,7 +184,9 @@ def load_python_agent(spec: str, settings: dict[str, Any]) -> Agent:
                 "change it; make it a function that takes the settings as keywords instead"
             )
         if obj.approval_handler is None and settings.get("approval_handler") is not None:
-            obj.approval_handler = settings["approval_handler"]  # ask on this terminal
+            # an Agent is frozen (shared by every session): ask on this terminal through a
+            # copy, the user's object stays as they built it
+            return obj.replace(approval_handler=settings["approval_handler"])
         return obj
     if not callable(obj):
         raise ConfigurationError(

@@ -37,7 +37,7 @@ def test_schedule_commands(tmp_path: Path) -> None:
     )
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["schedule", "add", "echo", "hi", "--cron", "0 25 * * *", "--store", db])
-    assert r.exit_code == 1 and "cron" in r.output
+    assert r.exit_code == 2 and "cron" in r.output
     r = runner.invoke(app, ["schedule", "list", "--json", "--store", db])
     [row] = json.loads(r.output)
     assert (row["id"], row["timezone"], row["enabled"]) == ("daily", "Europe/Berlin", True)
@@ -47,8 +47,8 @@ def test_schedule_commands(tmp_path: Path) -> None:
     assert runner.invoke(app, ["schedule", "resume", "daily", "--store", db]).exit_code == 0
     assert runner.invoke(app, ["schedule", "rm", "daily", "--store", db]).exit_code == 0
     r = runner.invoke(app, ["schedule", "show", "daily", "--store", db])
-    assert r.exit_code == 1 and "daily" in r.output
+    assert r.exit_code == 2 and "daily" in r.output
     r = runner.invoke(app, ["monitors", "list", "--json", "--store", db])
     assert r.exit_code == 0 and json.loads(r.output) == []
     r = runner.invoke(app, ["monitors", "show", "nope", "--store", db])
-    assert r.exit_code == 1 and "nope" in r.output
+    assert r.exit_code == 2 and "nope" in r.output

@@ -18,6 +18,9 @@ from rich.markup import escape
 __all__ = ["CliConsole", "emit_json", "err", "escape", "fail", "jsonable", "out", "say_error"]
 
 
+_PIPED_WIDTH = 10_000
+
+
 class CliConsole(Console):
     """A Rich console that soft-wraps (does not insert line breaks) unless it is a terminal."""
 
@@ -26,6 +29,9 @@ class CliConsole(Console):
         # as it does under test runners.
         if soft_wrap is None:
             soft_wrap = not self.is_terminal
+        if not self.is_terminal and "width" not in kwargs:
+            # piped: a table gets the width its cells need (Rich would cut ids at 80 columns)
+            kwargs["width"] = _PIPED_WIDTH
         super().print(*objects, soft_wrap=soft_wrap, **kwargs)
 
 

@@ -79,6 +79,16 @@ ServerOpt = Annotated[
         "names one of its agents and --session one of its threads.",
     ),
 ]
+ApiKeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        envvar="LOOM_API_KEY",
+        help="The key to present to a `loom serve` that has keys (with --server; or set "
+        "LOOM_API_KEY); sent as Authorization: Bearer.",
+        show_envvar=True,
+    ),
+]
 ToolsOpt = Annotated[
     str | None,
     typer.Option(
@@ -556,6 +566,7 @@ def run(
     workspace: WorkspaceOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print every event as JSON.")] = False,
     server: ServerOpt = None,
+    api_key: ApiKeyOpt = None,
     crew: Annotated[
         Path | None,
         typer.Option("--crew", help="Run a crew file (YAML) instead of one agent."),
@@ -603,7 +614,7 @@ def run(
         from loom.cli.remote import run_remote
 
         _local_only(model=model, store=store, tools=tools, workspace=workspace)
-        return run_remote(server, message, agent_file, session, new, as_json)
+        return run_remote(server, message, agent_file, session, new, as_json, api_key=api_key)
 
     try:
         the_store = open_store(store)
@@ -651,6 +662,7 @@ def chat(
     tools: ToolsOpt = None,
     workspace: WorkspaceOpt = None,
     server: ServerOpt = None,
+    api_key: ApiKeyOpt = None,
 ) -> None:
     """Chat in one session. Ctrl-C stops an answer or clears the line; Ctrl-D quits."""
     from loom.errors import LoomError
@@ -659,7 +671,7 @@ def chat(
         from loom.cli.remote import chat_remote
 
         _local_only(model=model, store=store, tools=tools, workspace=workspace)
-        return chat_remote(server, agent_file, session, new)
+        return chat_remote(server, agent_file, session, new, api_key=api_key)
 
     try:
         the_store = open_store(store)

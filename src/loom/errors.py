@@ -96,7 +96,6 @@ __all__ = [
     "ModelResponseError",
     "ModelUnavailable",
     "MonitorNotFound",
-    "UnknownTarget",
     "PatternError",
     "PatternFileError",
     "PermissionsFileError",
@@ -119,6 +118,7 @@ __all__ = [
     "ToolDefinitionError",
     "ToolError",
     "TranscriptError",
+    "UnknownTarget",
     "ValueNotRepresentable",
 ]
 

@@ -44,7 +44,8 @@ def open_existing(path: str | None) -> SQLiteStore:
     target = Path(path) if path else Path(".loom") / "loom.db"
     if not target.exists():
         raise StoreError(
-            f"no Loom database at {target}; run an agent first (loom run ...) or pass --store PATH"
+            f"no Loom database at {target}; create one with `loom db migrate` (or run an agent "
+            "first: loom run ...), or pass --store PATH"
         )
     return SQLiteStore(target)
 

@@ -367,8 +367,11 @@ def _private_stderr() -> IO[str] | None:
 class _Renderer:
     """Prints one turn's events: text as it streams, tool calls as they start and end."""
 
-    def __init__(self, as_json: bool) -> None:
+    def __init__(self, as_json: bool, *, asks_here: bool = False) -> None:
         self.as_json = as_json
+        # this terminal's approval prompt already said what a call waits for, and the
+        # APPROVAL_REQUIRED event reaches the renderer only after the prompt: not again
+        self.asks_here = asks_here
         self.in_text = False
         self.result: dict[str, Any] = {}
 
@@ -403,7 +406,7 @@ class _Renderer:
             text = escape(str(d["content"]).replace("\n", " ")[:200])
             name = escape(str(d["tool_name"]))
             err.print(f"  {mark} {name}: {text} [dim]({d['duration_ms']:.0f} ms)[/]")
-        elif event.type is E.APPROVAL_REQUIRED:
+        elif event.type is E.APPROVAL_REQUIRED and not self.asks_here:
             reason = escape(str(d.get("reason", "")))
             err.print(f"[yellow]approval needed[/] for {escape(str(d.get('tool_name')))}: {reason}")
         elif event.type is E.ERROR:
@@ -467,7 +470,8 @@ async def ask_approval(pending: PendingApproval) -> Any:
     from loom.policy.approval import Approve, Edit, Reject
 
     raw = json.dumps(pending.arguments, ensure_ascii=False)
-    err.print(f"[bold yellow]Allow[/] [cyan]{escape(pending.tool_name)}[/]({escape(raw)})?")
+    why = f" [dim]({escape(pending.reason)})[/]" if pending.reason else ""
+    err.print(f"[bold yellow]Allow[/] [cyan]{escape(pending.tool_name)}[/]({escape(raw)})?{why}")
     try:
         while True:
             answer = (await read_line("  " + _CHOICES)).strip().lower() or "n"
@@ -500,9 +504,11 @@ async def ask_approval(pending: PendingApproval) -> Any:
         return Reject("no answer: the terminal's input is closed")
 
 
-async def _render(events: AsyncIterator[AgentEvent], as_json: bool) -> dict[str, Any]:
+async def _render(
+    events: AsyncIterator[AgentEvent], as_json: bool, *, asks_here: bool = False
+) -> dict[str, Any]:
     """Print a turn's events; return the AGENT_FINISH data."""
-    render = _Renderer(as_json)
+    render = _Renderer(as_json, asks_here=asks_here)
     try:
         async for event in events:
             render(event)
@@ -519,14 +525,16 @@ async def _render(events: AsyncIterator[AgentEvent], as_json: bool) -> dict[str,
 
 
 async def _turn(agent: Agent, message: str, session: str | None, as_json: bool) -> dict[str, Any]:
-    return await _render(agent.stream(message, session_id=session), as_json)
+    asks = agent.approval_handler is ask_approval
+    return await _render(agent.stream(message, session_id=session), as_json, asks_here=asks)
 
 
 async def _render_and_close(
     agent: Agent, events: AsyncIterator[AgentEvent], as_json: bool
 ) -> dict[str, Any]:
     try:
-        return await _render(events, as_json)
+        asks = agent.approval_handler is ask_approval
+        return await _render(events, as_json, asks_here=asks)
     finally:
         await agent.aclose()  # stop MCP servers before the event loop ends
 
@@ -539,6 +547,14 @@ def _end(result: dict[str, Any], session_id: str, as_json: bool) -> None:
         raise typer.Exit(code=1)
 
 
+def _steps(result: dict[str, Any]) -> str:
+    """What the run did: a crew's member runs (a crew run has no loop iterations of its own),
+    else the turn's iterations."""
+    if "member_runs" in result:
+        return f"{result['member_runs']} member runs"
+    return f"{result.get('iterations', 0)} iterations"
+
+
 def _summary(result: dict[str, Any], session_id: str) -> None:
     usage = result.get("usage") or {}
     reason = escape(str(result.get("stop_reason")))
@@ -546,7 +562,7 @@ def _summary(result: dict[str, Any], session_id: str) -> None:
     err.print(
         f"[dim]session {escape(session_id)} · [{style}]{reason}[/{style}] · "
         f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out tokens · "
-        f"{result.get('iterations', 0)} iterations · {result.get('duration_ms', 0) / 1000:.1f} s[/]"
+        f"{_steps(result)} · {result.get('duration_ms', 0) / 1000:.1f} s[/]"
     )
 
 

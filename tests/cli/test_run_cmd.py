@@ -214,3 +214,10 @@ def test_chat_in_a_terminal(tmp_path: Path, agents: Path, terminal: Callable[...
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
+
+
+def test_serve_refuses_a_port_out_of_range(tmp_path: Path) -> None:
+    for flag in ("--port", "--grpc-port"):
+        out = loom("serve", flag, "99999", "--store", ":memory:", cwd=tmp_path)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert flag in out.stderr and "65535" in out.stderr

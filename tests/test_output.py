@@ -90,6 +90,20 @@ async def test_it_gives_up_after_output_retries_with_its_own_stop_reason() -> No
     assert errors and "output type Person" in errors[-1].data["error"]
 
 
+async def test_an_answer_cut_at_the_token_limit_is_not_retried() -> None:
+    """A typed answer that stopped at max_tokens (finish_reason "length") would grow into the
+    same limit again: the run ends at once with output_invalid, saying what to change."""
+    from loom import ModelResponse
+
+    cut = ModelResponse(text="[1, 2, 3, 4, 5, 6", finish_reason="length")
+    model = ScriptedModel([cut, "[1, 2]"])
+    result = await Agent(model=model, output_type=list[int], output_retries=3).run("numbers")
+    assert result.stop_reason == "output_invalid"
+    assert "cut at the model's token limit" in (result.error or "")
+    assert "max_tokens" in (result.error or "")
+    assert len(model.calls) == 1  # no correction sent
+
+
 async def test_no_retries_means_the_first_bad_answer_ends_the_run() -> None:
     result = await Agent(model=ScriptedModel(["{}"]), output_type=Person, output_retries=0).run("x")
     assert result.stop_reason == "output_invalid"

@@ -23,7 +23,8 @@ LoomError
 ├── InputError                    a message or argument the caller passed is unusable
 │   └── ScheduleError             a schedule or monitor field is invalid (has .field)
 │       ├── ScheduleNotFound      no schedule has that id
-│       └── MonitorNotFound       no cron monitor has that id
+│       ├── MonitorNotFound       no cron monitor has that id
+│       └── UnknownTarget         a schedule names an agent this process does not have
 ├── ModelError                    the model provider failed
 │   ├── ModelAuthError            missing or rejected credentials
 │   ├── ModelRateLimited          429 after all retries
@@ -117,6 +118,7 @@ __all__ = [
     "ToolDefinitionError",
     "ToolError",
     "TranscriptError",
+    "UnknownTarget",
     "ValueNotRepresentable",
 ]
 
@@ -252,6 +254,11 @@ class ScheduleNotFound(ScheduleError):
 
 class MonitorNotFound(ScheduleError):
     """No cron monitor has that id (``loom monitors list`` shows them)."""
+
+
+class UnknownTarget(ScheduleError):
+    """A schedule names an agent or crew the process firing it does not have (the scheduler
+    pauses such a schedule instead of failing every tick)."""
 
 
 class JobFailed(LoomError):

@@ -359,7 +359,8 @@ class Turn:
             await hook("after_llm_response", response)
             if not response.tool_calls:
                 self.output = response.text
-                if self.typed is not None and await self._check_output(response.text):
+                cut = response.finish_reason == "length"
+                if self.typed is not None and await self._check_output(response.text, cut):
                     continue  # it did not fit; the validation errors are in the transcript
                 if a.judges is not None and await self._review(response.text):
                     continue  # the judges failed it; their correction is in the transcript
@@ -552,11 +553,17 @@ class Turn:
         await j.commit([j.event(ev.JudgeRetry, **review.retry)])
         return True
 
-    async def _check_output(self, answer: str) -> bool:
+    async def _check_output(self, answer: str, truncated: bool = False) -> bool:
         """Validate a final answer against the output type; True when the model must answer
         again (the correction is committed), ``_Stop("output_invalid")`` when it gave up."""
         assert self.typed is not None
-        decision = check_answer(self.typed, answer, self.output_failures, self.agent.output_retries)
+        decision = check_answer(
+            self.typed,
+            answer,
+            self.output_failures,
+            self.agent.output_retries,
+            truncated=truncated,
+        )
         if isinstance(decision, Accept):
             self.data = decision.value
             return False

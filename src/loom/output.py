@@ -161,14 +161,25 @@ class GiveUp:
 Decision = Accept | Retry | GiveUp
 
 
-def check_answer(spec: OutputSpec, text: str, failures: int, retries: int) -> Decision:
+def check_answer(
+    spec: OutputSpec, text: str, failures: int, retries: int, *, truncated: bool = False
+) -> Decision:
     """Judge a final answer. ``failures`` answers of this turn failed before; ``retries`` is
-    how many corrections the agent allows (``Agent.output_retries``)."""
+    how many corrections the agent allows (``Agent.output_retries``). ``truncated``: the model
+    stopped at its token limit (``finish_reason="length"``): an answer cut there is given up
+    at once, since asking again grows the same answer into the same limit."""
     try:
         return Accept(spec.parse(text))
     except _Invalid as exc:
         errors = exc.errors
     listed = "\n".join(f"- {e['loc']}: {e['msg']}" for e in errors[:20])
+    if truncated:
+        return GiveUp(
+            errors,
+            f"the answer was cut at the model's token limit before it fit output type "
+            f"{spec.name} ({len(text)} characters); raise max_tokens (model_settings), ask for "
+            f"a smaller answer, or bound the type (e.g. a list with max_length):\n{listed}",
+        )
     if failures >= retries:
         return GiveUp(
             errors,

@@ -80,3 +80,34 @@ async def test_the_embedded_model_answers_from_the_sample_database(
     assert f"{largest:g}" in results[0]  # the row came from the real database
     assert finish["stop_reason"] == "completed", finish
     assert f"{largest:g}" in finish["output"]
+
+
+@pytest.mark.slow
+def test_the_readme_backend_command_answers_on_the_embedded_model(shop_agent_file: Path) -> None:
+    """examples/backends/README.md's `loom run --backend sqlite:///…/shop.db "What is the
+    largest order total?"`, as a user types it, on the default model."""
+    import os
+    import subprocess
+
+    db = shop_agent_file.parent / "shop.db"
+    src = str(Path(__file__).parents[2] / "src")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loom",
+            "run",
+            "--backend",
+            f"sqlite:///{db}",
+            "What is the largest order total?",
+            "--store",
+            ":memory:",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PYTHONPATH=src),
+        cwd=shop_agent_file.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "310" in done.stdout and "→ query" in done.stderr

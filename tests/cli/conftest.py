@@ -64,6 +64,11 @@ class Hanging:
 
 def chatty(**settings):
     return Agent(name="chatty", model=Hanging(), **settings)
+
+
+# an Agent already built (not a factory): the CLI must not try to change it
+built = Agent(name="built", model=FunctionModel(answer), tools=[deploy],
+              permissions={"ask": ["deploy"]})
 '''
 
 

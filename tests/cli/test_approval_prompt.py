@@ -30,6 +30,10 @@ def test_yes_runs_the_tool(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "Allow add" in out.stderr and "✓ add: 42" in out.stderr
+    # why it asks is said with the question, not on a line printed after the prompt
+    [ask] = [line for line in out.stderr.splitlines() if "Allow add" in line]
+    assert "needs approval (rule add" in ask.split("?", 1)[1], ask
+    assert "approval needed" not in out.stderr
 
 
 def test_no_with_a_reason_reaches_the_model(tmp_path: Path) -> None:

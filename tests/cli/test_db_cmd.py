@@ -88,6 +88,58 @@ def test_postgres_migrate_status_and_sessions(pg_url: str) -> None:
     assert "s1" in r.output
 
 
+def test_postgres_status_only_reads(pg_url: str, postgres_dsn: str) -> None:
+    """`db status` on a database Loom never migrated creates nothing and exits 1, naming
+    `loom db migrate`; after the migration it exits 0."""
+    from urllib.parse import unquote
+
+    import psycopg
+
+    schema = unquote(pg_url.split("search_path%3D", 1)[1]) if "%3D" in pg_url else None
+    schema = schema or unquote(pg_url).split("search_path=", 1)[1]
+
+    def tables() -> int:
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s",
+                (schema,),
+            ).fetchone()
+            assert row is not None
+            return int(row[0])
+
+    r = runner.invoke(app, ["db", "status", "--store", pg_url], env={"COLUMNS": "300"})
+    assert r.exit_code == 1, r.output
+    assert "not migrated" in r.output and "loom db migrate" in r.output
+    assert tables() == 0
+    r = runner.invoke(app, ["db", "status", "--store", pg_url, "--json"])
+    assert r.exit_code == 1 and json.loads(r.stdout)["migrated"] is False
+    assert runner.invoke(app, ["db", "migrate", "--store", pg_url]).exit_code == 0
+    assert tables() > 0
+    r = runner.invoke(app, ["db", "status", "--store", pg_url, "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["migrated"] is True
+
+
+def test_sqlite_status_only_reads(tmp_path: Path) -> None:
+    """An existing SQLite file Loom never migrated: status exits 1 and leaves it untouched."""
+    import sqlite3
+
+    db = tmp_path / "other.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE mine (x)")
+    before = db.read_bytes()
+    r = runner.invoke(app, ["db", "status", "--store", str(db)], env={"COLUMNS": "300"})
+    assert r.exit_code == 1 and "loom db migrate" in r.output, r.output
+    assert db.read_bytes() == before
+
+
+def test_a_store_in_a_missing_folder_is_refused(tmp_path: Path) -> None:
+    """`--store` naming a file in a folder that does not exist: exit 2, no folder made."""
+    db = tmp_path / "nope" / "deeper" / "x.db"
+    r = runner.invoke(app, ["db", "migrate", "--store", str(db)], env={"COLUMNS": "300"})
+    assert r.exit_code == 2 and "does not exist" in r.output, r.output
+    assert not db.parent.parent.exists()
+
+
 def test_unreachable_postgres_exits_2_with_the_reason() -> None:
     import socket
 

@@ -67,7 +67,7 @@ def test_show_and_cleanup(ids: list[str]) -> None:
     r = runner.invoke(app, ["errors", "show", ids[1]])
     assert r.exit_code == 0 and "Code timeout: timeout" in r.output and "Trace!" in r.output
     r = runner.invoke(app, ["errors", "show", "err_20000101_000000_aaaaaa"])
-    assert r.exit_code == 1 and "ErrorNotFound" in r.output
+    assert r.exit_code == 2 and "ErrorNotFound" in r.output
     r = runner.invoke(app, ["errors", "cleanup", "--older-than", "30d", "--yes"])
     assert r.exit_code == 0 and "deleted 1 errors" in r.output
     r = runner.invoke(app, ["errors", "list"], env={"COLUMNS": "200"})

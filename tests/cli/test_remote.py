@@ -79,3 +79,36 @@ def test_chat_on_a_server(served: Server, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "The sum is 3." in done.stdout and "echo: hello" in done.stdout
     assert done.stderr.count("completed") == 2
+
+
+def test_a_server_with_keys_takes_api_key_and_loom_api_key(tmp_path: Path) -> None:
+    """`--api-key` (or LOOM_API_KEY) reaches a keyed server; without it the refusal says how."""
+    key = "cli-test-key-0123456789"
+    (tmp_path / "keys.yaml").write_text(f"- {{name: me, key: {key}}}\n")
+    srv = start_server(tmp_path, "--keys", str(tmp_path / "keys.yaml"))
+    try:
+        base = ("run", "--server", srv.url, "-a", "calc", "add 2 and 3")
+        refused = loom(tmp_path, *base)
+        assert refused.returncode == 2 and "--api-key" in refused.stderr, refused.stderr
+        flag = loom(tmp_path, *base, "--api-key", key)
+        assert flag.returncode == 0 and flag.stdout.strip() == "The sum is 5.", flag.stderr
+        os.environ["LOOM_API_KEY"] = key
+        try:
+            env = loom(tmp_path, *base)
+        finally:
+            del os.environ["LOOM_API_KEY"]
+        assert env.returncode == 0 and env.stdout.strip() == "The sum is 5.", env.stderr
+        chat = loom(
+            tmp_path,
+            "chat",
+            "--server",
+            srv.url,
+            "-a",
+            "calc",
+            "--api-key",
+            key,
+            stdin="add 1 and 2\n",
+        )
+        assert chat.returncode == 0 and "The sum is 3." in chat.stdout, chat.stderr
+    finally:
+        stop_server(srv)

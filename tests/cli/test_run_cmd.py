@@ -164,6 +164,31 @@ def test_a_python_agent_by_module_attr(tmp_path: Path, agents: Path) -> None:
         assert out.returncode == 2 and said in " ".join(out.stderr.split()), out.stderr
 
 
+def test_a_built_agent_by_module_attr_asks_on_this_terminal(tmp_path: Path, agents: Path) -> None:
+    """An ``Agent`` object (frozen, not a factory) runs; its approvals are asked here."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loom",
+            "run",
+            "deploy prod",
+            "--agent",
+            "agents:built",
+            "--store",
+            ":memory:",
+        ],
+        input="y\n",
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=SRC),
+    )
+    assert out.returncode == 0, out.stderr
+    assert "frozen" not in out.stderr and "done: deployed prod" in out.stdout
+
+
 def test_chat_in_a_terminal(tmp_path: Path, agents: Path, terminal: Callable[..., Any]) -> None:
     child = terminal("chat", "--agent", "agents.py:chatty", "--store", ":memory:", cwd=tmp_path)
     child.expect_exact("you> ")
@@ -189,3 +214,10 @@ def test_chat_in_a_terminal(tmp_path: Path, agents: Path, terminal: Callable[...
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
+
+
+def test_serve_refuses_a_port_out_of_range(tmp_path: Path) -> None:
+    for flag in ("--port", "--grpc-port"):
+        out = loom("serve", flag, "99999", "--store", ":memory:", cwd=tmp_path)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert flag in out.stderr and "65535" in out.stderr

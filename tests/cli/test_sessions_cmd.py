@@ -67,11 +67,11 @@ def test_export_round_trips(session: str, tmp_path: Path) -> None:
 
 def test_unknown_session_and_missing_database(session: str, tmp_path: Path) -> None:
     r = runner.invoke(app, ["sessions", "show", "session_nope"], env={"COLUMNS": "200"})
-    assert r.exit_code == 1 and "SessionNotFound" in r.output and "sessions list" in r.output
+    assert r.exit_code == 2 and "SessionNotFound" in r.output and "sessions list" in r.output
     r = runner.invoke(
         app, ["sessions", "list", "--store", str(tmp_path / "none.db")], env={"COLUMNS": "200"}
     )
-    assert r.exit_code == 1 and "no Loom database" in r.output
+    assert r.exit_code == 2 and "no Loom database" in r.output
     assert not (tmp_path / "none.db").exists()
 
 
@@ -112,7 +112,7 @@ def test_delete_asks_then_removes_everything(long_session: str, tmp_path: Path) 
         for table in ("sessions", "messages", "events", "runs", "ledger"):
             assert raw.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] == 0, table
     r = runner.invoke(app, ["sessions", "delete", long_session, "--yes"])
-    assert r.exit_code == 1 and "SessionNotFound" in r.output
+    assert r.exit_code == 2 and "SessionNotFound" in r.output
 
 
 def test_memory_store_delete_session() -> None:
@@ -128,4 +128,4 @@ def test_memory_store_delete_session() -> None:
 
 def test_markup_in_an_error_message_is_printed_as_text(tmp_path: Path) -> None:
     r = runner.invoke(app, ["sessions", "list", "--store", str(tmp_path / "[x]" / "none.db")])
-    assert r.exit_code == 1 and f"{tmp_path}/[x]/none.db" in "".join(r.output.split("\n"))
+    assert r.exit_code == 2 and f"{tmp_path}/[x]/none.db" in "".join(r.output.split("\n"))

@@ -204,6 +204,8 @@ def test_loom_run_crew_streams_the_members_and_exits_0(tmp_path: Path) -> None:
     assert "(context: last_n:2)" in proc.stderr
     assert "(demo model) You said: Write from:" in proc.stdout
     assert "completed" in proc.stderr
+    # the footer counts the crew's member runs (a crew has no loop iterations of its own)
+    assert "2 member runs" in proc.stderr and "0 iterations" not in proc.stderr
 
 
 def test_loom_run_crew_reports_a_bad_file_and_exits_2(tmp_path: Path) -> None:

@@ -189,4 +189,4 @@ def test_export_with_a_bad_pattern_says_which(unredacted_session: Path) -> None:
             "bad=((",
         ],
     )
-    assert r.exit_code == 1 and "RedactionPatternError" in r.output and "'bad'" in r.output
+    assert r.exit_code == 2 and "RedactionPatternError" in r.output and "'bad'" in r.output

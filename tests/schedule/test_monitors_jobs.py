@@ -52,6 +52,21 @@ async def test_timeout_checkin_cancels_the_schedules_run(rig: Rig) -> None:
     assert run.status == "cancelled"
 
 
+async def test_a_late_ok_past_max_runtime_is_a_timeout(rig: Rig) -> None:
+    """The detector did not pass in time: an ``ok`` that arrives after max_runtime still
+    leaves the monitor timed out; one within it is ok."""
+    await rig.monitors.add(Monitor(id="job", cron="0 * * * *", max_runtime=120))
+    await rig.monitors.checkin("job", "in_progress")
+    rig.clock.advance(100)
+    await rig.monitors.checkin("job", "ok")
+    assert (await rig.monitors.get("job")).health == "ok"
+    await rig.monitors.checkin("job", "in_progress")
+    rig.clock.advance(121)
+    late = await rig.monitors.checkin("job", "ok")
+    assert late.status == "ok" and late.health == "timed_out"
+    assert (await rig.monitors.get("job")).health == "timed_out"
+
+
 async def test_bad_monitor_input(rig: Rig) -> None:
     with pytest.raises(MonitorNotFound, match="nope"):
         await rig.monitors.checkin("nope", "ok")

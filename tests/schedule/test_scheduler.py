@@ -207,3 +207,48 @@ async def test_three_postgres_pollers_fire_each_of_100_ticks_once(pg_schema_dsn:
         for r in runs:
             assert {x.run_id for x in await store.list_runs(r.session_id)} == {r.run_id}
     await store.close()
+
+
+async def test_a_schedule_naming_an_agent_this_process_lacks_is_paused_once(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every tick would fail the same way: the first failed run pauses the schedule and the log
+    says why once (no traceback), instead of a failure per tick for ever."""
+    from loom.schedule import RuntimeLauncher, Scheduler
+
+    await rig.schedules.add(Schedule(agent="echo", message="hi", interval=60, id="orphan"))
+    lacking = Scheduler(
+        rig.schedules, RuntimeLauncher(rig.runtime, {}), clock=rig.clock, owner="lacking"
+    )
+    try:
+        for _ in range(3):
+            rig.clock.advance(61)
+            await lacking.poll()
+            await lacking.drain()
+    finally:
+        await lacking.aclose()
+    [run] = await rig.runs("orphan")
+    assert run.status == "failed" and "no agent named 'echo'" in (run.error or "")
+    assert (await rig.schedules.get("orphan")).schedule.enabled is False
+    paused = [r for r in caplog.records if "paused" in r.getMessage()]
+    assert len(paused) == 1 and paused[0].exc_info is None
+    assert "loom schedule resume orphan" in paused[0].getMessage()
+
+
+async def test_overlap_queue_backlog_is_bounded(rig: Rig) -> None:
+    """A run that hangs: at most QUEUE_LIMIT ticks wait behind it, later ones are skipped."""
+    from loom.schedule.scheduler import QUEUE_LIMIT
+
+    await rig.schedules.add(
+        Schedule(agent="slow", message="work", interval=60, id="q", overlap="queue")
+    )  # type: ignore[arg-type]
+    rig.clock.advance(61)
+    await rig.scheduler.poll()
+    await rig.gate.wait_started(1)
+    for _ in range(QUEUE_LIMIT + 3):
+        rig.clock.advance(60)
+        await rig.scheduler.poll()
+    statuses = [r.status for r in await rig.runs("q")]
+    assert statuses.count("running") == 1
+    assert statuses.count("queued") == QUEUE_LIMIT
+    assert statuses.count("skipped") == 3

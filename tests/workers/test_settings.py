@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -49,3 +51,13 @@ def test_the_cli_says_what_is_wrong() -> None:
     )
     assert result.exit_code == 2
     assert "at least twice the heartbeat" in result.output
+
+
+def test_a_worker_on_a_sqlite_file_is_told_it_needs_postgres(tmp_path: Path) -> None:
+    pytest.importorskip("procrastinate", reason="the postgres extra is not installed")
+    result = CliRunner().invoke(
+        app, ["worker", "--store", str(tmp_path / "x.db"), "--app", "x:y"], env={"COLUMNS": "300"}
+    )
+    assert result.exit_code == 2
+    assert "a worker needs a postgres:// URL" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "x.db").exists()

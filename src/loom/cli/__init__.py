@@ -2,6 +2,11 @@
 
 Each command group lives in its own module and is registered here; modules import their heavy
 dependencies inside the command functions so ``loom --help`` stays fast.
+
+Exit codes, the same for every command: 0 done; 1 the command ran and its outcome is a failure
+(a run that ended in error, ``patterns validate`` found problems, ``db status`` not migrated, a
+deletion you declined); 2 what you gave is wrong or missing (bad input or option, an id that is
+not found, no database, a server or database that cannot be reached); 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations

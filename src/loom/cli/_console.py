@@ -14,8 +14,12 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 __all__ = ["CliConsole", "emit_json", "err", "escape", "fail", "jsonable", "out", "say_error"]
+
+
+_PIPED_WIDTH = 10_000
 
 
 class CliConsole(Console):
@@ -26,6 +30,14 @@ class CliConsole(Console):
         # as it does under test runners.
         if soft_wrap is None:
             soft_wrap = not self.is_terminal
+        if not self.is_terminal and any(isinstance(o, Table) for o in objects):
+            # piped: a table gets the width its cells need (Rich would cut ids at 80 columns)
+            saved, self.width = self.width, _PIPED_WIDTH
+            try:
+                super().print(*objects, soft_wrap=soft_wrap, **kwargs)
+            finally:
+                self.width = saved
+            return
         super().print(*objects, soft_wrap=soft_wrap, **kwargs)
 
 

@@ -20,6 +20,7 @@ async def _render_crew(events: AsyncIterator[AgentEvent], as_json: bool) -> dict
     from loom.events import EventType as E
 
     render = _Renderer(as_json)
+    member_runs = 0
     try:
         async for event in events:
             if not as_json and event.type is E.CREW_MEMBER_START:
@@ -29,7 +30,10 @@ async def _render_crew(events: AsyncIterator[AgentEvent], as_json: bool) -> dict
                     f"[magenta]▶ {escape(str(d['path']))}[/] "
                     f"[dim](context: {escape(str(d['context_policy']))})[/]"
                 )
+            elif event.type is E.CREW_MEMBER_FINISH and as_json:
+                member_runs += 1
             elif not as_json and event.type is E.CREW_MEMBER_FINISH:
+                member_runs += 1
                 render.end_text()
                 d = event.data
                 reused = " (reused)" if d.get("reused") else ""
@@ -45,7 +49,7 @@ async def _render_crew(events: AsyncIterator[AgentEvent], as_json: bool) -> dict
         aclose = getattr(events, "aclose", None)
         if aclose is not None:
             await aclose()
-    return render.result
+    return {**render.result, "member_runs": member_runs}
 
 
 def run_crew(

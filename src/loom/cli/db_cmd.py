@@ -1,5 +1,8 @@
 """`loom db`: apply migrations and show the state of a Loom database (SQLite file or PostgreSQL).
 
+``migrate`` creates the database or applies the migrations it lacks; ``status`` only reads (it
+never creates a table or a file) and exits 1 when migrations are missing.
+
     loom db migrate --store postgresql://loom@db/loom
     loom db status --store .loom/loom.db --json
 
@@ -14,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from loom.cli._console import emit_json, fail, out
+from loom.cli._console import emit_json, err, fail, out
 
 app = typer.Typer(help="Migrate and inspect the session database.", no_args_is_help=True)
 
@@ -33,68 +36,98 @@ def is_postgres(spec: str | None) -> bool:
     return spec is not None and spec.startswith(("postgres://", "postgresql://"))
 
 
-async def _sqlite_status(path: Path) -> dict[str, Any]:
-    import time
-
-    from loom.store import _sqlite_db
-    from loom.store.sqlite import SQLiteStore
-
-    store = SQLiteStore(path)  # opening applies missing migrations
-    try:
-        await store.list_sessions(limit=1)
-    finally:
-        await store.close()
+def _sqlite_status(path: Path, *, migrate: bool) -> dict[str, Any]:
     import sqlite3
-
-    conn = sqlite3.connect(path)
-    try:
-        applied = conn.execute(
-            "SELECT version, name, applied_at FROM loom_migrations ORDER BY version"
-        ).fetchall()
-        sessions, open_runs = conn.execute(
-            "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM open_runs)"
-        ).fetchone()
-        held = conn.execute(
-            "SELECT count(*) FROM locks WHERE NOT released AND expires_at > ?", (time.time(),)
-        ).fetchone()[0]
-    finally:
-        conn.close()
+    import time
     from datetime import UTC, datetime
 
+    from loom.store import _sqlite_db
+
+    if migrate:
+        from loom.store.sqlite import SQLiteStore
+
+        async def open_once() -> None:
+            store = SQLiteStore(path)  # opening applies missing migrations
+            try:
+                await store.list_sessions(limit=1)
+            finally:
+                await store.close()
+
+        asyncio.run(open_once())
+    # read-only: `loom db status` must never create or change the database it reports on
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        has = conn.execute(
+            "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='loom_migrations'"
+        ).fetchone()[0]
+        applied = (
+            conn.execute(
+                "SELECT version, name, applied_at FROM loom_migrations ORDER BY version"
+            ).fetchall()
+            if has
+            else []
+        )
+        version = max((int(v) for v, _, _ in applied), default=0)
+        counts: tuple[int | None, ...] = (None, None, None)
+        if version >= _sqlite_db.SCHEMA_VERSION:
+            sessions, open_runs = conn.execute(
+                "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM open_runs)"
+            ).fetchone()
+            held = conn.execute(
+                "SELECT count(*) FROM locks WHERE NOT released AND expires_at > ?", (time.time(),)
+            ).fetchone()[0]
+            counts = (int(sessions), int(open_runs), int(held))
+    except sqlite3.DatabaseError as exc:
+        from loom.errors import StoreError
+
+        raise StoreError(f"{path} is not a Loom database this version can read ({exc})") from exc
+    finally:
+        conn.close()
     return {
         "backend": "sqlite",
         "database": str(path),
-        "schema_version": max((int(v) for v, _, _ in applied), default=0),
+        "schema_version": version,
         "known_version": _sqlite_db.SCHEMA_VERSION,
         "migrations": [
             {"version": int(v), "name": n, "applied_at": datetime.fromtimestamp(t, UTC).isoformat()}
             for v, n, t in applied
         ],
-        "sessions": int(sessions),
-        "open_runs": int(open_runs),
-        "held_leases": int(held),
+        "sessions": counts[0],
+        "open_runs": counts[1],
+        "held_leases": counts[2],
     }
 
 
-async def _status(spec: str | None, *, create: bool) -> dict[str, Any]:
+def _status(spec: str | None, *, migrate: bool) -> dict[str, Any]:
+    """The database's state; ``migrate`` creates it or applies missing migrations first
+    (``loom db migrate``), otherwise nothing is created or changed (``loom db status``)."""
     from loom.errors import StoreError
 
     if is_postgres(spec):
         from loom.store.postgres import PostgresStore
 
-        store = PostgresStore(str(spec), min_size=0, max_size=1)
-        try:
-            return await store.status()  # connecting applies missing migrations
-        finally:
-            await store.close()
+        async def read() -> dict[str, Any]:
+            store = PostgresStore(str(spec), min_size=0, max_size=1)
+            try:
+                return await (store.status() if migrate else store.inspect())
+            finally:
+                await store.close()
+
+        return asyncio.run(read())
     path = Path(spec) if spec else Path(".loom") / "loom.db"
     if not path.exists():
-        if not create:
+        if not migrate:
             raise StoreError(
                 f"no Loom database at {path}; `loom db migrate --store {path}` creates one"
             )
-        path.parent.mkdir(parents=True, exist_ok=True)
-    return await _sqlite_status(path)
+        if spec is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        elif not path.parent.is_dir():
+            raise StoreError(
+                f"the folder {path.parent} does not exist; create it first (Loom does not make "
+                "folders for a --store path you name)"
+            )
+    return _sqlite_status(path, migrate=migrate)
 
 
 def _show(status: dict[str, Any]) -> None:
@@ -104,6 +137,8 @@ def _show(status: dict[str, Any]) -> None:
     )
     for m in status["migrations"]:
         out.print(f"  {m['version']:>3}  {m['name']}  applied {m['applied_at']}")
+    if status["sessions"] is None:
+        return
     out.print(f"sessions        {status['sessions']}")
     out.print(f"open runs       {status['open_runs']}")
     out.print(f"held leases     {status['held_leases']}")
@@ -116,7 +151,7 @@ def migrate(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     from loom.errors import LoomError
 
     try:
-        status = asyncio.run(_status(store, create=True))
+        status = _status(store, migrate=True)
     except LoomError as exc:
         raise fail(exc, 2) from None
     if as_json:
@@ -128,14 +163,23 @@ def migrate(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
 
 @app.command("status")
 def status(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
-    """Schema version, migrations applied, sessions, open runs and held leases."""
+    """Schema version, migrations applied, sessions, open runs and held leases. Only reads:
+    exits 1 when the database lacks migrations this Loom knows (run `loom db migrate`)."""
     from loom.errors import LoomError
 
     try:
-        result = asyncio.run(_status(store, create=False))
+        result = _status(store, migrate=False)
     except LoomError as exc:
         raise fail(exc, 2) from None
+    behind = result["schema_version"] < result["known_version"]
     if as_json:
-        emit_json(result)
+        emit_json({**result, "migrated": not behind})
     else:
         _show(result)
+    if behind:
+        where = f" --store {store}" if store else ""
+        err.print(
+            f"not migrated: schema version {result['schema_version']} of "
+            f"{result['known_version']}; run `loom db migrate{where}`"
+        )
+        raise typer.Exit(code=1)

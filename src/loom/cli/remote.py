@@ -39,17 +39,25 @@ def _refusal(status: int, body: bytes) -> LoomError:
         return SessionBusy(message)
     if status in (400, 422):
         return InputError(message)
+    if status in (401, 403):
+        return ServerError(
+            f"the server answered {status}: {message} (give its key with --api-key KEY or "
+            "the LOOM_API_KEY environment variable)"
+        )
     return ServerError(f"the server answered {status}: {message}")
 
 
 class Remote:
     """One server, one thread."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, api_key: str | None = None) -> None:
         import httpx
 
         self.url = url.rstrip("/")
-        self.http = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(30, read=None))
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.http = httpx.AsyncClient(
+            base_url=self.url, timeout=httpx.Timeout(30, read=None), headers=headers
+        )
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -145,13 +153,20 @@ class Remote:
 
 
 def run_remote(
-    url: str, message: str, agent: str | None, session: str | None, new: bool, as_json: bool
+    url: str,
+    message: str,
+    agent: str | None,
+    session: str | None,
+    new: bool,
+    as_json: bool,
+    *,
+    api_key: str | None = None,
 ) -> None:
     """``loom run --server URL``."""
     from loom.cli.run_cmd import _end, _interrupted
 
     async def main() -> tuple[dict[str, Any], str]:
-        remote = Remote(url)
+        remote = Remote(url, api_key)
         try:
             name = await remote.agent(agent)
             thread_id = await remote.session(session, new)
@@ -168,12 +183,14 @@ def run_remote(
     _end(result, thread_id, as_json)
 
 
-def chat_remote(url: str, agent: str | None, session: str | None, new: bool) -> None:
+def chat_remote(
+    url: str, agent: str | None, session: str | None, new: bool, *, api_key: str | None = None
+) -> None:
     """``loom chat --server URL``."""
     from loom.cli.run_cmd import _interrupted, _line_editing, _summary
 
     with asyncio.Runner() as runner:
-        remote = Remote(url)
+        remote = Remote(url, api_key)
         try:
             try:
                 name = runner.run(remote.agent(agent))

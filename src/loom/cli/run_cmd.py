@@ -79,6 +79,16 @@ ServerOpt = Annotated[
         "names one of its agents and --session one of its threads.",
     ),
 ]
+ApiKeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        envvar="LOOM_API_KEY",
+        help="The key to present to a `loom serve` that has keys (with --server; or set "
+        "LOOM_API_KEY); sent as Authorization: Bearer.",
+        show_envvar=True,
+    ),
+]
 ToolsOpt = Annotated[
     str | None,
     typer.Option(
@@ -100,8 +110,18 @@ def open_store(path: str | None) -> Any:
         return PostgresStore(path)
     from loom.store.sqlite import SQLiteStore
 
-    target = Path(path) if path else Path(".loom") / "loom.db"
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if path is None:  # the default folder is Loom's own: make it
+        target = Path(".loom") / "loom.db"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return SQLiteStore(target)
+    target = Path(path)
+    if not target.parent.is_dir():
+        from loom.errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"--store {path}: the folder {target.parent} does not exist; create it first or "
+            "name a file in an existing folder (Loom makes only its default .loom/ folder)"
+        )
     return SQLiteStore(target)
 
 
@@ -174,7 +194,9 @@ def load_python_agent(spec: str, settings: dict[str, Any]) -> Agent:
                 "change it; make it a function that takes the settings as keywords instead"
             )
         if obj.approval_handler is None and settings.get("approval_handler") is not None:
-            obj.approval_handler = settings["approval_handler"]  # ask on this terminal
+            # an Agent is frozen (shared by every session): ask on this terminal through a
+            # copy, the user's object stays as they built it
+            return obj.replace(approval_handler=settings["approval_handler"])
         return obj
     if not callable(obj):
         raise ConfigurationError(
@@ -345,8 +367,11 @@ def _private_stderr() -> IO[str] | None:
 class _Renderer:
     """Prints one turn's events: text as it streams, tool calls as they start and end."""
 
-    def __init__(self, as_json: bool) -> None:
+    def __init__(self, as_json: bool, *, asks_here: bool = False) -> None:
         self.as_json = as_json
+        # this terminal's approval prompt already said what a call waits for, and the
+        # APPROVAL_REQUIRED event reaches the renderer only after the prompt: not again
+        self.asks_here = asks_here
         self.in_text = False
         self.result: dict[str, Any] = {}
 
@@ -381,7 +406,7 @@ class _Renderer:
             text = escape(str(d["content"]).replace("\n", " ")[:200])
             name = escape(str(d["tool_name"]))
             err.print(f"  {mark} {name}: {text} [dim]({d['duration_ms']:.0f} ms)[/]")
-        elif event.type is E.APPROVAL_REQUIRED:
+        elif event.type is E.APPROVAL_REQUIRED and not self.asks_here:
             reason = escape(str(d.get("reason", "")))
             err.print(f"[yellow]approval needed[/] for {escape(str(d.get('tool_name')))}: {reason}")
         elif event.type is E.ERROR:
@@ -445,7 +470,8 @@ async def ask_approval(pending: PendingApproval) -> Any:
     from loom.policy.approval import Approve, Edit, Reject
 
     raw = json.dumps(pending.arguments, ensure_ascii=False)
-    err.print(f"[bold yellow]Allow[/] [cyan]{escape(pending.tool_name)}[/]({escape(raw)})?")
+    why = f" [dim]({escape(pending.reason)})[/]" if pending.reason else ""
+    err.print(f"[bold yellow]Allow[/] [cyan]{escape(pending.tool_name)}[/]({escape(raw)})?{why}")
     try:
         while True:
             answer = (await read_line("  " + _CHOICES)).strip().lower() or "n"
@@ -478,9 +504,11 @@ async def ask_approval(pending: PendingApproval) -> Any:
         return Reject("no answer: the terminal's input is closed")
 
 
-async def _render(events: AsyncIterator[AgentEvent], as_json: bool) -> dict[str, Any]:
+async def _render(
+    events: AsyncIterator[AgentEvent], as_json: bool, *, asks_here: bool = False
+) -> dict[str, Any]:
     """Print a turn's events; return the AGENT_FINISH data."""
-    render = _Renderer(as_json)
+    render = _Renderer(as_json, asks_here=asks_here)
     try:
         async for event in events:
             render(event)
@@ -497,14 +525,16 @@ async def _render(events: AsyncIterator[AgentEvent], as_json: bool) -> dict[str,
 
 
 async def _turn(agent: Agent, message: str, session: str | None, as_json: bool) -> dict[str, Any]:
-    return await _render(agent.stream(message, session_id=session), as_json)
+    asks = agent.approval_handler is ask_approval
+    return await _render(agent.stream(message, session_id=session), as_json, asks_here=asks)
 
 
 async def _render_and_close(
     agent: Agent, events: AsyncIterator[AgentEvent], as_json: bool
 ) -> dict[str, Any]:
     try:
-        return await _render(events, as_json)
+        asks = agent.approval_handler is ask_approval
+        return await _render(events, as_json, asks_here=asks)
     finally:
         await agent.aclose()  # stop MCP servers before the event loop ends
 
@@ -517,6 +547,14 @@ def _end(result: dict[str, Any], session_id: str, as_json: bool) -> None:
         raise typer.Exit(code=1)
 
 
+def _steps(result: dict[str, Any]) -> str:
+    """What the run did: a crew's member runs (a crew run has no loop iterations of its own),
+    else the turn's iterations."""
+    if "member_runs" in result:
+        return f"{result['member_runs']} member runs"
+    return f"{result.get('iterations', 0)} iterations"
+
+
 def _summary(result: dict[str, Any], session_id: str) -> None:
     usage = result.get("usage") or {}
     reason = escape(str(result.get("stop_reason")))
@@ -524,7 +562,7 @@ def _summary(result: dict[str, Any], session_id: str) -> None:
     err.print(
         f"[dim]session {escape(session_id)} · [{style}]{reason}[/{style}] · "
         f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out tokens · "
-        f"{result.get('iterations', 0)} iterations · {result.get('duration_ms', 0) / 1000:.1f} s[/]"
+        f"{_steps(result)} · {result.get('duration_ms', 0) / 1000:.1f} s[/]"
     )
 
 
@@ -544,6 +582,7 @@ def run(
     workspace: WorkspaceOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print every event as JSON.")] = False,
     server: ServerOpt = None,
+    api_key: ApiKeyOpt = None,
     crew: Annotated[
         Path | None,
         typer.Option("--crew", help="Run a crew file (YAML) instead of one agent."),
@@ -591,7 +630,7 @@ def run(
         from loom.cli.remote import run_remote
 
         _local_only(model=model, store=store, tools=tools, workspace=workspace)
-        return run_remote(server, message, agent_file, session, new, as_json)
+        return run_remote(server, message, agent_file, session, new, as_json, api_key=api_key)
 
     try:
         the_store = open_store(store)
@@ -639,6 +678,7 @@ def chat(
     tools: ToolsOpt = None,
     workspace: WorkspaceOpt = None,
     server: ServerOpt = None,
+    api_key: ApiKeyOpt = None,
 ) -> None:
     """Chat in one session. Ctrl-C stops an answer or clears the line; Ctrl-D quits."""
     from loom.errors import LoomError
@@ -647,7 +687,7 @@ def chat(
         from loom.cli.remote import chat_remote
 
         _local_only(model=model, store=store, tools=tools, workspace=workspace)
-        return chat_remote(server, agent_file, session, new)
+        return chat_remote(server, agent_file, session, new, api_key=api_key)
 
     try:
         the_store = open_store(store)

@@ -23,15 +23,23 @@ def serve(
         typer.Option("--app", help="module:attr naming an AgentRegistry, an Agent or a list."),
     ] = None,
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    port: Annotated[int, typer.Option(help="Port to listen on.", min=1, max=65535)] = 8000,
     store: Annotated[
         str | None,
-        typer.Option(help="SQLite database path (default .loom/loom.db), or :memory:."),
+        typer.Option(
+            help="Where sessions live: a SQLite file (default .loom/loom.db), :memory:, or a "
+            "PostgreSQL URL postgres://user@host/db (needed by --queue and a fleet)."
+        ),
     ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "info",
     grpc_port: Annotated[
         int | None,
-        typer.Option("--grpc-port", help="Also serve Weave over gRPC on this port (same host)."),
+        typer.Option(
+            "--grpc-port",
+            help="Also serve Weave over gRPC on this port (same host).",
+            min=1,
+            max=65535,
+        ),
     ] = None,
     keys: Annotated[
         Path | None,

@@ -44,13 +44,15 @@ def open_existing(path: str | None) -> SQLiteStore:
     target = Path(path) if path else Path(".loom") / "loom.db"
     if not target.exists():
         raise StoreError(
-            f"no Loom database at {target}; run an agent first (loom run ...) or pass --store PATH"
+            f"no Loom database at {target}; create one with `loom db migrate` (or run an agent "
+            "first: loom run ...), or pass --store PATH"
         )
     return SQLiteStore(target)
 
 
 def run_with_store(path: str | None, fn: Callable[[SQLiteStore], Awaitable[T]]) -> T:
-    """Open the store, run ``fn``, close it; a LoomError becomes a red message and exit code 1."""
+    """Open the store, run ``fn``, close it; a LoomError becomes a red message and exit code 2
+    (the CLI's rule: 2 when what you gave is wrong or missing, see ``loom.cli``)."""
     from loom.errors import LoomError
 
     async def go() -> T:
@@ -64,7 +66,7 @@ def run_with_store(path: str | None, fn: Callable[[SQLiteStore], Awaitable[T]]) 
         return asyncio.run(go())
     except LoomError as exc:
         say_error(exc)
-        raise typer.Exit(code=1) from None
+        raise typer.Exit(code=2) from None
 
 
 async def _require(store: SQLiteStore, session_id: str) -> Any:
@@ -254,9 +256,9 @@ def export(
 
     try:
         redactor = _redactor(pattern or []) if redact else None
-    except LoomError as exc:  # a pattern that does not compile: say which, exit 1
+    except LoomError as exc:  # a pattern that does not compile: say which, exit 2
         say_error(exc)
-        raise typer.Exit(code=1) from None
+        raise typer.Exit(code=2) from None
 
     async def load(s: SQLiteStore) -> Any:
         await _require(s, session_id)

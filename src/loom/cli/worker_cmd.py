@@ -16,7 +16,11 @@ __all__ = ["worker"]
 def worker(
     store: Annotated[
         str,
-        typer.Option("--store", help="PostgreSQL connection string (postgres://user@host/db)."),
+        typer.Option(
+            "--store",
+            help="PostgreSQL connection string: postgres://user@host/db or libpq's "
+            "'host=... dbname=...' form.",
+        ),
     ],
     agents: Annotated[
         Path | None,
@@ -71,6 +75,12 @@ def worker(
             ) from None
         from loom.workers import WorkerSettings, run_worker
 
+        if not store.startswith(("postgres://", "postgresql://")) and "=" not in store:
+            raise ConfigurationError(
+                f"--store {store}: a worker needs a postgres:// URL (queued runs live in "
+                "PostgreSQL), e.g. --store postgres://loom@127.0.0.1/loom; SQLite serves one "
+                "process: use `loom serve` without --queue"
+            )
         if (agents is None) == (app_spec is None):
             raise ConfigurationError(
                 "give the agents to run: --agents DIR (AGENT.md files) or --app module:attr"

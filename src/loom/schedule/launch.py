@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from loom.errors import ScheduleError
+from loom.errors import UnknownTarget
 
 if TYPE_CHECKING:
     from loom.agent import Agent
@@ -57,7 +57,7 @@ class RuntimeLauncher:
 
         target = self.added.get(schedule.agent) or self.agents.get(schedule.agent)
         if target is None:
-            raise ScheduleError(f"no agent named {schedule.agent!r} in this process", field="agent")
+            raise UnknownTarget(f"no agent named {schedule.agent!r} in this process", field="agent")
         session = run.session_id or schedule.session_for(run.tick)
         if isinstance(target, Crew):
             done = await target.run(schedule.message, session_id=session, runtime=self.runtime)

@@ -255,6 +255,10 @@ class MonitorStore:
             )
         else:
             health = _HEALTH[status]
+            since, limit = state.in_progress_since, state.monitor.max_runtime
+            if status == "ok" and since is not None and limit is not None and now - since > limit:
+                # a late "ok" (the detector did not pass in time) still broke max_runtime
+                health = "timed_out"
             expected = await self._expected(state.monitor, now)
             sql = (
                 "UPDATE monitors SET health = ?, last_checkin_at = ?, in_progress_since = NULL,"

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from loom.errors import ScheduleNotFound
+from loom.errors import ScheduleNotFound, UnknownTarget
 from loom.schedule.launch import Launcher, Outcome
 from loom.schedule.model import Schedule, ScheduleRun
 from loom.schedule.storage import ScheduleState, ScheduleStore
@@ -43,10 +43,14 @@ if TYPE_CHECKING:
     from loom.crew import Crew
     from loom.schedule.monitors import MonitorStore
 
-__all__ = ["PollReport", "Scheduler", "owner_id"]
+__all__ = ["QUEUE_LIMIT", "PollReport", "Scheduler", "owner_id"]
 
 log = logging.getLogger("loom.schedule")
 
+QUEUE_LIMIT = 10
+"""Runs of one schedule (``overlap="queue"``) that may wait behind its running one (or its
+``catch_up``, when larger); a tick past that is recorded ``skipped``, so a run that hangs does
+not grow an unbounded backlog."""
 _MISSED_ROWS = 100  # missed ticks recorded one row each, newest first; older ones are counted
 
 
@@ -236,6 +240,7 @@ class Scheduler:
                 for r in await self.store.active_runs(schedule_id)
                 if r.status in ("running", "cancelling")
             ]
+            queued = sum(r.status == "queued" for r in waiting)
             for run in waiting:
                 if busy and run.status == "claimed":
                     if schedule.overlap == "skip":
@@ -248,7 +253,19 @@ class Scheduler:
                         )
                         report.skipped += 1
                     elif schedule.overlap == "queue":
+                        limit = max(QUEUE_LIMIT, schedule.catch_up)  # catch-up asks for more
+                        if queued >= limit:  # a stuck run must not grow a backlog
+                            await self.store.transition(
+                                run.id,
+                                "skipped",
+                                expect=("claimed",),
+                                finished_at=now,
+                                error=f"{limit} runs already queued behind the running one",
+                            )
+                            report.skipped += 1
+                            continue
                         await self.store.transition(run.id, "queued", expect=("claimed",))
+                        queued += 1
                     else:  # cancel the previous run(s); this one starts once they ended
                         for other in busy:
                             await self.store.transition(other.id, "cancelling", expect=("running",))
@@ -313,6 +330,17 @@ class Scheduler:
             )
             await self._checkin(schedule.id, "error")
             return
+        except UnknownTarget as exc:  # every tick would fail the same way: pause, say why once
+            outcome = Outcome(error=str(exc))
+            await self.store.pause(schedule.id)
+            log.warning(
+                "schedule %s paused: %s; add it to this process (or `loom schedule update %s "
+                "--agent NAME`), then `loom schedule resume %s`",
+                schedule.id,
+                exc,
+                schedule.id,
+                schedule.id,
+            )
         except Exception as exc:  # a launcher that raises: the run failed, the poller goes on
             log.exception("schedule %s: run %s failed", schedule.id, run_id)
             outcome = Outcome(error=f"{type(exc).__name__}: {exc}")

@@ -761,9 +761,49 @@ class PostgresStore(PostgresScheduleTables):
         )
 
     # -- operations -----------------------------------------------------------------------------
+    async def inspect(self) -> dict[str, Any]:
+        """``status`` without creating or migrating anything (what ``loom db status`` shows):
+        one direct connection reads the migrations table; on a database Loom has not migrated
+        (or not fully) ``schema_version`` is below ``known_version`` and the counts are None."""
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self.conninfo, autocommit=True, connect_timeout=max(1, round(self.timeout))
+            )
+        except psycopg.Error as exc:
+            raise self._translate(exc, "connecting") from exc
+        try:
+            has = await (await conn.execute(q.HAS_MIGRATIONS)).fetchone()
+            applied = (
+                await (await conn.execute(q.MIGRATIONS_APPLIED)).fetchall()
+                if has is not None and has[0]
+                else []
+            )
+            version = max((int(v) for v, _, _ in applied), default=0)
+            counts = None
+            if version >= q.SCHEMA_VERSION:
+                counts = await (await conn.execute(q.STATUS_COUNTS)).fetchone()
+        except psycopg.Error as exc:
+            raise self._translate(exc, "reading the database status") from exc
+        finally:
+            await conn.close()
+        return {
+            "backend": "postgresql",
+            "database": redact(self.conninfo),
+            "schema_version": version,
+            "known_version": q.SCHEMA_VERSION,
+            "migrations": [
+                {"version": int(v), "name": n, "applied_at": _dt(t).isoformat()}
+                for v, n, t in applied
+            ],
+            "sessions": None if counts is None else int(counts[0]),
+            "open_runs": None if counts is None else int(counts[1]),
+            "held_leases": None if counts is None else int(counts[2]),
+        }
+
     async def status(self) -> dict[str, Any]:
-        """What ``loom db status`` shows: the schema version, the migrations applied, and the
-        counts of sessions, open runs and held (unexpired, unreleased) leases."""
+        """The schema version, the migrations applied, and the counts of sessions, open runs
+        and held (unexpired, unreleased) leases, after applying missing migrations (what
+        ``loom db migrate`` shows; ``inspect`` only reads)."""
 
         async def read(conn: AsyncConnection[Any]) -> dict[str, Any]:
             applied = await (await conn.execute(q.MIGRATIONS_APPLIED)).fetchall()

@@ -35,7 +35,7 @@ from loom.crew.result import CrewResult
 from loom.crew.runner import Handover, Runner, tag
 from loom.crew.state import SharedState
 from loom.crew.turn import as_crew_session
-from loom.errors import BudgetExceeded, CrewDefinitionError, InputError, RunCancelled
+from loom.errors import BudgetExceeded, CrewDefinitionError, InputError, LeaseLost, RunCancelled
 from loom.events import AgentEvent
 from loom.messages import StopReason, Usage, new_id
 
@@ -363,9 +363,16 @@ class Crew:
             max_queue_depth=16,
             lock_ttl=runtime.lease_ttl,
         )
-        stopped: list[str] = []
+        me = asyncio.current_task()
+        lost: list[str] = []
+
+        def stop_on_lost(reason: str) -> None:  # as a turn does: it can no longer write
+            lost.append(reason)
+            if me is not None:
+                me.cancel()
+
         renew = asyncio.ensure_future(
-            gates.keep_alive(store, gate, runtime.lease_ttl, stopped.append)
+            gates.keep_alive(store, gate, runtime.lease_ttl, stop_on_lost)
         )
         started = time.perf_counter()
         try:
@@ -380,6 +387,7 @@ class Crew:
                 parent_run_id,
                 runtime.observers,
                 crew_emit or _discard,
+                runtime.capabilities.runs,
             )
             prior = await unfinished_run(store, sid)
             resume = prior is not None and prior.task == task
@@ -387,13 +395,25 @@ class Crew:
             state_scope = prior.state_scope if prior is not None and resume else run_id
             extra: dict[str, Any] = {"state_scope": state_scope, "path": root}
             if resume and prior is not None:
-                extra["resumed_from"] = [prior.run_id]
+                extra["resumed_from"] = list(prior.chain)
             await log.start(self.name, task, extra, prior)
             state = None
             if self.shared_state:
                 state = SharedState(f"crew:{sid}:{state_scope}", runtime.capabilities.kv)
             runner = Runner(
-                self, runtime, log, scope, state, task, done, depth, root, emit, deps, approvals
+                self,
+                runtime,
+                log,
+                scope,
+                state,
+                task,
+                done,
+                depth,
+                root,
+                emit,
+                deps,
+                approvals,
+                interrupted=prior.interrupted if prior is not None and resume else None,
             )
             stop: StopReason = "completed"
             output, error, budget_name = "", None, None
@@ -410,6 +430,10 @@ class Crew:
                 stop, budget_name = "budget", "wall_seconds"
                 error = f"wall-time budget exhausted: {self.budget.wall_seconds:g} s"
             except (asyncio.CancelledError, RunCancelled):
+                if lost and me is not None and me.cancelling():
+                    # another process holds the session now: nothing more may be written here
+                    me.uncancel()
+                    raise LeaseLost(lost[0]) from None
                 stop, error = "cancelled", "the crew was stopped"
                 usage = sum((r.usage for r in runner.results), Usage())
                 took = (time.perf_counter() - started) * 1000

@@ -1,0 +1,129 @@
+"""A crew killed (SIGKILL) while a member's tool runs carries that member's turn on when it
+resumes: the member's message is never sent again, an ``at_most_once`` call is not repeated
+(it gets an ``interrupted`` result) and an idempotent one runs again exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from loom.events import RunRecovered, UserMessage
+from loom.store.sqlite import SQLiteStore
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+SCRIPT = textwrap.dedent('''
+    import asyncio, json, sys
+    from loom import Agent, ModelResponse, ToolCall, tool
+    from loom.crew import Crew, Sequential
+    from loom.runtime import Runtime
+    from loom.store.sqlite import SQLiteStore
+    from loom.testing import FunctionModel
+
+    db, marker, effect, mode = sys.argv[1:5]
+
+    @tool(effect=effect)
+    def send_invoice() -> str:
+        """Send the invoice."""
+        with open(marker, "a") as f:
+            f.write("ran\\n")
+        if mode == "first":
+            print("IN-TOOL", flush=True)  # the test kills this process once it reads this
+            sys.stdin.readline()  # blocks: the test never writes
+        return "invoice sent"
+
+    def clerk(messages, tools):
+        if messages[-1].role == "tool":
+            return "clerk: " + messages[-1].content
+        return ModelResponse(tool_calls=[ToolCall(name="send_invoice")])
+
+    crew = Crew("office", members={
+        "intake": Agent(name="intake", model=FunctionModel(lambda m, t: "bill ACME")),
+        "clerk": Agent(name="clerk", model=FunctionModel(clerk), tools=[send_invoice]),
+    }, plan=Sequential("intake", "clerk"))
+
+    async def main():
+        store = SQLiteStore(db)
+        try:
+            res = await crew.run("invoice ACME", session_id="office-1", runtime=Runtime(store))
+            print(json.dumps({"output": res.output, "stop": res.stop_reason,
+                              "resumed_from": res.resumed_from,
+                              "members": [[m.path, m.stop_reason, m.reused]
+                                          for m in res.members]}), flush=True)
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+''')
+
+
+def start(tmp_path: Path, effect: str, mode: str) -> subprocess.Popen[str]:
+    script = tmp_path / "crew_crash.py"
+    script.write_text(SCRIPT)
+    args = [str(tmp_path / "crew.db"), str(tmp_path / "marker.txt"), effect, mode]
+    return subprocess.Popen(
+        [sys.executable, str(script), *args],
+        env={**os.environ, "PYTHONPATH": SRC},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("effect", "runs", "answer"),
+    [
+        ("at_most_once", 1, "interrupted"),  # not repeated: its outcome is unknown
+        ("idempotent", 2, "invoice sent"),  # repeated once, with the same idempotency key
+    ],
+)
+async def test_a_crew_killed_in_a_member_tool_carries_the_member_turn_on(
+    tmp_path: Path, effect: str, runs: int, answer: str
+) -> None:
+    first = start(tmp_path, effect, "first")
+    try:
+        assert first.stdout is not None
+        line = first.stdout.readline()  # the tool is running (and blocked) now
+        assert line.strip() == "IN-TOOL", first.stderr.read() if first.stderr else ""
+        first.send_signal(signal.SIGKILL)
+    finally:
+        first.kill()
+        first.communicate(timeout=60)
+    assert (tmp_path / "marker.txt").read_text().splitlines() == ["ran"]
+
+    second = start(tmp_path, effect, "resume")
+    out_text, err = second.communicate("", timeout=120)
+    assert second.returncode == 0, err
+    out = json.loads(out_text)
+    assert out["stop"] == "completed" and out["resumed_from"] is not None
+    assert out["members"] == [
+        ["office/intake", "completed", True],
+        ["office/clerk", "completed", False],
+    ]
+    assert out["output"].startswith("clerk: ") and answer in out["output"]
+    # the side effect ran once (at_most_once) or was repeated exactly once (idempotent)
+    assert (tmp_path / "marker.txt").read_text().splitlines() == ["ran"] * runs
+
+    store = SQLiteStore(tmp_path / "crew.db")
+    try:
+        child = "office-1:office/clerk"
+        asked = [e for e in await store.load_events(child) if isinstance(e, UserMessage)]
+        assert [e.content for e in asked] == ["bill ACME"]  # the member's message, once
+        # the member's turn went on: one call, its one result, one answer; no second exchange
+        roles = [m.role for m in await store.load_messages(child)]
+        assert roles == ["user", "assistant", "tool", "assistant"]
+        crew_events = await store.load_events("office-1")
+        recovered = [e for e in crew_events if isinstance(e, RunRecovered)]
+        assert [e.recovered_run_id for e in recovered] == [out["resumed_from"]]
+        assert await store.open_runs("office-1") == []
+        assert await store.open_runs(child) == []
+    finally:
+        await store.close()

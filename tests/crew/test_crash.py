@@ -103,14 +103,14 @@ async def test_a_crew_killed_in_a_member_tool_carries_the_member_turn_on(
     out_text, err = second.communicate("", timeout=120)
     assert second.returncode == 0, err
     out = json.loads(out_text)
+    # the side effect ran once (at_most_once) or was repeated exactly once (idempotent)
+    assert (tmp_path / "marker.txt").read_text().splitlines() == ["ran"] * runs
+    assert out["output"].startswith("clerk: ") and answer in out["output"]
     assert out["stop"] == "completed" and out["resumed_from"] is not None
     assert out["members"] == [
         ["office/intake", "completed", True],
         ["office/clerk", "completed", False],
     ]
-    assert out["output"].startswith("clerk: ") and answer in out["output"]
-    # the side effect ran once (at_most_once) or was repeated exactly once (idempotent)
-    assert (tmp_path / "marker.txt").read_text().splitlines() == ["ran"] * runs
 
     store = SQLiteStore(tmp_path / "crew.db")
     try:
@@ -125,5 +125,46 @@ async def test_a_crew_killed_in_a_member_tool_carries_the_member_turn_on(
         assert [e.recovered_run_id for e in recovered] == [out["resumed_from"]]
         assert await store.open_runs("office-1") == []
         assert await store.open_runs(child) == []
+    finally:
+        await store.close()
+
+
+def kill_in_tool(tmp_path: Path, effect: str) -> None:
+    """Run the crew until its member's tool runs (and blocks), then SIGKILL it."""
+    proc = start(tmp_path, effect, "first")
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.strip() == "IN-TOOL", proc.stderr.read() if proc.stderr else ""
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=60)
+
+
+async def test_a_crew_killed_twice_still_never_resends_the_member_message(
+    tmp_path: Path,
+) -> None:
+    kill_in_tool(tmp_path, "idempotent")
+    kill_in_tool(tmp_path, "idempotent")  # killed again in the carried-on turn's rerun
+    done = start(tmp_path, "idempotent", "resume")
+    out_text, err = done.communicate("", timeout=120)
+    assert done.returncode == 0, err
+    out = json.loads(out_text)
+    assert out["stop"] == "completed" and out["output"] == "clerk: invoice sent"
+    # one run per process: the first, and one rerun in each resumed process
+    assert (tmp_path / "marker.txt").read_text().splitlines() == ["ran"] * 3
+    store = SQLiteStore(tmp_path / "crew.db")
+    try:
+        child = "office-1:office/clerk"
+        asked = [e for e in await store.load_events(child) if isinstance(e, UserMessage)]
+        assert [e.content for e in asked] == ["bill ACME"]
+        assert [m.role for m in await store.load_messages(child)] == [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+        ]
+        assert await store.open_runs("office-1") == [] and await store.open_runs(child) == []
     finally:
         await store.close()

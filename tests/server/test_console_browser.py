@@ -284,6 +284,9 @@ def test_approve_a_pending_call_from_the_page(page: Any, server: Server) -> None
     assert call.count() == 1
     assert "deployed prod" in call.locator(".tool-output").text_content()
     assert call.locator(".approval").text_content() == "approve"
+    # who decided (the key's name, stamped by the server) and when
+    assert call.locator(".decided-by").text_content() == "env-1"
+    assert call.locator(".decided-at").text_content().startswith("20")
     assert page.locator("li.run").count() == 2
     assert page.locator("#approvals li.pending").count() == 0
     shot(page, "approval-done")

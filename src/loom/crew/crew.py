@@ -351,18 +351,6 @@ class Crew:
         root = root or self.name
         scope = scope or BudgetScope(self.budget)
         store = runtime.store
-        gate = runtime.gate(sid)
-        await gates.acquire(
-            gate,
-            store,
-            sid,
-            run_id,
-            on_busy="queue",
-            interrupt=lambda: None,
-            queue_timeout=self.queue_timeout,
-            max_queue_depth=16,
-            lock_ttl=runtime.lease_ttl,
-        )
         me = asyncio.current_task()
         lost: list[str] = []
 
@@ -371,11 +359,18 @@ class Crew:
             if me is not None:
                 me.cancel()
 
-        renew = asyncio.ensure_future(
-            gates.keep_alive(store, gate, runtime.lease_ttl, stop_on_lost)
-        )
-        started = time.perf_counter()
-        try:
+        # the session envelope every run keeps (loom.gates): lease, keep-alive, release
+        async with gates.held(
+            runtime,
+            sid,
+            run_id,
+            on_busy="queue",
+            interrupt=lambda: None,
+            lost=stop_on_lost,
+            queue_timeout=self.queue_timeout,
+            max_queue_depth=16,
+        ) as gate:
+            started = time.perf_counter()
             if await store.get_session(sid) is None:
                 await store.create_session(sid, agent_name=self.name, metadata={"crew": True})
             crew_emit = None if emit is None else (lambda ev: emit(tag(ev, root)))
@@ -465,10 +460,6 @@ class Crew:
                 resumed_from=prior.run_id if resume and prior else None,
                 warnings=list(log.journal.warnings),
             )
-        finally:
-            renew.cancel()
-            await gates.release(store, gate)
-            runtime.forget_gate(sid, gate)
 
 
 def _discard(event: AgentEvent) -> None:

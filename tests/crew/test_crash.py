@@ -4,6 +4,7 @@ resumes: the member's message is never sent again, an ``at_most_once`` call is n
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -11,11 +12,19 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from loom import Agent, ModelResponse, ToolCall, tool
+from loom.crew import Crew
+from loom.errors import LeaseLost
 from loom.events import RunRecovered, UserMessage
+from loom.runtime import Runtime
+from loom.store.base import Lease
+from loom.store.memory import MemoryStore
 from loom.store.sqlite import SQLiteStore
+from loom.testing import ScriptedModel
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -168,3 +177,46 @@ async def test_a_crew_killed_twice_still_never_resends_the_member_message(
         assert await store.open_runs("office-1") == [] and await store.open_runs(child) == []
     finally:
         await store.close()
+
+
+class TakenOver(MemoryStore):
+    """A view of a store on which another process takes the crew session's lease over once
+    ``taken`` is set (its renewal is refused, as a store does for a stale token)."""
+
+    def __init__(self, inner: MemoryStore, session_id: str) -> None:
+        self.inner, self.session_id, self.taken = inner, session_id, asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        if self.taken.is_set() and lease.session_id == self.session_id:
+            raise LeaseLost(f"session {self.session_id!r} was taken over by another process")
+        return await self.inner.renew_lease(lease, ttl)
+
+
+async def test_a_crew_whose_lease_is_taken_over_stops() -> None:
+    store = TakenOver(MemoryStore(), "crew-lost")
+    in_tool = asyncio.Event()
+
+    @tool(effect="pure")
+    async def hang() -> str:
+        """Hang until the crew is stopped."""
+        in_tool.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    worker = Agent(
+        name="worker",
+        tools=[hang],
+        model=ScriptedModel([ModelResponse(tool_calls=[ToolCall(name="hang")]), "done"]),
+    )
+    crew = Crew("c", members={"worker": worker}, plan="worker")
+    job = asyncio.ensure_future(
+        crew.run("go", session_id="crew-lost", runtime=Runtime(store, lease_ttl=0.3))
+    )
+    await in_tool.wait()
+    store.taken.set()  # the next renewal (every ttl/3) finds the lease gone
+    with pytest.raises(LeaseLost):
+        async with asyncio.timeout(10):  # before the fix: the crew ran on, holding nothing
+            await job

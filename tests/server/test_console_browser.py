@@ -560,6 +560,9 @@ def test_readme_screenshot(page: Any, server: Server) -> None:
 def test_a_crew_page_shows_its_members_and_decides_a_member_call(page: Any, server: Server) -> None:
     with api(server) as client:
         client.post("/threads", json={"thread_id": "rel-1"}).raise_for_status()
+        page.goto(f"{server.url}/console/sessions/rel-1")
+        wait_live(page)
+        page.evaluate("window.__same_page = true")
         out = client.post(
             "/threads/rel-1/runs/wait",
             json={
@@ -568,7 +571,13 @@ def test_a_crew_page_shows_its_members_and_decides_a_member_call(page: Any, serv
             },
         ).json()
         assert out["__interrupt__"]
-    page.goto(f"{server.url}/console/sessions/rel-1")
+    # the members and the parked call arrive live, into the open page
+    page.locator(
+        "li.member[data-path='release/ship/shipper'][data-status=awaiting_approval]"
+    ).wait_for()
+    page.locator("#approvals li.pending").wait_for()
+    assert page.evaluate("window.__same_page") is True
+    page.reload()
     # the member tree, from the crew log
     checker = page.locator("li.member[data-path='release/checker']")
     shipper = page.locator("li.member[data-path='release/ship/shipper']")

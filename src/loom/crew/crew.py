@@ -424,11 +424,13 @@ class Crew:
             except TimeoutError:
                 stop, budget_name = "budget", "wall_seconds"
                 error = f"wall-time budget exhausted: {self.budget.wall_seconds:g} s"
-            except (asyncio.CancelledError, RunCancelled):
+            except (asyncio.CancelledError, RunCancelled, LeaseLost) as exc:
                 if lost and me is not None and me.cancelling():
                     # another process holds the session now: nothing more may be written here
                     me.uncancel()
                     raise LeaseLost(lost[0]) from None
+                if isinstance(exc, LeaseLost):  # an append refused: the same, found by a write
+                    raise
                 stop, error = "cancelled", "the crew was stopped"
                 usage = sum((r.usage for r in runner.results), Usage())
                 took = (time.perf_counter() - started) * 1000

@@ -694,6 +694,9 @@ def test_cancel_a_run_and_delete_the_session_from_the_page(
         ).json()
         page.goto(f"{server.url}/console/sessions/cancel-1")
         page.locator("li.tool[data-name=wait_for_file] .s-running").wait_for()
+        page.goto(f"{server.url}/console/runs")  # the runs page offers the cancel too
+        assert page.locator(f"#runs form.cancel-run[data-run='{run['run_id']}']").count() == 1
+        page.goto(f"{server.url}/console/sessions/cancel-1")
         button = page.locator(f"#actions form.cancel-run[data-run='{run['run_id']}'] button")
         button.wait_for()
         shot(page, "cancel-running")

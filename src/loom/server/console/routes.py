@@ -571,7 +571,8 @@ async def cancel_run(request: Request, session_id: str, run_id: str) -> Response
     """Cancel a running run of the session (as ``POST /threads/{id}/runs/{run}/cancel``)."""
     from loom.server import langgraph_api
 
-    refused = _csrf_refused(request, await _form(request))
+    form = await _form(request)
+    refused = _csrf_refused(request, form)
     if refused is not None:
         return refused
     try:
@@ -580,7 +581,8 @@ async def cancel_run(request: Request, session_id: str, run_id: str) -> Response
         return problem(request, exc.status_code, "Not found", str(exc.detail))
     except LoomError as exc:
         return problem(request, 409, "Refused", str(exc))
-    return RedirectResponse(f"/console/sessions/{quote(session_id, safe='')}", 303)
+    back = f"/console/sessions/{quote(session_id, safe='')}"
+    return RedirectResponse(_next(form["next"]) if form.get("next") else back, 303)
 
 
 @router.post("/sessions/{session_id:path}/delete")

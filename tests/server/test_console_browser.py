@@ -643,6 +643,11 @@ def test_bad_query_parameters_are_an_html_page(page: Any, server: Server) -> Non
         assert page.locator("h1").text_content() == "Bad request"
         assert "page" in page.locator("#problem-message").text_content()
     shot(page, "bad-query")
+    response = page.goto(f"{server.url}/console/schedules?jobs=maybe")  # FastAPI's validation
+    assert response.status == 422
+    assert response.headers["content-type"].startswith("text/html")
+    assert page.locator("h1").text_content() == "Bad request"
+    assert "jobs" in page.locator("#problem-message").text_content()
 
 
 def test_the_favicon_needs_no_key(server: Server) -> None:

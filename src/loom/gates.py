@@ -6,20 +6,24 @@ Within a runtime the gate is an asyncio lock per session; across runtimes and pr
 store's lease is taken as well (``Store.acquire_lease``): it expires so a dead process cannot
 hold a session for ever, the runtime renews it while the turn runs, and its fencing token is
 checked by every append, so a holder whose lease was taken over cannot write.
+
+``held`` is the whole envelope in one ``async with``: enter the gate, keep the lease alive while
+the body runs, release it (and forget an idle gate) however the body ends. A crew run holds its
+session with it; the body writes the run's end record before it leaves.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from loom.errors import InputError, LeaseLost, QueueFull, QueueTimeout, SessionBusy
 from loom.store.base import Lease, Store
 
-__all__ = ["OnBusy", "SessionGate", "acquire", "keep_alive", "release"]
+__all__ = ["GateKeeper", "OnBusy", "SessionGate", "acquire", "held", "keep_alive", "release"]
 
 OnBusy = Literal["queue", "drop", "interrupt"]
 
@@ -153,3 +157,61 @@ async def release(store: Store, gate: SessionGate) -> None:
     finally:
         gate.holder_run = None
         gate.lock.release()
+
+
+class GateKeeper(Protocol):
+    """What keeps a process's session gates (a ``Runtime``): the store, the lease's time to
+    live, and the gate of each session."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def lease_ttl(self) -> float: ...
+
+    def gate(self, session_id: str) -> SessionGate: ...
+
+    def forget_gate(self, session_id: str, gate: SessionGate) -> None: ...
+
+
+@contextlib.asynccontextmanager
+async def held(
+    keeper: GateKeeper,
+    session_id: str,
+    run_id: str,
+    *,
+    on_busy: OnBusy,
+    interrupt: Callable[[], None],
+    lost: Callable[[str], None],
+    queue_timeout: float,
+    max_queue_depth: int,
+) -> AsyncIterator[SessionGate]:
+    """Hold ``session_id`` for the run ``run_id`` while the body runs: ``acquire`` (per
+    ``on_busy``), a ``keep_alive`` that calls ``lost`` if another holder takes the lease over,
+    and ``release`` when the body ends, however it ends."""
+    store = keeper.store
+    gate = keeper.gate(session_id)
+    try:
+        await acquire(
+            gate,
+            store,
+            session_id,
+            run_id,
+            on_busy=on_busy,
+            interrupt=interrupt,
+            queue_timeout=queue_timeout,
+            max_queue_depth=max_queue_depth,
+            lock_ttl=keeper.lease_ttl,
+        )
+    except BaseException:
+        keeper.forget_gate(session_id, gate)
+        raise
+    renew = asyncio.ensure_future(keep_alive(store, gate, keeper.lease_ttl, lost))
+    try:
+        yield gate
+    finally:
+        renew.cancel()
+        try:
+            await release(store, gate)
+        finally:
+            keeper.forget_gate(session_id, gate)

@@ -85,18 +85,16 @@ async def test_a_killed_crew_resumes_without_redoing_finished_members(tmp_path: 
     second = run(tmp_path, crash=False)
     assert second.returncode == 0, second.stderr
     out = json.loads(second.stdout)
-    assert out["output"] == "post published"
+    # publish (at_most_once) died mid-call: it is not repeated, the writer is told its outcome
+    # is unknown and its turn goes on (issue 24 hole 7: it used to be sent its brief again and
+    # publish ran twice)
+    assert out["output"].startswith("post Error (interrupted)")
     assert out["members"] == [
         ["blog/researcher", "completed", True],
         ["blog/writer", "completed", False],
     ]
-    # the researcher's model was never asked again; the writer ran again from its brief
-    assert (tmp_path / "calls.txt").read_text().split() == [
-        "researcher",
-        "writer",
-        "writer",
-        "writer",
-    ]
+    # the researcher's model was never asked again; the writer's turn was carried on
+    assert (tmp_path / "calls.txt").read_text().split() == ["researcher", "writer", "writer"]
 
     store = SQLiteStore(tmp_path / "crew.db")
     try:

@@ -5,7 +5,12 @@ What it proves: logging in with a key sets an HttpOnly, SameSite=Strict cookie; 
 into the open page live (the timeline grows while the run is going, without a reload); a
 pending call is approved from the page and the run finishes; an error's full text is shown;
 model and tool output is escaped (no element or script from it exists, no flag it sets is set);
-a form without its CSRF token is a 403 page; unknown ids are 404 pages. The scheduler's pages:
+a form without its CSRF token is a 403 page; unknown ids are 404 pages. A crew session shows
+its member tree, its members' parked calls with buttons that decide them, and links to each
+member's session (a missing one is a 404 page, never JSON). The live header counts messages;
+tool messages carry the tool's name; who decided a call and when is shown; runs are cancelled
+and sessions deleted from the page (with the CSRF token); bad query parameters are pages;
+``/favicon.ico`` needs no key. The scheduler's pages:
 a schedule fired by the server's poller shows with its runs (linking to their sessions) and its
 monitor's check-ins; the pause button pauses it (the API says so), and not without its CSRF
 token; monitors show the detector's ``missed`` and ``timeout`` check-ins, and a check-in over
@@ -49,6 +54,7 @@ import asyncio
 from pathlib import Path
 
 from loom import Agent, ModelResponse, ToolCall, tool
+from loom.crew import Crew, Parallel, Sequential
 from loom.server import AgentRegistry
 from loom.testing import FunctionModel
 
@@ -91,6 +97,16 @@ def caller(name, args):
     return FunctionModel(model)
 
 
+def echo(messages, tools):
+    return "checked " + messages[-1].content
+
+
+RELEASE = Crew("release", members={
+    "checker": Agent(name="checker", model=FunctionModel(echo)),
+    "shipper": Agent(name="shipper", model=caller("deploy", {"target": "prod"}), tools=[deploy],
+                     permissions={"ask": ["deploy"]}),
+}, plan=Sequential("checker", Parallel("shipper", name="ship")))
+
 registry = AgentRegistry([
     Agent(name="waiter", model=caller("wait_for_file", lambda text: {"path": text}),
           tools=[wait_for_file]),
@@ -99,6 +115,7 @@ registry = AgentRegistry([
     Agent(name="ops", model=caller("deploy", {"target": "prod"}), tools=[deploy],
           permissions={"ask": ["deploy"]}),
     Agent(name="ticker", model=FunctionModel(lambda messages, tools: "tick")),
+    RELEASE,
 ])
 '''.replace("XSS_TEXT", repr(XSS))
 
@@ -267,6 +284,9 @@ def test_approve_a_pending_call_from_the_page(page: Any, server: Server) -> None
     assert call.count() == 1
     assert "deployed prod" in call.locator(".tool-output").text_content()
     assert call.locator(".approval").text_content() == "approve"
+    # who decided (the key's name, stamped by the server) and when
+    assert call.locator(".decided-by").text_content() == "env-1"
+    assert call.locator(".decided-at").text_content().startswith("20")
     assert page.locator("li.run").count() == 2
     assert page.locator("#approvals li.pending").count() == 0
     shot(page, "approval-done")
@@ -534,3 +554,175 @@ def test_readme_screenshot(page: Any, server: Server) -> None:
     target = os.environ.get("LOOM_SCREENSHOT")
     if target:
         page.screenshot(path=target, full_page=False)
+
+
+# -- crews, and the rough edges (issue 25) -------------------------------------------------------
+def test_a_crew_page_shows_its_members_and_decides_a_member_call(page: Any, server: Server) -> None:
+    with api(server) as client:
+        client.post("/threads", json={"thread_id": "rel-1"}).raise_for_status()
+        page.goto(f"{server.url}/console/sessions/rel-1")
+        wait_live(page)
+        page.evaluate("window.__same_page = true")
+        out = client.post(
+            "/threads/rel-1/runs/wait",
+            json={
+                "assistant_id": "release",
+                "input": {"messages": [{"role": "user", "content": "ship v2"}]},
+            },
+        ).json()
+        assert out["__interrupt__"]
+    # the members and the parked call arrive live, into the open page
+    page.locator(
+        "li.member[data-path='release/ship/shipper'][data-status=awaiting_approval]"
+    ).wait_for()
+    page.locator("#approvals li.pending").wait_for()
+    assert page.evaluate("window.__same_page") is True
+    page.reload()
+    # the member tree, from the crew log
+    checker = page.locator("li.member[data-path='release/checker']")
+    shipper = page.locator("li.member[data-path='release/ship/shipper']")
+    assert checker.get_attribute("data-status") == "completed"
+    assert shipper.get_attribute("data-status") == "awaiting_approval"
+    assert "depth-1" in (checker.get_attribute("class") or "")
+    assert "depth-2" in (shipper.get_attribute("class") or "")
+    # the parked member's call, with its member and buttons
+    pending = page.locator("#approvals li.pending")
+    assert pending.count() == 1
+    assert "deploy" in pending.text_content() and "release/ship/shipper" in pending.text_content()
+    shot(page, "crew-pending")
+    # a member's session opens as a page, and links back to its crew
+    checker.locator("a.child-link").click()
+    page.wait_for_url("**/console/sessions/rel-1*release/checker*")
+    assert page.locator("h1").text_content() == "Session rel-1:release/checker"
+    assert page.locator("#transcript li.m-assistant").last.text_content().count("checked")
+    page.locator("#crew-session-link").click()
+    page.wait_for_url("**/console/sessions/rel-1")
+    # approve from the crew page: the member's call runs and the crew finishes
+    page.click("#approvals button.approve")
+    page.wait_for_url("**/console/sessions/rel-1")
+    page.locator("li.run[data-status=completed]").wait_for()
+    assert page.locator("#approvals li.pending").count() == 0
+    done = page.locator("li.run[data-status=completed] li.member[data-path='release/ship/shipper']")
+    assert done.get_attribute("data-status") == "completed"
+    assert "deployed prod" in done.text_content()
+    with api(server) as client:
+        assert client.get("/threads/rel-1/approvals").json() == []
+        member = client.get("/threads/rel-1:release/ship/shipper/state")
+        if member.status_code == 200:  # a member's session over the API (when it routes ids)
+            assert "deployed prod" in str(member.json())
+    shot(page, "crew-done")
+    # the decision says who made it (the key's name) and when
+    page.locator("li.member[data-path='release/ship/shipper'] a.child-link").last.click()
+    page.wait_for_url("**/console/sessions/rel-1**shipper**")
+    decided = page.locator("li.tool[data-name=deploy]").last
+    assert decided.locator(".approval").text_content() == "approve"
+    assert decided.locator(".decided-by").text_content() == "env-1"
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", decided.locator(".decided-at").text_content()
+    )
+    shot(page, "crew-member-decided")
+
+
+def test_missing_pages_are_html_404s_never_json(page: Any, server: Server) -> None:
+    for path in (
+        "/console/sessions/rel-1:release/no-such-member",
+        "/console/sessions/a/b/c",
+        "/console/no/such/page",
+    ):
+        response = page.goto(f"{server.url}{path}")
+        assert response.status == 404, path
+        assert response.headers["content-type"].startswith("text/html"), path
+        assert page.locator("h1").text_content() == "Not found", path
+
+
+def test_bad_query_parameters_are_an_html_page(page: Any, server: Server) -> None:
+    for query in ("page=abc", "page=-1"):
+        response = page.goto(f"{server.url}/console/sessions/live-1?{query}")
+        assert response.status == 422, query
+        assert response.headers["content-type"].startswith("text/html"), query
+        assert page.locator("h1").text_content() == "Bad request"
+        assert "page" in page.locator("#problem-message").text_content()
+    shot(page, "bad-query")
+    response = page.goto(f"{server.url}/console/schedules?jobs=maybe")  # FastAPI's validation
+    assert response.status == 422
+    assert response.headers["content-type"].startswith("text/html")
+    assert page.locator("h1").text_content() == "Bad request"
+    assert "jobs" in page.locator("#problem-message").text_content()
+
+
+def test_the_favicon_needs_no_key(server: Server) -> None:
+    response = httpx.get(f"{server.url}/favicon.ico")
+    assert response.status_code == 204
+    assert httpx.get(f"{server.url}/threads/x").status_code == 401  # the API still does
+
+
+def test_live_message_count_and_tool_names(page: Any, server: Server, tmp_path: Path) -> None:
+    gate = tmp_path / "gate.txt"
+    gate.write_text("open")
+    with api(server) as client:
+        client.post("/threads", json={"thread_id": "count-1"}).raise_for_status()
+        page.goto(f"{server.url}/console/sessions/count-1")
+        wait_live(page)
+        assert page.locator("#message-count").text_content() == "0"
+        client.post(
+            "/threads/count-1/runs/wait",
+            json={
+                "assistant_id": "waiter",
+                "input": {"messages": [{"role": "user", "content": str(gate)}]},
+            },
+        ).raise_for_status()
+        page.wait_for_selector("li.run[data-status=completed]")
+        stored = len(client.get("/threads/count-1/state").json()["values"]["messages"])
+    # user, the model's call, the tool's result, the answer: counted as they arrived
+    page.locator("#message-count").filter(has_text=re.compile(f"^{stored}$")).wait_for()
+    assert stored == 4
+    tool_message = page.locator("#transcript li.m-tool")
+    assert tool_message.locator(".tool-name").text_content() == "wait_for_file"
+    page.reload()
+    assert page.locator("#message-count").text_content() == "4"
+    assert page.locator("#transcript li.m-tool .tool-name").text_content() == "wait_for_file"
+    shot(page, "message-count")
+
+
+def test_cancel_a_run_and_delete_the_session_from_the_page(
+    page: Any, server: Server, tmp_path: Path
+) -> None:
+    gate = tmp_path / "never.txt"  # never created: the run waits until it is cancelled
+    with api(server) as client:
+        client.post("/threads", json={"thread_id": "cancel-1"}).raise_for_status()
+        run = client.post(
+            "/threads/cancel-1/runs",
+            json={
+                "assistant_id": "waiter",
+                "input": {"messages": [{"role": "user", "content": str(gate)}]},
+            },
+        ).json()
+        page.goto(f"{server.url}/console/sessions/cancel-1")
+        page.locator("li.tool[data-name=wait_for_file] .s-running").wait_for()
+        page.goto(f"{server.url}/console/runs")  # the runs page offers the cancel too
+        assert page.locator(f"#runs form.cancel-run[data-run='{run['run_id']}']").count() == 1
+        page.goto(f"{server.url}/console/sessions/cancel-1")
+        button = page.locator(f"#actions form.cancel-run[data-run='{run['run_id']}'] button")
+        button.wait_for()
+        shot(page, "cancel-running")
+        # without its CSRF token the cancel is refused and the run goes on
+        page.evaluate("document.querySelector('#actions form.cancel-run input').remove()")
+        with page.expect_navigation() as nav:
+            button.click()
+        assert nav.value.status == 403
+        assert client.get(f"/threads/cancel-1/runs/{run['run_id']}").json()["status"] in (
+            "pending",
+            "running",
+        )
+        page.goto(f"{server.url}/console/sessions/cancel-1")
+        page.locator(f"#actions form.cancel-run[data-run='{run['run_id']}'] button").click()
+        page.wait_for_url("**/console/sessions/cancel-1")
+        page.locator(f"#run-{run['run_id']}[data-status=cancelled]").wait_for()
+        assert page.locator("#actions form.cancel-run").count() == 0
+        # delete, confirmed in the browser's dialog
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.locator("#actions form.delete-session button").click()
+        page.wait_for_url("**/console/sessions")
+        assert client.get("/threads/cancel-1").status_code == 404
+        assert page.locator("a[href='/console/sessions/cancel-1']").count() == 0
+    shot(page, "deleted")

@@ -35,7 +35,7 @@ from loom.crew.result import CrewResult
 from loom.crew.runner import Handover, Runner, tag
 from loom.crew.state import SharedState
 from loom.crew.turn import as_crew_session
-from loom.errors import BudgetExceeded, CrewDefinitionError, InputError, RunCancelled
+from loom.errors import BudgetExceeded, CrewDefinitionError, InputError, LeaseLost, RunCancelled
 from loom.events import AgentEvent
 from loom.messages import StopReason, Usage, new_id
 
@@ -351,24 +351,26 @@ class Crew:
         root = root or self.name
         scope = scope or BudgetScope(self.budget)
         store = runtime.store
-        gate = runtime.gate(sid)
-        await gates.acquire(
-            gate,
-            store,
+        me = asyncio.current_task()
+        lost: list[str] = []
+
+        def stop_on_lost(reason: str) -> None:  # as a turn does: it can no longer write
+            lost.append(reason)
+            if me is not None:
+                me.cancel()
+
+        # the session envelope every run keeps (loom.gates): lease, keep-alive, release
+        async with gates.held(
+            runtime,
             sid,
             run_id,
             on_busy="queue",
             interrupt=lambda: None,
+            lost=stop_on_lost,
             queue_timeout=self.queue_timeout,
             max_queue_depth=16,
-            lock_ttl=runtime.lease_ttl,
-        )
-        stopped: list[str] = []
-        renew = asyncio.ensure_future(
-            gates.keep_alive(store, gate, runtime.lease_ttl, stopped.append)
-        )
-        started = time.perf_counter()
-        try:
+        ) as gate:
+            started = time.perf_counter()
             if await store.get_session(sid) is None:
                 await store.create_session(sid, agent_name=self.name, metadata={"crew": True})
             crew_emit = None if emit is None else (lambda ev: emit(tag(ev, root)))
@@ -380,6 +382,7 @@ class Crew:
                 parent_run_id,
                 runtime.observers,
                 crew_emit or _discard,
+                runtime.capabilities.runs,
             )
             prior = await unfinished_run(store, sid)
             resume = prior is not None and prior.task == task
@@ -387,13 +390,25 @@ class Crew:
             state_scope = prior.state_scope if prior is not None and resume else run_id
             extra: dict[str, Any] = {"state_scope": state_scope, "path": root}
             if resume and prior is not None:
-                extra["resumed_from"] = [prior.run_id]
+                extra["resumed_from"] = list(prior.chain)
             await log.start(self.name, task, extra, prior)
             state = None
             if self.shared_state:
                 state = SharedState(f"crew:{sid}:{state_scope}", runtime.capabilities.kv)
             runner = Runner(
-                self, runtime, log, scope, state, task, done, depth, root, emit, deps, approvals
+                self,
+                runtime,
+                log,
+                scope,
+                state,
+                task,
+                done,
+                depth,
+                root,
+                emit,
+                deps,
+                approvals,
+                interrupted=prior.interrupted if prior is not None and resume else None,
             )
             stop: StopReason = "completed"
             output, error, budget_name = "", None, None
@@ -409,7 +424,13 @@ class Crew:
             except TimeoutError:
                 stop, budget_name = "budget", "wall_seconds"
                 error = f"wall-time budget exhausted: {self.budget.wall_seconds:g} s"
-            except (asyncio.CancelledError, RunCancelled):
+            except (asyncio.CancelledError, RunCancelled, LeaseLost) as exc:
+                if lost and me is not None and me.cancelling():
+                    # another process holds the session now: nothing more may be written here
+                    me.uncancel()
+                    raise LeaseLost(lost[0]) from None
+                if isinstance(exc, LeaseLost):  # an append refused: the same, found by a write
+                    raise
                 stop, error = "cancelled", "the crew was stopped"
                 usage = sum((r.usage for r in runner.results), Usage())
                 took = (time.perf_counter() - started) * 1000
@@ -441,10 +462,6 @@ class Crew:
                 resumed_from=prior.run_id if resume and prior else None,
                 warnings=list(log.journal.warnings),
             )
-        finally:
-            renew.cancel()
-            await gates.release(store, gate)
-            runtime.forget_gate(sid, gate)
 
 
 def _discard(event: AgentEvent) -> None:

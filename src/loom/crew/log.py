@@ -10,7 +10,15 @@ Durability: a crew run that died has a start and no finish (a cancelled one ends
 ``cancelled``, one parked on a member's approval with ``awaiting_approval``).
 ``unfinished_run`` finds it, and the next run of the same task on that session (or
 ``Crew.resume``) reuses every member run it recorded as completed (by key) instead of running
-it again.
+it again, and carries on every member run it started and never finished (``interrupted``):
+the member's message is already in its child session, so its turn goes on from there
+(``Runtime.prepare(..., carry_on=True)``: the turn's own recovery closes its open calls) and
+the message is never sent twice.
+
+The crew session is held like an agent's (``loom.gates``: lease, keep-alive, release), and the
+crew run closes what a dead run of the session left open the way a turn does: the open run
+records ``loom.recovery.find_loose_ends`` reports get ``RUN_RECOVERED`` and a ``crashed`` end
+record.
 """
 
 from __future__ import annotations
@@ -32,9 +40,10 @@ from loom.events import (
 )
 from loom.journal import Journal
 from loom.messages import Usage
-from loom.store.base import Lease, RunRecord, Store
+from loom.recovery import CRASHED, find_loose_ends
+from loom.store.base import Lease, RunRecord, RunStore, Store
 
-__all__ = ["CrewLog", "Unfinished", "unfinished_run"]
+__all__ = ["CrewLog", "Unfinished", "asked_by", "unfinished_run"]
 
 
 @dataclass(slots=True)
@@ -46,6 +55,14 @@ class Unfinished:
     state_scope: str
     dead: bool = True  # False: it ended cancelled or awaiting approval (it has its end record)
     done: dict[str, CrewMemberFinish] = field(default_factory=dict)
+    # member runs (by key) started and never finished, or stopped by a cancel: carried on
+    interrupted: dict[str, CrewMemberStart] = field(default_factory=dict)
+    resumed_from: tuple[str, ...] = ()  # the earlier runs this one resumed, newest first
+
+    @property
+    def chain(self) -> tuple[str, ...]:
+        """This run and every run it resumed, newest first."""
+        return (self.run_id, *self.resumed_from)
 
 
 async def unfinished_run(store: Store, session_id: str) -> Unfinished | None:
@@ -69,15 +86,35 @@ async def unfinished_run(store: Store, session_id: str) -> Unfinished | None:
     run_id = open_runs[-1]
     start = starts[run_id]
     scope = str(start.extra.get("state_scope") or run_id)
-    out = Unfinished(run_id, start.message_text, scope, dead=run_id not in cancelled)
-    for ev in events:  # a run resumed from another carries its reused results forward
-        if (
-            isinstance(ev, CrewMemberFinish)
-            and ev.stop_reason == "completed"
-            and ev.run_id in (run_id, *start.extra.get("resumed_from", ()))
-        ):
-            out.done[ev.key] = ev
+    earlier = tuple(str(r) for r in start.extra.get("resumed_from", ()))
+    out = Unfinished(
+        run_id, start.message_text, scope, dead=run_id not in cancelled, resumed_from=earlier
+    )
+    chain = set(out.chain)
+    for ev in events:  # in commit order: the newest record of each member key wins
+        if ev.run_id not in chain:
+            continue
+        if isinstance(ev, CrewMemberStart) and ev.child_run_id:  # an agent member's turn
+            out.interrupted[ev.key] = ev
+        elif isinstance(ev, CrewMemberFinish):
+            if ev.stop_reason == "completed":  # reused results are carried forward
+                out.done[ev.key] = ev
+            if ev.stop_reason != "cancelled":  # a cancelled member's turn is carried on too
+                out.interrupted.pop(ev.key, None)
+    for key in out.done:
+        out.interrupted.pop(key, None)
     return out
+
+
+async def asked_by(store: Store, start: CrewMemberStart) -> str | None:
+    """The child run that committed the member's message for the member run ``start`` records
+    (a carried-on run names the run it carries on), or None when that message never reached
+    the child session (the process died before): then it must be sent."""
+    asker = str(start.extra.get("asked_by") or start.child_run_id)
+    for ev in await store.load_events(start.child_session_id, asker):
+        if isinstance(ev, UserMessage):
+            return asker
+    return None
 
 
 class CrewLog:
@@ -92,7 +129,9 @@ class CrewLog:
         parent_run_id: str | None,
         observers: Any,
         emit: Callable[[AgentEvent], None],
+        runs: RunStore | None = None,
     ) -> None:
+        self.store, self.runs = store, runs
         self.journal = Journal(
             store,
             session_id,
@@ -119,14 +158,24 @@ class CrewLog:
     ) -> None:
         j = self.journal
         async with self._lock:
-            if recovered is not None:  # the unfinished run is closed before this one opens
-                reason = "crashed" if recovered.dead else "resumed"
-                end = (
-                    RunRecord(recovered.run_id, j.session_id, "crashed") if recovered.dead else None
-                )
+            # what dead runs of the session left open is closed before this run opens, as a
+            # turn's INTAKE does (loom.recovery): each open run record ends ``crashed``
+            ends = await find_loose_ends(self.store, self.runs, j.session_id, {}, set(), j.run_id)
+            dead = [r.run_id for r in ends.dead_runs]
+            if recovered is not None and recovered.dead and recovered.run_id not in dead:
+                dead.append(recovered.run_id)  # a store that keeps no run records
+            for run_id in dead:
                 await j.commit(
-                    [j.event(RunRecovered, recovered_run_id=recovered.run_id, stop_reason=reason)],
-                    run=end,
+                    [j.event(RunRecovered, recovered_run_id=run_id, stop_reason=CRASHED)],
+                    run=RunRecord(run_id, j.session_id, CRASHED, data={"recovered_by": j.run_id}),
+                )
+            if recovered is not None and not recovered.dead:  # cancelled or parked: resumed
+                await j.commit(
+                    [
+                        j.event(
+                            RunRecovered, recovered_run_id=recovered.run_id, stop_reason="resumed"
+                        )
+                    ]
                 )
             self.crew = crew_name
             events: list[AgentEvent] = [

@@ -3,9 +3,12 @@
 Every member run is a turn of the member's agent in its own child session
 (``<crew session>:<path>``) with the crew run as ``parent_run_id``, started with
 ``runtime.prepare`` and driven with ``turn.run(emit)``: the crew never touches an agent's or a
-turn's internals. What a member gets that its definition does not have (its budget-checked
-model, the crew tools meant for it) goes onto a copy made with ``agent.replace``, so the
-shared ``Agent`` is never changed and parallel members hold nothing in common.
+turn's internals. A member run that an earlier, interrupted run of the crew started and never
+finished is carried on (``carry_on=True``: the child turn recovers its open calls and the
+model goes on) instead of being sent its message again. What a member gets that its
+definition does not have (its budget-checked model, the crew tools meant for it) goes onto a
+copy made with ``agent.replace``, so the shared ``Agent`` is never changed and parallel
+members hold nothing in common.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from loom.crew.budget import BudgetedModel, BudgetScope
 from loom.crew.context import ContextPolicy, parse_policy, render_messages
+from loom.crew.log import asked_by
 from loom.crew.plan import (
     Graph,
     Handoff,
@@ -37,7 +41,7 @@ from loom.crew.result import MemberResult
 from loom.crew.state import SharedState, state_tools
 from loom.crew.tools import CrewTool, choice_tool
 from loom.errors import BudgetExceeded, RemoteMemberError, ToolError
-from loom.events import AgentEvent, CrewMemberFinish
+from loom.events import AgentEvent, CrewMemberFinish, CrewMemberStart
 from loom.messages import Message, Usage
 from loom.tools.base import RunContext
 
@@ -104,8 +108,11 @@ class Runner:
         emit: Callable[[AgentEvent], None] | None,
         deps: Any,
         approvals: Any = None,
+        interrupted: Mapping[str, CrewMemberStart] | None = None,
     ) -> None:
         self.crew, self.runtime, self.log, self.scope = crew, runtime, log, scope
+        # member runs (by key) the run this one resumes started and never finished
+        self.interrupted = dict(interrupted or {})
         self.state, self.task, self.done, self.depth = state, task, done, depth
         self.root, self.emit, self.deps = root, emit, deps
         self.approvals = approvals  # Crew.resume's decisions: member path -> decision(s)
@@ -572,10 +579,24 @@ class Runner:
                 resume=decision,
                 parent_run_id=self.log.run_id,
             )
+            asker = turn.run_id
+        elif (carried := await self._carried(key)) is not None:
+            # the interrupted run's message is in the child session already: go on from it
+            turn = rt.prepare(
+                agent,
+                None,
+                child_sid,
+                "queue",
+                self.deps,
+                carry_on=True,
+                parent_run_id=self.log.run_id,
+            )
+            asker = carried
         else:
             turn = rt.prepare(
                 agent, message, child_sid, "queue", self.deps, parent_run_id=self.log.run_id
             )
+            asker = turn.run_id
 
         await self.log.member_start(
             path=path,
@@ -585,6 +606,7 @@ class Runner:
             child_run_id=turn.run_id,
             context_policy=policy,
             context=message,
+            extra={"asked_by": asker},
         )
         emit = self.emit
         error: str | None = None
@@ -603,6 +625,14 @@ class Runner:
         if r.stop_reason == "budget":
             self._budget_gate()
         return r
+
+    async def _carried(self, key: str) -> str | None:
+        """The child run whose message the member run ``key`` carries on, if the run this one
+        resumes started it and never finished it (None: run it afresh)."""
+        start = self.interrupted.pop(key, None)
+        if start is None:
+            return None
+        return await asked_by(self.runtime.store, start)
 
     async def _nested(
         self,

@@ -58,9 +58,11 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class Approve:
     """Run the call. ``remember=True`` allows this exact call for the rest of the session,
-    ``remember="tool"`` allows every call of this tool."""
+    ``remember="tool"`` allows every call of this tool. ``by`` names who decided (the
+    server stamps the API key's name), for the record."""
 
     remember: bool | Literal["tool"] = False
+    by: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,7 @@ class Reject:
 
     reason: str = "the user rejected this call"
     remember: bool | Literal["tool"] = False
+    by: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,7 @@ class Edit:
     """Run the call with these arguments instead (the human's edit counts as approval)."""
 
     arguments: dict[str, Any]
+    by: str = ""
 
 
 ApprovalDecision = Approve | Reject | Edit
@@ -133,12 +137,14 @@ def coerce_decision(value: Any) -> ApprovalDecision:
     if isinstance(value, Mapping):
         kind = str(value.get("decision", "")).lower()
         remember = value.get("remember", False)
+        by = str(value.get("by") or "")
         if kind in ("approve", "approved", "allow"):
-            return Approve(remember=remember)
+            return Approve(remember=remember, by=by)
         if kind in ("reject", "rejected", "deny"):
-            return Reject(str(value.get("reason") or "the user rejected this call"), remember)
+            reason = str(value.get("reason") or "the user rejected this call")
+            return Reject(reason, remember, by=by)
         if kind == "edit" and isinstance(value.get("arguments"), Mapping):
-            return Edit(dict(value["arguments"]))
+            return Edit(dict(value["arguments"]), by=by)
     raise InputError(
         f"cannot use {value!r} as an approval decision: return Approve(), Reject(reason) or "
         "Edit(arguments) (or True/False, 'approve'/'reject')"
@@ -258,6 +264,8 @@ def decision_payload(
         data.update(decision="edit", arguments=decision.arguments)
     else:
         data["decision"] = "expired"
+    if decision is not None and decision.by:
+        data["by"] = decision.by
     if rules:
         data["remember_rules"] = [
             {"tool": r.tool, "pattern": r.pattern, "action": r.action} for r in rules

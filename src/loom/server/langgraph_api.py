@@ -48,6 +48,7 @@ from loom.server.lg_runs import (
     run_status,
 )
 from loom.server.queued import RUNS_NAMESPACE, JournalTail, RunQueue
+from loom.server.security import current_principal
 from loom.store.base import KVStore, SessionInfo
 
 __all__ = ["router"]
@@ -956,7 +957,8 @@ async def record_decision(
         "langgraph_decisions", {}
     )
     decided = {k: v for k, v in all_decided.get(thread_id, {}).items() if k in ids}
-    decided[call_id] = decision
+    who = current_principal.get()  # who decided is the server's to say, never the body's
+    decided[call_id] = {**decision, "by": who.name if who is not None else ""}
     waiting = [i for i in ids if i not in decided]
     if waiting:
         all_decided[thread_id] = decided

@@ -52,7 +52,7 @@ __all__ = [
 
 ENV_KEYS = "LOOM_API_KEYS"
 OWNER_NS = "loom.server.thread_owner"
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/favicon.ico"})
 access_log = logging.getLogger("loom.server.access")
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,7 +16,9 @@ from urllib.parse import quote
 
 import anyio
 from fastapi import APIRouter, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
 from loom.errors import LoomError, SessionBusy, SessionNotFound
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
     from loom.server.security import Principal
     from loom.store.base import RunRecord, SessionInfo
 
-__all__ = ["RUNS_PER_PAGE", "render_session", "router"]
+__all__ = ["RUNS_PER_PAGE", "ConsoleRoute", "not_found", "render_session", "router"]
 
 HERE = Path(__file__).parent
 RUNS_PER_PAGE = 50
@@ -41,7 +43,36 @@ RUNS_PER_PAGE = 50
 SEARCH_SCAN = 500
 """Sessions (newest first) whose messages a text search reads."""
 
-router = APIRouter(prefix="/console", include_in_schema=False)
+
+class ConsoleRoute(APIRoute):
+    """A console route whose refusals are pages: a bad query parameter or form field (FastAPI's
+    validation error) and an ``HTTPException`` answer an HTML error page, never the API's
+    JSON."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+
+        async def handler(request: Request) -> Response:
+            try:
+                return await handle(request)
+            except RequestValidationError as exc:
+                return problem(request, 422, "Bad request", _invalid(exc))
+            except HTTPException as exc:
+                title = "Not found" if exc.status_code == 404 else "Refused"
+                return problem(request, exc.status_code, title, str(exc.detail))
+
+        return handler
+
+
+def _invalid(exc: RequestValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(x) for x in error.get("loc", ()) if x not in ("query", "path", "body"))
+        parts.append(f"{where or 'the request'}: {error.get('msg', 'invalid')}")
+    return "; ".join(parts) + ". Fix the address (or go back) and try again."
+
+
+router = APIRouter(prefix="/console", include_in_schema=False, route_class=ConsoleRoute)
 
 
 @functools.cache
@@ -340,13 +371,10 @@ async def render_session(request: Request, session_id: str, page_no: int = 0) ->
     messages: list[Message] = [m for e in shown if (m := e.message()) is not None]
     status = await _status(state, session_id, records)
     # calls wait for a decision only after a run stopped for them (a new message expires them)
-    pending = (
-        [p.to_dict() for p in await state.runtime.pending_approvals(session_id)]
-        if status == "awaiting_approval"
-        else []
-    )
+    pending = await _pending(state, session_id) if status == "awaiting_approval" else []
     total_cost = _sum_costs(timeline)
     agent = next((r.agent for r in reversed(timeline.runs) if r.agent), info.agent_name)
+    crew_session = str(info.metadata.get("crew_session") or "")  # a crew member's session
     return page(
         request,
         "session.html",
@@ -361,19 +389,32 @@ async def render_session(request: Request, session_id: str, page_no: int = 0) ->
         total_cost=total_cost,
         agent=agent,
         after=after,
+        crew_session=crew_session,
+        crew_path=str(info.metadata.get("path") or ""),
+        running=_running(records),
     )
+
+
+def _running(records: list[RunRecord]) -> list[str]:
+    """The runs of the session whose last record says ``running`` (the cancel buttons)."""
+    return [run_id for run_id, rec in _latest(records).items() if rec.status == "running"]
+
+
+async def _pending(state: ServerState, session_id: str) -> list[dict[str, Any]]:
+    """The calls the session waits on: its own parked calls, or a crew session's members'
+    (each with its ``member_path`` and ``child_session_id``; deciding one here routes it to the
+    member, as ``Crew.resume`` does)."""
+    own = [p.to_dict() for p in await state.runtime.pending_approvals(session_id)]
+    if own:
+        return own
+    from loom.crew.turn import crew_pending
+
+    return await crew_pending(state.runtime.store, session_id)
 
 
 def _sum_costs(timeline: Timeline) -> float | None:
     costs = [r.cost for r in timeline.runs if r.cost is not None]
     return sum(costs) if costs else None
-
-
-@router.get("/sessions/{session_id}")
-async def session_page(
-    request: Request, session_id: str, page_no: int = Query(0, alias="page", ge=0)
-) -> Response:
-    return await render_session(request, session_id, page_no)
 
 
 def _fragment(change: Change, timeline: Timeline) -> dict[str, Any]:
@@ -384,15 +425,26 @@ def _fragment(change: Change, timeline: Timeline) -> dict[str, Any]:
     return {"mode": change.kind, "node": node.dom_id, "parent": parent, "html": str(html)}
 
 
-async def _approvals_html(state: ServerState, request: Request, session_id: str) -> str:
-    pending = [p.to_dict() for p in await state.runtime.pending_approvals(session_id)]
+def _csrf_of(state: ServerState, request: Request) -> str:
     seed = request.cookies.get(auth.CSRF_COOKIE) or ""
-    csrf = auth.csrf_token(seed, _principal(request), auth.secret_of(state))
+    return auth.csrf_token(seed, _principal(request), auth.secret_of(state))
+
+
+async def _approvals_html(state: ServerState, request: Request, session_id: str) -> str:
+    pending = await _pending(state, session_id)
     module = templates().get_template("_nodes.html").module
+    csrf = _csrf_of(state, request)
     return str(module.approvals(pending, session_id, csrf))  # type: ignore[attr-defined]
 
 
-@router.get("/sessions/{session_id}/live")
+async def _actions_html(state: ServerState, request: Request, session_id: str) -> str:
+    running = _running(await _runs_of(state, session_id))
+    module = templates().get_template("_nodes.html").module
+    csrf = _csrf_of(state, request)
+    return str(module.actions(session_id, running, csrf))  # type: ignore[attr-defined]
+
+
+@router.get("/sessions/{session_id:path}/live")
 async def session_live(
     request: Request,
     session_id: str,
@@ -416,18 +468,28 @@ async def session_live(
     async def sse() -> AsyncIterator[bytes]:
         timeline = Timeline()
         sending = not after
+        count = 0  # the session's messages so far: the header's count follows them
         try:
             async for ev, replayed in events:
                 changes = timeline.add(ev)
+                m = ev.message()
+                count += m is not None
                 if not sending and not replayed:
                     sending = True  # the page's last event is past: everything live is new
                 if sending:
                     parts = [_fragment(c, timeline) for c in changes]
-                    m = ev.message()
                     if m is not None:
                         html = str(module.message(m))  # type: ignore[attr-defined]
                         parts.append(
                             {"mode": "new", "node": "", "parent": "transcript", "html": html}
+                        )
+                        parts.append(
+                            {
+                                "mode": "text",
+                                "node": "message-count",
+                                "parent": "",
+                                "html": str(count),
+                            }
                         )
                     if isinstance(
                         ev, AgentStart | AgentFinish | ApprovalRequired | ApprovalDecisionEvent
@@ -440,6 +502,10 @@ async def session_live(
                         status = ev.stop_reason if isinstance(ev, AgentFinish) else "running"
                         parts.append(
                             {"mode": "text", "node": "session-status", "parent": "", "html": status}
+                        )
+                        html = await _actions_html(state, request, session_id)
+                        parts.append(
+                            {"mode": "update", "node": "actions", "parent": "", "html": html}
                         )
                     if parts:
                         data = json.dumps(
@@ -460,7 +526,7 @@ async def session_live(
     return EventStream(sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
-@router.post("/sessions/{session_id}/approvals/{call_id}")
+@router.post("/sessions/{session_id:path}/approvals/{call_id}")
 async def decide(request: Request, session_id: str, call_id: str) -> Response:
     """Approve or reject a parked call; once every parked call is decided the run resumes (as
     a run of the run API, so it streams to this page and to API clients alike)."""
@@ -476,6 +542,9 @@ async def decide(request: Request, session_id: str, call_id: str) -> Response:
     decision: dict[str, Any] = {"decision": decision_word}
     if form.get("reason"):
         decision["reason"] = form["reason"]
+    who = _principal(request)
+    if who is not None:  # who decided goes into the journal with the decision
+        decision["by"] = who.name
     state = state_of(request)
     back = f"/console/sessions/{quote(session_id, safe='')}"
     try:
@@ -495,6 +564,58 @@ async def decide(request: Request, session_id: str, call_id: str) -> Response:
     except LoomError as exc:
         return problem(request, 400, "Refused", str(exc))
     return RedirectResponse(back, 303)
+
+
+@router.post("/sessions/{session_id:path}/runs/{run_id}/cancel")
+async def cancel_run(request: Request, session_id: str, run_id: str) -> Response:
+    """Cancel a running run of the session (as ``POST /threads/{id}/runs/{run}/cancel``)."""
+    from loom.server import langgraph_api
+
+    form = await _form(request)
+    refused = _csrf_refused(request, form)
+    if refused is not None:
+        return refused
+    try:
+        await langgraph_api.cancel_run(request, session_id, run_id, wait=True)
+    except HTTPException as exc:
+        return problem(request, exc.status_code, "Not found", str(exc.detail))
+    except LoomError as exc:
+        return problem(request, 409, "Refused", str(exc))
+    back = f"/console/sessions/{quote(session_id, safe='')}"
+    return RedirectResponse(_next(form["next"]) if form.get("next") else back, 303)
+
+
+@router.post("/sessions/{session_id:path}/delete")
+async def delete_session(request: Request, session_id: str) -> Response:
+    """Delete the session (as ``DELETE /threads/{id}``; refused while a run is going)."""
+    from loom.server import langgraph_api
+
+    refused = _csrf_refused(request, await _form(request))
+    if refused is not None:
+        return refused
+    try:
+        await langgraph_api.delete_thread(request, session_id)
+    except HTTPException as exc:
+        title = "Not found" if exc.status_code == 404 else "Refused"
+        return problem(request, exc.status_code, title, str(exc.detail))
+    except SessionNotFound as exc:
+        return problem(request, 404, "Not found", str(exc))
+    except SessionBusy as exc:
+        return problem(request, 409, "Busy", f"{exc}; cancel the run first")
+    except LoomError as exc:
+        return problem(request, 400, "Refused", str(exc))
+    return RedirectResponse("/console/sessions", 303)
+
+
+@router.get("/sessions/{session_id:path}")
+async def session_page(
+    request: Request, session_id: str, page_no: str = Query("0", alias="page")
+) -> Response:
+    """A session's page; ``?page=`` (0 = the newest runs) pages back through older runs."""
+    if not page_no.isdigit():
+        why = f"page must be a whole number >= 0, got {page_no!r}"
+        return problem(request, 422, "Bad request", why)
+    return await render_session(request, session_id, int(page_no))
 
 
 # -- runs (the scheduler's pages: schedules.py) ------------------------------------------------
@@ -556,6 +677,16 @@ async def error_page(request: Request, error_id: str) -> Response:
 
 
 # -- static -----------------------------------------------------------------------------------
+async def not_found(request: Request, rest: str = "") -> Response:
+    """Any other address under /console: a 404 page (never the API's JSON)."""
+    return problem(request, 404, "Not found", f"the console has no page {request.url.path!r}")
+
+
+async def favicon() -> Response:
+    """The console has no icon: an empty answer, never a 401 or a 404 in a browser's log."""
+    return Response(status_code=204, headers={"Cache-Control": "max-age=86400"})
+
+
 _STATIC = {"console.js": "text/javascript", "console.css": "text/css"}
 
 

@@ -1,4 +1,5 @@
-"""A session's events as the console's tree: runs → model calls → tool calls.
+"""A session's events as the console's tree: runs → model calls → tool calls, and for a crew
+session runs → member runs (from the crew log: ``CREW_MEMBER_START`` / ``CREW_MEMBER_FINISH``).
 
 :class:`Timeline` takes events one at a time (``add``) and answers what changed, so the page
 (every stored event at once) and the live stream (one event per SSE message) build the same
@@ -7,6 +8,7 @@ nodes with the same code and render them with the same templates.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -16,6 +18,8 @@ from loom.events import (
     AgentStart,
     ApprovalDecisionEvent,
     ApprovalRequired,
+    CrewMemberFinish,
+    CrewMemberStart,
     ErrorEvent,
     GuardrailEvent,
     LlmComplete,
@@ -28,7 +32,16 @@ from loom.events import (
     Warning,
 )
 
-__all__ = ["Change", "LlmNode", "NoteNode", "RunNode", "Timeline", "ToolNode", "cost_of"]
+__all__ = [
+    "Change",
+    "LlmNode",
+    "MemberNode",
+    "NoteNode",
+    "RunNode",
+    "Timeline",
+    "ToolNode",
+    "cost_of",
+]
 
 
 def cost_of(usage: Any) -> float | None:
@@ -61,6 +74,9 @@ class ToolNode:
     error_code: str | None = None
     duration_ms: float | None = None
     approval: str | None = None  # "required", then the decision
+    decided_by: str = ""  # who decided (the API key's name), when the decision says
+    decided_at: float | None = None  # when the decision was committed
+    reason: str = ""  # a rejection's reason
 
     @property
     def dom_id(self) -> str:
@@ -80,6 +96,37 @@ class NoteNode:
     @property
     def dom_id(self) -> str:
         return f"note-{self.run_id}-{self.sequence}"
+
+
+@dataclass
+class MemberNode:
+    """One member run of a crew run: the member, its path in the crew, its child session."""
+
+    run_id: str
+    key: str
+    path: str
+    member: str
+    child_session_id: str
+    child_run_id: str
+    started: float
+    depth: int = 1  # how deep in the crew's tree (1: a member of the crew itself)
+    done: bool = False
+    stop_reason: str | None = None
+    output: str = ""
+    error: str | None = None
+    reused: bool = False
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float | None = None
+
+    @property
+    def dom_id(self) -> str:
+        digest = hashlib.sha1(self.key.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        return f"member-{self.run_id}-{digest}"
+
+    @property
+    def status(self) -> str:
+        return self.stop_reason or "running"
 
 
 @dataclass
@@ -112,7 +159,7 @@ class RunNode:
     agent: str
     started: float
     resume: bool = False
-    items: list[LlmNode | NoteNode] = field(default_factory=list)
+    items: list[LlmNode | NoteNode | MemberNode] = field(default_factory=list)
     done: bool = False
     stop_reason: str | None = None
     duration_ms: float | None = None
@@ -130,7 +177,7 @@ class RunNode:
         return self.stop_reason or "running"
 
 
-Node = RunNode | LlmNode | ToolNode | NoteNode
+Node = RunNode | LlmNode | ToolNode | NoteNode | MemberNode
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +198,8 @@ class Timeline:
         self._runs: dict[str, RunNode] = {}
         self._llm: dict[tuple[str, int], LlmNode] = {}
         self._tools: dict[str, ToolNode] = {}
+        self._members: dict[tuple[str, str], MemberNode] = {}
+        self._roots: dict[str, str] = {}  # crew run -> its root path (the crew's name)
         self.last_event_id: str | None = None
 
     def extend(self, events: list[AgentEvent]) -> Timeline:
@@ -195,6 +244,10 @@ class Timeline:
             else:
                 run.agent, run.resume = ev.agent, ev.resume
                 changes.append(Change("update", run))
+            if ev.extra.get("crew"):
+                self._roots[ev.run_id] = str(ev.extra.get("path") or ev.agent)
+        elif isinstance(ev, CrewMemberStart | CrewMemberFinish):
+            self._member(ev, changes)
         elif isinstance(ev, UserMessage):
             self._note(ev, "user", ev.content, changes)
         elif isinstance(ev, LlmStart):
@@ -237,6 +290,9 @@ class Timeline:
             call = self._tools.get(ev.tool_call_id)
             if call is not None:
                 call.approval = ev.decision
+                call.decided_by = str(ev.extra.get("by") or "")
+                call.decided_at = ev.timestamp
+                call.reason = str(ev.extra.get("reason") or "")
                 changes.append(Change("update", call))
         elif isinstance(ev, AgentFinish):
             run = self._run(ev, changes)
@@ -258,3 +314,31 @@ class Timeline:
                 ev, "recovered", f"recovered {ev.recovered_run_id}: {ev.stop_reason}", changes
             )
         return changes
+
+    def _member(self, ev: CrewMemberStart | CrewMemberFinish, changes: list[Change]) -> None:
+        node = self._members.get((ev.run_id, ev.key))
+        if node is None:  # a start, or a finish reused from an earlier run (it has no start)
+            run = self._run(ev, changes)
+            root = self._roots.get(ev.run_id, "")
+            inside = ev.path[len(root) :] if root and ev.path.startswith(root) else ev.path
+            node = MemberNode(
+                ev.run_id,
+                ev.key,
+                ev.path,
+                ev.member,
+                ev.child_session_id,
+                ev.child_run_id,
+                ev.timestamp,
+                depth=max(1, inside.count("/")),
+            )
+            self._members[(ev.run_id, ev.key)] = node
+            run.items.append(node)
+            changes.append(Change("new", node, run))
+        else:
+            changes.append(Change("update", node))
+        if isinstance(ev, CrewMemberFinish):
+            node.done, node.stop_reason, node.output = True, ev.stop_reason, ev.output
+            node.error, node.reused = ev.error, ev.reused
+            node.child_run_id = ev.child_run_id or node.child_run_id
+            node.input_tokens, node.output_tokens = _tokens(ev.usage)
+            node.cost = cost_of(ev.usage)

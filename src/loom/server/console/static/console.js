@@ -4,6 +4,11 @@
 (function () {
   "use strict";
   var script = document.currentScript;
+  // forms that destroy something ask first (no inline handlers: the CSP allows none)
+  document.addEventListener("submit", function (event) {
+    var form = event.target.closest && event.target.closest("form[data-confirm]");
+    if (form && !window.confirm(form.getAttribute("data-confirm"))) { event.preventDefault(); }
+  }, true);
   var url = script && script.getAttribute("data-live");
   if (!url || !window.EventSource) { return; }
   var state = document.getElementById("live-state");

@@ -56,16 +56,24 @@ def describe_pending_calls(
     return "\n".join([head, *lines, how])
 
 
-def describe_query(session_id: str, query: Mapping[str, Any]) -> str:
-    """The server query a run waits on and how to answer it."""
+def describe_query(session_id: str, query: Mapping[str, Any], *, over_http: bool = True) -> str:
+    """The server query a run waits on and how to answer it (``over_http`` as above)."""
     kind = query.get("kind") or "input"
-    return (
-        f"The agent asks the client for {kind} (session {session_id}): "
-        f"{query.get('question', '')}\n"
-        f"Answer with POST /threads/{_path_segment(session_id)}/commands and the body "
-        '{"answer": "..."}; the run goes on with the answer. A new message on this session '
-        "drops the question."
+    head = (
+        f"The agent asks the client for {kind} (session {session_id}): {query.get('question', '')}"
     )
+    answer = f'POST /threads/{_path_segment(session_id)}/commands and the body {{"answer": "..."}}'
+    if over_http:
+        how = (
+            f"Answer with {answer}; the run goes on with the answer. A new message on this "
+            "session drops the question."
+        )
+    else:
+        how = (
+            "This stdio server takes no answer to it: a new message on this session drops the "
+            f"question. To answer it, serve the same store (`loom serve`) and send {answer}."
+        )
+    return f"{head}\n{how}"
 
 
 def describe_parked(

@@ -55,6 +55,7 @@ _FINISH = {
     "timeout": "length",
     "cancelled": "stop",
     "awaiting_approval": "stop",
+    "awaiting_input": "stop",
     "guardrail": "content_filter",  # OpenAI's own word for an answer a check withheld
 }
 _FAILED = ("model_error", "error", "output_invalid")
@@ -428,6 +429,7 @@ def parse_response_id(rid: str) -> tuple[str, str] | None:
 
 
 ResponseStatus = Literal["completed", "incomplete", "in_progress", "failed"]
+"""The statuses of OpenAI's Responses API that a Loom run can have."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,6 +447,7 @@ class RunEnd:
 
     @classmethod
     def of_result(cls, r: RunResult) -> RunEnd:
+        """How the run that returned ``r`` ended."""
         return cls(
             r.session_id,
             r.run_id,
@@ -458,6 +461,7 @@ class RunEnd:
 
     @classmethod
     def of_event(cls, ev: AgentFinish) -> RunEnd:
+        """How the run whose last event is ``ev`` ended."""
         return cls(
             ev.session_id,
             ev.run_id,
@@ -495,6 +499,7 @@ class RunEnd:
         )
 
     def loom(self) -> dict[str, Any]:
+        """The response's ``loom`` block: session, run, stop reason, what it waits for."""
         return _loom_block(
             self.session_id,
             self.run_id,

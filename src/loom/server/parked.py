@@ -15,10 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-__all__ = ["PARKED_STOPS", "describe_parked", "describe_pending_calls", "describe_query"]
-
-PARKED_STOPS = ("awaiting_approval", "awaiting_input")
-"""The stop reasons of a run that waits for the client (it did not fail, it is not done)."""
+__all__ = ["describe_parked", "describe_pending_calls", "describe_query"]
 
 
 def _path_segment(value: str) -> str:

@@ -368,3 +368,21 @@ async def test_a_server_query_says_what_was_asked_and_how_to_answer(keyed: Serve
     assert response.status == "incomplete" and response.incomplete_details is not None
     assert response.incomplete_details.reason == "awaiting_input"  # type: ignore[comparison-overlap]
     assert "/commands" in response.output_text
+
+
+def test_failed_and_cut_responses_validate_too(schemas: Schemas) -> None:
+    """The ends no test agent reaches over HTTP: a failed run (as ``GET /v1/responses/{id}``
+    and ``response.failed`` show it) and one cut at a limit."""
+    from loom.server.openai_api import RunEnd, response_object
+
+    for stop, status, reason in (
+        ("model_error", "failed", None),
+        ("max_iterations", "incomplete", {"reason": "max_output_tokens"}),
+        ("guardrail", "incomplete", {"reason": "content_filter"}),
+    ):
+        end = RunEnd("s1", "run_1", stop, "partial", {"input_tokens": 3}, [], None, "boom")
+        body = response_object("calc", "resp_7331_run_1", 1.0, None, end)
+        assert body["status"] == status and body["incomplete_details"] == reason
+        assert schemas.errors("Response", body) == [], stop
+        event = {"type": f"response.{status}", "sequence_number": 5, "response": body}
+        assert schemas.errors(_EVENT_SCHEMAS[event["type"]], event) == [], stop

@@ -509,7 +509,7 @@ class RunEnd:
         )
 
 
-def _response_object(
+def response_object(
     model: str, rid: str, created: float, previous: str | None, end: RunEnd | None
 ) -> dict[str, Any]:
     """A Responses API ``response`` object: ``in_progress`` without an end, else as it ended."""
@@ -612,7 +612,7 @@ async def responses(
     if result.stop_reason in _FAILED:
         return _run_failed(result)
     rid = response_id(result.session_id, result.run_id)
-    reply = _response_object(
+    reply = response_object(
         agent.name, rid, created, body.previous_response_id, RunEnd.of_result(result)
     )
     return JSONResponse(reply, headers={SESSION_HEADER: result.session_id})
@@ -641,7 +641,7 @@ async def get_response(request: Request, response_id: str) -> Response:
     finish = next((e for e in reversed(events) if isinstance(e, AgentFinish)), None)
     end = None if finish is None else RunEnd.of_event(finish)
     # the previous response is not journaled with the run: null, as for a first response
-    reply = _response_object(start.agent, response_id, start.timestamp, None, end)
+    reply = response_object(start.agent, response_id, start.timestamp, None, end)
     return JSONResponse(reply, headers={SESSION_HEADER: session_id})
 
 
@@ -686,7 +686,7 @@ async def _response_events(
     async for event in events:
         if not rid:
             rid = response_id(event.session_id, event.run_id)
-            shell = _response_object(model, rid, created, previous, None)
+            shell = response_object(model, rid, created, previous, None)
             yield emit("response.created", response=shell)
             yield emit("response.in_progress", response=shell)
         if isinstance(event, LlmDelta) and event.delta:
@@ -698,7 +698,7 @@ async def _response_events(
             yield delta(event.delta)
         elif isinstance(event, AgentFinish):
             end = RunEnd.of_event(event)
-            final = _response_object(model, rid, created, previous, end)
+            final = response_object(model, rid, created, previous, end)
             if final["status"] == "failed":
                 yield emit("response.failed", response=final)
                 return

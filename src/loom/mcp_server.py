@@ -12,7 +12,10 @@ approval request becomes a ``notifications/progress`` whose message is a small J
 get ``interrupted`` results). A call parked for approval is asked of the user by MCP
 elicitation when the client declared it (inline on a handshake connection, as an
 ``InputRequiredResult`` round trip on a 2026-07-28 one), and the run resumes with the
-decisions; otherwise the call ends (``isError`` false) with the pending calls described.
+decisions; otherwise the call ends (``isError`` false) with the pending calls described and
+how to decide them (over HTTP: the server's approval endpoints; over stdio, where there is no
+server: ``loom resume``). A run whose model asked the client something (a server query) ends
+the call with the question, how to answer it and ``pending_query`` in the structured content.
 
 The same ``Server`` serves stdio (``loom mcp``, :func:`serve_stdio`) and streamable HTTP
 (``loom serve`` mounts it at ``/mcp``: ``loom.server.mcp_http``). It keeps no state between
@@ -196,8 +199,10 @@ async def _run(ctx: ServerRequestContext[Any, Any], turn: Turn) -> RunResult:
     return turn.result
 
 
-def _answer(result: RunResult) -> Any:
+def _answer(result: RunResult, over_http: bool) -> Any:
     import mcp_types as t
+
+    from loom.server.parked import describe_query
 
     structured: dict[str, Any] = {
         "session_id": result.session_id,
@@ -209,6 +214,10 @@ def _answer(result: RunResult) -> Any:
     if failed:
         structured["error"] = result.error
     text = result.text or (f"the run failed: {result.error}" if failed else "")
+    if result.stop_reason == "awaiting_input" and result.pending_query:
+        structured["pending_query"] = result.pending_query
+        asked = describe_query(result.session_id, result.pending_query, over_http=over_http)
+        text = f"{text}\n\n{asked}" if text else asked
     return t.CallToolResult(
         content=[t.TextContent(type="text", text=text)],
         structured_content=structured,
@@ -216,22 +225,15 @@ def _answer(result: RunResult) -> Any:
     )
 
 
-def _pending(result: RunResult, why: str) -> Any:
+def _pending(result: RunResult, why: str, over_http: bool) -> Any:
     """The call's result when a parked call cannot be asked of the user here."""
     import mcp_types as t
 
+    from loom.server.parked import describe_pending_calls
+
     pending = list(result.pending_approvals)
-    lines = [
-        f"- {p['tool_name']}({json.dumps(p.get('arguments', {}))}): {p.get('reason', '')}"
-        for p in pending
-    ]
-    text = (
-        f"The run is waiting for approval of {len(pending)} tool call(s) ({why}):\n"
-        + "\n".join(lines)
-        + f"\nDecide them on the Loom server (session "
-        f"{result.session_id}: POST /v1/weave:answer, or the run API's resume command); "
-        "a new message on the session rejects them."
-    )
+    described = describe_pending_calls(result.session_id, pending, over_http=over_http)
+    text = f"{described}\n(Not asked here: {why}.)"
     structured = {
         "session_id": result.session_id,
         "run_id": result.run_id,
@@ -326,8 +328,10 @@ async def _decisions_from_retry(
     return session_id, decisions
 
 
-def build_server(resolve: Resolver, name: str = "loom") -> Server[Any]:
-    """The MCP server for the agents ``resolve`` hands each request."""
+def build_server(resolve: Resolver, name: str = "loom", *, over_http: bool = True) -> Server[Any]:
+    """The MCP server for the agents ``resolve`` hands each request. ``over_http``: served by
+    ``loom serve`` (a parked call is decided on its endpoints), else by ``loom mcp`` over
+    stdio (decided with ``loom resume``)."""
     import mcp_types as t
     from mcp.server import Server
 
@@ -355,7 +359,7 @@ def build_server(resolve: Resolver, name: str = "loom") -> Server[Any]:
                 retried, decisions = await _decisions_from_retry(runtime, params)
                 if decisions is None:
                     result = await _last(runtime, retried)
-                    return _pending(result, "the user dismissed the question")
+                    return _pending(result, "the user dismissed the question", over_http)
                 turn = await runtime.prepare_resume(agent, retried, decisions)
             else:
                 message, session_id = _arguments(params.arguments)
@@ -363,14 +367,16 @@ def build_server(resolve: Resolver, name: str = "loom") -> Server[Any]:
             while True:
                 result = await _run(ctx, turn)
                 if result.stop_reason != "awaiting_approval":
-                    return _answer(result)
+                    return _answer(result, over_http)
                 if not _elicits(ctx):
-                    return _pending(result, "this client does not take elicitation requests")
+                    return _pending(
+                        result, "this client does not take elicitation requests", over_http
+                    )
                 if not ctx.session.can_send_request:
                     return _input_required(result)
                 decisions = await _elicit_inline(ctx, list(result.pending_approvals))
                 if decisions is None:
-                    return _pending(result, "the user dismissed the question")
+                    return _pending(result, "the user dismissed the question", over_http)
                 turn = await runtime.prepare_resume(agent, result.session_id, decisions)
         except InputError as exc:
             raise _error(str(exc)) from exc
@@ -406,6 +412,6 @@ async def serve_stdio(agents: Mapping[str, Agent], runtime: Runtime) -> None:
     """Serve ``agents`` as MCP tools over stdin/stdout until the client closes them."""
     from mcp.server.stdio import stdio_server
 
-    server = build_server(lambda ctx: (agents, runtime))
+    server = build_server(lambda ctx: (agents, runtime), over_http=False)
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())

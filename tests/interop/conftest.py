@@ -94,6 +94,14 @@ def interop_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]
 
 
 @pytest.fixture(scope="session")
+def query_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A ``loom serve`` whose ``reader`` agent asks the client for a file (a server query)."""
+    srv = start_server(tmp_path_factory.mktemp("interop-query"), app="server_agents:query_registry")
+    yield srv
+    stop_server(srv)
+
+
+@pytest.fixture(scope="session")
 def js() -> Path:
     """tests/interop/js with its npm packages installed (``./scripts/test`` runs npm ci)."""
     if shutil.which("node") is None or not (JS / "node_modules").is_dir():

@@ -136,7 +136,10 @@ async def test_send_message_runs_the_agent_and_a_context_continues_its_session(
     assert task.status.state == TaskState.TASK_STATE_COMPLETED
     assert _text(task.artifacts[0].parts) == "The sum is 5."
     session = task.context_id
-    assert task.metadata["loom_session_id"] == session
+    assert task.metadata["loomSessionId"] == session
+    # Loom's metadata keys are camelCase, like every field of A2A's JSON (section 5.5)
+    assert sorted(task.metadata) == ["loomAgent", "loomRunId", "loomSessionId", "loomStopReason"]
+    assert list(task.artifacts[0].metadata) == ["loomRunId"]
     second, _ = await _final(client, _message("and hello", context_id=session))
     assert second.context_id == session and second.id != task.id
     assert _text(second.artifacts[0].parts) == "echo: and hello"
@@ -188,7 +191,7 @@ async def test_get_and_cancel_a_running_task(served: tuple[Server, Path]) -> Non
     assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
     again = await waiter.get_task(GetTaskRequest(id=task_id))
     assert again.status.state == TaskState.TASK_STATE_CANCELED
-    assert again.metadata["loom_stop_reason"] == "cancelled"  # the Loom run recorded its end
+    assert again.metadata["loomStopReason"] == "cancelled"  # the Loom run recorded its end
     (tmp / "never-1.txt").write_text("late")  # nothing is left waiting on it
 
 
@@ -215,8 +218,34 @@ async def test_an_approval_is_input_required_and_a_reply_resumes_the_task(
     ops = await _client(served[0], "ops")
     task, _ = await _final(ops, _message("ship it"))
     assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
-    assert "deploy" in _text(task.status.message.parts)
-    bad = _rpc(
+    asked = _text(task.status.message.parts)
+    assert "deploy" in asked and "any other reply rejects" in asked
+    done, _ = await _final(ops, _message("approve", task_id=task.id, context_id=task.context_id))
+    assert done.id == task.id and done.status.state == TaskState.TASK_STATE_COMPLETED
+    assert _text(done.artifacts[-1].parts) == "done: deployed prod"
+
+
+@session_loop
+async def test_free_text_on_an_input_required_task_rejects_with_that_reason(
+    served: tuple[Server, Path],
+) -> None:
+    """A generic A2A client can always go on: what a person types is an answer (A2A keeps
+    ``input-required`` meaning "reply to continue"), here a rejection whose reason the model
+    reads."""
+    ops = await _client(served[0], "ops")
+    task, _ = await _final(ops, _message("ship it"))
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    reply = _message("not during the freeze, wait for Monday", task_id=task.id)
+    done, _ = await _final(ops, reply)
+    assert done.id == task.id and done.status.state == TaskState.TASK_STATE_COMPLETED
+    answer = _text(done.artifacts[-1].parts)
+    assert (
+        answer
+        == "done: Error (denied): rejected by the user: not during the freeze, wait for Monday"
+    )
+    # the same over the raw JSON-RPC binding: a result, not a -32602 error
+    again, _ = await _final(ops, _message("ship it"))
+    raw = _rpc(
         served[0],
         "ops",
         {
@@ -227,18 +256,16 @@ async def test_an_approval_is_input_required_and_a_reply_resumes_the_task(
                 "message": {
                     "messageId": "x1",
                     "role": "ROLE_USER",
-                    "taskId": task.id,
+                    "taskId": again.id,
                     "parts": [{"text": "maybe later"}],
                 }
             },
         },
     )
-    assert (
-        bad["error"]["code"] == -32602 and "reply 'approve' or 'reject'" in bad["error"]["message"]
+    assert raw["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", raw
+    assert raw["result"]["task"]["artifacts"][-1]["parts"][0]["text"] == (
+        "done: Error (denied): rejected by the user: maybe later"
     )
-    done, _ = await _final(ops, _message("approve", task_id=task.id, context_id=task.context_id))
-    assert done.id == task.id and done.status.state == TaskState.TASK_STATE_COMPLETED
-    assert _text(done.artifacts[-1].parts) == "done: deployed prod"
 
 
 # -- bad input --------------------------------------------------------------------------------
@@ -280,6 +307,7 @@ def test_file_and_data_parts_are_refused_with_content_type_errors(
     for part, kind in (
         ({"url": "https://x/a.png", "mediaType": "image/png"}, "file url"),
         ({"data": {"a": 1}}, "data"),
+        ({"text": "<b>hi</b>", "mediaType": "text/html"}, "text"),
     ):
         body = {
             "jsonrpc": "2.0",
@@ -384,3 +412,110 @@ def test_the_rest_binding_sends_and_gets(served: tuple[Server, Path]) -> None:
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
     got = httpx.get(f"{base}/tasks/{task['id']}", headers={**AUTH, **V1}, timeout=30).json()
     assert got["artifacts"][0]["parts"][0]["text"] == "The sum is 15."
+
+
+# -- A2A 1.0's MUSTs for what Loom declares ----------------------------------------------------
+def test_the_json_rpc_url_answers_with_a_trailing_slash(served: tuple[Server, Path]) -> None:
+    srv = served[0]
+    body = {
+        "jsonrpc": "2.0",
+        "id": 9,
+        "method": "SendMessage",
+        "params": {"message": {"messageId": "sl1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}},
+    }
+    r = httpx.post(f"{srv.url}/agents/calc/a2a/", json=body, headers={**AUTH, **V1}, timeout=30)
+    assert r.status_code == 200, (r.status_code, r.headers, r.text)
+    assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+@session_loop
+async def test_the_card_can_be_cached_and_revalidated(served: tuple[Server, Path]) -> None:
+    srv = served[0]
+    url = f"{srv.url}/agents/calc/.well-known/agent-card.json"
+    async with httpx.AsyncClient(headers=AUTH, timeout=30) as http:
+        first = await http.get(url)
+        etag = first.headers.get("etag")
+        assert etag and etag.startswith('"'), first.headers
+        cache = first.headers.get("cache-control", "")
+        assert "max-age=" in cache and "private" in cache  # the card needs a key here
+        assert (await http.get(url)).headers["etag"] == etag  # the same card, the same tag
+        unchanged = await http.get(url, headers={"If-None-Match": etag})
+        assert unchanged.status_code == 304 and unchanged.content == b""
+        assert unchanged.headers["etag"] == etag
+        other = await http.get(url, headers={"If-None-Match": '"something-else"'})
+        assert other.status_code == 200 and other.json()["name"] == "calc"
+        ops = await http.get(f"{srv.url}/agents/ops/.well-known/agent-card.json")
+        assert ops.headers["etag"] != etag
+    # the SDK's card resolver still reads it
+    from a2a.client import A2ACardResolver
+
+    async with httpx.AsyncClient(headers=AUTH, timeout=30) as http:
+        resolver = A2ACardResolver(http, f"{srv.url}/agents/calc")
+        assert (await resolver.get_agent_card()).name == "calc"
+
+
+def test_a_request_without_a2a_version_is_told_which_to_send(served: tuple[Server, Path]) -> None:
+    srv = served[0]
+    body = {
+        "jsonrpc": "2.0",
+        "id": 10,
+        "method": "SendMessage",
+        "params": {"message": {"messageId": "v1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}},
+    }
+    url = f"{srv.url}/agents/calc/a2a"
+    bare = httpx.post(url, json=body, headers=AUTH, timeout=30).json()
+    assert bare["error"]["code"] == -32009, bare
+    assert "send the header 'A2A-Version: 1.0'" in bare["error"]["message"]
+    rest = httpx.post(
+        f"{url}/rest/message:send", json={"message": body["params"]["message"]}, headers=AUTH
+    )
+    assert rest.status_code == 400
+    assert rest.json()["error"]["status"] == "FAILED_PRECONDITION"
+    assert "send the header 'A2A-Version: 1.0'" in rest.json()["error"]["message"]
+    # the specification lets a client name the version as a query parameter instead
+    by_query = httpx.post(f"{url}?A2A-Version=1.0", json=body, headers=AUTH, timeout=30).json()
+    assert by_query["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", by_query
+    # a 0.3 client (no header: 0.3 by definition) keeps working with 0.3's method names
+    old = {
+        "jsonrpc": "2.0",
+        "id": 11,
+        "method": "message/send",
+        "params": {
+            "message": {
+                "messageId": "v03",
+                "role": "user",
+                "kind": "message",
+                "parts": [{"kind": "text", "text": "add 1 2"}],
+            }
+        },
+    }
+    legacy = httpx.post(url, json=old, headers=AUTH, timeout=30).json()
+    assert legacy["result"]["status"]["state"] == "completed", legacy
+
+
+@session_loop
+async def test_a_task_reply_takes_the_tasks_context_and_refuses_another(
+    client: Any, served: tuple[Server, Path]
+) -> None:
+    task, _ = await _final(client, _message("add 1 2"))
+    other, _ = await _final(client, _message("add 3 4"))
+    wrong = _rpc(
+        served[0],
+        "calc",
+        {
+            "jsonrpc": "2.0",
+            "id": 12,
+            "method": "SendMessage",
+            "params": {
+                "message": {
+                    "messageId": "ctx1",
+                    "role": "ROLE_USER",
+                    "taskId": task.id,
+                    "contextId": other.context_id,
+                    "parts": [{"text": "hi"}],
+                }
+            },
+        },
+    )
+    assert wrong["error"]["code"] == -32602, wrong
+    assert "is not the context of task" in wrong["error"]["message"]

@@ -113,7 +113,7 @@ async def test_a_call_past_its_timeout_cancels_the_remote_task(
             break
         await asyncio.sleep(0.05)
     assert [t.status.state for t in tasks] == [TaskState.TASK_STATE_CANCELED]
-    assert tasks[0].metadata["loom_stop_reason"] == "cancelled"
+    assert tasks[0].metadata["loomStopReason"] == "cancelled"
     (remote_dir / "never-remote.txt").write_text("late")
 
 

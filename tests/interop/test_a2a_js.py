@@ -1,6 +1,7 @@
 """The npm ``@a2a-js/sdk`` client (someone else's client) against a real ``loom serve``: the
-card, a message, a continued context, a streamed task, GetTask and CancelTask
-(``tests/interop/a2a_js/flow.mjs``; ``scripts/test`` installs the package with ``npm ci``)."""
+card, a message, a continued context, a streamed task, GetTask and CancelTask, and a task
+parked for approval answered with free text (``tests/interop/a2a_js/flow.mjs``;
+``scripts/test`` installs the package with ``npm ci``)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ AGENTS = (Path(__file__).parent / "a2a_agents.py").read_text()
 KEY = "js-client-key-01"
 
 # the JS SDK's TaskState numbers (the protocol's enum)
-WORKING, COMPLETED, CANCELED = 2, 3, 5
+WORKING, COMPLETED, CANCELED, INPUT_REQUIRED = 2, 3, 5, 6
 
 pytestmark = pytest.mark.skipif(
     shutil.which("node") is None or not (JS / "node_modules" / "@a2a-js" / "sdk").is_dir(),
@@ -57,4 +58,10 @@ def test_the_a2a_js_client_runs_the_core_flow(served: tuple[Server, Path]) -> No
     assert [e["text"] for e in out["stream"] if e["kind"] == "artifactUpdate"] == ["The sum is 42."]
     assert out["got"] == {"id": out["first"]["id"], "state": COMPLETED, "answer": "The sum is 5."}
     assert out["cancel"]["after"] == CANCELED
+    assert out["parked"] == {
+        "before": INPUT_REQUIRED,
+        "after": COMPLETED,
+        "sameTask": True,
+        "answer": "done: Error (denied): rejected by the user: not today",
+    }
     (tmp / "never-js.txt").write_text("late")

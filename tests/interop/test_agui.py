@@ -139,3 +139,26 @@ def _events(url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     with httpx.stream("POST", url, json=body, timeout=30) as r:
         assert r.status_code == 200, r.read()
         return [json.loads(line[5:]) for line in r.iter_lines() if line.startswith("data:")]
+
+
+def test_a_server_query_is_an_interrupt_and_resume_answers_it(query_server: Server) -> None:
+    url = f"{query_server.url}/agui/reader"
+    thread = "agui-query"
+    msg = {"id": "u1", "role": "user", "content": "what does main do?"}
+    first = _events(url, {"threadId": thread, "runId": "r1", "messages": [msg]})
+    finished = first[-1]
+    assert finished["type"] == "RUN_FINISHED", finished
+    assert finished["outcome"]["type"] == "interrupt", finished["outcome"]
+    [interrupt] = finished["outcome"]["interrupts"]
+    assert interrupt["reason"] == "server_query"
+    assert interrupt["message"] == "I need to read src/main.rs"  # the words that asked
+    assert interrupt["responseSchema"]["required"] == ["answer"]
+    assert interrupt["metadata"] == {"kind": "file_read", "data": {"path": "src/main.rs"}}
+    resume = {"interruptId": interrupt["id"], "status": "resolved", "payload": {"answer": "x"}}
+    second = _events(
+        url, {"threadId": thread, "runId": "r2", "messages": [msg], "resume": [resume]}
+    )
+    assert second[-1]["outcome"] == {"type": "success"}, second[-1]
+    text = "".join(e["delta"] for e in second if e["type"] == "TEXT_MESSAGE_CONTENT")
+    assert text.startswith("The file begins with:")
+    assert second[-1]["result"]["stop_reason"] == "completed"

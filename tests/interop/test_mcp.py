@@ -132,7 +132,26 @@ async def test_approval_without_elicitation_describes_the_pending_call(
     assert sc["stop_reason"] == "awaiting_approval"
     [pending] = sc["pending_approvals"]
     assert pending["tool_name"] == "deploy" and pending["arguments"] == {"target": "prod"}
-    assert "waiting for approval" in result.content[0].text
+    text = result.content[0].text
+    assert "waiting for approval" in text and pending["tool_call_id"] in text
+    # how to decide it, on this server
+    assert "POST /threads/" in text and "/approvals/<call id>" in text
+
+
+async def test_a_server_query_says_what_was_asked_and_how_to_answer(
+    query_server: Server,
+) -> None:
+    async with _client(query_server.url) as client:
+        result = await client.call_tool(
+            "reader", {"message": "what does main do?", "session_id": "mcp-query-1"}
+        )
+    assert result.is_error is False
+    sc = result.structured_content
+    assert sc["stop_reason"] == "awaiting_input"
+    assert sc["pending_query"]["data"] == {"path": "src/main.rs"}
+    text = result.content[0].text
+    assert text.startswith("I need to read src/main.rs first.")
+    assert 'POST /threads/mcp-query-1/commands and the body {"answer": "..."}' in text
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
@@ -245,6 +264,11 @@ async def test_stdio_loom_mcp(tmp_path: Path) -> None:
         # the server still answers after the cancellation
         again = await client.call_tool("calc", {"message": "add 1 2"})
         assert again.content[0].text == "The sum is 3."
+        # a parked call points at what exists here: `loom resume`, not a server's endpoints
+        parked = await client.call_tool("ops", {"message": "deploy", "session_id": "stdio-p"})
+        text = parked.content[0].text
+        assert "waiting for approval" in text and "loom resume stdio-p" in text
+        assert "POST " not in text
 
 
 def _inspector(js: Path, *args: str) -> Any:

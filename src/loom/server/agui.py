@@ -20,6 +20,10 @@ next ``RunAgentInput`` with a tool message for that call: the parked call is app
 result and the turn goes on. A server-side call that needs a human ends the run with an
 ``interrupt`` outcome (one interrupt per call, ``id`` = the tool call id); a ``resume`` entry
 (``payload: {"approved": bool, "reason"?}``, or ``status: "cancelled"`` to reject) answers it.
+A run whose model asked the client something (a server query, ``awaiting_input``) also ends
+with an ``interrupt`` outcome: one interrupt, ``id`` = the query id, ``reason`` =
+``"server_query"``, the question as its ``message``; a ``resume`` entry with ``payload:
+{"answer": "..."}`` answers it and the turn goes on.
 """
 
 from __future__ import annotations
@@ -125,11 +129,14 @@ def _text(content: Any) -> str:
 
 
 class _Plan:
-    """What one input asks for: a new turn (``message``) or a resume (``decisions``)."""
+    """What one input asks for: a new turn (``message``), a resume (``decisions``) or the
+    answer to a server query (``answer``, to ``query_id``)."""
 
     def __init__(self) -> None:
         self.message: str | None = None
         self.decisions: dict[str, Any] = {}
+        self.answer: str | None = None
+        self.query_id: str | None = None
 
 
 async def _plan(
@@ -141,6 +148,18 @@ async def _plan(
 
     answers = {m.tool_call_id: m for m in body.messages if isinstance(m, ToolMessage)}
     resumes = {r.interrupt_id: r for r in body.resume or []}
+    query = await state.runtime.pending_query(body.thread_id)
+    if query is not None and query.query_id in resumes:
+        entry = resumes[query.query_id]
+        payload = entry.payload if isinstance(entry.payload, Mapping) else {}
+        if entry.status == "resolved" and isinstance(payload.get("answer"), str):
+            plan.answer, plan.query_id = payload["answer"], query.query_id
+            return plan
+        if entry.status == "resolved":
+            raise InputError(
+                f"the resume entry of server query {query.query_id!r} needs a payload "
+                '{"answer": "<text>"}'
+            )
     for p in pending:
         tool_message = answers.get(p.tool_call_id)
         if p.reason == FRONTEND_REASON and tool_message is not None:
@@ -167,6 +186,12 @@ async def _plan(
         plan.decisions = {}  # a new message: Loom rejects what is still parked
         plan.message = _text(last.content)
         return plan
+    if query is not None:
+        raise InputError(
+            f"thread {body.thread_id!r} waits on server query {query.query_id!r} "
+            f"({query.question!r}): send a resume entry {{interruptId: {query.query_id!r}, "
+            'status: "resolved", payload: {answer: "..."}} (or a new user message)'
+        )
     if pending:
         waiting = [p.tool_call_id for p in pending if p.tool_call_id not in plan.decisions]
         raise InputError(
@@ -255,20 +280,30 @@ class _Mapper:
                 if p.get("reason") == FRONTEND_REASON
             ]
             asks = [p for p in ev.pending_approvals if p.get("reason") != FRONTEND_REASON]
+            query = ev.pending_query if ev.stop_reason == "awaiting_input" else None
             outcome: Any
-            if asks:
-                outcome = c.RunFinishedInterruptOutcome(
-                    interrupts=[
+            if asks or query:
+                interrupts = [
+                    c.Interrupt(
+                        id=p["tool_call_id"],
+                        reason="tool_approval",
+                        message=p.get("reason") or None,
+                        tool_call_id=p["tool_call_id"],
+                        response_schema=_RESUME_SCHEMA,
+                    )
+                    for p in asks
+                ]
+                if query:  # the model asked the client something: the answer resumes it
+                    interrupts.append(
                         c.Interrupt(
-                            id=p["tool_call_id"],
-                            reason="tool_approval",
-                            message=p.get("reason") or None,
-                            tool_call_id=p["tool_call_id"],
-                            response_schema=_RESUME_SCHEMA,
+                            id=str(query.get("query_id", "")),
+                            reason="server_query",
+                            message=str(query.get("question", "")) or None,
+                            response_schema=_ANSWER_SCHEMA,
+                            metadata={"kind": query.get("kind"), "data": query.get("data")},
                         )
-                        for p in asks
-                    ]
-                )
+                    )
+                outcome = c.RunFinishedInterruptOutcome(interrupts=interrupts)
             else:
                 outcome = c.RunFinishedSuccessOutcome(pending_tool_call_ids=frontend or None)
             result = {"output": ev.output, **loom}
@@ -294,6 +329,11 @@ _RESUME_SCHEMA = {
     "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"}},
     "required": ["approved"],
 }
+_ANSWER_SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}},
+    "required": ["answer"],
+}
 
 
 def _agent_for(state: ServerState, name: str | None) -> Agent | JSONResponse:
@@ -316,6 +356,10 @@ async def _start(state: ServerState, agent: Agent, body: RunAgentInput) -> tuple
     plan = await _plan(state, body, frontend)
     if plan.message is not None:
         turn = state.runtime.prepare(served, plan.message, body.thread_id, "queue", None)
+    elif plan.answer is not None:
+        turn = await state.runtime.prepare_answer(
+            served, body.thread_id, plan.answer, query_id=plan.query_id
+        )
     else:
         turn = await state.runtime.prepare_resume(served, body.thread_id, plan.decisions)
     return turn, _Mapper(body, frontend)

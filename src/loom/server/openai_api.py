@@ -9,7 +9,13 @@ is returned in the ``X-Loom-Session`` response header (and in a ``loom`` block o
 
 A response id of ``/v1/responses`` encodes its session (``resp_<hex of the session id>_<run
 id>``), so ``previous_response_id`` continues that session with nothing kept in memory: it
-works after a restart, and on every process that shares the store.
+works after a restart, and on every process that shares the store. ``GET /v1/responses/{id}``
+rebuilds the response from the run's journaled events the same way.
+
+A run parked on the client (tool calls waiting for approval, or a server query) says so: the
+chat reply's text names the pending calls (or the question) and how to decide (or answer) them,
+and a response is ``incomplete`` with ``incomplete_details.reason`` set to the stop reason
+(``awaiting_approval`` / ``awaiting_input``).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
@@ -27,10 +34,11 @@ from starlette.types import Receive, Scope, Send
 
 from loom.agent import Agent
 from loom.crew import Crew
-from loom.errors import InputError
-from loom.events import AgentEvent, AgentFinish, LlmDelta
+from loom.errors import InputError, SessionNotFound
+from loom.events import AgentEvent, AgentFinish, AgentStart, LlmDelta
 from loom.messages import RunResult, Usage, new_id
 from loom.server.app import error_body, state_of
+from loom.server.parked import describe_parked
 from loom.server.served import run_served, stream_served
 
 __all__ = ["router"]
@@ -47,9 +55,15 @@ _FINISH = {
     "timeout": "length",
     "cancelled": "stop",
     "awaiting_approval": "stop",
+    "awaiting_input": "stop",
     "guardrail": "content_filter",  # OpenAI's own word for an answer a check withheld
 }
 _FAILED = ("model_error", "error", "output_invalid")
+IncompleteReason = Literal[
+    "max_output_tokens", "content_filter", "awaiting_approval", "awaiting_input"
+]
+"""Why a response is ``incomplete``: OpenAI's two reasons, and Loom's parked runs (the stop
+reason: tool calls wait for approval, or the model asked the client something)."""
 
 
 class _Open(BaseModel):
@@ -135,24 +149,59 @@ def _session(header: str | None, user: str | None, metadata: dict[str, Any] | No
     return new_id("session")
 
 
-def _usage(usage: Usage | dict[str, Any]) -> tuple[int, int]:
-    if isinstance(usage, dict):
-        return int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
-    return usage.input_tokens, usage.output_tokens
+def _as_usage(usage: Usage | dict[str, Any]) -> Usage:
+    """A run's usage (an event carries it as a dict)."""
+    if isinstance(usage, Usage):
+        return usage
+    counts = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+    return Usage(**{k: int(usage.get(k) or 0) for k in counts})
 
 
-def _chat_usage(usage: Usage | dict[str, Any]) -> dict[str, int]:
-    i, o = _usage(usage)
-    return {"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o}
+def _chat_usage(usage: Usage | dict[str, Any]) -> dict[str, Any]:
+    u = _as_usage(usage)
+    return {
+        "prompt_tokens": u.input_tokens,
+        "completion_tokens": u.output_tokens,
+        "total_tokens": u.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cache_read_tokens},
+    }
 
 
-def _loom_block(session_id: str, run_id: str, stop_reason: str, pending: Any) -> dict[str, Any]:
+def _responses_usage(usage: Usage | dict[str, Any]) -> dict[str, Any]:
+    u = _as_usage(usage)
+    return {
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens,
+        "total_tokens": u.total_tokens,
+        "input_tokens_details": {
+            "cached_tokens": u.cache_read_tokens,
+            "cache_write_tokens": u.cache_write_tokens,
+        },
+        "output_tokens_details": {"reasoning_tokens": 0},
+    }
+
+
+def _loom_block(
+    session_id: str, run_id: str, stop_reason: str, pending: Any, query: Any = None
+) -> dict[str, Any]:
     return {
         "session_id": session_id,
         "run_id": run_id,
         "stop_reason": stop_reason,
         "pending_approvals": list(pending or ()),
+        "pending_query": query,
     }
+
+
+def _parked_note(
+    after_text: bool, stop_reason: str, session_id: str, pending: Any, query: Any
+) -> str:
+    """What a reply adds to the run's own text when the run is parked on the client: which
+    calls wait (or what was asked) and how to decide (or answer) them; "" otherwise."""
+    said = describe_parked(stop_reason, session_id, list(pending or ()), query)
+    if said is None:
+        return ""
+    return f"\n\n{said}" if after_text else said
 
 
 def _run_failed(result: RunResult) -> JSONResponse:
@@ -257,6 +306,13 @@ async def chat_completions(
     result = await run_served(state.runtime, agent, message, session_id)
     if result.stop_reason in _FAILED:
         return _run_failed(result)
+    content = result.text + _parked_note(
+        bool(result.text),
+        result.stop_reason,
+        result.session_id,
+        result.pending_approvals,
+        result.pending_query,
+    )
     reply = {
         "id": f"chatcmpl-{result.run_id}",
         "object": "chat.completion",
@@ -265,14 +321,18 @@ async def chat_completions(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": result.text, "refusal": None},
+                "message": {"role": "assistant", "content": content, "refusal": None},
                 "finish_reason": _FINISH.get(result.stop_reason, "stop"),
                 "logprobs": None,
             }
         ],
         "usage": _chat_usage(result.usage),
         "loom": _loom_block(
-            result.session_id, result.run_id, result.stop_reason, result.pending_approvals
+            result.session_id,
+            result.run_id,
+            result.stop_reason,
+            result.pending_approvals,
+            result.pending_query,
         ),
     }
     return JSONResponse(reply, headers={SESSION_HEADER: result.session_id})
@@ -297,19 +357,34 @@ async def _chat_chunks(
             }
         )
 
+    streamed = False
     async for event in events:
         if chunk_id is None:
             chunk_id = f"chatcmpl-{event.run_id}"
             yield chunk({"role": "assistant", "content": ""})
         if isinstance(event, LlmDelta) and event.delta:
+            streamed = True
             yield chunk({"content": event.delta})
         elif isinstance(event, AgentFinish):
             if event.stop_reason in _FAILED:
                 message = f"the agent's run ended with {event.stop_reason}: {event.error}"
                 yield _sse(error_body("RunFailed", message))
                 return
+            added = _parked_note(
+                streamed,
+                event.stop_reason,
+                event.session_id,
+                event.pending_approvals,
+                event.pending_query,
+            )
+            if added:  # a parked run: which calls wait and how to decide them, as text
+                yield chunk({"content": added})
             loom = _loom_block(
-                event.session_id, event.run_id, event.stop_reason, event.pending_approvals
+                event.session_id,
+                event.run_id,
+                event.stop_reason,
+                event.pending_approvals,
+                event.pending_query,
             )
             yield chunk({}, _FINISH.get(event.stop_reason, "stop"), loom=loom)
             if include_usage:
@@ -345,49 +420,140 @@ def session_of_response(rid: str) -> str | None:
         return None
 
 
-def _response_object(
-    agent: Agent | Crew,
-    rid: str,
-    status: Literal["completed", "incomplete", "in_progress"],
-    text: str | None,
-    usage: Usage | dict[str, Any] | None,
-    previous: str | None,
-    loom: dict[str, Any] | None,
-    created: int,
+def parse_response_id(rid: str) -> tuple[str, str] | None:
+    """The session and run a response id names, or None when it is not one of Loom's."""
+    session_id = session_of_response(rid)
+    if session_id is None:
+        return None
+    return session_id, rid[5:].partition("_")[2]
+
+
+ResponseStatus = Literal["completed", "incomplete", "in_progress", "failed"]
+"""The statuses of OpenAI's Responses API that a Loom run can have."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """How a run ended, as a response shows it (from a ``RunResult`` or an ``AGENT_FINISH``)."""
+
+    session_id: str
+    run_id: str
+    stop_reason: str
+    text: str
+    usage: Usage | dict[str, Any]
+    pending_approvals: list[dict[str, Any]]
+    pending_query: dict[str, Any] | None
+    error: str | None
+
+    @classmethod
+    def of_result(cls, r: RunResult) -> RunEnd:
+        """How the run that returned ``r`` ended."""
+        return cls(
+            r.session_id,
+            r.run_id,
+            r.stop_reason,
+            r.text,
+            r.usage,
+            list(r.pending_approvals),
+            r.pending_query,
+            r.error,
+        )
+
+    @classmethod
+    def of_event(cls, ev: AgentFinish) -> RunEnd:
+        """How the run whose last event is ``ev`` ended."""
+        return cls(
+            ev.session_id,
+            ev.run_id,
+            ev.stop_reason,
+            ev.output or "",
+            ev.usage,
+            list(ev.pending_approvals),
+            ev.pending_query,
+            ev.error,
+        )
+
+    def outcome(self) -> tuple[ResponseStatus, IncompleteReason | None]:
+        """The response's status and, when ``incomplete``, why."""
+        if self.stop_reason in _FAILED:
+            return "failed", None
+        if self.stop_reason == "awaiting_approval":
+            return "incomplete", "awaiting_approval"
+        if self.stop_reason == "awaiting_input":
+            return "incomplete", "awaiting_input"
+        finish = _FINISH.get(self.stop_reason, "stop")
+        if finish == "length":
+            return "incomplete", "max_output_tokens"
+        if finish == "content_filter":
+            return "incomplete", "content_filter"
+        return "completed", None
+
+    def reply_text(self) -> str:
+        """The run's text, plus what a parked run waits for and how to decide it."""
+        return self.text + _parked_note(
+            bool(self.text),
+            self.stop_reason,
+            self.session_id,
+            self.pending_approvals,
+            self.pending_query,
+        )
+
+    def loom(self) -> dict[str, Any]:
+        """The response's ``loom`` block: session, run, stop reason, what it waits for."""
+        return _loom_block(
+            self.session_id,
+            self.run_id,
+            self.stop_reason,
+            self.pending_approvals,
+            self.pending_query,
+        )
+
+
+def response_object(
+    model: str, rid: str, created: float, previous: str | None, end: RunEnd | None
 ) -> dict[str, Any]:
-    output = []
-    if text is not None:
-        output.append(_output_message(rid, text, "completed"))
-    i, o = _usage(usage) if usage is not None else (0, 0)
-    return {
+    """A Responses API ``response`` object: ``in_progress`` without an end, else as it ended."""
+    status: ResponseStatus = "in_progress"
+    reason: IncompleteReason | None = None
+    output: list[dict[str, Any]] = []
+    error: dict[str, str] | None = None
+    text = ""
+    if end is not None:
+        status, reason = end.outcome()
+        if status == "failed":
+            message = f"the agent's run ended with {end.stop_reason}: {end.error}"
+            error = {"code": "server_error", "message": message}
+        else:
+            text = end.reply_text()
+            output.append(_output_message(rid, text, "completed"))
+    out: dict[str, Any] = {
         "id": rid,
         "object": "response",
-        "created_at": created,
+        "created_at": int(created),
         "status": status,
-        "model": agent.name,
+        "model": model,
         "output": output,
-        "output_text": text or "",
+        "output_text": text,
         "previous_response_id": previous,
         "parallel_tool_calls": True,
         "tool_choice": "auto",
         "tools": [],
-        "error": None,
-        "incomplete_details": None if status != "incomplete" else {"reason": "max_output_tokens"},
+        "error": error,
+        "incomplete_details": None if reason is None else {"reason": reason},
         "instructions": None,
         "metadata": {},
         "temperature": None,
         "top_p": None,
-        "usage": None
-        if usage is None
-        else {
-            "input_tokens": i,
-            "output_tokens": o,
-            "total_tokens": i + o,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens_details": {"reasoning_tokens": 0},
-        },
-        "loom": loom,
+        "loom": None if end is None else end.loom(),
     }
+    if end is not None:  # optional, and not nullable: a response in progress has none yet
+        out["usage"] = _responses_usage(end.usage)
+    return out
+
+
+def _output_text(text: str) -> dict[str, Any]:
+    # Loom's models report no log probabilities: the list the schema requires is empty
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
 def _output_message(rid: str, text: str, status: str) -> dict[str, Any]:
@@ -396,7 +562,7 @@ def _output_message(rid: str, text: str, status: str) -> dict[str, Any]:
         "id": f"msg_{rid[5:]}",
         "status": status,
         "role": "assistant",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
+        "content": [_output_text(text)],
     }
 
 
@@ -404,6 +570,10 @@ def _responses_input(body: ResponsesRequest) -> str:
     if isinstance(body.input, str):
         return body.input
     return _last_user_text(body.input, "input")
+
+
+def _no_response(rid: str, param: str, code: str, hint: str) -> JSONResponse:
+    return _not_found("NotFound", f"no response {rid!r}; {hint}", code, param)
 
 
 @router.post(
@@ -424,86 +594,128 @@ async def responses(
     if body.previous_response_id:
         session_id = session_of_response(body.previous_response_id)
         if session_id is None or not await state.runtime.store.message_count(session_id):
-            return _not_found(
-                "NotFound",
-                f"no response {body.previous_response_id!r}; give the id of a response this "
-                "server returned, or leave previous_response_id out to start a new session",
-                "previous_response_not_found",
+            return _no_response(
+                body.previous_response_id,
                 "previous_response_id",
+                "previous_response_not_found",
+                "give the id of a response this server returned, or leave "
+                "previous_response_id out to start a new session",
             )
     else:
         session_id = _session(x_loom_session, body.user, body.metadata)
-    created = int(time.time())
+    created = time.time()
     if body.stream:
         events = await _started(stream_served(state.runtime, agent, message, session_id))
-        gen = _response_events(events, agent, body.previous_response_id, created)
+        gen = _response_events(events, agent.name, body.previous_response_id, created)
         return _stream_response(gen, session_id)
     result = await run_served(state.runtime, agent, message, session_id)
     if result.stop_reason in _FAILED:
         return _run_failed(result)
     rid = response_id(result.session_id, result.run_id)
-    status: Literal["completed", "incomplete"] = (
-        "completed" if _FINISH.get(result.stop_reason) == "stop" else "incomplete"
-    )
-    loom = _loom_block(
-        result.session_id, result.run_id, result.stop_reason, result.pending_approvals
-    )
-    reply = _response_object(
-        agent, rid, status, result.text, result.usage, body.previous_response_id, loom, created
+    reply = response_object(
+        agent.name, rid, created, body.previous_response_id, RunEnd.of_result(result)
     )
     return JSONResponse(reply, headers={SESSION_HEADER: result.session_id})
 
 
+@router.get(
+    "/responses/{response_id}",
+    summary="A response this server returned (rebuilt from its run's journaled events)",
+    response_model=None,
+)
+async def get_response(request: Request, response_id: str) -> Response:
+    """The response ``response_id`` names, as its run stands now: ``in_progress`` while it
+    runs, else as it ended. Another API key's response is not there (404)."""
+    hint = "give the id of a response this server returned (for this API key)"
+    named = parse_response_id(response_id)
+    if named is None:
+        return _no_response(response_id, "response_id", "response_not_found", hint)
+    session_id, run_id = named
+    try:
+        events = await state_of(request).runtime.store.load_events(session_id, run_id)
+    except SessionNotFound:  # another key's session: it does not exist for this one
+        events = []
+    start = next((e for e in events if isinstance(e, AgentStart)), None)
+    if start is None:
+        return _no_response(response_id, "response_id", "response_not_found", hint)
+    finish = next((e for e in reversed(events) if isinstance(e, AgentFinish)), None)
+    end = None if finish is None else RunEnd.of_event(finish)
+    # the previous response is not journaled with the run: null, as for a first response
+    reply = response_object(start.agent, response_id, start.timestamp, None, end)
+    return JSONResponse(reply, headers={SESSION_HEADER: session_id})
+
+
 async def _response_events(
-    events: AsyncIterator[AgentEvent], agent: Agent | Crew, previous: str | None, created: int
+    events: AsyncIterator[AgentEvent], model: str, previous: str | None, created: float
 ) -> AsyncIterator[bytes]:
     """The Responses API's semantic streaming events for one turn."""
     seq = 0
     rid = ""
     opened = False
+    streamed = False
 
     def emit(kind: str, **data: Any) -> bytes:
         nonlocal seq
         seq += 1
         return _sse({"type": kind, "sequence_number": seq - 1, **data}, event=kind)
 
-    def shell(status: Literal["completed", "incomplete", "in_progress"]) -> dict[str, Any]:
-        return _response_object(agent, rid, status, None, None, previous, None, created)
+    def open_item() -> list[bytes]:
+        item = _output_message(rid, "", "in_progress")
+        item["content"] = []
+        return [
+            emit("response.output_item.added", output_index=0, item=item),
+            emit(
+                "response.content_part.added",
+                item_id=item["id"],
+                output_index=0,
+                content_index=0,
+                part=_output_text(""),
+            ),
+        ]
+
+    def delta(text: str) -> bytes:
+        return emit(
+            "response.output_text.delta",
+            item_id=f"msg_{rid[5:]}",
+            output_index=0,
+            content_index=0,
+            delta=text,
+            logprobs=[],
+        )
 
     async for event in events:
         if not rid:
             rid = response_id(event.session_id, event.run_id)
-            yield emit("response.created", response=shell("in_progress"))
-            yield emit("response.in_progress", response=shell("in_progress"))
+            shell = response_object(model, rid, created, previous, None)
+            yield emit("response.created", response=shell)
+            yield emit("response.in_progress", response=shell)
         if isinstance(event, LlmDelta) and event.delta:
             if not opened:
                 opened = True
-                item = _output_message(rid, "", "in_progress")
-                item["content"] = []
-                yield emit("response.output_item.added", output_index=0, item=item)
-                yield emit(
-                    "response.content_part.added",
-                    item_id=item["id"],
-                    output_index=0,
-                    content_index=0,
-                    part={"type": "output_text", "text": "", "annotations": []},
-                )
-            yield emit(
-                "response.output_text.delta",
-                item_id=f"msg_{rid[5:]}",
-                output_index=0,
-                content_index=0,
-                delta=event.delta,
-                logprobs=[],
-            )
+                for frame in open_item():
+                    yield frame
+            streamed = True
+            yield delta(event.delta)
         elif isinstance(event, AgentFinish):
-            if event.stop_reason in _FAILED:
-                failed = shell("in_progress")
-                failed["status"] = "failed"
-                failed["error"] = {"code": "server_error", "message": str(event.error)}
-                yield emit("response.failed", response=failed)
+            end = RunEnd.of_event(event)
+            final = response_object(model, rid, created, previous, end)
+            if final["status"] == "failed":
+                yield emit("response.failed", response=final)
                 return
-            output = event.output
+            added = _parked_note(
+                streamed,
+                end.stop_reason,
+                end.session_id,
+                end.pending_approvals,
+                end.pending_query,
+            )
+            if added:  # a parked run: what it waits for, as text like the rest of the answer
+                if not opened:
+                    opened = True
+                    for frame in open_item():
+                        yield frame
+                yield delta(added)
+            output = final["output_text"]
             item_id = f"msg_{rid[5:]}"
             if opened:
                 yield emit(
@@ -519,20 +731,11 @@ async def _response_events(
                     item_id=item_id,
                     output_index=0,
                     content_index=0,
-                    part={"type": "output_text", "text": output, "annotations": []},
+                    part=_output_text(output),
                 )
                 yield emit(
                     "response.output_item.done",
                     output_index=0,
                     item=_output_message(rid, output, "completed"),
                 )
-            status: Literal["completed", "incomplete"] = (
-                "completed" if _FINISH.get(event.stop_reason) == "stop" else "incomplete"
-            )
-            loom = _loom_block(
-                event.session_id, event.run_id, event.stop_reason, event.pending_approvals
-            )
-            final = _response_object(
-                agent, rid, status, output, event.usage, previous, loom, created
-            )
-            yield emit(f"response.{status}", response=final)
+            yield emit(f"response.{final['status']}", response=final)

@@ -1,5 +1,6 @@
 // The @a2a-js/sdk client against a real `loom serve` (tests/interop/test_a2a_js.py):
-// fetch the card, send a message, continue its context, stream a task, get it, cancel one.
+// fetch the card, send a message, continue its context, stream a task, get it, cancel one,
+// answer a task parked for approval with free text.
 // Usage: node flow.mjs BASE_URL API_KEY; prints one JSON object for the test to check.
 import { Role } from "@a2a-js/sdk";
 import { ClientFactory, DefaultAgentCardResolver, JsonRpcTransportFactory } from "@a2a-js/sdk/client";
@@ -54,4 +55,10 @@ const parked = task(await waiter.sendMessage({ ...message("wait for never-js.txt
                    historyLength: undefined, returnImmediately: true } }));
 const cancelled = await waiter.cancelTask({ id: parked.id, tenant: "", metadata: undefined });
 out.cancel = { id: parked.id, before: parked.status.state, after: cancelled.status.state };
+// a task parked for approval, continued with free text (a rejection with that reason)
+const ops = await factory.createFromUrl(`${base}/agents/ops/.well-known/agent-card.json`, "");
+const asked = task(await ops.sendMessage(message("ship it")));
+const replied = task(await ops.sendMessage(message("not today", { taskId: asked.id })));
+out.parked = { before: asked.status.state, after: replied.status.state, sameTask: replied.id === asked.id,
+               answer: text(replied.artifacts?.[replied.artifacts.length - 1]?.parts) };
 console.log(JSON.stringify(out));

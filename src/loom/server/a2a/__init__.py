@@ -3,10 +3,15 @@
 Per served agent:
 
 - ``GET /agents/{name}/.well-known/agent-card.json``: its agent card (the first served agent's
-  is also at ``/.well-known/agent-card.json``);
-- ``POST /agents/{name}/a2a``: the JSON-RPC binding (``SendMessage``, ``SendStreamingMessage``,
-  ``GetTask``, ``ListTasks``, ``CancelTask``, ``SubscribeToTask``; v0.3 method names too);
+  is also at ``/.well-known/agent-card.json``), with ``Cache-Control`` and an ``ETag`` (a hash
+  of the card as served), and 304 for a matching ``If-None-Match``;
+- ``POST /agents/{name}/a2a`` (or ``.../a2a/``): the JSON-RPC binding (``SendMessage``,
+  ``SendStreamingMessage``, ``GetTask``, ``ListTasks``, ``CancelTask``, ``SubscribeToTask``;
+  v0.3 method names too);
 - ``/agents/{name}/a2a/rest/...``: the HTTP+JSON (REST) binding (``message:send``, ...).
+
+A 1.0 request names its version (``A2A-Version: 1.0``, header or query parameter); one that
+names none is answered ``VersionNotSupportedError`` saying so (``handler.requested_version``).
 
 Tasks run on the server's one ``Runtime`` (``executor.LoomExecutor``) and are kept in the
 store's key-value space per API key (``store.LoomTaskStore``). With API keys every path, the
@@ -16,12 +21,14 @@ request, so a server without the ``a2a`` extra starts and answers these paths wi
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
@@ -30,6 +37,8 @@ from loom.server.app import ServerState, error_body, view_for
 __all__ = ["router"]
 
 _HANDLERS = "a2a_handlers"
+CARD_MAX_AGE = 300
+"""Seconds a client may keep an agent card (it changes when the server's agents do)."""
 
 
 def _agent_router(state: ServerState, name: str) -> Any:
@@ -54,8 +63,11 @@ def _agent_router(state: ServerState, name: str) -> Any:
     builder = ContextBuilder()
     dispatcher = Dispatcher(handler, context_builder=builder, enable_v0_3_compat=True)
     rest = create_rest_routes(handler, builder, path_prefix=REST_PATH.format(name=name))
+    jsonrpc = JSONRPC_PATH.format(name=name)
     routes = [
-        Route(JSONRPC_PATH.format(name=name), dispatcher.handle_requests, methods=["POST"]),
+        Route(jsonrpc, dispatcher.handle_requests, methods=["POST"]),
+        # with a trailing slash too: a redirect would make clients re-send (or drop) the body
+        Route(jsonrpc + "/", dispatcher.handle_requests, methods=["POST"]),
         # the SDK also mounts its REST routes under /{tenant}: at the root of our app that
         # would swallow every path, and Loom has no tenants
         *(r for r in rest if not isinstance(r, Mount)),
@@ -101,10 +113,28 @@ class A2AApp:
         if path.endswith("/.well-known/agent-card.json"):
             await self._card(root, name, scope, receive, send)
             return
+        if "/a2a/rest/" in path and not await self._versioned_rest(scope, receive, send):
+            return
         handlers: dict[str, Any] = root.extra.setdefault(_HANDLERS, {})
         if name not in handlers:
             handlers[name] = _agent_router(root, name)
         await handlers[name][1](scope, receive, send)
+
+    async def _versioned_rest(self, scope: Scope, receive: Receive, send: Send) -> bool:
+        """Whether a REST request names its A2A version; if not, it is answered here (the REST
+        binding is 1.0 only) with the error that says which header to send."""
+        from a2a.utils.error_handlers import build_rest_error_payload
+        from a2a.utils.errors import VersionNotSupportedError
+        from starlette.requests import Request
+
+        from loom.server.a2a.handler import missing_version_message, requested_version
+
+        if requested_version(Request(scope)) is not None:
+            return True
+        error = VersionNotSupportedError(message=missing_version_message("the REST binding"))
+        response = JSONResponse(build_rest_error_payload(error), status_code=400)
+        await response(scope, receive, send)
+        return False
 
     async def _card(
         self, state: ServerState, name: str, scope: Scope, receive: Receive, send: Send
@@ -114,9 +144,27 @@ class A2AApp:
 
         from loom.server.a2a.card import agent_card
 
-        base = str(Request(scope).base_url).rstrip("/")
+        request = Request(scope)
+        base = str(request.base_url).rstrip("/")
         card = agent_card(state.registry[name], base, _version(), keys=_keyed(state))
-        await JSONResponse(agent_card_to_dict(card))(scope, receive, send)
+        body = json.dumps(agent_card_to_dict(card), separators=(",", ":")).encode()
+        etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+        # a card behind API keys is for that key's eyes: no shared cache keeps it
+        scope_word = "private" if _keyed(state) else "public"
+        headers = {"ETag": etag, "Cache-Control": f"{scope_word}, max-age={CARD_MAX_AGE}"}
+        if _etag_matches(request.headers.get("if-none-match"), etag):
+            await Response(status_code=304, headers=headers)(scope, receive, send)
+            return
+        response = Response(body, media_type="application/json", headers=headers)
+        await response(scope, receive, send)
+
+
+def _etag_matches(if_none_match: str | None, etag: str) -> bool:
+    """RFC 9110 13.1.2: ``*`` or any listed tag, weak or strong, equal to ``etag``."""
+    if not if_none_match:
+        return False
+    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
+    return "*" in tags or etag in tags
 
 
 @asynccontextmanager
@@ -137,6 +185,7 @@ router.routes.extend(
         ("/.well-known/agent-card.json", ["GET"]),
         ("/agents/{name}/.well-known/agent-card.json", ["GET"]),
         ("/agents/{name}/a2a", ["POST"]),
+        ("/agents/{name}/a2a/", ["POST"]),
         ("/agents/{name}/a2a/rest/{rest:path}", ["GET", "POST", "DELETE"]),
     )
 )

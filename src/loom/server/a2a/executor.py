@@ -1,12 +1,14 @@
 """The A2A SDK's ``AgentExecutor`` for a Loom agent: one A2A task runs as Loom runs.
 
 The task's ``contextId`` is the Loom session; each message on the task is one Loom turn (its
-run id is in the task's metadata as ``loom_run_id``). States follow the run: ``working`` while
-it runs (a status update per tool call), ``completed`` with the answer as an artifact,
-``input-required`` when a call waits for approval (or the model asked the client something),
-``canceled`` and ``failed``. A follow-up message on an ``input-required`` task resumes it: the
-answer to a query, or a decision (``approve`` / ``reject[: reason]`` as text, or a data part
-``{"decision": ...}`` / ``{call_id: decision}``).
+run id is in the task's metadata as ``loomRunId``: Loom's metadata keys are camelCase, like
+every field of A2A's JSON). States follow the run: ``working`` while it runs (a status update
+per tool call), ``completed`` with the answer as an artifact, ``input-required`` when a call
+waits for approval (or the model asked the client something), ``canceled`` and ``failed``. A
+follow-up message on an ``input-required`` task resumes it, whatever it says: the answer to a
+query, or a decision (``approve`` / ``reject[: reason]`` as text, or a data part
+``{"decision": ...}`` / ``{call_id: decision}``; any other text rejects the calls with that
+text as the reason the model reads), so a generic A2A client can always continue the task.
 """
 
 from __future__ import annotations
@@ -44,10 +46,15 @@ def text_of(message: Message) -> str:
     return "\n".join(p.text for p in message.parts if p.HasField("text"))
 
 
+_REJECT_WORDS = ("reject", "rejected", "no", "n", "deny")
+
+
 def decision_of(message: Message) -> Any:
-    """The approval decision a follow-up message carries, or ``InputError`` saying how to
-    write one. A data part is taken as it is (``{"decision": ...}`` or ``{call_id: ...}``);
-    text is ``approve`` / ``reject`` with an optional ``: reason``."""
+    """The approval decision a follow-up message carries. A data part is taken as it is
+    (``{"decision": ...}`` or ``{call_id: ...}``); text is ``approve`` / ``reject`` with an
+    optional ``: reason``, and any other text rejects, with the text as the reason (what a
+    person typing into a generic A2A client means by "not now, because ..."). An empty
+    message is an ``InputError`` saying how to write one."""
     from loom.policy.approval import coerce_decision
 
     for part in message.parts:
@@ -55,15 +62,19 @@ def decision_of(message: Message) -> Any:
             value = MessageToDict(part.data)
             return value
     text = text_of(message).strip()
+    if not text:
+        raise InputError(
+            "this task waits for approval; reply 'approve' or 'reject' (optionally "
+            "'reject: reason', or any text as the reason to reject), or a data part "
+            "{'decision': 'approve'}"
+        )
     word, _, reason = text.replace(":", " ", 1).partition(" ")
+    word = word.strip(".,;!").lower()
     try:
         decided = coerce_decision(word)
-    except InputError:
-        raise InputError(
-            f"this task waits for approval; reply 'approve' or 'reject' (optionally "
-            f"'reject: reason'), or a data part {{'decision': 'approve'}}; got {text[:80]!r}"
-        ) from None
-    if reason.strip() and word.strip().lower() in ("reject", "rejected", "no", "n", "deny"):
+    except InputError:  # not a decision word: the whole text is why the calls are rejected
+        return {"decision": "reject", "reason": text}
+    if reason.strip() and word in _REJECT_WORDS:
         return {"decision": "reject", "reason": reason.strip()}
     return decided
 
@@ -109,9 +120,9 @@ class LoomExecutor(AgentExecutor):
         cancel, done = asyncio.Event(), asyncio.Event()
         self._running[task_id] = (cancel, done)
         meta = {
-            "loom_session_id": session_id,
-            "loom_run_id": turn.run_id,
-            "loom_agent": self.agent_name,
+            "loomSessionId": session_id,
+            "loomRunId": turn.run_id,
+            "loomAgent": self.agent_name,
         }
         try:
             await updater.update_status(TaskState.TASK_STATE_WORKING, metadata=meta)
@@ -128,16 +139,16 @@ class LoomExecutor(AgentExecutor):
         data: dict[str, Any]
         if isinstance(event, ToolExecutionStart):
             data = {
-                "loom_event": "tool_start",
+                "loomEvent": "tool_start",
                 "tool": event.tool_name,
-                "tool_call_id": event.tool_call_id,
+                "toolCallId": event.tool_call_id,
             }
             text = f"calling {event.tool_name}"
         elif isinstance(event, ToolResultEvent | ToolErrorEvent):
             data = {
-                "loom_event": "tool_end",
+                "loomEvent": "tool_end",
                 "tool": event.tool_name,
-                "tool_call_id": event.tool_call_id,
+                "toolCallId": event.tool_call_id,
                 "success": event.success,
             }
             text = f"{event.tool_name} {'finished' if event.success else 'failed'}"
@@ -148,11 +159,11 @@ class LoomExecutor(AgentExecutor):
         )
 
     async def _finish(self, result: RunResult, updater: TaskUpdater, meta: dict[str, Any]) -> None:
-        meta = {**meta, "loom_stop_reason": result.stop_reason}
+        meta = {**meta, "loomStopReason": result.stop_reason}
         stop = result.stop_reason
         if stop == "completed":
             await updater.add_artifact(
-                [new_text_part(result.text)], name="answer", metadata={"loom_run_id": result.run_id}
+                [new_text_part(result.text)], name="answer", metadata={"loomRunId": result.run_id}
             )
             await updater.update_status(
                 TaskState.TASK_STATE_COMPLETED, _agent_message(updater, result.text), metadata=meta
@@ -163,12 +174,13 @@ class LoomExecutor(AgentExecutor):
                 f"{p.get('tool_name')}({json.dumps(p.get('arguments', {}))})" for p in pending
             )
             text = (
-                f"waiting for approval of {calls}; reply 'approve' or 'reject' "
-                "(optionally 'reject: reason') on this task"
+                f"waiting for approval of {calls}; reply on this task: 'approve', or "
+                "'reject' (optionally 'reject: reason'); any other reply rejects the "
+                "call(s) with your text as the reason"
             )
             await updater.update_status(
                 TaskState.TASK_STATE_INPUT_REQUIRED,
-                _agent_message(updater, text, {"pending_approvals": pending}),
+                _agent_message(updater, text, {"pendingApprovals": pending}),
                 metadata=meta,
             )
         elif stop == "awaiting_input":
@@ -176,7 +188,10 @@ class LoomExecutor(AgentExecutor):
             await updater.update_status(
                 TaskState.TASK_STATE_INPUT_REQUIRED,
                 _agent_message(
-                    updater, result.text or "the agent asks for input", {"pending_query": query}
+                    updater,
+                    (result.text or "the agent asks for input")
+                    + "\n(reply on this task: your reply is the answer)",
+                    {"pendingQuery": query},
                 ),
                 metadata=meta,
             )

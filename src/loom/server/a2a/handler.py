@@ -1,5 +1,10 @@
 """The SDK's request handler with Loom's checks in front, and the JSON-RPC dispatcher with
-error messages that say what was wrong."""
+error messages that say what was wrong.
+
+Versions (A2A 1.0, section 3.6): a request names its protocol version with the ``A2A-Version``
+header or, as the specification allows, an ``A2A-Version`` query parameter; none means 0.3.
+The 1.0 methods answer a request without one with ``VersionNotSupportedError`` saying which
+header to send (the 0.3 method names still work without it)."""
 
 from __future__ import annotations
 
@@ -18,10 +23,12 @@ from a2a.types.a2a_pb2 import (
     Task,
     TaskState,
 )
+from a2a.utils.constants import VERSION_HEADER
 from a2a.utils.errors import (
     ContentTypeNotSupportedError,
     InvalidParamsError,
     TaskNotFoundError,
+    VersionNotSupportedError,
 )
 from starlette.requests import Request
 from starlette.responses import Response
@@ -29,15 +36,45 @@ from starlette.responses import Response
 from loom.errors import InputError
 from loom.server.a2a.executor import decision_of, text_of
 
-__all__ = ["ContextBuilder", "Dispatcher", "LoomRequestHandler"]
+__all__ = [
+    "PROTOCOL_VERSION",
+    "ContextBuilder",
+    "Dispatcher",
+    "LoomRequestHandler",
+    "missing_version_message",
+    "requested_version",
+]
+
+PROTOCOL_VERSION = "1.0"
+TEXT_MEDIA = "text/plain"
+
+
+def requested_version(request: Request) -> str | None:
+    """The A2A version a request names: its ``A2A-Version`` header, else the query parameter
+    of that name (A2A 1.0 section 3.6.1 allows either); None when it names none."""
+    return request.headers.get(VERSION_HEADER) or request.query_params.get(VERSION_HEADER) or None
+
+
+def missing_version_message(what: str) -> str:
+    """What a request without ``A2A-Version`` is told (the protocol reads it as 0.3)."""
+    return (
+        f"{what} is A2A {PROTOCOL_VERSION}, and this request names no protocol version, which "
+        f"A2A reads as 0.3: send the header '{VERSION_HEADER}: {PROTOCOL_VERSION}' (or the query "
+        f"parameter ?{VERSION_HEADER}={PROTOCOL_VERSION})"
+    )
 
 
 class ContextBuilder(DefaultServerCallContextBuilder):
-    """Carries the request's API key (set by the server's guard) into the call context."""
+    """Carries the request's API key (set by the server's guard) into the call context, and a
+    version given as a query parameter as if it were the header (the SDK reads headers)."""
 
     def build(self, request: Request) -> ServerCallContext:
         context = super().build(request)
         context.state["loom.principal"] = request.scope.get("loom.principal")
+        version = requested_version(request)
+        headers = context.state.get("headers")
+        if version is not None and isinstance(headers, dict):
+            headers[VERSION_HEADER.lower()] = version
         return context
 
 
@@ -45,7 +82,11 @@ def _part_kind(part: Any) -> str:
     for kind in ("raw", "url", "data"):
         if part.HasField(kind):
             return {"raw": "file bytes", "url": "file url", "data": "data"}[kind]
-    return "empty"
+    return "of no kind this server knows (a part is text, raw, url or data)"
+
+
+def _media_type(media: str) -> str:
+    return media.partition(";")[0].strip().lower()
 
 
 class LoomRequestHandler(DefaultRequestHandlerV2):
@@ -67,17 +108,29 @@ class LoomRequestHandler(DefaultRequestHandlerV2):
                 raise TaskNotFoundError(
                     f"no task {message.task_id!r} on agent {self.agent_name!r} for this API key"
                 )
+            # A2A 1.0 section 3.4.3: the context is inferred from the task, and must match it
+            if not message.context_id:
+                message.context_id = task.context_id
+            elif message.context_id != task.context_id:
+                raise InvalidParamsError(
+                    f"contextId {message.context_id!r} is not the context of task "
+                    f"{task.id!r} ({task.context_id!r}); send the task's contextId or none"
+                )
         deciding = (
             task is not None
             and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
             and bool(await self.loom_state.runtime.pending_approvals(task.context_id))
         )
         for i, part in enumerate(message.parts):
-            if part.HasField("text") or (deciding and part.HasField("data")):
+            if deciding and part.HasField("data"):
                 continue
+            plain = not part.media_type or _media_type(part.media_type) == TEXT_MEDIA
+            if part.HasField("text") and plain:
+                continue
+            kind = "text" if part.HasField("text") else _part_kind(part)
             media = f" ({part.media_type})" if part.media_type else ""
             raise ContentTypeNotSupportedError(
-                f"message part {i} is {_part_kind(part)}{media}; agent {self.agent_name!r} "
+                f"message part {i} is {kind}{media}; agent {self.agent_name!r} "
                 "takes text parts (text/plain) only"
             )
         try:
@@ -158,9 +211,17 @@ class Dispatcher(JsonRpcDispatcher):
             known = method in self.METHOD_TO_MODEL or (
                 self._v03_adapter is not None and self._v03_adapter.supports_method(method)
             )
+            rid = body.get("id")
+            rid = rid if isinstance(rid, str | int) and not isinstance(rid, bool) else None
+            if method in self.METHOD_TO_MODEL and requested_version(request) is None:
+                return self._generate_error_response(
+                    rid,
+                    VersionNotSupportedError(
+                        message=missing_version_message(f"the method {method!r}")
+                        + "; the 0.3 method names (message/send, tasks/get, ...) need none"
+                    ),
+                )
             if not known:
-                rid = body.get("id")
-                rid = rid if isinstance(rid, str | int) and not isinstance(rid, bool) else None
                 return self._generate_error_response(
                     rid,
                     MethodNotFoundError(

@@ -39,6 +39,7 @@ from loom.crew.tools import CrewTool, choice_tool
 from loom.errors import BudgetExceeded, RemoteMemberError, ToolError
 from loom.events import AgentEvent, CrewMemberFinish
 from loom.messages import Message, Usage
+from loom.run_inputs import Resume, RunOptions
 from loom.tools.base import RunContext
 
 if TYPE_CHECKING:
@@ -531,10 +532,15 @@ class Runner:
             )
         rt = self.runtime
         child_scope = self.scope.child(depth=depth)
-        tools = [*(member.given.get("tools") or ()), *extra_tools]
+        tools: list[Any] = [*extra_tools]  # added to this member run only: the member stays
         if self.state is not None:
             tools.extend(state_tools(self.state))
-        agent = member.replace(model=BudgetedModel(rt.model_for(member), child_scope), tools=tools)
+        options = RunOptions(
+            model=BudgetedModel(rt.model_for(member), child_scope),
+            extra_tools=tuple(tools),
+            deps=self.deps,
+            parent_run_id=self.log.run_id,
+        )
         if await rt.store.get_session(child_sid) is None:
             await rt.store.create_session(
                 child_sid,
@@ -563,19 +569,9 @@ class Runner:
             from loom.policy.approval import match_decisions
 
             match_decisions(decision, parked, child_sid)  # a clear InputError before running
-            turn = rt.prepare(
-                agent,
-                None,
-                child_sid,
-                "queue",
-                self.deps,
-                resume=decision,
-                parent_run_id=self.log.run_id,
-            )
+            turn = await rt.start(member, Resume(decision), session_id=child_sid, options=options)
         else:
-            turn = rt.prepare(
-                agent, message, child_sid, "queue", self.deps, parent_run_id=self.log.run_id
-            )
+            turn = await rt.start(member, message, session_id=child_sid, options=options)
 
         await self.log.member_start(
             path=path,

@@ -1,4 +1,4 @@
-"""A crew run prepared for a driver: what ``Crew.prepare`` makes and a server runs.
+"""A crew run ready for a driver: what ``Runtime.start(crew, ...)`` answers and a server runs.
 
 ``CrewTurn`` has the driving interface of ``loom.loop.Turn`` — ``run_id``, ``session_id``,
 ``run(emit)``, ``cancel(reason)`` and ``result`` (a ``RunResult``) — so whatever drives a turn
@@ -42,13 +42,15 @@ class CrewTurn:
         *,
         deps: Any = None,
         approvals: Any = None,
+        run_id: str | None = None,
+        parent_run_id: str | None = None,
     ) -> None:
         if not isinstance(task, str) or not task.strip():
             raise InputError("a crew's task must be non-empty text")
         self.crew, self.runtime, self.task = crew, runtime, task
         self.session_id = session_id or new_id("session")
-        self.run_id = new_id("run")
-        self.deps, self.approvals = deps, approvals
+        self.run_id = run_id or new_id("run")
+        self.deps, self.approvals, self.parent_run_id = deps, approvals, parent_run_id
         self.result: RunResult | None = None
         self.crew_result: CrewResult | None = None
         self.cancel_reason: str | None = None
@@ -70,6 +72,7 @@ class CrewTurn:
                 deps=self.deps,
                 approvals=self.approvals,
                 run_id=self.run_id,
+                parent_run_id=self.parent_run_id,
             )
         except asyncio.CancelledError:
             if self.cancel_reason is None or self._task is None:

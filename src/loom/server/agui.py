@@ -42,6 +42,7 @@ from loom.events import (
 )
 from loom.hooks import RequireApproval
 from loom.messages import ToolCall, new_id
+from loom.run_inputs import Resume
 from loom.server.app import ServerState, error_body, state_of
 from loom.server.openai_api import EventStream, close_quietly
 
@@ -315,9 +316,10 @@ async def _start(state: ServerState, agent: Agent, body: RunAgentInput) -> tuple
     served, frontend = _with_frontend(agent, body.tools or [])
     plan = await _plan(state, body, frontend)
     if plan.message is not None:
-        turn = state.runtime.prepare(served, plan.message, body.thread_id, "queue", None)
+        turn = await state.runtime.start(served, plan.message, session_id=body.thread_id)
     else:
-        turn = await state.runtime.prepare_resume(served, body.thread_id, plan.decisions)
+        resume = Resume(plan.decisions)
+        turn = await state.runtime.start(served, resume, session_id=body.thread_id)
     return turn, _Mapper(body, frontend)
 
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from loom.driving import discard
 from loom.errors import ConfigurationError, LeaseLost, LoomError
 from loom.events import AgentFinish, EventType
+from loom.run_inputs import CarryOn, RunOptions
 from loom.workers.app import JOB_NAMESPACE, kv_of
 from loom.workers.failover import take_over
 
@@ -143,14 +144,12 @@ async def run_turn(
         run_id = f"{run_id}-a{len(runs) + 1}"
     record["runs"] = [*runs, run_id]
     await _save(ctx, job_id, record)  # before the run starts: a retry must know of it
-    turn = ctx.runtime.prepare(
+    # a retry whose message is committed carries the dead attempt on, with no new message
+    turn = await ctx.runtime.start(
         a,
-        None if committed else message,
-        session_id,
-        "queue",
-        None,
-        run_id=run_id,
-        carry_on=committed,
+        CarryOn() if committed else message,
+        session_id=session_id,
+        options=RunOptions(run_id=run_id),
     )
     inner = asyncio.ensure_future(turn.run(discard))
     try:

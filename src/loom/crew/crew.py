@@ -232,7 +232,7 @@ class Crew:
         pending = await crew_pending(runtime.store, session_id)
         if prior is None or not pending:
             raise InputError(f"crew session {session_id!r} has no member call waiting for approval")
-        routed = by_member(input.decisions, pending, session_id)
+        routed = by_member(input.decisions, pending, session_id, self.name)
         return CrewTurn(self, runtime, prior.task, session_id, approvals=routed, **common)
 
     async def run(

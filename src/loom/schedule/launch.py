@@ -60,11 +60,11 @@ class RuntimeLauncher:
             raise ScheduleError(f"no agent named {schedule.agent!r} in this process", field="agent")
         session = run.session_id or schedule.session_for(run.tick)
         # agent or crew, through the front door; the tick's run is named ``run_id``
-        run = await self.runtime.start(
+        started = await self.runtime.start(
             target, schedule.message, session_id=session, options=RunOptions(run_id=run_id)
         )
-        await run.run(discard)
-        result = run.result
+        await started.run(discard)
+        result = started.result
         if result is None or result.stop_reason in ("error", "cancelled"):
             error = (result.error or result.stop_reason) if result else None
             return Outcome(error=error or "the run did not finish")

@@ -326,3 +326,30 @@ def test_no_module_defines_or_calls_the_prepare_family() -> None:
             if hit and "sorter.prepare()" not in line:
                 found.append(f"{path.relative_to(SRC)}:{n}: {line.strip()}")
     assert found == [], "use Runtime.start instead:\n" + "\n".join(found)
+
+
+# -- the server's runtime admits at the door ------------------------------------------------------
+async def test_the_server_runtime_admits_every_run_at_start() -> None:
+    from loom.errors import QueueFull
+    from loom.server.lifecycle import ServerRuntime
+    from loom.server.security import Principal, current_principal
+
+    rt = ServerRuntime(MemoryStore(), max_concurrent_runs=1)
+    token = current_principal.set(Principal("alice", b"digest"))
+    try:
+        crew_run = await rt.start(release_crew(), "release", session_id="c")
+        assert rt.live_turns("alice") == [crew_run]  # a crew run counts like a turn
+        with pytest.raises(QueueFull, match="'alice' has 1 runs in progress"):
+            await rt.start(Agent(model=ScriptedModel(["x"])), "hi", session_id="s")
+        # a member run of the crew (it names its crew run as parent) counts as the crew's
+        member = await rt.start(
+            Agent(model=ScriptedModel(["x"])),
+            "hi",
+            session_id="c:rel/m",
+            options=RunOptions(parent_run_id=crew_run.run_id),
+        )
+        assert set(rt.live_turns("alice")) == {crew_run, member}
+        rt.track(crew_run)  # counted once: tracking again is a no-op
+        assert len(rt.live_turns("alice")) == 2
+    finally:
+        current_principal.reset(token)

@@ -11,7 +11,6 @@ from an ``AGENT.md`` / YAML file with ``Agent.from_file`` and write it back with
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from loom.errors import AgentDefinitionError, ConfigurationError, InputError
 from loom.hooks import compile_hooks
 from loom.messages import Effect, RunResult, ToolSpec
+from loom.models import check_model_spec
 from loom.models.base import Model, ModelSettings
 from loom.run_inputs import RunInput, RunOptions, with_overrides
 from loom.tools.base import FunctionTool, Tool, spec_of
@@ -50,40 +50,6 @@ def _positive(field: str, value: Any, *, integer: bool) -> Any:
         what = "a positive integer" if integer else "a positive number of seconds"
         raise AgentDefinitionError(f"must be {what}, got {value!r}", field=field)
     return value
-
-
-def check_model(model: Any) -> str | Model | None:
-    """``model`` if it is a model string of a known provider, an object with ``stream()`` or
-    None (then ``$LOOM_MODEL`` is checked), else ``AgentDefinitionError``: a provider must exist
-    when the agent is built, not at its first run (the model is loaded by the runtime when it
-    is first used)."""
-    if model is None:
-        env = os.environ.get("LOOM_MODEL")
-        if env:
-            check_model(env)
-        return None
-    if isinstance(model, str):
-        from loom.models import PROVIDERS
-
-        provider = model.strip().partition(":")[0]
-        if not model.strip():
-            raise AgentDefinitionError(
-                "is empty; try 'local' or 'openai:gpt-4o-mini'", field="model"
-            )
-        if provider not in PROVIDERS:
-            known = ", ".join(sorted(PROVIDERS))
-            raise AgentDefinitionError(
-                f"unknown model provider {provider!r} in {model!r}; known providers: {known}. "
-                "Write it as 'provider:model', for example 'openai:gpt-4o-mini'.",
-                field="model",
-            )
-        return model
-    if not callable(getattr(model, "stream", None)):
-        raise AgentDefinitionError(
-            f"must be a model string or an object with stream(); got {type(model).__name__}",
-            field="model",
-        )
-    return model  # type: ignore[no-any-return]
 
 
 # Classes already found to implement ``Store``: isinstance against a runtime-checkable
@@ -358,7 +324,7 @@ class Agent:
             raise AgentDefinitionError("must be a string", field="instructions")
         put(self, "name", name)
         put(self, "instructions", instructions)
-        put(self, "model_spec", check_model(model))
+        put(self, "model_spec", check_model_spec(model))
         for field_name, value, integer in (
             ("max_iterations", max_iterations, True),
             ("max_tool_calls", max_tool_calls, True),

@@ -596,10 +596,10 @@ class Runtime:
 def _check_model_override(model: object) -> None:
     """A run's own model (``RunOptions.model``) is a model string of a known provider or an
     object with ``stream()``; else ``InputError`` before the run starts."""
-    from loom.agent import check_model
+    from loom.models import check_model_spec
 
     try:
-        check_model(model)
+        check_model_spec(model)
     except AgentDefinitionError as exc:
         raise InputError(f"this run's model (RunOptions.model): {exc}") from None
 

@@ -296,6 +296,8 @@ async def test_an_extra_tool_named_like_the_agents_own_is_an_input_error() -> No
     agent = Agent(model=ScriptedModel(["x"]), tools=[lookup])
     with pytest.raises(InputError, match="extra tool 'lookup' has the name of another tool"):
         await rt.start(agent, "hi", session_id="s", options=RunOptions(extra_tools=[lookup]))
+    with pytest.raises(InputError, match="extra_tools must be a list of tools, got str"):
+        RunOptions(extra_tools="lookup")  # type: ignore[arg-type]
     assert await rt.store.load_events("s") == []
 
 

@@ -125,6 +125,14 @@ class RunOptions:
     parent_run_id: str | None = None
     run_id: str | None = None
 
+    def __post_init__(self) -> None:
+        tools = self.extra_tools
+        if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
+            from loom.errors import InputError
+
+            raise InputError(f"extra_tools must be a list of tools, got {type(tools).__name__}")
+        object.__setattr__(self, "extra_tools", tuple(tools))  # frozen: a list could change
+
 
 class Drivable(Protocol):
     """A run started and not yet run (what ``Runtime.start`` answers): ``loom.loop.Turn`` for an
@@ -172,9 +180,7 @@ def with_overrides(options: RunOptions | None, **given: Any) -> RunOptions:
     from dataclasses import replace
 
     base = RunOptions() if options is None else options
-    if "extra_tools" in given:  # a list from the caller: frozen options hold a tuple
-        given["extra_tools"] = tuple(given["extra_tools"])
-    unset = {"extra_tools": (), "on_busy": "queue"}  # keyword defaults that are not None
+    unset: dict[str, Any] = {"extra_tools": (), "on_busy": "queue"}  # defaults that are not None
     changes = {
         k: v for k, v in given.items() if v is not None and (k not in unset or v != unset[k])
     }

@@ -8,8 +8,11 @@ model, this turn's tool table, the hooks with the session's remembered permissio
 the result shaper and the context builder. Nothing a turn does is written back onto the agent,
 so one ``Agent`` serves any number of runtimes, sessions and processes at once.
 
-``Agent.run`` / ``stream`` / ``resume`` use a default runtime per agent (its ``store=``, else a
-private in-memory store); a server or worker makes its own::
+Every run starts through ``Runtime.start(target, input, session_id=..., options=...)``, the front
+door (``loom.run_inputs``: a new message, ``Resume``, ``Answer`` or ``CarryOn``, for an ``Agent``
+or a ``Crew``, with per-run ``RunOptions``); ``run``, ``stream``, ``resume`` and ``answer_query``
+are shortcuts over it. ``Agent.run`` / ``stream`` / ``resume`` use a default runtime per agent
+(its ``store=``, else a private in-memory store); a server or worker makes its own::
 
     runtime = Runtime(store=SQLiteStore("loom.db"))
     result = await runtime.run(agent, "hello", session_id="s1")
@@ -437,8 +440,6 @@ class Runtime:
 
     @staticmethod
     def _check_extra_tools(agent: Agent, extra: Sequence[Any]) -> None:
-        if isinstance(extra, str | bytes) or not isinstance(extra, Sequence):
-            raise InputError(f"extra_tools must be a list of tools, got {type(extra).__name__}")
         seen: set[str] = set()
         for t in extra:
             try:

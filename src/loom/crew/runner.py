@@ -2,10 +2,10 @@
 
 Every member run is a turn of the member's agent in its own child session
 (``<crew session>:<path>``) with the crew run as ``parent_run_id``, started with
-``runtime.prepare`` and driven with ``turn.run(emit)``: the crew never touches an agent's or a
-turn's internals. What a member gets that its definition does not have (its budget-checked
-model, the crew tools meant for it) goes onto a copy made with ``agent.replace``, so the
-shared ``Agent`` is never changed and parallel members hold nothing in common.
+``Runtime.start`` (the front door) and driven with ``turn.run(emit)``: the crew never touches
+an agent's or a turn's internals. What a member run gets that its definition does not have (its
+budget-checked model, the crew tools meant for it) is that run's ``RunOptions``, so the shared
+``Agent`` is never changed nor copied, and parallel members hold nothing in common.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ the journal alone:
 - one of them finished (``AGENT_FINISH`` committed; the worker died before the queue heard of
   it): nothing runs again, the job ends with that run's outcome;
 - one of them committed the user's message: the message is **not** sent again; the retry is a
-  ``carry_on`` turn: its INTAKE closes the dead run (finished steps stay done, ``pure`` /
-  ``idempotent`` calls that were running are re-run with their idempotency key,
+  ``CarryOn()`` run (``Runtime.start``): its INTAKE closes the dead run (finished steps stay
+  done, ``pure`` / ``idempotent`` calls that were running are re-run with their idempotency key,
   ``at_most_once`` calls get ``interrupted`` results) and the model goes on from there;
 - none did: the turn starts with the message, and its INTAKE closes the dead run.
 

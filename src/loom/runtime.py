@@ -364,17 +364,7 @@ class Runtime:
         """``Agent.open_run``: the turn ``input`` asks for, checked (call ``start``)."""
         from loom.loop import Turn
 
-        message: str | None = None
-        resume: Any = None
-        answer: tuple[ServerQuery, str] | None = None
-        if isinstance(input, NewMessage):
-            message = agent.check_message(input.text)
-        elif isinstance(input, Resume):
-            assert session_id is not None  # start() checked it
-            resume = await self._check_resume(session_id, input.decisions)
-        elif isinstance(input, Answer):
-            assert session_id is not None
-            answer = await self._check_answer(session_id, input)
+        # the options first (no store read), then what the input asks of the session
         output = agent.output_spec
         if options.output_type is not None:  # this run's own output type (str: a text answer)
             from loom.output import compile_output
@@ -386,6 +376,17 @@ class Runtime:
             self._check_budget(self.model_for(agent, options.model), options.max_cost)
         self._check_extra_tools(agent, options.extra_tools)
         self._check_limits(options)
+        message: str | None = None
+        resume: Any = None
+        answer: tuple[ServerQuery, str] | None = None
+        if isinstance(input, NewMessage):
+            message = agent.check_message(input.text)
+        elif isinstance(input, Resume):
+            assert session_id is not None  # start() checked it
+            resume = await self._check_resume(session_id, input.decisions)
+        elif isinstance(input, Answer):
+            assert session_id is not None
+            answer = await self._check_answer(session_id, input)
         turn = Turn(
             self,
             agent,

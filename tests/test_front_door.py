@@ -256,6 +256,29 @@ async def test_limit_overrides_apply_to_that_run_only() -> None:
     assert agent.max_iterations == 3 and agent.max_tool_calls == 50
 
 
+async def test_a_queue_timeout_override_bounds_this_runs_wait_only() -> None:
+    import asyncio
+
+    from loom.errors import QueueTimeout
+
+    release, holding = asyncio.Event(), asyncio.Event()
+
+    async def answer(messages: list[Message], tools: object) -> str:
+        holding.set()
+        await release.wait()
+        return "held"
+
+    agent = Agent(model=FunctionModel(answer))  # queue_timeout 30 s
+    rt = Runtime(MemoryStore())
+    first = asyncio.ensure_future(rt.run(agent, "hold", session_id="s"))
+    await holding.wait()
+    with pytest.raises(QueueTimeout, match=r"waited 0\.05 s"):
+        await rt.run(agent, "wait", session_id="s", options=RunOptions(queue_timeout=0.05))
+    assert agent.queue_timeout == 30.0
+    release.set()
+    assert (await first).output == "held"
+
+
 # -- bad input: InputError, nothing committed ----------------------------------------------------
 async def committed(rt: Runtime, session_id: str) -> int:
     return len(await rt.store.load_events(session_id))

@@ -100,6 +100,8 @@ class Turn:
         own_iterations = options.max_iterations if options is not None else None
         self.timeout: float = own_timeout or agent.timeout
         self.max_iterations: int = own_iterations or agent.max_iterations
+        own_wait = options.queue_timeout if options is not None else None
+        self.queue_timeout: float = own_wait or agent.queue_timeout
         self.run_id = run_id or new_id("run")
         self.message, self.resume, self.answer = message or "", resume, answer
         self.carry_on = carry_on  # a retry whose message is already committed: recover, go on
@@ -139,7 +141,7 @@ class Turn:
                 self.run_id,
                 on_busy=self.on_busy,  # type: ignore[arg-type]
                 interrupt=lambda: self.cancel("interrupted by a newer turn"),
-                queue_timeout=a.queue_timeout,
+                queue_timeout=self.queue_timeout,
                 max_queue_depth=a.max_queue_depth,
                 lock_ttl=rt.lease_ttl,
             )

@@ -106,6 +106,8 @@ class RunOptions:
         max_iterations: Model calls for this run (default the agent's).
         max_tool_calls: Tool executions for this run (default the agent's).
         timeout: Wall-clock seconds for this run (default the agent's).
+        queue_timeout: Seconds this run waits for its busy session (``on_busy="queue"``;
+            default the agent's).
         deps: Handed to tools as ``RunContext.deps`` (default the agent's ``deps``).
         on_busy: When the session runs another turn: wait (``"queue"``), fail with
             ``SessionBusy`` (``"drop"``) or cancel the other (``"interrupt"``).
@@ -120,6 +122,7 @@ class RunOptions:
     max_iterations: int | None = None
     max_tool_calls: int | None = None
     timeout: float | None = None
+    queue_timeout: float | None = None
     deps: Any = None
     on_busy: OnBusy = "queue"
     parent_run_id: str | None = None

@@ -460,6 +460,7 @@ class Runtime:
             ("max_iterations", True),
             ("max_tool_calls", True),
             ("timeout", False),
+            ("queue_timeout", False),
         ):
             value = getattr(options, name)
             kind = int if integer else (int, float)

@@ -205,6 +205,7 @@ class Crew:
                 ("max_iterations", options.max_iterations is not None),
                 ("max_tool_calls", options.max_tool_calls is not None),
                 ("timeout", options.timeout is not None),
+                ("queue_timeout", options.queue_timeout is not None),
                 ("on_busy", options.on_busy != "queue"),
             )
             if given

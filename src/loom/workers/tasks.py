@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from loom.driving import discard
@@ -52,23 +52,15 @@ class WorkerContext:
     runtime: Runtime
     agents: Mapping[str, Agent]
     max_attempts: int = 3
-    _ready: dict[str, Agent] = field(default_factory=dict)
 
     def agent(self, name: str) -> Agent:
-        hit = self._ready.get(name)
-        if hit is None:
-            try:
-                base = self.agents[name]
-            except KeyError:
-                raise JobFailed(
-                    f"this worker serves no agent named {name!r} (it has: "
-                    f"{', '.join(sorted(self.agents)) or 'none'})"
-                ) from None
-            # a retry may wait for a dead worker's lease to expire: let it wait that long
-            wait = max(base.queue_timeout, 2 * self.runtime.lease_ttl)
-            hit = base if wait == base.queue_timeout else base.replace(queue_timeout=wait)
-            self._ready[name] = hit
-        return hit
+        try:
+            return self.agents[name]
+        except KeyError:
+            raise JobFailed(
+                f"this worker serves no agent named {name!r} (it has: "
+                f"{', '.join(sorted(self.agents)) or 'none'})"
+            ) from None
 
 
 _CONTEXT: WorkerContext | None = None
@@ -149,7 +141,10 @@ async def run_turn(
         a,
         CarryOn() if committed else message,
         session_id=session_id,
-        options=RunOptions(run_id=run_id),
+        # a retry may wait for a dead worker's lease to expire: let this run wait that long
+        options=RunOptions(
+            run_id=run_id, queue_timeout=max(a.queue_timeout, 2 * ctx.runtime.lease_ttl)
+        ),
     )
     inner = asyncio.ensure_future(turn.run(discard))
     try:

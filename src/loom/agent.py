@@ -11,7 +11,6 @@ from an ``AGENT.md`` / YAML file with ``Agent.from_file`` and write it back with
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -20,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 from loom.errors import AgentDefinitionError, ConfigurationError, InputError
 from loom.hooks import compile_hooks
 from loom.messages import Effect, RunResult, ToolSpec
+from loom.models import check_model_spec
 from loom.models.base import Model, ModelSettings
+from loom.run_inputs import RunInput, RunOptions, with_overrides
 from loom.tools.base import FunctionTool, Tool, spec_of
 from loom.tools.registry import resolve_tool
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # events, stores: loaded by the first run, not by `from loom 
     from loom.gates import OnBusy
     from loom.guardrails.engine import Guardrails
     from loom.judge.panel import JudgePanel
+    from loom.loop import Turn
     from loom.memory.config import MemoryConfig
     from loom.output import OutputSpec
     from loom.patterns.library import PatternLibrary
@@ -48,38 +50,6 @@ def _positive(field: str, value: Any, *, integer: bool) -> Any:
         what = "a positive integer" if integer else "a positive number of seconds"
         raise AgentDefinitionError(f"must be {what}, got {value!r}", field=field)
     return value
-
-
-def _check_model(model: Any) -> str | Model | None:
-    """A model string's provider must exist now, not at the first run (the model itself is
-    loaded by the runtime when it is first used)."""
-    if model is None:
-        env = os.environ.get("LOOM_MODEL")
-        if env:
-            _check_model(env)
-        return None
-    if isinstance(model, str):
-        from loom.models import PROVIDERS
-
-        provider = model.strip().partition(":")[0]
-        if not model.strip():
-            raise AgentDefinitionError(
-                "is empty; try 'local' or 'openai:gpt-4o-mini'", field="model"
-            )
-        if provider not in PROVIDERS:
-            known = ", ".join(sorted(PROVIDERS))
-            raise AgentDefinitionError(
-                f"unknown model provider {provider!r} in {model!r}; known providers: {known}. "
-                "Write it as 'provider:model', for example 'openai:gpt-4o-mini'.",
-                field="model",
-            )
-        return model
-    if not callable(getattr(model, "stream", None)):
-        raise AgentDefinitionError(
-            f"must be a model string or an object with stream(); got {type(model).__name__}",
-            field="model",
-        )
-    return model  # type: ignore[no-any-return]
 
 
 # Classes already found to implement ``Store``: isinstance against a runtime-checkable
@@ -354,7 +324,7 @@ class Agent:
             raise AgentDefinitionError("must be a string", field="instructions")
         put(self, "name", name)
         put(self, "instructions", instructions)
-        put(self, "model_spec", _check_model(model))
+        put(self, "model_spec", check_model_spec(model))
         for field_name, value, integer in (
             ("max_iterations", max_iterations, True),
             ("max_tool_calls", max_tool_calls, True),
@@ -531,34 +501,57 @@ class Agent:
         return message
 
     # -- running (on the default runtime) -------------------------------------------------------
+    async def open_run(
+        self,
+        runtime: Runtime,
+        input: RunInput,
+        session_id: str | None,
+        options: RunOptions,
+    ) -> Turn:
+        """The turn ``input`` asks for on ``runtime`` (``loom.run_inputs.Runnable``): what
+        ``Runtime.start`` calls; start runs with ``runtime.start(agent, input, ...)``."""
+        return await runtime.open_turn(self, input, session_id, options)
+
     async def stream(
         self,
-        message: str,
+        message: str | RunInput,
         *,
         session_id: str | None = None,
         on_busy: OnBusy = "queue",
         deps: Any = None,
         cancel: asyncio.Event | None = None,
         output_type: Any = None,
+        model: str | Model | None = None,
+        extra_tools: Sequence[Tool | str | Any] = (),
+        max_cost: float | None = None,
+        options: RunOptions | None = None,
     ) -> AsyncIterator[AgentEvent]:
         """Run one turn and yield its events as they happen (``AGENT_START`` … ``AGENT_FINISH``).
 
-        ``session_id`` continues a session (a new one is made when omitted). ``on_busy`` says
-        what to do when the session is running another turn: wait (``"queue"``), fail with
-        ``SessionBusy`` (``"drop"``), or cancel the other turn (``"interrupt"``). Setting
-        ``cancel`` stops the turn with ``stop_reason="cancelled"``. Leaving the ``async for``
-        early cancels the turn too; either way open tool calls get ``interrupted`` results.
-        ``output_type`` overrides the agent's for this run (``str`` for a text answer);
-        partial typed values arrive as ``OUTPUT_PARTIAL`` events.
+        ``message`` is the user's text (or a ``loom.run_inputs`` input: ``Resume(...)``,
+        ``Answer(...)``, ``CarryOn()``). ``session_id`` continues a session (a new one is made
+        when omitted). ``on_busy`` says what to do when the session is running another turn:
+        wait (``"queue"``), fail with ``SessionBusy`` (``"drop"``), or cancel the other turn
+        (``"interrupt"``). Setting ``cancel`` stops the turn with ``stop_reason="cancelled"``.
+        Leaving the ``async for`` early cancels the turn too; either way open tool calls get
+        ``interrupted`` results.
+
+        Per-run overrides change this run only (the agent stays as it is): ``output_type``
+        (``str`` for a text answer; partial typed values arrive as ``OUTPUT_PARTIAL``
+        events), ``model``, ``extra_tools``, ``max_cost`` (US dollars), and anything else of
+        ``loom.run_inputs.RunOptions`` through ``options`` (the keywords win over it).
         """
-        events = self.runtime.stream(
-            self,
-            message,
-            session_id=session_id,
+        opts = with_overrides(
+            options,
             on_busy=on_busy,
             deps=deps,
-            cancel=cancel,
             output_type=output_type,
+            model=model,
+            extra_tools=extra_tools,
+            max_cost=max_cost,
+        )
+        events = self.runtime.stream(
+            self, message, session_id=session_id, cancel=cancel, options=opts
         )
         try:
             async for event in events:
@@ -568,33 +561,45 @@ class Agent:
 
     async def run(
         self,
-        message: str,
+        message: str | RunInput,
         *,
         session_id: str | None = None,
         on_busy: OnBusy = "queue",
         deps: Any = None,
         cancel: asyncio.Event | None = None,
         output_type: Any = None,
+        model: str | Model | None = None,
+        extra_tools: Sequence[Tool | str | Any] = (),
+        max_cost: float | None = None,
+        options: RunOptions | None = None,
     ) -> RunResult:
-        """Run one turn to its end and return the ``RunResult`` (arguments as for ``stream``)."""
-        return await self.runtime.run(
-            self,
-            message,
-            session_id=session_id,
+        """Run one turn to its end and return the ``RunResult`` (arguments as for ``stream``):
+        ``agent.run("hi", model="openai:gpt-4o")`` runs this turn on another model."""
+        opts = with_overrides(
+            options,
             on_busy=on_busy,
             deps=deps,
-            cancel=cancel,
             output_type=output_type,
+            model=model,
+            extra_tools=extra_tools,
+            max_cost=max_cost,
+        )
+        return await self.runtime.run(
+            self, message, session_id=session_id, cancel=cancel, options=opts
         )
 
     def run_sync(
         self,
-        message: str,
+        message: str | RunInput,
         *,
         session_id: str | None = None,
         on_busy: OnBusy = "queue",
         deps: Any = None,
         output_type: Any = None,
+        model: str | Model | None = None,
+        extra_tools: Sequence[Tool | str | Any] = (),
+        max_cost: float | None = None,
+        options: RunOptions | None = None,
     ) -> RunResult:
         """``run`` for code without an event loop."""
         try:
@@ -607,6 +612,10 @@ class Agent:
                     on_busy=on_busy,
                     deps=deps,
                     output_type=output_type,
+                    model=model,
+                    extra_tools=extra_tools,
+                    max_cost=max_cost,
+                    options=options,
                 )
             )
         raise ConfigurationError(

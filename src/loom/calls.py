@@ -98,7 +98,7 @@ class CallRunner:
         self, index: int, call: ToolCall
     ) -> tuple[ToolCall | None, ToolResult | None]:
         """Limits, hooks and approval for one call: (call to run, or None) and a refusal."""
-        limit = self.agent.max_tool_calls
+        limit = self.deps.max_tool_calls  # this run's (RunOptions), else the agent's
         if self.made + index >= limit:
             return None, error_result(
                 call, "limit", f"not run: the turn reached max_tool_calls={limit}"

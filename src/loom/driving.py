@@ -9,28 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncGenerator, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import AsyncGenerator
+from typing import Any
 
 from loom.events import AgentEvent
-
-if TYPE_CHECKING:
-    from loom.messages import RunResult
+from loom.run_inputs import Drivable
 
 __all__ = ["Drivable", "discard", "drive", "watch"]
-
-
-class Drivable(Protocol):
-    """What a driver needs of a prepared run: ``loom.loop.Turn``, and ``loom.crew.CrewTurn``
-    for a crew."""
-
-    run_id: str
-    session_id: str
-    result: RunResult | None
-
-    async def run(self, emit: Callable[[AgentEvent], None]) -> None: ...
-
-    def cancel(self, reason: str = ...) -> None: ...
 
 
 _DONE = object()

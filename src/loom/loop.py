@@ -47,6 +47,7 @@ from loom.store.base import RunRecord
 
 if TYPE_CHECKING:
     from loom.agent import Agent
+    from loom.run_inputs import RunOptions
     from loom.runtime import RunDeps, Runtime
 
 __all__ = ["AgentState", "Turn"]
@@ -90,8 +91,17 @@ class Turn:
         run_id: str | None = None,
         carry_on: bool = False,
         output: OutputSpec | None = None,
+        options: RunOptions | None = None,
     ) -> None:
         self.runtime, self.agent, self.session_id = runtime, agent, session_id
+        self.options = options  # this run's overrides (model, extra tools, limits), or None
+        # this run's limits: its own (RunOptions) where given, else the agent's
+        own_timeout = options.timeout if options is not None else None
+        own_iterations = options.max_iterations if options is not None else None
+        self.timeout: float = own_timeout or agent.timeout
+        self.max_iterations: int = own_iterations or agent.max_iterations
+        own_wait = options.queue_timeout if options is not None else None
+        self.queue_timeout: float = own_wait or agent.queue_timeout
         self.run_id = run_id or new_id("run")
         self.message, self.resume, self.answer = message or "", resume, answer
         self.carry_on = carry_on  # a retry whose message is already committed: recover, go on
@@ -131,7 +141,7 @@ class Turn:
                 self.run_id,
                 on_busy=self.on_busy,  # type: ignore[arg-type]
                 interrupt=lambda: self.cancel("interrupted by a newer turn"),
-                queue_timeout=a.queue_timeout,
+                queue_timeout=self.queue_timeout,
                 max_queue_depth=a.max_queue_depth,
                 lock_ttl=rt.lease_ttl,
             )
@@ -156,7 +166,7 @@ class Turn:
         started, stop, error = time.perf_counter(), "completed", None
         raise_after: BaseException | None = None
         try:
-            async with asyncio.timeout(a.timeout):
+            async with asyncio.timeout(self.timeout):
                 await self._intake()
                 await self._iterate()
         except _Stop as s:
@@ -164,7 +174,7 @@ class Turn:
         except Tripped as t:
             stop, error = "guardrail", t.reason
         except TimeoutError:
-            stop, error = "timeout", f"the turn ran past its {a.timeout:g} s timeout"
+            stop, error = "timeout", f"the turn ran past its {self.timeout:g} s timeout"
         except asyncio.CancelledError:
             stop, error = "cancelled", self.cancel_reason or "the caller stopped the run"
             if self.cancel_reason is None:  # the caller went away: clean up, then propagate
@@ -210,7 +220,7 @@ class Turn:
         a, rt, j, sid = self.agent, self.runtime, self.j, self.session_id
         view = await rt.session_view(sid)
         j.history = view.messages
-        self.deps = d = await rt.deps_for(a, sid, view, self.user_deps)
+        self.deps = d = await rt.deps_for(a, sid, view, self.user_deps, self.options)
         self.hctx.tools, self.hctx.remembered, self.hctx.messages = d.tools, d.remembered, j.history
         report = lambda e: j.announce(ev.ErrorEvent, error=e, fatal=False)  # noqa: E731
         self.hooks = HookRunner(a.compiled_hooks, self.hctx, report)
@@ -386,10 +396,10 @@ class Turn:
                 raise _Stop("awaiting_approval")
             self._set_state(S.POST_TOOLS_HOOK)
             await hook("post_tools", results)
-            if self.calls.made >= a.max_tool_calls:
-                raise _Stop("max_tool_calls", f"reached max_tool_calls={a.max_tool_calls}")
-            if self.iteration >= a.max_iterations:
-                raise _Stop("max_iterations", f"reached max_iterations={a.max_iterations}")
+            if self.calls.made >= (most := self.deps.max_tool_calls):
+                raise _Stop("max_tool_calls", f"reached max_tool_calls={most}")
+            if self.iteration >= self.max_iterations:
+                raise _Stop("max_iterations", f"reached max_iterations={self.max_iterations}")
             await hook("before_recursion")
             j.announce(ev.Recursion, next_iteration=self.iteration + 1)
 
@@ -542,7 +552,7 @@ class Turn:
             answer,
             j.history,
             self.verdict,
-            can_iterate=self.iteration < self.agent.max_iterations,
+            can_iterate=self.iteration < self.max_iterations,
             session_id=self.session_id,
             run_id=self.run_id,
         )

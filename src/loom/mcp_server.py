@@ -40,6 +40,7 @@ from loom.events import (
     ToolResultEvent,
 )
 from loom.messages import RunResult, Usage
+from loom.run_inputs import Resume
 
 if TYPE_CHECKING:
     from mcp.server import Server, ServerRequestContext
@@ -360,10 +361,10 @@ def build_server(resolve: Resolver, name: str = "loom", *, over_http: bool = Tru
                 if decisions is None:
                     result = await _last(runtime, retried)
                     return _pending(result, "the user dismissed the question", over_http)
-                turn = await runtime.prepare_resume(agent, retried, decisions)
+                turn = await runtime.start(agent, Resume(decisions), session_id=retried)
             else:
                 message, session_id = _arguments(params.arguments)
-                turn = runtime.prepare(agent, message, session_id, "queue", None)
+                turn = await runtime.start(agent, message, session_id=session_id)
             while True:
                 result = await _run(ctx, turn)
                 if result.stop_reason != "awaiting_approval":
@@ -377,7 +378,7 @@ def build_server(resolve: Resolver, name: str = "loom", *, over_http: bool = Tru
                 decisions = await _elicit_inline(ctx, list(result.pending_approvals))
                 if decisions is None:
                     return _pending(result, "the user dismissed the question", over_http)
-                turn = await runtime.prepare_resume(agent, result.session_id, decisions)
+                turn = await runtime.start(agent, Resume(decisions), session_id=result.session_id)
         except InputError as exc:
             raise _error(str(exc)) from exc
         except LoomError as exc:  # a session of another key, a busy session, ...

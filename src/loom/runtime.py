@@ -8,8 +8,11 @@ model, this turn's tool table, the hooks with the session's remembered permissio
 the result shaper and the context builder. Nothing a turn does is written back onto the agent,
 so one ``Agent`` serves any number of runtimes, sessions and processes at once.
 
-``Agent.run`` / ``stream`` / ``resume`` use a default runtime per agent (its ``store=``, else a
-private in-memory store); a server or worker makes its own::
+Every run starts through ``Runtime.start(target, input, session_id=..., options=...)``, the front
+door (``loom.run_inputs``: a new message, ``Resume``, ``Answer`` or ``CarryOn``, for an ``Agent``
+or a ``Crew``, with per-run ``RunOptions``); ``run``, ``stream``, ``resume`` and ``answer_query``
+are shortcuts over it. ``Agent.run`` / ``stream`` / ``resume`` use a default runtime per agent
+(its ``store=``, else a private in-memory store); a server or worker makes its own::
 
     runtime = Runtime(store=SQLiteStore("loom.db"))
     result = await runtime.run(agent, "hello", session_id="s1")
@@ -25,12 +28,26 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loom.driving import discard, drive, watch
-from loom.errors import ConfigurationError, InputError
+from loom.errors import AgentDefinitionError, ConfigurationError, InputError
 from loom.events import AgentEvent, ApprovalDecisionEvent, EventType
 from loom.gates import OnBusy, SessionGate
 from loom.messages import Message, RunResult, ToolSpec, Usage, new_id
+from loom.run_inputs import (
+    Answer,
+    CarryOn,
+    Drivable,
+    NewMessage,
+    Resume,
+    RunInput,
+    Runnable,
+    RunOptions,
+    RunT,
+    as_run_input,
+    with_overrides,
+)
 from loom.store.base import Store, capabilities_of
 from loom.tools.base import Tool, spec_of
+from loom.tools.registry import resolve_tool
 
 if TYPE_CHECKING:
     from loom.agent import Agent
@@ -42,7 +59,7 @@ if TYPE_CHECKING:
     from loom.queries import ServerQuery
     from loom.tools.channel import ResultShaper
 
-__all__ = ["OnBusy", "RunDeps", "Runtime", "runtime_for"]
+__all__ = ["OnBusy", "RunDeps", "Runtime", "run_to_end", "runtime_for"]
 
 
 @dataclass(slots=True)
@@ -60,6 +77,7 @@ class RunDeps:
     user_deps: Any = None
     warnings: list[str] = field(default_factory=list)  # found while building (toolsets, ...)
     rom: list[str] = field(default_factory=list)  # the backends' schema text, ROM first
+    max_tool_calls: int = 50  # this run's (RunOptions.max_tool_calls, else the agent's)
 
     def effect_of(self, tool_name: str) -> Any:
         t = self.tools.get(tool_name)
@@ -144,9 +162,10 @@ class Runtime:
         if not gate.lock.locked() and not gate.waiting and self._gates.get(session_id) is gate:
             del self._gates[session_id]
 
-    def model_for(self, agent: Agent) -> Model:
-        """The agent's model, resolved once per runtime (a model string loads its provider)."""
-        spec = agent.model_spec
+    def model_for(self, agent: Agent, override: str | Model | None = None) -> Model:
+        """The agent's model (or ``override``, a run's own: ``RunOptions.model``), resolved once
+        per process for a model string."""
+        spec = agent.model_spec if override is None else override
         if not isinstance(spec, str | None):
             return spec
         return _shared_model(spec)
@@ -225,10 +244,21 @@ class Runtime:
         return view.remembered
 
     async def deps_for(
-        self, agent: Agent, session_id: str, view: SessionView, user_deps: Any
+        self,
+        agent: Agent,
+        session_id: str,
+        view: SessionView,
+        user_deps: Any,
+        options: RunOptions | None = None,
     ) -> RunDeps:
-        """Build this turn's ``RunDeps``: model, tool table, builder, shaper, remembered rules."""
+        """Build this turn's ``RunDeps``: model, tool table, builder, shaper, remembered rules,
+        with the run's own overrides (``RunOptions``: model, extra tools, limits) applied."""
+        opts = RunOptions() if options is None else options
+        model = self.model_for(agent, opts.model)
         tools = dict(agent.tools)
+        for extra in opts.extra_tools:  # checked by start(): no name clashes
+            t = resolve_tool(extra)
+            tools[t.name] = t
         warnings: list[str] = []
         if agent.toolsets:
             from loom.tools.toolset import load_toolsets
@@ -239,9 +269,7 @@ class Runtime:
         if agent.backends:
             from loom.backends.wiring import backend_tools
 
-            tools, rom, found = backend_tools(
-                agent, tools, self.builder_for(agent), self.model_for(agent)
-            )
+            tools, rom, found = backend_tools(agent, tools, self.builder_for(agent), model)
             warnings.extend(found)
         shaper = None
         caps = self.capabilities
@@ -249,14 +277,14 @@ class Runtime:
             from loom.tools.channel import ResultShaper, builtin_tools
 
             shaper = ResultShaper.for_store(caps, agent.max_result_chars)
-            if shaper is not None and (agent.tools or agent.backends):  # only with tools
+            if shaper is not None and (tools or agent.backends):  # only with tools
                 for builtin in builtin_tools(shaper):
                     tools.setdefault(builtin.name, builtin)
         specs = agent.tool_specs if tools.keys() == agent.tools.keys() else self._specs(tools)
         return RunDeps(
             agent=agent,
             store=self.store,
-            model=self.model_for(agent),
+            model=model,
             tools=tools,
             tool_specs=specs,
             builder=self.builder_for(agent),
@@ -265,6 +293,7 @@ class Runtime:
             user_deps=agent.deps if user_deps is None else user_deps,
             warnings=warnings,
             rom=rom,
+            max_tool_calls=opts.max_tool_calls or agent.max_tool_calls,
         )
 
     def _specs(self, tools: dict[str, Tool]) -> list[ToolSpec]:
@@ -281,69 +310,128 @@ class Runtime:
         self._spec_cache[key] = (tuple(tools.values()), specs)
         return specs
 
-    # -- running --------------------------------------------------------------------------------
-    def prepare(
+    # -- running: the front door ---------------------------------------------------------------
+    async def start(
         self,
-        agent: Agent,
-        message: str | None,
-        session_id: str | None,
-        on_busy: str,
-        deps: Any,
-        resume: Any = None,
-        parent_run_id: str | None = None,
-        answer: Any = None,
+        target: Runnable[RunT],
+        input: RunInput | str,
         *,
-        run_id: str | None = None,
-        carry_on: bool = False,
-        output_type: Any = None,
-        max_cost: float | None = None,
-    ) -> Turn:
-        """A turn of ``agent``, checked and ready but not started: ``turn.run_id`` is known
-        now, ``await turn.run(emit)`` runs it (or ``loom.driving.drive(turn)`` streams it),
-        ``turn.cancel()`` stops it and ``turn.result`` holds its ``RunResult`` afterwards.
-        ``output_type`` overrides the agent's for this turn (``loom.output``).
-        For servers and workers that must name a run before it starts (``run``/``stream`` are
-        the usual way). ``run_id`` names the run (default a new id); ``carry_on=True`` (with
-        ``message=None``) starts no new exchange: the turn recovers what a dead run of the
-        session left open and lets the model go on from the committed transcript (a worker's
-        retry of a run whose user message was already committed). ``max_cost`` (US dollars)
-        stops the run with ``stop_reason="cost_limit"`` once its model calls cost more."""
-        from loom.loop import Turn
+        session_id: str | None = None,
+        options: RunOptions | None = None,
+    ) -> RunT:
+        """Start a run of ``target`` (an ``Agent`` or a ``Crew``): the one call every run goes
+        through (``run``, ``stream``, ``resume``, ``answer_query``, the crew runner, schedules,
+        workers, every server surface).
 
-        if message is not None:
-            message = agent.check_message(message)
+        ``input`` is what the run is for (``loom.run_inputs``): a ``str`` or ``NewMessage``,
+        ``Resume(decisions)``, ``Answer(text, query_id)`` or ``CarryOn()``; ``options`` (a
+        ``RunOptions``) varies this run only (model, extra tools, output type, budget, limits,
+        deps, on_busy, parent run, run id). ``Resume`` and ``Answer`` are checked against what
+        the session waits on now. Every mistake is an ``InputError`` raised here, before
+        anything is committed.
+
+        Answers the run, checked and named but not started: ``run.run_id`` is known now,
+        ``await run.run(emit)`` runs it (``loom.driving.drive(run)`` streams it),
+        ``run.cancel(reason)`` stops it and ``run.result`` holds its ``RunResult`` afterwards.
+        """
+        what = as_run_input(input)
+        opts = RunOptions() if options is None else options
+        if not isinstance(opts, RunOptions):
+            raise InputError(
+                f"options must be a loom.run_inputs.RunOptions, got {type(opts).__name__}"
+            )
+        if opts.on_busy not in ("queue", "drop", "interrupt"):
+            raise InputError(
+                f"on_busy must be 'queue', 'drop' or 'interrupt', got {opts.on_busy!r}"
+            )
         if session_id is not None and (not isinstance(session_id, str) or not session_id.strip()):
             raise InputError("session_id must be a non-empty string or None")
-        if on_busy not in ("queue", "drop", "interrupt"):
-            raise InputError(f"on_busy must be 'queue', 'drop' or 'interrupt', got {on_busy!r}")
+        if session_id is None and not isinstance(what, NewMessage):
+            raise InputError(
+                f"{type(what).__name__} continues a session: pass the session_id of the run "
+                "to continue"
+            )
+        if not callable(getattr(target, "open_run", None)):
+            raise InputError(
+                f"a run's target must be an Agent or a Crew (a loom.run_inputs.Runnable), got "
+                f"{type(target).__name__}"
+            )
+        return await target.open_run(self, what, session_id, opts)
+
+    async def open_turn(
+        self, agent: Agent, input: RunInput, session_id: str | None, options: RunOptions
+    ) -> Turn:
+        """``Agent.open_run``: the turn ``input`` asks for, checked (call ``start``)."""
+        from loom.loop import Turn
+
+        # the options first (no store read), then what the input asks of the session
         output = agent.output_spec
-        if output_type is not None:  # this run's own output type (str: a text answer)
+        if options.output_type is not None:  # this run's own output type (str: a text answer)
             from loom.output import compile_output
 
-            output = compile_output(output_type)
-        if max_cost is not None:
-            self._check_budget(agent, max_cost)
+            output = compile_output(options.output_type)
+        if options.model is not None:
+            _check_model_override(options.model)
+        if options.max_cost is not None:
+            self._check_budget(self.model_for(agent, options.model), options.max_cost)
+        self._check_extra_tools(agent, options.extra_tools)
+        self._check_limits(options)
+        message: str | None = None
+        resume: Any = None
+        answer: tuple[ServerQuery, str] | None = None
+        if isinstance(input, NewMessage):
+            message = agent.check_message(input.text)
+        elif isinstance(input, Resume):
+            assert session_id is not None  # start() checked it
+            resume = await self._check_resume(session_id, input.decisions)
+        elif isinstance(input, Answer):
+            assert session_id is not None
+            answer = await self._check_answer(session_id, input)
         turn = Turn(
             self,
             agent,
             message,
             session_id or new_id("session"),
-            on_busy,
-            deps,
+            options.on_busy,
+            options.deps,
             resume=resume,
             answer=answer,
-            parent_run_id=parent_run_id,
-            run_id=run_id,
-            carry_on=carry_on,
+            parent_run_id=options.parent_run_id,
+            run_id=options.run_id,
+            carry_on=isinstance(input, CarryOn),
             output=output,
+            options=options,
         )
-        turn.max_cost = max_cost
+        turn.max_cost = options.max_cost
         return turn
 
-    def _check_budget(self, agent: Agent, max_cost: float) -> None:
+    async def _check_resume(self, session_id: str, decisions: Any) -> Any:
+        """The decisions, once they fit the calls the session waits on."""
+        from loom.policy.approval import match_decisions
+
+        pending = await self.pending_approvals(session_id)
+        if not pending:
+            raise InputError(f"session {session_id!r} has no tool calls waiting for approval")
+        match_decisions(decisions, pending, session_id)  # a clear error before the turn starts
+        return decisions
+
+    async def _check_answer(self, session_id: str, input: Answer) -> tuple[ServerQuery, str]:
+        """The query the session waits on and the answer to it."""
+        if not isinstance(input.text, str):
+            raise InputError(f"an answer must be text, got {type(input.text).__name__}")
+        query = await self.pending_query(session_id)
+        if query is None:
+            raise InputError(f"session {session_id!r} has no server query waiting for an answer")
+        if input.query_id is not None and input.query_id != query.query_id:
+            raise InputError(
+                f"session {session_id!r} waits on query {query.query_id!r}, not {input.query_id!r}"
+            )
+        return query, input.text
+
+    def _check_budget(self, model: Model, max_cost: float) -> None:
         if isinstance(max_cost, bool) or not isinstance(max_cost, int | float) or max_cost < 0:
             raise InputError(f"max_cost must be a number of US dollars >= 0, got {max_cost!r}")
-        name = getattr(self.model_for(agent), "name", None)
+        name = getattr(model, "name", None)
         if not isinstance(name, str) or self.prices.lookup(name) is None:
             raise ConfigurationError(
                 f"max_cost needs the price of the agent's model {name!r}, which the price "
@@ -351,10 +439,41 @@ class Runtime:
                 "(docs/observability.md)"
             )
 
+    @staticmethod
+    def _check_extra_tools(agent: Agent, extra: Sequence[Any]) -> None:
+        seen: set[str] = set()
+        for t in extra:
+            try:
+                name = resolve_tool(t).name
+            except AgentDefinitionError as exc:
+                raise InputError(f"extra_tools: {exc}") from None
+            if name in agent.tools or name in seen:
+                raise InputError(
+                    f"extra tool {name!r} has the name of another tool of this run (agent "
+                    f"{agent.name!r} has: {', '.join(agent.tools) or 'none'}); rename it"
+                )
+            seen.add(name)
+
+    @staticmethod
+    def _check_limits(options: RunOptions) -> None:
+        for name, integer in (
+            ("max_iterations", True),
+            ("max_tool_calls", True),
+            ("timeout", False),
+            ("queue_timeout", False),
+        ):
+            value = getattr(options, name)
+            kind = int if integer else (int, float)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, kind) or value <= 0
+            ):
+                what = "a positive integer" if integer else "a positive number of seconds"
+                raise InputError(f"{name} must be {what} or None, got {value!r}")
+
     async def stream(
         self,
-        agent: Agent,
-        message: str,
+        agent: Runnable[Drivable],
+        message: RunInput | str,
         *,
         session_id: str | None = None,
         on_busy: OnBusy = "queue",
@@ -363,18 +482,19 @@ class Runtime:
         parent_run_id: str | None = None,
         output_type: Any = None,
         max_cost: float | None = None,
+        options: RunOptions | None = None,
     ) -> AsyncGenerator[AgentEvent, None]:
-        """Run one turn of ``agent`` and yield its events as they happen (see ``Agent.stream``)."""
-        turn = self.prepare(
-            agent,
-            message,
-            session_id,
-            on_busy,
-            deps,
+        """Run one turn of ``agent`` and yield its events as they happen (see ``Agent.stream``);
+        ``options`` carries any other per-run override (``loom.run_inputs.RunOptions``)."""
+        opts = with_overrides(
+            options,
+            on_busy=on_busy,
+            deps=deps,
             parent_run_id=parent_run_id,
             output_type=output_type,
             max_cost=max_cost,
         )
+        turn = await self.start(agent, message, session_id=session_id, options=opts)
         events = drive(turn, cancel)
         try:
             async for event in events:
@@ -384,8 +504,8 @@ class Runtime:
 
     async def run(
         self,
-        agent: Agent,
-        message: str,
+        agent: Runnable[Drivable],
+        message: RunInput | str,
         *,
         session_id: str | None = None,
         on_busy: OnBusy = "queue",
@@ -394,27 +514,21 @@ class Runtime:
         parent_run_id: str | None = None,
         output_type: Any = None,
         max_cost: float | None = None,
+        options: RunOptions | None = None,
     ) -> RunResult:
         """Run one turn of ``agent`` to its end (see ``Agent.run``); ``max_cost`` in US dollars
-        stops it with ``stop_reason="cost_limit"`` once its model calls cost more."""
-        turn = self.prepare(
-            agent,
-            message,
-            session_id,
-            on_busy,
-            deps,
+        stops it with ``stop_reason="cost_limit"`` once its model calls cost more; ``options``
+        carries any other per-run override (``loom.run_inputs.RunOptions``)."""
+        opts = with_overrides(
+            options,
+            on_busy=on_busy,
+            deps=deps,
             parent_run_id=parent_run_id,
             output_type=output_type,
             max_cost=max_cost,
         )
-        watcher = watch(cancel, turn)  # no event consumer: the turn runs in the caller's task
-        try:
-            await turn.run(discard)
-        finally:
-            if watcher is not None:
-                watcher.cancel()
-        assert turn.result is not None
-        return turn.result
+        turn = await self.start(agent, message, session_id=session_id, options=opts)
+        return await run_to_end(turn, cancel)
 
     async def pending_approvals(self, session_id: str) -> list[PendingApproval]:
         """The calls of ``session_id`` waiting for a human decision."""
@@ -422,23 +536,14 @@ class Runtime:
 
         return await pending_approvals(self.store, session_id)
 
-    async def prepare_resume(
-        self, agent: Agent, session_id: str, decisions: Any, deps: Any = None
-    ) -> Turn:
-        """``prepare`` for a resumed turn: checks the decisions against the pending calls."""
-        from loom.policy.approval import match_decisions
-
-        pending = await self.pending_approvals(session_id)
-        if not pending:
-            raise InputError(f"session {session_id!r} has no tool calls waiting for approval")
-        match_decisions(decisions, pending, session_id)  # a clear error before the turn starts
-        return self.prepare(agent, None, session_id, "queue", deps, resume=decisions)
-
     async def resume_stream(
-        self, agent: Agent, session_id: str, decisions: Any = True, *, deps: Any = None
+        self, agent: Runnable[Drivable], session_id: str, decisions: Any = True, *, deps: Any = None
     ) -> AsyncGenerator[AgentEvent, None]:
         """``resume`` that yields the continued turn's events."""
-        events = drive(await self.prepare_resume(agent, session_id, decisions, deps))
+        run = await self.start(
+            agent, Resume(decisions), session_id=session_id, options=RunOptions(deps=deps)
+        )
+        events = drive(run)
         try:
             async for event in events:
                 yield event
@@ -446,14 +551,14 @@ class Runtime:
             await events.aclose()
 
     async def resume(
-        self, agent: Agent, session_id: str, decisions: Any = True, *, deps: Any = None
+        self, agent: Runnable[Drivable], session_id: str, decisions: Any = True, *, deps: Any = None
     ) -> RunResult:
         """Continue a turn that stopped with ``stop_reason="awaiting_approval"`` (see
-        ``Agent.resume``)."""
-        turn = await self.prepare_resume(agent, session_id, decisions, deps)
-        await turn.run(discard)
-        assert turn.result is not None
-        return turn.result
+        ``Agent.resume``): ``start(agent, Resume(decisions), session_id=...)`` run to its end."""
+        run = await self.start(
+            agent, Resume(decisions), session_id=session_id, options=RunOptions(deps=deps)
+        )
+        return await run_to_end(run)
 
     async def pending_query(self, session_id: str) -> ServerQuery | None:
         """The server query (``loom.queries``) the session waits on, if any."""
@@ -461,30 +566,9 @@ class Runtime:
 
         return await pending_query(self.store, session_id)
 
-    async def prepare_answer(
-        self,
-        agent: Agent,
-        session_id: str,
-        answer: str,
-        *,
-        query_id: str | None = None,
-        deps: Any = None,
-    ) -> Turn:
-        """``prepare`` for the client's answer to a server query (see ``answer_query``)."""
-        if not isinstance(answer, str):
-            raise InputError(f"an answer must be text, got {type(answer).__name__}")
-        query = await self.pending_query(session_id)
-        if query is None:
-            raise InputError(f"session {session_id!r} has no server query waiting for an answer")
-        if query_id is not None and query_id != query.query_id:
-            raise InputError(
-                f"session {session_id!r} waits on query {query.query_id!r}, not {query_id!r}"
-            )
-        return self.prepare(agent, None, session_id, "queue", deps, answer=(query, answer))
-
     async def answer_query(
         self,
-        agent: Agent,
+        agent: Runnable[Drivable],
         session_id: str,
         answer: str,
         *,
@@ -493,10 +577,10 @@ class Runtime:
     ) -> RunResult:
         """Answer the server query a run stopped on (``stop_reason="awaiting_input"``): the
         answer enters the transcript and the turn goes on; returns its ``RunResult``."""
-        turn = await self.prepare_answer(agent, session_id, answer, query_id=query_id, deps=deps)
-        await turn.run(discard)
-        assert turn.result is not None
-        return turn.result
+        run = await self.start(
+            agent, Answer(answer, query_id), session_id=session_id, options=RunOptions(deps=deps)
+        )
+        return await run_to_end(run)
 
     async def aclose(self) -> None:
         """Close this runtime's MCP connections (and other live toolsets). The store is the
@@ -510,6 +594,30 @@ class Runtime:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _check_model_override(model: object) -> None:
+    """A run's own model (``RunOptions.model``) is a model string of a known provider or an
+    object with ``stream()``; else ``InputError`` before the run starts."""
+    from loom.models import check_model_spec
+
+    try:
+        check_model_spec(model)
+    except AgentDefinitionError as exc:
+        raise InputError(f"this run's model (RunOptions.model): {exc}") from None
+
+
+async def run_to_end(run: Drivable, cancel: asyncio.Event | None = None) -> RunResult:
+    """Run ``run`` (from ``Runtime.start``) in the caller's task, nobody streaming its events,
+    and answer its ``RunResult``; setting ``cancel`` stops it."""
+    watcher = watch(cancel, run)
+    try:
+        await run.run(discard)
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+    assert run.result is not None
+    return run.result
 
 
 _MODELS: dict[str, Model] = {}

@@ -268,7 +268,7 @@ async def test_cancelling_the_crew_cancels_the_remote_task(remote: tuple[Server,
         plan=plan,
     )
     before = {t.id for t in await remote_tasks(server, "waiter")}
-    turn = crew.prepare(crew.runtime, "go", session_id="cancel-1")
+    turn = await crew.runtime.start(crew, "go", session_id="cancel-1")
     job = asyncio.ensure_future(turn.run(lambda ev: None))
     # the condition: the remote task exists and is working (its tool waits for the file)
     deadline = time.monotonic() + 20

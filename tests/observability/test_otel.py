@@ -24,6 +24,7 @@ from loom import Agent, ModelResponse, ToolCall, tool
 from loom.judge import JudgePanel, LLMJudge
 from loom.messages import Usage
 from loom.observability import OtelObserver
+from loom.run_inputs import CarryOn
 from loom.runtime import Runtime
 from loom.store.sqlite import SQLiteStore
 from loom.testing import ScriptedModel
@@ -289,8 +290,8 @@ async def test_a_run_carried_on_in_another_process_joins_the_same_trace(tmp_path
     tel = Tel()
     rt = Runtime(store, lease_ttl=1.0, observers=[tel.observer])
     model = ScriptedModel(["done"], name="openai:gpt-4o")
-    turn = rt.prepare(
-        Agent(name="worker", model=model, tools=[slow]), None, "s", "queue", None, carry_on=True
+    turn = await rt.start(
+        Agent(name="worker", model=model, tools=[slow]), CarryOn(), session_id="s"
     )
     await turn.run(lambda e: None)
     assert turn.result is not None and turn.result.stop_reason == "completed"

@@ -35,9 +35,11 @@ from loom.crew.result import CrewResult
 from loom.crew.runner import Handover, Runner, tag
 from loom.crew.state import SharedState
 from loom.crew.turn import as_crew_session
+from loom.driving import drive
 from loom.errors import BudgetExceeded, CrewDefinitionError, InputError, LeaseLost, RunCancelled
 from loom.events import AgentEvent
 from loom.messages import StopReason, Usage, new_id
+from loom.run_inputs import Answer, CarryOn, NewMessage, Resume, RunInput, RunOptions
 
 if TYPE_CHECKING:
     from loom.agent import Agent
@@ -178,6 +180,62 @@ class Crew:
         return rt
 
     # -- running --------------------------------------------------------------------------------
+    async def open_run(
+        self,
+        runtime: Runtime,
+        input: RunInput,
+        session_id: str | None,
+        options: RunOptions,
+    ) -> CrewTurn:
+        """The crew run ``input`` asks for on ``runtime`` (``loom.run_inputs.Runnable``): what
+        ``Runtime.start`` calls. A ``NewMessage`` is the crew's task; ``Resume`` continues the
+        members' parked calls (decisions keyed by tool call id are routed to the member that
+        parked each); ``CarryOn`` runs the session's unfinished crew run again (finished members
+        reused). Per-run model, tools, output type, budget and limits belong to the members:
+        giving one for a crew is an ``InputError``."""
+        from loom.crew.turn import CrewTurn, by_member, crew_pending
+
+        own = [
+            name
+            for name, given in (
+                ("model", options.model is not None),
+                ("extra_tools", bool(options.extra_tools)),
+                ("output_type", options.output_type is not None),
+                ("max_cost", options.max_cost is not None),
+                ("max_iterations", options.max_iterations is not None),
+                ("max_tool_calls", options.max_tool_calls is not None),
+                ("timeout", options.timeout is not None),
+                ("queue_timeout", options.queue_timeout is not None),
+                ("on_busy", options.on_busy != "queue"),
+            )
+            if given
+        ]
+        if own:
+            raise InputError(
+                f"crew {self.name!r} takes no per-run {', '.join(own)}: set them on its members, "
+                "or the crew's Budget (a crew run always queues for its session)"
+            )
+        common: dict[str, Any] = {
+            "deps": options.deps,
+            "run_id": options.run_id,
+            "parent_run_id": options.parent_run_id,
+        }
+        if isinstance(input, NewMessage):
+            return CrewTurn(self, runtime, input.text, session_id, **common)
+        if isinstance(input, Answer):
+            raise InputError(f"{self.name!r} is a crew; a crew asks no server queries to answer")
+        assert session_id is not None  # Runtime.start checked it
+        prior = await unfinished_run(runtime.store, session_id)
+        if isinstance(input, CarryOn):
+            if prior is None:
+                raise InputError(f"crew session {session_id!r} has no crew run to carry on")
+            return CrewTurn(self, runtime, prior.task, session_id, **common)
+        pending = await crew_pending(runtime.store, session_id)
+        if prior is None or not pending:
+            raise InputError(f"crew session {session_id!r} has no member call waiting for approval")
+        routed = by_member(input.decisions, pending, session_id, self.name)
+        return CrewTurn(self, runtime, prior.task, session_id, approvals=routed, **common)
+
     async def run(
         self,
         task: str,
@@ -188,7 +246,9 @@ class Crew:
     ) -> CrewResult:
         """Run the crew on ``task`` to its end. ``session_id`` names the crew session (running
         the same task again on a session whose run died resumes it)."""
-        return await self.execute(runtime or self.runtime, task, session_id=session_id, deps=deps)
+        rt = runtime or self.runtime
+        run = await rt.start(self, task, session_id=session_id, options=RunOptions(deps=deps))
+        return await _to_end(run)
 
     def run_sync(
         self,
@@ -226,45 +286,14 @@ class Crew:
         """Run the crew and yield every event of the crew and of every member as it happens,
         each tagged with ``extra["member_path"]``; the last one is the crew's
         ``AGENT_FINISH``. Leaving early stops the crew."""
-        queue: asyncio.Queue[AgentEvent | None] = asyncio.Queue()
         rt = runtime or self.runtime
-        job = asyncio.ensure_future(
-            self.execute(rt, task, session_id=session_id, deps=deps, emit=queue.put_nowait)
-        )
-        job.add_done_callback(lambda _: queue.put_nowait(None))
+        run = await rt.start(self, task, session_id=session_id, options=RunOptions(deps=deps))
+        events = drive(run)
         try:
-            while (item := await queue.get()) is not None:
+            async for item in events:
                 yield item
-            await job
         finally:
-            if not job.done():
-                job.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await job
-
-    def prepare(
-        self, runtime: Runtime, task: str, *, session_id: str | None = None, deps: Any = None
-    ) -> CrewTurn:
-        """A crew run on ``runtime``, ready to be driven like a ``Turn`` (``run(emit)``,
-        ``cancel(reason)``, ``result``): what a server runs for a crew."""
-        from loom.crew.turn import CrewTurn
-
-        return CrewTurn(self, runtime, task, session_id, deps=deps)
-
-    async def prepare_resume(
-        self, runtime: Runtime, session_id: str, decisions: Any = True, *, deps: Any = None
-    ) -> CrewTurn:
-        """``prepare`` for ``resume``: the decisions are checked against the calls the crew
-        session waits on first (``InputError`` when it waits on none, or for an unknown call);
-        decisions keyed by tool call id are routed to the member that parked each call."""
-        from loom.crew.turn import CrewTurn, by_member, crew_pending
-
-        prior = await unfinished_run(runtime.store, session_id)
-        pending = await crew_pending(runtime.store, session_id)
-        if prior is None or not pending:
-            raise InputError(f"crew session {session_id!r} has no member call waiting for approval")
-        routed = by_member(decisions, pending, session_id)
-        return CrewTurn(self, runtime, prior.task, session_id, deps=deps, approvals=routed)
+            await events.aclose()
 
     async def resume(
         self,
@@ -280,14 +309,18 @@ class Crew:
         ``False``, ``Approve()``, ``Reject(reason)``, ``Edit(arguments)``, or a mapping of tool
         call id to decision), or a mapping of member path (``"blog/writer"``) to such a
         decision; a member given none stays parked. Finished members are reused, the parked
-        ones continue their own turn (never re-asked), and the plan goes on."""
+        ones continue their own turn (never re-asked), and the plan goes on. A crew run that
+        died with no call parked is carried on (``CarryOn``)."""
+        from loom.crew.turn import crew_pending
+
         rt = runtime or self.runtime
         prior = await unfinished_run(rt.store, session_id)
         if prior is None:
             raise InputError(f"crew session {session_id!r} has no crew run to resume")
-        return await self.execute(
-            rt, prior.task, session_id=session_id, deps=deps, approvals=decisions
-        )
+        parked = await crew_pending(rt.store, session_id)
+        what: RunInput = Resume(decisions) if parked else CarryOn()
+        run = await rt.start(self, what, session_id=session_id, options=RunOptions(deps=deps))
+        return await _to_end(run)
 
     async def execute(
         self,
@@ -466,3 +499,11 @@ class Crew:
 
 def _discard(event: AgentEvent) -> None:
     return None
+
+
+async def _to_end(run: CrewTurn) -> CrewResult:
+    """Run ``run`` in the caller's task and answer its ``CrewResult``."""
+    await run.run(_discard)
+    if run.crew_result is None:  # cancelled through run.cancel(): nobody else holds it
+        raise RunCancelled(run.cancel_reason or "the crew run was cancelled")
+    return run.crew_result

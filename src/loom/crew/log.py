@@ -12,7 +12,7 @@ Durability: a crew run that died has a start and no finish (a cancelled one ends
 ``Crew.resume``) reuses every member run it recorded as completed (by key) instead of running
 it again, and carries on every member run it started and never finished (``interrupted``):
 the member's message is already in its child session, so its turn goes on from there
-(``Runtime.prepare(..., carry_on=True)``: the turn's own recovery closes its open calls) and
+(``Runtime.start(agent, CarryOn(), ...)``: the turn's own recovery closes its open calls) and
 the message is never sent twice.
 
 The crew session is held like an agent's (``loom.gates``: lease, keep-alive, release), and the

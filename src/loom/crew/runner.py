@@ -2,13 +2,13 @@
 
 Every member run is a turn of the member's agent in its own child session
 (``<crew session>:<path>``) with the crew run as ``parent_run_id``, started with
-``runtime.prepare`` and driven with ``turn.run(emit)``: the crew never touches an agent's or a
-turn's internals. A member run that an earlier, interrupted run of the crew started and never
-finished is carried on (``carry_on=True``: the child turn recovers its open calls and the
-model goes on) instead of being sent its message again. What a member gets that its
-definition does not have (its budget-checked model, the crew tools meant for it) goes onto a
-copy made with ``agent.replace``, so the shared ``Agent`` is never changed and parallel
-members hold nothing in common.
+``Runtime.start`` (the front door) and driven with ``turn.run(emit)``: the crew never touches
+an agent's or a turn's internals. A member run that an earlier, interrupted run of the crew
+started and never finished is carried on (``CarryOn()``: the child turn recovers its open calls
+and the model goes on) instead of being sent its message again. What a member run gets that its
+definition does not have (its budget-checked model, the crew tools meant for it) is that run's
+``RunOptions``, so the shared ``Agent`` is never changed nor copied, and parallel members hold
+nothing in common.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from loom.crew.tools import CrewTool, choice_tool
 from loom.errors import BudgetExceeded, RemoteMemberError, ToolError
 from loom.events import AgentEvent, CrewMemberFinish, CrewMemberStart
 from loom.messages import Message, Usage
+from loom.run_inputs import CarryOn, Resume, RunOptions
 from loom.tools.base import RunContext
 
 if TYPE_CHECKING:
@@ -538,10 +539,15 @@ class Runner:
             )
         rt = self.runtime
         child_scope = self.scope.child(depth=depth)
-        tools = [*(member.given.get("tools") or ()), *extra_tools]
+        tools: list[Any] = [*extra_tools]  # added to this member run only: the member stays
         if self.state is not None:
             tools.extend(state_tools(self.state))
-        agent = member.replace(model=BudgetedModel(rt.model_for(member), child_scope), tools=tools)
+        options = RunOptions(
+            model=BudgetedModel(rt.model_for(member), child_scope),
+            extra_tools=tuple(tools),
+            deps=self.deps,
+            parent_run_id=self.log.run_id,
+        )
         if await rt.store.get_session(child_sid) is None:
             await rt.store.create_session(
                 child_sid,
@@ -570,32 +576,14 @@ class Runner:
             from loom.policy.approval import match_decisions
 
             match_decisions(decision, parked, child_sid)  # a clear InputError before running
-            turn = rt.prepare(
-                agent,
-                None,
-                child_sid,
-                "queue",
-                self.deps,
-                resume=decision,
-                parent_run_id=self.log.run_id,
-            )
+            turn = await rt.start(member, Resume(decision), session_id=child_sid, options=options)
             asker = turn.run_id
         elif (carried := await self._carried(key)) is not None:
             # the interrupted run's message is in the child session already: go on from it
-            turn = rt.prepare(
-                agent,
-                None,
-                child_sid,
-                "queue",
-                self.deps,
-                carry_on=True,
-                parent_run_id=self.log.run_id,
-            )
+            turn = await rt.start(member, CarryOn(), session_id=child_sid, options=options)
             asker = carried
         else:
-            turn = rt.prepare(
-                agent, message, child_sid, "queue", self.deps, parent_run_id=self.log.run_id
-            )
+            turn = await rt.start(member, message, session_id=child_sid, options=options)
             asker = turn.run_id
 
         await self.log.member_start(

@@ -1,4 +1,4 @@
-"""A crew run prepared for a driver: what ``Crew.prepare`` makes and a server runs.
+"""A crew run ready for a driver: what ``Runtime.start(crew, ...)`` answers and a server runs.
 
 ``CrewTurn`` has the driving interface of ``loom.loop.Turn`` — ``run_id``, ``session_id``,
 ``run(emit)``, ``cancel(reason)`` and ``result`` (a ``RunResult``) — so whatever drives a turn
@@ -42,13 +42,15 @@ class CrewTurn:
         *,
         deps: Any = None,
         approvals: Any = None,
+        run_id: str | None = None,
+        parent_run_id: str | None = None,
     ) -> None:
         if not isinstance(task, str) or not task.strip():
             raise InputError("a crew's task must be non-empty text")
         self.crew, self.runtime, self.task = crew, runtime, task
         self.session_id = session_id or new_id("session")
-        self.run_id = new_id("run")
-        self.deps, self.approvals = deps, approvals
+        self.run_id = run_id or new_id("run")
+        self.deps, self.approvals, self.parent_run_id = deps, approvals, parent_run_id
         self.result: RunResult | None = None
         self.crew_result: CrewResult | None = None
         self.cancel_reason: str | None = None
@@ -70,6 +72,7 @@ class CrewTurn:
                 deps=self.deps,
                 approvals=self.approvals,
                 run_id=self.run_id,
+                parent_run_id=self.parent_run_id,
             )
         except asyncio.CancelledError:
             if self.cancel_reason is None or self._task is None:
@@ -142,10 +145,13 @@ async def crew_pending(store: Store, session_id: str) -> list[dict[str, Any]]:
     return as_crew_session(out, session_id)
 
 
-def by_member(decisions: Any, pending: list[dict[str, Any]], session_id: str) -> Any:
+def by_member(
+    decisions: Any, pending: list[dict[str, Any]], session_id: str, root: str | None = None
+) -> Any:
     """``decisions`` keyed by tool call id (as an API collects them) regrouped by member path,
-    which is what ``Crew.resume`` takes; one decision for all, or a mapping already keyed by
-    member path, is returned as it is. ``InputError`` for a call the crew does not wait on."""
+    which is what the crew's runner takes; one decision for all is returned as it is, and a
+    key that is a member path (one of ``pending``'s, or under ``root``, the crew's name: that
+    member, not parked, stays as it is) is kept. ``InputError`` for any other key."""
     if not isinstance(decisions, Mapping) or not decisions:
         return decisions
     if "decision" in decisions and not any(
@@ -153,16 +159,21 @@ def by_member(decisions: Any, pending: list[dict[str, Any]], session_id: str) ->
     ):
         return decisions  # one decision ({"decision": ...}) for every parked call
     paths = {p["member_path"] for p in pending}
-    if all(k in paths for k in decisions):
-        return decisions
     where = {p["tool_call_id"]: p["member_path"] for p in pending}
-    out: dict[str, dict[str, Any]] = {}
-    for call_id, decision in decisions.items():
-        path = where.get(call_id)
-        if path is None:
+    out: dict[str, Any] = {}
+    for key, decision in decisions.items():
+        path = where.get(key)
+        if path is not None:
+            if not isinstance(out.setdefault(path, {}), dict):
+                raise InputError(f"member {path!r} was given a decision and one for call {key!r}")
+            out[path][key] = decision
+        elif key in paths or (root is not None and str(key).startswith(f"{root}/")):
+            if key in out:
+                raise InputError(f"member {key!r} was given a decision and one for its calls")
+            out[key] = decision
+        else:
             raise InputError(
-                f"crew session {session_id!r} has no pending call {call_id!r}; "
+                f"crew session {session_id!r} has no pending call {key!r}; "
                 f"pending calls: {', '.join(where) or 'none'}"
             )
-        out.setdefault(path, {})[call_id] = decision
     return out

@@ -10,7 +10,7 @@ import importlib
 import os
 from typing import Any
 
-from loom.errors import ConfigurationError
+from loom.errors import AgentDefinitionError, ConfigurationError
 from loom.models.base import (
     Model,
     ModelSettings,
@@ -28,6 +28,7 @@ __all__ = [
     "RetryNotice",
     "StreamPart",
     "TextDelta",
+    "check_model_spec",
     "complete",
     "reports_real_usage",
     "resolve_model",
@@ -44,6 +45,38 @@ PROVIDERS: dict[str, str] = {
 }
 
 DEFAULT_MODEL = "local"
+
+
+def check_model_spec(model: Any) -> str | Model | None:
+    """``model`` if it is a model string of a known provider, an object with ``stream()`` or
+    None (then ``$LOOM_MODEL`` is checked), else ``AgentDefinitionError``: a provider must
+    exist when the agent (or a run with a model of its own) is made, not at its first call
+    (the model is loaded by the runtime when it is first used)."""
+    if model is None:
+        env = os.environ.get("LOOM_MODEL")
+        if env:
+            check_model_spec(env)
+        return None
+    if isinstance(model, str):
+        provider = model.strip().partition(":")[0]
+        if not model.strip():
+            raise AgentDefinitionError(
+                "is empty; try 'local' or 'openai:gpt-4o-mini'", field="model"
+            )
+        if provider not in PROVIDERS:
+            known = ", ".join(sorted(PROVIDERS))
+            raise AgentDefinitionError(
+                f"unknown model provider {provider!r} in {model!r}; known providers: {known}. "
+                "Write it as 'provider:model', for example 'openai:gpt-4o-mini'.",
+                field="model",
+            )
+        return model
+    if not callable(getattr(model, "stream", None)):
+        raise AgentDefinitionError(
+            f"must be a model string or an object with stream(); got {type(model).__name__}",
+            field="model",
+        )
+    return model  # type: ignore[no-any-return]
 
 
 def resolve_model(spec: str | Model | None) -> Model:

@@ -37,9 +37,9 @@ class Launcher(Protocol):
 
 
 class RuntimeLauncher:
-    """Runs the schedule's agent (or crew) in this process on ``runtime`` (``loom serve``): an
-    agent's turn is named ``run_id`` and runs on the tick's session (its gate queues turns of
-    one session); a crew runs on the tick's session as its crew session. ``agents`` are looked
+    """Runs the schedule's agent (or crew) in this process on ``runtime`` (``loom serve``),
+    started by ``Runtime.start``: the run is named ``run_id`` and runs on the tick's session
+    (its gate queues runs of one session; a crew's is its crew session). ``agents`` are looked
     up by name; ``add`` makes one more agent or crew known here (``Scheduler.schedule``)."""
 
     def __init__(self, runtime: Runtime, agents: Mapping[str, Agent | Crew]) -> None:
@@ -52,22 +52,22 @@ class RuntimeLauncher:
         self.added[target.name] = target
 
     async def run(self, schedule: Schedule, run: ScheduleRun, run_id: str) -> Outcome:
-        from loom.crew import Crew
         from loom.driving import discard
+        from loom.run_inputs import RunOptions
 
         target = self.added.get(schedule.agent) or self.agents.get(schedule.agent)
         if target is None:
             raise UnknownTarget(f"no agent named {schedule.agent!r} in this process", field="agent")
         session = run.session_id or schedule.session_for(run.tick)
-        if isinstance(target, Crew):
-            done = await target.run(schedule.message, session_id=session, runtime=self.runtime)
-            failed = done.stop_reason in ("error", "cancelled")
-            return Outcome(error=(done.error or done.stop_reason) if failed else None)
-        turn = self.runtime.prepare(target, schedule.message, session, "queue", None, run_id=run_id)
-        await turn.run(discard)
-        result = turn.result
+        # agent or crew, through the front door; the tick's run is named ``run_id``
+        started = await self.runtime.start(
+            target, schedule.message, session_id=session, options=RunOptions(run_id=run_id)
+        )
+        await started.run(discard)
+        result = started.result
         if result is None or result.stop_reason in ("error", "cancelled"):
-            return Outcome(error=(result.error if result else None) or "the run did not finish")
+            error = (result.error or result.stop_reason) if result else None
+            return Outcome(error=error or "the run did not finish")
         return Outcome()
 
 

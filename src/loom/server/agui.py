@@ -46,6 +46,7 @@ from loom.events import (
 )
 from loom.hooks import RequireApproval
 from loom.messages import ToolCall, new_id
+from loom.run_inputs import Answer, Resume
 from loom.server.app import ServerState, error_body, state_of
 from loom.server.openai_api import EventStream, close_quietly
 
@@ -355,13 +356,13 @@ async def _start(state: ServerState, agent: Agent, body: RunAgentInput) -> tuple
     served, frontend = _with_frontend(agent, body.tools or [])
     plan = await _plan(state, body, frontend)
     if plan.message is not None:
-        turn = state.runtime.prepare(served, plan.message, body.thread_id, "queue", None)
+        turn = await state.runtime.start(served, plan.message, session_id=body.thread_id)
     elif plan.answer is not None:
-        turn = await state.runtime.prepare_answer(
-            served, body.thread_id, plan.answer, query_id=plan.query_id
-        )
+        answer = Answer(plan.answer, query_id=plan.query_id)
+        turn = await state.runtime.start(served, answer, session_id=body.thread_id)
     else:
-        turn = await state.runtime.prepare_resume(served, body.thread_id, plan.decisions)
+        resume = Resume(plan.decisions)
+        turn = await state.runtime.start(served, resume, session_id=body.thread_id)
     return turn, _Mapper(body, frontend)
 
 

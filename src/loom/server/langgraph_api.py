@@ -36,7 +36,9 @@ from loom.agent import Agent
 from loom.crew import Crew
 from loom.errors import ConfigurationError, InputError, SessionBusy
 from loom.events import AgentFinish
+from loom.gates import OnBusy
 from loom.messages import Message
+from loom.run_inputs import Answer, Resume, RunOptions
 from loom.server.app import ServerState, state_of
 from loom.server.lg_runs import (
     ALL_MODES,
@@ -56,7 +58,12 @@ __all__ = ["router"]
 router: APIRouter = APIRouter(tags=["langgraph"])
 
 _KV_META = "loom.server.thread_metadata"
-_BUSY = {"enqueue": "queue", "reject": "drop", "interrupt": "interrupt", "rollback": "interrupt"}
+_BUSY: dict[str, OnBusy] = {
+    "enqueue": "queue",
+    "reject": "drop",
+    "interrupt": "interrupt",
+    "rollback": "interrupt",
+}
 
 MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
 
@@ -371,20 +378,21 @@ async def _start_run(
         )
     runtime = state.runtime
     if body.command and "answer" in body.command:  # the client answers a server query
-        turn = await runtime.prepare_answer(
-            agent, thread_id, body.command["answer"], query_id=body.command.get("query_id")
-        )
+        answer = Answer(body.command["answer"], body.command.get("query_id"))
+        turn = await runtime.start(agent, answer, session_id=thread_id)
     elif body.command and "resume" in body.command:
         if isinstance(body.command["resume"], str) and await runtime.pending_query(thread_id):
-            turn = await runtime.prepare_answer(agent, thread_id, body.command["resume"])
+            turn = await runtime.start(agent, Answer(body.command["resume"]), session_id=thread_id)
         else:
-            turn = await runtime.prepare_resume(agent, thread_id, body.command["resume"], None)
+            resume = Resume(body.command["resume"])
+            turn = await runtime.start(agent, resume, session_id=thread_id)
     else:
         message = _last_human(body.input)
         if message is None:
             raise InputError('a run needs input {"messages": [...]} or command {"resume": ...}')
         on_busy = _BUSY[body.multitask_strategy]
-        turn = runtime.prepare(agent, message, thread_id, on_busy, None)
+        options = RunOptions(on_busy=on_busy)
+        turn = await runtime.start(agent, message, session_id=thread_id, options=options)
     patch = await _metadata_patch(state, thread_id)
     if patch.get("assistant_id") != agent.name:
         await _save_patch(
@@ -409,7 +417,6 @@ async def _start_crew_run(
     """A run of ``crew`` on ``thread_id`` (the crew's session): a ``CrewTurn`` driven by the run
     manager like a turn, framed by ``CrewFrameMaker`` (member frames tagged with their path)."""
     from loom.server.lg_crews import CrewFrameMaker
-    from loom.server.lifecycle import ServerRuntime
 
     manager = _manager(state)
     runtime = state.runtime
@@ -421,17 +428,15 @@ async def _start_crew_run(
     if body.command and "answer" in body.command:
         raise InputError(f"{crew.name!r} is a crew; a crew asks no server queries to answer")
     if body.command and "resume" in body.command:
-        turn = await crew.prepare_resume(runtime, thread_id, body.command["resume"])
+        turn = await runtime.start(crew, Resume(body.command["resume"]), session_id=thread_id)
     else:
         message = _last_human(body.input)
         if message is None:
             raise InputError('a run needs input {"messages": [...]} or command {"resume": ...}')
-        turn = crew.prepare(runtime, message, session_id=thread_id)
+        turn = await runtime.start(crew, message, session_id=thread_id)
     if body.multitask_strategy in ("interrupt", "rollback"):  # the new run waits for their end
         for other in manager.active_on(thread_id):
             other.cancel.set()
-    if isinstance(runtime, ServerRuntime):  # limits and graceful shutdown, as for a turn
-        runtime.track(turn)
     patch = await _metadata_patch(state, thread_id)
     if patch.get("assistant_id") != crew.name:
         await _save_patch(

@@ -1,7 +1,8 @@
 """The server's runtime: it knows its live turns, limits them per API key and drains them.
 
-``ServerRuntime.prepare`` records every turn it makes with the key of the request that made it
-(``loom.server.security.current_principal``), refuses a key's turn past
+``ServerRuntime.start`` (the front door, ``Runtime.start``) records every run it starts, of an
+agent or a crew, with the key of the request that made it
+(``loom.server.security.current_principal``), refuses a key's run past
 ``max_concurrent_runs`` (``QueueFull``, answered 429), and ``drain`` lets the live turns finish
 within a grace period, then cancels the rest with the reason ``"server shutting down"``.
 """
@@ -18,9 +19,7 @@ from loom.runtime import Runtime
 from loom.server.security import current_principal
 
 if TYPE_CHECKING:
-    from loom.agent import Agent
-    from loom.driving import Drivable
-    from loom.loop import Turn
+    from loom.run_inputs import Drivable, RunInput, Runnable, RunOptions, RunT
 
 __all__ = ["SHUTDOWN_REASON", "ServerRuntime", "drain"]
 
@@ -40,7 +39,7 @@ class ServerRuntime(Runtime):
     def __init__(self, *args: Any, max_concurrent_runs: int = 0, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.max_concurrent_runs = max_concurrent_runs
-        # every prepared run: agent turns, and crew runs (``track``), by the key that made it
+        # every run started here (agent turns and crew runs), by the key that started it
         self.turns: weakref.WeakKeyDictionary[Drivable, str] = weakref.WeakKeyDictionary()
 
     def live_turns(self, key: str | None = None) -> list[Drivable]:
@@ -62,44 +61,28 @@ class ServerRuntime(Runtime):
         return key
 
     def track(self, run: Drivable) -> None:
-        """Count ``run`` (a crew run, ``CrewTurn``) as one of this server's runs: within its
-        key's limit, and drained at shutdown like a turn. Its members' turns are made by
-        ``prepare`` under the crew run's id, so they do not count against the limit again."""
-        self.turns[run] = self._admit(False)
+        """Count ``run`` as one of this server's runs (within its key's limit, drained at
+        shutdown). ``start`` does it for every run it starts; a run already counted is left
+        as it is."""
+        if run not in self.turns:
+            self.turns[run] = self._admit(False)
 
-    def prepare(
+    async def start(
         self,
-        agent: Agent,
-        message: str | None,
-        session_id: str | None,
-        on_busy: str,
-        deps: Any,
-        resume: Any = None,
-        parent_run_id: str | None = None,
-        answer: Any = None,
+        target: Runnable[RunT],
+        input: RunInput | str,
         *,
-        run_id: str | None = None,
-        carry_on: bool = False,
-        output_type: Any = None,
-        max_cost: float | None = None,
-    ) -> Turn:
-        key = self._admit(parent_run_id is not None)
-        turn = super().prepare(
-            agent,
-            message,
-            session_id,
-            on_busy,
-            deps,
-            resume,
-            parent_run_id,
-            answer,
-            run_id=run_id,
-            carry_on=carry_on,
-            output_type=output_type,
-            max_cost=max_cost,
-        )
-        self.turns[turn] = key
-        return turn
+        session_id: str | None = None,
+        options: RunOptions | None = None,
+    ) -> RunT:
+        """``Runtime.start``, admitted first: the request's key must be within
+        ``max_concurrent_runs`` (``QueueFull`` else; a member run of a crew, one with a
+        ``parent_run_id``, counts as its crew's), and the run is counted under that key."""
+        nested = options is not None and options.parent_run_id is not None
+        key = self._admit(nested)
+        run = await super().start(target, input, session_id=session_id, options=options)
+        self.turns[run] = key
+        return run
 
 
 async def drain(runtime: Runtime, grace: float, settle: float = 5.0) -> list[str]:

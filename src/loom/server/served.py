@@ -2,7 +2,7 @@
 and answer (the OpenAI-compatible API, Weave).
 
 An agent runs through the runtime (``Runtime.run`` / ``Runtime.stream``). A crew runs as its
-``CrewTurn`` (``Crew.prepare``), counted like a turn by the server (limits, drain). Streamed,
+``CrewTurn`` (``Runtime.start``), counted like a turn by the server (limits, drain). Streamed,
 a crew shows as one model: its own events only (not its members'), its answer as one text
 delta when it has it (members' deltas are not the crew's answer), then its ``AGENT_FINISH``.
 """
@@ -25,13 +25,10 @@ if TYPE_CHECKING:
 __all__ = ["run_served", "stream_served"]
 
 
-def _crew_turn(runtime: Runtime, crew: Crew, message: str, session_id: str | None) -> CrewTurn:
-    from loom.server.lifecycle import ServerRuntime
-
-    turn = crew.prepare(runtime, message, session_id=session_id)
-    if isinstance(runtime, ServerRuntime):
-        runtime.track(turn)
-    return turn
+async def _crew_turn(
+    runtime: Runtime, crew: Crew, message: str, session_id: str | None
+) -> CrewTurn:
+    return await runtime.start(crew, message, session_id=session_id)
 
 
 async def run_served(
@@ -42,7 +39,7 @@ async def run_served(
 
     if not isinstance(target, Crew):
         return await runtime.run(target, message, session_id=session_id)
-    turn = _crew_turn(runtime, target, message, session_id)
+    turn = await _crew_turn(runtime, target, message, session_id)
     await turn.run(discard)
     assert turn.result is not None
     return turn.result
@@ -58,7 +55,7 @@ async def stream_served(
         async for ev in runtime.stream(target, message, session_id=session_id):
             yield ev
         return
-    events = drive(_crew_turn(runtime, target, message, session_id))
+    events = drive(await _crew_turn(runtime, target, message, session_id))
     try:
         async for ev in events:
             if ev.extra.get("member_path", target.name) != target.name:

@@ -36,6 +36,7 @@ from loom.events import (
     Warning,
 )
 from loom.messages import RunResult, Usage, new_id
+from loom.run_inputs import Resume
 from loom.server.app import ServerState, error_body, state_of
 from loom.server.openai_api import EventStream, close_quietly
 from loom.server.served import run_served, stream_served
@@ -279,7 +280,7 @@ async def answer_weave(request: Request, body: WeaveAnswer) -> Response:
     name = await session_agent(state, info)
     crew = state.registry.crews.get(name)
     if crew is not None:  # the crew resumes the member(s) that parked the calls
-        turn = await crew.prepare_resume(state.runtime, body.session_id, decided)
+        turn = await state.runtime.start(crew, Resume(decided), session_id=body.session_id)
         await turn.run(discard)
         assert turn.result is not None
         result = turn.result

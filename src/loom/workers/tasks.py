@@ -9,8 +9,8 @@ the journal alone:
 - one of them finished (``AGENT_FINISH`` committed; the worker died before the queue heard of
   it): nothing runs again, the job ends with that run's outcome;
 - one of them committed the user's message: the message is **not** sent again; the retry is a
-  ``carry_on`` turn: its INTAKE closes the dead run (finished steps stay done, ``pure`` /
-  ``idempotent`` calls that were running are re-run with their idempotency key,
+  ``CarryOn()`` run (``Runtime.start``): its INTAKE closes the dead run (finished steps stay
+  done, ``pure`` / ``idempotent`` calls that were running are re-run with their idempotency key,
   ``at_most_once`` calls get ``interrupted`` results) and the model goes on from there;
 - none did: the turn starts with the message, and its INTAKE closes the dead run.
 
@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from loom.driving import discard
 from loom.errors import ConfigurationError, LeaseLost, LoomError
 from loom.events import AgentFinish, EventType
+from loom.run_inputs import CarryOn, RunOptions
 from loom.workers.app import JOB_NAMESPACE, kv_of
 from loom.workers.failover import take_over
 
@@ -51,23 +52,15 @@ class WorkerContext:
     runtime: Runtime
     agents: Mapping[str, Agent]
     max_attempts: int = 3
-    _ready: dict[str, Agent] = field(default_factory=dict)
 
     def agent(self, name: str) -> Agent:
-        hit = self._ready.get(name)
-        if hit is None:
-            try:
-                base = self.agents[name]
-            except KeyError:
-                raise JobFailed(
-                    f"this worker serves no agent named {name!r} (it has: "
-                    f"{', '.join(sorted(self.agents)) or 'none'})"
-                ) from None
-            # a retry may wait for a dead worker's lease to expire: let it wait that long
-            wait = max(base.queue_timeout, 2 * self.runtime.lease_ttl)
-            hit = base if wait == base.queue_timeout else base.replace(queue_timeout=wait)
-            self._ready[name] = hit
-        return hit
+        try:
+            return self.agents[name]
+        except KeyError:
+            raise JobFailed(
+                f"this worker serves no agent named {name!r} (it has: "
+                f"{', '.join(sorted(self.agents)) or 'none'})"
+            ) from None
 
 
 _CONTEXT: WorkerContext | None = None
@@ -143,14 +136,15 @@ async def run_turn(
         run_id = f"{run_id}-a{len(runs) + 1}"
     record["runs"] = [*runs, run_id]
     await _save(ctx, job_id, record)  # before the run starts: a retry must know of it
-    turn = ctx.runtime.prepare(
+    # a retry whose message is committed carries the dead attempt on, with no new message
+    turn = await ctx.runtime.start(
         a,
-        None if committed else message,
-        session_id,
-        "queue",
-        None,
-        run_id=run_id,
-        carry_on=committed,
+        CarryOn() if committed else message,
+        session_id=session_id,
+        # a retry may wait for a dead worker's lease to expire: let this run wait that long
+        options=RunOptions(
+            run_id=run_id, queue_timeout=max(a.queue_timeout, 2 * ctx.runtime.lease_ttl)
+        ),
     )
     inner = asyncio.ensure_future(turn.run(discard))
     try:

@@ -29,6 +29,7 @@ from google.protobuf.json_format import MessageToDict
 from loom.driving import drive
 from loom.errors import InputError
 from loom.events import AgentEvent, ToolErrorEvent, ToolExecutionStart, ToolResultEvent
+from loom.run_inputs import Answer, Resume
 
 if TYPE_CHECKING:
     from loom.loop import Turn
@@ -102,10 +103,12 @@ class LoomExecutor(AgentExecutor):
         runtime = self.runtime
         if task is not None and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
             if await runtime.pending_approvals(session_id):
-                return await runtime.prepare_resume(agent, session_id, decision_of(message))
+                resume = Resume(decision_of(message))
+                return await runtime.start(agent, resume, session_id=session_id)
             if await runtime.pending_query(session_id) is not None:
-                return await runtime.prepare_answer(agent, session_id, text_of(message))
-        return runtime.prepare(agent, text_of(message), session_id, "queue", None)
+                answer = Answer(text_of(message))
+                return await runtime.start(agent, answer, session_id=session_id)
+        return await runtime.start(agent, text_of(message), session_id=session_id)
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Run the message as a Loom turn and publish the task's updates."""

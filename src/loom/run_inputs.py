@@ -1,0 +1,204 @@
+"""What starts a run: a typed input, a target, per-run options (the front door's vocabulary).
+
+Every run, of an agent or of a crew, from every surface, starts through one call,
+``Runtime.start(target, input, session_id=..., options=...)``:
+
+- ``input`` says what the run is for: ``NewMessage(text)`` (a plain ``str`` means the same),
+  ``Resume(decisions)`` for calls parked on a human's approval, ``Answer(text, query_id)`` for
+  a server query the run stopped on (``loom.queries``), or ``CarryOn()``: recover what a dead
+  run of the session left open and go on from the committed transcript, with no new message.
+- ``target`` is anything ``Runnable``: an ``Agent`` or a ``Crew``.
+- ``options`` (``RunOptions``) varies this one run without building a changed ``Agent``:
+  another model, extra tools, an output type, a cost budget, tighter limits, the tools'
+  ``deps``, what to do when the session is busy, the parent run and the run's id.
+
+``start`` answers a ``Drivable``: the run, checked and named but not started; ``await
+run.run(emit)`` runs it (``loom.driving.drive`` streams it), ``run.cancel(reason)`` stops it
+and ``run.result`` holds its ``RunResult`` afterwards.
+
+This module imports nothing of the engine at load time, so any layer may name these types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from loom.events import AgentEvent
+    from loom.gates import OnBusy
+    from loom.messages import RunResult
+    from loom.models.base import Model
+    from loom.runtime import Runtime
+
+__all__ = [
+    "Answer",
+    "CarryOn",
+    "Drivable",
+    "NewMessage",
+    "Resume",
+    "RunInput",
+    "RunOptions",
+    "RunT",
+    "Runnable",
+    "as_run_input",
+    "with_overrides",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A new user message: the usual run. ``Runtime.start(agent, "hi")`` means
+    ``NewMessage("hi")``."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """Continue a run parked with ``stop_reason="awaiting_approval"``.
+
+    ``decisions`` maps each pending ``tool_call_id`` to ``Approve()``, ``Reject(reason)`` or
+    ``Edit(arguments)`` (or True/False, "approve"/"reject"); a single decision applies to every
+    pending call. For a crew, a mapping may also be keyed by member path (``"blog/writer"``).
+    """
+
+    decisions: Any = True
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The client's answer to the server query a run stopped on
+    (``stop_reason="awaiting_input"``); ``query_id`` (optional) must name the pending query."""
+
+    text: str
+    query_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CarryOn:
+    """No new message: recover what a dead run of the session left open and let the run go on
+    from the committed transcript (a worker's retry of a run whose message was committed)."""
+
+
+RunInput = NewMessage | Resume | Answer | CarryOn
+"""What a run is started for (see the module docstring)."""
+
+_INPUT_KINDS = (NewMessage, Resume, Answer, CarryOn)
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """Per-run overrides: they change this run only; the ``Agent`` stays as it was built.
+
+    Args:
+        model: Another model for this run: a ``Model`` or a model string (resolved by the
+            runtime, once per process for a string).
+        extra_tools: Tools added to this run's tool table (``@tool`` functions, ``Tool``
+            objects, names of built-in tools). A name the agent already has is an
+            ``InputError``.
+        output_type: The type of this run's final answer (``loom.output``; ``str``: text).
+        max_cost: US dollars; the run stops with ``stop_reason="cost_limit"`` once its model
+            calls cost more (needs the model's price, ``loom.pricing``).
+        max_iterations: Model calls for this run (default the agent's).
+        max_tool_calls: Tool executions for this run (default the agent's).
+        timeout: Wall-clock seconds for this run (default the agent's).
+        queue_timeout: Seconds this run waits for its busy session (``on_busy="queue"``;
+            default the agent's).
+        deps: Handed to tools as ``RunContext.deps`` (default the agent's ``deps``).
+        on_busy: When the session runs another turn: wait (``"queue"``), fail with
+            ``SessionBusy`` (``"drop"``) or cancel the other (``"interrupt"``).
+        parent_run_id: The run this one runs for (a crew run for its members).
+        run_id: The run's id (default a new one): for callers that name the run before.
+    """
+
+    model: str | Model | None = None
+    extra_tools: Sequence[Any] = ()
+    output_type: Any = None
+    max_cost: float | None = None
+    max_iterations: int | None = None
+    max_tool_calls: int | None = None
+    timeout: float | None = None
+    queue_timeout: float | None = None
+    deps: Any = None
+    on_busy: OnBusy = "queue"
+    parent_run_id: str | None = None
+    run_id: str | None = None
+
+    def __post_init__(self) -> None:
+        tools = self.extra_tools
+        if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
+            from loom.errors import InputError
+
+            raise InputError(f"extra_tools must be a list of tools, got {type(tools).__name__}")
+        object.__setattr__(self, "extra_tools", tuple(tools))  # frozen: a list could change
+
+
+class Drivable(Protocol):
+    """A run started and not yet run (what ``Runtime.start`` answers): ``loom.loop.Turn`` for an
+    agent, ``loom.crew.CrewTurn`` for a crew. Whatever drives a turn (``loom.driving.drive``,
+    a server's run manager, graceful shutdown) drives either."""
+
+    run_id: str
+    session_id: str
+    result: RunResult | None
+
+    async def run(self, emit: Callable[[AgentEvent], None]) -> None:
+        """Run to the end in the current task, handing each event to ``emit``."""
+        ...
+
+    def cancel(self, reason: str = ...) -> None:
+        """Stop at the next await; the run records its end (``stop_reason="cancelled"``)."""
+        ...
+
+
+RunT_co = TypeVar("RunT_co", bound=Drivable, covariant=True)
+RunT = TypeVar("RunT", bound=Drivable)
+"""The kind of run a ``Runnable`` starts (``Runtime.start`` answers that kind)."""
+
+
+class Runnable(Protocol[RunT_co]):
+    """What ``Runtime.start`` can start: an ``Agent`` (its runs are ``loom.loop.Turn``) or a
+    ``Crew`` (``loom.crew.CrewTurn``)."""
+
+    async def open_run(
+        self,
+        runtime: Runtime,
+        input: RunInput,
+        session_id: str | None,
+        options: RunOptions,
+    ) -> RunT_co:
+        """The run ``input`` asks for on ``runtime``, checked and not started (``InputError``
+        for what cannot run, before anything is committed). Called by ``Runtime.start``."""
+        ...
+
+
+def with_overrides(options: RunOptions | None, **given: Any) -> RunOptions:
+    """``options`` (default ``RunOptions()``) with the keyword arguments a caller gave over it:
+    what ``Agent.run(..., model=...)`` and ``Runtime.run(..., deps=...)`` build. A keyword at
+    its default (None, no extra tools, ``on_busy="queue"``) leaves ``options``' value."""
+    from dataclasses import replace
+
+    base = RunOptions() if options is None else options
+    unset: dict[str, Any] = {"extra_tools": (), "on_busy": "queue"}  # defaults that are not None
+    changes = {
+        k: v for k, v in given.items() if v is not None and (k not in unset or v != unset[k])
+    }
+    return replace(base, **changes) if changes else base
+
+
+def as_run_input(input: object) -> RunInput:
+    """``input`` as a ``RunInput`` (a ``str`` is a ``NewMessage``), else ``InputError``."""
+    if isinstance(input, str):
+        return NewMessage(input)
+    if isinstance(input, _INPUT_KINDS):
+        return input
+    from loom.errors import InputError
+
+    raise InputError(
+        f"a run's input must be a str (a new message), NewMessage(text), Resume(decisions), "
+        f"Answer(text, query_id) or CarryOn() from loom.run_inputs; got {type(input).__name__}"
+    )

@@ -125,8 +125,11 @@ class Turn:
         # an output_type (loom.output): the schema goes to the model, answers are validated
         self.typed, self.data, self.output_failures = output, None, 0
         self.settings = agent.model_settings
+        own_choice = options.tool_choice if options is not None else None
+        if own_choice is not None:  # this run's choice over the agent's settings
+            self.settings = replace(self.settings or ModelSettings(), tool_choice=own_choice)
         if output is not None:
-            self.settings = replace(agent.model_settings or ModelSettings(), output=output.wire)
+            self.settings = replace(self.settings or ModelSettings(), output=output.wire)
 
     async def run(self, emit: Callable[[ev.AgentEvent], None]) -> None:
         """Run the turn to its end in the current task, handing each event to ``emit``."""

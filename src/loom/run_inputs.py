@@ -106,6 +106,9 @@ class RunOptions:
         max_iterations: Model calls for this run (default the agent's).
         max_tool_calls: Tool executions for this run (default the agent's).
         timeout: Wall-clock seconds for this run (default the agent's).
+        tool_choice: This run's ``ModelSettings.tool_choice`` over the agent's: ``"required"``,
+            ``"none"``, ``"auto"`` or a tool name (a forced choice holds for the run's first
+            call, as in ``ModelSettings``).
         queue_timeout: Seconds this run waits for its busy session (``on_busy="queue"``;
             default the agent's).
         deps: Handed to tools as ``RunContext.deps`` (default the agent's ``deps``).
@@ -122,6 +125,7 @@ class RunOptions:
     max_iterations: int | None = None
     max_tool_calls: int | None = None
     timeout: float | None = None
+    tool_choice: str | None = None
     queue_timeout: float | None = None
     deps: Any = None
     on_busy: OnBusy = "queue"

@@ -3,6 +3,8 @@ declared branch names by the decoder (the tool's argument is an enum), then the 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from loom import Agent, tool
@@ -12,6 +14,7 @@ from loom.models.base import ModelSettings
 from loom.runtime import Runtime
 
 pytestmark = pytest.mark.slow
+ROUTER_FILE = Path(__file__).resolve().parents[2] / "examples" / "crews" / "router.yaml"
 
 
 @tool
@@ -63,3 +66,20 @@ async def test_a_router_crew_runs_on_the_embedded_model() -> None:
     assert finish.data["output"].strip()
     for path in paths:  # each ran in its own child session, journaled there
         assert await runtime.store.load_messages(f"s1:{path}")
+
+
+async def test_the_shipped_router_file_routes_on_the_embedded_model() -> None:
+    """examples/crews/router.yaml as shipped (no tool_choice in the file): the crew forces the
+    chooser's first call to choose_branch, so the 135M model picks a branch instead of
+    answering in prose and falling back to the default."""
+    crew = Crew.from_file(ROUTER_FILE)
+    events = [e async for e in crew.stream("What is 17 + 25?", runtime=Runtime())]
+    chosen = [
+        e.data["arguments"]["branch"]
+        for e in events
+        if e.type is EventType.TOOL_EXECUTION_START and e.data["tool_name"] == "choose_branch"
+    ]
+    warnings = [e.data["message"] for e in events if e.type is EventType.WARNING]
+    assert chosen and chosen[0] in ("math", "general"), (chosen, warnings)
+    assert not any("no branch" in w for w in warnings), warnings
+    assert events[-1].data["stop_reason"] == "completed"

@@ -154,6 +154,12 @@ async def test_a_model_router_can_only_choose_among_the_declared_branch_names() 
     assert res.output == "reboot it"
     assert [m.path for m in res.members] == ["r/triage", "r/tech"]
     assert tools_seen(tech) == [[]]  # the branch never sees the router's tool
+    # the chooser's first call is forced to choose_branch; the agent itself is unchanged
+    model = triage.model_spec
+    assert isinstance(model, FunctionModel)
+    settings = [c.settings.tool_choice if c.settings else None for c in model.calls]
+    assert settings == ["choose_branch", "auto"], settings
+    assert triage.model_settings is None or triage.model_settings.tool_choice is None
 
 
 async def test_a_router_naming_no_branch_is_a_recorded_failure_not_a_run() -> None:

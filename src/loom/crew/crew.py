@@ -206,6 +206,7 @@ class Crew:
                 ("max_tool_calls", options.max_tool_calls is not None),
                 ("timeout", options.timeout is not None),
                 ("queue_timeout", options.queue_timeout is not None),
+                ("tool_choice", options.tool_choice is not None),
                 ("on_busy", options.on_busy != "queue"),
             )
             if given

@@ -240,7 +240,11 @@ class Runner:
                 choose,
             )
             assert r.by is not None
-            res = await self.run_member(r.by, hand.text, f"{path}/{r.by}", "brief", [tool])
+            # the chooser must choose: its first call is forced to choose_branch (a small
+            # model otherwise answers in prose and the router falls back to its default)
+            res = await self.run_member(
+                r.by, hand.text, f"{path}/{r.by}", "brief", [tool], tool_choice="choose_branch"
+            )
             if not res.ok:
                 return self._outcome(res)
             choice = picked[-1] if picked else None
@@ -487,10 +491,21 @@ class Runner:
         ]
 
     async def run_member(
-        self, name: str, message: str, path: str, policy: str, extra_tools: Sequence[CrewTool]
+        self,
+        name: str,
+        message: str,
+        path: str,
+        policy: str,
+        extra_tools: Sequence[CrewTool],
+        *,
+        tool_choice: str | None = None,
     ) -> MemberResult:
-        """Run member ``name`` (an agent or a nested crew) on ``message`` at ``path``."""
-        return await self.spawn(self.crew.members[name], name, message, path, policy, extra_tools)
+        """Run member ``name`` (an agent or a nested crew) on ``message`` at ``path``;
+        ``tool_choice`` forces an agent member's first call (a router's chooser)."""
+        member = self.crew.members[name]
+        return await self.spawn(
+            member, name, message, path, policy, extra_tools, tool_choice=tool_choice
+        )
 
     async def spawn(
         self,
@@ -500,6 +515,8 @@ class Runner:
         path: str,
         policy: str,
         extra_tools: Sequence[CrewTool],
+        *,
+        tool_choice: str | None = None,
     ) -> MemberResult:
         from loom.crew.crew import Crew
 
@@ -547,6 +564,7 @@ class Runner:
             extra_tools=tuple(tools),
             deps=self.deps,
             parent_run_id=self.log.run_id,
+            tool_choice=tool_choice,
         )
         if await rt.store.get_session(child_sid) is None:
             await rt.store.create_session(

@@ -683,6 +683,24 @@ class Agent:
 
         return load_definition(cls, Path(path), tools, overrides)
 
+    @classmethod
+    def from_definition(
+        cls,
+        definition: AgentDefinition,
+        *,
+        path: str | Path = "AGENT.md",
+        tools: Sequence[Tool | FunctionTool] = (),
+        **overrides: Any,
+    ) -> Agent:
+        """The agent a parsed ``AgentDefinition`` describes (``loom.definition``).
+
+        ``path`` is the file it came from: relative paths in it (``workspace``, MCP servers'
+        ``cwd``) are resolved from its folder. ``tools`` and ``overrides`` as in ``from_file``.
+        """
+        from loom.definition import build_agent
+
+        return build_agent(cls, definition, Path(path), tools, overrides)
+
     def to_definition(self) -> AgentDefinition:
         """This agent as an ``AgentDefinition`` (write it with ``definition.to_markdown()``).
 

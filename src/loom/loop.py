@@ -46,8 +46,8 @@ from loom.recovery import find_loose_ends
 from loom.store.base import RunRecord
 
 if TYPE_CHECKING:
-    from loom.agent import Agent
     from loom.runtime import RunDeps, Runtime
+    from loom.turn_spec import TurnSpec
 
 __all__ = ["AgentState", "Turn"]
 
@@ -78,7 +78,7 @@ class Turn:
     def __init__(
         self,
         runtime: Runtime,
-        agent: Agent,
+        agent: TurnSpec,
         message: str | None,
         session_id: str,
         on_busy: str,

@@ -33,7 +33,7 @@ from loom.store.base import Store, capabilities_of
 from loom.tools.base import Tool, spec_of
 
 if TYPE_CHECKING:
-    from loom.agent import Agent
+    # the engine reads an agent's definition (a Protocol), never loom.agent: layered imports
     from loom.context import ContextBuilder
     from loom.loop import Turn
     from loom.models.base import Model
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from loom.policy.permissions import PermissionRule
     from loom.queries import ServerQuery
     from loom.tools.channel import ResultShaper
+    from loom.turn_spec import TurnSpec as Agent
 
 __all__ = ["OnBusy", "RunDeps", "Runtime", "runtime_for"]
 

@@ -41,6 +41,7 @@ from loom.messages import StopReason, Usage, new_id
 
 if TYPE_CHECKING:
     from loom.agent import Agent
+    from loom.crew.file import CrewDefinition
     from loom.crew.turn import CrewTurn
     from loom.runtime import Runtime
     from loom.schedule import Schedule, Scheduler
@@ -157,10 +158,17 @@ class Crew:
 
     @classmethod
     def from_file(cls, path: str | Path, **overrides: Any) -> Crew:
-        """Load a crew file (YAML; see ``loom.crew.file``)."""
-        from loom.crew.file import load_crew
+        """Load a crew file (YAML; see ``loom.crew.file``); ``overrides`` win over the file."""
+        from loom.crew.file import load_crew_definition
 
-        return load_crew(Path(path), **overrides)
+        return cls.from_definition(load_crew_definition(Path(path)), **overrides)
+
+    @classmethod
+    def from_definition(cls, definition: CrewDefinition, **overrides: Any) -> Crew:
+        """The crew a parsed crew file describes (``loom.crew.file.CrewDefinition``)."""
+        from loom.crew.build import build_crew
+
+        return build_crew(cls, definition, overrides)
 
     @property
     def runtime(self) -> Runtime:

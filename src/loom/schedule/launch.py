@@ -9,14 +9,25 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loom.errors import ScheduleError
+from loom.spec import CrewTarget
+from loom.turn_spec import TurnSpec
 
 if TYPE_CHECKING:
-    from loom.agent import Agent
-    from loom.crew import Crew
     from loom.runtime import Runtime
     from loom.schedule.model import Schedule, ScheduleRun
 
-__all__ = ["JOBS_NAMESPACE", "Launcher", "Outcome", "QueueLauncher", "RuntimeLauncher"]
+Target = TurnSpec | CrewTarget
+"""What a schedule runs: an agent (``Agent``) or a crew (``Crew``), seen through Protocols so
+that the schedule modules know neither."""
+
+__all__ = [
+    "JOBS_NAMESPACE",
+    "Launcher",
+    "Outcome",
+    "QueueLauncher",
+    "RuntimeLauncher",
+    "Target",
+]
 
 JOBS_NAMESPACE = "loom.schedule.jobs"
 """Key-value namespace of the queued job of each scheduled run (key: the run id)."""
@@ -42,24 +53,23 @@ class RuntimeLauncher:
     one session); a crew runs on the tick's session as its crew session. ``agents`` are looked
     up by name; ``add`` makes one more agent or crew known here (``Scheduler.schedule``)."""
 
-    def __init__(self, runtime: Runtime, agents: Mapping[str, Agent | Crew]) -> None:
+    def __init__(self, runtime: Runtime, agents: Mapping[str, Target]) -> None:
         self.runtime = runtime
         self.agents = agents
-        self.added: dict[str, Agent | Crew] = {}
+        self.added: dict[str, Target] = {}
 
-    def add(self, target: Agent | Crew) -> None:
+    def add(self, target: Target) -> None:
         """Run ``target`` for schedules naming it (it wins over an ``agents`` entry)."""
         self.added[target.name] = target
 
     async def run(self, schedule: Schedule, run: ScheduleRun, run_id: str) -> Outcome:
-        from loom.crew import Crew
         from loom.driving import discard
 
         target = self.added.get(schedule.agent) or self.agents.get(schedule.agent)
         if target is None:
             raise ScheduleError(f"no agent named {schedule.agent!r} in this process", field="agent")
         session = run.session_id or schedule.session_for(run.tick)
-        if isinstance(target, Crew):
+        if isinstance(target, CrewTarget):
             done = await target.run(schedule.message, session_id=session, runtime=self.runtime)
             failed = done.stop_reason in ("error", "cancelled")
             return Outcome(error=(done.error or done.stop_reason) if failed else None)

@@ -23,25 +23,33 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from loom.driving import discard
 from loom.errors import ConfigurationError, LeaseLost, LoomError
 from loom.events import AgentFinish, EventType
-from loom.workers.app import JOB_NAMESPACE, kv_of
+from loom.turn_spec import TurnSpec
 from loom.workers.failover import take_over
+from loom.workers.records import JOB_NAMESPACE, kv_of
 
 if TYPE_CHECKING:
     from procrastinate.job_context import JobContext
 
-    from loom.agent import Agent
     from loom.runtime import Runtime
 
-__all__ = ["JobFailed", "WorkerContext", "run_turn", "set_context"]
+__all__ = ["JobFailed", "ServedAgent", "WorkerContext", "run_turn", "set_context"]
 
 
 class JobFailed(LoomError):
     """A queued run that will not be attempted again (crash loop, unknown agent)."""
+
+
+class ServedAgent(TurnSpec, Protocol):
+    """An agent as a worker serves it (``Agent``): it may make a copy with a longer wait."""
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with ``changes`` applied to its arguments."""
+        ...
 
 
 @dataclass(slots=True)
@@ -49,11 +57,11 @@ class WorkerContext:
     """What the turns of a worker process run with."""
 
     runtime: Runtime
-    agents: Mapping[str, Agent]
+    agents: Mapping[str, ServedAgent]
     max_attempts: int = 3
-    _ready: dict[str, Agent] = field(default_factory=dict)
+    _ready: dict[str, ServedAgent] = field(default_factory=dict)
 
-    def agent(self, name: str) -> Agent:
+    def agent(self, name: str) -> ServedAgent:
         hit = self._ready.get(name)
         if hit is None:
             try:

@@ -36,7 +36,7 @@ def is_postgres(spec: str | None) -> bool:
 async def _sqlite_status(path: Path) -> dict[str, Any]:
     import time
 
-    from loom.store import _sqlite_db
+    from loom.store import sqlite_db
     from loom.store.sqlite import SQLiteStore
 
     store = SQLiteStore(path)  # opening applies missing migrations
@@ -65,7 +65,7 @@ async def _sqlite_status(path: Path) -> dict[str, Any]:
         "backend": "sqlite",
         "database": str(path),
         "schema_version": max((int(v) for v, _, _ in applied), default=0),
-        "known_version": _sqlite_db.SCHEMA_VERSION,
+        "known_version": sqlite_db.SCHEMA_VERSION,
         "migrations": [
             {"version": int(v), "name": n, "applied_at": datetime.fromtimestamp(t, UTC).isoformat()}
             for v, n, t in applied

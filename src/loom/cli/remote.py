@@ -109,7 +109,7 @@ class Remote:
         """Run one turn on the server and print its events; the AGENT_FINISH data."""
         import httpx
 
-        from loom.cli.run_cmd import _Renderer
+        from loom.cli.turn_output import Renderer
         from loom.events import AgentEvent
 
         body = {
@@ -119,7 +119,7 @@ class Remote:
             "on_disconnect": "cancel",
             "if_not_exists": "create",
         }
-        render = _Renderer(as_json)
+        render = Renderer(as_json)
         try:
             async with self.http.stream(
                 "POST", f"/threads/{thread_id}/runs/stream", json=body
@@ -148,7 +148,7 @@ def run_remote(
     url: str, message: str, agent: str | None, session: str | None, new: bool, as_json: bool
 ) -> None:
     """``loom run --server URL``."""
-    from loom.cli.run_cmd import _end, _interrupted
+    from loom.cli.turn_output import end_of_turn, interrupted
 
     async def main() -> tuple[dict[str, Any], str]:
         remote = Remote(url)
@@ -164,13 +164,13 @@ def run_remote(
     except LoomError as exc:
         raise fail(exc, 2) from None
     except KeyboardInterrupt:
-        raise _interrupted("the run was stopped") from None
-    _end(result, thread_id, as_json)
+        raise interrupted("the run was stopped") from None
+    end_of_turn(result, thread_id, as_json)
 
 
 def chat_remote(url: str, agent: str | None, session: str | None, new: bool) -> None:
     """``loom chat --server URL``."""
-    from loom.cli.run_cmd import _interrupted, _line_editing, _summary
+    from loom.cli.turn_output import enable_line_editing, interrupted, print_summary
 
     with asyncio.Runner() as runner:
         remote = Remote(url)
@@ -181,12 +181,12 @@ def chat_remote(url: str, agent: str | None, session: str | None, new: bool) -> 
             except LoomError as exc:
                 raise fail(exc, 2) from None
             except KeyboardInterrupt:
-                raise _interrupted("stopped while starting") from None
+                raise interrupted("stopped while starting") from None
             err.print(
                 f"[dim]session {escape(thread_id)} on {escape(remote.url)} ({escape(name)}); "
                 "Ctrl-C stops an answer or clears the line, Ctrl-D quits[/]"
             )
-            _line_editing()
+            enable_line_editing()
             while True:
                 try:
                     line = input("you> ")
@@ -206,7 +206,7 @@ def chat_remote(url: str, agent: str | None, session: str | None, new: bool) -> 
                 except LoomError as exc:
                     say_error(exc)
                     continue
-                _summary(result, thread_id)
+                print_summary(result, thread_id)
         except typer.Exit:
             raise
         finally:

@@ -18,9 +18,9 @@ from loom.runtime import Runtime
 from loom.server.security import current_principal
 
 if TYPE_CHECKING:
-    from loom.agent import Agent
     from loom.driving import Drivable
     from loom.loop import Turn
+    from loom.turn_spec import TurnSpec
 
 __all__ = ["SHUTDOWN_REASON", "ServerRuntime", "drain"]
 
@@ -69,7 +69,7 @@ class ServerRuntime(Runtime):
 
     def prepare(
         self,
-        agent: Agent,
+        agent: TurnSpec,
         message: str | None,
         session_id: str | None,
         on_busy: str,

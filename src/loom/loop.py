@@ -46,7 +46,7 @@ from loom.recovery import find_loose_ends
 from loom.store.base import RunRecord
 
 if TYPE_CHECKING:
-    from loom.runtime import RunDeps, Runtime
+    from loom.run_deps import RunDeps, TurnHost
     from loom.turn_spec import TurnSpec
 
 __all__ = ["AgentState", "Turn"]
@@ -77,7 +77,7 @@ class Turn:
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: TurnHost,
         agent: TurnSpec,
         message: str | None,
         session_id: str,

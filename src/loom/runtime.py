@@ -21,14 +21,14 @@ import asyncio
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loom.driving import discard, drive, watch
 from loom.errors import ConfigurationError, InputError
 from loom.events import AgentEvent, ApprovalDecisionEvent, EventType
 from loom.gates import OnBusy, SessionGate
-from loom.messages import Message, RunResult, ToolSpec, Usage, new_id
+from loom.messages import RunResult, ToolSpec, Usage, new_id
+from loom.run_deps import RunDeps, SessionView
 from loom.store.base import Store, capabilities_of
 from loom.tools.base import Tool, spec_of
 
@@ -40,40 +40,9 @@ if TYPE_CHECKING:
     from loom.policy.approval import PendingApproval
     from loom.policy.permissions import PermissionRule
     from loom.queries import ServerQuery
-    from loom.tools.channel import ResultShaper
     from loom.turn_spec import TurnSpec as Agent
 
 __all__ = ["OnBusy", "RunDeps", "Runtime", "runtime_for"]
-
-
-@dataclass(slots=True)
-class RunDeps:
-    """What one turn runs with, built fresh by the runtime for that turn."""
-
-    agent: Agent
-    store: Store
-    model: Model
-    tools: dict[str, Tool]  # this turn's tool table (the agent's, toolsets', built-ins)
-    tool_specs: list[ToolSpec]
-    builder: ContextBuilder
-    shaper: ResultShaper | None
-    remembered: list[PermissionRule]  # the session's "always"/"never" decisions, from the store
-    user_deps: Any = None
-    warnings: list[str] = field(default_factory=list)  # found while building (toolsets, ...)
-    rom: list[str] = field(default_factory=list)  # the backends' schema text, ROM first
-
-    def effect_of(self, tool_name: str) -> Any:
-        t = self.tools.get(tool_name)
-        return getattr(t, "effect", "at_most_once") if t is not None else "pure"
-
-
-@dataclass(slots=True)
-class SessionView:
-    """A session's transcript as this runtime last committed or read it (append-only, so a
-    longer stored transcript only adds to it), and its remembered permission rules."""
-
-    messages: list[Message]
-    remembered: list[PermissionRule] | None = None
 
 
 class Runtime:

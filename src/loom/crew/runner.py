@@ -493,7 +493,7 @@ class Runner:
         policy: str,
         extra_tools: Sequence[CrewTool],
     ) -> MemberResult:
-        from loom.crew.crew import Crew
+        from loom.agent import Agent  # not Crew: the crew module imports this one
 
         digest = hashlib.sha1(message.encode("utf-8", "surrogatepass")).hexdigest()[:10]
         occurrence = f"{path}#{digest}"
@@ -525,7 +525,7 @@ class Runner:
         self.scope.check_spawn(depth)
         if isinstance(member, RemoteAgent):
             return await self._remote(member, name, message, path, policy, key, child_sid, slot)
-        if isinstance(member, Crew):
+        if not isinstance(member, Agent):  # a nested crew
             return await self._nested(
                 member, name, message, path, policy, key, child_sid, depth, slot
             )

@@ -387,9 +387,7 @@ def subject_of(tool: Tool | None, name: str) -> tuple[str | None, str]:
     return subject[0], subject[1]
 
 
-def subjects_of(
-    call: ToolCall, key: str | None, kind: str, workspace: Path | None
-) -> list[Any]:
+def subjects_of(call: ToolCall, key: str | None, kind: str, workspace: Path | None) -> list[Any]:
     """The values of ``call`` that rules are matched against (``subject_of``'s ``key`` and
     ``kind``): a path as written and with links resolved, else the one value."""
     args = call.arguments

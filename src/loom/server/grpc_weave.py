@@ -30,7 +30,7 @@ from loom.events import AgentFinish
 from loom.server.app import ServerState, view_for
 from loom.server.proto import weave_pb2 as pb
 from loom.server.proto import weave_pb2_grpc as pb_grpc
-from loom.server.security import presented_key, current_principal
+from loom.server.security import current_principal, presented_key
 from loom.server.session_events import Lagged, event_id, session_events
 from loom.server.weave_api import ProgressTracker, weave_reply
 

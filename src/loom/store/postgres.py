@@ -53,8 +53,8 @@ from loom.errors import (
 )
 from loom.events import AgentEvent, EventType
 from loom.messages import Message, Usage
-from loom.store import pg_sql as q
 from loom.store import codec
+from loom.store import pg_sql as q
 from loom.store.base import (
     Lease,
     LedgerEntry,

@@ -32,6 +32,7 @@ from loom.errors import ConfigurationError, InputError, LeaseLost, StoreError
 from loom.events import AgentEvent, EventType
 from loom.messages import Message, Usage
 from loom.store import codec
+from loom.store.base import Lease, LedgerEntry, RunRecord, SessionInfo, lease_lost
 from loom.store.sqlite_db import (
     Database,
     Durability,
@@ -41,7 +42,6 @@ from loom.store.sqlite_db import (
     run_call,
 )
 from loom.store.sqlite_extras import SQLiteCapabilities
-from loom.store.base import Lease, LedgerEntry, RunRecord, SessionInfo, lease_lost
 from loom.store.sqlite_schedules import SQLiteScheduleTables
 
 __all__ = ["SQLiteStore"]

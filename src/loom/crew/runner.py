@@ -43,8 +43,8 @@ from loom.tools.base import RunContext
 
 if TYPE_CHECKING:
     from loom.agent import Agent
-    from loom.crew.crew import Crew
     from loom.crew.log import CrewLog
+    from loom.crew.spec import CrewSpec
     from loom.runtime import Runtime
 
 __all__ = ["Handover", "Outcome", "Runner", "tag"]
@@ -92,7 +92,7 @@ class Runner:
 
     def __init__(
         self,
-        crew: Crew,
+        crew: CrewSpec,
         runtime: Runtime,
         log: CrewLog,
         scope: BudgetScope,
@@ -486,7 +486,7 @@ class Runner:
 
     async def spawn(
         self,
-        member: Agent | Crew | RemoteAgent,
+        member: Agent | CrewSpec | RemoteAgent,
         name: str,
         message: str,
         path: str,
@@ -606,7 +606,7 @@ class Runner:
 
     async def _nested(
         self,
-        crew: Crew,
+        crew: CrewSpec,
         name: str,
         message: str,
         path: str,

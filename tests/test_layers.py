@@ -208,6 +208,42 @@ def test_no_import_circle(mode: str) -> None:
         pytest.xfail(f"circles left ({mode}): {left}")
 
 
+# The seams read an AgentSpec, the engine a TurnSpec, definitions know definitions: none of them
+# imports Agent, Crew or the runtime, not even for an annotation (docs/architecture.md).
+SEAMS = [
+    "loom.context",
+    "loom.hooks",
+    "loom.definition",
+    "loom.crew.file",
+    "loom.memory.builder",
+    "loom.memory.describe",
+    "loom.memory.tools",
+    "loom.policy.approval",
+    "loom.policy.permissions",
+    "loom.output",
+    "loom.recovery",
+    "loom.backends.wiring",
+    "loom.judge.turn",
+    "loom.patterns.turn",
+    "loom.spec",
+    "loom.turn_spec",
+    "loom.run_deps",
+    "loom.loop",
+    "loom.calls",
+]
+ABOVE_THE_SEAMS = {"loom", "loom.agent", "loom.crew", "loom.crew.crew", "loom.runtime"}
+
+
+def test_the_seams_never_import_agent_crew_or_the_runtime() -> None:
+    mods = modules(PACKAGE)
+    taken = {
+        f"{a} -> {b} ({'/'.join(sorted(kinds))})"
+        for (a, b), kinds in import_arrows(mods).items()
+        if a in SEAMS and b in ABOVE_THE_SEAMS
+    }
+    assert sorted(taken) == []
+
+
 # Private names the server still takes from other server modules: they go away with the
 # protocol-neutral run module that is replacing server run handling (issue #24, "the move" 3).
 SERVER_PRIVATE_IMPORTS_BEING_MOVED = {

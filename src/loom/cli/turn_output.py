@@ -34,8 +34,11 @@ EXIT_INTERRUPTED = 130
 class Renderer:
     """Prints one turn's events: text as it streams, tool calls as they start and end."""
 
-    def __init__(self, as_json: bool) -> None:
+    def __init__(self, as_json: bool, *, asks_here: bool = False) -> None:
         self.as_json = as_json
+        # this terminal's approval prompt already said what a call waits for, and the
+        # APPROVAL_REQUIRED event reaches the renderer only after the prompt: not again
+        self.asks_here = asks_here
         self.in_text = False
         self.result: dict[str, Any] = {}
 
@@ -70,7 +73,7 @@ class Renderer:
             text = escape(str(d["content"]).replace("\n", " ")[:200])
             name = escape(str(d["tool_name"]))
             err.print(f"  {mark} {name}: {text} [dim]({d['duration_ms']:.0f} ms)[/]")
-        elif event.type is E.APPROVAL_REQUIRED:
+        elif event.type is E.APPROVAL_REQUIRED and not self.asks_here:
             reason = escape(str(d.get("reason", "")))
             err.print(f"[yellow]approval needed[/] for {escape(str(d.get('tool_name')))}: {reason}")
         elif event.type is E.ERROR:
@@ -94,6 +97,14 @@ def end_of_turn(result: dict[str, Any], session_id: str, as_json: bool) -> None:
         raise typer.Exit(code=1)
 
 
+def _steps(result: dict[str, Any]) -> str:
+    """What the run did: a crew's member runs (a crew run has no loop iterations of its own),
+    else the turn's iterations."""
+    if "member_runs" in result:
+        return f"{result['member_runs']} member runs"
+    return f"{result.get('iterations', 0)} iterations"
+
+
 def print_summary(result: dict[str, Any], session_id: str) -> None:
     """One line on stderr: the session, how the turn stopped, tokens, iterations, time."""
     usage = result.get("usage") or {}
@@ -102,7 +113,7 @@ def print_summary(result: dict[str, Any], session_id: str) -> None:
     err.print(
         f"[dim]session {escape(session_id)} · [{style}]{reason}[/{style}] · "
         f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out tokens · "
-        f"{result.get('iterations', 0)} iterations · {result.get('duration_ms', 0) / 1000:.1f} s[/]"
+        f"{_steps(result)} · {result.get('duration_ms', 0) / 1000:.1f} s[/]"
     )
 
 

@@ -113,3 +113,17 @@ def test_a_bad_model_setting_names_its_field(tmp_path: Path) -> None:
     with pytest.raises(AgentDefinitionError) as info:
         Agent.from_file(path)
     assert "model_settings.tool_choise" in str(info.value)
+
+
+def test_a_parsed_definition_builds_the_agent_its_file_does(tmp_path: Path) -> None:
+    from loom.definition import parse_definition
+
+    (tmp_path / "ws").mkdir()
+    path = tmp_path / "AGENT.md"
+    path.write_text(GOOD.replace("tool_timeout: 5\n", "tool_timeout: 5\nworkspace: ws\n"))
+    definition = parse_definition(path)
+    built = Agent.from_definition(definition, path=path, tools=[shout], max_iterations=2)
+    loaded = Agent.from_file(path, tools=[shout], max_iterations=2)
+    assert built.to_definition() == loaded.to_definition()
+    assert built.workspace == (tmp_path / "ws").resolve()  # resolved from the file's folder
+    assert built.max_iterations == 2  # overrides win over the definition

@@ -43,10 +43,9 @@ if TYPE_CHECKING:
         NewMessage,
         Resume,
         RunInput,
-        Runnable,
         RunOptions,
     )
-    from loom.runtime import Runtime
+    from loom.runtime import Runnable, Runtime
     from loom.tools.base import RunContext, Tool, tool
 
 _EXPORTS: dict[str, str] = {
@@ -76,7 +75,7 @@ _EXPORTS: dict[str, str] = {
     "RunInput": "loom.run_inputs",
     "RunOptions": "loom.run_inputs",
     "RunResult": "loom.messages",
-    "Runnable": "loom.run_inputs",
+    "Runnable": "loom.runtime",
     "Runtime": "loom.runtime",
     "Tool": "loom.tools.base",
     "ToolCall": "loom.messages",

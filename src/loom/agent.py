@@ -508,7 +508,7 @@ class Agent:
         session_id: str | None,
         options: RunOptions,
     ) -> Turn:
-        """The turn ``input`` asks for on ``runtime`` (``loom.run_inputs.Runnable``): what
+        """The turn ``input`` asks for on ``runtime`` (``loom.runtime.Runnable``): what
         ``Runtime.start`` calls; start runs with ``runtime.start(agent, input, ...)``."""
         return await runtime.open_turn(self, input, session_id, options)
 
@@ -691,6 +691,24 @@ class Agent:
         from loom.definition import load_definition
 
         return load_definition(cls, Path(path), tools, overrides)
+
+    @classmethod
+    def from_definition(
+        cls,
+        definition: AgentDefinition,
+        *,
+        path: str | Path = "AGENT.md",
+        tools: Sequence[Tool | FunctionTool] = (),
+        **overrides: Any,
+    ) -> Agent:
+        """The agent a parsed ``AgentDefinition`` describes (``loom.definition``).
+
+        ``path`` is the file it came from: relative paths in it (``workspace``, MCP servers'
+        ``cwd``) are resolved from its folder. ``tools`` and ``overrides`` as in ``from_file``.
+        """
+        from loom.definition import build_agent
+
+        return build_agent(cls, definition, Path(path), tools, overrides)
 
     def to_definition(self) -> AgentDefinition:
         """This agent as an ``AgentDefinition`` (write it with ``definition.to_markdown()``).

@@ -41,7 +41,7 @@ from loom.tools.executor import error_result, execute_call
 
 if TYPE_CHECKING:
     from loom.journal import Journal
-    from loom.runtime import RunDeps
+    from loom.run_deps import RunDeps
 
 __all__ = ["CallRunner"]
 

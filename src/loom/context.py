@@ -16,7 +16,7 @@ from loom.events import EventType
 from loom.messages import Message, ToolSpec
 
 if TYPE_CHECKING:
-    from loom.agent import Agent
+    from loom.spec import AgentSpec
 
 __all__ = ["AssembledContext", "ContextBuilder", "ContextRequest", "FullHistoryBuilder"]
 
@@ -26,7 +26,7 @@ class ContextRequest:
     """What the builder may read: the agent, the committed transcript, turn identity, and
     this turn's tool specs and model (from the turn's ``RunDeps``)."""
 
-    agent: Agent
+    agent: AgentSpec
     history: Sequence[Message]
     session_id: str
     run_id: str

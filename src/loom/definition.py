@@ -32,9 +32,9 @@ You are a careful researcher. ...
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -43,7 +43,9 @@ from loom.errors import AgentDefinitionError, ConfigurationError
 from loom.tools.base import Tool
 
 if TYPE_CHECKING:
-    from loom.agent import Agent
+    from loom.spec import AgentSpec
+
+Built = TypeVar("Built")
 
 __all__ = [
     "AgentDefinition",
@@ -180,20 +182,23 @@ def parse_definition(path: Path) -> AgentDefinition:
 
 
 def load_definition(
-    cls: type[Agent], path: Path, tools: Sequence[Tool], overrides: dict[str, Any]
-) -> Agent:
-    return build_agent(cls, parse_definition(path), path, tools, overrides)
+    make: Callable[..., Built], path: Path, tools: Sequence[Tool], overrides: dict[str, Any]
+) -> Built:
+    """``build_agent`` of the definition in the file at ``path``."""
+    return build_agent(make, parse_definition(path), path, tools, overrides)
 
 
 def build_agent(
-    cls: type[Agent],
+    make: Callable[..., Built],
     definition: AgentDefinition,
     path: Path,
     tools: Sequence[Tool] = (),
     overrides: dict[str, Any] | None = None,
-) -> Agent:
-    """The agent a parsed definition describes; ``path`` is the file it came from (relative
-    paths in it, such as ``workspace`` and MCP servers' ``cwd``, are resolved from its folder)."""
+) -> Built:
+    """``make(**arguments)`` with the constructor arguments a parsed definition describes
+    (``Agent.from_definition`` passes ``Agent``: this module knows definitions, not agents);
+    ``path`` is the file it came from (relative paths in it, such as ``workspace`` and MCP
+    servers' ``cwd``, are resolved from its folder)."""
     own = {t.name: t for t in tools}
     resolved: list[Tool | str] = [own.get(name, name) for name in definition.tools]
     kwargs: dict[str, Any] = definition.model_dump(
@@ -242,14 +247,14 @@ def build_agent(
                 raise AgentDefinitionError(str(exc), path=str(path), field="mcp_servers") from None
         kwargs["tools"] = [*kwargs["tools"], *servers]
     try:
-        return cls(**kwargs)
+        return make(**kwargs)
     except AgentDefinitionError as exc:
         raise AgentDefinitionError(str(exc), path=str(path)) from None
     except ConfigurationError as exc:  # e.g. a bad permission rule
         raise AgentDefinitionError(str(exc), path=str(path)) from None
 
 
-def definition_of(agent: Agent) -> AgentDefinition:
+def definition_of(agent: AgentSpec) -> AgentDefinition:
     """The ``AgentDefinition`` that rebuilds ``agent`` (its tools by name)."""
     given = agent.given
     servers: dict[str, MCPServerConfig] = {}

@@ -37,7 +37,7 @@ from loom.errors import HookDefinitionError, HookError
 from loom.messages import Message, ModelResponse, RunResult, ToolCall, ToolResult, Usage
 
 if TYPE_CHECKING:
-    from loom.agent import Agent
+    from loom.spec import AgentSpec
 
 __all__ = [
     "HOOK_POINTS",
@@ -70,7 +70,7 @@ class HookContext:
     """What a hook sees: the run's identity, its iteration, this turn's tool table, the
     session's remembered permission decisions, and a dict hooks may share."""
 
-    agent: Agent
+    agent: AgentSpec
     run_id: str
     session_id: str
     iteration: int = 0

@@ -46,9 +46,9 @@ from loom.recovery import find_loose_ends
 from loom.store.base import RunRecord
 
 if TYPE_CHECKING:
-    from loom.agent import Agent
+    from loom.run_deps import RunDeps, TurnHost
     from loom.run_inputs import RunOptions
-    from loom.runtime import RunDeps, Runtime
+    from loom.turn_spec import TurnSpec
 
 __all__ = ["AgentState", "Turn"]
 
@@ -78,8 +78,8 @@ class Turn:
 
     def __init__(
         self,
-        runtime: Runtime,
-        agent: Agent,
+        runtime: TurnHost,
+        agent: TurnSpec,
         message: str | None,
         session_id: str,
         on_busy: str,

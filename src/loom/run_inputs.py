@@ -7,7 +7,7 @@ Every run, of an agent or of a crew, from every surface, starts through one call
   ``Resume(decisions)`` for calls parked on a human's approval, ``Answer(text, query_id)`` for
   a server query the run stopped on (``loom.queries``), or ``CarryOn()``: recover what a dead
   run of the session left open and go on from the committed transcript, with no new message.
-- ``target`` is anything ``Runnable``: an ``Agent`` or a ``Crew``.
+- ``target`` is anything ``loom.runtime.Runnable``: an ``Agent`` or a ``Crew``.
 - ``options`` (``RunOptions``) varies this one run without building a changed ``Agent``:
   another model, extra tools, an output type, a cost budget, tighter limits, the tools'
   ``deps``, what to do when the session is busy, the parent run and the run's id.
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from loom.gates import OnBusy
     from loom.messages import RunResult
     from loom.models.base import Model
-    from loom.runtime import Runtime
 
 __all__ = [
     "Answer",
@@ -42,8 +41,6 @@ __all__ = [
     "Resume",
     "RunInput",
     "RunOptions",
-    "RunT",
-    "Runnable",
     "as_run_input",
     "with_overrides",
 ]
@@ -156,27 +153,6 @@ class Drivable(Protocol):
 
     def cancel(self, reason: str = ...) -> None:
         """Stop at the next await; the run records its end (``stop_reason="cancelled"``)."""
-        ...
-
-
-RunT_co = TypeVar("RunT_co", bound=Drivable, covariant=True)
-RunT = TypeVar("RunT", bound=Drivable)
-"""The kind of run a ``Runnable`` starts (``Runtime.start`` answers that kind)."""
-
-
-class Runnable(Protocol[RunT_co]):
-    """What ``Runtime.start`` can start: an ``Agent`` (its runs are ``loom.loop.Turn``) or a
-    ``Crew`` (``loom.crew.CrewTurn``)."""
-
-    async def open_run(
-        self,
-        runtime: Runtime,
-        input: RunInput,
-        session_id: str | None,
-        options: RunOptions,
-    ) -> RunT_co:
-        """The run ``input`` asks for on ``runtime``, checked and not started (``InputError``
-        for what cannot run, before anything is committed). Called by ``Runtime.start``."""
         ...
 
 

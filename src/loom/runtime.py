@@ -24,14 +24,14 @@ import asyncio
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from loom.driving import discard, drive, watch
 from loom.errors import AgentDefinitionError, ConfigurationError, InputError
 from loom.events import AgentEvent, ApprovalDecisionEvent, EventType
 from loom.gates import OnBusy, SessionGate
-from loom.messages import Message, RunResult, ToolSpec, Usage, new_id
+from loom.messages import RunResult, ToolSpec, Usage, new_id
+from loom.run_deps import RunDeps, SessionView
 from loom.run_inputs import (
     Answer,
     CarryOn,
@@ -39,9 +39,7 @@ from loom.run_inputs import (
     NewMessage,
     Resume,
     RunInput,
-    Runnable,
     RunOptions,
-    RunT,
     as_run_input,
     with_overrides,
 )
@@ -50,47 +48,55 @@ from loom.tools.base import Tool, spec_of
 from loom.tools.registry import resolve_tool
 
 if TYPE_CHECKING:
-    from loom.agent import Agent
+    # the engine reads an agent's definition (a Protocol), never loom.agent: layered imports
     from loom.context import ContextBuilder
     from loom.loop import Turn
     from loom.models.base import Model
     from loom.policy.approval import PendingApproval
     from loom.policy.permissions import PermissionRule
     from loom.queries import ServerQuery
-    from loom.tools.channel import ResultShaper
+    from loom.turn_spec import TurnSpec as Agent
 
-__all__ = ["OnBusy", "RunDeps", "Runtime", "run_to_end", "runtime_for"]
-
-
-@dataclass(slots=True)
-class RunDeps:
-    """What one turn runs with, built fresh by the runtime for that turn."""
-
-    agent: Agent
-    store: Store
-    model: Model
-    tools: dict[str, Tool]  # this turn's tool table (the agent's, toolsets', built-ins)
-    tool_specs: list[ToolSpec]
-    builder: ContextBuilder
-    shaper: ResultShaper | None
-    remembered: list[PermissionRule]  # the session's "always"/"never" decisions, from the store
-    user_deps: Any = None
-    warnings: list[str] = field(default_factory=list)  # found while building (toolsets, ...)
-    rom: list[str] = field(default_factory=list)  # the backends' schema text, ROM first
-    max_tool_calls: int = 50  # this run's (RunOptions.max_tool_calls, else the agent's)
-
-    def effect_of(self, tool_name: str) -> Any:
-        t = self.tools.get(tool_name)
-        return getattr(t, "effect", "at_most_once") if t is not None else "pure"
+__all__ = [
+    "NamedRunnable",
+    "OnBusy",
+    "RunDeps",
+    "RunT",
+    "Runnable",
+    "Runtime",
+    "run_to_end",
+    "runtime_for",
+]
 
 
-@dataclass(slots=True)
-class SessionView:
-    """A session's transcript as this runtime last committed or read it (append-only, so a
-    longer stored transcript only adds to it), and its remembered permission rules."""
+RunT_co = TypeVar("RunT_co", bound=Drivable, covariant=True)
+RunT = TypeVar("RunT", bound=Drivable)
+"""The kind of run a ``Runnable`` starts (``Runtime.start`` answers that kind)."""
 
-    messages: list[Message]
-    remembered: list[PermissionRule] | None = None
+
+class Runnable(Protocol[RunT_co]):
+    """What ``Runtime.start`` can start: an ``Agent`` (its runs are ``loom.loop.Turn``) or a
+    ``Crew`` (``loom.crew.CrewTurn``)."""
+
+    async def open_run(
+        self,
+        runtime: Runtime,
+        input: RunInput,
+        session_id: str | None,
+        options: RunOptions,
+    ) -> RunT_co:
+        """The run ``input`` asks for on ``runtime``, checked and not started (``InputError``
+        for what cannot run, before anything is committed). Called by ``Runtime.start``."""
+        ...
+
+
+class NamedRunnable(Runnable[RunT_co], Protocol[RunT_co]):
+    """A ``Runnable`` with a name: what a schedule or a worker looks targets up by."""
+
+    @property
+    def name(self) -> str:
+        """The agent's or crew's name."""
+        ...
 
 
 class Runtime:
@@ -353,7 +359,7 @@ class Runtime:
             )
         if not callable(getattr(target, "open_run", None)):
             raise InputError(
-                f"a run's target must be an Agent or a Crew (a loom.run_inputs.Runnable), got "
+                f"a run's target must be an Agent or a Crew (a loom.runtime.Runnable), got "
                 f"{type(target).__name__}"
             )
         return await target.open_run(self, what, session_id, opts)

@@ -234,3 +234,24 @@ def test_the_example_crews_load_and_run(name: str, monkeypatch: pytest.MonkeyPat
     res = crew.run_sync("What is 17 + 25?")
     assert res.stop_reason == "completed", res.error
     assert res.members and all(m.stop_reason == "completed" for m in res.members)
+
+
+def test_a_crew_file_parses_into_a_definition_that_knows_no_agent(tmp_path: Path) -> None:
+    from loom.crew.file import AgentMember, load_crew_definition
+
+    definition = load_crew_definition(write(tmp_path, GOOD))
+    assert definition.name == "pipeline" and set(definition.members) == {"researcher", "writer"}
+    assert all(isinstance(m, AgentMember) for m in definition.members.values())
+    crew = Crew.from_definition(definition, shared_state=True)  # overrides win over the file
+    assert crew.shared_state and set(crew.members) == {"researcher", "writer"}
+    assert crew.members["researcher"].name == "researcher"
+
+
+def test_a_member_whose_definition_cannot_build_names_the_member(tmp_path: Path) -> None:
+    # a definition that parses but cannot make an agent (an unknown model provider) is found
+    # when the crew is built, and still names the file and the member
+    bad = GOOD.replace("model: demo", "model: nosuch:model")
+    with pytest.raises(CrewDefinitionError) as info:
+        Crew.from_file(write(tmp_path, bad))
+    assert info.value.field == "members.writer" and "nosuch" in str(info.value)
+    assert info.value.path == str(tmp_path / "crew.yaml")

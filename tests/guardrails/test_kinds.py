@@ -324,10 +324,10 @@ async def test_guardrail_event_round_trips() -> None:
 
 def test_the_console_shows_fixes_and_trips_not_passes() -> None:
     from loom.cli._console import err
-    from loom.cli.run_cmd import _Renderer
+    from loom.cli.turn_output import Renderer
     from loom.events import GuardrailEvent
 
-    show = _Renderer(as_json=False)
+    show = Renderer(as_json=False)
     with err.capture() as cap:
         for action in ("pass", "fix", "trip"):
             show(

@@ -35,8 +35,8 @@ from loom.errors import (
 )
 from loom.messages import Message, ModelResponse, ToolCall
 from loom.runtime import Runtime
-from loom.store import _pg_sql as q
 from loom.store import codec
+from loom.store import pg_sql as q
 from loom.store.base import LedgerEntry, RunRecord
 from loom.store.conformance import StoreContract
 from loom.store.postgres import PostgresStore

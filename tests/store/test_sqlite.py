@@ -21,8 +21,8 @@ from loom.errors import ConfigurationError, LeaseLost, SchemaTooNew, StoreCorrup
 from loom.events import EventType, make_event
 from loom.messages import Message, ModelResponse, ToolCall
 from loom.store import SQLiteStore
-from loom.store._sqlite_db import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from loom.store.base import LedgerEntry, RunRecord
+from loom.store.sqlite_db import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from loom.testing import FunctionModel, ScriptedModel
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")

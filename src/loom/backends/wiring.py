@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from loom.tools.base import Tool
 
 if TYPE_CHECKING:
-    from loom.agent import Agent
+    from loom.spec import AgentSpec
 
 __all__ = ["DEFAULT_ROM_TOKENS", "backend_tools", "rom_share"]
 
@@ -18,7 +18,7 @@ log = logging.getLogger("loom.backends")
 DEFAULT_ROM_TOKENS = 1500  # per backend, when the context builder has no ROM budget
 
 
-def rom_share(agent: Agent, builder: Any, model: Any) -> int:
+def rom_share(agent: AgentSpec, builder: Any, model: Any) -> int:
     """Tokens each backend's schema text may use: the ROM budget shared by the backends,
     keeping one share for matched patterns (they come after the schemas and are cut first)."""
     budgets_for = getattr(builder, "budgets_for", None)
@@ -32,7 +32,7 @@ def rom_share(agent: Agent, builder: Any, model: Any) -> int:
 
 
 def backend_tools(
-    agent: Agent, base: dict[str, Tool], builder: Any, model: Any
+    agent: AgentSpec, base: dict[str, Tool], builder: Any, model: Any
 ) -> tuple[dict[str, Tool], list[str], list[str]]:
     """This turn's tool table with the backends' tools, their ROM texts, and problems found
     (a name clash skips the backend's tool, as with toolsets; a failing backend is left out)."""

@@ -16,10 +16,10 @@ __all__ = ["run_crew"]
 
 
 async def _render_crew(events: AsyncIterator[AgentEvent], as_json: bool) -> dict[str, Any]:
-    from loom.cli.run_cmd import _Renderer
+    from loom.cli.turn_output import Renderer
     from loom.events import EventType as E
 
-    render = _Renderer(as_json)
+    render = Renderer(as_json)
     member_runs = 0
     try:
         async for event in events:

@@ -41,7 +41,7 @@ def _sqlite_status(path: Path, *, migrate: bool) -> dict[str, Any]:
     import time
     from datetime import UTC, datetime
 
-    from loom.store import _sqlite_db
+    from loom.store import sqlite_db
 
     if migrate:
         from loom.store.sqlite import SQLiteStore
@@ -69,7 +69,7 @@ def _sqlite_status(path: Path, *, migrate: bool) -> dict[str, Any]:
         )
         version = max((int(v) for v, _, _ in applied), default=0)
         counts: tuple[int | None, ...] = (None, None, None)
-        if version >= _sqlite_db.SCHEMA_VERSION:
+        if version >= sqlite_db.SCHEMA_VERSION:
             sessions, open_runs = conn.execute(
                 "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM open_runs)"
             ).fetchone()
@@ -87,7 +87,7 @@ def _sqlite_status(path: Path, *, migrate: bool) -> dict[str, Any]:
         "backend": "sqlite",
         "database": str(path),
         "schema_version": version,
-        "known_version": _sqlite_db.SCHEMA_VERSION,
+        "known_version": sqlite_db.SCHEMA_VERSION,
         "migrations": [
             {"version": int(v), "name": n, "applied_at": datetime.fromtimestamp(t, UTC).isoformat()}
             for v, n, t in applied

@@ -117,7 +117,7 @@ class Remote:
         """Run one turn on the server and print its events; the AGENT_FINISH data."""
         import httpx
 
-        from loom.cli.run_cmd import _Renderer
+        from loom.cli.turn_output import Renderer
         from loom.events import AgentEvent
 
         body = {
@@ -127,7 +127,7 @@ class Remote:
             "on_disconnect": "cancel",
             "if_not_exists": "create",
         }
-        render = _Renderer(as_json)
+        render = Renderer(as_json)
         try:
             async with self.http.stream(
                 "POST", f"/threads/{thread_id}/runs/stream", json=body
@@ -163,7 +163,7 @@ def run_remote(
     api_key: str | None = None,
 ) -> None:
     """``loom run --server URL``."""
-    from loom.cli.run_cmd import _end, _interrupted
+    from loom.cli.turn_output import end_of_turn, interrupted
 
     async def main() -> tuple[dict[str, Any], str]:
         remote = Remote(url, api_key)
@@ -179,15 +179,15 @@ def run_remote(
     except LoomError as exc:
         raise fail(exc, 2) from None
     except KeyboardInterrupt:
-        raise _interrupted("the run was stopped") from None
-    _end(result, thread_id, as_json)
+        raise interrupted("the run was stopped") from None
+    end_of_turn(result, thread_id, as_json)
 
 
 def chat_remote(
     url: str, agent: str | None, session: str | None, new: bool, *, api_key: str | None = None
 ) -> None:
     """``loom chat --server URL``."""
-    from loom.cli.run_cmd import _interrupted, _line_editing, _summary
+    from loom.cli.turn_output import enable_line_editing, interrupted, print_summary
 
     with asyncio.Runner() as runner:
         remote = Remote(url, api_key)
@@ -198,12 +198,12 @@ def chat_remote(
             except LoomError as exc:
                 raise fail(exc, 2) from None
             except KeyboardInterrupt:
-                raise _interrupted("stopped while starting") from None
+                raise interrupted("stopped while starting") from None
             err.print(
                 f"[dim]session {escape(thread_id)} on {escape(remote.url)} ({escape(name)}); "
                 "Ctrl-C stops an answer or clears the line, Ctrl-D quits[/]"
             )
-            _line_editing()
+            enable_line_editing()
             while True:
                 try:
                     line = input("you> ")
@@ -223,7 +223,7 @@ def chat_remote(
                 except LoomError as exc:
                     say_error(exc)
                     continue
-                _summary(result, thread_id)
+                print_summary(result, thread_id)
         except typer.Exit:
             raise
         finally:

@@ -7,7 +7,6 @@ stops the answer and returns to the prompt, and at the prompt it clears the line
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import importlib.util
 import json
@@ -23,6 +22,13 @@ import typer
 from rich.markup import escape
 
 from loom.cli._console import err, fail, out, say_error
+from loom.cli.turn_output import (
+    Renderer,
+    enable_line_editing,
+    end_of_turn,
+    interrupted,
+    print_summary,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -39,8 +45,6 @@ LOCAL_DEFAULT_TOOLS = ["add", "multiply", "current_time"]
 DEFAULT_INSTRUCTIONS = (
     "You are a helpful assistant. Use a tool when it helps; answer briefly and plainly."
 )
-# Shell convention for "stopped by SIGINT" (128 + 2).
-EXIT_INTERRUPTED = 130
 
 AgentOpt = Annotated[
     str | None,
@@ -364,64 +368,6 @@ def _private_stderr() -> IO[str] | None:
     return private
 
 
-class _Renderer:
-    """Prints one turn's events: text as it streams, tool calls as they start and end."""
-
-    def __init__(self, as_json: bool, *, asks_here: bool = False) -> None:
-        self.as_json = as_json
-        # this terminal's approval prompt already said what a call waits for, and the
-        # APPROVAL_REQUIRED event reaches the renderer only after the prompt: not again
-        self.asks_here = asks_here
-        self.in_text = False
-        self.result: dict[str, Any] = {}
-
-    def end_text(self) -> None:
-        """End a line of streamed text (before other output, or when the answer is cut)."""
-        if self.in_text:
-            out.print()
-            self.in_text = False
-
-    def __call__(self, event: AgentEvent) -> None:
-        from loom.events import EventType as E
-
-        if self.as_json:
-            sys.stdout.write(json.dumps(event.to_dict(), default=str) + "\n")
-            sys.stdout.flush()
-        d = event.data
-        if event.type is E.AGENT_FINISH:
-            self.result = d
-        if self.as_json:
-            return
-        if event.type is E.LLM_DELTA:
-            out.print(d["text"], end="", soft_wrap=True, markup=False)
-            self.in_text = True
-            return
-        if event.type in (E.LLM_COMPLETE, E.TOOL_EXECUTION_START, E.ERROR, E.WARNING, E.GUARDRAIL):
-            self.end_text()
-        if event.type is E.TOOL_EXECUTION_START:
-            args = escape(json.dumps(d["arguments"], ensure_ascii=False))
-            err.print(f"[cyan]→ {escape(str(d['tool_name']))}[/]({args})")
-        elif event.type in (E.TOOL_RESULT, E.TOOL_ERROR):
-            mark = "[green]✓[/]" if d["success"] else "[red]✗[/]"
-            text = escape(str(d["content"]).replace("\n", " ")[:200])
-            name = escape(str(d["tool_name"]))
-            err.print(f"  {mark} {name}: {text} [dim]({d['duration_ms']:.0f} ms)[/]")
-        elif event.type is E.APPROVAL_REQUIRED and not self.asks_here:
-            reason = escape(str(d.get("reason", "")))
-            err.print(f"[yellow]approval needed[/] for {escape(str(d.get('tool_name')))}: {reason}")
-        elif event.type is E.ERROR:
-            err.print(f"[red]error:[/] {escape(str(d.get('error')))}")
-        elif event.type is E.WARNING:
-            err.print(f"[yellow]warning:[/] {escape(str(d.get('message')))}")
-        elif event.type is E.GUARDRAIL and d.get("action") != "pass":  # passes: --json only
-            color = {"trip": "red", "fix": "yellow"}.get(str(d.get("action")), "yellow")
-            err.print(
-                f"[{color}]guardrail {escape(str(d.get('guardrail')))} "
-                f"({escape(str(d.get('kind')))}) {escape(str(d.get('action')))}:[/] "
-                f"{escape(str(d.get('reason')))}"
-            )
-
-
 async def read_line(prompt: str) -> str:
     """Print ``prompt`` (Rich markup) on stderr and read one line of stdin; EOFError at its end.
 
@@ -508,7 +454,7 @@ async def _render(
     events: AsyncIterator[AgentEvent], as_json: bool, *, asks_here: bool = False
 ) -> dict[str, Any]:
     """Print a turn's events; return the AGENT_FINISH data."""
-    render = _Renderer(as_json, asks_here=asks_here)
+    render = Renderer(as_json, asks_here=asks_here)
     try:
         async for event in events:
             render(event)
@@ -537,38 +483,6 @@ async def _render_and_close(
         return await _render(events, as_json, asks_here=asks)
     finally:
         await agent.aclose()  # stop MCP servers before the event loop ends
-
-
-def _end(result: dict[str, Any], session_id: str, as_json: bool) -> None:
-    """The one-line summary, and exit code 1 unless the turn completed or waits for approval."""
-    if not as_json:
-        _summary(result, session_id)
-    if result.get("stop_reason") not in ("completed", "awaiting_approval"):
-        raise typer.Exit(code=1)
-
-
-def _steps(result: dict[str, Any]) -> str:
-    """What the run did: a crew's member runs (a crew run has no loop iterations of its own),
-    else the turn's iterations."""
-    if "member_runs" in result:
-        return f"{result['member_runs']} member runs"
-    return f"{result.get('iterations', 0)} iterations"
-
-
-def _summary(result: dict[str, Any], session_id: str) -> None:
-    usage = result.get("usage") or {}
-    reason = escape(str(result.get("stop_reason")))
-    style = "green" if reason == "completed" else "yellow"
-    err.print(
-        f"[dim]session {escape(session_id)} · [{style}]{reason}[/{style}] · "
-        f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out tokens · "
-        f"{_steps(result)} · {result.get('duration_ms', 0) / 1000:.1f} s[/]"
-    )
-
-
-def _interrupted(what: str) -> typer.Exit:
-    err.print(f"\n[yellow]interrupted:[/] {what}")
-    return typer.Exit(code=EXIT_INTERRUPTED)
 
 
 def run(
@@ -624,8 +538,8 @@ def run(
         except LoomError as exc:
             raise fail(exc, 2) from None
         except KeyboardInterrupt:
-            raise _interrupted("the crew was stopped") from None
-        return _end(result, session_id, as_json)
+            raise interrupted("the crew was stopped") from None
+        return end_of_turn(result, session_id, as_json)
     if server is not None:
         from loom.cli.remote import run_remote
 
@@ -644,8 +558,8 @@ def run(
     except LoomError as exc:
         raise fail(exc, 2) from None
     except KeyboardInterrupt:
-        raise _interrupted("the run was stopped") from None
-    _end(result, session_id, as_json)
+        raise interrupted("the run was stopped") from None
+    end_of_turn(result, session_id, as_json)
 
 
 def _local_only(**given: Any) -> None:
@@ -660,13 +574,6 @@ def _local_only(**given: Any) -> None:
             "model, tools and store)"
         )
         raise fail(problem, 2)
-
-
-def _line_editing() -> None:
-    # Arrow keys and history for input() on a terminal; absent on some platforms, and fine so.
-    if sys.stdin is not None and sys.stdin.isatty():
-        with contextlib.suppress(ImportError):
-            import readline  # noqa: F401
 
 
 def chat(
@@ -697,12 +604,12 @@ def chat(
     except LoomError as exc:
         raise fail(exc, 2) from None
     except KeyboardInterrupt:
-        raise _interrupted("stopped while starting") from None
+        raise interrupted("stopped while starting") from None
     err.print(
         f"[dim]session {escape(session_id)}; Ctrl-C stops an answer or clears the line, "
         "Ctrl-D quits[/]"
     )
-    _line_editing()
+    enable_line_editing()
     # One event loop for the whole chat, and input() read outside it: between turns Ctrl-C is
     # an ordinary KeyboardInterrupt at the prompt; during a turn the Runner turns it into a
     # cancellation of that turn alone.
@@ -727,7 +634,7 @@ def chat(
                 except LoomError as exc:
                     say_error(exc)
                     continue
-                _summary(result, session_id)
+                print_summary(result, session_id)
         finally:
             runner.run(agent.aclose())
 
@@ -819,8 +726,8 @@ def resume(
         raise fail(exc, 2) from None
     except KeyboardInterrupt:
         if decided:
-            raise _interrupted("the resumed run was stopped") from None
-        raise _interrupted(
+            raise interrupted("the resumed run was stopped") from None
+        raise interrupted(
             f"nothing was decided; the calls still wait (loom resume {session})"
         ) from None
-    _end(result, session, as_json)
+    end_of_turn(result, session, as_json)

@@ -43,6 +43,7 @@ from loom.run_inputs import Answer, CarryOn, NewMessage, Resume, RunInput, RunOp
 
 if TYPE_CHECKING:
     from loom.agent import Agent
+    from loom.crew.file import CrewDefinition
     from loom.crew.turn import CrewTurn
     from loom.runtime import Runtime
     from loom.schedule import Schedule, Scheduler
@@ -159,10 +160,17 @@ class Crew:
 
     @classmethod
     def from_file(cls, path: str | Path, **overrides: Any) -> Crew:
-        """Load a crew file (YAML; see ``loom.crew.file``)."""
-        from loom.crew.file import load_crew
+        """Load a crew file (YAML; see ``loom.crew.file``); ``overrides`` win over the file."""
+        from loom.crew.file import load_crew_definition
 
-        return load_crew(Path(path), **overrides)
+        return cls.from_definition(load_crew_definition(Path(path)), **overrides)
+
+    @classmethod
+    def from_definition(cls, definition: CrewDefinition, **overrides: Any) -> Crew:
+        """The crew a parsed crew file describes (``loom.crew.file.CrewDefinition``)."""
+        from loom.crew.build import build_crew
+
+        return build_crew(cls, definition, overrides)
 
     @property
     def runtime(self) -> Runtime:
@@ -187,7 +195,7 @@ class Crew:
         session_id: str | None,
         options: RunOptions,
     ) -> CrewTurn:
-        """The crew run ``input`` asks for on ``runtime`` (``loom.run_inputs.Runnable``): what
+        """The crew run ``input`` asks for on ``runtime`` (``loom.runtime.Runnable``): what
         ``Runtime.start`` calls. A ``NewMessage`` is the crew's task; ``Resume`` continues the
         members' parked calls (decisions keyed by tool call id are routed to the member that
         parked each); ``CarryOn`` runs the session's unfinished crew run again (finished members

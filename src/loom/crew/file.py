@@ -20,6 +20,11 @@ module:function, default}}``; ``{loop: {body: node, max_iterations, until: modul
 exit_tool}}``; ``{graph: {task: {member, depends_on, task, context}}}``; ``{manager: {manager,
 workers, max_delegations}}``; ``{handoff: {start, members, max_handoffs, context}}``. Every
 problem is a ``CrewDefinitionError`` naming the file and the field.
+
+``load_crew_definition`` reads a file into a ``CrewDefinition`` (agent members as
+``AgentDefinition`` s, remote ones as ``RemoteAgent``); ``Crew.from_file`` /
+``Crew.from_definition`` build the crew from it. This module knows definitions, not ``Agent`` or
+``Crew``.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from __future__ import annotations
 import importlib
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,21 +55,40 @@ from loom.crew.plan import (
 from loom.errors import ConfigurationError, CrewDefinitionError
 
 if TYPE_CHECKING:
-    from loom.agent import Agent
-    from loom.crew.crew import Crew
     from loom.crew.remote import RemoteAgent
+    from loom.definition import AgentDefinition
 
-__all__ = ["load_crew", "parse_node"]
+__all__ = ["AgentMember", "CrewDefinition", "load_crew_definition", "parse_node"]
 
 _TOP = {"name", "members", "plan", "budget", "shared_state", "ref_threshold", "description"}
 _ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _MODES = ("sequential", "parallel", "router", "loop", "graph", "manager", "handoff")
 
 
-def load_crew(path: Path, **overrides: Any) -> Crew:
-    """Read, validate and build the crew in ``path``; ``overrides`` go to ``Crew(...)``."""
-    from loom.crew.crew import Crew
+@dataclass(frozen=True, slots=True)
+class AgentMember:
+    """An agent member of a crew file: its definition, and the file whose folder its relative
+    paths (``workspace``, MCP servers' ``cwd``) are resolved from."""
 
+    definition: AgentDefinition
+    path: Path
+
+
+@dataclass(frozen=True, slots=True)
+class CrewDefinition:
+    """A crew file, parsed and checked: what ``Crew.from_definition`` builds a crew from."""
+
+    name: str
+    members: Mapping[str, AgentMember | RemoteAgent]
+    plan: Node
+    path: Path
+    budget: Budget | None = None
+    shared_state: bool = False
+    ref_threshold: int | None = None
+
+
+def load_crew_definition(path: Path) -> CrewDefinition:
+    """Read and validate the crew file at ``path`` (``CrewDefinitionError`` naming the field)."""
     where = str(path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -89,15 +114,15 @@ def load_crew(path: Path, **overrides: Any) -> Crew:
         members = _members(data["members"], path)
         plan = parse_node(data["plan"], "plan")
         budget = _budget(data.get("budget"))
-        kwargs: dict[str, Any] = {
-            "members": members,
-            "plan": plan,
-            "budget": budget,
-            "shared_state": bool(data.get("shared_state", False)),
-            "ref_threshold": data.get("ref_threshold"),
-            **overrides,
-        }
-        return Crew(str(data["name"]), **kwargs)
+        return CrewDefinition(
+            name=str(data["name"]),
+            members=members,
+            plan=plan,
+            path=path,
+            budget=budget,
+            shared_state=bool(data.get("shared_state", False)),
+            ref_threshold=data.get("ref_threshold"),
+        )
     except CrewDefinitionError as exc:
         raise type(exc)(exc.detail, path=where, field=exc.field) from None
     except ConfigurationError as exc:
@@ -142,15 +167,14 @@ def _expand(text: str, at: str) -> str:
     return _ENV_VAR.sub(env, text)
 
 
-def _members(raw: Any, path: Path) -> dict[str, Agent | RemoteAgent]:
-    from loom.agent import Agent
-    from loom.definition import AgentDefinition, build_agent
+def _members(raw: Any, path: Path) -> dict[str, AgentMember | RemoteAgent]:
+    from loom.definition import AgentDefinition, parse_definition
 
     if not isinstance(raw, dict) or not raw:
         raise CrewDefinitionError(
             "a mapping of member name to an agent file or definition", field="members"
         )
-    out: dict[str, Agent | RemoteAgent] = {}
+    out: dict[str, AgentMember | RemoteAgent] = {}
     for name, spec in raw.items():
         at = f"members.{name}"
         if isinstance(spec, dict) and "a2a" in spec:
@@ -158,7 +182,7 @@ def _members(raw: Any, path: Path) -> dict[str, Agent | RemoteAgent]:
         elif isinstance(spec, str):
             file = (path.parent / spec).resolve()
             try:
-                out[name] = Agent.from_file(file)
+                out[name] = AgentMember(parse_definition(file), file)
             except ConfigurationError as exc:
                 raise CrewDefinitionError(str(exc), field=at) from None
         elif isinstance(spec, dict):
@@ -170,10 +194,7 @@ def _members(raw: Any, path: Path) -> dict[str, Agent | RemoteAgent]:
                 first = exc.errors()[0]
                 sub = ".".join(str(p) for p in first["loc"])
                 raise CrewDefinitionError(first["msg"], field=f"{at}.{sub}") from None
-            try:  # the same construction as an AGENT.md file's (tools, output_schema, MCP)
-                out[name] = build_agent(Agent, d, path)
-            except ConfigurationError as exc:
-                raise CrewDefinitionError(str(exc), field=at) from None
+            out[name] = AgentMember(d, path)  # built as an AGENT.md file's (tools, MCP, ...)
         else:
             raise CrewDefinitionError(
                 "an agent file path, an inline definition or {a2a: url}", field=at

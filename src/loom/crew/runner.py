@@ -48,8 +48,8 @@ from loom.tools.base import RunContext
 
 if TYPE_CHECKING:
     from loom.agent import Agent
-    from loom.crew.crew import Crew
     from loom.crew.log import CrewLog
+    from loom.crew.spec import CrewSpec
     from loom.runtime import Runtime
 
 __all__ = ["Handover", "Outcome", "Runner", "tag"]
@@ -97,7 +97,7 @@ class Runner:
 
     def __init__(
         self,
-        crew: Crew,
+        crew: CrewSpec,
         runtime: Runtime,
         log: CrewLog,
         scope: BudgetScope,
@@ -509,7 +509,7 @@ class Runner:
 
     async def spawn(
         self,
-        member: Agent | Crew | RemoteAgent,
+        member: Agent | CrewSpec | RemoteAgent,
         name: str,
         message: str,
         path: str,
@@ -518,7 +518,7 @@ class Runner:
         *,
         tool_choice: str | None = None,
     ) -> MemberResult:
-        from loom.crew.crew import Crew
+        from loom.agent import Agent  # not Crew: the crew module imports this one
 
         digest = hashlib.sha1(message.encode("utf-8", "surrogatepass")).hexdigest()[:10]
         occurrence = f"{path}#{digest}"
@@ -550,7 +550,7 @@ class Runner:
         self.scope.check_spawn(depth)
         if isinstance(member, RemoteAgent):
             return await self._remote(member, name, message, path, policy, key, child_sid, slot)
-        if isinstance(member, Crew):
+        if not isinstance(member, Agent):  # a nested crew
             return await self._nested(
                 member, name, message, path, policy, key, child_sid, depth, slot
             )
@@ -642,7 +642,7 @@ class Runner:
 
     async def _nested(
         self,
-        crew: Crew,
+        crew: CrewSpec,
         name: str,
         message: str,
         path: str,

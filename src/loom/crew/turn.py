@@ -22,8 +22,8 @@ from loom.events import AgentEvent, CrewMemberFinish
 from loom.messages import Message, RunResult, Usage, new_id
 
 if TYPE_CHECKING:
-    from loom.crew.crew import Crew
     from loom.crew.result import CrewResult
+    from loom.crew.spec import CrewSpec
     from loom.runtime import Runtime
     from loom.store.base import Store
 
@@ -35,7 +35,7 @@ class CrewTurn:
 
     def __init__(
         self,
-        crew: Crew,
+        crew: CrewSpec,
         runtime: Runtime,
         task: str,
         session_id: str | None,

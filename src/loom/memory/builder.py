@@ -36,7 +36,7 @@ from loom.messages import Message, ToolSpec, Usage
 from loom.tools.base import spec_of
 
 if TYPE_CHECKING:
-    from loom.agent import Agent
+    from loom.spec import AgentSpec
 
 __all__ = ["MIN_CONVERSATION_TOKENS", "SegmentedContextBuilder"]
 
@@ -88,12 +88,12 @@ class SegmentedContextBuilder:
         self._max_sessions = max_sessions
         self._sessions: OrderedDict[tuple[int, str], SessionIndex] = OrderedDict()
         self._plans: dict[tuple[int, str], Plan] = {}  # each session's last plan (see build)
-        self._setups: dict[int, tuple[Agent, _Setup]] = {}
+        self._setups: dict[int, tuple[AgentSpec, _Setup]] = {}
         self._raw_of: dict[int, tuple[int, Any]] = {}
         self._file_cache: dict[Path, tuple[tuple[int, int], str]] = {}
 
     # -- configuration ---------------------------------------------------------------------------
-    def window_of(self, agent: Agent, model: Any = None) -> tuple[int, int]:
+    def window_of(self, agent: AgentSpec, model: Any = None) -> tuple[int, int]:
         """(context window, reserved output) for ``agent``."""
         window = self.context_window or getattr(model, "context_window", None)
         if not isinstance(window, int) or window <= 0:
@@ -106,7 +106,7 @@ class SegmentedContextBuilder:
 
     def check(
         self,
-        agent: Agent,
+        agent: AgentSpec,
         model: Any = None,
         counter: TokenCounter | None = None,
         tool_specs: list[ToolSpec] | None = None,
@@ -128,7 +128,7 @@ class SegmentedContextBuilder:
             )
         del budgets
 
-    def _setup(self, agent: Agent, model: Any) -> _Setup:
+    def _setup(self, agent: AgentSpec, model: Any) -> _Setup:
         hit = self._setups.get(id(agent))
         if hit is not None and hit[0] is agent:
             return hit[1]
@@ -149,14 +149,14 @@ class SegmentedContextBuilder:
         self._setups[id(agent)] = (agent, setup)
         return setup
 
-    def counter_for(self, agent: Agent, model: Any) -> MessageCounter:
+    def counter_for(self, agent: AgentSpec, model: Any) -> MessageCounter:
         """The message counter this builder uses for ``agent`` with ``model``."""
         return self._setup(agent, model).counter
 
-    def budgets_for(self, agent: Agent, model: Any) -> Budgets:
+    def budgets_for(self, agent: AgentSpec, model: Any) -> Budgets:
         return self._setup(agent, model).budgets
 
-    def index_for(self, agent: Agent, session_id: str, model: Any) -> SessionIndex:
+    def index_for(self, agent: AgentSpec, session_id: str, model: Any) -> SessionIndex:
         key = (id(agent), session_id)
         idx = self._sessions.get(key)
         if idx is None:
@@ -168,7 +168,7 @@ class SegmentedContextBuilder:
             self._sessions.move_to_end(key)
         return idx
 
-    def memory_path(self, agent: Agent) -> Path | None:
+    def memory_path(self, agent: AgentSpec) -> Path | None:
         """Where this agent's MEMORY.md lives, or None when MEMORY.md is off."""
         f = self.config.memory_file
         if f is None:
@@ -178,7 +178,7 @@ class SegmentedContextBuilder:
             return path
         return agent.workspace / path if agent.workspace is not None else None
 
-    def read_memory(self, agent: Agent, path: Path | None = None) -> str:
+    def read_memory(self, agent: AgentSpec, path: Path | None = None) -> str:
         """MEMORY.md's text; a missing file is empty memory."""
         path = path or self.memory_path(agent)
         if path is None:

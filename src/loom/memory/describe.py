@@ -18,7 +18,7 @@ from loom.memory.segments import SessionIndex
 from loom.memory.tokens import MessageCounter, counter_for_model
 
 if TYPE_CHECKING:
-    from loom.agent import Agent
+    from loom.turn_spec import TurnSpec
 
 __all__ = ["MemoryReport", "Tier", "describe_session"]
 
@@ -69,7 +69,7 @@ class MemoryReport:
 
 
 async def describe_session(
-    store: Any, session_id: str, agent: Agent, *, builder: SegmentedContextBuilder | None = None
+    store: Any, session_id: str, agent: TurnSpec, *, builder: SegmentedContextBuilder | None = None
 ) -> MemoryReport:
     """The memory tiers of ``session_id`` as ``agent`` would assemble them for its next call.
 

@@ -4,19 +4,22 @@
   record: the context builder reads Kernel entries back from the persisted results, so nothing
   else is written and the context stays a function of the transcript.
 - ``memory_write(note)``: appends a lasting note to MEMORY.md in the agent's workspace.
-- ``set_kernel(store, session_id, key, value)``: the same as ``remember`` from code, stored as a
-  bookkeeping entry in the transcript (works with any ``Store``).
+- ``set_kernel(store, session_id, key, value)``: the same as ``remember`` from code, journaled
+  as a ``MEMORY_RECORD`` whose message is a bookkeeping entry in the transcript (any ``Store``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loom.errors import ToolError
 from loom.memory.compression import append_memory_notes
-from loom.messages import Message
+from loom.messages import new_id
 from loom.tools.base import FunctionTool, RunContext, tool
+
+if TYPE_CHECKING:
+    from loom.store.base import Store
 
 __all__ = ["memory_file_tool", "memory_tools", "memory_write", "remember", "set_kernel"]
 
@@ -67,27 +70,28 @@ def memory_file_tool(path: str | Path | None = None, name: str = "memory_write")
 memory_write = memory_file_tool()
 
 
-async def set_kernel(store: Any, session_id: str, key: str, value: str | None) -> None:
+async def set_kernel(store: Store, session_id: str, key: str, value: str | None) -> None:
     """Set (or with ``None`` remove) a Kernel entry for a session, from code.
 
     Call it between turns: an entry written while a turn runs is seen from the next turn on.
+    The entry is journaled (a ``MEMORY_RECORD`` event of its own run, ``kernel_…``) with the
+    message it adds, so the stored transcript stays ``journal.transcript(events)``.
     """
     if not key or not key.strip():
         from loom.errors import InputError
 
         raise InputError("kernel key must be a non-empty string")
-    await store.append(
-        session_id,
-        messages=[
-            Message(
-                role="system",
-                content=f"[kernel] {key} = {value}"
-                if value is not None
-                else f"[kernel] {key} removed",
-                metadata={"loom": "kernel", "key": key.strip(), "value": value},
-            )
-        ],
+    from loom.events import MemoryRecord  # the journal and events load with the first write
+    from loom.journal import Journal
+
+    journal = Journal(store, session_id, new_id("kernel"), [])
+    content = f"[kernel] {key} = {value}" if value is not None else f"[kernel] {key} removed"
+    record = journal.event(
+        MemoryRecord,
+        content=content,
+        metadata={"loom": "kernel", "key": key.strip(), "value": value},
     )
+    await journal.commit([record])
 
 
 def memory_tools(config: Any, taken: Any = ()) -> list[FunctionTool]:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from loom.errors import ApprovalHandlerError, InputError
 from loom.events import ApprovalDecisionEvent, ApprovalRequired
 from loom.messages import Message, ToolCall, ToolResult
-from loom.policy.permissions import Action, PermissionRule, _subject_of, _subjects
+from loom.policy.permissions import Action, PermissionRule, subject_of, subjects_of
 from loom.store.base import Store
 from loom.tools.executor import error_result
 
@@ -229,10 +229,10 @@ def remember_rules(
     action: Action = "deny" if isinstance(decision, Reject) else "allow"
     if remember == "tool":
         return [PermissionRule(p.tool_name, None, action, "session")]
-    key, kind = _subject_of(tool, p.tool_name)
+    key, kind = subject_of(tool, p.tool_name)
     if key is None:  # the same compact JSON the rules match for such tools
         return [
-            PermissionRule(p.tool_name, _subjects(p.call, None, kind, None)[0], action, "session")
+            PermissionRule(p.tool_name, subjects_of(p.call, None, kind, None)[0], action, "session")
         ]
     value = str(p.arguments.get(key, ""))
     if kind == "command":

@@ -55,6 +55,8 @@ __all__ = [
     "PermissionRule",
     "PermissionVerdict",
     "build_permissions",
+    "subject_of",
+    "subjects_of",
 ]
 
 Action = Literal["allow", "deny", "ask"]
@@ -242,12 +244,12 @@ class PermissionManager:
         name = call.name
         relevant = self._relevant(name)
         remembered = [r for r in remembered if r.tool == name or text_matches(r.tool, name)]
-        key, kind = _subject_of(tool, name)
+        key, kind = subject_of(tool, name)
         groups: list[_Forms]
         if kind == "command":
             groups = _command_forms(call, key)
         elif any(r.pattern is not None for r in (*relevant, *remembered)):
-            groups = [_Forms([s]) for s in _subjects(call, key, kind, workspace)]
+            groups = [_Forms([s]) for s in subjects_of(call, key, kind, workspace)]
         else:  # no rule looks at the arguments: skip parsing and resolving them
             groups = [_Forms([None])]
         verdicts = []
@@ -354,7 +356,7 @@ class PermissionManager:
             and not self.safe_mode
             and not self._relevant(name)
             and not remembered
-            and _subject_of(tool, name)[1] != "command"
+            and subject_of(tool, name)[1] != "command"
         )
 
 
@@ -376,14 +378,18 @@ def _command_forms(call: ToolCall, key: str | None) -> list[_Forms]:
     return [_Forms(list(c.forms()), c.implied) for c in found.commands]
 
 
-def _subject_of(tool: Tool | None, name: str) -> tuple[str | None, str]:
+def subject_of(tool: Tool | None, name: str) -> tuple[str | None, str]:
+    """Which argument of a call to ``name`` the rules match (None: the whole arguments, as
+    JSON) and its kind (``"path"``, ``"command"``, ``"url"``, ``"text"``)."""
     subject = getattr(tool, "permission_subject", None) or _SUBJECTS.get(name)
     if subject is None:
         return None, "text"
     return subject[0], subject[1]
 
 
-def _subjects(call: ToolCall, key: str | None, kind: str, workspace: Path | None) -> list[Any]:
+def subjects_of(call: ToolCall, key: str | None, kind: str, workspace: Path | None) -> list[Any]:
+    """The values of ``call`` that rules are matched against (``subject_of``'s ``key`` and
+    ``kind``): a path as written and with links resolved, else the one value."""
     args = call.arguments
     if key is None:
         return [json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)]

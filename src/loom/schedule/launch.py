@@ -9,14 +9,25 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loom.errors import UnknownTarget
+from loom.run_inputs import Drivable
+from loom.runtime import NamedRunnable
 
 if TYPE_CHECKING:
-    from loom.agent import Agent
-    from loom.crew import Crew
     from loom.runtime import Runtime
     from loom.schedule.model import Schedule, ScheduleRun
 
-__all__ = ["JOBS_NAMESPACE", "Launcher", "Outcome", "QueueLauncher", "RuntimeLauncher"]
+Target = NamedRunnable[Drivable]
+"""What a schedule runs: an agent (``Agent``) or a crew (``Crew``), seen through the front
+door's Protocol so that the schedule modules know neither."""
+
+__all__ = [
+    "JOBS_NAMESPACE",
+    "Launcher",
+    "Outcome",
+    "QueueLauncher",
+    "RuntimeLauncher",
+    "Target",
+]
 
 JOBS_NAMESPACE = "loom.schedule.jobs"
 """Key-value namespace of the queued job of each scheduled run (key: the run id)."""
@@ -42,12 +53,12 @@ class RuntimeLauncher:
     (its gate queues runs of one session; a crew's is its crew session). ``agents`` are looked
     up by name; ``add`` makes one more agent or crew known here (``Scheduler.schedule``)."""
 
-    def __init__(self, runtime: Runtime, agents: Mapping[str, Agent | Crew]) -> None:
+    def __init__(self, runtime: Runtime, agents: Mapping[str, Target]) -> None:
         self.runtime = runtime
         self.agents = agents
-        self.added: dict[str, Agent | Crew] = {}
+        self.added: dict[str, Target] = {}
 
-    def add(self, target: Agent | Crew) -> None:
+    def add(self, target: Target) -> None:
         """Run ``target`` for schedules naming it (it wins over an ``agents`` entry)."""
         self.added[target.name] = target
 

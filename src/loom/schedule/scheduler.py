@@ -33,14 +33,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from loom.errors import ScheduleNotFound, UnknownTarget
-from loom.schedule.launch import Launcher, Outcome
+from loom.schedule.launch import Launcher, Outcome, Target
 from loom.schedule.model import Schedule, ScheduleRun
 from loom.schedule.storage import ScheduleState, ScheduleStore
 from loom.schedule.timing import next_tick, ticks_between
 
 if TYPE_CHECKING:
-    from loom.agent import Agent
-    from loom.crew import Crew
     from loom.schedule.monitors import MonitorStore
 
 __all__ = ["QUEUE_LIMIT", "PollReport", "Scheduler", "owner_id"]
@@ -119,7 +117,7 @@ class Scheduler:
     # -- from code ------------------------------------------------------------------------------
     async def schedule(
         self,
-        target: Agent | Crew,
+        target: Target,
         message: str,
         *,
         cron: str | None = None,

@@ -8,13 +8,12 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from loom.schedule.jobs import JobRunner, MaintenanceSettings, builtin_jobs, job_schedule
-from loom.schedule.launch import Launcher, RuntimeLauncher
+from loom.schedule.launch import Launcher, RuntimeLauncher, Target
 from loom.schedule.monitors import MonitorStore
 from loom.schedule.scheduler import Scheduler
 from loom.schedule.storage import ScheduleStore
 
 if TYPE_CHECKING:
-    from loom.agent import Agent
     from loom.runtime import Runtime
     from loom.workers.ticks import PeriodicJob
 
@@ -26,7 +25,7 @@ SCHEDULE_TASK = "loom.schedule_poll"
 
 async def build_scheduler(
     runtime: Runtime,
-    agents: Mapping[str, Agent],
+    agents: Mapping[str, Target],
     *,
     launcher: Launcher | None = None,
     clock: Callable[[], float] = time.time,

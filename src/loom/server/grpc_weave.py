@@ -30,7 +30,7 @@ from loom.events import AgentFinish
 from loom.server.app import ServerState, view_for
 from loom.server.proto import weave_pb2 as pb
 from loom.server.proto import weave_pb2_grpc as pb_grpc
-from loom.server.security import _presented_key, current_principal
+from loom.server.security import current_principal, presented_key
 from loom.server.session_events import Lagged, event_id, session_events
 from loom.server.weave_api import ProgressTracker, weave_reply
 
@@ -139,7 +139,7 @@ class WeaveService(pb_grpc.WeaveServicer):
             metadata = {
                 k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)
             }
-            presented = _presented_key(metadata)
+            presented = presented_key(metadata)
             if presented is None:
                 await context.abort(
                     grpc.StatusCode.UNAUTHENTICATED,

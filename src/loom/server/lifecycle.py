@@ -19,7 +19,8 @@ from loom.runtime import Runtime
 from loom.server.security import current_principal
 
 if TYPE_CHECKING:
-    from loom.run_inputs import Drivable, RunInput, Runnable, RunOptions, RunT
+    from loom.run_inputs import Drivable, RunInput, RunOptions
+    from loom.runtime import Runnable, RunT
 
 __all__ = ["SHUTDOWN_REASON", "ServerRuntime", "drain"]
 

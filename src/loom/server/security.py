@@ -48,6 +48,7 @@ __all__ = [
     "current_principal",
     "is_loopback",
     "load_keys",
+    "presented_key",
 ]
 
 ENV_KEYS = "LOOM_API_KEYS"
@@ -369,7 +370,7 @@ class GuardMiddleware:
         headers = _headers(scope)
         principal = None
         if self.config.keys:
-            presented = _presented_key(headers)
+            presented = presented_key(headers)
             if presented is None and (path == "/console" or path.startswith("/console/")):
                 # a browser: the console's login cookie stands for the key (its own login form)
                 from loom.server.console.auth import console_gate
@@ -457,7 +458,9 @@ def _headers(scope: Scope) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
 
 
-def _presented_key(headers: dict[str, str]) -> str | None:
+def presented_key(headers: dict[str, str]) -> str | None:
+    """The API key a request presents (``Authorization: Bearer`` or ``X-API-Key``; lower-case
+    header names), None without one."""
     auth = headers.get("authorization", "")
     scheme, _, value = auth.partition(" ")
     if scheme.lower() == "bearer" and value.strip():

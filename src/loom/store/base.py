@@ -317,7 +317,7 @@ Statement = tuple[str, Sequence[Any]]
 @runtime_checkable
 class ScheduleTables(Protocol):
     """SQL on the scheduling tables (``schedules``, ``schedule_runs``, ``monitors``,
-    ``monitor_checkins``; ``loom.store._schedule_sql``), run by the store on its own connections.
+    ``monitor_checkins``; ``loom.store.schedule_sql``), run by the store on its own connections.
 
     ``loom.schedule`` (``ScheduleStore``, ``MonitorStore``) is the only caller and owns what the
     statements say; the store owns connections, transactions, retries and error translation.

@@ -8,7 +8,7 @@ runtime = Runtime(PostgresStore("postgresql://loom@db.internal/loom"))
 ```
 
 Needs the ``postgres`` extra (``pip install 'loom-agents[postgres]'``: psycopg 3 and
-psycopg-pool). The schema is SQLite's (``loom.store._pg_sql``), created and upgraded by named
+psycopg-pool). The schema is SQLite's (``loom.store.pg_sql``), created and upgraded by named
 migrations on first use, under an advisory lock so that processes starting together do not
 race. Give Loom its own database, or its own schema (``options=-csearch_path=loom`` in the
 connection string): its tables have plain names (``sessions``, ``messages``, ...).
@@ -53,8 +53,8 @@ from loom.errors import (
 )
 from loom.events import AgentEvent, EventType
 from loom.messages import Message, Usage
-from loom.store import _pg_sql as q
 from loom.store import codec
+from loom.store import pg_sql as q
 from loom.store.base import (
     Lease,
     LedgerEntry,

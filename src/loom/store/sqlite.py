@@ -32,7 +32,8 @@ from loom.errors import ConfigurationError, InputError, LeaseLost, StoreError
 from loom.events import AgentEvent, EventType
 from loom.messages import Message, Usage
 from loom.store import codec
-from loom.store._sqlite_db import (
+from loom.store.base import Lease, LedgerEntry, RunRecord, SessionInfo, lease_lost
+from loom.store.sqlite_db import (
     Database,
     Durability,
     Owner,
@@ -40,8 +41,7 @@ from loom.store._sqlite_db import (
     release_database,
     run_call,
 )
-from loom.store._sqlite_extras import SQLiteCapabilities
-from loom.store.base import Lease, LedgerEntry, RunRecord, SessionInfo, lease_lost
+from loom.store.sqlite_extras import SQLiteCapabilities
 from loom.store.sqlite_schedules import SQLiteScheduleTables
 
 __all__ = ["SQLiteStore"]

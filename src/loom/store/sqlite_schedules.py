@@ -1,7 +1,7 @@
 """``SQLiteStore``'s ``ScheduleTables``: the scheduling tables' SQL, run on the store's own
 connection and write transactions (``loom.store.base.ScheduleTables`` says what it promises).
 
-A mixin of ``SQLiteStore``, like its other optional capabilities (``_sqlite_extras``): the
+A mixin of ``SQLiteStore``, like its other optional capabilities (``sqlite_extras``): the
 store stays the one writer of its database file.
 """
 

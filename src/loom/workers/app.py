@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from loom.errors import ConfigurationError, StoreError
+from loom.workers.records import JOB_NAMESPACE, RUN_TASK, kv_of
 
 if TYPE_CHECKING:
     import procrastinate
 
-    from loom.store.base import KVStore, Store
+    from loom.store.base import Store
 
 __all__ = [
     "JOB_NAMESPACE",
@@ -23,11 +24,6 @@ __all__ = [
     "session_lock",
 ]
 
-RUN_TASK = "loom.run_turn"
-"""The procrastinate task name of a queued turn."""
-
-JOB_NAMESPACE = "loom.jobs"
-"""Key-value namespace (``Store.put_value``) of each job's runs and final state, by job id."""
 
 _SCHEMA_LOCK = 0x6C6F6F6D  # advisory lock key ("loom") held while the queue's schema is made
 
@@ -121,10 +117,3 @@ async def job_state(store: Store, job_id: int) -> dict[str, Any] | None:
     ``error``."""
     value = await kv_of(store).get_value(JOB_NAMESPACE, str(job_id))
     return value if isinstance(value, dict) else None
-
-
-def kv_of(store: Store) -> KVStore:
-    """The store's key-value half, where job records live (PostgresStore has it)."""
-    if not callable(getattr(store, "put_value", None)):
-        raise ConfigurationError(f"{type(store).__name__} keeps no key-value data; workers need it")
-    return cast("KVStore", store)

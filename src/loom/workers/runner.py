@@ -21,7 +21,7 @@ from loom.workers.tasks import WorkerContext, set_context
 from loom.workers.ticks import TICK_QUEUE, PeriodicJob, add_periodic, sweep_job, sweep_stalled
 
 if TYPE_CHECKING:
-    from loom.agent import Agent
+    from loom.workers.tasks import ServedAgent
 
 __all__ = ["WorkerSettings", "run_worker", "sweep_stalled"]
 
@@ -78,7 +78,9 @@ class WorkerSettings:
 
 
 async def run_worker(
-    settings: WorkerSettings, agents: Mapping[str, Agent], periodic: Iterable[PeriodicJob] = ()
+    settings: WorkerSettings,
+    agents: Mapping[str, ServedAgent],
+    periodic: Iterable[PeriodicJob] = (),
 ) -> None:
     """Execute queued turns and periodic ticks until SIGINT / SIGTERM (then finish the running
     ones). ``periodic`` adds jobs run once per tick across the fleet (every worker must be

@@ -23,26 +23,32 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loom.driving import discard
 from loom.errors import ConfigurationError, LeaseLost, LoomError
 from loom.events import AgentFinish, EventType
-from loom.run_inputs import CarryOn, RunOptions
-from loom.workers.app import JOB_NAMESPACE, kv_of
+from loom.run_inputs import CarryOn, Drivable, RunOptions
+from loom.runtime import NamedRunnable
+from loom.turn_spec import TurnSpec
 from loom.workers.failover import take_over
+from loom.workers.records import JOB_NAMESPACE, kv_of
 
 if TYPE_CHECKING:
     from procrastinate.job_context import JobContext
 
-    from loom.agent import Agent
     from loom.runtime import Runtime
 
-__all__ = ["JobFailed", "WorkerContext", "run_turn", "set_context"]
+__all__ = ["JobFailed", "ServedAgent", "WorkerContext", "run_turn", "set_context"]
 
 
 class JobFailed(LoomError):
     """A queued run that will not be attempted again (crash loop, unknown agent)."""
+
+
+class ServedAgent(TurnSpec, NamedRunnable[Drivable], Protocol):
+    """An agent as a worker serves it (``Agent``): its definition, started through the front
+    door (``Runtime.start``)."""
 
 
 @dataclass(slots=True)
@@ -50,10 +56,10 @@ class WorkerContext:
     """What the turns of a worker process run with."""
 
     runtime: Runtime
-    agents: Mapping[str, Agent]
+    agents: Mapping[str, ServedAgent]
     max_attempts: int = 3
 
-    def agent(self, name: str) -> Agent:
+    def agent(self, name: str) -> ServedAgent:
         try:
             return self.agents[name]
         except KeyError:

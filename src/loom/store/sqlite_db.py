@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from loom.errors import SchemaTooNew, StoreCorrupt, StoreError
-from loom.store import _schedule_sql
+from loom.store import schedule_sql
 from loom.store.owner import Owner
 
 T = TypeVar("T")
@@ -169,7 +169,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     # the same index (events_run) from its first migration.
     ("0004_events_run_index", "CREATE INDEX events_run ON events (session_id, run_id, seq)"),
     # Why: schedules, their runs, cron monitors and check-ins (issue #18, loom.schedule).
-    ("0005_schedules", _schedule_sql.SQLITE),
+    ("0005_schedules", schedule_sql.SQLITE),
     # Why: a turn's INTAKE used to read a session's whole journal to find its remembered
     # permission decisions; this partial index holds only the approval events, so that read
     # no longer grows with the session (and costs nothing on the other events' inserts).

@@ -1,6 +1,6 @@
 """The schema and statements of ``PostgresStore`` (kept apart so tests can EXPLAIN them).
 
-The tables mirror ``SQLiteStore``'s (``loom.store._sqlite_db``): append-only history tables
+The tables mirror ``SQLiteStore``'s (``loom.store.sqlite_db``): append-only history tables
 clustered by ``(session_id, seq)``, ``open_calls`` / ``open_runs`` indexing what is still open,
 a ``locks`` row per session whose fencing ``token`` only ever grows. Timestamps are epoch
 seconds (``double precision``), JSON values are the ``loom.store.codec`` text (``text``, not
@@ -14,7 +14,7 @@ at once do not race. Never edit one that has shipped: add a new one.
 
 from __future__ import annotations
 
-from loom.store import _schedule_sql
+from loom.store import schedule_sql
 
 # pg_advisory_xact_lock key for migrations ("LOOM" in ASCII), shared by every Loom schema
 # of a database: migrations of different schemas just take turns.
@@ -171,7 +171,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         ],
     ),
     # schedules, their runs, cron monitors and check-ins (issue #18, loom.schedule)
-    ("0003_schedules", _schedule_sql.POSTGRES),
+    ("0003_schedules", schedule_sql.POSTGRES),
     (
         # One step, one statement: ``loom_append`` does on the server what an append used to
         # send as eight-odd pipelined statements (the id, the fence, the session's turn, the

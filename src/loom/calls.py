@@ -11,6 +11,7 @@ waits, in memory, for the calls before it. Everything is written through the run
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from loom.guardrails.engine import Outcome, Tripped
 from loom.hooks import Deny, HookRunner, ReplaceArguments, RequireApproval
 from loom.messages import ToolCall, ToolResult
 from loom.policy.approval import (
+    Edit,
     PendingApproval,
     apply_decision,
     ask_handler,
@@ -57,6 +59,9 @@ class CallRunner:
         self.unanswered: dict[str, ToolCall] = {}  # in a committed assistant message, no result
         self.parked: list[dict[str, Any]] = []  # waiting for a human; the run stops after
         self.decided: set[str] = set()  # approved at resume: run without asking again
+        # calls a human edited: their results say with which arguments they ran, because the
+        # committed assistant message (what the model and the transcript show) has the old ones
+        self.edited: dict[str, dict[str, Any]] = {}
         self.guards = self.agent.guardrails  # loom.guardrails.Guardrails, or None
         self.closing = False  # PERSIST: a result guardrail's trip no longer stops anything
 
@@ -158,6 +163,8 @@ class CallRunner:
         session (they are read back from this event by later turns, in any process)."""
         rules = remember_rules(p, decision, self.deps.tools.get(p.tool_name))
         self.deps.remembered.extend(rules)
+        if isinstance(decision, Edit):
+            self.edited[p.tool_call_id] = dict(decision.arguments)
         j = self.journal
         data = decision_payload(p, decision, how, rules)
         extra = {
@@ -245,15 +252,21 @@ class CallRunner:
                 "tool",
             )
         cls = ToolResultEvent if result.success else ToolErrorEvent
+        content, meta = result.to_content(), metadata or {}
+        edited = self.edited.pop(call.id, None)
+        if edited is not None:
+            shown = json.dumps(edited, ensure_ascii=False, default=str)
+            content = f"(run with the arguments the user edited them to: {shown})\n{content}"
+            meta = {**meta, "edited_arguments": edited}
         ev = j.event(
             cls,
             tool_name=call.name,
             tool_call_id=call.id,
             success=result.success,
-            content=result.to_content(),
+            content=content,
             error_code=result.error_code,
             duration_ms=result.duration_ms,
-            metadata=metadata or {},
+            metadata=meta,
         )
         await j.commit([ev], ledger=ledger)
         self.unanswered.pop(call.id, None)

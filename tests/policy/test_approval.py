@@ -9,6 +9,7 @@ import pytest
 
 from loom import Agent, EventType, ModelResponse, ToolCall, tool
 from loom.errors import InputError
+from loom.journal import transcript
 from loom.policy.approval import Approve, Edit, PendingApproval, Reject, pending_approvals
 from loom.store.memory import MemoryStore
 from loom.testing import ScriptedModel
@@ -116,7 +117,13 @@ async def test_reject_and_edit_at_resume() -> None:
     tool_msgs = {m.tool_call_id: m for m in result.messages if m.role == "tool"}
     assert tool_msgs["call_a"].metadata["error_code"] == "denied"
     assert "not today" in tool_msgs["call_a"].content
-    assert tool_msgs["call_b"].content == "recorded b-edited"
+    # the model's call (committed before the edit) still says note=b; its result says what ran
+    assert tool_msgs["call_b"].content == (
+        '(run with the arguments the user edited them to: {"note": "b-edited"})\nrecorded b-edited'
+    )
+    assert tool_msgs["call_b"].metadata["edited_arguments"] == {"note": "b-edited"}
+    assert "edited" not in tool_msgs["call_a"].content
+    assert (await store.load_messages("s")) == transcript(await store.load_events("s"))
 
 
 async def test_resume_errors_are_clear() -> None:
@@ -154,6 +161,13 @@ async def test_handler_approves_rejects_and_edits() -> None:
     assert sorted(LOG) == ["a", "c2"]
     decisions = [e.data["decision"] for e in events if e.type is EventType.APPROVAL_DECISION]
     assert decisions == ["approve", "reject", "edit"]
+    results = {
+        e.data["tool_call_id"]: e.data["content"] for e in events if e.type.name == "TOOL_RESULT"
+    }
+    assert results["call_c"].startswith(
+        '(run with the arguments the user edited them to: {"note": "c2"})'
+    )
+    assert not results["call_a"].startswith("(run with")
     types = [e.type for e in events]
     assert types.index(EventType.APPROVAL_REQUIRED) < types.index(EventType.APPROVAL_DECISION)
 

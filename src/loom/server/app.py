@@ -165,6 +165,9 @@ def create_app(
         queue = state.extra.get("run_queue")  # loom serve --queue: background runs are jobs
         if queue is not None:
             await queue.open()
+        from loom.server.runs import recover_runs
+
+        await recover_runs(state)  # acknowledged background runs a stopped server left unfinished
         state.ready = True
         try:
             yield
@@ -257,6 +260,7 @@ def _routers() -> list[Any]:
     out = []
     for name in (
         "langgraph_api",
+        "agent_protocol",  # stateless runs and the Agent Protocol's paths (after the above)
         "openai_api",
         "weave_api",
         "schedule_api",

@@ -48,7 +48,7 @@ from loom.server.runs import (
 )
 from loom.store.base import SessionInfo
 
-__all__ = ["MultitaskStrategy", "assistant_uuid", "cancel", "router"]
+__all__ = ["MultitaskStrategy", "assistant_uuid", "cancel", "on_start", "router"]
 
 # The run helpers live in loom.server.runs; this module's handlers call them by these names.
 _Body = runs.ApiBody
@@ -69,6 +69,10 @@ _metadata = runs.thread_metadata
 _values = runs.thread_values
 
 router: APIRouter = APIRouter(tags=["langgraph"])
+
+on_start = runs.recover_runs
+"""Awaited by the server before it is ready: acknowledged runs a stopped server left
+unfinished are carried on (``loom.server.runs``)."""
 
 # -- request bodies ---------------------------------------------------------------------------
 

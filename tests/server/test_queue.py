@@ -75,6 +75,7 @@ class Deployment:
     worker: subprocess.Popen[bytes]
     gate: Path
     start_worker: Callable[[], subprocess.Popen[bytes]]
+    store: str = ""  # the servers' --store URL
 
 
 def pg_url(dsn: str) -> str:
@@ -143,7 +144,7 @@ def deployment(postgres_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> I
         return worker
 
     try:
-        yield Deployment(a, b, start_worker(), gate, start_worker)
+        yield Deployment(a, b, start_worker(), gate, start_worker, url)
     finally:
         for worker in workers:
             worker.terminate()
@@ -363,3 +364,52 @@ async def test_a_commit_wakes_a_tail_by_notify_not_by_poll(pg_schema_dsn: str) -
     finally:
         await queue.close()
         await store.close()
+
+
+async def test_queued_runs_acknowledged_survive_a_kill_9_of_their_server_right_after(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    """A ``--queue`` server SIGKILLed 0 ms after acknowledging background runs: each
+    acknowledged run is a job already, a worker runs it once, any server answers for it."""
+    import httpx
+
+    env = {"LOOM_GATE_DIR": str(deployment.gate)}
+    c = start_server(
+        tmp_path,
+        "--queue",
+        app="queue_agents:registry",
+        source=AGENTS,
+        env=env,
+        store=deployment.store,
+    )
+    acked: list[tuple[str, str, str]] = []
+    try:
+        async with httpx.AsyncClient(base_url=c.url, timeout=10) as http:
+            tids = [(await http.post("/threads", json={})).json()["thread_id"] for _ in range(4)]
+
+            async def send(tid: str, name: str) -> None:
+                try:
+                    r = await http.post(
+                        f"/threads/{tid}/runs",
+                        json={"assistant_id": "gate", "input": ask(f"wait {name}")},
+                    )
+                except httpx.HTTPError:
+                    return
+                if r.status_code == 200 and c.process.poll() is None:
+                    acked.append((tid, r.json()["run_id"], name))
+                    c.process.send_signal(signal.SIGKILL)  # 0 ms after this acknowledgement
+
+            await asyncio.gather(*(send(t, f"k{i}") for i, t in enumerate(tids)))
+    finally:
+        c.process.send_signal(signal.SIGKILL)
+        c.process.wait(10)
+    assert acked
+    for _, _, name in acked:
+        (deployment.gate / name).touch()
+    b = get_client(url=deployment.b.url)
+    for tid, run_id, name in acked:
+        values = await asyncio.wait_for(b.runs.join(tid, run_id), 60)
+        assert last_text(values) == f"passed: {name} open"
+        assert (await b.runs.get(tid, run_id))["status"] == "success"
+        humans = [m for m in values["messages"] if m["type"] == "human"]
+        assert [m["content"] for m in humans] == [f"wait {name}"]  # sent once

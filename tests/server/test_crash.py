@@ -430,3 +430,48 @@ def _events_of(modes: list[str]) -> set[str]:
         "events": {"events"},
     }
     return {"metadata"} | set().union(*(names.get(m, set()) for m in modes))
+
+
+async def test_a_background_run_a_graceful_shutdown_cancelled_is_carried_on_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM with ``--grace 0`` cancels the running background run (``server shutting
+    down``); the next start carries it on from the journal: its message is not sent again and
+    it ends ``completed`` once."""
+    from loom.events import EventType
+    from loom.store import SQLiteStore
+
+    (tmp_path / "hold").touch()
+    db = tmp_path / "drained.db"
+    first = start_server(
+        tmp_path, "--grace", "0", app="held_agents:registry", source=HELD_AGENTS, db=db
+    )
+    try:
+        async with httpx.AsyncClient(base_url=first.url, timeout=10) as http:
+            tid = (await http.post("/threads", json={})).json()["thread_id"]
+            body = {"assistant_id": "held", "input": ask("drained"), "stream_mode": "events"}
+            run = (await http.post(f"/threads/{tid}/runs", json=body)).json()
+            path = f"/threads/{tid}/runs/{run['run_id']}/stream"
+            async with http.stream("GET", path) as r:
+                async for line in r.aiter_lines():
+                    if '"type": "llm_start"' in line:
+                        break  # the model is being called (and waits)
+    finally:
+        first.process.send_signal(signal.SIGTERM)
+        first.process.wait(timeout=30)
+    (tmp_path / "hold").unlink()
+    second = start_held(tmp_path, db)
+    try:
+        async with httpx.AsyncClient(base_url=second.url, timeout=30) as http:
+            joined = (await http.get(f"/threads/{tid}/runs/{run['run_id']}/join")).json()
+            assert joined["messages"][-1]["content"] == "done: drained"
+    finally:
+        stop_server(second)
+    store = SQLiteStore(str(db))
+    try:
+        events = await store.load_events(tid)
+        assert [e.type for e in events].count(EventType.USER_MESSAGE) == 1
+        ends = [(e.stop_reason, e.error) for e in events if e.type == EventType.AGENT_FINISH]
+        assert ends == [("cancelled", "server shutting down"), ("completed", None)]
+    finally:
+        await store.close()

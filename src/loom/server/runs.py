@@ -11,8 +11,9 @@ writes its record (key-value namespace :data:`RUNS_NAMESPACE`, key = the run id:
 assistant, stream modes, options, its input, the run ids of its attempts) before it returns,
 so any server of a fleet answers ``GET /runs/{id}`` and replays it with its stream modes.
 Its status has one writer, the journal: ``running`` is its ``AGENT_START``, its end is its
-``AGENT_FINISH`` (a queued run: the worker's job record); the record itself is never rewritten
-with a status, and a run this process holds only caches what its events said.
+``AGENT_FINISH`` (a queued run: the worker's job record); a run this process holds only caches
+what its events said. The record gets a status only for a run that ended with nothing in the
+journal to say so (its turn was refused or failed before it started): ``ended``, written once.
 
 **Acknowledged means durable.** A background run (``POST /threads/{id}/runs``, ``POST /runs``)
 on a server without ``--queue`` is also listed under :data:`OPEN_RUNS_NAMESPACE` until its turn
@@ -339,7 +340,14 @@ async def _close_record(state: ServerState, run: LgRun) -> None:
     """After a background run's turn ended: unlist it, unless a graceful shutdown cut it
     short (then the next start carries it on)."""
     kv = state.runtime.capabilities.kv
-    if kv is None or not run.background or run.job_id is not None:
+    if kv is None or run.job_id is not None:
+        return
+    if run.stop_reason is None:  # it ended before its turn journaled an end (refused, failed)
+        record = await kv.get_value(RUNS_NAMESPACE, run.run_id)
+        if isinstance(record, dict):  # the journal cannot say it: the record does, once
+            ended = {"status": run.status, "error": run.error}
+            await kv.put_value(RUNS_NAMESPACE, run.run_id, {**record, "ended": ended})
+    if not run.background:
         return
     if run.stop_reason == "cancelled" and run.error == _SHUTDOWN and state.draining:
         return
@@ -363,9 +371,13 @@ async def _stored_run(state: ServerState, run_id: str, thread_id: str | None) ->
     replayed = await run_manager(state).replay(
         template.thread_id, run_id, template.assistant_id, template=template
     )
-    if replayed is not None and still_open and replayed.stop_reason is None:
-        # acknowledged, not ended: another server runs it, or the next start carries it on
-        replayed.status = "running" if replayed.status == "interrupted" else replayed.status
+    ended = record.get("ended")
+    if replayed is not None and replayed.stop_reason is None:
+        if isinstance(ended, dict):  # it ended without a journaled end (refused, failed)
+            replayed.status, replayed.error = str(ended.get("status")), ended.get("error")
+        elif still_open:  # acknowledged, not ended: another server runs it, or the next
+            # start carries it on
+            replayed.status = "running" if replayed.status == "interrupted" else replayed.status
     return replayed
 
 

@@ -446,7 +446,9 @@ async def start_run(
         modes,
         metadata=dict(body.metadata or {}),
         on_disconnect=body.on_disconnect,
-        background=background,
+        # a store without key-value data (MemoryStore) keeps nothing past the process: such a
+        # run is not announced as carried on
+        background=background and state.runtime.capabilities.kv is not None,
     )
     await _store_record(state, run, body, message)
     manager.start(run, turn)

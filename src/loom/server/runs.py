@@ -412,7 +412,7 @@ async def start_run(
     manager = run_manager(state)
     queue = run_queue(state)
     if isinstance(agent, Crew):  # a crew runs in this process, also on a --queue server
-        return await _start_crew_run(state, thread_id, agent, body, modes, background)
+        return await _start_crew_run(state, thread_id, agent, body, modes)
     if queue is not None and background and not body.command:
         return await _enqueue(state, queue, thread_id, agent, body, modes)
     if body.multitask_strategy == "reject" and manager.active_on(thread_id):
@@ -461,7 +461,6 @@ async def _start_crew_run(
     crew: Crew,
     body: RunFields,
     modes: list[str],
-    background: bool = False,
 ) -> LgRun:
     """A run of ``crew`` on ``thread_id`` (the crew's session): a ``CrewTurn`` driven by the run
     manager like a turn, framed by ``CrewFrameMaker`` (member frames tagged with their path).

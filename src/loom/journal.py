@@ -6,7 +6,10 @@ step (events, the messages those events put into the transcript, ledger rows, ru
 in one ``Store.append`` under the session's lease, and only then emits the events: persist
 before you announce. Events that are not steps (``ITERATION_START``, ``STATE_CHANGE``, …) are
 emitted at once and journaled with the next commit; ``LLM_DELTA`` and ``OUTPUT_PARTIAL`` are
-never journaled (the ``LLM_COMPLETE`` that follows carries the whole answer). A step may be held
+never journaled (the ``LLM_COMPLETE`` that follows carries the whole answer). :data:`STEP_TYPES`
+names the types that are only ever emitted after their commit: a stream that lets a client
+resume by event id gives ids to those alone, so every id a client received is in the journal
+after a crash. A step may be held
 (``commit(..., hold=True)``) into the next commit: one transaction (one fsync) for both, its
 events emitted after that commit; the loop holds a model answer with tool calls until its
 calls' ``started`` rows are committed.
@@ -33,9 +36,36 @@ from loom.text import representable
 if TYPE_CHECKING:
     from loom.store.base import Lease, Store
 
-__all__ = ["Journal", "clean", "transcript"]
+__all__ = ["STEP_TYPES", "Journal", "clean", "transcript"]
 
 Ev = TypeVar("Ev", bound=AgentEvent)
+
+STEP_TYPES: frozenset[EventType] = frozenset(
+    {
+        EventType.AGENT_START,
+        EventType.USER_MESSAGE,
+        EventType.QUERY_ANSWER,
+        EventType.MEMORY_RECORD,
+        EventType.LLM_COMPLETE,
+        EventType.SERVER_QUERY,
+        EventType.JUDGE_RESULT,
+        EventType.JUDGE_RETRY,
+        EventType.OUTPUT_RETRY,
+        EventType.TOOL_EXECUTION_START,
+        EventType.TOOL_RESULT,
+        EventType.TOOL_ERROR,
+        EventType.APPROVAL_REQUIRED,
+        EventType.APPROVAL_DECISION,
+        EventType.RUN_RECOVERED,
+        EventType.CREW_MEMBER_START,
+        EventType.CREW_MEMBER_FINISH,
+        EventType.AGENT_FINISH,
+    }
+)
+"""Event types a journal emits only after committing them (``Journal.commit``'s events): the
+steps of a run. Every other type (``ITERATION_START``, ``CONTEXT_*``, ``STATE_CHANGE``,
+``LLM_START``, ``RECURSION``, ``WARNING``, …) is announced as it happens and journaled with the
+next step, so a crash can lose it; deltas are never journaled."""
 
 
 def transcript(events: Iterable[AgentEvent]) -> list[Message]:

@@ -79,8 +79,21 @@ async def test_stream_sends_token_deltas_values_and_updates(server: Server) -> N
     assert [m["type"] for m in values[-1]["messages"]] == ["human", "ai", "tool", "ai"]
     assert last_text(values[-1]) == "The sum is 5."
     assert chunks[0]["id"] == values[-1]["messages"][-1]["id"]  # chunks merge into it
+    # only journaled steps carry an id (token deltas and lifecycle events have none, so the
+    # client keeps the last step's id for them: SSE's last event id); every id it holds is
+    # found again, in the same order, in the run read back from the journal
     ids = [p.id for p in parts if p.event not in ("metadata", "end")]
-    assert all(ids) and len(set(ids)) == len(ids)  # every event can be resumed from
+    seqs = [tuple(int(x) for x in i.split(".")) for i in ids]
+    assert all(ids) and seqs == sorted(seqs)
+    again = [p async for p in client.runs.join_stream(tid, run_id, stream_mode=["values"])]
+    assert {p.id for p in again if p.event == "values"} <= set(ids)
+    replayed = [
+        p.id
+        async for p in client.runs.join_stream(
+            tid, run_id, stream_mode=["messages-tuple", "values", "updates"], last_event_id=ids[0]
+        )
+    ]
+    assert set(ids[1:]) <= set(replayed)
     state = await client.threads.get_state(tid)
     assert state["values"] == values[-1] and state["next"] == []
 

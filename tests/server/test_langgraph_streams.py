@@ -197,3 +197,83 @@ async def test_on_disconnect_cancel_stops_the_run_when_the_client_goes(
             break
         await asyncio.sleep(0.02)
     assert run["status"] == "interrupted" and run["stop_reason"] == "cancelled"
+
+
+async def test_join_stream_without_stream_mode_uses_the_runs_own_modes(
+    slow_server: Server,
+) -> None:
+    """``runs.join_stream(thread, run)`` as docs/server.md's crash recipe writes it: the SDK
+    sends an empty ``stream_mode=``; the run's own modes are streamed (once 422)."""
+    client = get_client(url=slow_server.url)
+    tid = (await client.threads.create())["thread_id"]
+    run = await client.runs.create(tid, "slow", input=ask("one"), stream_mode=["updates"])
+    parts = [p async for p in client.runs.join_stream(tid, run["run_id"])]
+    assert parts[-1].event == "end" and parts[-1].data["status"] == "success"
+    assert {p.event for p in parts} == {"metadata", "updates", "end"}
+
+
+async def test_a_rejoin_after_a_restart_keeps_the_runs_stream_modes(
+    tmp_path: Path, slow_server: Server
+) -> None:
+    db = tmp_path / "modes.db"
+    srv = start_slow_server(tmp_path, db)
+    try:
+        client = get_client(url=srv.url)
+        tid = (await client.threads.create())["thread_id"]
+        run = await client.runs.create(tid, "slow", input=ask("one"), stream_mode=["updates"])
+        await client.runs.join(tid, run["run_id"])
+    finally:
+        stop_server(srv)
+    srv = start_slow_server(tmp_path, db)
+    try:
+        client = get_client(url=srv.url)
+        got = await client.runs.get(tid, run["run_id"])
+        assert got["status"] == "success" and got["kwargs"]["stream_mode"] == ["updates"]
+        parts = [p async for p in client.runs.join_stream(tid, run["run_id"])]
+        assert {p.event for p in parts} == {"metadata", "updates", "end"}  # not values
+        assert len([p for p in parts if p.event == "updates"]) == 11  # 5 ticks: 5 x 2 + answer
+    finally:
+        stop_server(srv)
+
+
+async def test_a_malformed_last_event_id_is_a_typed_422_that_says_what_an_id_is(
+    slow_server: Server,
+) -> None:
+    client = get_client(url=slow_server.url)
+    tid = (await client.threads.create())["thread_id"]
+    run = await client.runs.create(tid, "slow", input=ask("one"))
+    async with httpx.AsyncClient(base_url=slow_server.url) as http:
+        for path in (
+            f"/threads/{tid}/runs/{run['run_id']}/stream",
+            f"/runs/{run['run_id']}/stream",
+        ):
+            for bad in ("garbage", "1.x", "-3", "9" * 80):
+                r = await http.get(path, headers={"Last-Event-ID": bad})
+                assert r.status_code == 422, (path, bad, r.text)
+                error = r.json()["error"]
+                assert error["type"] == "InputError"
+                assert "'<sequence>.<slot>'" in error["message"]
+                assert "invalid literal" not in error["message"]  # no Python message
+
+
+async def test_any_server_of_a_fleet_answers_for_a_run_another_one_took(
+    tmp_path: Path, slow_server: Server
+) -> None:
+    """Two servers on one store: a run one of them took is found by its id alone on the other
+    (``GET /runs/{id}``, the Agent Protocol's path), from the stored run record."""
+    db = tmp_path / "fleet.db"
+    one = start_slow_server(tmp_path, db)
+    other = start_slow_server(tmp_path, db)
+    try:
+        client = get_client(url=one.url)
+        tid = (await client.threads.create())["thread_id"]
+        run = await client.runs.create(tid, "slow", input=ask("one"), stream_mode=["updates"])
+        async with httpx.AsyncClient(base_url=other.url) as http:
+            seen = (await http.get(f"/runs/{run['run_id']}")).json()
+            assert seen["thread_id"] == tid and seen["status"] in ("pending", "running")
+            await client.runs.join(tid, run["run_id"])
+            done = (await http.get(f"/runs/{run['run_id']}")).json()
+            assert done["status"] == "success" and done["kwargs"]["stream_mode"] == ["updates"]
+    finally:
+        stop_server(one)
+        stop_server(other)

@@ -27,28 +27,29 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from loom.errors import InputError, SessionBusy
+from loom.server import runs
 from loom.server.app import ServerState, state_of
 from loom.server.langgraph_api import (
     AssistantSearch,
     StatelessRunCreate,
-    _Body,
-    _final_values,
-    _locations,
-    _manager,
-    _modes,
-    _not_found,
-    _queued_run,
-    _save_patch,
-    _sse,
-    _start_run,
     assistant_schemas,
-    cancel,
     get_assistant,
     search_assistants,
 )
 from loom.server.lg_runs import LgRun
+from loom.server.runs import cancel, resume_position, stream_modes
 
 __all__ = ["router"]
+
+# The run helpers live in loom.server.runs; this module's handlers call them by these names.
+_Body = runs.ApiBody
+_final_values = runs.final_values
+_locations = runs.run_locations
+_manager = runs.run_manager
+_not_found = runs.not_found
+_save_patch = runs.save_metadata_patch
+_sse = runs.sse_response
+_start_run = runs.start_run
 
 router: APIRouter = APIRouter(tags=["agent-protocol"])
 
@@ -126,7 +127,7 @@ async def _start(state: ServerState, body: StatelessRunCreate, background: bool 
 
 
 async def _held(state: ServerState, run_id: str) -> LgRun:
-    run = _manager(state).get(run_id) or await _queued_run(state, run_id, None)
+    run = await runs.held_run(state, run_id)
     if run is None:
         raise _not_found(
             f"no run {run_id!r} held by this server; read older runs with "
@@ -204,12 +205,8 @@ async def stream_run_by_id(
     last_event_id: str | None = Header(None, alias="Last-Event-ID"),
 ) -> Response:
     run = await _held(state_of(request), run_id)
-    modes = _modes(stream_mode, run.stream_modes)
-    try:
-        start = run.start_at(last_event_id)
-    except ValueError as exc:
-        raise InputError(f"{exc}; reconnect without Last-Event-ID to read the whole run") from None
-    return _sse(run, start, modes, False)
+    modes = stream_modes(stream_mode, run.stream_modes)
+    return _sse(run, resume_position(run, last_event_id), modes, False)
 
 
 @router.post("/runs/{run_id}/cancel", status_code=204, summary="Cancel a run")
@@ -225,7 +222,7 @@ async def delete_run_by_id(request: Request, run_id: str) -> Response:
     run = await _held(state, run_id)
     if run.active:
         raise SessionBusy(f"run {run_id!r} is still running; cancel it first")
-    _manager(state).runs.pop(run_id, None)
+    await runs.forget_run(state, run)
     return Response(status_code=204)
 
 

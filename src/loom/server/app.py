@@ -160,11 +160,16 @@ def create_app(
     if isinstance(runtime.store, OwnedStore):
         state.extra["owners"] = runtime.store._owners
 
+    modules = _protocols()
+    starts = [m.on_start for m in modules if getattr(m, "on_start", None) is not None]
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         queue = state.extra.get("run_queue")  # loom serve --queue: background runs are jobs
         if queue is not None:
             await queue.open()
+        for start in starts:  # e.g. carry on acknowledged runs a stopped server left unfinished
+            await start(state)
         state.ready = True
         try:
             yield
@@ -245,18 +250,21 @@ def create_app(
             body["agents"] = registry.names()
         return JSONResponse(body, status_code=200 if ok else 503)
 
-    for router in _routers():
-        app.include_router(router)
+    for module in modules:
+        app.include_router(module.router)
     return app
 
 
-def _routers() -> list[Any]:
-    """Every protocol router that exists in this build (each module exposes ``router``)."""
+def _protocols() -> list[Any]:
+    """Every protocol module that exists in this build: each exposes ``router``, and may
+    expose ``on_start``, a coroutine function of the ``ServerState`` the server awaits before
+    it is ready."""
     import importlib
 
     out = []
     for name in (
         "langgraph_api",
+        "agent_protocol",  # stateless runs and the Agent Protocol's paths (after the above)
         "openai_api",
         "weave_api",
         "schedule_api",
@@ -271,7 +279,7 @@ def _routers() -> list[Any]:
             if exc.name != f"loom.server.{name}":
                 raise
             continue
-        out.append(module.router)
+        out.append(module)
     return out
 
 

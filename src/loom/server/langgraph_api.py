@@ -21,56 +21,61 @@ and cancels them by their run id (``loom.server.queued``).
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi.responses import JSONResponse
+from pydantic import Field
 from starlette.exceptions import HTTPException
 
 from loom.agent import Agent
 from loom.crew import Crew
-from loom.errors import ConfigurationError, InputError, SessionBusy
+from loom.errors import InputError, SessionBusy
 from loom.events import AgentFinish
-from loom.gates import OnBusy
 from loom.messages import Message
-from loom.run_inputs import Answer, Resume, RunOptions
+from loom.server import runs
 from loom.server.app import ServerState, state_of
-from loom.server.lg_runs import (
-    ALL_MODES,
-    LgRun,
-    RunManager,
-    interrupts_of,
-    lc_message,
-    query_interrupts,
-    run_status,
+from loom.server.lg_runs import interrupts_of, run_status
+from loom.server.runs import (
+    MultitaskStrategy,
+    assistant_uuid,
+    cancel,
+    resume_position,
+    stream_modes,
 )
-from loom.server.queued import RUNS_NAMESPACE, JournalTail, RunQueue
 from loom.server.security import current_principal
-from loom.store.base import KVStore, SessionInfo
+from loom.store.base import SessionInfo
 
-__all__ = ["router"]
+__all__ = ["MultitaskStrategy", "assistant_uuid", "cancel", "on_start", "router"]
+
+# The run helpers live in loom.server.runs; this module's handlers call them by these names.
+_Body = runs.ApiBody
+_RunFields = runs.RunFields
+_final_values = runs.final_values
+_find_run = runs.find_run
+_metadata_patch = runs.metadata_patch
+_not_found = runs.not_found
+_pending = runs.pending_calls
+_locations = runs.run_locations
+_manager = runs.run_manager
+_save_patch = runs.save_metadata_patch
+_served = runs.served
+_sse = runs.sse_response
+_start_run = runs.start_run
+_session = runs.thread_info
+_metadata = runs.thread_metadata
+_values = runs.thread_values
 
 router: APIRouter = APIRouter(tags=["langgraph"])
 
-_KV_META = "loom.server.thread_metadata"
-_BUSY: dict[str, OnBusy] = {
-    "enqueue": "queue",
-    "reject": "drop",
-    "interrupt": "interrupt",
-    "rollback": "interrupt",
-}
-
-MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
-
+on_start = runs.recover_runs
+"""Awaited by the server before it is ready: acknowledged runs a stopped server left
+unfinished are carried on (``loom.server.runs``)."""
 
 # -- request bodies ---------------------------------------------------------------------------
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="allow")
 
 
 class AssistantSearch(_Body):
@@ -103,16 +108,6 @@ class HistoryRequest(_Body):
     limit: int = Field(10, ge=0)
 
 
-class _RunFields(_Body):
-    input: dict[str, Any] | str | None = None
-    command: dict[str, Any] | None = None
-    metadata: dict[str, Any] | None = None
-    stream_mode: str | list[str] = "values"
-    multitask_strategy: MultitaskStrategy = "enqueue"
-    on_disconnect: Literal["cancel", "continue"] = "continue"
-    if_not_exists: Literal["create", "reject"] = "reject"
-
-
 class RunCreate(_RunFields):
     """A run on a thread (LangGraph's ``RunCreateStateful``; unknown fields are ignored)."""
 
@@ -137,43 +132,6 @@ class ApprovalDecision(_Body):
 
 
 # -- helpers ----------------------------------------------------------------------------------
-def _manager(state: ServerState) -> RunManager:
-    manager = state.extra.get("langgraph_runs")
-    if manager is None:
-        manager = state.extra["langgraph_runs"] = RunManager(state.runtime.store)
-    assert isinstance(manager, RunManager)
-    return manager
-
-
-def _not_found(what: str) -> HTTPException:
-    return HTTPException(404, what)
-
-
-def assistant_uuid(name: str) -> str:
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"loom:agent:{name}"))
-
-
-def _agent(state: ServerState, assistant_id: str) -> Agent:
-    found = _served(state, assistant_id)
-    if not isinstance(found, Agent):
-        raise InputError(f"{assistant_id!r} is a crew; this operation takes an agent")
-    return found
-
-
-def _served(state: ServerState, assistant_id: str) -> Agent | Crew:
-    """The agent or crew served as ``assistant_id`` (its name or its UUID form)."""
-    registry = state.registry
-    found = registry.served(assistant_id)
-    if found is not None:
-        return found
-    for name in registry.names():
-        if assistant_uuid(name) == assistant_id:
-            served = registry.served(name)
-            assert served is not None
-            return served
-    raise _not_found(
-        f"no assistant {assistant_id!r}; this server's assistants: {', '.join(registry.names())}"
-    )
 
 
 def _assistant(agent: Agent | Crew) -> dict[str, Any]:
@@ -198,54 +156,6 @@ def _assistant(agent: Agent | Crew) -> dict[str, Any]:
         "created_at": now,
         "updated_at": now,
     }
-
-
-async def _metadata_patch(state: ServerState, thread_id: str) -> dict[str, Any]:
-    kv = state.runtime.capabilities.kv
-    if kv is not None:
-        value = await kv.get_value(_KV_META, thread_id)
-        return dict(value) if isinstance(value, dict) else {}
-    patches: dict[str, dict[str, Any]] = state.extra.setdefault("langgraph_meta", {})
-    return dict(patches.get(thread_id, {}))
-
-
-async def _save_patch(state: ServerState, thread_id: str, patch: dict[str, Any] | None) -> None:
-    kv = state.runtime.capabilities.kv
-    if kv is not None:
-        if patch is None:
-            await kv.delete_value(_KV_META, thread_id)
-        else:
-            await kv.put_value(_KV_META, thread_id, patch)
-        return
-    patches: dict[str, dict[str, Any]] = state.extra.setdefault("langgraph_meta", {})
-    if patch is None:
-        patches.pop(thread_id, None)
-    else:
-        patches[thread_id] = patch
-
-
-async def _session(state: ServerState, thread_id: str) -> SessionInfo:
-    info = await state.runtime.store.get_session(thread_id)
-    if info is None:
-        raise _not_found(f"no thread {thread_id!r}; create it with POST /threads")
-    return info
-
-
-async def _metadata(state: ServerState, info: SessionInfo) -> dict[str, Any]:
-    return {**info.metadata, **await _metadata_patch(state, info.id)}
-
-
-def _values(thread_id: str, messages: list[Message]) -> dict[str, Any]:
-    return {"messages": [lc_message(m, f"{thread_id}:{i}") for i, m in enumerate(messages)]}
-
-
-async def _pending(state: ServerState, thread_id: str) -> list[dict[str, Any]]:
-    pending = [p.to_dict() for p in await state.runtime.pending_approvals(thread_id)]
-    if not pending and state.registry.crews:  # a crew thread waits on its members' calls
-        from loom.crew.turn import crew_pending
-
-        pending = await crew_pending(state.runtime.store, thread_id)
-    return pending
 
 
 async def _thread(state: ServerState, info: SessionInfo) -> dict[str, Any]:
@@ -299,335 +209,6 @@ def _thread_state(
         "parent_checkpoint": None,
         "interrupts": interrupts,
     }
-
-
-def _last_human(payload: dict[str, Any] | str | None) -> str | None:
-    """The newest human message of a LangGraph input (``{"messages": [...]}``)."""
-    if payload is None:
-        return None
-    if isinstance(payload, str):
-        return payload
-    messages = payload.get("messages")
-    if isinstance(messages, dict | str):
-        messages = [messages]
-    if not isinstance(messages, list):
-        raise InputError('input must be {"messages": [{"role": "user", "content": "..."}]}')
-    for m in reversed(messages):
-        if isinstance(m, str):
-            return m
-        if isinstance(m, dict) and (m.get("role") or m.get("type")) in ("human", "user"):
-            content = m.get("content", "")
-            if isinstance(content, list):  # content blocks
-                content = "".join(
-                    b.get("text", "") if isinstance(b, dict) else str(b) for b in content
-                )
-            return str(content)
-    raise InputError("input.messages holds no human message to run the agent on")
-
-
-def _modes(stream_mode: str | list[str] | None, default: list[str]) -> list[str]:
-    if stream_mode is None or stream_mode == []:
-        return default
-    modes = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
-    unknown = [m for m in modes if m not in ALL_MODES]
-    if unknown:
-        raise InputError(f"unknown stream_mode {unknown[0]!r}; use any of {', '.join(ALL_MODES)}")
-    return modes
-
-
-_background: set[asyncio.Future[Any]] = set()  # aborts sent after a client went (kept alive)
-
-
-def _queue(state: ServerState) -> RunQueue | None:
-    """The run queue of a ``loom serve --queue`` server (None: background runs run here)."""
-    queue = state.extra.get("run_queue")
-    return queue if isinstance(queue, RunQueue) else None
-
-
-async def _start_run(
-    state: ServerState,
-    thread_id: str,
-    body: _RunFields,
-    assistant_id: str | None = None,
-    *,
-    background: bool = False,
-) -> LgRun:
-    """Start a run on ``thread_id``: here, or (a background run on a ``--queue`` server) as a
-    job of the queue."""
-    agent = _served(state, assistant_id or getattr(body, "assistant_id", None) or "")
-    modes = _modes(body.stream_mode, ["values"])
-    store = state.runtime.store
-    info = await store.get_session(thread_id)
-    if info is None:
-        if body.if_not_exists != "create":
-            raise _not_found(
-                f"no thread {thread_id!r}; create it with POST /threads or pass "
-                '"if_not_exists": "create"'
-            )
-        await store.create_session(thread_id, agent_name=agent.name)
-    manager = _manager(state)
-    queue = _queue(state)
-    if isinstance(agent, Crew):  # a crew runs in this process, also on a --queue server
-        return await _start_crew_run(state, thread_id, agent, body, modes)
-    if queue is not None and background and not body.command:
-        return await _enqueue(state, queue, thread_id, agent, body, modes)
-    if body.multitask_strategy == "reject" and manager.active_on(thread_id):
-        raise SessionBusy(
-            f"thread {thread_id!r} is running a run; wait for it (GET .../runs/{{id}}/join), "
-            'or use multitask_strategy "enqueue" or "interrupt"'
-        )
-    runtime = state.runtime
-    if body.command and "answer" in body.command:  # the client answers a server query
-        answer = Answer(body.command["answer"], body.command.get("query_id"))
-        turn = await runtime.start(agent, answer, session_id=thread_id)
-    elif body.command and "resume" in body.command:
-        if isinstance(body.command["resume"], str) and await runtime.pending_query(thread_id):
-            turn = await runtime.start(agent, Answer(body.command["resume"]), session_id=thread_id)
-        else:
-            resume = Resume(body.command["resume"])
-            turn = await runtime.start(agent, resume, session_id=thread_id)
-    else:
-        message = _last_human(body.input)
-        if message is None:
-            raise InputError('a run needs input {"messages": [...]} or command {"resume": ...}')
-        on_busy = _BUSY[body.multitask_strategy]
-        options = RunOptions(on_busy=on_busy)
-        turn = await runtime.start(agent, message, session_id=thread_id, options=options)
-    patch = await _metadata_patch(state, thread_id)
-    if patch.get("assistant_id") != agent.name:
-        await _save_patch(
-            state, thread_id, {**patch, "assistant_id": agent.name, "graph_id": agent.name}
-        )
-    run = LgRun(
-        turn.run_id,
-        thread_id,
-        agent.name,
-        body.multitask_strategy,
-        modes,
-        metadata=dict(body.metadata or {}),
-        on_disconnect=body.on_disconnect,
-    )
-    manager.start(run, turn)
-    return run
-
-
-async def _start_crew_run(
-    state: ServerState, thread_id: str, crew: Crew, body: _RunFields, modes: list[str]
-) -> LgRun:
-    """A run of ``crew`` on ``thread_id`` (the crew's session): a ``CrewTurn`` driven by the run
-    manager like a turn, framed by ``CrewFrameMaker`` (member frames tagged with their path)."""
-    from loom.server.lg_crews import CrewFrameMaker
-
-    manager = _manager(state)
-    runtime = state.runtime
-    if body.multitask_strategy == "reject" and manager.active_on(thread_id):
-        raise SessionBusy(
-            f"thread {thread_id!r} is running a run; wait for it (GET .../runs/{{id}}/join), "
-            'or use multitask_strategy "enqueue" or "interrupt"'
-        )
-    if body.command and "answer" in body.command:
-        raise InputError(f"{crew.name!r} is a crew; a crew asks no server queries to answer")
-    if body.command and "resume" in body.command:
-        turn = await runtime.start(crew, Resume(body.command["resume"]), session_id=thread_id)
-    else:
-        message = _last_human(body.input)
-        if message is None:
-            raise InputError('a run needs input {"messages": [...]} or command {"resume": ...}')
-        turn = await runtime.start(crew, message, session_id=thread_id)
-    if body.multitask_strategy in ("interrupt", "rollback"):  # the new run waits for their end
-        for other in manager.active_on(thread_id):
-            other.cancel.set()
-    patch = await _metadata_patch(state, thread_id)
-    if patch.get("assistant_id") != crew.name:
-        await _save_patch(
-            state, thread_id, {**patch, "assistant_id": crew.name, "graph_id": crew.name}
-        )
-    run = LgRun(
-        turn.run_id,
-        thread_id,
-        crew.name,
-        body.multitask_strategy,
-        modes,
-        metadata=dict(body.metadata or {}),
-        on_disconnect=body.on_disconnect,
-    )
-    run.maker = CrewFrameMaker(thread_id, turn.run_id, crew.name, crew.name)
-    manager.start(run, turn)
-    return run
-
-
-async def _enqueue(
-    state: ServerState,
-    queue: RunQueue,
-    thread_id: str,
-    agent: Agent,
-    body: _RunFields,
-    modes: list[str],
-) -> LgRun:
-    """A background run as a job of the queue; this server tails it like any other."""
-    message = _last_human(body.input)
-    if message is None:
-        raise InputError('a run needs input {"messages": [...]} or command {"resume": ...}')
-    manager = _manager(state)
-    strategy = body.multitask_strategy
-    live = await queue.live_jobs(thread_id)
-    here = [r for r in manager.active_on(thread_id) if r.job_id is None]  # turns of this server
-    busy = live or here
-    if strategy == "reject" and busy:
-        raise SessionBusy(
-            f"thread {thread_id!r} has a run queued or running; wait for it "
-            '(GET .../runs/{id}/join), or use multitask_strategy "enqueue" or "interrupt"'
-        )
-    if strategy in ("interrupt", "rollback"):  # stop what runs; the new job waits for its end
-        for job in live:
-            await queue.abort(job)
-        for other in here:
-            other.cancel.set()
-    patch = await _metadata_patch(state, thread_id)
-    if patch.get("assistant_id") != agent.name:
-        await _save_patch(
-            state, thread_id, {**patch, "assistant_id": agent.name, "graph_id": agent.name}
-        )
-    run = LgRun(
-        f"run_{uuid.uuid4().hex}",
-        thread_id,
-        agent.name,
-        strategy,
-        modes,
-        metadata=dict(body.metadata or {}),
-        on_disconnect=body.on_disconnect,
-    )
-    run.job_id = await queue.enqueue(agent.name, thread_id, message, run.run_id)
-    # before the client hears of the run id: any server it asks finds the job by it
-    await _kv(state).put_value(
-        RUNS_NAMESPACE,
-        run.run_id,
-        {
-            "thread_id": thread_id,
-            "assistant_id": agent.name,
-            "job": run.job_id,
-            "created_at": run.created_at.isoformat(),
-            "multitask_strategy": strategy,
-            "metadata": run.metadata,
-            "stream_mode": modes,
-            "on_disconnect": body.on_disconnect,
-        },
-    )
-    _tail(state, queue, run)
-    return run
-
-
-def _kv(state: ServerState) -> KVStore:
-    kv = state.runtime.capabilities.kv
-    if kv is None:
-        raise ConfigurationError("--queue needs a store with key-value data (PostgreSQL)")
-    return kv
-
-
-def _tail(state: ServerState, queue: RunQueue, run: LgRun) -> JournalTail:
-    assert run.job_id is not None
-    job = run.job_id
-    run.abort = lambda: queue.abort(job)
-    tail = JournalTail(queue, state.runtime.store, _kv(state), run, job)
-    _manager(state).attach(run, tail)
-    return tail
-
-
-async def _queued_run(state: ServerState, run_id: str, thread_id: str | None) -> LgRun | None:
-    """A queued run this process does not hold, followed from the journal from now on."""
-    queue = _queue(state)
-    if queue is None:
-        return None
-    mapping = await _kv(state).get_value(RUNS_NAMESPACE, run_id)
-    if not isinstance(mapping, dict) or mapping.get("job") is None:
-        return None
-    if thread_id is not None and mapping["thread_id"] != thread_id:
-        return None
-    run = LgRun(
-        run_id,
-        mapping["thread_id"],
-        mapping["assistant_id"],
-        mapping["multitask_strategy"],
-        list(mapping["stream_mode"]),
-        metadata=dict(mapping["metadata"]),
-        on_disconnect=mapping["on_disconnect"],
-        job_id=int(mapping["job"]),
-    )
-    run.created_at = datetime.fromisoformat(mapping["created_at"])
-    tail = _tail(state, queue, run)
-    await tail.caught_up.wait()  # its status is current before anyone reads it
-    return run
-
-
-async def cancel(state: ServerState, run: LgRun, wait: bool) -> None:
-    """Cancel ``run`` wherever it runs: here (the turn's cancel) or on a worker (the job's
-    abort), and with ``wait`` until it ended."""
-    if not run.active:
-        return
-    stopping = run.stop()
-    if stopping is not None:
-        await stopping
-    if wait:
-        await run.done.wait()
-
-
-def _locations(run: LgRun) -> dict[str, str]:
-    base = f"/threads/{run.thread_id}/runs/{run.run_id}"
-    return {"Location": f"{base}/stream", "Content-Location": base}
-
-
-def _sse(run: LgRun, start: int, modes: list[str], cancel_on_disconnect: bool) -> Response:
-    wanted = set(modes)
-
-    async def frames() -> Any:
-        finished = False
-        try:
-            async for f in run.follow(start):
-                if f.mode is None or f.mode in wanted:
-                    yield f.encode()
-            finished = True
-        finally:
-            if not finished and cancel_on_disconnect and run.active:
-                stopping = run.stop()
-                if stopping is not None:  # a queued run: its job is aborted in the background
-                    _background.add(asyncio.ensure_future(stopping))
-                    _background.difference_update([t for t in _background if t.done()])
-
-    headers = {**_locations(run), "Cache-Control": "no-store"}
-    return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
-
-
-async def _final_values(state: ServerState, run: LgRun) -> dict[str, Any]:
-    if run.final is not None:  # a stateless run whose thread is deleted
-        return run.final
-    values: dict[str, Any] = _values(
-        run.thread_id, await state.runtime.store.load_messages(run.thread_id)
-    )
-    if run.stop_reason == "awaiting_approval":
-        values["__interrupt__"] = interrupts_of(await _pending(state, run.thread_id))
-    elif run.stop_reason == "awaiting_input":
-        query = await state.runtime.pending_query(run.thread_id)
-        if query is not None:
-            values["__interrupt__"] = query_interrupts(run.thread_id, query.to_dict())
-    if run.status == "error":
-        values["__error__"] = {"error": "RunError", "message": run.error or "the run failed"}
-    return values
-
-
-async def _find_run(state: ServerState, thread_id: str, run_id: str) -> LgRun:
-    manager = _manager(state)
-    run = manager.get(run_id)
-    if run is not None and run.thread_id == thread_id:
-        return run
-    queued = await _queued_run(state, run_id, thread_id)
-    if queued is not None:
-        return queued
-    info = await _session(state, thread_id)
-    assistant = (await _metadata(state, info)).get("assistant_id") or info.agent_name
-    replayed = await manager.replay(thread_id, run_id, str(assistant))
-    if replayed is None:
-        raise _not_found(f"thread {thread_id!r} has no run {run_id!r}")
-    return replayed
 
 
 # -- assistants -------------------------------------------------------------------------------
@@ -874,12 +455,8 @@ async def join_stream(
     last_event_id: str | None = Header(None, alias="Last-Event-ID"),
 ) -> Response:
     run = await _find_run(state_of(request), thread_id, run_id)
-    modes = _modes(stream_mode, run.stream_modes)
-    try:
-        start = run.start_at(last_event_id)
-    except ValueError as exc:
-        raise InputError(f"{exc}; reconnect without Last-Event-ID to read the whole run") from None
-    return _sse(run, start, modes, cancel_on_disconnect)
+    modes = stream_modes(stream_mode, run.stream_modes)
+    return _sse(run, resume_position(run, last_event_id), modes, cancel_on_disconnect)
 
 
 @router.post("/threads/{thread_id}/runs/{run_id}/cancel", summary="Cancel a run")
@@ -901,8 +478,7 @@ async def delete_run(request: Request, thread_id: str, run_id: str) -> Response:
     run = await _find_run(state, thread_id, run_id)
     if run.active:
         raise SessionBusy(f"run {run_id!r} is still running; cancel it first")
-    manager = _manager(state)
-    manager.runs.pop(run_id, None)
+    await runs.forget_run(state, run)
     return Response(status_code=204)
 
 
@@ -1029,9 +605,3 @@ async def get_error(request: Request, error_id: str) -> dict[str, Any]:
     out = asdict(found)
     out["timestamp"] = found.timestamp.isoformat()
     return out
-
-
-# Stateless runs and the Agent Protocol's aliases share these helpers; served by this router.
-from loom.server.agent_protocol import router as _agent_protocol  # noqa: E402
-
-router.include_router(_agent_protocol)

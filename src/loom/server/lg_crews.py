@@ -42,11 +42,11 @@ class CrewFrameMaker(FrameMaker):
             "loom_member_path": ev.extra.get("member_path", self.root),
         }
 
-    def frames(self, ev: AgentEvent) -> list[Frame]:
+    def frames(self, ev: AgentEvent, offset: int = 0) -> list[Frame]:
         path = ev.extra.get("member_path", self.root)
         if path == self.root:
             self.last_seq, self.k = ev.sequence, 0
-            out = super().frames(ev)
+            out = super().frames(ev, offset)
             if isinstance(ev, CrewMemberFinish):  # what a member handed back, keyed by its path
                 update = {
                     ev.path: {

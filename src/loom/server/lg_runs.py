@@ -8,10 +8,16 @@ was, and a run whose stream was closed keeps running (``on_disconnect="continue"
 
 Frame ids are ``"<event sequence>.<slot>"``: the journal sequence of the event the frame
 comes from and a fixed slot for the frame's kind (0 messages-tuple, 1 messages, 2 updates,
-3 values, 4/5 an interrupt's updates/values, 6 events). The buffer is the live truth while the
-process holds the run; a run it no longer holds (evicted, or the server restarted) is replayed
-from the journal (``Store.load_events``), which yields the same frames with the same ids except
-the token deltas (``LLM_DELTA`` is never journaled).
+3 values, 4/5 an interrupt's updates/values, 6 events). Only the frames of a run's steps
+(``loom.journal.STEP_TYPES``: events committed before they are emitted) carry an id; token
+deltas and lifecycle events (``iteration_start``, ``context_*``, ``state_change``,
+``llm_start``, ``recursion``, …) are sent without one, because a crash may lose them: every id a
+client received is in the journal, so a rejoin from it works after a restart. A run carried on
+after a crash has more than one attempt (turn): the frames of attempt ``n`` (0 = the first) add
+``attempt_offset(n)`` to their sequences, so no two frames of a run share an id. The buffer is
+the live truth while the process holds the run; a run it no longer holds (evicted, or the
+server restarted) is replayed from the journal (``Store.load_events``), which yields the same
+frames with the same ids.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from loom.driving import drive
-from loom.errors import LoomError
+from loom.errors import InputError, LoomError
 from loom.events import (
     AgentEvent,
     AgentFinish,
@@ -36,7 +42,7 @@ from loom.events import (
     LlmComplete,
     LlmDelta,
 )
-from loom.journal import transcript
+from loom.journal import STEP_TYPES, transcript
 from loom.messages import Message, RunResult
 from loom.store.base import Store
 
@@ -46,6 +52,7 @@ __all__ = [
     "FrameMaker",
     "LgRun",
     "RunManager",
+    "attempt_offset",
     "lc_message",
     "parse_event_id",
     "run_status",
@@ -70,6 +77,15 @@ _STATUS = {
     "budget": "error",  # a crew's budget stopped it
     "error": "error",
 }
+
+
+_ATTEMPT = 1_000_000  # frame ids of attempt n start at n * this: unique across attempts
+
+
+def attempt_offset(index: int) -> int:
+    """What the frame ids of the ``index``-th attempt (0 = the first) add to event sequences:
+    a retry's run numbers its events from 0 again, its frames must not reuse the first's ids."""
+    return index * _ATTEMPT
 
 
 def run_status(stop_reason: str) -> str:
@@ -125,8 +141,15 @@ class Frame:
 
 
 def parse_event_id(value: str) -> tuple[int, int]:
-    """``"<sequence>.<k>"`` as a pair; ``ValueError`` when it is not one."""
+    """``"<sequence>.<k>"`` as a pair; ``InputError`` (a 422 that says what an id looks like)
+    when it is not one."""
     seq, _, k = value.strip().partition(".")
+    if not seq.isdigit() or not (k or "0").isdigit() or len(value) > 40:
+        raise InputError(
+            f"Last-Event-ID {value[:60]!r} is not an event id of this run API (ids are "
+            "'<sequence>.<slot>', e.g. '12.3', as sent in each event); reconnect with the id "
+            "of the last event received, or without Last-Event-ID to read the whole run"
+        )
     return int(seq), int(k or 0)
 
 
@@ -171,7 +194,8 @@ class FrameMaker:
     def values(self) -> dict[str, Any]:
         return {"messages": list(self.messages)}
 
-    def frames(self, ev: AgentEvent) -> list[Frame]:
+    def frames(self, ev: AgentEvent, offset: int = 0) -> list[Frame]:
+        """The frames of ``ev`` (``offset``: its attempt's, see ``attempt_offset``)."""
         out: list[Frame] = []
         if isinstance(ev, LlmDelta):
             self.streamed += ev.delta
@@ -216,8 +240,11 @@ class FrameMaker:
             out.append(Frame("values", "values", {"__interrupt__": interrupts}))
             out.append(Frame("updates", "updates", {"__interrupt__": interrupts}))
         out.append(Frame("events", "events", ev.to_dict()))
+        if ev.type not in STEP_TYPES:  # a crash may lose it: no id a rejoin could not find
+            return out
+        seq = ev.sequence + offset
         for f in out:  # a fixed slot per kind: the same id whichever frames an event has
-            f.id = f"{ev.sequence}.{_SLOTS[f.event, '__interrupt__' in f.data]}"
+            f.id = f"{seq}.{_SLOTS[f.event, '__interrupt__' in f.data]}"
         return out
 
 
@@ -274,7 +301,13 @@ class LgRun:
     on_end: Callable[[LgRun], Awaitable[None]] | None = None  # before ``done`` is set
     job_id: int | None = None  # a queued run: its job (another process executes it)
     abort: Callable[[], Awaitable[Any]] | None = None  # a queued run: abort its job
+    attempts: list[str] = field(default_factory=list)  # its turns' run ids; [] = [run_id]
+    background: bool = False  # acknowledged before it ran: re-run at start-up if cut short
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def attempt_ids(self) -> list[str]:
+        """The run ids of its turns, oldest first (one, unless carried on after a crash)."""
+        return self.attempts or [self.run_id]
 
     @property
     def active(self) -> bool:
@@ -325,10 +358,18 @@ class LgRun:
         pos = self.index.get(last_event_id.strip())
         if pos is not None:
             return pos + 1
-        seq, _ = parse_event_id(last_event_id)  # ValueError when malformed
-        for i, f in enumerate(self.frames):  # a delta id of a replayed run: next event on
-            if f.id is not None and parse_event_id(f.id)[0] > seq:
+        seq, _ = parse_event_id(last_event_id)  # InputError when malformed
+        same = None
+        for i, f in enumerate(self.frames):  # an id this buffer lacks: next event on
+            if f.id is None:
+                continue
+            at = parse_event_id(f.id)[0]
+            if at > seq:
                 return i
+            if at == seq:
+                same = i
+        if same is not None:  # a frame of an event it holds (a crew member's): after it
+            return same + 1
         if self.done.is_set():
             raise ValueError(f"Last-Event-ID {last_event_id!r} is past the end of the run")
         raise ValueError(f"Last-Event-ID {last_event_id!r} was never sent by this run")
@@ -349,11 +390,17 @@ class LgRun:
 class RunManager:
     """The server's runs: the ones running and the last ``keep`` finished, by id."""
 
-    def __init__(self, store: Store, keep: int = 1000) -> None:
+    def __init__(
+        self,
+        store: Store,
+        keep: int = 1000,
+        on_end: Callable[[LgRun], Awaitable[None]] | None = None,
+    ) -> None:
         self.store = store
         self.keep = keep
         self.runs: OrderedDict[str, LgRun] = OrderedDict()
         self.by_thread: dict[str, list[str]] = {}
+        self.on_end = on_end  # every run this process ran, after its turn ended
 
     def get(self, run_id: str) -> LgRun | None:
         return self.runs.get(run_id)
@@ -375,7 +422,8 @@ class RunManager:
         self.by_thread.setdefault(run.thread_id, []).append(run.run_id)
         if run.maker is None:  # a crew run comes with its own (loom.server.lg_crews)
             run.maker = FrameMaker(run.thread_id, run.run_id, run.assistant_id)
-        run.add([Frame(None, "metadata", {"run_id": run.run_id, "attempt": 1})])
+        if not run.frames:  # a carried-on run holds its earlier attempts' frames already
+            run.add([Frame(None, "metadata", {"run_id": run.run_id, "attempt": 1})])
         run.task = asyncio.ensure_future(self._execute(run, turn))
         self._evict()
 
@@ -404,13 +452,16 @@ class RunManager:
     async def _execute(self, run: LgRun, turn: Any) -> None:
         maker = run.maker
         assert maker is not None
+        attempts = run.attempt_ids()
+        turn_id = str(getattr(turn, "run_id", run.run_id))
+        offset = attempt_offset(attempts.index(turn_id)) if turn_id in attempts else 0
         try:
             async for ev in drive(turn, run.cancel):
-                own = ev.run_id == run.run_id  # not a crew member's (their runs are their own)
+                own = ev.run_id == turn_id  # not a crew member's (their runs are their own)
                 if own and isinstance(ev, AgentStart):
                     run.status = "running"
-                    maker.start(await self._base(run.thread_id, run.run_id))
-                run.add(maker.frames(ev))
+                    maker.start(await self._base(run.thread_id, turn_id, attempts))
+                run.add(maker.frames(ev, offset if own else 0))
                 if own and isinstance(ev, AgentFinish):
                     run.stop_reason = ev.stop_reason
                     run.status = run_status(ev.stop_reason)
@@ -428,23 +479,29 @@ class RunManager:
         finally:
             if run.status in ("pending", "running"):
                 run.status = "interrupted"
-            if run.on_end is not None:
+            for on_end in (self.on_end, run.on_end):
+                if on_end is None:
+                    continue
                 try:
-                    await run.on_end(run)
+                    await on_end(run)
                 except Exception:  # cleanup only: the run's outcome stands
                     log.exception("cleaning up after run %s failed", run.run_id)
             run.add([Frame(None, "end", {"run_id": run.run_id, "status": run.status})])
             run.finish()
 
-    async def _base(self, thread_id: str, run_id: str) -> list[Message]:
-        """The thread's transcript before ``run_id`` (read consistently: the turn may have
-        committed more by the time its first event is read here)."""
+    async def _base(self, thread_id: str, run_id: str, attempts: list[str]) -> list[Message]:
+        """The thread's transcript before the run (before ``run_id``, its current attempt, and
+        the attempts before it), read consistently: the turn may have committed more by the
+        time its first event is read here."""
+        mine = [a for a in attempts[: attempts.index(run_id) + 1]] if run_id in attempts else []
         for _ in range(20):
             messages = await self.store.load_messages(thread_id)
-            own = transcript(await self.store.load_events(thread_id, run_id))
+            own = 0
+            for attempt in mine or [run_id]:
+                own += len(transcript(await self.store.load_events(thread_id, attempt)))
             if await self.store.message_count(thread_id) == len(messages):
-                return messages[: len(messages) - len(own)]
-        return messages[: len(messages) - len(own)]
+                return messages[: len(messages) - own]
+        return messages[: len(messages) - own]
 
     def _evict(self) -> None:
         while len(self.runs) > self.keep:
@@ -456,27 +513,46 @@ class RunManager:
             with contextlib.suppress(ValueError):
                 ids.remove(victim.run_id)
 
-    async def replay(self, thread_id: str, run_id: str, assistant_id: str) -> LgRun | None:
-        """A finished run this process does not hold, rebuilt from the journal."""
+    async def replay(
+        self,
+        thread_id: str,
+        run_id: str,
+        assistant_id: str,
+        *,
+        template: LgRun | None = None,
+        ended: bool = True,
+    ) -> LgRun | None:
+        """A run this process does not hold, rebuilt from the journal: ``template`` (its
+        stored record: stream modes, attempts, metadata) or defaults. ``ended=False`` leaves
+        it open (a run about to be carried on here): no end frame, not finished. None when
+        the journal holds nothing of it and there is no record."""
+        run = template or LgRun(run_id, thread_id, assistant_id, "enqueue", ["values"])
+        attempts = run.attempt_ids()
         events = await self.store.load_events(thread_id)
-        first = next((i for i, e in enumerate(events) if e.run_id == run_id), None)
-        if first is None:
+        first = next((i for i, e in enumerate(events) if e.run_id in attempts), None)
+        if first is None and template is None:
             return None
-        run = LgRun(run_id, thread_id, assistant_id, "enqueue", ["values"])
-        maker = FrameMaker(thread_id, run_id, assistant_id)
+        maker = FrameMaker(thread_id, run_id, run.assistant_id)
         maker.start(transcript(events[:first]))
         run.add([Frame(None, "metadata", {"run_id": run_id, "attempt": 1})])
-        run.status = "interrupted"  # no end in the journal: the process died mid-run
-        for ev in events[first:]:
-            if ev.run_id != run_id:
+        started = False
+        for ev in events[len(events) if first is None else first :]:
+            if ev.run_id not in attempts:
                 continue
-            run.add(maker.frames(ev))
+            started = True
+            run.add(maker.frames(ev, attempt_offset(attempts.index(ev.run_id))))
             if ev.type == EventType.AGENT_FINISH and isinstance(ev, AgentFinish):
                 run.stop_reason, run.error = ev.stop_reason, ev.error
                 run.status = run_status(ev.stop_reason)
-        run.add([Frame(None, "end", {"run_id": run_id, "status": run.status})])
-        run.created_at = datetime.fromtimestamp(events[first].timestamp, UTC)
-        run.updated_at = datetime.fromtimestamp(events[-1].timestamp, UTC)
+        if run.stop_reason is None:  # no end in the journal
+            # never started: still to run; started: its process died mid-run
+            run.status = "pending" if not started else "running" if not ended else "interrupted"
+        if first is not None:
+            run.updated_at = datetime.fromtimestamp(events[-1].timestamp, UTC)
+            if template is None:
+                run.created_at = datetime.fromtimestamp(events[first].timestamp, UTC)
         run.maker = maker
-        run.finish()
+        if ended:
+            run.add([Frame(None, "end", {"run_id": run_id, "status": run.status})])
+            run.finish()
         return run

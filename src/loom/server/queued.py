@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 from loom.errors import ConfigurationError
 from loom.events import AgentEvent, AgentFinish, AgentStart
 from loom.journal import transcript
-from loom.server.lg_runs import Frame, FrameMaker, LgRun, run_status
+from loom.server.lg_runs import Frame, FrameMaker, LgRun, attempt_offset, run_status
 
 if TYPE_CHECKING:
     import procrastinate
@@ -51,14 +51,7 @@ log = logging.getLogger("loom.server.queue")
 RUNS_NAMESPACE = "loom.server.runs"
 """Key-value namespace of queued runs, by client run id: the job, thread, assistant, options."""
 
-_ATTEMPT = 1_000_000  # frame ids of attempt n start at (n - 1) * this: unique across retries
 _TERMINAL = frozenset({"succeeded", "failed", "cancelled", "aborted"})
-
-
-def attempt_offset(index: int) -> int:
-    """What the frame ids of the ``index``-th attempt (0 = the first) add to event sequences:
-    a retry's run numbers its events from 0 again, its frames must not reuse the first's ids."""
-    return index * _ATTEMPT
 
 
 class RunQueue:

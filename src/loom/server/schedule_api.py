@@ -172,15 +172,15 @@ def _cron(st: ScheduleState) -> dict[str, Any]:
 
 
 def _agent_name(state: ServerState, assistant_id: str) -> str:
-    from loom.server.langgraph_api import _agent
+    from loom.server.runs import agent_named
 
-    return _agent(state, assistant_id).name
+    return agent_named(state, assistant_id).name
 
 
 def _message(payload: dict[str, Any] | str | None) -> str:
-    from loom.server.langgraph_api import _last_human
+    from loom.server.runs import last_human
 
-    return _last_human(payload) or ""
+    return last_human(payload) or ""
 
 
 async def _create(state: ServerState, body: CronCreate, thread_id: str | None) -> dict[str, Any]:

@@ -7,9 +7,11 @@ run to the subscribers of its session. A subscriber registers first, then reads 
 event that was already sent from the journal is skipped by its ``(run_id, sequence)``, so nothing
 is missed or sent twice across the boundary.
 
-An event's id is ``"<run_id>:<sequence>"`` (``sequence`` counts within a run). Token deltas
-(``LLM_DELTA``) are never journaled: they reach live subscribers only, and a cursor naming one
-resumes at the next journaled event of its run.
+An event's id is ``"<run_id>:<sequence>"`` (``sequence`` counts within a run). Over SSE only a
+run's steps (``loom.journal.STEP_TYPES``, committed before they are emitted) carry their id
+(:func:`sse_id`): lifecycle events (``stage``, …) and token deltas are sent without one, since
+a crash may lose them, so every id a client received can be found again after a restart. A
+cursor naming an event that was not journaled resumes at the next journaled event of its run.
 """
 
 from __future__ import annotations
@@ -21,9 +23,17 @@ from dataclasses import dataclass, field
 
 from loom.errors import InputError
 from loom.events import AgentEvent, AgentFinish
+from loom.journal import STEP_TYPES
 from loom.store.base import Store
 
-__all__ = ["SessionHub", "Subscription", "event_id", "parse_cursor", "session_events"]
+__all__ = [
+    "SessionHub",
+    "Subscription",
+    "event_id",
+    "parse_cursor",
+    "session_events",
+    "sse_id",
+]
 
 QUEUE_LIMIT = 10_000
 """Live events a subscriber may fall behind by before its stream is ended (it reconnects)."""
@@ -32,6 +42,12 @@ QUEUE_LIMIT = 10_000
 def event_id(ev: AgentEvent) -> str:
     """The id a client reconnects with: ``"<run_id>:<sequence>"``."""
     return f"{ev.run_id}:{ev.sequence}"
+
+
+def sse_id(ev: AgentEvent) -> str:
+    """The SSE ``id:`` line of ``ev``: its :func:`event_id` for a journaled step, nothing for
+    an event a crash may lose (a client never holds an id the journal cannot find)."""
+    return f"id: {event_id(ev)}\n" if ev.type in STEP_TYPES else ""
 
 
 def parse_cursor(value: str | None) -> tuple[str, int] | None:

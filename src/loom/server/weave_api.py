@@ -40,7 +40,7 @@ from loom.run_inputs import Resume
 from loom.server.app import ServerState, error_body, state_of
 from loom.server.openai_api import EventStream, close_quietly
 from loom.server.served import run_served, stream_served
-from loom.server.session_events import Lagged, event_id, session_events
+from loom.server.session_events import Lagged, session_events, sse_id
 
 _T = TypeVar("_T")
 
@@ -240,7 +240,7 @@ async def stream_weave(request: Request, body: WeaveRequest) -> Response:
                     },
                     separators=(",", ":"),
                 )
-                yield f"event: {kind}\nid: {event_id(event)}\ndata: {payload}\n\n".encode()
+                yield f"event: {kind}\n{sse_id(event)}data: {payload}\n\n".encode()
         finally:
             await close_quietly(events)
 
@@ -337,7 +337,7 @@ async def session_events_sse(
                     separators=(",", ":"),
                     default=str,
                 )
-                yield f"event: {kind}\nid: {event_id(ev)}\ndata: {payload}\n\n".encode()
+                yield f"event: {kind}\n{sse_id(ev)}data: {payload}\n\n".encode()
                 if isinstance(ev, AgentFinish):
                     trackers.pop(ev.run_id, None)
         except Lagged as exc:

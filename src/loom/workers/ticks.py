@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from loom.errors import ConfigurationError
-from loom.workers.app import JOB_NAMESPACE, RUN_TASK, kv_of
+from loom.workers.app import RUN_TASK
 
 if TYPE_CHECKING:
     import procrastinate
@@ -96,8 +96,11 @@ async def sweep_stalled(
     app: procrastinate.App, store: Store, stalled_after: float, max_attempts: int
 ) -> int:
     """Retry the running jobs of workers silent for ``stalled_after`` seconds (procrastinate's
-    heartbeat detection), failing those already attempted ``max_attempts`` times; close tick
-    jobs whose worker died. Returns how many jobs it retried or failed."""
+    heartbeat detection); close tick jobs whose worker died. Returns how many jobs it retried
+    or closed. A run job is always retried: the retry's ``run_turn`` ends a crash loop (after
+    ``max_attempts`` attempts it writes the job's record ``failed`` and fails the job), so a
+    job's record has one writer, the task (``max_attempts`` is kept for callers; the workers'
+    own setting is the one that counts)."""
     from procrastinate.jobs import Status
 
     done = 0
@@ -108,20 +111,6 @@ async def sweep_stalled(
                 await app.job_manager.finish_job(job, Status.FAILED, delete_job=True)
             elif job.task_name != RUN_TASK:
                 continue  # another part's task: its own policy
-            elif job.attempts + 1 >= max_attempts:
-                record = await kv_of(store).get_value(JOB_NAMESPACE, str(job.id))
-                record = dict(record) if isinstance(record, dict) else {"runs": []}
-                record.update(
-                    status="failed",
-                    error=(
-                        f"job {job.id}: its worker died on each of {job.attempts + 1} attempts "
-                        f"(max_attempts={max_attempts}); not retrying. The session's next turn "
-                        "closes the dead runs."
-                    ),
-                )
-                await kv_of(store).put_value(JOB_NAMESPACE, str(job.id), record)
-                await app.job_manager.finish_job(job, Status.FAILED, delete_job=False)
-                log.warning("job %s failed: crash loop", job.id)
             else:
                 await app.job_manager.retry_job(job)
                 log.warning("job %s: worker %s is gone; retrying", job.id, job.worker_id)

@@ -26,7 +26,7 @@ from loom.events import AgentEvent, AgentFinish, AgentStart, ApprovalDecisionEve
 from loom.server.app import ServerState, state_of
 from loom.server.console import auth
 from loom.server.console.timeline import Change, Timeline, cost_of
-from loom.server.session_events import Lagged, event_id, session_events
+from loom.server.session_events import Lagged, event_id, session_events, sse_id
 
 if TYPE_CHECKING:
     from jinja2 import Environment
@@ -35,7 +35,16 @@ if TYPE_CHECKING:
     from loom.server.security import Principal
     from loom.store.base import RunRecord, SessionInfo
 
-__all__ = ["RUNS_PER_PAGE", "ConsoleRoute", "not_found", "render_session", "router"]
+__all__ = [
+    "RUNS_PER_PAGE",
+    "ConsoleRoute",
+    "csrf_refused",
+    "form_fields",
+    "not_found",
+    "render_session",
+    "router",
+    "safe_next",
+]
 
 HERE = Path(__file__).parent
 RUNS_PER_PAGE = 50
@@ -166,12 +175,14 @@ def problem(request: Request, status: int, title: str, message: str) -> HTMLResp
     return page(request, "problem.html", status, title=title, message=message)
 
 
-async def _form(request: Request) -> dict[str, str]:
+async def form_fields(request: Request) -> dict[str, str]:
+    """A posted form's text fields."""
     form = await request.form()
     return {k: v for k, v in form.items() if isinstance(v, str)}
 
 
-def _csrf_refused(request: Request, form: dict[str, str]) -> HTMLResponse | None:
+def csrf_refused(request: Request, form: dict[str, str]) -> HTMLResponse | None:
+    """The 403 page for a form without this browser's CSRF token; None when the token is good."""
     state: ServerState = request.app.state.loom
     seed = request.cookies.get(auth.CSRF_COOKIE)
     if auth.csrf_ok(form.get("csrf_token"), seed, _principal(request), auth.secret_of(state)):
@@ -185,12 +196,20 @@ def _csrf_refused(request: Request, form: dict[str, str]) -> HTMLResponse | None
     )
 
 
+# this module's handlers call them by these names
+_form, _csrf_refused = form_fields, csrf_refused
+
+
 # -- login ------------------------------------------------------------------------------------
-def _next(target: str | None) -> str:
-    # only pages of this console: never an open redirect
+def safe_next(target: str | None) -> str:
+    """Where to go after a form: ``target`` when it is a console page, else the sessions list
+    (only pages of this console: never an open redirect)."""
     if target and target.startswith("/console") and not target.startswith("//"):
         return target
     return "/console/sessions"
+
+
+_next = safe_next
 
 
 @router.get("/login")
@@ -512,7 +531,7 @@ async def session_live(
                             {"id": event_id(ev), "type": str(ev.type), "parts": parts},
                             separators=(",", ":"),
                         )
-                        yield f"id: {event_id(ev)}\ndata: {data}\n\n".encode()
+                        yield f"{sse_id(ev)}data: {data}\n\n".encode()
                 elif event_id(ev) == after:
                     sending = True
         except Lagged:
@@ -530,7 +549,8 @@ async def session_live(
 async def decide(request: Request, session_id: str, call_id: str) -> Response:
     """Approve or reject a parked call; once every parked call is decided the run resumes (as
     a run of the run API, so it streams to this page and to API clients alike)."""
-    from loom.server.langgraph_api import RunCreate, _start_run, record_decision, session_agent
+    from loom.server.langgraph_api import RunCreate, record_decision, session_agent
+    from loom.server.runs import start_run
 
     form = await _form(request)
     refused = _csrf_refused(request, form)
@@ -554,7 +574,7 @@ async def decide(request: Request, session_id: str, call_id: str) -> Response:
             resume = RunCreate(
                 assistant_id=agent, command={"resume": decided}, stream_mode=["events"]
             )
-            await _start_run(state, session_id, resume)
+            await start_run(state, session_id, resume)
     except HTTPException as exc:
         return problem(request, exc.status_code, "Not found", str(exc.detail))
     except SessionNotFound as exc:

@@ -21,7 +21,17 @@ from fastapi.responses import RedirectResponse, Response
 
 from loom.errors import ConfigurationError, LoomError, MonitorNotFound, ScheduleNotFound
 from loom.server.app import ServerState, state_of
-from loom.server.console.routes import _csrf_refused, _form, _next, page, problem, router, templates
+from loom.server.console.routes import (
+    csrf_refused,
+    form_fields,
+    page,
+    problem,
+    router,
+    safe_next,
+    templates,
+)
+
+_form, _csrf_refused, _next = form_fields, csrf_refused, safe_next  # the handlers' names
 
 if TYPE_CHECKING:
     from loom.schedule import (

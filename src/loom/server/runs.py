@@ -1,0 +1,775 @@
+"""Runs, protocol-neutral: start one, store it before anyone hears of it, stream it, rejoin it
+by event id, cancel it, and carry on at start-up what a dead process left unfinished.
+
+Every surface that runs an agent as "a run with an id" (the LangGraph-compatible API, the open
+Agent Protocol's paths, the console's approvals) starts it with :func:`start_run` and reads it
+with :func:`find_run` / :func:`held_run`; the frames and their ids come from
+``loom.server.lg_runs``, a queued run's tail from ``loom.server.queued``.
+
+**One run record.** A run exists in the store before it is acknowledged: :func:`start_run`
+writes its record (key-value namespace :data:`RUNS_NAMESPACE`, key = the run id: thread,
+assistant, stream modes, options, its input, the run ids of its attempts) before it returns,
+so any server of a fleet answers ``GET /runs/{id}`` and replays it with its stream modes.
+Its status has one writer, the journal: ``running`` is its ``AGENT_START``, its end is its
+``AGENT_FINISH`` (a queued run: the worker's job record); a run this process holds only caches
+what its events said. The record gets a status only for a run that ended with nothing in the
+journal to say so (its turn was refused or failed before it started): ``ended``, written once.
+
+**Acknowledged means durable.** A background run (``POST /threads/{id}/runs``, ``POST /runs``)
+on a server without ``--queue`` is also listed under :data:`OPEN_RUNS_NAMESPACE` until its turn
+ended. At start-up :func:`recover_runs` carries on every listed run: one whose message was
+committed goes on from the journal as a ``carry_on`` turn (the message is never sent twice; the
+dead attempt's open calls are recovered under their effect classes), one that committed nothing
+runs with its message, and one that ended is unlisted. A run cancelled by a graceful shutdown
+(``server shutting down``) is carried on the same way. Each attempt after the first is a turn of
+its own (``<run id>-a<n>``), listed in the record before it starts; the run's frames cover every
+attempt (``attempt_offset``). Several servers without ``--queue`` on one store would each carry
+the same runs on: a fleet uses ``--queue``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from datetime import datetime
+from typing import Any, Literal
+
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+from loom.agent import Agent
+from loom.crew import Crew
+from loom.errors import ConfigurationError, InputError, SessionBusy
+from loom.events import AgentFinish, EventType
+from loom.gates import OnBusy
+from loom.run_inputs import Answer, CarryOn, Resume, RunOptions
+from loom.server.app import ServerState
+from loom.server.lg_runs import (
+    ALL_MODES,
+    LgRun,
+    RunManager,
+    interrupts_of,
+    lc_message,
+    query_interrupts,
+)
+from loom.server.queued import RUNS_NAMESPACE, JournalTail, RunQueue
+from loom.store.base import KVStore, SessionInfo
+
+__all__ = [
+    "BUSY",
+    "OPEN_RUNS_NAMESPACE",
+    "RECOVERY_NOTE",
+    "RUNS_NAMESPACE",
+    "ApiBody",
+    "MultitaskStrategy",
+    "RunFields",
+    "agent_named",
+    "assistant_uuid",
+    "cancel",
+    "final_values",
+    "find_run",
+    "forget_run",
+    "held_run",
+    "last_human",
+    "metadata_patch",
+    "not_found",
+    "pending_calls",
+    "queued_run",
+    "recover_runs",
+    "resume_position",
+    "run_locations",
+    "run_manager",
+    "run_queue",
+    "save_metadata_patch",
+    "served",
+    "sse_response",
+    "start_run",
+    "stream_modes",
+    "thread_info",
+    "thread_metadata",
+    "thread_values",
+]
+
+log = logging.getLogger("loom.server.runs")
+
+OPEN_RUNS_NAMESPACE = "loom.server.open_runs"
+"""Key-value namespace of the background runs a server without ``--queue`` acknowledged and
+whose turn has not ended (key = run id): what :func:`recover_runs` carries on at start-up."""
+
+RECOVERY_NOTE = (
+    "stored before this answer; if the server stops before the run ends, it carries the run "
+    "on when it starts again (the message is not sent twice)"
+)
+"""What the ``Loom-Run-Durability`` header of a background run's acknowledgement says."""
+
+_KV_META = "loom.server.thread_metadata"
+_SHUTDOWN = "server shutting down"  # loom.server.lifecycle.SHUTDOWN_REASON (no import circle)
+
+BUSY: dict[str, OnBusy] = {
+    "enqueue": "queue",
+    "reject": "drop",
+    "interrupt": "interrupt",
+    "rollback": "interrupt",
+}
+"""LangGraph's ``multitask_strategy`` as Loom's ``on_busy``."""
+
+MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
+
+
+# -- request bodies ---------------------------------------------------------------------------
+class ApiBody(BaseModel):
+    """A request body that ignores fields it does not know (clients send more than Loom reads)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class RunFields(ApiBody):
+    """What every run request carries (LangGraph's run-create fields Loom reads)."""
+
+    input: dict[str, Any] | str | None = None
+    command: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    stream_mode: str | list[str] = "values"
+    multitask_strategy: MultitaskStrategy = "enqueue"
+    on_disconnect: Literal["cancel", "continue"] = "continue"
+    if_not_exists: Literal["create", "reject"] = "reject"
+
+
+# -- lookups ----------------------------------------------------------------------------------
+def run_manager(state: ServerState) -> RunManager:
+    """The server's runs (made on first use)."""
+    manager = state.extra.get("langgraph_runs")
+    if manager is None:
+        manager = state.extra["langgraph_runs"] = RunManager(state.runtime.store)
+        manager.on_end = lambda run: _close_record(state, run)
+    assert isinstance(manager, RunManager)
+    return manager
+
+
+def not_found(what: str) -> HTTPException:
+    """A 404 that says what was not found and what to do."""
+    return HTTPException(404, what)
+
+
+def assistant_uuid(name: str) -> str:
+    """The UUID form of an assistant (agent or crew) name."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"loom:agent:{name}"))
+
+
+def served(state: ServerState, assistant_id: str) -> Agent | Crew:
+    """The agent or crew served as ``assistant_id`` (its name or its UUID form)."""
+    registry = state.registry
+    found = registry.served(assistant_id)
+    if found is not None:
+        return found
+    for name in registry.names():
+        if assistant_uuid(name) == assistant_id:
+            hit = registry.served(name)
+            assert hit is not None
+            return hit
+    raise not_found(
+        f"no assistant {assistant_id!r}; this server's assistants: {', '.join(registry.names())}"
+    )
+
+
+def agent_named(state: ServerState, assistant_id: str) -> Agent:
+    """The agent served as ``assistant_id``; ``InputError`` for a crew."""
+    found = served(state, assistant_id)
+    if not isinstance(found, Agent):
+        raise InputError(f"{assistant_id!r} is a crew; this operation takes an agent")
+    return found
+
+
+def last_human(payload: dict[str, Any] | str | None) -> str | None:
+    """The newest human message of a LangGraph input (``{"messages": [...]}``)."""
+    if payload is None:
+        return None
+    if isinstance(payload, str):
+        return payload
+    messages = payload.get("messages")
+    if isinstance(messages, dict | str):
+        messages = [messages]
+    if not isinstance(messages, list):
+        raise InputError('input must be {"messages": [{"role": "user", "content": "..."}]}')
+    for m in reversed(messages):
+        if isinstance(m, str):
+            return m
+        if isinstance(m, dict) and (m.get("role") or m.get("type")) in ("human", "user"):
+            content = m.get("content", "")
+            if isinstance(content, list):  # content blocks
+                content = "".join(
+                    b.get("text", "") if isinstance(b, dict) else str(b) for b in content
+                )
+            return str(content)
+    raise InputError("input.messages holds no human message to run the agent on")
+
+
+def stream_modes(stream_mode: str | list[str] | None, default: list[str]) -> list[str]:
+    """The stream modes asked for; ``default`` when none (``langgraph-sdk`` sends an empty
+    ``stream_mode=`` when its caller names none)."""
+    if isinstance(stream_mode, str):
+        stream_mode = [stream_mode]
+    modes = [m for m in stream_mode or [] if m.strip()]
+    if not modes:
+        return default
+    unknown = [m for m in modes if m not in ALL_MODES]
+    if unknown:
+        raise InputError(f"unknown stream_mode {unknown[0]!r}; use any of {', '.join(ALL_MODES)}")
+    return modes
+
+
+def resume_position(run: LgRun, last_event_id: str | None) -> int:
+    """Where a client that last received ``last_event_id`` reads on in ``run``'s frames; a
+    typed 422 (``InputError``) for an id that is malformed or that this run never sent."""
+    try:
+        return run.start_at(last_event_id)
+    except ValueError as exc:
+        raise InputError(f"{exc}; reconnect without Last-Event-ID to read the whole run") from None
+
+
+# -- threads ----------------------------------------------------------------------------------
+async def metadata_patch(state: ServerState, thread_id: str) -> dict[str, Any]:
+    """The metadata the run API added to a thread (on top of the session's own)."""
+    kv = state.runtime.capabilities.kv
+    if kv is not None:
+        value = await kv.get_value(_KV_META, thread_id)
+        return dict(value) if isinstance(value, dict) else {}
+    patches: dict[str, dict[str, Any]] = state.extra.setdefault("langgraph_meta", {})
+    return dict(patches.get(thread_id, {}))
+
+
+async def save_metadata_patch(
+    state: ServerState, thread_id: str, patch: dict[str, Any] | None
+) -> None:
+    """Replace the thread's added metadata (None: drop it)."""
+    kv = state.runtime.capabilities.kv
+    if kv is not None:
+        if patch is None:
+            await kv.delete_value(_KV_META, thread_id)
+        else:
+            await kv.put_value(_KV_META, thread_id, patch)
+        return
+    patches: dict[str, dict[str, Any]] = state.extra.setdefault("langgraph_meta", {})
+    if patch is None:
+        patches.pop(thread_id, None)
+    else:
+        patches[thread_id] = patch
+
+
+async def thread_info(state: ServerState, thread_id: str) -> SessionInfo:
+    """The thread's session; 404 when there is none."""
+    info = await state.runtime.store.get_session(thread_id)
+    if info is None:
+        raise not_found(f"no thread {thread_id!r}; create it with POST /threads")
+    return info
+
+
+async def thread_metadata(state: ServerState, info: SessionInfo) -> dict[str, Any]:
+    """The session's metadata with what the run API added."""
+    return {**info.metadata, **await metadata_patch(state, info.id)}
+
+
+def thread_values(thread_id: str, messages: list[Any]) -> dict[str, Any]:
+    """A thread's ``values``: its transcript in LangChain's message form."""
+    return {"messages": [lc_message(m, f"{thread_id}:{i}") for i, m in enumerate(messages)]}
+
+
+async def pending_calls(state: ServerState, thread_id: str) -> list[dict[str, Any]]:
+    """The calls the thread waits on a human for (a crew thread: its members' calls)."""
+    pending = [p.to_dict() for p in await state.runtime.pending_approvals(thread_id)]
+    if not pending and state.registry.crews:
+        from loom.crew.turn import crew_pending
+
+        pending = await crew_pending(state.runtime.store, thread_id)
+    return pending
+
+
+async def _note_assistant(state: ServerState, thread_id: str, name: str) -> None:
+    patch = await metadata_patch(state, thread_id)
+    if patch.get("assistant_id") != name:
+        await save_metadata_patch(
+            state, thread_id, {**patch, "assistant_id": name, "graph_id": name}
+        )
+
+
+# -- the run record ---------------------------------------------------------------------------
+def _record(run: LgRun, body: RunFields | None, message: str | None) -> dict[str, Any]:
+    return {
+        "thread_id": run.thread_id,
+        "assistant_id": run.assistant_id,
+        "created_at": run.created_at.isoformat(),
+        "multitask_strategy": run.multitask_strategy,
+        "metadata": run.metadata,
+        "stream_mode": run.stream_modes,
+        "on_disconnect": run.on_disconnect,
+        "background": run.background,
+        "message": message,
+        "command": body.command if body is not None else None,
+        "attempts": run.attempt_ids(),
+        "job": run.job_id,
+    }
+
+
+def _from_record(run_id: str, record: dict[str, Any]) -> LgRun:
+    run = LgRun(
+        run_id,
+        str(record["thread_id"]),
+        str(record["assistant_id"]),
+        str(record.get("multitask_strategy", "enqueue")),
+        list(record.get("stream_mode") or ["values"]),
+        metadata=dict(record.get("metadata") or {}),
+        on_disconnect=str(record.get("on_disconnect", "continue")),
+        attempts=list(record.get("attempts") or []),
+        background=bool(record.get("background")),
+    )
+    if record.get("created_at"):
+        run.created_at = datetime.fromisoformat(str(record["created_at"]))
+    return run
+
+
+async def _store_record(
+    state: ServerState, run: LgRun, body: RunFields | None, message: str | None
+) -> None:
+    """Commit ``run``'s record (and, for a background run, its open mark) before anyone is
+    told of it."""
+    kv = state.runtime.capabilities.kv
+    if kv is None:  # an in-memory store: nothing outlives the process anyway
+        return
+    await kv.put_value(RUNS_NAMESPACE, run.run_id, _record(run, body, message))
+    if run.background:
+        await kv.put_value(OPEN_RUNS_NAMESPACE, run.run_id, {"thread_id": run.thread_id})
+
+
+async def _close_record(state: ServerState, run: LgRun) -> None:
+    """After a background run's turn ended: unlist it, unless a graceful shutdown cut it
+    short (then the next start carries it on)."""
+    kv = state.runtime.capabilities.kv
+    if kv is None or run.job_id is not None:
+        return
+    if run.stop_reason is None:  # it ended before its turn journaled an end (refused, failed)
+        record = await kv.get_value(RUNS_NAMESPACE, run.run_id)
+        if isinstance(record, dict):  # the journal cannot say it: the record does, once
+            ended = {"status": run.status, "error": run.error}
+            await kv.put_value(RUNS_NAMESPACE, run.run_id, {**record, "ended": ended})
+    if not run.background:
+        return
+    if run.stop_reason == "cancelled" and run.error == _SHUTDOWN and state.draining:
+        return
+    await kv.delete_value(OPEN_RUNS_NAMESPACE, run.run_id)
+
+
+async def _stored_run(state: ServerState, run_id: str, thread_id: str | None) -> LgRun | None:
+    """A run this process does not hold, from its record and the journal (None: no record)."""
+    kv = state.runtime.capabilities.kv
+    if kv is None:
+        return None
+    record = await kv.get_value(RUNS_NAMESPACE, run_id)
+    if not isinstance(record, dict) or record.get("job") is not None:
+        return None
+    if thread_id is not None and record.get("thread_id") != thread_id:
+        return None
+    template = _from_record(run_id, record)
+    if await state.runtime.store.get_session(template.thread_id) is None:
+        return None  # its thread was deleted (a stateless run's, or by a client)
+    still_open = await kv.get_value(OPEN_RUNS_NAMESPACE, run_id) is not None
+    replayed = await run_manager(state).replay(
+        template.thread_id, run_id, template.assistant_id, template=template
+    )
+    ended = record.get("ended")
+    if replayed is not None and replayed.stop_reason is None:
+        if isinstance(ended, dict):  # it ended without a journaled end (refused, failed)
+            replayed.status, replayed.error = str(ended.get("status")), ended.get("error")
+        elif still_open:  # acknowledged, not ended: another server runs it, or the next
+            # start carries it on
+            replayed.status = "running" if replayed.status == "interrupted" else replayed.status
+    return replayed
+
+
+# -- starting runs ----------------------------------------------------------------------------
+def run_queue(state: ServerState) -> RunQueue | None:
+    """The run queue of a ``loom serve --queue`` server (None: background runs run here)."""
+    queue = state.extra.get("run_queue")
+    return queue if isinstance(queue, RunQueue) else None
+
+
+async def start_run(
+    state: ServerState,
+    thread_id: str,
+    body: RunFields,
+    assistant_id: str | None = None,
+    *,
+    background: bool = False,
+) -> LgRun:
+    """Start a run on ``thread_id``: here, or (a background run on a ``--queue`` server) as a
+    job of the queue. The run's record is in the store when this returns."""
+    agent = served(state, assistant_id or getattr(body, "assistant_id", None) or "")
+    modes = stream_modes(body.stream_mode, ["values"])
+    store = state.runtime.store
+    info = await store.get_session(thread_id)
+    if info is None:
+        if body.if_not_exists != "create":
+            raise not_found(
+                f"no thread {thread_id!r}; create it with POST /threads or pass "
+                '"if_not_exists": "create"'
+            )
+        await store.create_session(thread_id, agent_name=agent.name)
+    manager = run_manager(state)
+    queue = run_queue(state)
+    if isinstance(agent, Crew):  # a crew runs in this process, also on a --queue server
+        return await _start_crew_run(state, thread_id, agent, body, modes)
+    if queue is not None and background and not body.command:
+        return await _enqueue(state, queue, thread_id, agent, body, modes)
+    if body.multitask_strategy == "reject" and manager.active_on(thread_id):
+        raise SessionBusy(
+            f"thread {thread_id!r} is running a run; wait for it (GET .../runs/{{id}}/join), "
+            'or use multitask_strategy "enqueue" or "interrupt"'
+        )
+    runtime = state.runtime
+    message: str | None = None
+    if body.command and "answer" in body.command:  # the client answers a server query
+        answer = Answer(body.command["answer"], body.command.get("query_id"))
+        turn = await runtime.start(agent, answer, session_id=thread_id)
+    elif body.command and "resume" in body.command:
+        if isinstance(body.command["resume"], str) and await runtime.pending_query(thread_id):
+            turn = await runtime.start(agent, Answer(body.command["resume"]), session_id=thread_id)
+        else:
+            resume = Resume(body.command["resume"])
+            turn = await runtime.start(agent, resume, session_id=thread_id)
+    else:
+        message = last_human(body.input)
+        if message is None:
+            raise InputError('a run needs input {"messages": [...]} or command {"resume": ...}')
+        options = RunOptions(on_busy=BUSY[body.multitask_strategy])
+        turn = await runtime.start(agent, message, session_id=thread_id, options=options)
+    await _note_assistant(state, thread_id, agent.name)
+    run = LgRun(
+        turn.run_id,
+        thread_id,
+        agent.name,
+        body.multitask_strategy,
+        modes,
+        metadata=dict(body.metadata or {}),
+        on_disconnect=body.on_disconnect,
+        # a store without key-value data (MemoryStore) keeps nothing past the process: such a
+        # run is not announced as carried on
+        background=background and state.runtime.capabilities.kv is not None,
+    )
+    await _store_record(state, run, body, message)
+    manager.start(run, turn)
+    return run
+
+
+async def _start_crew_run(
+    state: ServerState,
+    thread_id: str,
+    crew: Crew,
+    body: RunFields,
+    modes: list[str],
+) -> LgRun:
+    """A run of ``crew`` on ``thread_id`` (the crew's session): a ``CrewTurn`` driven by the run
+    manager like a turn, framed by ``CrewFrameMaker`` (member frames tagged with their path).
+    Its record is stored; a crew's background run is not carried on at start-up (its session's
+    next run resumes it, docs/crews.md)."""
+    from loom.server.lg_crews import CrewFrameMaker
+
+    manager = run_manager(state)
+    runtime = state.runtime
+    if body.multitask_strategy == "reject" and manager.active_on(thread_id):
+        raise SessionBusy(
+            f"thread {thread_id!r} is running a run; wait for it (GET .../runs/{{id}}/join), "
+            'or use multitask_strategy "enqueue" or "interrupt"'
+        )
+    if body.command and "answer" in body.command:
+        raise InputError(f"{crew.name!r} is a crew; a crew asks no server queries to answer")
+    if body.command and "resume" in body.command:
+        turn = await runtime.start(crew, Resume(body.command["resume"]), session_id=thread_id)
+    else:
+        message = last_human(body.input)
+        if message is None:
+            raise InputError('a run needs input {"messages": [...]} or command {"resume": ...}')
+        turn = await runtime.start(crew, message, session_id=thread_id)
+    if body.multitask_strategy in ("interrupt", "rollback"):  # the new run waits for their end
+        for other in manager.active_on(thread_id):
+            other.cancel.set()
+    await _note_assistant(state, thread_id, crew.name)
+    run = LgRun(
+        turn.run_id,
+        thread_id,
+        crew.name,
+        body.multitask_strategy,
+        modes,
+        metadata=dict(body.metadata or {}),
+        on_disconnect=body.on_disconnect,
+    )
+    run.maker = CrewFrameMaker(thread_id, turn.run_id, crew.name, crew.name)
+    await _store_record(state, run, body, None)
+    manager.start(run, turn)
+    return run
+
+
+async def _enqueue(
+    state: ServerState,
+    queue: RunQueue,
+    thread_id: str,
+    agent: Agent,
+    body: RunFields,
+    modes: list[str],
+) -> LgRun:
+    """A background run as a job of the queue; this server tails it like any other."""
+    message = last_human(body.input)
+    if message is None:
+        raise InputError('a run needs input {"messages": [...]} or command {"resume": ...}')
+    manager = run_manager(state)
+    strategy = body.multitask_strategy
+    live = await queue.live_jobs(thread_id)
+    here = [r for r in manager.active_on(thread_id) if r.job_id is None]  # turns of this server
+    busy = live or here
+    if strategy == "reject" and busy:
+        raise SessionBusy(
+            f"thread {thread_id!r} has a run queued or running; wait for it "
+            '(GET .../runs/{id}/join), or use multitask_strategy "enqueue" or "interrupt"'
+        )
+    if strategy in ("interrupt", "rollback"):  # stop what runs; the new job waits for its end
+        for job in live:
+            await queue.abort(job)
+        for other in here:
+            other.cancel.set()
+    await _note_assistant(state, thread_id, agent.name)
+    run = LgRun(
+        f"run_{uuid.uuid4().hex}",
+        thread_id,
+        agent.name,
+        strategy,
+        modes,
+        metadata=dict(body.metadata or {}),
+        on_disconnect=body.on_disconnect,
+        background=True,
+    )
+    run.job_id = await queue.enqueue(agent.name, thread_id, message, run.run_id)
+    # before the client hears of the run id: any server it asks finds the job by it
+    await _kv(state).put_value(RUNS_NAMESPACE, run.run_id, _record(run, body, message))
+    _tail(state, queue, run)
+    return run
+
+
+def _kv(state: ServerState) -> KVStore:
+    kv = state.runtime.capabilities.kv
+    if kv is None:
+        raise ConfigurationError("--queue needs a store with key-value data (PostgreSQL)")
+    return kv
+
+
+def _tail(state: ServerState, queue: RunQueue, run: LgRun) -> JournalTail:
+    assert run.job_id is not None
+    job = run.job_id
+    run.abort = lambda: queue.abort(job)
+    tail = JournalTail(queue, state.runtime.store, _kv(state), run, job)
+    run_manager(state).attach(run, tail)
+    return tail
+
+
+async def queued_run(state: ServerState, run_id: str, thread_id: str | None) -> LgRun | None:
+    """A queued run this process does not hold, followed from the journal from now on."""
+    queue = run_queue(state)
+    if queue is None:
+        return None
+    mapping = await _kv(state).get_value(RUNS_NAMESPACE, run_id)
+    if not isinstance(mapping, dict) or mapping.get("job") is None:
+        return None
+    if thread_id is not None and mapping["thread_id"] != thread_id:
+        return None
+    run = _from_record(run_id, mapping)
+    run.job_id = int(mapping["job"])
+    run.attempts = []  # a job's attempts are in its job record (loom.server.queued)
+    tail = _tail(state, queue, run)
+    await tail.caught_up.wait()  # its status is current before anyone reads it
+    return run
+
+
+# -- reading, streaming, cancelling -----------------------------------------------------------
+async def find_run(state: ServerState, thread_id: str, run_id: str) -> LgRun:
+    """Run ``run_id`` of ``thread_id``: held here, queued, or from its record and the
+    journal; 404 when it is none of these."""
+    manager = run_manager(state)
+    run = manager.get(run_id)
+    if run is not None and run.thread_id == thread_id:
+        return run
+    queued = await queued_run(state, run_id, thread_id)
+    if queued is not None:
+        return queued
+    stored = await _stored_run(state, run_id, thread_id)
+    if stored is not None:
+        return stored
+    info = await thread_info(state, thread_id)
+    assistant = (await thread_metadata(state, info)).get("assistant_id") or info.agent_name
+    replayed = await manager.replay(thread_id, run_id, str(assistant))
+    if replayed is None:
+        raise not_found(f"thread {thread_id!r} has no run {run_id!r}")
+    return replayed
+
+
+async def held_run(state: ServerState, run_id: str) -> LgRun | None:
+    """Run ``run_id`` by its id alone: held here, queued, or from its stored record (any
+    server of a fleet finds it); None when there is no such run."""
+    run = run_manager(state).get(run_id) or await queued_run(state, run_id, None)
+    return run or await _stored_run(state, run_id, None)
+
+
+async def cancel(state: ServerState, run: LgRun, wait: bool) -> None:
+    """Cancel ``run`` wherever it runs: here (the turn's cancel) or on a worker (the job's
+    abort), and with ``wait`` until it ended."""
+    if not run.active:
+        return
+    stopping = run.stop()
+    if stopping is not None:
+        await stopping
+    if wait:
+        await run.done.wait()
+
+
+async def forget_run(state: ServerState, run: LgRun) -> None:
+    """Forget a finished run: this process's copy and its stored record (its events stay in
+    the thread's journal)."""
+    run_manager(state).runs.pop(run.run_id, None)
+    kv = state.runtime.capabilities.kv
+    if kv is not None:
+        await kv.delete_value(RUNS_NAMESPACE, run.run_id)
+        await kv.delete_value(OPEN_RUNS_NAMESPACE, run.run_id)
+
+
+def run_locations(run: LgRun) -> dict[str, str]:
+    """The headers that name a run (and, for a background run, what a crash does to it)."""
+    base = f"/threads/{run.thread_id}/runs/{run.run_id}"
+    headers = {"Location": f"{base}/stream", "Content-Location": base}
+    if run.background and run.job_id is None:
+        headers["Loom-Run-Durability"] = RECOVERY_NOTE
+    return headers
+
+
+_background: set[asyncio.Future[Any]] = set()  # aborts sent after a client went (kept alive)
+
+
+def sse_response(run: LgRun, start: int, modes: list[str], cancel_on_disconnect: bool) -> Response:
+    """``run``'s frames from position ``start`` on, in ``modes``, as an SSE response."""
+    wanted = set(modes)
+
+    async def frames() -> Any:
+        finished = False
+        try:
+            async for f in run.follow(start):
+                if f.mode is None or f.mode in wanted:
+                    yield f.encode()
+            finished = True
+        finally:
+            if not finished and cancel_on_disconnect and run.active:
+                stopping = run.stop()
+                if stopping is not None:  # a queued run: its job is aborted in the background
+                    _background.add(asyncio.ensure_future(stopping))
+                    _background.difference_update([t for t in _background if t.done()])
+
+    headers = {**run_locations(run), "Cache-Control": "no-store"}
+    return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
+
+
+async def final_values(state: ServerState, run: LgRun) -> dict[str, Any]:
+    """The thread's values after ``run`` (with its interrupt or error, if any)."""
+    if run.final is not None:  # a stateless run whose thread is deleted
+        return run.final
+    values: dict[str, Any] = thread_values(
+        run.thread_id, await state.runtime.store.load_messages(run.thread_id)
+    )
+    if run.stop_reason == "awaiting_approval":
+        values["__interrupt__"] = interrupts_of(await pending_calls(state, run.thread_id))
+    elif run.stop_reason == "awaiting_input":
+        query = await state.runtime.pending_query(run.thread_id)
+        if query is not None:
+            values["__interrupt__"] = query_interrupts(run.thread_id, query.to_dict())
+    if run.status == "error":
+        values["__error__"] = {"error": "RunError", "message": run.error or "the run failed"}
+    return values
+
+
+# -- recovery at start-up ---------------------------------------------------------------------
+async def recover_runs(state: ServerState) -> list[str]:
+    """Carry on every background run this store lists as acknowledged and unfinished (see the
+    module docstring); answers the run ids carried on. Runs on a ``--queue`` server are the
+    queue's (workers retry them) and are left alone."""
+    kv = state.runtime.capabilities.kv
+    if kv is None or run_queue(state) is not None:
+        return []
+    records: list[tuple[str, str, dict[str, Any]]] = []
+    for run_id in await kv.list_keys(OPEN_RUNS_NAMESPACE):
+        record = await kv.get_value(RUNS_NAMESPACE, run_id)
+        record = record if isinstance(record, dict) else {}
+        records.append((str(record.get("created_at", "")), run_id, record))
+    carried = []
+    for _, run_id, record in sorted(records):  # a thread's runs queue in the order taken
+        try:
+            if record and await _carry_on(state, kv, run_id, record):
+                carried.append(run_id)
+                continue
+        except Exception:  # one run's trouble must not keep the server from starting
+            log.exception("carrying on run %s at start-up failed; it stays listed", run_id)
+            continue
+        await kv.delete_value(OPEN_RUNS_NAMESPACE, run_id)
+    if carried:
+        log.warning(
+            "carried on %d acknowledged run(s) a stopped server left unfinished: %s",
+            len(carried),
+            ", ".join(carried),
+        )
+    return carried
+
+
+async def _carry_on(state: ServerState, kv: KVStore, run_id: str, record: dict[str, Any]) -> bool:
+    """Start what is left of one acknowledged run; False when nothing is (it ended, or its
+    agent is no longer served)."""
+    run = _from_record(run_id, record)
+    attempts = run.attempt_ids()
+    events = [
+        e for e in await state.runtime.store.load_events(run.thread_id) if e.run_id in attempts
+    ]
+    finish = next((e for e in reversed(events) if isinstance(e, AgentFinish)), None)
+    if finish is not None and not (finish.stop_reason == "cancelled" and finish.error == _SHUTDOWN):
+        return False  # it ended; only its unlisting was lost
+    agent = state.registry.served(run.assistant_id)
+    if not isinstance(agent, Agent):
+        log.warning(
+            "run %s cannot be carried on: this server no longer serves agent %r",
+            run_id,
+            run.assistant_id,
+        )
+        return False
+    committed = any(e.type == EventType.USER_MESSAGE for e in events)
+    # the dead attempt stays as it is: the next one is a turn of its own (an attempt that
+    # committed nothing is simply run again under its id)
+    attempt = f"{run_id}-a{len(attempts) + 1}" if events else attempts[-1]
+    message = record.get("message")
+    command = record.get("command")
+    runtime = state.runtime
+    if committed or (command and events):
+        options = RunOptions(run_id=attempt)
+        turn = await runtime.start(agent, CarryOn(), session_id=run.thread_id, options=options)
+    elif command and "resume" in command:
+        turn = await runtime.start(agent, Resume(command["resume"]), session_id=run.thread_id)
+    elif isinstance(message, str):
+        options = RunOptions(run_id=attempt)
+        turn = await runtime.start(agent, message, session_id=run.thread_id, options=options)
+    else:
+        return False
+    if turn.run_id not in attempts:
+        run.attempts = [*attempts, turn.run_id]
+    # the new attempt is in the record before it starts: a crash now is carried on again
+    await kv.put_value(RUNS_NAMESPACE, run_id, {**record, "attempts": run.attempt_ids()})
+    manager = run_manager(state)
+    replayed = await manager.replay(
+        run.thread_id, run_id, run.assistant_id, template=run, ended=False
+    )
+    assert replayed is not None
+    replayed.status = "pending"
+    replayed.stop_reason = replayed.error = None
+    manager.start(replayed, turn)
+    return True

@@ -156,15 +156,10 @@ _SERVER_APP = [
     "loom.server.lifecycle",
     "loom.server.security",
 ]
-# the Agent Protocol API shares the LangGraph API's run handling (being restructured into a
-# protocol-neutral run module)
-_LANGGRAPH = ["loom.server.agent_protocol", "loom.server.langgraph_api"]
-# weave_api's lifespan starts the gRPC service, which answers with weave_api's replies
-_WEAVE = ["loom.server.grpc_weave", "loom.server.weave_api"]
 KNOWN_CIRCLES: dict[str, list[list[str]]] = {
-    "every import": [_LANGGRAPH, _WEAVE, _SERVER_APP],
-    "without typing-only imports": [_LANGGRAPH, _WEAVE],
-    "module-level imports only": [_LANGGRAPH],
+    "every import": [_SERVER_APP],
+    "without typing-only imports": [],
+    "module-level imports only": [],
 }
 
 
@@ -244,28 +239,6 @@ def test_the_seams_never_import_agent_crew_or_the_runtime() -> None:
     assert sorted(taken) == []
 
 
-# Private names the server still takes from other server modules: they go away with the
-# protocol-neutral run module that is replacing server run handling (issue #24, "the move" 3).
-SERVER_PRIVATE_IMPORTS_BEING_MOVED = {
-    "loom.server.agent_protocol: _Body from loom.server.langgraph_api",
-    "loom.server.agent_protocol: _final_values from loom.server.langgraph_api",
-    "loom.server.agent_protocol: _locations from loom.server.langgraph_api",
-    "loom.server.agent_protocol: _manager from loom.server.langgraph_api",
-    "loom.server.agent_protocol: _modes from loom.server.langgraph_api",
-    "loom.server.agent_protocol: _not_found from loom.server.langgraph_api",
-    "loom.server.agent_protocol: _queued_run from loom.server.langgraph_api",
-    "loom.server.agent_protocol: _save_patch from loom.server.langgraph_api",
-    "loom.server.agent_protocol: _sse from loom.server.langgraph_api",
-    "loom.server.agent_protocol: _start_run from loom.server.langgraph_api",
-    "loom.server.console.routes: _start_run from loom.server.langgraph_api",
-    "loom.server.console.schedules: _csrf_refused from loom.server.console.routes",
-    "loom.server.console.schedules: _form from loom.server.console.routes",
-    "loom.server.console.schedules: _next from loom.server.console.routes",
-    "loom.server.schedule_api: _agent from loom.server.langgraph_api",
-    "loom.server.schedule_api: _last_human from loom.server.langgraph_api",
-}
-
-
 def private_imports(mods: dict[str, Path]) -> set[str]:
     """``module: _name from other`` for every ``_name`` imported from another loom module."""
     out: set[str] = set()
@@ -283,7 +256,7 @@ def private_imports(mods: dict[str, Path]) -> set[str]:
 
 def test_no_private_name_is_imported_across_modules() -> None:
     found = private_imports(modules(PACKAGE))
-    assert sorted(found - SERVER_PRIVATE_IMPORTS_BEING_MOVED) == []
+    assert sorted(found) == []
 
 
 @pytest.mark.parametrize("folder", ["src", "tests", "benchmarks"])

@@ -267,6 +267,7 @@ def _protocols() -> list[Any]:
         "agent_protocol",  # stateless runs and the Agent Protocol's paths (after the above)
         "openai_api",
         "weave_api",
+        "grpc_service",  # no routes: the gRPC server's lifespan (with --grpc-port)
         "schedule_api",
         "mcp_http",
         "agui",

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any, Literal, TypeVar
 
 import anyio
-from fastapi import APIRouter, FastAPI, Header, Query, Request
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
@@ -47,25 +46,7 @@ _T = TypeVar("_T")
 __all__ = ["Progress", "WeaveAnswer", "WeaveRequest", "progress", "router", "weave_reply"]
 
 
-@asynccontextmanager
-async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Run the gRPC Weave service beside HTTP when the server was given a gRPC port."""
-    state: ServerState = app.state.loom
-    port = state.extra.get("grpc_port")
-    if port is None:
-        yield
-        return
-    from loom.server.grpc_weave import start_grpc_server
-
-    server = await start_grpc_server(state, state.extra.get("grpc_host", "127.0.0.1"), port)
-    try:
-        yield
-    finally:
-        state.hub.close()  # end SubscribeToSession streams, so stopping does not wait on them
-        await server.stop(grace=5)
-
-
-router = APIRouter(prefix="/v1", tags=["weave"], lifespan=_lifespan)
+router = APIRouter(prefix="/v1", tags=["weave"])
 
 
 class WeaveRequest(BaseModel):

@@ -206,6 +206,12 @@ def create_app(
             ],
             expose_headers=["location", "content-location", "x-loom-session", "x-request-id"],
         )
+    from loom.server.hosts import HostGuardMiddleware
+
+    # outside CORS and the key check: a rebinding page's request is refused before anything
+    app.add_middleware(
+        HostGuardMiddleware, policy=security.hosts.with_origins(security.cors_origins)
+    )
     app.add_middleware(AccessLogMiddleware)
 
     @app.exception_handler(LoomError)

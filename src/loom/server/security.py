@@ -30,6 +30,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from loom.errors import ConfigurationError, SessionNotFound
+from loom.server.hosts import HostPolicy
 
 if TYPE_CHECKING:
     from loom.server.app import ServerState
@@ -178,6 +179,7 @@ class SecurityConfig:
     max_body: int = 1 << 20
     max_concurrent_runs: int = 16
     cors_origins: tuple[str, ...] = ()
+    hosts: HostPolicy = HostPolicy()  # Host / Origin checks (loom.server.hosts)
 
 
 # -- thread ownership -------------------------------------------------------------------------

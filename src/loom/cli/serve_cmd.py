@@ -121,8 +121,8 @@ def serve(
         from loom.cli.run_cmd import open_store
         from loom.server import AgentRegistry, create_app
         from loom.server.app import server_runtime
-        from loom.server.registry import load_registry
         from loom.server.hosts import WILDCARD_BINDS, HostPolicy
+        from loom.server.registry import load_registry
         from loom.server.security import SecurityConfig, env_keys, is_loopback, load_keys
 
         if (agents is None) == (app_spec is None):

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["HostPolicy", "HostGuardMiddleware", "split_host"]
+__all__ = ["HostGuardMiddleware", "HostPolicy", "split_host"]
 
 WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::", "[::]"})
 """Addresses that mean "every interface": they name no host a client could use."""

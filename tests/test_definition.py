@@ -113,3 +113,23 @@ def test_a_bad_model_setting_names_its_field(tmp_path: Path) -> None:
     with pytest.raises(AgentDefinitionError) as info:
         Agent.from_file(path)
     assert "model_settings.tool_choise" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        "[" * 5000 + "]" * 5000,  # the parser recurses once per level
+        "\n" + "".join("  " * i + "a:\n" for i in range(1, 300)),  # parses; too deep to use
+    ],
+    ids=["flow", "block"],
+)
+def test_deeply_nested_yaml_is_a_definition_error(tmp_path: Path, metadata: str) -> None:
+    path = tmp_path / "AGENT.md"
+    path.write_text(f"---\nname: deep\nmetadata: {metadata}\n---\nYou are deep.\n")
+    with pytest.raises(AgentDefinitionError, match="nested too deep"):
+        Agent.from_file(path)
+    from loom.server.registry import AgentRegistry
+
+    (tmp_path / "deep.yaml").write_text(f"name: deep2\nmetadata: {metadata}\n")
+    with pytest.raises(AgentDefinitionError, match="nested too deep"):
+        AgentRegistry.from_dir(tmp_path)

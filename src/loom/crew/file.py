@@ -47,6 +47,7 @@ from loom.crew.plan import (
     Task,
 )
 from loom.errors import ConfigurationError, CrewDefinitionError
+from loom.text import MAX_DEPTH, nested_too_deep
 
 if TYPE_CHECKING:
     from loom.agent import Agent
@@ -58,6 +59,9 @@ __all__ = ["load_crew", "parse_node"]
 _TOP = {"name", "members", "plan", "budget", "shared_state", "ref_threshold", "description"}
 _ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _MODES = ("sequential", "parallel", "router", "loop", "graph", "manager", "handoff")
+
+
+TOO_DEEP = f"the YAML is nested too deep (over {MAX_DEPTH} levels); flatten it"
 
 
 def load_crew(path: Path, **overrides: Any) -> Crew:
@@ -73,6 +77,10 @@ def load_crew(path: Path, **overrides: Any) -> Crew:
         raise CrewDefinitionError(f"cannot read the file: {exc}", path=where) from None
     except yaml.YAMLError as exc:
         raise CrewDefinitionError(f"invalid YAML: {exc}", path=where) from None
+    except RecursionError:  # the parser recurses once per level
+        raise CrewDefinitionError(TOO_DEEP, path=where) from None
+    if nested_too_deep(data):  # what builds the crew recurses too
+        raise CrewDefinitionError(TOO_DEEP, path=where)
     if not isinstance(data, dict):
         raise CrewDefinitionError("a crew file is a mapping (name, members, plan)", path=where)
     unknown = sorted(set(data) - _TOP)

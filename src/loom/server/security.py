@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Iterable
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -179,7 +179,7 @@ class SecurityConfig:
     max_body: int = 1 << 20
     max_concurrent_runs: int = 16
     cors_origins: tuple[str, ...] = ()
-    hosts: HostPolicy = HostPolicy()  # Host / Origin checks (loom.server.hosts)
+    hosts: HostPolicy = field(default_factory=HostPolicy)  # Host / Origin (loom.server.hosts)
 
 
 # -- thread ownership -------------------------------------------------------------------------

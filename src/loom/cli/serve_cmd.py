@@ -182,8 +182,11 @@ def serve(
         raise typer.Exit(2) from None
     if log_format == "json":
         _json_access_log()
+    from loom.server.wire import json_http_protocol
+
     config = uvicorn.Config(
         app,
+        http=json_http_protocol(),  # its own 400 for unparsable HTTP in the JSON error shape
         host=host,
         port=port,
         log_level=log_level,

@@ -11,7 +11,10 @@ from typing import TYPE_CHECKING, Any, cast
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import Response
 
 from loom.errors import (
     ConfigurationError,
@@ -190,10 +193,8 @@ def create_app(
 
     app.add_middleware(GuardMiddleware, state=state, config=security)
     if security.cors_origins:
-        from starlette.middleware.cors import CORSMiddleware
-
         app.add_middleware(
-            CORSMiddleware,
+            _JSONCORSMiddleware,
             allow_origins=list(security.cors_origins),
             allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
             allow_headers=[
@@ -254,6 +255,31 @@ def create_app(
     for router in _routers():
         app.include_router(router)
     return app
+
+
+class _JSONCORSMiddleware(CORSMiddleware):
+    """Starlette's CORS, its refused preflight (plain text) in the JSON error shape."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code < 400:
+            return response
+        refused = bytes(response.body).decode(errors="replace")  # "Disallowed CORS method"
+        return JSONResponse(
+            error_body(
+                "CORSRefused",
+                f"{refused}: this server allows the methods "
+                f"{', '.join(sorted(self.allow_methods))} and the headers "
+                f"{', '.join(sorted(self.allow_headers))} from the origins given with "
+                "--cors-origin",
+            ),
+            status_code=response.status_code,
+            headers={
+                k: v
+                for k, v in response.headers.items()
+                if k not in ("content-length", "content-type")
+            },
+        )
 
 
 def _routers() -> list[Any]:

@@ -15,7 +15,7 @@ from loom.workers import enqueue_run, ensure_schema, make_app
 
 from .conftest import Cluster, Fleet
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 async def wait_for(predicate: Any, within: float, what: str) -> None:
@@ -72,3 +72,28 @@ async def test_a_worker_rides_out_database_restarts(cluster: Cluster, tmp_path: 
         print(fleet.log(worker))
     finally:
         fleet.stop()
+
+
+def test_a_server_answers_503_while_its_database_restarts(cluster: Cluster, tmp_path: Path) -> None:
+    import httpx
+    from tests.server.conftest import start_server, stop_server
+
+    url = f"postgresql://postgres@127.0.0.1:{cluster.port}/postgres"
+    server = start_server(tmp_path, "--queue", store=url)
+    run = {"assistant_id": "calc", "input": {"messages": [{"role": "user", "content": "hi"}]}}
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            thread = http.post("/threads", json={}).json()["thread_id"]
+            cluster.stop()
+            try:
+                for path, body in [(f"/threads/{thread}/runs", run), ("/threads", {})]:
+                    r = http.post(path, json=body)
+                    assert r.status_code == 503, (path, r.status_code, r.text)
+                    assert r.headers["retry-after"].isdigit()
+                    assert r.json()["error"]["type"] == "Unavailable"
+            finally:
+                cluster.start()
+            r = http.post(f"/threads/{thread}/runs", json=run)
+            assert r.status_code == 200, r.text
+    finally:
+        stop_server(server)

@@ -28,11 +28,9 @@ BAD_HTTP = json.dumps(
 def json_http_protocol() -> type[asyncio.Protocol]:
     """uvicorn's default HTTP protocol class (httptools when installed, else h11), answering
     unparsable requests with the JSON error body. Pass it as ``uvicorn.Config(http=...)``."""
-    try:
-        import httptools  # noqa: F401
-    except ImportError:
-        return _h11()
-    return _httptools()
+    from importlib.util import find_spec
+
+    return _httptools() if find_spec("httptools") is not None else _h11()
 
 
 def _h11() -> type[asyncio.Protocol]:

@@ -102,8 +102,8 @@ class WorkerSettings:
 async def run_worker(
     settings: WorkerSettings, agents: Mapping[str, Agent], periodic: Iterable[PeriodicJob] = ()
 ) -> None:
-    """Execute queued turns and periodic ticks until SIGINT / SIGTERM (then finish the running
-    ones). ``periodic`` adds jobs run once per tick across the fleet (every worker must be
+    """Execute queued turns and periodic ticks until SIGINT / SIGTERM (then the running ones
+    get ``settings.grace`` seconds to finish), riding out database restarts. ``periodic`` adds jobs run once per tick across the fleet (every worker must be
     given the same ones); with ``settings.scheduler`` the store's schedules fire too."""
     from loom.runtime import Runtime
     from loom.store.postgres import PostgresStore

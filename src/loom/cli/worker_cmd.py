@@ -59,7 +59,7 @@ def worker(
         float,
         typer.Option(
             help="Seconds running turns get to finish on SIGTERM / SIGINT before they are "
-            "aborted (and retried by another worker)."
+            "aborted (cancelled; their committed steps stay)."
         ),
     ] = 30.0,
     db_wait: Annotated[

@@ -13,7 +13,7 @@ backoff), and runs again; the jobs its old registration held are retried by the 
 dead worker's. It exits with an error (non-zero, so ``Restart=on-failure`` restarts it) only
 when the database stays away longer than ``db_wait``, or drops more than ``db_retries`` times
 in a row without a minute of work between. SIGTERM / SIGINT give running turns ``grace``
-seconds to finish, then they are aborted (retried elsewhere).
+seconds to finish, then they are aborted (cancelled; committed steps stay).
 """
 
 from __future__ import annotations
@@ -103,8 +103,9 @@ async def run_worker(
     settings: WorkerSettings, agents: Mapping[str, Agent], periodic: Iterable[PeriodicJob] = ()
 ) -> None:
     """Execute queued turns and periodic ticks until SIGINT / SIGTERM (then the running ones
-    get ``settings.grace`` seconds to finish), riding out database restarts. ``periodic`` adds jobs run once per tick across the fleet (every worker must be
-    given the same ones); with ``settings.scheduler`` the store's schedules fire too."""
+    get ``settings.grace`` seconds to finish), riding out database restarts. ``periodic``
+    adds jobs run once per tick across the fleet (every worker must be given the same ones);
+    with ``settings.scheduler`` the store's schedules fire too."""
     from loom.runtime import Runtime
     from loom.store.postgres import PostgresStore
     from loom.workers.fenced_jobs import FencedJobManager

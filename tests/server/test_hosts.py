@@ -144,6 +144,39 @@ def _serve(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_on_every_interface_the_address_a_connection_arrived_on_is_allowed(
+    tmp_path: Path,
+) -> None:
+    """Bound to 0.0.0.0: a client (a health probe) that names the interface's own IP is
+    served; a rebinding name is not."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("192.0.2.1", 9))  # no packet is sent: it picks the outgoing interface
+        ip = s.getsockname()[0]
+    if ip.startswith("127."):
+        pytest.skip("no interface but loopback")
+    key = "long-enough-1"
+    srv = start_server(
+        tmp_path,
+        "--host",
+        "0.0.0.0",
+        "--allowed-host",
+        "agents.example",
+        env={"LOOM_API_KEYS": key},
+    )
+    try:
+        url = f"http://{ip}:{srv.port}"
+        auth = {"Authorization": f"Bearer {key}"}
+        assert httpx.get(f"{url}/v1/models", headers=auth).status_code == 200
+        named = httpx.get(f"{url}/v1/models", headers={**auth, "Host": "agents.example"})
+        assert named.status_code == 200
+        evil = httpx.get(f"{url}/v1/models", headers={**auth, "Host": EVIL})
+        assert evil.status_code == 421
+    finally:
+        stop_server(srv)
+
+
 def test_binding_every_interface_needs_allowed_hosts(tmp_path: Path) -> None:
     out = _serve(tmp_path, "--host", "0.0.0.0")
     assert out.returncode == 2, out.stderr

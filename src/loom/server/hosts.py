@@ -8,7 +8,8 @@ page reaches, and agents may have tools like ``bash``, so every request (HTTP an
 every route) is checked before anything else runs:
 
 * ``Host`` must be a loopback name (``127.0.0.1``, ``localhost``, ``::1``, any port), the
-  address the server is bound to, or a name given with ``loom serve --allowed-host NAME``
+  IP address the connection arrived on (the ASGI ``server``: the bound address, or on
+  ``0.0.0.0`` the interface's), or a name given with ``loom serve --allowed-host NAME``
   (``NAME`` matches any port, ``NAME:PORT`` that port only, ``*.example.com`` its subdomains,
   ``*`` every host). Otherwise the answer is 421 Misdirected Request.
 * ``Origin``, when a browser sends one, must be a loopback origin, the request's own (validated)
@@ -70,7 +71,8 @@ class HostPolicy:
     origins: tuple[str, ...] = ()
 
     def host_allowed(self, header: str, bound: str | None = None) -> bool:
-        """May a request with ``Host: header`` be served by a server bound to ``bound``?"""
+        """May a request with ``Host: header`` be served on a connection that arrived at the
+        address ``bound``? (A rebinding page's request names the page's host, never that.)"""
         host, port = split_host(header)
         if not host:
             return False

@@ -74,6 +74,26 @@ async def test_a_worker_rides_out_database_restarts(cluster: Cluster, tmp_path: 
         fleet.stop()
 
 
+async def test_a_worker_whose_database_stays_away_exits_non_zero(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Giving up is a failure exit (``Restart=on-failure`` brings the worker back), never 0."""
+    await ensure_schema(cluster.dsn)
+    fleet = Fleet(cluster.dsn, tmp_path, **{"db-wait": 2})
+    try:
+        worker = fleet.start()
+        await wait_for(lambda: "loom worker started" in fleet.log(worker), 30, "the start-up line")
+        cluster.stop()
+        try:
+            await wait_for(lambda: worker.poll() is not None, 120, "the worker giving up")
+        finally:
+            cluster.start()
+        assert worker.returncode == 2, fleet.log(worker)
+        assert "stayed unreachable for 2 s" in fleet.log(worker)
+    finally:
+        fleet.stop()
+
+
 def test_a_server_answers_503_while_its_database_restarts(cluster: Cluster, tmp_path: Path) -> None:
     import httpx
     from tests.server.conftest import start_server, stop_server

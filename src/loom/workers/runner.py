@@ -116,7 +116,8 @@ async def run_worker(
     await ensure_schema(settings.conninfo)
     runtime = Runtime(store, lease_ttl=settings.lease_ttl)
     set_context(WorkerContext(runtime, agents, settings.max_attempts))
-    app = make_app(settings.conninfo, max_size=max(4, settings.concurrency + 2))
+    # a lost database fails a queue call in 10 s (the store's timeout), not the pool's 30 s
+    app = make_app(settings.conninfo, max_size=max(4, settings.concurrency + 2), timeout=10.0)
     app.job_manager = FencedJobManager(app.connector)  # a stalled worker cannot finish lost jobs
     sweep = sweep_job(settings.sweep_every, settings.stalled_after, settings.max_attempts)
     scheduler = None
@@ -147,7 +148,10 @@ async def run_worker(
                 await _work(app, settings)
             finally:
                 if scheduler is not None:  # its queued runs go on: other workers take them over
-                    await scheduler.aclose(cancel_runs=False)
+                    try:
+                        await scheduler.aclose(cancel_runs=False)
+                    except StoreError as exc:  # the database is gone: the lease runs out instead
+                        log.warning("could not hand this worker's schedule runs over: %s", exc)
     finally:
         set_context(None)
         await runtime.aclose()

@@ -216,20 +216,7 @@ def _answer(result: RunResult) -> Any:
     )
 
 
-DECIDE_ON_SERVER = (
-    "Decide them on the Loom server (session {session}: POST /v1/weave:answer, or the run API's "
-    "resume command)"
-)
-DECIDE_WITH_CLI = (
-    "Decide them in a shell with `loom resume {session} --agent AGENT_FILE --store STORE` (the "
-    "agent's file and this MCP server's --store; --approve or --reject REASON to skip the "
-    "questions)"
-)
-"""Where a client is told to decide parked calls: over HTTP (``loom serve``) and over stdio
-(``loom mcp``, where no server exists); ``{session}`` is the session id."""
-
-
-def _pending(result: RunResult, why: str, decide: str = DECIDE_ON_SERVER) -> Any:
+def _pending(result: RunResult, why: str) -> Any:
     """The call's result when a parked call cannot be asked of the user here."""
     import mcp_types as t
 
@@ -241,9 +228,9 @@ def _pending(result: RunResult, why: str, decide: str = DECIDE_ON_SERVER) -> Any
     text = (
         f"The run is waiting for approval of {len(pending)} tool call(s) ({why}):\n"
         + "\n".join(lines)
-        + "\n"
-        + decide.format(session=result.session_id)
-        + "; a new message on the session rejects them."
+        + f"\nDecide them on the Loom server (session "
+        f"{result.session_id}: POST /v1/weave:answer, or the run API's resume command); "
+        "a new message on the session rejects them."
     )
     structured = {
         "session_id": result.session_id,
@@ -339,11 +326,8 @@ async def _decisions_from_retry(
     return session_id, decisions
 
 
-def build_server(
-    resolve: Resolver, name: str = "loom", *, decide: str = DECIDE_ON_SERVER
-) -> Server[Any]:
-    """The MCP server for the agents ``resolve`` hands each request; ``decide`` tells clients
-    where to decide calls parked for approval (``DECIDE_WITH_CLI`` over stdio)."""
+def build_server(resolve: Resolver, name: str = "loom") -> Server[Any]:
+    """The MCP server for the agents ``resolve`` hands each request."""
     import mcp_types as t
     from mcp.server import Server
 
@@ -371,7 +355,7 @@ def build_server(
                 retried, decisions = await _decisions_from_retry(runtime, params)
                 if decisions is None:
                     result = await _last(runtime, retried)
-                    return _pending(result, "the user dismissed the question", decide)
+                    return _pending(result, "the user dismissed the question")
                 turn = await runtime.prepare_resume(agent, retried, decisions)
             else:
                 message, session_id = _arguments(params.arguments)
@@ -381,13 +365,12 @@ def build_server(
                 if result.stop_reason != "awaiting_approval":
                     return _answer(result)
                 if not _elicits(ctx):
-                    why = "this client does not take elicitation requests"
-                    return _pending(result, why, decide)
+                    return _pending(result, "this client does not take elicitation requests")
                 if not ctx.session.can_send_request:
                     return _input_required(result)
                 decisions = await _elicit_inline(ctx, list(result.pending_approvals))
                 if decisions is None:
-                    return _pending(result, "the user dismissed the question", decide)
+                    return _pending(result, "the user dismissed the question")
                 turn = await runtime.prepare_resume(agent, result.session_id, decisions)
         except InputError as exc:
             raise _error(str(exc)) from exc
@@ -423,6 +406,6 @@ async def serve_stdio(agents: Mapping[str, Agent], runtime: Runtime) -> None:
     """Serve ``agents`` as MCP tools over stdin/stdout until the client closes them."""
     from mcp.server.stdio import stdio_server
 
-    server = build_server(lambda ctx: (agents, runtime), decide=DECIDE_WITH_CLI)
+    server = build_server(lambda ctx: (agents, runtime))
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())

@@ -26,10 +26,7 @@ def serve(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     store: Annotated[
         str | None,
-        typer.Option(
-            help="SQLite database path (default .loom/loom.db), :memory:, or a PostgreSQL URL "
-            "(postgres://user@host/db) that several servers and `loom worker` share."
-        ),
+        typer.Option(help="SQLite database path (default .loom/loom.db), or :memory:."),
     ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "info",
     grpc_port: Annotated[

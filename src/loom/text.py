@@ -47,7 +47,14 @@ from typing import Any
 
 from loom.errors import ValueNotRepresentable
 
-__all__ = ["MAX_DEPTH", "MAX_ITEMS", "json_native", "nested_too_deep", "representable"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_ITEMS",
+    "TOO_DEEP",
+    "json_native",
+    "nested_too_deep",
+    "representable",
+]
 
 MAX_DEPTH = 100
 """Deepest nesting ``json_native`` accepts (the stores' JSON encoders recurse per level)."""
@@ -220,6 +227,10 @@ def _non_finite(f: float) -> str:
     if math.isnan(f):
         return "NaN"
     return "Infinity" if f > 0 else "-Infinity"
+
+
+TOO_DEEP = f"the YAML is nested too deep (over {MAX_DEPTH} levels); flatten it"
+"""What a definition file nested past ``MAX_DEPTH`` is told."""
 
 
 def nested_too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:

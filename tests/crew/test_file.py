@@ -235,12 +235,10 @@ def test_the_example_crews_load_and_run(name: str, monkeypatch: pytest.MonkeyPat
 
 
 def test_deeply_nested_yaml_is_a_crew_definition_error(tmp_path: Path) -> None:
-    from loom.crew.file import load_crew
-
     path = tmp_path / "deep.crew.yaml"
     path.write_text("name: deep\nmembers: " + "[" * 5000 + "]" * 5000 + "\nplan: sequential\n")
     with pytest.raises(CrewDefinitionError, match="nested too deep"):
-        load_crew(path)
+        Crew.from_file(path)
     path.write_text("name: deep\nmembers:\n" + "".join("  " * i + "a:\n" for i in range(1, 300)))
     with pytest.raises(CrewDefinitionError, match="nested too deep"):
-        load_crew(path)
+        Crew.from_file(path)

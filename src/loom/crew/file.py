@@ -47,7 +47,7 @@ from loom.crew.plan import (
     Task,
 )
 from loom.errors import ConfigurationError, CrewDefinitionError
-from loom.text import MAX_DEPTH, nested_too_deep
+from loom.text import TOO_DEEP, nested_too_deep
 
 if TYPE_CHECKING:
     from loom.agent import Agent
@@ -59,9 +59,6 @@ __all__ = ["load_crew", "parse_node"]
 _TOP = {"name", "members", "plan", "budget", "shared_state", "ref_threshold", "description"}
 _ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _MODES = ("sequential", "parallel", "router", "loop", "graph", "manager", "handoff")
-
-
-TOO_DEEP = f"the YAML is nested too deep (over {MAX_DEPTH} levels); flatten it"
 
 
 def load_crew(path: Path, **overrides: Any) -> Crew:

@@ -127,3 +127,23 @@ def test_a_parsed_definition_builds_the_agent_its_file_does(tmp_path: Path) -> N
     assert built.to_definition() == loaded.to_definition()
     assert built.workspace == (tmp_path / "ws").resolve()  # resolved from the file's folder
     assert built.max_iterations == 2  # overrides win over the definition
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        "[" * 5000 + "]" * 5000,  # the parser recurses once per level
+        "\n" + "".join("  " * i + "a:\n" for i in range(1, 300)),  # parses; too deep to use
+    ],
+    ids=["flow", "block"],
+)
+def test_deeply_nested_yaml_is_a_definition_error(tmp_path: Path, metadata: str) -> None:
+    path = tmp_path / "AGENT.md"
+    path.write_text(f"---\nname: deep\nmetadata: {metadata}\n---\nYou are deep.\n")
+    with pytest.raises(AgentDefinitionError, match="nested too deep"):
+        Agent.from_file(path)
+    from loom.server.registry import AgentRegistry
+
+    (tmp_path / "deep.yaml").write_text(f"name: deep2\nmetadata: {metadata}\n")
+    with pytest.raises(AgentDefinitionError, match="nested too deep"):
+        AgentRegistry.from_dir(tmp_path)

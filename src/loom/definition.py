@@ -143,10 +143,16 @@ def _split_front_matter(text: str, path: Path) -> tuple[dict[str, Any], str]:
 
 
 def _load_yaml(text: str, path: Path) -> dict[str, Any]:
+    from loom.text import TOO_DEEP, nested_too_deep
+
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         raise AgentDefinitionError(f"invalid YAML: {exc}", path=str(path)) from None
+    except RecursionError:  # the parser recurses once per level
+        raise AgentDefinitionError(TOO_DEEP, path=str(path)) from None
+    if nested_too_deep(data):  # what validates it recurses too
+        raise AgentDefinitionError(TOO_DEEP, path=str(path))
     if not isinstance(data, dict):
         raise AgentDefinitionError("the YAML must be a mapping of field: value", path=str(path))
     return data

@@ -497,6 +497,10 @@ class Turn:
             checked = await guards.check_output(final.text, self.calls.context(self.message))
             self.calls.note(checked)  # a trip: the answer is never committed nor returned
             final = final.model_copy(update={"text": checked.value})
+        if final.tool_calls and guards is not None:  # the text beside calls, their arguments
+            redacted = guards.redact_response(final)
+            self.calls.note(redacted)
+            final = redacted.value
         calls = [c.model_dump() for c in final.tool_calls]
         if calls:
             j.announce(ev.LlmToolCalls, tool_calls=calls)

@@ -47,7 +47,14 @@ from typing import Any
 
 from loom.errors import ValueNotRepresentable
 
-__all__ = ["MAX_DEPTH", "MAX_ITEMS", "json_native", "representable"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_ITEMS",
+    "TOO_DEEP",
+    "json_native",
+    "nested_too_deep",
+    "representable",
+]
 
 MAX_DEPTH = 100
 """Deepest nesting ``json_native`` accepts (the stores' JSON encoders recurse per level)."""
@@ -220,6 +227,25 @@ def _non_finite(f: float) -> str:
     if math.isnan(f):
         return "NaN"
     return "Infinity" if f > 0 else "-Infinity"
+
+
+TOO_DEEP = f"the YAML is nested too deep (over {MAX_DEPTH} levels); flatten it"
+"""What a definition file nested past ``MAX_DEPTH`` is told."""
+
+
+def nested_too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether plain data (dicts, lists, tuples) nests more than ``limit`` levels; checked
+    without recursion, so any depth can be measured (parsed YAML, JSON)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend((v, depth + 1) for v in item)
+    return False
 
 
 def json_native(value: Any) -> tuple[Any, int]:

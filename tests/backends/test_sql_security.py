@@ -63,6 +63,10 @@ REFUSED_BOTH = [
     ("copy", "COPY users TO '/tmp/loom-backend-evil.csv'"),
     ("empty", "   "),
     ("garbage", "SELEC * FORM users"),
+    # one long call inside the database (no deadline stops it): sizes are bounded at the check
+    ("printf-star-width", "SELECT length(printf('%.*c', 1000000000, 'x'))"),
+    ("format-huge-width", "SELECT length(format('%1000000000s', 'x'))"),
+    ("printf-computed-format", "SELECT printf(name) FROM users"),
 ]
 REFUSED_PG = [
     ("quoted-case", 'SELECT * FROM "Users"'),
@@ -72,6 +76,15 @@ REFUSED_PG = [
     ("for-update", "SELECT * FROM users FOR UPDATE"),
     ("table-shorthand", "TABLE secret"),
     ("only", "SELECT * FROM ONLY secret"),
+    # catalog probes: they say whether a table outside the list exists
+    ("regclass-cast", "SELECT 'secret'::regclass"),
+    ("regclass-cast-qualified", "SELECT CAST('other.hidden' AS pg_catalog.regclass)"),
+    ("regclass-oid", "SELECT 'secret'::regclass::oid"),
+    ("to-regclass", "SELECT to_regclass('secret') IS NOT NULL"),
+    ("to-regnamespace", "SELECT to_regnamespace('other')"),
+    ("table-privilege", "SELECT has_table_privilege('secret', 'select')"),
+    ("repeat-huge", "SELECT length(repeat('x', 1000000000))"),
+    ("lpad-computed", "SELECT lpad(name, id * 1000000000) FROM users"),
 ]
 REFUSED_SQLITE = [
     ("bracket-quoted", "SELECT * FROM [secret]"),
@@ -156,6 +169,28 @@ def test_time_bombs_are_bounded_by_the_deadline_or_the_row_limit(
     with pytest.raises(ToolError) as info:
         query.fn(BOUNDED[0][1])  # type: ignore[attr-defined]
     assert info.value.code == "timeout"
+
+
+def test_one_long_call_ends_by_the_deadline_with_a_typed_error(sqlite_db: Database) -> None:
+    """SQLite's progress handler does not run inside one C call: a statement that builds a
+    huge value in one call is refused at the check, or stopped by the size limit, well before
+    the deadline (it used to run 30 s past it and allocate 1 GB)."""
+    import time
+
+    b = SQLBackend(sqlite_db.url, tables=ALLOWED, timeout=3.0)
+    query = {t.name: t for t in b.tools()}["query"]
+    started = time.monotonic()
+    with pytest.raises(BackendRefused, match="printf"):
+        query.fn("SELECT length(printf('%.*c', 1000000000, 'x'))")  # type: ignore[attr-defined]
+    thousand = "printf('%.1000c', 'x')"
+    grows = f"replace(replace({thousand}, 'x', {thousand}), 'x', {thousand})"  # 10^9 bytes
+    with pytest.raises(ToolError) as info:
+        query.fn(f"SELECT length({grows})")  # type: ignore[attr-defined]
+    assert info.value.code == "too_large" and "bytes" in str(info.value)
+    assert time.monotonic() - started < 3.0
+    ok = query.fn("SELECT printf('%5d:%.2f', 7, 1.5) AS v")  # type: ignore[attr-defined]
+    assert "    7:1.50" in ok
+    b.close()
 
 
 def test_allowed_reads_work_through_views_ctes_and_subqueries(guarded: SQLBackend) -> None:

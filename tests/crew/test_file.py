@@ -255,3 +255,13 @@ def test_a_member_whose_definition_cannot_build_names_the_member(tmp_path: Path)
         Crew.from_file(write(tmp_path, bad))
     assert info.value.field == "members.writer" and "nosuch" in str(info.value)
     assert info.value.path == str(tmp_path / "crew.yaml")
+
+
+def test_deeply_nested_yaml_is_a_crew_definition_error(tmp_path: Path) -> None:
+    path = tmp_path / "deep.crew.yaml"
+    path.write_text("name: deep\nmembers: " + "[" * 5000 + "]" * 5000 + "\nplan: sequential\n")
+    with pytest.raises(CrewDefinitionError, match="nested too deep"):
+        Crew.from_file(path)
+    path.write_text("name: deep\nmembers:\n" + "".join("  " * i + "a:\n" for i in range(1, 300)))
+    with pytest.raises(CrewDefinitionError, match="nested too deep"):
+        Crew.from_file(path)

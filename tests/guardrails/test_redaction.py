@@ -112,6 +112,67 @@ async def test_no_secret_reaches_the_journal_or_the_error_store(tmp_path: Path) 
     assert leaks(raw_bytes(db)) == []  # events, messages, ledger, errors: the file's bytes
 
 
+@tool
+def send_note(to: str, body: str) -> str:
+    """Send a note."""
+    return f"sent to {len(to)} chars"
+
+
+def calling_script() -> ScriptedModel:
+    """The model itself writes secrets: in a tool call's arguments and in the text beside it."""
+    return ScriptedModel(
+        [
+            ModelResponse(
+                text=f"Mailing {SECRETS['email']} the key {SECRETS['aws']} now.",
+                tool_calls=[
+                    ToolCall(
+                        id="c1",
+                        name="send_note",
+                        arguments={
+                            "to": SECRETS["email"],
+                            "body": f"aws {SECRETS['aws']}, openai {SECRETS['openai']}",
+                        },
+                    )
+                ],
+            ),
+            "done",
+        ]
+    )
+
+
+async def test_tool_call_arguments_and_the_text_beside_them_are_redacted(tmp_path: Path) -> None:
+    needles = [SECRETS["email"], SECRETS["aws"], SECRETS["openai"]]
+    db = tmp_path / "loom.db"
+    store = SQLiteStore(db)
+    ran_with: list[dict[str, str]] = []
+
+    @tool(name="send_note")
+    def spy(to: str, body: str) -> str:
+        """Send a note."""
+        ran_with.append({"to": to, "body": body})
+        return "sent"
+
+    agent = Agent(model=calling_script(), tools=[spy], store=store, guardrails=[Redactor()])
+    result = await agent.run("send the note", session_id="s")
+    assert result.stop_reason == "completed"
+    # what runs is what is committed: the tool got the redacted arguments
+    assert ran_with == [
+        {"to": "[REDACTED:email]", "body": "aws [REDACTED:aws_key], openai [REDACTED:api_key]"}
+    ]
+    events = await store.load_events("s")
+    dumped = repr(events) + repr(await store.load_messages("s"))
+    assert not [n for n in needles if n in dumped]
+    assert "in the response and its tool calls" in dumped  # the GUARDRAIL event says so
+    await store.close()
+    # messages, events and the tool-call ledger, as the file holds them
+    assert not [n for n in needles if n.encode() in raw_bytes(db)]
+    control = tmp_path / "control.db"
+    plain = SQLiteStore(control)
+    await Agent(model=calling_script(), tools=[send_note], store=plain).run("x", session_id="s")
+    await plain.close()
+    assert all(n.encode() in raw_bytes(control) for n in needles)  # the search can see them
+
+
 async def test_without_the_redactor_the_same_run_does_store_them(tmp_path: Path) -> None:
     """The control: the planted secrets do land in the file when nothing redacts them, so the
     byte search above can see them."""

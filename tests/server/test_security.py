@@ -232,6 +232,18 @@ def test_cors_only_for_the_allowed_origin(keyed: Server) -> None:
     assert "access-control-allow-origin" not in bad.headers
 
 
+@pytest.mark.parametrize(
+    "asked",
+    [{"Access-Control-Request-Method": "PUT"}, {"Access-Control-Request-Headers": "x-evil"}],
+)
+def test_a_refused_preflight_answers_json(keyed: Server, asked: dict[str, str]) -> None:
+    headers = {"Origin": ORIGIN, "Access-Control-Request-Method": "POST", **asked}
+    r = httpx.options(f"{keyed.url}/v1/chat/completions", headers=headers)
+    assert r.status_code == 400
+    err = error_of(r)
+    assert err["type"] == "CORSRefused" and "Disallowed CORS" in err["message"]
+
+
 def test_no_cors_by_default(server: Server) -> None:
     r = httpx.get(f"{server.url}/healthz", headers={"Origin": ORIGIN})
     assert "access-control-allow-origin" not in r.headers

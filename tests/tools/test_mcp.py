@@ -16,6 +16,7 @@ import pytest
 
 from loom import Agent, EventType, ModelResponse, ToolCall, tool
 from loom.store.memory import MemoryStore
+from loom.store.owner import proc_stat
 from loom.testing import ScriptedModel
 from loom.tools import mcp_server
 from loom.tools.mcp import MCPServer
@@ -32,13 +33,28 @@ def children(marker: str) -> list[int]:
         if not pid.isdigit():
             continue
         try:
-            stat = Path(f"/proc/{pid}/stat").read_text().split()
+            state, ppid = proc_stat(int(pid))[:2]  # the name may hold spaces
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if int(stat[3]) == os.getpid() and stat[2] != "Z" and marker in cmd:
+        if int(ppid) == os.getpid() and state != "Z" and marker in cmd:
             found.append(int(pid))
     return found
+
+
+def test_children_are_found_beside_a_process_whose_name_has_a_space(tmp_path: Path) -> None:
+    """``/proc/<pid>/stat``'s second field is the name in parentheses, spaces and all."""
+    import shutil
+
+    spaced = tmp_path / "a b c"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", spaced)
+    with subprocess.Popen([str(spaced), "30"]) as proc:
+        try:
+            assert proc_stat(proc.pid)[1] == str(os.getpid())  # ppid, after "(a b c)"
+            assert children("a b c") == [proc.pid]
+            assert children("no-such-marker") == []
+        finally:
+            proc.kill()
 
 
 def time_server(**kw: Any) -> MCPServer:

@@ -86,3 +86,81 @@ def fleet(pg_schema_dsn: str, tmp_path: Path) -> Iterator[Fleet]:
         yield f
     finally:
         f.stop()
+
+
+INITDB_ARGS = ("-A", "trust", "-U", "postgres", "--no-sync")
+
+
+class Cluster:
+    """A PostgreSQL cluster of its own (not the session's), for stopping and restarting."""
+
+    BIN = "/usr/lib/postgresql/15/bin"
+
+    def __init__(self, root: str) -> None:
+        import socket
+
+        self.root, self.data = root, f"{root}/data"
+        self.as_pg: list[str] = []
+        if os.geteuid() == 0:
+            import pwd
+
+            pw = pwd.getpwnam("postgres")
+            os.chown(root, pw.pw_uid, pw.pw_gid)
+            self.as_pg = ["runuser", "-u", "postgres", "--"]
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = int(s.getsockname()[1])
+        self.opts = (
+            f"-c listen_addresses=127.0.0.1 -p {self.port} -k {root} -c fsync=off "
+            "-c max_connections=100"
+        )
+        self.dsn = f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
+
+    def ctl(self, *args: str) -> None:
+        subprocess.run(
+            [*self.as_pg, f"{self.BIN}/pg_ctl", "-D", self.data, "-l", f"{self.root}/log", *args],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+
+    def init(self) -> None:
+        subprocess.run(
+            [*self.as_pg, f"{self.BIN}/initdb", "-D", self.data, *INITDB_ARGS],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        self.start()
+
+    def start(self) -> None:
+        self.ctl("-w", "-o", self.opts, "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        self.ctl("-w", "-m", mode, "stop")
+
+    def restart(self, mode: str = "fast") -> None:
+        self.ctl("-w", "-m", mode, "-o", self.opts, "restart")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """A private cluster to restart with pg_ctl (the session's stays up for everyone else)."""
+    import shutil
+    import tempfile
+
+    if not os.access(f"{Cluster.BIN}/pg_ctl", os.X_OK):
+        pytest.skip(f"PostgreSQL 15 binaries not found in {Cluster.BIN}")
+    pytest.importorskip("procrastinate", reason="the postgres extra is not installed")
+    c = Cluster(tempfile.mkdtemp(prefix="loom-pg-restart-"))
+    c.init()
+    try:
+        yield c
+    finally:
+        if os.path.exists(f"{c.data}/postmaster.pid"):
+            subprocess.run(
+                [*c.as_pg, f"{Cluster.BIN}/pg_ctl", "-D", c.data, "-m", "immediate", "stop"],
+                capture_output=True,
+                timeout=60,
+            )
+        shutil.rmtree(c.root, ignore_errors=True)

@@ -62,6 +62,23 @@ def serve(
         list[str] | None,
         typer.Option("--cors-origin", help="Allow browser calls from this origin (repeatable)."),
     ] = None,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            help="A Host name clients use to reach this server (repeatable; NAME, NAME:PORT, "
+            "*.DOMAIN or *). Loopback names and the bound address are always allowed; other "
+            "hosts get 421 (DNS-rebinding guard). Needed when binding 0.0.0.0 or ::.",
+        ),
+    ] = None,
+    allowed_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-origin",
+            help="A web page origin (https://app.example) allowed to call this server "
+            "(repeatable; * for any). Loopback and same-host pages always are; others get 403.",
+        ),
+    ] = None,
     grace: Annotated[
         float,
         typer.Option(help="Seconds running turns get to finish on SIGTERM before cancellation."),
@@ -112,6 +129,7 @@ def serve(
         from loom.cli.run_cmd import open_store
         from loom.server import AgentRegistry, create_app
         from loom.server.app import server_runtime
+        from loom.server.hosts import WILDCARD_BINDS, HostPolicy
         from loom.server.registry import load_registry
         from loom.server.security import SecurityConfig, env_keys, is_loopback, load_keys
 
@@ -130,12 +148,20 @@ def serve(
             max_body=max_body,
             max_concurrent_runs=max_concurrent_runs,
             cors_origins=tuple(cors_origin or ()),
+            hosts=HostPolicy(tuple(allowed_host or ()), tuple(allowed_origin or ())),
         )
         if not security.keys and not is_loopback(host):
             raise ConfigurationError(
                 f"refusing to serve on {host} without API keys: anyone who reaches it could run "
                 "your agents. Configure keys (--keys FILE, or LOOM_API_KEYS=key1,key2) or bind "
                 "to 127.0.0.1"
+            )
+        if host.strip() in WILDCARD_BINDS and not allowed_host:
+            raise ConfigurationError(
+                f"binding {host or 'every interface'} needs the names clients use to reach "
+                "this server: pass --allowed-host NAME for each (the host name or IP address in "
+                "their URLs; requests for other hosts get 421, a guard against DNS rebinding), "
+                "or --allowed-host '*' to answer any Host header"
             )
         if queue and not (store or "").startswith(("postgres://", "postgresql://")):
             raise ConfigurationError(
@@ -164,8 +190,11 @@ def serve(
         raise typer.Exit(2) from None
     if log_format == "json":
         _json_access_log()
+    from loom.server.wire import json_http_protocol
+
     config = uvicorn.Config(
         app,
+        http=json_http_protocol(),  # its own 400 for unparsable HTTP in the JSON error shape
         host=host,
         port=port,
         log_level=log_level,

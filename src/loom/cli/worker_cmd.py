@@ -59,6 +59,21 @@ def worker(
     schedule_every: Annotated[
         int, typer.Option("--schedule-every", help="Seconds between scheduler passes (1..59).")
     ] = 1,
+    grace: Annotated[
+        float,
+        typer.Option(
+            help="Seconds running turns get to finish on SIGTERM / SIGINT before they are "
+            "aborted (cancelled; their committed steps stay)."
+        ),
+    ] = 30.0,
+    db_wait: Annotated[
+        float,
+        typer.Option(
+            "--db-wait",
+            help="Seconds the worker waits for its database after losing it (a restart) "
+            "before it exits with an error.",
+        ),
+    ] = 300.0,
 ) -> None:
     """Execute queued runs (background runs of `loom serve --queue`, `enqueue_run`) and fire
     schedules (docs/scheduling.md)."""
@@ -95,14 +110,30 @@ def worker(
             max_attempts=max_attempts,
             scheduler=scheduler,
             schedule_every=schedule_every,
+            grace=grace,
+            db_wait=db_wait,
         )
         settings.check()  # before loading agents: a bad fleet setting says so first
         registry = (
             AgentRegistry.from_dir(agents) if agents is not None else load_registry(str(app_spec))
         )
+        _log_to_stderr()  # the start-up line, database outages and stops
         asyncio.run(run_worker(settings, registry))
     except LoomError as exc:
         say_error(exc)
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+
+
+def _log_to_stderr() -> None:
+    import logging
+    import sys
+
+    logger = logging.getLogger("loom.workers")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False

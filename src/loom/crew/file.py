@@ -53,6 +53,7 @@ from loom.crew.plan import (
     Task,
 )
 from loom.errors import ConfigurationError, CrewDefinitionError
+from loom.text import TOO_DEEP, nested_too_deep
 
 if TYPE_CHECKING:
     from loom.crew.remote import RemoteAgent
@@ -98,6 +99,10 @@ def load_crew_definition(path: Path) -> CrewDefinition:
         raise CrewDefinitionError(f"cannot read the file: {exc}", path=where) from None
     except yaml.YAMLError as exc:
         raise CrewDefinitionError(f"invalid YAML: {exc}", path=where) from None
+    except RecursionError:  # the parser recurses once per level
+        raise CrewDefinitionError(TOO_DEEP, path=where) from None
+    if nested_too_deep(data):  # what builds the crew recurses too
+        raise CrewDefinitionError(TOO_DEEP, path=where)
     if not isinstance(data, dict):
         raise CrewDefinitionError("a crew file is a mapping (name, members, plan)", path=where)
     unknown = sorted(set(data) - _TOP)

@@ -17,7 +17,7 @@ from typing import Any
 
 from loom.errors import ConfigurationError
 from loom.guardrails.base import METHODS, Decision, GuardrailContext, Kind
-from loom.messages import ToolCall, ToolResult
+from loom.messages import ModelResponse, ToolCall, ToolResult
 
 __all__ = ["Guardrails", "Outcome", "Record", "Tripped"]
 
@@ -126,6 +126,21 @@ class Guardrails:
     def redactor(self) -> Any:
         """The first guardrail that can redact free text (has ``redact``), or None."""
         return next((g for g in self.items if callable(getattr(g, "redact", None))), None)
+
+    def redact_response(self, response: ModelResponse) -> Outcome:
+        """A response with tool calls as the redacting guardrail (``redactor``) commits it: its
+        text and the calls' arguments redacted (what is stored is what runs)."""
+        redactor = self.redactor
+        fix = getattr(redactor, "redact_response", None)
+        if fix is None:
+            return Outcome(response)
+        from loom.guardrails.redact import redaction_count
+
+        fixed, found = fix(response)
+        if not found:
+            return Outcome(response)
+        reason = f"redacted {redaction_count(found)} in the response and its tool calls"
+        return Outcome(fixed, [Record(_name(redactor), "tool_call", "fix", reason)])
 
     async def _one(self, g: Any, kind: Kind, args: tuple[Any, ...]) -> Decision | Record:
         """Run one guardrail: its decision, or the record of a failure (trip or warn)."""

@@ -9,9 +9,13 @@ Built-in kinds: ``email``, ``phone`` (written with separators or in +E.164 form)
 Extra patterns are ``{name: regex}``; a regex with a group named ``secret`` replaces only that
 group. A pattern that does not compile raises ``RedactionPatternError`` naming it.
 
-As a guardrail, a ``Redactor`` fixes the user's message, the final answer and every tool
-result (text, error message, metadata such as tracebacks) before they are stored, so the
-journal, the error store and the large-result store never hold what it matches. ``loom
+As a guardrail, a ``Redactor`` fixes the user's message, every model response (the final
+answer, the text beside tool calls and the tool calls' arguments) and every tool result (text,
+error message, metadata such as tracebacks) before they are stored, so the journal (messages,
+events, the tool-call ledger), the error store and the large-result store never hold what it
+matches. What is committed is what runs: a tool gets the redacted arguments, as the model
+gets the redacted message and results (give a tool its real secrets through its own
+configuration, never through the model). ``loom
 sessions export`` redacts transcripts with it; ``redact(text)`` is the plain function for other
 sinks (trace span attributes).
 """
@@ -24,9 +28,9 @@ from typing import Any
 
 from loom.errors import RedactionPatternError
 from loom.guardrails.base import Decision, GuardrailContext
-from loom.messages import ToolCall, ToolResult
+from loom.messages import ModelResponse, ToolCall, ToolResult
 
-__all__ = ["BUILTIN_PATTERNS", "Redactor", "luhn_ok", "redact"]
+__all__ = ["BUILTIN_PATTERNS", "Redactor", "luhn_ok", "redact", "redaction_count"]
 
 BUILTIN_PATTERNS: dict[str, str] = {
     "private_key": r"-----BEGIN[A-Z ]*PRIVATE KEY-----[\s\S]*?-----END[A-Z ]*PRIVATE KEY-----",
@@ -90,6 +94,8 @@ class Redactor:
         patterns: Extra ``{name: regex}`` patterns (compiled now).
         kinds: Which built-in kinds to use (default all); ``()`` for only ``patterns``.
         input / output / tool_results: Which guardrail checks redact (all by default).
+        tool_calls: Redact the model's tool-call arguments and the text beside them before
+            they are committed (the tool runs with the redacted arguments).
         name: Label in ``GUARDRAIL`` events.
     """
 
@@ -104,6 +110,7 @@ class Redactor:
         input: bool = True,
         output: bool = True,
         tool_results: bool = True,
+        tool_calls: bool = True,
         name: str = "redact",
     ) -> None:
         chosen = list(BUILTIN_PATTERNS) if kinds is None else list(kinds)
@@ -120,6 +127,7 @@ class Redactor:
         for key, pattern in (patterns or {}).items():
             self.patterns.append((key, _compile(key, pattern)))
         self.input, self.output, self.tool_results = input, output, tool_results
+        self.tool_calls = tool_calls
         self.name = name
 
     def findings(self, text: str) -> list[str]:
@@ -162,6 +170,24 @@ class Redactor:
             return type(value)(self.redact_value(v) for v in value)
         return value
 
+    def redact_response(self, response: ModelResponse) -> tuple[ModelResponse, list[str]]:
+        """A response with tool calls, its text and the calls' arguments redacted (before the
+        loop commits it), and the kinds found; unchanged when there is nothing to redact."""
+        if not self.tool_calls or not response.tool_calls:
+            return response, []
+        found = self.findings(response.text)
+        calls = []
+        for call in response.tool_calls:
+            args = self.redact_value(call.arguments)
+            if args != call.arguments:
+                found += self.findings(repr(call.arguments))
+                call = call.model_copy(update={"arguments": args, "raw_arguments": None})
+            calls.append(call)
+        if not found:
+            return response, []
+        update = {"text": self.redact(response.text), "tool_calls": calls}
+        return response.model_copy(update=update), found
+
     def _text(self, text: str, on: bool) -> Decision:
         if not on:
             return Decision.allow()
@@ -192,6 +218,11 @@ class Redactor:
 
     def __repr__(self) -> str:
         return f"Redactor({[k for k, _ in self.patterns]})"
+
+
+def redaction_count(found: list[str]) -> str:
+    """``found`` kinds summed up for a reason text: ``"2 email, 1 aws_key"``."""
+    return _count(found)
 
 
 def _count(found: list[str]) -> str:

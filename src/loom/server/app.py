@@ -11,7 +11,10 @@ from typing import TYPE_CHECKING, Any, cast
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import Response
 
 from loom.errors import (
     ConfigurationError,
@@ -21,6 +24,7 @@ from loom.errors import (
     QueueTimeout,
     SessionBusy,
     SessionNotFound,
+    StoreError,
 )
 from loom.runtime import Runtime
 from loom.server.registry import AgentRegistry
@@ -30,7 +34,15 @@ if TYPE_CHECKING:
     from loom.server.session_events import SessionHub
     from loom.store.base import Store
 
-__all__ = ["ServerState", "create_app", "error_body", "server_runtime", "state_of", "view_for"]
+__all__ = [
+    "ServerState",
+    "create_app",
+    "database_unreachable",
+    "error_body",
+    "server_runtime",
+    "state_of",
+    "view_for",
+]
 
 log = logging.getLogger("loom.server")
 
@@ -195,10 +207,8 @@ def create_app(
 
     app.add_middleware(GuardMiddleware, state=state, config=security)
     if security.cors_origins:
-        from starlette.middleware.cors import CORSMiddleware
-
         app.add_middleware(
-            CORSMiddleware,
+            _JSONCORSMiddleware,
             allow_origins=list(security.cors_origins),
             allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
             allow_headers=[
@@ -211,10 +221,18 @@ def create_app(
             ],
             expose_headers=["location", "content-location", "x-loom-session", "x-request-id"],
         )
+    from loom.server.hosts import HostGuardMiddleware
+
+    # outside CORS and the key check: a rebinding page's request is refused before anything
+    app.add_middleware(
+        HostGuardMiddleware, policy=security.hosts.with_origins(security.cors_origins)
+    )
     app.add_middleware(AccessLogMiddleware)
 
     @app.exception_handler(LoomError)
     async def loom_error(request: Request, exc: LoomError) -> JSONResponse:
+        if isinstance(exc, StoreError) and database_unreachable(exc):
+            return _unavailable(exc)
         status = next(code for kind, code in _STATUS if isinstance(exc, kind))
         return JSONResponse(error_body(type(exc).__name__, str(exc)), status_code=status)
 
@@ -234,6 +252,8 @@ def create_app(
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        if database_unreachable(exc):  # a restart of PostgreSQL: come back shortly
+            return _unavailable(exc)
         log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
         message = f"the server failed on this request ({type(exc).__name__}); see its log"
         return JSONResponse(error_body("InternalError", message), status_code=500)
@@ -253,6 +273,65 @@ def create_app(
     for module in modules:
         app.include_router(module.router)
     return app
+
+
+def database_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a lost or refused database connection: the
+    database is restarting or down, so the request may succeed if retried shortly."""
+    import sys
+
+    kinds: list[type[BaseException]] = []
+    psycopg, pool = sys.modules.get("psycopg"), sys.modules.get("psycopg_pool")
+    if psycopg is not None:
+        kinds.append(psycopg.OperationalError)
+    if pool is not None:
+        kinds.append(pool.PoolTimeout)
+    seen: BaseException | None = exc
+    for _ in range(8):  # the chain: StoreError from OperationalError, procrastinate's wrappers
+        if seen is None:
+            break
+        if kinds and isinstance(seen, tuple(kinds)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _unavailable(exc: BaseException) -> JSONResponse:
+    log.warning("the database is unreachable: %s", str(exc).splitlines()[0] if str(exc) else exc)
+    return JSONResponse(
+        error_body(
+            "Unavailable",
+            "the server's database is unreachable (restarting or down); retry this request "
+            "after Retry-After seconds",
+        ),
+        status_code=503,
+        headers={"Retry-After": "5"},
+    )
+
+
+class _JSONCORSMiddleware(CORSMiddleware):
+    """Starlette's CORS, its refused preflight (plain text) in the JSON error shape."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code < 400:
+            return response
+        refused = bytes(response.body).decode(errors="replace")  # "Disallowed CORS method"
+        return JSONResponse(
+            error_body(
+                "CORSRefused",
+                f"{refused}: this server allows the methods "
+                f"{', '.join(sorted(self.allow_methods))} and the headers "
+                f"{', '.join(sorted(self.allow_headers))} from the origins given with "
+                "--cors-origin",
+            ),
+            status_code=response.status_code,
+            headers={
+                k: v
+                for k, v in response.headers.items()
+                if k not in ("content-length", "content-type")
+            },
+        )
 
 
 def _protocols() -> list[Any]:

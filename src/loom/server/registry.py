@@ -100,7 +100,7 @@ def is_crew_file(path: Path) -> bool:
         return False
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
         return False  # the agent loader reports what is wrong with it
     return isinstance(data, dict) and "plan" in data
 

@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Iterable
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from loom.errors import ConfigurationError, SessionNotFound
+from loom.server.hosts import HostPolicy
 
 if TYPE_CHECKING:
     from loom.server.app import ServerState
@@ -179,6 +180,7 @@ class SecurityConfig:
     max_body: int = 1 << 20
     max_concurrent_runs: int = 16
     cors_origins: tuple[str, ...] = ()
+    hosts: HostPolicy = field(default_factory=HostPolicy)  # Host / Origin (loom.server.hosts)
 
 
 # -- thread ownership -------------------------------------------------------------------------

@@ -12,20 +12,29 @@ import os
 import socket
 from dataclasses import dataclass
 
-__all__ = ["Owner"]
+__all__ = ["Owner", "proc_stat"]
+
+
+def proc_stat(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name: ``state`` first, then
+    ``ppid``, ... (field N of proc(5) is index N - 3). The name is in parentheses and may hold
+    spaces or ``)``, so the fields are split after the last ``)``. Raises ``OSError``
+    (``FileNotFoundError`` when there is no such process)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read().decode(errors="replace")
+    return stat[stat.rfind(")") + 2 :].split()
 
 
 def _start_ticks(pid: int) -> int | None:
     """The process's start time in clock ticks (Linux), to tell a live pid from a reused one."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode(errors="replace")
+        fields = proc_stat(pid)
     except FileNotFoundError:
         return None
     except OSError:
         return 0
     try:
-        return int(stat[stat.rfind(")") + 2 :].split()[19])
+        return int(fields[19])
     except (IndexError, ValueError):
         return 0
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from loom.errors import ToolError
+from loom.store.owner import proc_stat
 from loom.tools.base import RunContext
 from loom.tools.builtin.shell import bash, make_bash
 
@@ -25,8 +26,7 @@ def alive(pid: int) -> bool:
         return False
     # a zombie is dead for our purposes
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
+        return proc_stat(pid)[0] != "Z"  # after the name, which may hold spaces
     except FileNotFoundError:
         return False
 

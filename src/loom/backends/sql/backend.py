@@ -6,8 +6,10 @@ Defense in depth, outermost first: the allow-list of tables is fixed when the ba
 ``loom.backends.sql.guard`` and what runs is the checked tree regenerated; in read-only mode a
 SQLite file is opened with ``mode=ro`` and an authorizer that denies writes, ATTACH, PRAGMA and
 reads of other tables, and a PostgreSQL transaction is ``READ ONLY``; every statement has a
-deadline (SQLite: a progress handler; PostgreSQL: ``SET LOCAL statement_timeout``); the cursor
-never fetches more than ``max_rows + 1`` rows.
+deadline (SQLite: a progress handler; PostgreSQL: ``SET LOCAL statement_timeout``); a SQLite
+value (string or blob) may not grow past ``MAX_VALUE_BYTES`` (a progress handler cannot stop
+one long call inside SQLite, so the size of what one call builds is bounded instead); the
+cursor never fetches more than ``max_rows + 1`` rows.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from loom.backends.sql.guard import Checked, Scope, check_statement, normalize_n
 from loom.errors import BackendConfigError, BackendRefused, MissingDependencyError, ToolError
 from loom.tools.base import FunctionTool, Tool
 
-__all__ = ["SQLBackend"]
+__all__ = ["MAX_VALUE_BYTES", "SQLBackend"]
+
+MAX_VALUE_BYTES = 10_000_000
+"""The largest string or blob a SQLite statement may build or read (SQLITE_LIMIT_LENGTH)."""
 
 _DIALECTS = {"sqlite": "sqlite", "postgresql": "postgres", "mysql": "mysql", "mssql": "tsql"}
 
@@ -273,15 +278,19 @@ class SQLBackend:
         """A raw connection and cursor for one checked statement, under its guard rails (the
         deadline, SQLite's authorizer, PostgreSQL's transaction settings); any failure is
         rolled back and answered as the backend's error, and the rails come off after."""
+        import sqlite3
+
         self.open()
         raw = self._engine.raw_connection()
         deadline = time.monotonic() + self.timeout
         sqlite = self.dialect == "sqlite"
         driver = raw.driver_connection
+        length = None
         try:
             if sqlite:
                 driver.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
                 driver.set_authorizer(self._authorizer(checked))
+                length = driver.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
             cur = raw.cursor()
             if self.dialect == "postgres":
                 self._pg_setup(cur, read_only=read_only)
@@ -294,6 +303,8 @@ class SQLBackend:
             if sqlite:
                 driver.set_progress_handler(None, 0)
                 driver.set_authorizer(None)
+                if length is not None:
+                    driver.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, length)
             raw.close()
 
     def run_checked(self, checked: Checked) -> tuple[list[str], list[tuple[Any, ...]], bool]:
@@ -327,6 +338,12 @@ class SQLBackend:
                 f"the statement ran longer than {self.timeout:g}s and was stopped; narrow it "
                 "(WHERE, LIMIT, fewer joins) or aggregate less",
                 code="timeout",
+            )
+        if "too big" in text:
+            return ToolError(
+                f"a value in the statement grew past {MAX_VALUE_BYTES} bytes, this backend's "
+                "limit, and the statement was stopped; build smaller values",
+                code="too_large",
             )
         if any(w in text for w in ("not authorized", "prohibited", "read-only", "readonly")):
             return BackendRefused(f"the database refused the statement: {text}")

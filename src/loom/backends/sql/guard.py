@@ -7,7 +7,11 @@ EXPLAIN of those, with no data-modifying CTE, ``SELECT ... INTO`` or locking cla
 table named anywhere (joins, subqueries, CTE bodies, EXPLAIN) must be on the allow-list,
 compared with the dialect's identifier rules (quoted names keep their case on PostgreSQL);
 functions that touch files, the server, extensions or run SQL from a string are refused;
-a row limit is added to a query that has none (and a larger one is lowered).
+so are casts to PostgreSQL's ``reg*`` types and ``to_reg*`` / ``has_*_privilege`` functions
+(they tell which tables outside the list exist); functions that build one huge value in a
+single call (``printf`` / ``format`` widths, ``repeat``, ``lpad`` / ``rpad``) take literal
+sizes up to ``MAX_GENERATED`` only, since no deadline can stop one long call inside the
+database; a row limit is added to a query that has none (and a larger one is lowered).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 
 from loom.errors import BackendRefused
 
-__all__ = ["Checked", "Scope", "check_statement", "normalize_name"]
+__all__ = ["MAX_GENERATED", "Checked", "Scope", "check_statement", "normalize_name"]
 
 # Functions refused in every mode: they read or write files, load code, change settings,
 # signal other sessions, or run SQL given as a string (which would bypass the allow-list).
@@ -62,7 +66,29 @@ DENIED_FUNCTIONS = frozenset(
         "format_type",
     }
 )
-DENIED_PREFIXES = ("pg_", "lo_", "dblink", "sqlite_", "pragma_", "xmlexists", "file_")
+DENIED_PREFIXES = (
+    "pg_",
+    "lo_",
+    "dblink",
+    "sqlite_",
+    "pragma_",
+    "xmlexists",
+    "file_",
+    # PostgreSQL catalog probes: each says whether a table (or schema, role...) exists
+    "to_reg",
+    "has_",
+    "obj_description",
+    "col_description",
+    "shobj_description",
+)
+
+MAX_GENERATED = 10_000
+"""The largest width, precision, repeat count or pad length a statement may ask for: one
+function call builds that much at once, and a deadline cannot interrupt it."""
+
+# printf / format directives: optional position (PostgreSQL), flags, width, precision
+_DIRECTIVE = re.compile(r"%(?:\d+\$)?[-+ 0#,!']*(\*|\d+)?(?:\.(\*|\d*))?")
+_SIZED = {"repeat": "times", "pad": "expression"}  # sqlglot node key -> its size argument
 
 _EXPLAIN = re.compile(r"^\s*explain(\s+query\s+plan)?(\s+analyze)?(\s+verbose)?\s+", re.I)
 
@@ -177,7 +203,13 @@ def _check_nodes(tree: Any, scope: Scope, *, reads_only: bool) -> None:
             raise _refuse("schema-qualified function calls are not allowed")
         if isinstance(node, exp.Command | exp.Pragma | exp.Attach | exp.Detach | exp.Set):
             raise _refuse(f"{node.key.upper()} is not allowed")
+        if isinstance(node, exp.Cast) and _type_name(node.to).startswith("reg"):
+            raise _refuse(
+                f"casts to {_type_name(node.to)} are not allowed (they reveal which tables "
+                "exist); name allowed tables directly"
+            )
         if isinstance(node, exp.Func):
+            _check_sizes(node)
             name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
             names = {name, type(node).key.lower()}
             if any(
@@ -188,8 +220,41 @@ def _check_nodes(tree: Any, scope: Scope, *, reads_only: bool) -> None:
             ):
                 raise _refuse(
                     f"the function {name}() is not allowed (it reaches files, settings, the "
-                    "server or runs SQL from a string)"
+                    "server or the catalog, or runs SQL from a string)"
                 )
+
+
+def _type_name(to: Any) -> str:
+    """The bare, lower-case name of a cast's target type (``pg_catalog.regclass`` → regclass)."""
+    return str(to.sql("postgres") if to is not None else "").lower().rsplit(".", 1)[-1]
+
+
+def _check_sizes(node: Any) -> None:
+    """Refuse a function call that would build one value larger than ``MAX_GENERATED``."""
+    from sqlglot import exp
+
+    name = (node.name if isinstance(node, exp.Anonymous) else node.key).lower()
+    if name in ("printf", "format"):
+        args = node.expressions if isinstance(node, exp.Anonymous) else [node.this]
+        fmt = args[0] if args else None
+        if not (isinstance(fmt, exp.Literal) and fmt.is_string):
+            raise _refuse(f"{name}() needs its format as a string literal")
+        for width, precision in _DIRECTIVE.findall(fmt.this.replace("%%", "")):
+            for size in (width, precision):
+                if size == "*":
+                    raise _refuse(
+                        f"{name}() widths and precisions must be written in the format ('*' "
+                        "takes them from arguments)"
+                    )
+                if size and int(size) > MAX_GENERATED:
+                    raise _refuse(f"{name}() width {size} is over the limit of {MAX_GENERATED}")
+    elif node.key in _SIZED:
+        size = node.args.get(_SIZED[node.key])
+        if not (isinstance(size, exp.Literal) and size.is_int and int(size.this) <= MAX_GENERATED):
+            raise _refuse(
+                f"{node.key}() needs a literal length of at most {MAX_GENERATED}, got "
+                f"{size.sql() if size is not None else 'none'}"
+            )
 
 
 def _cte_names(select: Any, table: Any) -> set[str]:

@@ -714,6 +714,6 @@ _STATIC = {"console.js": "text/javascript", "console.css": "text/css"}
 async def static(name: str) -> Response:
     kind = _STATIC.get(name)
     if kind is None:
-        return Response("not found", 404, media_type="text/plain")
+        raise HTTPException(404, f"no console asset {name!r}; it has {', '.join(_STATIC)}")
     body = (HERE / "static" / name).read_bytes()
     return Response(body, media_type=kind, headers={"Cache-Control": "no-cache"})

@@ -168,8 +168,8 @@ def _served(state: ServerState, assistant_id: str) -> Agent | Crew:
     )
 
 
-def _assistant(agent: Agent | Crew) -> dict[str, Any]:
-    now = datetime.fromtimestamp(0, UTC).isoformat()
+def _assistant(state: ServerState, agent: Agent | Crew) -> dict[str, Any]:
+    created = state.registry.created_at(agent.name).isoformat()
     if isinstance(agent, Crew):  # a crew: its members where an agent lists its tools
         meta = {
             "loom_uuid": assistant_uuid(agent.name),
@@ -187,8 +187,8 @@ def _assistant(agent: Agent | Crew) -> dict[str, Any]:
         "context": {},
         "metadata": meta,
         "version": 1,
-        "created_at": now,
-        "updated_at": now,
+        "created_at": created,
+        "updated_at": created,
     }
 
 
@@ -630,7 +630,7 @@ async def search_assistants(request: Request, body: AssistantSearch) -> list[dic
     state = state_of(request)
     served: list[Agent | Crew] = [*state.registry.values(), *state.registry.crews.values()]
     found = [
-        _assistant(a)
+        _assistant(state, a)
         for a in served
         if (body.graph_id is None or a.name == body.graph_id)
         and (body.name is None or body.name.lower() in a.name.lower())
@@ -649,7 +649,8 @@ async def count_assistants(request: Request, body: AssistantSearch) -> int:
 
 @router.get("/assistants/{assistant_id}", summary="Get an assistant (an agent, by name)")
 async def get_assistant(request: Request, assistant_id: str) -> dict[str, Any]:
-    return _assistant(_served(state_of(request), assistant_id))
+    state = state_of(request)
+    return _assistant(state, _served(state, assistant_id))
 
 
 @router.get("/assistants/{assistant_id}/schemas", summary="An assistant's input/output schemas")
@@ -706,6 +707,22 @@ async def search_threads(request: Request, body: ThreadSearch) -> list[dict[str,
     threads = [await _thread(state, i) for i in out]
     threads = [t for t in threads if t["status"] == body.status]
     return threads[body.offset : body.offset + body.limit]
+
+
+class ThreadCount(_Body):
+    metadata: dict[str, Any] | None = None
+    values: dict[str, Any] | None = None
+    status: Literal["idle", "busy", "interrupted", "error"] | None = None
+
+
+@router.post("/threads/count", summary="Count threads (langgraph-sdk's threads.count)")
+async def count_threads(request: Request, body: ThreadCount) -> int:
+    query = ThreadSearch(metadata=body.metadata, status=body.status, limit=1 << 30)
+    threads = await search_threads(request, query)
+    if body.values:  # the keys given, each equal to the thread's value
+        wanted = body.values.items()
+        threads = [t for t in threads if all(t["values"].get(k) == v for k, v in wanted)]
+    return len(threads)
 
 
 @router.get("/threads/{thread_id}", summary="Get a thread")

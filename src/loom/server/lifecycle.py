@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -84,6 +85,8 @@ class ServerRuntime(Runtime):
         max_cost: float | None = None,
     ) -> Turn:
         key = self._admit(parent_run_id is not None)
+        # a served run's id is a UUID: the run APIs (LangGraph's, the Agent Protocol's) type it so
+        run_id = run_id or str(uuid.uuid4())
         turn = super().prepare(
             agent,
             message,

@@ -1138,6 +1138,7 @@ async def thread_command(request: Request, thread_id: str, body: StreamCommand) 
             f'"state.get", "params": {{...}}}}{moved}'
         )
     params = body.params
+    run: LgRun | None
     if body.method == "run.start":
         assistant = params.get("assistant_id")
         if not isinstance(assistant, str) or not assistant:
@@ -1166,6 +1167,7 @@ async def thread_command(request: Request, thread_id: str, body: StreamCommand) 
             f"this server does not serve {body.method!r}; it serves run.start, input.respond "
             "and state.get",
         )
+    assert run is not None
     before = _follow(state, thread_id, run)
     result = {"type": "success", "id": body.id, "result": {"run_id": run.run_id}}
     return JSONResponse({**result, "meta": {"applied_through_seq": before}})

@@ -13,8 +13,8 @@ protocol's channels (``lifecycle``, ``values``, ``updates``, ``messages``, ``too
 Every run a command starts is followed into its thread's log (``follow_run``). A stream opened
 with ``since`` replays the events after that sequence number; one opened without it starts
 with the thread's latest commanded run while no such stream has yet been told how it ended (a
-client that starts a run and only then watches it misses nothing), else with what comes next. The log
-lives in this process and keeps the last ``MAX_EVENTS`` events of each of the last
+client that starts a run and only then watches it misses nothing), else with what comes next.
+The log lives in this process and keeps the last ``MAX_EVENTS`` events of each of the last
 ``MAX_THREADS`` threads.
 """
 
@@ -230,22 +230,23 @@ class RunTranslator:
         index = 0
         if ev.answer or self.streamed:
             if not self.streamed:
-                block = {"type": "text", "text": ""}
+                empty = {"type": "text", "text": ""}
                 out.append(
-                    self._msg({"event": "content-block-start", "index": 0, "content": block})
+                    self._msg({"event": "content-block-start", "index": 0, "content": empty})
                 )
             text = {"type": "text", "text": ev.answer}
             out.append(self._msg({"event": "content-block-finish", "index": 0, "content": text}))
             index = 1
         for i, call in enumerate(ev.tool_calls, index):
-            block = {
+            call_block: dict[str, Any] = {
                 "type": "tool_call",
                 "id": call.get("id"),
                 "name": call.get("name", ""),
                 "args": call.get("arguments", {}),
             }
-            out.append(self._msg({"event": "content-block-start", "index": i, "content": block}))
-            out.append(self._msg({"event": "content-block-finish", "index": i, "content": block}))
+            start = {"event": "content-block-start", "index": i, "content": call_block}
+            out.append(self._msg(start))
+            out.append(self._msg({**start, "event": "content-block-finish"}))
         usage = ev.usage or {}
         tokens = {k: int(usage.get(k) or 0) for k in ("input_tokens", "output_tokens")}
         tokens["total_tokens"] = tokens["input_tokens"] + tokens["output_tokens"]

@@ -758,6 +758,7 @@ async def delete_thread(request: Request, thread_id: str) -> Response:
     await delete(thread_id)
     await _save_patch(state, thread_id, None)
     manager.forget_thread(thread_id)
+    _buses(state).forget(thread_id)
     return Response(status_code=204)
 
 

@@ -447,15 +447,16 @@ class GuardMiddleware:
         if self.config.keys:
             presented = _presented_key(_headers(scope))
             principal = self.config.keys.match(presented) if presented is not None else None
-            m = _THREAD_PATH.match(scope["path"])
-            if principal is None or (
-                m and self.owners is not None and not await self.owners.allowed(m.group(1))
-            ):
+            if principal is None:
                 await send({"type": "websocket.close", "code": 1008})
                 return
             scope["loom.principal"] = principal
         token = current_principal.set(principal)
         try:
+            m = _THREAD_PATH.match(scope["path"])
+            if m and self.owners is not None and not await self.owners.allowed(m.group(1)):
+                await send({"type": "websocket.close", "code": 1008})
+                return
             await self.app(scope, receive, send)
         finally:
             current_principal.reset(token)

@@ -174,8 +174,8 @@ class RunTranslator:
 
     def _message_id(self) -> str:
         if self.message_id is None:
-            maker = self.run.maker
-            index = len(maker.messages) if maker is not None else 0
+            # the id the message gets in the thread's values (a crew run's maker keeps none)
+            index = len(getattr(self.run.maker, "messages", ()))
             self.message_id = f"{self.run.thread_id}:{index}"
         return self.message_id
 

@@ -69,6 +69,28 @@ def test_langgraph_js_sdk_streams_a_run(server: Server) -> None:
     assert thread["values"]["messages"][-1]["content"] == "The sum is 5."
 
 
+def test_langgraph_js_sdk_thread_stream_runs_a_turn(server: Server) -> None:
+    """The npm client's ``client.threads.stream(...)``: the same commands and events."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("`node` is not installed: the npm @langchain/langgraph-sdk test needs Node.js")
+    if not (JS_DIR / "node_modules" / "@langchain" / "langgraph-sdk").is_dir():
+        pytest.fail(f"the npm client is not installed: run `npm ci --prefix {JS_DIR}`")
+    done = subprocess.run(
+        [node, str(JS_DIR / "thread_stream.mjs"), server.url, "calc", "add 2 3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=JS_DIR,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["messages"] == ["add 2 3", "", "5", "The sum is 5."]
+    assert uuid.UUID(out["run_id"]) and out["count"] >= 1
+    thread = httpx.get(f"{server.url}/threads/{out['thread_id']}").json()
+    assert thread["values"]["messages"][-1]["content"] == "The sum is 5."
+
+
 # -- langgraph-sdk (Python): its thread streaming, threads.count, assistants ----------------------
 def _lg(server: Server) -> Any:
     langgraph_sdk = pytest.importorskip("langgraph_sdk")

@@ -117,7 +117,8 @@ async def test_langgraph_sdk_thread_stream_runs_a_turn(server: Server, transport
             input={"messages": [{"role": "user", "content": "add 2 3"}]}
         )
         assert uuid.UUID(started["run_id"])  # the protocols type run ids as UUIDs
-        seen = await _until_end(thread.subscribe(["lifecycle", "tools", "messages", "values"]))
+        every = ["values", "updates", "messages", "tools", "lifecycle", "input", "checkpoints"]
+        seen = await _until_end(thread.subscribe([*every, "tasks", "custom"]))
         output = await thread.output
     assert seen[0] == ("lifecycle", "started") and seen[-1] == ("lifecycle", "completed")
     tools = [e for m, e in seen if m == "tools"]

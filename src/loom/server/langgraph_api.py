@@ -1176,7 +1176,7 @@ async def thread_command(request: Request, thread_id: str, body: StreamCommand) 
 
 async def _event_stream(request: Request, thread_id: str, body: EventStreamRequest) -> Response:
     state = state_of(request)
-    unknown = [c for c in body.channels if c not in CHANNELS and not c.startswith("custom")]
+    unknown = [c for c in body.channels if c not in CHANNELS and not c.startswith("custom:")]
     if unknown:
         raise InputError(
             f"unknown channel(s) {', '.join(unknown)}; channels: {', '.join(CHANNELS)}"

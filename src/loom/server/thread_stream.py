@@ -48,8 +48,19 @@ __all__ = [
     "follow_run",
 ]
 
-CHANNELS = ("values", "updates", "messages", "tools", "lifecycle", "input", "checkpoints")
-"""The channels a stream may ask for (Loom emits no ``checkpoints``, ``tasks`` or ``custom``)."""
+CHANNELS = (
+    "values",
+    "updates",
+    "messages",
+    "tools",
+    "lifecycle",
+    "input",
+    "checkpoints",
+    "tasks",
+    "custom",
+)
+"""The channels a stream may ask for, and ``custom:<name>`` (Loom emits no ``checkpoints``,
+``tasks`` or ``custom`` events)."""
 
 MAX_EVENTS = 10_000
 MAX_THREADS = 1_000

@@ -147,3 +147,38 @@ def test_deeply_nested_yaml_is_a_definition_error(tmp_path: Path, metadata: str)
     (tmp_path / "deep.yaml").write_text(f"name: deep2\nmetadata: {metadata}\n")
     with pytest.raises(AgentDefinitionError, match="nested too deep"):
         AgentRegistry.from_dir(tmp_path)
+
+
+DESCRIBED = """---
+name: reviewer
+description: Reviews pull requests for security problems and answers with a verdict.
+---
+You are a careful reviewer. You read every line of the diff, and you never approve code
+that builds SQL from user input.
+"""
+
+
+async def test_the_description_is_what_clients_are_shown(tmp_path: Path) -> None:
+    """AGENT.md ``description:`` is the agent's, and what MCP tools, A2A cards and assistants
+    show (not the instructions' first line, cut mid-sentence)."""
+    pytest.importorskip("mcp")
+    import mcp
+
+    from loom.mcp_server import build_server
+    from loom.runtime import Runtime
+    from loom.server.a2a.card import describe
+
+    path = tmp_path / "AGENT.md"
+    path.write_text(DESCRIBED)
+    agent = Agent.from_file(path)
+    wanted = "Reviews pull requests for security problems and answers with a verdict."
+    assert agent.description == wanted
+    assert describe(agent) == wanted
+    assert Agent.from_file(path).to_definition().description == wanted  # round trip
+    server = build_server(lambda ctx: ({agent.name: agent}, Runtime()))
+    async with mcp.Client(server) as client:
+        tools = (await client.list_tools()).tools
+    assert [t.description for t in tools] == [wanted]
+    # without one, the instructions' first line still says what the agent is for
+    plain = Agent(name="p", instructions="You add numbers.\nMore.", model=ScriptedModel([]))
+    assert plain.description == "" and describe(plain) == "You add numbers."

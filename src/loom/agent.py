@@ -136,6 +136,9 @@ class Agent:
     Args:
         name: Identifies the agent in sessions, events and logs.
         instructions: The system prompt.
+        description: What the agent is for, in a sentence (AGENT.md ``description:``): what
+            MCP clients, A2A cards and assistant lists show; default the instructions' first
+            line.
         model: A ``Model`` or a model string (``"local"``, ``"openai:gpt-4o-mini"``, ...);
             default ``$LOOM_MODEL`` or ``"local"``. Its provider is checked now; the model is
             loaded by the runtime on first use (once per process for a model string).
@@ -214,6 +217,7 @@ class Agent:
         "context_window",
         "default_store",
         "deps",
+        "description",
         "guardrails",
         "hooks",
         "instructions",
@@ -251,6 +255,7 @@ class Agent:
     context_window: int | None
     default_store: Store | None
     deps: Any
+    description: str
     guardrails: Guardrails | None
     hooks: tuple[object, ...]
     instructions: str
@@ -314,6 +319,7 @@ class Agent:
         output_type: Any = None,
         output_retries: int = 2,
         backends: Sequence[Any] = (),
+        description: str = "",
     ) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         put = object.__setattr__
@@ -324,6 +330,9 @@ class Agent:
             raise AgentDefinitionError("must be a string", field="instructions")
         put(self, "name", name)
         put(self, "instructions", instructions)
+        if not isinstance(description, str):
+            raise AgentDefinitionError("must be a string", field="description")
+        put(self, "description", description.strip())
         put(self, "model_spec", check_model_spec(model))
         for field_name, value, integer in (
             ("max_iterations", max_iterations, True),

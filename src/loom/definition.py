@@ -209,7 +209,6 @@ def build_agent(
     resolved: list[Tool | str] = [own.get(name, name) for name in definition.tools]
     kwargs: dict[str, Any] = definition.model_dump(
         exclude={
-            "description",
             "tools",
             "workspace",
             "mcp_servers",
@@ -297,6 +296,7 @@ def definition_of(agent: AgentSpec) -> AgentDefinition:
         output_schema=spec.schema if spec is not None else None,
         output_retries=agent.output_retries,
         name=agent.name,
+        description=agent.description,
         instructions=agent.instructions,
         model=agent.model_spec if isinstance(agent.model_spec, str) else None,
         tools=names,

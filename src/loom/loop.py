@@ -239,7 +239,8 @@ class Turn:
         ):  # before AGENT_START: a fixed (redacted) message is all the journal ever holds
             screened = await guards.check_input(self.message, self.calls.context(self.message))
             self.message = screened.value
-        if await rt.store.get_session(sid) is None:
+        known = await rt.store.get_session(sid)
+        if known is None or not known.agent_name:  # new, or made unnamed (POST /threads)
             await rt.store.create_session(sid, agent_name=a.name, metadata=ran_with)
         start = ran_with
         if rt.tracers:  # they open the run's span now; its traceparent goes into AGENT_START

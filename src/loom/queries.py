@@ -4,7 +4,7 @@ A ``QueryDetector`` looks at each final answer of the model. When it matches ("I
 src/main.rs"), the loop commits a ``SERVER_QUERY`` event and stops the run with
 ``stop_reason="awaiting_input"`` instead of ending the turn; the client (a server's caller, a
 program) fetches the file or value the model asked for and answers with
-``runtime.answer_query(agent, session_id, answer)`` (``POST /threads/{id}/commands`` on
+``runtime.answer_query(agent, session_id, answer)`` (``POST /threads/{id}/answer`` on
 ``loom serve``). The answer enters the transcript as a ``QUERY_ANSWER`` event, formatted as a
 message the model reads, and the same turn goes on: the model continues with the result in
 context. A new user message instead of an answer simply moves on (the query is dropped).

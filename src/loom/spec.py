@@ -39,6 +39,11 @@ class AgentSpec(Protocol):
         ...
 
     @property
+    def description(self) -> str:
+        """What clients are shown (an MCP tool's, an A2A card's description); may be empty."""
+        ...
+
+    @property
     def instructions(self) -> str:
         """The system prompt."""
         ...

@@ -238,3 +238,12 @@ def test_agents_dir_serves_crew_files(tmp_path: Path) -> None:
     assert list(reg) == ["helper"]
     assert sorted(reg.crews) == ["duo", "team"] and isinstance(reg.served("team"), Crew)
     assert reg.names() == ["helper", "duo", "team"]
+
+
+async def test_a_crew_runs_over_thread_streaming(crew_server: Server) -> None:
+    """``client.threads.stream(assistant_id=<a crew>)``: the crew run's events and its end."""
+    client = get_client(url=crew_server.url)
+    async with client.threads.stream(assistant_id="blog") as thread:
+        await thread.run.start(input={"messages": [{"role": "user", "content": "tide pools"}]})
+        output = await thread.output
+    assert _text(output["messages"][-1]).startswith("post from")

@@ -1,5 +1,5 @@
 """Seed 003's server queries over the run API: the run pauses with an interrupt, the client
-answers with ``POST /threads/{id}/commands``, and the turn goes on."""
+answers with ``POST /threads/{id}/answer``, and the turn goes on."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ async def test_a_query_interrupts_the_run_and_the_answer_continues_it(query_serv
     async with httpx.AsyncClient(base_url=query_server.url) as http:
         listed = (await http.get(f"/threads/{tid}/queries")).json()
         assert [q["query_id"] for q in listed] == [interrupt["query_id"]]
-        r = await http.post(f"/threads/{tid}/commands", json={"answer": "fn main() {}"})
+        r = await http.post(f"/threads/{tid}/answer", json={"answer": "fn main() {}"})
         assert r.status_code == 202, r.text
         run_id = r.json()["run"]["run_id"]
         await http.get(f"/threads/{tid}/runs/{run_id}/join")
@@ -45,8 +45,8 @@ async def test_a_query_interrupts_the_run_and_the_answer_continues_it(query_serv
 async def test_answering_without_a_query_is_a_json_error(query_server: Server) -> None:
     async with httpx.AsyncClient(base_url=query_server.url) as http:
         tid = (await http.post("/threads", json={})).json()["thread_id"]
-        r = await http.post(f"/threads/{tid}/commands", json={"answer": "x"})
+        r = await http.post(f"/threads/{tid}/answer", json={"answer": "x"})
         assert r.status_code == 422 and "no server query" in r.json()["error"]["message"]
-        r = await http.post(f"/threads/{tid}/commands", content=b"{not json")
+        r = await http.post(f"/threads/{tid}/answer", content=b"{not json")
         assert r.status_code == 422 and r.json()["error"]["type"]
-        assert (await http.post("/threads/nope/commands", json={"answer": "x"})).status_code == 404
+        assert (await http.post("/threads/nope/answer", json={"answer": "x"})).status_code == 404

@@ -369,3 +369,24 @@ def test_keys_for_unknown_agents_are_refused() -> None:
     config = SecurityConfig(keys=KeyRing([principal]))
     with pytest.raises(ConfigurationError, match="nosuch"):
         create_app(registry, server_runtime(MemoryStore(), config), config)
+
+
+async def test_thread_stream_websockets_need_the_key_and_the_thread(keyed: Server) -> None:
+    """The WebSocket of thread streaming passes the same checks as HTTP: a key, and the
+    thread of that key (a refusal is HTTP 403 on the handshake)."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
+
+    async with httpx.AsyncClient(base_url=keyed.url) as http:
+        thread = (await http.post("/threads", json={}, headers=bearer(BOB))).json()["thread_id"]
+    ws = keyed.url.replace("http://", "ws://") + f"/threads/{thread}/stream/events"
+    for headers in ({}, bearer("nope"), bearer(ALICE)):  # no key, a wrong one, another's thread
+        with pytest.raises(InvalidStatus) as refused:
+            async with connect(ws, additional_headers=headers):
+                pytest.fail(f"a WebSocket opened with {headers}")
+        assert refused.value.response.status_code == 403
+    subscribe = {"id": 1, "method": "subscription.subscribe", "params": {"channels": ["values"]}}
+    async with connect(ws, additional_headers=bearer(BOB)) as socket:
+        await socket.send(json.dumps(subscribe))
+        answer = json.loads(await socket.recv())
+    assert answer["type"] == "success" and answer["id"] == 1

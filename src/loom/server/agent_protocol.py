@@ -31,10 +31,12 @@ from loom.server import runs
 from loom.server.app import ServerState, state_of
 from loom.server.langgraph_api import (
     AssistantSearch,
+    HistoryRequest,
     StatelessRunCreate,
     assistant_schemas,
     get_assistant,
     search_assistants,
+    thread_history,
 )
 from loom.server.lg_runs import LgRun
 from loom.server.runs import cancel, resume_position, stream_modes
@@ -224,6 +226,48 @@ async def delete_run_by_id(request: Request, run_id: str) -> Response:
         raise SessionBusy(f"run {run_id!r} is still running; cancel it first")
     await runs.forget_run(state, run)
     return Response(status_code=204)
+
+
+# -- threads (Agent Protocol) -----------------------------------------------------------------
+def checkpoint_uuid(run_id: str) -> str:
+    """A thread state's checkpoint id: the run that ended in it, as a UUID (the protocol types
+    checkpoint ids so; a run id that is not one, from before run ids were, maps by uuid5)."""
+    try:
+        return str(uuid.UUID(run_id))
+    except ValueError:
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"loom:run:{run_id}"))
+
+
+@router.get(
+    "/threads/{thread_id}/history",
+    summary="A thread's past states, newest first (Agent Protocol); before= pages on",
+)
+async def get_thread_history(
+    request: Request,
+    thread_id: str,
+    limit: int = Query(10, ge=0),
+    before: str | None = Query(None, description="A checkpoint_id: only states older than it"),
+) -> list[dict[str, Any]]:
+    states = await thread_history(request, thread_id, HistoryRequest(limit=1 << 30))
+    out = []
+    for lg in states:  # newest first
+        run_id = lg["checkpoint"]["checkpoint_id"]
+        checkpoint = checkpoint_uuid(run_id)
+        if before is not None:
+            if checkpoint == before:
+                before = None
+            continue
+        out.append(
+            {
+                "checkpoint": {"checkpoint_id": checkpoint, "run_id": run_id},
+                "values": lg["values"],
+                "messages": [_ap_message(m) for m in lg["values"]["messages"]],
+                "metadata": {**lg["metadata"], "created_at": lg["created_at"]},
+            }
+        )
+    if before is not None:
+        raise _not_found(f"thread {thread_id!r} has no checkpoint {before!r}")
+    return out[:limit]
 
 
 # -- agents (= assistants) --------------------------------------------------------------------

@@ -127,6 +127,11 @@ _KINDS = {
 }
 
 
+# What FastAPI raises (as a 400) for a body it cannot decode; a malformed body is a 422 like
+# every other invalid request (the Agent Protocol documents 422).
+_UNDECODABLE = "There was an error parsing the body"
+
+
 def _no_keys() -> Any:
     from loom.server.security import KeyRing
 
@@ -245,6 +250,9 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and exc.detail == _UNDECODABLE:  # FastAPI's, for bad bytes
+            message = "the body is not JSON text in UTF-8; send a JSON object encoded as UTF-8"
+            return JSONResponse(error_body("InvalidRequest", message), status_code=422)
         kind = _KINDS.get(exc.status_code, "HTTPError")
         return JSONResponse(
             error_body(kind, str(exc.detail)), status_code=exc.status_code, headers=exc.headers

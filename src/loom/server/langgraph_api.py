@@ -21,13 +21,17 @@ and cancels them by their run id (``loom.server.queued``).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from fastapi import APIRouter, Header, Query, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Header, Query, Request, Response, WebSocket, WebSocketDisconnect
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import Field
 from starlette.exceptions import HTTPException
 
@@ -37,8 +41,12 @@ from loom.errors import InputError, SessionBusy
 from loom.events import AgentFinish
 from loom.messages import Message
 from loom.server import runs
-from loom.server.app import ServerState, state_of
-from loom.server.lg_runs import interrupts_of, run_status
+from loom.server.app import ServerState, state_of, view_for
+from loom.server.lg_runs import (
+    LgRun,
+    interrupts_of,
+    run_status,
+)
 from loom.server.runs import (
     MultitaskStrategy,
     assistant_uuid,
@@ -47,6 +55,7 @@ from loom.server.runs import (
     stream_modes,
 )
 from loom.server.security import current_principal
+from loom.server.thread_stream import CHANNELS, BusRegistry, encode, follow_run
 from loom.store.base import SessionInfo
 
 __all__ = ["MultitaskStrategy", "assistant_uuid", "cancel", "on_start", "router"]
@@ -134,8 +143,8 @@ class ApprovalDecision(_Body):
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def _assistant(agent: Agent | Crew) -> dict[str, Any]:
-    now = datetime.fromtimestamp(0, UTC).isoformat()
+def _assistant(state: ServerState, agent: Agent | Crew) -> dict[str, Any]:
+    created = state.registry.created_at(agent.name).isoformat()
     if isinstance(agent, Crew):  # a crew: its members where an agent lists its tools
         meta = {
             "loom_uuid": assistant_uuid(agent.name),
@@ -153,8 +162,8 @@ def _assistant(agent: Agent | Crew) -> dict[str, Any]:
         "context": {},
         "metadata": meta,
         "version": 1,
-        "created_at": now,
-        "updated_at": now,
+        "created_at": created,
+        "updated_at": created,
     }
 
 
@@ -217,7 +226,7 @@ async def search_assistants(request: Request, body: AssistantSearch) -> list[dic
     state = state_of(request)
     served: list[Agent | Crew] = [*state.registry.values(), *state.registry.crews.values()]
     found = [
-        _assistant(a)
+        _assistant(state, a)
         for a in served
         if (body.graph_id is None or a.name == body.graph_id)
         and (body.name is None or body.name.lower() in a.name.lower())
@@ -236,7 +245,8 @@ async def count_assistants(request: Request, body: AssistantSearch) -> int:
 
 @router.get("/assistants/{assistant_id}", summary="Get an assistant (an agent, by name)")
 async def get_assistant(request: Request, assistant_id: str) -> dict[str, Any]:
-    return _assistant(_served(state_of(request), assistant_id))
+    state = state_of(request)
+    return _assistant(state, _served(state, assistant_id))
 
 
 @router.get("/assistants/{assistant_id}/schemas", summary="An assistant's input/output schemas")
@@ -295,6 +305,22 @@ async def search_threads(request: Request, body: ThreadSearch) -> list[dict[str,
     return threads[body.offset : body.offset + body.limit]
 
 
+class ThreadCount(_Body):
+    metadata: dict[str, Any] | None = None
+    values: dict[str, Any] | None = None
+    status: Literal["idle", "busy", "interrupted", "error"] | None = None
+
+
+@router.post("/threads/count", summary="Count threads (langgraph-sdk's threads.count)")
+async def count_threads(request: Request, body: ThreadCount) -> int:
+    query = ThreadSearch(metadata=body.metadata, status=body.status, limit=1 << 30)
+    threads = await search_threads(request, query)
+    if body.values:  # the keys given, each equal to the thread's value
+        wanted = body.values.items()
+        threads = [t for t in threads if all(t["values"].get(k) == v for k, v in wanted)]
+    return len(threads)
+
+
 @router.get("/threads/{thread_id}", summary="Get a thread")
 async def get_thread(request: Request, thread_id: str) -> dict[str, Any]:
     state = state_of(request)
@@ -324,6 +350,7 @@ async def delete_thread(request: Request, thread_id: str) -> Response:
     await delete(thread_id)
     await _save_patch(state, thread_id, None)
     manager.forget_thread(thread_id)
+    _buses(state).forget(thread_id)
     return Response(status_code=204)
 
 
@@ -571,27 +598,260 @@ async def list_queries(request: Request, thread_id: str) -> list[dict[str, Any]]
 
 
 @router.post(
-    "/threads/{thread_id}/commands",
+    "/threads/{thread_id}/answer",
     status_code=202,
     summary="Answer the thread's server query; the turn goes on as a new run",
 )
 async def answer_query(request: Request, thread_id: str, body: QueryAnswerBody) -> JSONResponse:
     state = state_of(request)
+    run = await _answer(state, thread_id, body.answer, body.query_id, body.stream_mode)
+    return JSONResponse(
+        {"status": "answered", "run": run.to_dict()}, status_code=202, headers=_locations(run)
+    )
+
+
+async def _answer(
+    state: ServerState,
+    thread_id: str,
+    answer: str,
+    query_id: str | None,
+    stream_mode: list[str] | str | None = None,
+) -> LgRun:
     info = await _session(state, thread_id)
     if _manager(state).active_on(thread_id):
         raise SessionBusy(f"thread {thread_id!r} is running a run; answer after it ends")
     if await state.runtime.pending_query(thread_id) is None:
         raise InputError(f"thread {thread_id!r} has no server query waiting for an answer")
-    assistant = (await _metadata(state, info)).get("assistant_id") or info.agent_name
-    command: dict[str, Any] = {"answer": body.answer}
-    if body.query_id is not None:
-        command["query_id"] = body.query_id
-    modes = body.stream_mode or ["values", "updates", "messages-tuple", "events"]
-    create = RunCreate(assistant_id=str(assistant), command=command, stream_mode=modes)
-    run = await _start_run(state, thread_id, create)
-    return JSONResponse(
-        {"status": "answered", "run": run.to_dict()}, status_code=202, headers=_locations(run)
+    assistant = await session_agent(state, info)
+    command: dict[str, Any] = {"answer": answer}
+    if query_id is not None:
+        command["query_id"] = query_id
+    modes = stream_mode or ["values", "updates", "messages-tuple", "events"]
+    create = RunCreate(assistant_id=assistant, command=command, stream_mode=modes)
+    return await _start_run(state, thread_id, create)
+
+
+# -- thread streaming (LangGraph's v3 protocol; the Agent Protocol's commands) ----------------
+class StreamCommand(_Body):
+    """A streaming-protocol command: ``{id, method, params}``."""
+
+    id: int | None = Field(default=None, ge=0, description="Client-assigned, echoed back")
+    method: str | None = Field(default=None, description="run.start, input.respond, state.get")
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class EventStreamRequest(_Body):
+    channels: list[str] = Field(min_length=1, description="values, messages, lifecycle, ...")
+    namespaces: list[list[str]] | None = None
+    depth: int | None = Field(default=None, ge=0)
+    since: int | None = Field(default=None, ge=0, description="Replay after this seq")
+
+
+def _buses(state: ServerState) -> BusRegistry:
+    buses = state.extra.get("thread_buses")
+    if buses is None:
+        buses = state.extra["thread_buses"] = BusRegistry()
+    assert isinstance(buses, BusRegistry)
+    return buses
+
+
+def _protocol_error(command_id: int | None, code: str, message: str) -> JSONResponse:
+    body = {"type": "error", "id": command_id, "error": code, "message": message}
+    return JSONResponse(body)
+
+
+def _decision_of(response: Any) -> dict[str, Any]:
+    """An ``input.respond`` response to an approval as a Loom decision."""
+    if isinstance(response, dict) and response.get("decision") in ("approve", "reject"):
+        return {k: v for k, v in response.items() if k in ("decision", "reason")}
+    if response is True or response in ("approve", "approved", "yes"):
+        return {"decision": "approve"}
+    if response is False or response in ("reject", "rejected", "no"):
+        return {"decision": "reject"}
+    raise InputError(
+        'an approval\'s response is true / false, "approve" / "reject", or '
+        f'{{"decision": "approve" | "reject", "reason"?: ...}}; got {response!r}'
     )
+
+
+async def _respond(state: ServerState, thread_id: str, params: dict[str, Any]) -> LgRun | None:
+    """``input.respond``: answer the thread's server query or decide its parked calls (a run
+    resumes once every call is decided: None until then)."""
+    answers = params.get("responses") or [params]
+    if not all(isinstance(a, dict) and isinstance(a.get("interrupt_id"), str) for a in answers):
+        raise InputError("input.respond needs interrupt_id (from an input.requested event)")
+    query = await state.runtime.pending_query(thread_id)
+    if query is not None and len(answers) == 1 and answers[0]["interrupt_id"] == query.query_id:
+        response = answers[0].get("response")
+        text = response if isinstance(response, str) else json.dumps(response)
+        return await _answer(state, thread_id, text, query.query_id)
+    run: LgRun | None = None
+    for answer in answers:
+        info, decided, waiting = await record_decision(
+            state, thread_id, answer["interrupt_id"], _decision_of(answer.get("response"))
+        )
+        if not waiting:
+            resume = RunCreate(
+                assistant_id=await session_agent(state, info),
+                command={"resume": decided},
+                stream_mode=["values", "updates", "messages-tuple", "events"],
+            )
+            run = await _start_run(state, thread_id, resume)
+    return run
+
+
+def _follow(state: ServerState, thread_id: str, run: LgRun) -> int:
+    """Publish ``run`` on its thread's stream: the sequence number before its events."""
+    bus = _buses(state).get(thread_id)
+    before = bus.run_starting()
+    task = asyncio.ensure_future(follow_run(bus, run))
+    state.extra.setdefault("thread_followers", set()).add(task)
+    task.add_done_callback(state.extra["thread_followers"].discard)
+    return before
+
+
+@router.post(
+    "/threads/{thread_id}/commands",
+    summary="Send a thread streaming command (run.start, input.respond, state.get)",
+)
+async def thread_command(request: Request, thread_id: str, body: StreamCommand) -> JSONResponse:
+    state = state_of(request)
+    if body.method is None or body.id is None:
+        moved = (
+            " (server-query answers moved to POST /threads/{id}/answer)"
+            if body.model_extra and "answer" in body.model_extra
+            else ""
+        )
+        raise InputError(
+            'a streaming command is {"id": <int>, "method": "run.start" | "input.respond" | '
+            f'"state.get", "params": {{...}}}}{moved}'
+        )
+    params = body.params
+    run: LgRun | None
+    if body.method == "run.start":
+        assistant = params.get("assistant_id")
+        if not isinstance(assistant, str) or not assistant:
+            return _protocol_error(body.id, "invalid_argument", "run.start needs assistant_id")
+        create = RunCreate(
+            assistant_id=assistant,
+            input=params.get("input"),
+            metadata=params.get("metadata"),
+            if_not_exists="create",
+            stream_mode=["values", "updates", "messages-tuple", "events"],
+        )
+        run = await _start_run(state, thread_id, create)
+    elif body.method == "input.respond":
+        await _session(state, thread_id)
+        run = await _respond(state, thread_id, params)
+        if run is None:  # other parked calls wait for their decisions
+            return JSONResponse({"type": "success", "id": body.id, "result": {}})
+    elif body.method == "state.get":
+        info = await _session(state, thread_id)
+        values = _values(thread_id, await state.runtime.store.load_messages(info.id))
+        return JSONResponse({"type": "success", "id": body.id, "result": {"values": values}})
+    else:
+        return _protocol_error(
+            body.id,
+            "unknown_command" if "." not in body.method else "not_supported",
+            f"this server does not serve {body.method!r}; it serves run.start, input.respond "
+            "and state.get",
+        )
+    assert run is not None
+    before = _follow(state, thread_id, run)
+    result = {"type": "success", "id": body.id, "result": {"run_id": run.run_id}}
+    return JSONResponse({**result, "meta": {"applied_through_seq": before}})
+
+
+async def _event_stream(request: Request, thread_id: str, body: EventStreamRequest) -> Response:
+    state = state_of(request)
+    unknown = [c for c in body.channels if c not in CHANNELS and not c.startswith("custom:")]
+    if unknown:
+        raise InputError(
+            f"unknown channel(s) {', '.join(unknown)}; channels: {', '.join(CHANNELS)}"
+        )
+    await _session(state, thread_id)
+    bus = _buses(state).get(thread_id)
+    events = bus.follow(body.channels, body.namespaces, body.since, lambda: state.draining)
+
+    async def sse() -> AsyncIterator[bytes]:
+        async for event in events:
+            yield encode(event)
+
+    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    return StreamingResponse(sse(), media_type="text/event-stream", headers=headers)
+
+
+@router.post(
+    "/threads/{thread_id}/stream/events",
+    summary="The thread's events over SSE, filtered by channel (langgraph-sdk threads.stream)",
+)
+async def thread_events(request: Request, thread_id: str, body: EventStreamRequest) -> Response:
+    return await _event_stream(request, thread_id, body)
+
+
+@router.websocket("/threads/{thread_id}/stream/events")
+async def thread_events_ws(websocket: WebSocket, thread_id: str) -> None:
+    """The thread's events over a WebSocket (``threads.stream(..., transport="websocket")``):
+    the first frame is a ``subscription.subscribe`` command, then every matching event is a
+    text frame. Commands still go to ``POST /threads/{id}/commands``. A refusal after the
+    handshake closes with 4000 + the HTTP status it stands for (4404: no such thread)."""
+    state = view_for(websocket.app.state.loom, websocket.scope.get("loom.principal"))
+    await websocket.accept()
+    if await state.runtime.store.get_session(thread_id) is None:
+        await websocket.close(4404, f"no thread {thread_id!r}")
+        return
+    try:
+        first = await websocket.receive_json()
+        command = StreamCommand.model_validate(first)
+        if command.method != "subscription.subscribe":
+            raise ValueError("the first frame must be a subscription.subscribe command")
+        request = EventStreamRequest.model_validate(command.params)
+    except WebSocketDisconnect:
+        return
+    except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
+        error = {"type": "error", "id": None, "error": "invalid_argument", "message": str(exc)}
+        await websocket.send_json(error)
+        await websocket.close(4422, "invalid subscription")
+        return
+    subscription = str(uuid.uuid4())
+    ok = {"type": "success", "id": command.id, "result": {"subscription_id": subscription}}
+    await websocket.send_json(ok)
+    bus = _buses(state).get(thread_id)
+    events = bus.follow(request.channels, request.namespaces, request.since, lambda: state.draining)
+
+    async def inbound() -> None:  # further commands: one subscription per connection here
+        while True:
+            again = await websocket.receive_json()
+            reply = {
+                "type": "error",
+                "id": again.get("id") if isinstance(again, dict) else None,
+                "error": "not_supported",
+                "message": "this server serves one subscription per WebSocket; open another",
+            }
+            await websocket.send_json(reply)
+
+    async def outbound() -> None:
+        async for event in events:
+            if event is not None:
+                await websocket.send_text(json.dumps(event, default=str))
+
+    tasks = [asyncio.ensure_future(inbound()), asyncio.ensure_future(outbound())]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+        await websocket.close(1000)
+
+
+@router.post(
+    "/threads/{thread_id}/stream",
+    summary="The thread's events over SSE, filtered by channel (Agent Protocol)",
+)
+async def thread_stream(request: Request, thread_id: str, body: EventStreamRequest) -> Response:
+    return await _event_stream(request, thread_id, body)
 
 
 @router.get("/errors/{error_id}", summary="A tool error kept in full (seed 001 get_error_detail)")

@@ -250,7 +250,7 @@ class FrameMaker:
 
 def query_interrupts(thread_id: str, query: dict[str, Any]) -> list[dict[str, Any]]:
     """The LangGraph interrupt for a server query (seed 003) waiting for the client."""
-    value = {"type": "server_query", **query, "answer_with": f"POST /threads/{thread_id}/commands"}
+    value = {"type": "server_query", **query, "answer_with": f"POST /threads/{thread_id}/answer"}
     return [{"id": query.get("query_id", ""), "value": value, "when": "during"}]
 
 

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 import weakref
 from typing import TYPE_CHECKING, Any
 
 from loom.errors import QueueFull
+from loom.run_inputs import RunOptions
 from loom.runtime import Runtime
 from loom.server.security import current_principal
 
 if TYPE_CHECKING:
-    from loom.run_inputs import Drivable, RunInput, RunOptions
+    from loom.run_inputs import Drivable, RunInput
     from loom.runtime import Runnable, RunT
 
 __all__ = ["SHUTDOWN_REASON", "ServerRuntime", "drain"]
@@ -78,8 +80,14 @@ class ServerRuntime(Runtime):
     ) -> RunT:
         """``Runtime.start``, admitted first: the request's key must be within
         ``max_concurrent_runs`` (``QueueFull`` else; a member run of a crew, one with a
-        ``parent_run_id``, counts as its crew's), and the run is counted under that key."""
-        nested = options is not None and options.parent_run_id is not None
+        ``parent_run_id``, counts as its crew's), and the run is counted under that key. A
+        served run's id is a UUID unless the caller names it: the run APIs (LangGraph's, the
+        Agent Protocol's) type it so."""
+        from dataclasses import replace
+
+        if options is None or options.run_id is None:
+            options = replace(options or RunOptions(), run_id=str(uuid.uuid4()))
+        nested = options.parent_run_id is not None
         key = self._admit(nested)
         run = await super().start(target, input, session_id=session_id, options=options)
         self.turns[run] = key

@@ -8,7 +8,9 @@ agent-only path reads); ``served(name)`` answers either. Names are unique across
 from __future__ import annotations
 
 import importlib
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +25,10 @@ if TYPE_CHECKING:
 __all__ = ["AgentRegistry", "load_registry"]
 
 _SUFFIXES = (".md", ".yaml", ".yml")
+
+# When each agent or crew object was first served (its definition file's last change when it
+# came from one): what assistant lists report as created_at, the same in every key's view.
+_CREATED: weakref.WeakKeyDictionary[Agent | Crew, datetime] = weakref.WeakKeyDictionary()
 
 
 class AgentRegistry(Mapping[str, Agent]):
@@ -48,10 +54,19 @@ class AgentRegistry(Mapping[str, Agent]):
                 self.crews[agent.name] = agent
             else:
                 self._agents[agent.name] = agent
+            _CREATED.setdefault(agent, datetime.now(UTC))
 
     def served(self, name: str) -> Agent | Crew | None:
         """The agent or crew served as ``name`` (None: neither)."""
         return self._agents.get(name) or self.crews.get(name)
+
+    def created_at(self, name: str) -> datetime:
+        """When the agent or crew ``name`` was defined: its definition file's last change, or
+        when this process first served the object (a ``KeyError`` for a name not served)."""
+        served = self.served(name)
+        if served is None:
+            raise KeyError(name)
+        return _CREATED[served]
 
     def names(self) -> list[str]:
         """Every name served: the agents', then the crews'."""
@@ -85,9 +100,12 @@ class AgentRegistry(Mapping[str, Agent]):
                 f"{root} holds no agent definitions (*.md, *.yaml); add an AGENT.md or pass "
                 "--app module:registry"
             )
-        return cls(
-            Crew.from_file(p) if is_crew_file(p) else Agent.from_file(p, **overrides) for p in files
-        )
+        served: list[Agent | Crew] = []
+        for p in files:
+            one = Crew.from_file(p) if is_crew_file(p) else Agent.from_file(p, **overrides)
+            _CREATED[one] = datetime.fromtimestamp(p.stat().st_mtime, UTC)
+            served.append(one)
+        return cls(served)
 
 
 def is_crew_file(path: Path) -> bool:

@@ -362,6 +362,9 @@ class GuardMiddleware:
         self.owners: Owners | None = state.extra.get("owners")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -437,6 +440,27 @@ class GuardMiddleware:
                     )(scope, receive, send)
                     return
             await self.app(scope, _limited(receive, limit), send)
+        finally:
+            current_principal.reset(token)
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A WebSocket handshake (thread streaming): the key and thread checks of HTTP; a
+        refused one is closed before it opens (the client sees HTTP 403)."""
+        principal = None
+        if self.config.keys:
+            presented = presented_key(_headers(scope))
+            principal = self.config.keys.match(presented) if presented is not None else None
+            if principal is None:
+                await send({"type": "websocket.close", "code": 1008})
+                return
+            scope["loom.principal"] = principal
+        token = current_principal.set(principal)
+        try:
+            m = _THREAD_PATH.match(scope["path"])
+            if m and self.owners is not None and not await self.owners.allowed(m.group(1)):
+                await send({"type": "websocket.close", "code": 1008})
+                return
+            await self.app(scope, receive, send)
         finally:
             current_principal.reset(token)
 

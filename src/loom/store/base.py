@@ -127,7 +127,8 @@ class Store(Protocol):
     async def create_session(
         self, session_id: str, *, agent_name: str = "", metadata: dict[str, Any] | None = None
     ) -> SessionInfo:
-        """Create a session; return the existing one if the id is taken."""
+        """Create a session; return the existing one if the id is taken (naming it
+        ``agent_name`` when it has no agent name yet: a thread made before its first run)."""
         ...
 
     async def list_sessions(self, limit: int = 100) -> list[SessionInfo]:

@@ -119,6 +119,13 @@ class StoreContract:
         got = await store.get_session("s")
         assert got is not None and got.agent_name == "a" and got.message_count == 0
 
+    async def test_create_session_names_an_unnamed_session(self, store: Any) -> None:
+        await store.create_session("t", metadata={"k": 1})  # a thread before its first run
+        named = await store.create_session("t", agent_name="calc")
+        assert named.agent_name == "calc" and named.metadata == {"k": 1}
+        assert (await store.create_session("t", agent_name="other")).agent_name == "calc"
+        assert (await store.get_session("t")).agent_name == "calc"
+
     async def test_list_sessions_newest_first_with_limit(self, store: Any) -> None:
         for sid in ("a", "b", "c"):
             await store.create_session(sid)

@@ -84,6 +84,8 @@ class MemoryStore:
             data = self._sessions[session_id] = _SessionData(
                 SessionInfo(id=session_id, agent_name=agent_name, metadata=meta)
             )
+        elif agent_name and not data.info.agent_name:  # a thread made before its first run
+            data.info.agent_name = agent_name
         return replace(data.info)
 
     async def list_sessions(self, limit: int = 100) -> list[SessionInfo]:

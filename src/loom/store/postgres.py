@@ -403,7 +403,9 @@ class PostgresStore(PostgresScheduleTables):
         async def create(conn: AsyncConnection[Any]) -> Any:
             await conn.execute(
                 "INSERT INTO sessions (id, agent_name, created_at, updated_at, metadata) "
-                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
+                "agent_name = EXCLUDED.agent_name "
+                "WHERE sessions.agent_name = '' AND EXCLUDED.agent_name <> ''",
                 (session_id, codec.scrub_text(agent_name), now, now, encoded),
             )
             cur = await conn.execute(q.SESSION_SELECT + " WHERE s.id = %s", (session_id,))

@@ -177,8 +177,10 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables):
 
         def create(c: sqlite3.Connection) -> Any:
             c.execute(
-                "INSERT OR IGNORE INTO sessions (id, agent_name, created_at, updated_at, metadata)"
-                " VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO sessions (id, agent_name, created_at, updated_at, metadata)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
+                " agent_name = excluded.agent_name"
+                " WHERE sessions.agent_name = '' AND excluded.agent_name != ''",
                 (session_id, agent_name, now, now, encoded),
             )
             return c.execute(_SESSION_SELECT + " WHERE s.id = ?", (session_id,)).fetchone()

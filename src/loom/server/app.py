@@ -158,7 +158,7 @@ def create_app(
             )
     state.extra["security"] = security  # gRPC checks keys with it
     if isinstance(runtime.store, OwnedStore):
-        state.extra["owners"] = runtime.store._owners
+        state.extra["owners"] = runtime.store.owners
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

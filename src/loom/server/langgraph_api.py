@@ -26,6 +26,7 @@ import uuid
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, Literal
+from urllib.parse import quote
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -47,6 +48,7 @@ from loom.server.lg_runs import (
     query_interrupts,
     run_status,
 )
+from loom.server.ownership import ClientId
 from loom.server.queued import RUNS_NAMESPACE, JournalTail, RunQueue
 from loom.store.base import KVStore, SessionInfo
 
@@ -74,7 +76,7 @@ class AssistantSearch(_Body):
 
 
 class ThreadCreate(_Body):
-    thread_id: str | None = None
+    thread_id: ClientId | None = None
     metadata: dict[str, Any] | None = None
     if_exists: Literal["raise", "do_nothing"] = "raise"
 
@@ -118,7 +120,7 @@ class StatelessRunCreate(_RunFields):
 
     assistant_id: str | None = None
     agent_id: str | None = None
-    thread_id: str | None = None
+    thread_id: ClientId | None = None
     messages: list[dict[str, Any]] | None = None
     on_completion: Literal["delete", "keep"] = "delete"
 
@@ -566,7 +568,7 @@ async def cancel(state: ServerState, run: LgRun, wait: bool) -> None:
 
 
 def _locations(run: LgRun) -> dict[str, str]:
-    base = f"/threads/{run.thread_id}/runs/{run.run_id}"
+    base = f"/threads/{quote(run.thread_id, safe='')}/runs/{run.run_id}"
     return {"Location": f"{base}/stream", "Content-Location": base}
 
 

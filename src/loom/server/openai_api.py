@@ -31,6 +31,7 @@ from loom.errors import InputError
 from loom.events import AgentEvent, AgentFinish, LlmDelta
 from loom.messages import RunResult, Usage, new_id
 from loom.server.app import error_body, state_of
+from loom.server.ownership import check_client_id, header_value
 from loom.server.served import run_served, stream_served
 
 __all__ = ["router"]
@@ -38,7 +39,6 @@ __all__ = ["router"]
 router = APIRouter(prefix="/v1", tags=["openai"])
 
 SESSION_HEADER = "X-Loom-Session"
-_MAX_SESSION_ID = 200
 
 _FINISH = {
     "completed": "stop",
@@ -122,16 +122,19 @@ def _last_user_text(items: list[dict[str, Any]], field: str) -> str:
 
 
 def _session(header: str | None, user: str | None, metadata: dict[str, Any] | None) -> str:
-    """The Loom session a request continues, else a new session id."""
+    """The Loom session a request continues, else a new session id; a given id is checked
+    before anything runs (``check_client_id``: an empty, over-long or unprintable id is 422)."""
     meta = (metadata or {}).get("session_id")
-    for value in (header, user, meta):
-        if value is None or value == "":
+    for where, value in (
+        ("X-Loom-Session header", header),
+        ("user field", user),
+        ("metadata.session_id", meta),
+    ):
+        if value is None:
             continue
-        if not isinstance(value, str) or len(value) > _MAX_SESSION_ID or not value.strip():
-            raise InputError(
-                f"a session id is a non-empty string of at most {_MAX_SESSION_ID} characters"
-            )
-        return value
+        if not isinstance(value, str):
+            raise InputError(f"the {where} is a session id (text), got {type(value).__name__}")
+        return check_client_id(value, f"session id (the {where})")
     return new_id("session")
 
 
@@ -161,7 +164,9 @@ def _run_failed(result: RunResult) -> JSONResponse:
         f"the agent's run {result.run_id} ended with {result.stop_reason}: {result.error}; "
         f"the session {result.session_id} keeps the turn (see its events)",
     )
-    return JSONResponse(body, status_code=502, headers={SESSION_HEADER: result.session_id})
+    return JSONResponse(
+        body, status_code=502, headers={SESSION_HEADER: header_value(result.session_id)}
+    )
 
 
 def _sse(data: Any, event: str | None = None) -> bytes:
@@ -212,7 +217,7 @@ def _stream_response(body: AsyncIterator[bytes], session_id: str) -> StreamingRe
     return EventStream(
         body,
         media_type="text/event-stream",
-        headers={SESSION_HEADER: session_id, "Cache-Control": "no-cache"},
+        headers={SESSION_HEADER: header_value(session_id), "Cache-Control": "no-cache"},
     )
 
 
@@ -275,7 +280,7 @@ async def chat_completions(
             result.session_id, result.run_id, result.stop_reason, result.pending_approvals
         ),
     }
-    return JSONResponse(reply, headers={SESSION_HEADER: result.session_id})
+    return JSONResponse(reply, headers={SESSION_HEADER: header_value(result.session_id)})
 
 
 async def _chat_chunks(
@@ -451,7 +456,7 @@ async def responses(
     reply = _response_object(
         agent, rid, status, result.text, result.usage, body.previous_response_id, loom, created
     )
-    return JSONResponse(reply, headers={SESSION_HEADER: result.session_id})
+    return JSONResponse(reply, headers={SESSION_HEADER: header_value(result.session_id)})
 
 
 async def _response_events(

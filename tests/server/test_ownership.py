@@ -1,0 +1,479 @@
+"""One owner model (issue #24), against a real ``loom serve`` with four API keys: every record a
+client can name is its key's on every surface that names it, and ids are checked where they
+enter.
+
+Keys: ``alice`` and ``bob`` (every agent), ``carol`` (limited to ``calc``), ``root`` (admin).
+Alice makes one record of each kind; bob and carol get 404 for each on every surface and
+action, exactly as for an id that does not exist; root sees them all.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+import httpx
+import pytest
+from tests.server.conftest import Server, start_server, stop_server
+
+ALICE, BOB, CAROL, ROOT = "alice-key-0001", "bob-key-0002", "carol-key-0003", "root-key-0004"
+MCP_ACCEPT = {"Accept": "application/json, text/event-stream"}
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def human(text: str) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+@dataclass
+class Records:
+    """One record of each kind, all alice's."""
+
+    thread: str
+    run: str
+    approval_thread: str
+    approval_call: str
+    stateless_run: str
+    running_run: str
+    running_thread: str
+    cron: str
+    monitor: str
+    mcp_session: str
+
+
+def _mcp_post(url: str, key: str, body: dict[str, Any], session: str | None) -> httpx.Response:
+    headers = {**bearer(key), **MCP_ACCEPT}
+    if session is not None:
+        headers["Mcp-Session-Id"] = session
+    return httpx.post(f"{url}/mcp", json=body, headers=headers, timeout=30)
+
+
+def _mcp_result(r: httpx.Response) -> dict[str, Any]:
+    """The JSON-RPC message of an MCP answer (JSON, or the data of its SSE event)."""
+    if r.headers.get("content-type", "").startswith("text/event-stream"):
+        data = [line[5:].strip() for line in r.text.splitlines() if line.startswith("data:")]
+        found: dict[str, Any] = json.loads(data[-1])
+        return found
+    out: dict[str, Any] = r.json()
+    return out
+
+
+def _mcp_session(url: str, key: str) -> str:
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "ownership-test", "version": "1"},
+        },
+    }
+    r = _mcp_post(url, key, init, None)
+    assert r.status_code == 200, r.text
+    sid = r.headers["mcp-session-id"]
+    done = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert _mcp_post(url, key, done, sid).status_code == 202
+    return sid
+
+
+def _tools_list(url: str, key: str, session: str) -> httpx.Response:
+    return _mcp_post(url, key, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, session)
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("owners")
+    (tmp / "keys.yaml").write_text(
+        f"- {{name: alice, key: {ALICE}}}\n"
+        f"- {{name: bob, key: {BOB}}}\n"
+        f"- {{name: carol, key: {CAROL}, agents: [calc]}}\n"
+        f"- {{name: root, key: {ROOT}, admin: true}}\n"
+    )
+    srv = start_server(
+        tmp,
+        "--keys",
+        str(tmp / "keys.yaml"),
+        app="server_agents:slow_registry",
+        env={"LOOM_SCHEDULER": "off"},
+    )
+    yield srv
+    stop_server(srv)
+
+
+@pytest.fixture(scope="module")
+def records(keyed: Server) -> Iterator[Records]:
+    url, a = keyed.url, bearer(ALICE)
+    thread = httpx.post(f"{url}/threads", json={}, headers=a).json()["thread_id"]
+    done = httpx.post(
+        f"{url}/threads/{thread}/runs/wait",
+        json={"assistant_id": "calc", "input": human("add 2 3")},
+        headers=a,
+    )
+    assert done.status_code == 200, done.text
+    run = done.headers["content-location"].rsplit("/", 1)[1]
+
+    parked_thread = httpx.post(f"{url}/threads", json={}, headers=a).json()["thread_id"]
+    parked = httpx.post(
+        f"{url}/threads/{parked_thread}/runs/wait",
+        json={"assistant_id": "ops", "input": human("ship")},
+        headers=a,
+    )
+    assert parked.status_code == 200, parked.text
+    pending = httpx.get(f"{url}/threads/{parked_thread}/approvals", headers=a).json()
+    call = pending[0]["tool_call_id"]
+
+    stateless = httpx.post(
+        f"{url}/runs/wait",
+        json={"agent_id": "calc", "messages": [{"role": "user", "content": "add 1 1"}]},
+        headers=a,
+    )
+    assert stateless.status_code == 200, stateless.text
+    stateless_run = stateless.json()["run"]["run_id"]
+
+    running_thread = httpx.post(f"{url}/threads", json={}, headers=a).json()["thread_id"]
+    started = httpx.post(
+        f"{url}/threads/{running_thread}/runs",
+        json={"assistant_id": "slow", "input": human("sleep 120")},
+        headers=a,
+    )
+    assert started.status_code == 200, started.text
+    running_run = started.json()["run_id"]
+
+    cron = httpx.post(
+        f"{url}/runs/crons",
+        json={"assistant_id": "calc", "schedule": "0 0 1 1 *", "input": human("add 1 2")},
+        headers=a,
+    )
+    assert cron.status_code == 200, cron.text
+    monitor = httpx.post(f"{url}/monitors", json={"name": "nightly", "interval": 3600}, headers=a)
+    assert monitor.status_code == 200, monitor.text
+    yield Records(
+        thread=thread,
+        run=run,
+        approval_thread=parked_thread,
+        approval_call=call,
+        stateless_run=stateless_run,
+        running_run=running_run,
+        running_thread=running_thread,
+        cron=cron.json()["cron_id"],
+        monitor=monitor.json()["id"],
+        mcp_session=_mcp_session(url, ALICE),
+    )
+    httpx.post(f"{url}/runs/{running_run}/cancel", headers=a)
+
+
+# every surface that names a record of alice's, and every action on it: (kind, method, path,
+# body). Paths name the record with {field} of Records.
+SURFACES: list[tuple[str, str, str, dict[str, Any] | None]] = [
+    ("thread", "GET", "/threads/{thread}", None),
+    ("thread", "GET", "/threads/{thread}/state", None),
+    ("thread", "POST", "/threads/{thread}/history", {}),
+    ("thread", "GET", "/threads/{thread}/runs", None),
+    ("thread", "PATCH", "/threads/{thread}", {"metadata": {"x": 1}}),
+    ("thread", "DELETE", "/threads/{thread}", None),
+    ("thread", "GET", "/v1/sessions/{thread}/events", None),
+    (
+        "thread",
+        "POST",
+        "/threads/{thread}/runs/crons",
+        {"assistant_id": "calc", "schedule": "0 0 1 1 *"},
+    ),
+    ("run", "GET", "/threads/{thread}/runs/{run}", None),
+    ("run", "GET", "/runs/{run}", None),
+    ("run", "GET", "/runs/{run}/wait", None),
+    ("run", "GET", "/runs/{run}/stream", None),
+    ("run", "DELETE", "/runs/{run}", None),
+    ("run", "GET", "/runs/{stateless_run}", None),
+    ("run", "GET", "/runs/{stateless_run}/stream", None),
+    ("run", "DELETE", "/runs/{stateless_run}", None),
+    ("run", "POST", "/runs/{running_run}/cancel", None),
+    ("run", "POST", "/threads/{running_thread}/runs/{running_run}/cancel", None),
+    ("approval", "GET", "/threads/{approval_thread}/approvals", None),
+    (
+        "approval",
+        "POST",
+        "/threads/{approval_thread}/approvals/{approval_call}",
+        {"decision": "approve"},
+    ),
+    (
+        "approval",
+        "POST",
+        "/v1/weave:answer",
+        {"session_id": "{approval_thread}", "call_id": "{approval_call}", "decision": "approve"},
+    ),
+    ("schedule", "PATCH", "/runs/crons/{cron}", {"enabled": False}),
+    ("schedule", "DELETE", "/runs/crons/{cron}", None),
+    ("schedule", "GET", "/runs/crons/{cron}/runs", None),
+    ("schedule", "POST", "/monitors", {"name": "spy", "schedule_id": "{cron}"}),
+    ("monitor", "GET", "/monitors/{monitor}", None),
+    ("monitor", "POST", "/monitors/{monitor}/checkins", {"status": "error"}),
+]
+
+
+def _fill(value: Any, r: Records) -> Any:
+    if isinstance(value, str):
+        return value.format(**vars(r))
+    if isinstance(value, dict):
+        return {k: _fill(v, r) for k, v in value.items()}
+    return value
+
+
+@pytest.mark.parametrize("who", [BOB, CAROL], ids=["other-key", "agent-scoped-key"])
+@pytest.mark.parametrize(
+    ("kind", "method", "path", "body"), SURFACES, ids=[f"{m} {p}" for _, m, p, _ in SURFACES]
+)
+def test_another_keys_record_does_not_exist(
+    keyed: Server,
+    records: Records,
+    who: str,
+    kind: str,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+) -> None:
+    r = httpx.request(
+        method,
+        keyed.url + _fill(path, records),
+        json=_fill(body, records),
+        headers=bearer(who),
+        timeout=30,
+    )
+    assert r.status_code == 404, (kind, method, path, r.status_code, r.text)
+    assert set(r.json()) == {"error"}
+
+
+def test_the_owner_and_an_admin_still_see_every_record(keyed: Server, records: Records) -> None:
+    """After every refusal above, alice's records are untouched and root reads them all."""
+    for key in (ALICE, ROOT):
+        h = bearer(key)
+        for path in [
+            f"/threads/{records.thread}",
+            f"/threads/{records.thread}/runs/{records.run}",
+            f"/runs/{records.run}",
+            f"/runs/{records.stateless_run}",
+            f"/runs/{records.running_run}",
+            f"/threads/{records.approval_thread}/approvals",
+            f"/runs/crons/{records.cron}/runs",
+            f"/monitors/{records.monitor}",
+        ]:
+            r = httpx.get(keyed.url + path, headers=h, timeout=30)
+            assert r.status_code == 200, (key, path, r.text)
+        running = httpx.get(f"{keyed.url}/runs/{records.running_run}", headers=h).json()
+        assert running["status"] in ("pending", "running")  # nobody else cancelled it
+        monitor = httpx.get(f"{keyed.url}/monitors/{records.monitor}", headers=h).json()
+        assert monitor["health"] == "new" and monitor["checkins"] == []
+        crons = httpx.post(f"{keyed.url}/runs/crons/search", json={}, headers=h).json()
+        assert [c["cron_id"] for c in crons if c["cron_id"] == records.cron] == [records.cron]
+        assert [c["enabled"] for c in crons if c["cron_id"] == records.cron] == [True]
+        pending = httpx.get(
+            f"{keyed.url}/threads/{records.approval_thread}/approvals", headers=h
+        ).json()
+        assert [p["tool_call_id"] for p in pending] == [records.approval_call]
+    assert _tools_list(keyed.url, ALICE, records.mcp_session).status_code == 200
+
+
+@pytest.mark.parametrize("who", [BOB, CAROL], ids=["other-key", "agent-scoped-key"])
+def test_listings_hold_only_the_keys_own_records(keyed: Server, records: Records, who: str) -> None:
+    h, url = bearer(who), keyed.url
+    runs = httpx.post(f"{url}/runs/search", json={"limit": 1000}, headers=h).json()
+    assert {r["run_id"] for r in runs}.isdisjoint(
+        {records.run, records.stateless_run, records.running_run}
+    )
+    by_thread = httpx.post(
+        f"{url}/runs/search", json={"thread_id": records.thread}, headers=h
+    ).json()
+    assert by_thread == []
+    crons = httpx.post(f"{url}/runs/crons/search", json={"limit": 1000}, headers=h).json()
+    assert records.cron not in [c["cron_id"] for c in crons]
+    assert httpx.post(f"{url}/runs/crons/count", json={}, headers=h).json() == len(crons)
+    monitors = httpx.get(f"{url}/monitors", headers=h).json()
+    assert records.monitor not in [m["id"] for m in monitors]
+    admin_runs = httpx.post(f"{url}/runs/search", json={"limit": 1000}, headers=bearer(ROOT))
+    assert {records.run, records.stateless_run} <= {r["run_id"] for r in admin_runs.json()}
+
+
+def test_a_keys_own_schedule_and_monitor_are_its_own(keyed: Server) -> None:
+    """Bob's own cron and monitor work for bob (and say whose they are); alice cannot see them."""
+    url, h = keyed.url, bearer(BOB)
+    cron = httpx.post(
+        f"{url}/runs/crons",
+        json={"assistant_id": "calc", "schedule": "0 0 1 1 *", "input": human("x")},
+        headers=h,
+    ).json()
+    assert cron["user_id"] == "bob"
+    r = httpx.patch(f"{url}/runs/crons/{cron['cron_id']}", json={"enabled": False}, headers=h)
+    assert r.status_code == 200 and r.json()["enabled"] is False
+    mon = httpx.post(
+        f"{url}/monitors", json={"name": "mine", "schedule_id": cron["cron_id"]}, headers=h
+    )
+    assert mon.status_code == 200, mon.text
+    checked = httpx.post(
+        f"{url}/monitors/{mon.json()['id']}/checkins", json={"status": "ok"}, headers=h
+    )
+    assert checked.status_code == 200
+    assert httpx.get(f"{url}/monitors/{mon.json()['id']}", headers=bearer(ALICE)).status_code == 404
+    assert httpx.delete(f"{url}/runs/crons/{cron['cron_id']}", headers=h).status_code == 204
+
+
+def test_an_mcp_session_is_the_key_that_made_it(keyed: Server, records: Records) -> None:
+    url, sid = keyed.url, records.mcp_session
+    unknown = _tools_list(url, BOB, "no-such-session")
+    for who in (BOB, CAROL):
+        used = _tools_list(url, who, sid)
+        assert used.status_code == unknown.status_code == 404, used.text
+        assert used.json() == unknown.json()  # the same answer as for a session never made
+        deleted = httpx.delete(f"{url}/mcp", headers={**bearer(who), "Mcp-Session-Id": sid})
+        assert deleted.status_code == 404
+    assert _tools_list(url, ALICE, sid).status_code == 200  # still alice's, still open
+
+
+def test_schedule_owner_column_is_migrated(keyed: Server) -> None:
+    with sqlite3.connect(keyed.db) as db:
+        names = [r[0] for r in db.execute("SELECT name FROM loom_migrations ORDER BY version")]
+        cols = {r[1] for r in db.execute("PRAGMA table_info(schedules)")}
+        owners = dict(db.execute("SELECT id, principal FROM schedules").fetchall())
+    assert "0007_schedule_principals" in names and "principal" in cols
+    assert set(owners.values()) >= {"alice"}
+
+
+# -- ids where they enter -----------------------------------------------------------------------
+BAD_IDS = {
+    "empty": "",
+    "control": "cust\x00omer",
+    "escape": "\x1b[31mred",
+    "newline": "a\nb",
+    "10KB": "x" * 10_240,
+}
+
+
+def _thread_count(url: str) -> int:
+    found = httpx.post(f"{url}/threads/search", json={"limit": 100_000}, headers=bearer(ROOT))
+    return len(found.json())
+
+
+def _fuzz_requests(bad: str) -> list[tuple[str, str, dict[str, Any]]]:
+    msg = [{"role": "user", "content": "add 2 3"}]
+    return [
+        ("LangGraph POST /threads", "/threads", {"thread_id": bad}),
+        (
+            "LangGraph POST /runs/wait",
+            "/runs/wait",
+            {"assistant_id": "calc", "thread_id": bad, "input": human("add 2 3")},
+        ),
+        (
+            "Agent Protocol POST /runs/wait",
+            "/runs/wait",
+            {"agent_id": "calc", "thread_id": bad, "messages": msg},
+        ),
+        (
+            "OpenAI chat user",
+            "/v1/chat/completions",
+            {"model": "calc", "messages": msg, "user": bad},
+        ),
+        (
+            "OpenAI chat metadata.session_id",
+            "/v1/chat/completions",
+            {"model": "calc", "messages": msg, "metadata": {"session_id": bad}},
+        ),
+        (
+            "OpenAI responses user",
+            "/v1/responses",
+            {"model": "calc", "input": "add 2 3", "user": bad},
+        ),
+        ("Weave", "/v1/weave", {"agent": "calc", "message": "add 2 3", "session_id": bad}),
+        (
+            "Weave stream",
+            "/v1/weave:stream",
+            {"agent": "calc", "message": "add 2 3", "session_id": bad},
+        ),
+        (
+            "Weave answer",
+            "/v1/weave:answer",
+            {"session_id": bad, "call_id": "c", "decision": "approve"},
+        ),
+    ]
+
+
+@pytest.mark.parametrize("bad", list(BAD_IDS.values()), ids=list(BAD_IDS))
+def test_a_bad_session_id_is_422_before_anything_runs(keyed: Server, bad: str) -> None:
+    url, h = keyed.url, bearer(ALICE)
+    before = _thread_count(url)
+    for surface, path, body in _fuzz_requests(bad):
+        r = httpx.post(url + path, json=body, headers=h, timeout=30)
+        assert r.status_code == 422, (surface, r.status_code, r.text[:300])
+        assert "session id" in r.text or "thread_id" in r.text, (surface, r.text[:300])
+    if bad:  # an id in the path (an empty one names no thread: the route is another)
+        named = quote(bad, safe="")
+        run = {"assistant_id": "calc", "input": human("hi")}
+        r = httpx.post(f"{url}/threads/{named}/runs/wait", json=run, headers=h)
+        assert r.status_code == 422, (r.status_code, r.text[:300])
+        r = httpx.get(f"{url}/v1/sessions/{named}/events", headers=h)
+        assert r.status_code == 422, (r.status_code, r.text[:300])
+    assert _thread_count(url) == before  # no session, no turn
+
+
+@pytest.mark.parametrize("bad", list(BAD_IDS.values()), ids=list(BAD_IDS))
+def test_a_bad_mcp_session_id_argument_is_refused_before_the_run(keyed: Server, bad: str) -> None:
+    url = keyed.url
+    before = _thread_count(url)
+    sid = _mcp_session(url, ALICE)
+    call = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tools/call",
+        "params": {"name": "calc", "arguments": {"message": "add 2 3", "session_id": bad}},
+    }
+    answer = _mcp_result(_mcp_post(url, ALICE, call, sid))
+    assert answer.get("error", {}).get("code") == -32602, answer
+    assert "session_id" in answer["error"]["message"]
+    assert _thread_count(url) == before
+
+
+def _turns_in(db: Path, session_prefix: str) -> list[tuple[str, int]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(
+            "SELECT session_id, COUNT(*) FROM messages WHERE session_id LIKE ? "
+            "AND role = 'user' GROUP BY session_id",
+            (session_prefix + "%",),
+        ).fetchall()
+
+
+@pytest.mark.parametrize("surface", ["chat", "responses", "weave"])
+def test_a_non_latin1_session_id_runs_once_and_answers(keyed: Server, surface: str) -> None:
+    """``田中`` is a valid id: the turn runs once and the header carries it percent-encoded
+    (it used to commit the turn, then fail with 500; the OpenAI SDK retried it twice)."""
+    sid = f"田中-{surface}"
+    if surface == "weave":
+        r = httpx.post(
+            f"{keyed.url}/v1/weave",
+            json={"agent": "calc", "message": "add 2 3", "session_id": sid},
+            headers=bearer(ALICE),
+        )
+        assert r.status_code == 200, r.text
+        header = r.headers["x-loom-session"]
+    else:
+        openai = pytest.importorskip("openai")
+        client = openai.OpenAI(base_url=f"{keyed.url}/v1", api_key=ALICE)
+        if surface == "chat":
+            raw = client.chat.completions.with_raw_response.create(
+                model="calc", messages=[{"role": "user", "content": "add 2 3"}], user=sid
+            )
+            assert raw.parse().choices[0].message.content == "The sum is 5."
+        else:
+            raw = client.responses.with_raw_response.create(model="calc", input="add 2 3", user=sid)
+            assert raw.parse().output_text == "The sum is 5."
+        header = raw.headers["x-loom-session"]
+    assert header.isascii() and unquote(header).startswith(sid)
+    turns = _turns_in(keyed.db, sid)
+    assert [n for _, n in turns] == [1], turns  # one turn, not three

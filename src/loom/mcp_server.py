@@ -158,10 +158,10 @@ def _arguments(args: Mapping[str, Any] | None) -> tuple[str, str | None]:
         )
     session_id = args.get("session_id")
     if session_id is not None:
-        from loom.server.ownership import check_client_id
+        from loom.server.ownership import client_session_id
 
-        try:  # checked before anything runs, as on every other surface
-            check_client_id(session_id, "session_id")
+        try:  # checked before anything runs and namespaced to the key, as on every surface
+            session_id = client_session_id(session_id, "session_id")
         except InputError as exc:
             raise _error(
                 f"'session_id': {exc} (give a previous result's session_id, "

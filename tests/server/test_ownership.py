@@ -183,12 +183,6 @@ SURFACES: list[tuple[str, str, str, dict[str, Any] | None]] = [
     ("thread", "PATCH", "/threads/{thread}", {"metadata": {"x": 1}}),
     ("thread", "DELETE", "/threads/{thread}", None),
     ("thread", "GET", "/v1/sessions/{thread}/events", None),
-    (
-        "thread",
-        "POST",
-        "/threads/{thread}/runs/crons",
-        {"assistant_id": "calc", "schedule": "0 0 1 1 *"},
-    ),
     ("run", "GET", "/threads/{thread}/runs/{run}", None),
     ("run", "GET", "/runs/{run}", None),
     ("run", "GET", "/runs/{run}/wait", None),
@@ -345,6 +339,80 @@ def test_schedule_owner_column_is_migrated(keyed: Server) -> None:
         owners = dict(db.execute("SELECT id, principal FROM schedules").fetchall())
     assert "0007_schedule_principals" in names and "principal" in cols
     assert set(owners.values()) >= {"alice"}
+
+
+# -- session ids are per key -------------------------------------------------------------------
+def _take(url: str, key: str, surface: str, sid: str) -> tuple[int, str]:
+    """Run one turn on session ``sid`` over ``surface`` as ``key``: (status, stored id)."""
+    h = bearer(key)
+    msg = [{"role": "user", "content": f"hello from {key[:5]}"}]
+    if surface == "threads":
+        made = httpx.post(f"{url}/threads", json={"thread_id": sid}, headers=h)
+        if made.status_code != 200:
+            return made.status_code, ""
+        r = httpx.post(
+            f"{url}/threads/{quote(sid, safe='')}/runs/wait",
+            json={"assistant_id": "calc", "input": {"messages": msg}},
+            headers=h,
+        )
+        return r.status_code, made.json()["thread_id"]
+    if surface == "chat":
+        body = {"model": "calc", "messages": msg, "user": sid}
+        r = httpx.post(f"{url}/v1/chat/completions", json=body, headers=h)
+    elif surface == "weave":
+        body = {"agent": "calc", "message": msg[0]["content"], "session_id": sid}
+        r = httpx.post(f"{url}/v1/weave", json=body, headers=h)
+    else:  # mcp
+        session = _mcp_session(url, key)
+        call = {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "calc", "arguments": {"message": "hi", "session_id": sid}},
+        }
+        answer = _mcp_result(_mcp_post(url, key, call, session))
+        stored = answer.get("result", {}).get("structuredContent", {}).get("session_id", "")
+        return (200 if stored else 404), stored
+    return r.status_code, unquote(r.headers.get("x-loom-session", ""))
+
+
+@pytest.mark.parametrize("surface", ["threads", "chat", "weave", "mcp"])
+def test_a_session_id_cannot_be_squatted_nor_probed(keyed: Server, surface: str) -> None:
+    """Bob takes ``customer-43`` first; alice still gets a ``customer-43`` of her own, and
+    neither learns that the other has one (it used to be 404 for alice, for ever)."""
+    url, sid = keyed.url, f"customer-43-{surface}"
+    status, bobs = _take(url, BOB, surface, sid)
+    assert status == 200 and bobs, (status, bobs)
+    status, alices = _take(url, ALICE, surface, sid)
+    assert status == 200 and alices and alices != bobs, (status, alices, bobs)
+    for key, mine, theirs in ((ALICE, alices, bobs), (BOB, bobs, alices)):
+        h = bearer(key)
+        # the client's own id and the stored one both name the key's own session
+        for name in (sid, mine):
+            r = httpx.get(f"{url}/threads/{quote(name, safe='')}/state", headers=h)
+            texts = [m["content"] for m in r.json()["values"]["messages"]]
+            assert texts[0] == f"hello from {key[:5]}" or texts[0] == "hi", texts
+            assert len(texts) == 2, texts  # one turn: the other key's never landed here
+        # the other key's stored id is answered exactly as an id nobody has
+        probe = httpx.get(f"{url}/threads/{quote(theirs, safe='')}", headers=h)
+        never = httpx.get(f"{url}/threads/never-made-{surface}", headers=h)
+        assert probe.status_code == never.status_code == 404
+        assert probe.json()["error"]["type"] == never.json()["error"]["type"]
+    admin = httpx.post(f"{url}/threads/search", json={"limit": 100_000}, headers=bearer(ROOT))
+    assert {bobs, alices} <= {t["thread_id"] for t in admin.json()}
+
+
+def test_a_thread_cron_on_another_keys_thread_id_is_on_the_keys_own(
+    keyed: Server, records: Records
+) -> None:
+    r = httpx.post(
+        f"{keyed.url}/threads/{records.thread}/runs/crons",
+        json={"assistant_id": "calc", "schedule": "0 0 1 1 *", "input": human("x")},
+        headers=bearer(BOB),
+    )
+    assert r.status_code == 200 and r.json()["thread_id"] == f"{records.thread}~bob"
+    alices = httpx.post(f"{keyed.url}/runs/crons/search", json={}, headers=bearer(ALICE)).json()
+    assert r.json()["cron_id"] not in [c["cron_id"] for c in alices]
 
 
 # -- ids where they enter -----------------------------------------------------------------------

@@ -87,7 +87,7 @@ class ThreadPatch(_Body):
 
 class ThreadSearch(_Body):
     metadata: dict[str, Any] | None = None
-    ids: list[str] | None = None
+    ids: list[ClientId] | None = None
     status: Literal["idle", "busy", "interrupted", "error"] | None = None
     limit: int = Field(10, ge=0)
     offset: int = Field(0, ge=0)

@@ -23,7 +23,7 @@ from fastapi import APIRouter, FastAPI
 from starlette.types import Message, Receive, Scope, Send
 
 from loom.server.app import ServerState, view_for
-from loom.server.ownership import McpSessions, current_principal
+from loom.server.ownership import McpSessions, current_owners, current_principal
 
 if TYPE_CHECKING:
     from mcp.server import ServerRequestContext
@@ -44,6 +44,7 @@ def _resolve(ctx: ServerRequestContext[Any, Any]) -> tuple[Mapping[str, Agent], 
     # the handler may run in the session's task, not the POST's: scope the store to the key
     current_principal.set(principal)
     state = view_for(request.app.state.loom, principal)
+    current_owners.set(state.extra.get("owners"))
     return state.registry, state.runtime
 
 

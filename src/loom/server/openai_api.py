@@ -31,7 +31,7 @@ from loom.errors import InputError
 from loom.events import AgentEvent, AgentFinish, LlmDelta
 from loom.messages import RunResult, Usage, new_id
 from loom.server.app import error_body, state_of
-from loom.server.ownership import check_client_id, header_value
+from loom.server.ownership import client_session_id, header_value
 from loom.server.served import run_served, stream_served
 
 __all__ = ["router"]
@@ -123,7 +123,8 @@ def _last_user_text(items: list[dict[str, Any]], field: str) -> str:
 
 def _session(header: str | None, user: str | None, metadata: dict[str, Any] | None) -> str:
     """The Loom session a request continues, else a new session id; a given id is checked
-    before anything runs (``check_client_id``: an empty, over-long or unprintable id is 422)."""
+    before anything runs (an empty, over-long or unprintable id is 422) and names the key's
+    own session (``loom.server.ownership.client_session_id``)."""
     meta = (metadata or {}).get("session_id")
     for where, value in (
         ("X-Loom-Session header", header),
@@ -134,7 +135,7 @@ def _session(header: str | None, user: str | None, metadata: dict[str, Any] | No
             continue
         if not isinstance(value, str):
             raise InputError(f"the {where} is a session id (text), got {type(value).__name__}")
-        return check_client_id(value, f"session id (the {where})")
+        return client_session_id(value, f"session id (the {where})")
     return new_id("session")
 
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_ID_LENGTH",
     "OWNER_NS",
+    "SCOPE_MARK",
     "ClientId",
     "Kind",
     "McpSessions",
@@ -44,12 +45,15 @@ __all__ = [
     "Owners",
     "Principal",
     "check_client_id",
+    "client_session_id",
+    "current_owners",
     "current_principal",
     "header_value",
     "owner_filter",
     "owner_name",
     "require",
     "require_session",
+    "scoped_session_id",
     "sees",
     "sees_session",
 ]
@@ -77,6 +81,9 @@ class Principal:
 
 
 current_principal: ContextVar[Principal | None] = ContextVar("loom_principal", default=None)
+current_owners: ContextVar[Owners | None] = ContextVar("loom_owners", default=None)
+"""The server's :class:`Owners` for the request being served (what :func:`scoped_session_id`
+reads; set with ``current_principal`` by the HTTP middleware, the gRPC service and MCP)."""
 
 
 # -- the rule -----------------------------------------------------------------------------------
@@ -143,15 +150,46 @@ def check_client_id(value: str, what: str = "session id") -> str:
     return value
 
 
+SCOPE_MARK = "~"
+
+
+def scoped_session_id(value: str) -> str:
+    """The stored id of the session a client names ``value``: session ids are namespaced per
+    owner, so no key learns whether another key has an id, nor takes one before it.
+
+    Without keys and for an admin key it is ``value``. For another key it is ``value`` when
+    that key already owns ``value`` itself (an id the server generated for it, or one made
+    before namespacing) or when ``value`` already ends with ``~<key name>`` (the stored form,
+    as answers name it); otherwise ``<value>~<key name>``. Both the client's form and the
+    stored form reach the same session."""
+    p = current_principal.get()
+    if p is None or p.admin:
+        return value
+    mark = SCOPE_MARK + p.name
+    if value.endswith(mark):
+        return value
+    owners = current_owners.get()
+    if owners is not None and owners.owner.get(value) == p.name:
+        return value
+    return value + mark
+
+
+def client_session_id(value: str, what: str = "session id") -> str:
+    """A session id a client sent, checked (:func:`check_client_id`) and namespaced to the
+    current key (:func:`scoped_session_id`)."""
+    return scoped_session_id(check_client_id(value, what))
+
+
 def _checked_id(value: str) -> str:
     try:
-        return check_client_id(value)
+        return client_session_id(value)
     except InputError as exc:
         raise ValueError(str(exc)) from None
 
 
 ClientId = Annotated[str, AfterValidator(_checked_id)]
-"""A session or thread id in a request body, checked by :func:`check_client_id` (422)."""
+"""A session or thread id in a request body: checked by :func:`check_client_id` (422) and
+namespaced to the request's key (:func:`scoped_session_id`)."""
 
 _HEADER_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")
 

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -34,7 +35,9 @@ from loom.server.ownership import (
     Owners,
     Principal,
     check_client_id,
+    current_owners,
     current_principal,
+    scoped_session_id,
 )
 
 if TYPE_CHECKING:
@@ -185,6 +188,8 @@ class BodyTooLarge(HTTPException):
 
 
 _THREAD_PATH = re.compile(r"^/threads/([^/]+)(?:/|$)")
+# a session a client names in a path: a LangGraph thread, a Weave session
+_SESSION_PATH = re.compile(r"^/(threads|v1/sessions)/([^/]+)(?:/|$)")
 # ids a client names in a path: threads and sessions it chose, runs, schedules, monitors
 _PATH_ID = re.compile(r"^/(?:v1/)?(threads|sessions|runs|crons|monitors)/([^/]+)(?:/|$)")
 _RUN_PATHS = re.compile(
@@ -275,8 +280,18 @@ class GuardMiddleware:
                 await _error(422, "InputError", str(exc))(scope, receive, send)
                 return
         token = current_principal.set(principal)
+        owners_token = current_owners.set(self.owners)
         try:
             if principal is not None and self.owners is not None:
+                await self.owners.load()  # scoped_session_id reads it without waiting
+                session_path = _SESSION_PATH.match(path)
+                if session_path is not None and session_path.group(2) not in ("search", "count"):
+                    # a session id in the path names the key's own session (per-owner ids)
+                    given = session_path.group(2)
+                    stored = scoped_session_id(given)
+                    if stored != given:
+                        path = path[: session_path.start(2)] + stored + path[session_path.end(2) :]
+                        scope = {**scope, "path": path, "raw_path": quote(path).encode()}
                 m = _THREAD_PATH.match(path)
                 if (
                     m
@@ -291,6 +306,7 @@ class GuardMiddleware:
                     return
             await self.app(scope, _limited(receive, limit), send)
         finally:
+            current_owners.reset(owners_token)
             current_principal.reset(token)
 
 

@@ -339,12 +339,11 @@ async def test_grpc_keys_are_scoped_to_agents_and_sessions(keyed_grpc: GrpcServe
         with pytest.raises(grpc.aio.AioRpcError) as ans:
             await stub.AnswerClarificationQuestion(answer, metadata=key(ALICE))
         assert ans.value.code() == grpc.StatusCode.NOT_FOUND
-        with pytest.raises(grpc.aio.AioRpcError) as cont:
-            await stub.Weave(
-                pb.WeaveRequest(agent="calc", message="hi", session_id="bob-1"),
-                metadata=key(ALICE),
-            )
-        assert cont.value.code() == grpc.StatusCode.NOT_FOUND
+        # session ids are per key (issue #24): alice's "bob-1" is her own session, not bob's
+        own = await stub.Weave(
+            pb.WeaveRequest(agent="calc", message="hi", session_id="bob-1"), metadata=key(ALICE)
+        )
+        assert own.session_id == "bob-1~alice" and own.output == "echo: hi"
         # bob answers his own, and sees his session's events
         done = await stub.AnswerClarificationQuestion(answer, metadata=key(BOB), timeout=20)
         assert done.reply.output == "done: deployed prod"

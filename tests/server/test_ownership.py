@@ -512,6 +512,39 @@ def test_a_bad_mcp_session_id_argument_is_refused_before_the_run(keyed: Server, 
     assert _thread_count(url) == before
 
 
+@pytest.mark.parametrize("bad", list(BAD_IDS.values()), ids=list(BAD_IDS))
+def test_a_bad_agui_thread_or_a2a_context_id_is_refused_before_the_run(
+    keyed: Server, bad: str
+) -> None:
+    url, h = keyed.url, bearer(ALICE)
+    before = _thread_count(url)
+    msg = {"id": "u1", "role": "user", "content": "add 2 3"}
+    agui = {"threadId": bad, "runId": "r1", "messages": [msg], "state": {}, "tools": []}
+    agui.update({"context": [], "forwardedProps": {}})
+    r = httpx.post(f"{url}/agui/calc", json=agui, headers=h)
+    assert r.status_code == 422 and "threadId" in r.text, (r.status_code, r.text[:300])
+    send = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {
+            "message": {
+                "messageId": "m1",
+                "role": "ROLE_USER",
+                "contextId": bad,
+                "parts": [{"text": "add 2 3"}],
+            }
+        },
+    }
+    a2a = httpx.post(
+        f"{url}/agents/calc/a2a", json=send, headers={**h, "A2A-Version": "1.0"}, timeout=30
+    )
+    if bad:  # an empty contextId is no contextId: A2A starts a new context
+        error = a2a.json().get("error", {})
+        assert error.get("code") == -32602 and "contextId" in error["message"], a2a.text
+        assert _thread_count(url) == before
+
+
 def _turns_in(db: Path, session_prefix: str) -> list[tuple[str, int]]:
     with sqlite3.connect(db) as conn:
         return conn.execute(

@@ -9,6 +9,7 @@ action, exactly as for an id that does not exist; root sees them all.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from collections.abc import Iterator
@@ -105,7 +106,7 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "--keys",
         str(tmp / "keys.yaml"),
         app="server_agents:slow_registry",
-        env={"LOOM_SCHEDULER": "off"},
+        env={"LOOM_SCHEDULE_POLL": "0.1"},
     )
     yield srv
     stop_server(srv)
@@ -334,6 +335,47 @@ def test_an_mcp_session_is_the_key_that_made_it(keyed: Server, records: Records)
         deleted = httpx.delete(f"{url}/mcp", headers={**bearer(who), "Mcp-Session-Id": sid})
         assert deleted.status_code == 404
     assert _tools_list(url, ALICE, sid).status_code == 200  # still alice's, still open
+
+
+def test_a_schedules_runs_write_sessions_its_key_reads(keyed: Server) -> None:
+    """A tick of alice's schedule runs on a session that is alice's: she reads it, bob and
+    carol do not (it used to be nobody's: only admin keys could read a schedule's runs)."""
+    from loom.schedule import Schedule, ScheduleStore
+    from loom.store import SQLiteStore
+
+    async def add_and_wait() -> str:
+        store = SQLiteStore(keyed.db)
+        schedules = ScheduleStore(store)
+        fast = Schedule(
+            agent="calc",
+            message="add 2 3",
+            interval=0.5,
+            id="alice-fast",
+            session="per_run",
+            principal="alice",
+        )
+        await schedules.add(fast)
+        for _ in range(400):
+            runs = await schedules.schedule_runs("alice-fast")
+            if any(r.status == "finished" for r in runs):
+                break
+            await asyncio.sleep(0.05)
+        await schedules.pause("alice-fast")
+        await store.close()
+        return next(str(r.session_id) for r in runs if r.status == "finished")
+
+    session = asyncio.run(add_and_wait())
+    path = f"{keyed.url}/threads/{quote(session, safe='')}/state"
+    mine = httpx.get(path, headers=bearer(ALICE))
+    assert mine.status_code == 200, mine.text
+    assert mine.json()["values"]["messages"][-1]["content"] == "The sum is 5."
+    for other in (BOB, CAROL):
+        assert httpx.get(path, headers=bearer(other)).status_code == 404
+    runs = httpx.get(f"{keyed.url}/runs/crons/alice-fast/runs", headers=bearer(ALICE))
+    assert runs.status_code == 200 and runs.json()
+    assert (
+        httpx.get(f"{keyed.url}/runs/crons/alice-fast/runs", headers=bearer(BOB)).status_code == 404
+    )
 
 
 def test_schedule_owner_column_is_migrated(keyed: Server) -> None:

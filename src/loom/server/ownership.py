@@ -230,9 +230,15 @@ class Owners:
             self._loaded = True
 
     async def claim(self, session_id: str, principal: Principal) -> None:
-        self.owner[session_id] = principal.name
+        """Record ``principal`` as the owner of ``session_id``."""
+        await self.claim_for(session_id, principal.name)
+
+    async def claim_for(self, session_id: str, owner: str) -> None:
+        """Record the key named ``owner`` as the owner of ``session_id`` (a schedule's runs
+        write their sessions for the schedule's key)."""
+        self.owner[session_id] = owner
         if self.kv is not None:
-            await self.kv.put_value(OWNER_NS, session_id, principal.name)
+            await self.kv.put_value(OWNER_NS, session_id, owner)
 
     async def owner_of(self, session_id: str) -> str | None:
         """The key that owns ``session_id`` (None: nobody yet)."""

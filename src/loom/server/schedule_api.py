@@ -36,11 +36,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from loom.errors import ConfigurationError, MonitorNotFound, ScheduleNotFound
 from loom.schedule import Monitor, MonitorStore, Schedule, ScheduleState, ScheduleStore
+from loom.schedule.launch import Launcher, Outcome
+from loom.schedule.model import ScheduleRun
 from loom.schedule.monitors import MonitorState
 from loom.server.app import ServerState, state_of
-from loom.server.ownership import current_principal, owner_filter, owner_name, require
+from loom.server.ownership import (
+    Owners,
+    current_principal,
+    owner_filter,
+    owner_name,
+    require,
+)
 
-__all__ = ["monitors_of", "router"]
+__all__ = ["OwnedLauncher", "monitors_of", "router"]
 
 log = logging.getLogger("loom.server")
 T = TypeVar("T")
@@ -49,15 +57,39 @@ _OVERLAP = {"reject": "skip", "enqueue": "queue", "interrupt": "cancel", "rollba
 _STRATEGY = {"skip": "reject", "queue": "enqueue", "cancel": "interrupt"}
 
 
+class OwnedLauncher:
+    """A ``Launcher`` that runs each tick for its schedule's key: the session a tick writes
+    is recorded as that key's before the run starts, so the key reads its schedule's runs
+    (``Schedule.principal``; a schedule made without keys leaves them to admin keys)."""
+
+    def __init__(self, inner: Launcher, owners: Owners) -> None:
+        self.inner, self.owners = inner, owners
+
+    def __getattr__(self, name: str) -> Any:  # the inner launcher's add, reattaches, detach
+        return getattr(self.inner, name)
+
+    async def run(self, schedule: Schedule, run: ScheduleRun, run_id: str) -> Outcome:
+        session = run.session_id or schedule.session_for(run.tick)
+        if schedule.principal is not None and await self.owners.owner_of(session) is None:
+            await self.owners.claim_for(session, schedule.principal)
+        return await self.inner.run(schedule, run, run_id)
+
+
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state: ServerState = app.state.loom
     scheduler = None
     if os.environ.get("LOOM_SCHEDULER", "on").lower() not in ("off", "0", "false", "no"):
-        from loom.schedule import build_scheduler
+        from loom.schedule import RuntimeLauncher, build_scheduler
 
+        owners: Owners | None = state.extra.get("owners")
+        launcher = RuntimeLauncher(state.runtime, state.registry)
         try:
-            scheduler = await build_scheduler(state.runtime, state.registry)
+            scheduler = await build_scheduler(
+                state.runtime,
+                state.registry,
+                launcher=launcher if owners is None else OwnedLauncher(launcher, owners),
+            )
         except ConfigurationError as exc:  # a store that keeps no schedules (MemoryStore)
             log.warning("no scheduler: %s", exc)
         else:

@@ -20,7 +20,7 @@ from urllib.parse import quote, unquote
 
 import httpx
 import pytest
-from tests.server.conftest import Server, start_server, stop_server
+from tests.server.conftest import AGENTS, Server, start_server, stop_server
 
 ALICE, BOB, CAROL, ROOT = "alice-key-0001", "bob-key-0002", "carol-key-0003", "root-key-0004"
 MCP_ACCEPT = {"Accept": "application/json, text/event-stream"}
@@ -50,6 +50,7 @@ class Records:
     cron: str
     monitor: str
     mcp_session: str
+    error: str
 
 
 def _mcp_post(url: str, key: str, body: dict[str, Any], session: str | None) -> httpx.Response:
@@ -92,6 +93,27 @@ def _tools_list(url: str, key: str, session: str) -> httpx.Response:
     return _mcp_post(url, key, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, session)
 
 
+# an agent whose tool fails, so a run stores an error (its id: Error ID in the tool result)
+BROKEN = r'''
+
+@tool
+def explode(target: str) -> str:
+    """Always fails."""
+    raise RuntimeError(f"cannot reach {target}")
+
+
+def breaker(messages, tools):
+    if messages[-1].role == "tool":
+        return "it failed"
+    return ModelResponse(tool_calls=[ToolCall(name="explode", arguments={"target": "db"})])
+
+
+owned_registry = AgentRegistry([*slow_registry.values(),
+                                Agent(name="broken", model=FunctionModel(breaker),
+                                      tools=[explode])])
+'''
+
+
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("owners")
@@ -105,7 +127,8 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         tmp,
         "--keys",
         str(tmp / "keys.yaml"),
-        app="server_agents:slow_registry",
+        app="server_agents:owned_registry",
+        source=AGENTS + BROKEN,
         env={"LOOM_SCHEDULE_POLL": "0.1"},
     )
     yield srv
@@ -159,7 +182,16 @@ def records(keyed: Server) -> Iterator[Records]:
     assert cron.status_code == 200, cron.text
     monitor = httpx.post(f"{url}/monitors", json={"name": "nightly", "interval": 3600}, headers=a)
     assert monitor.status_code == 200, monitor.text
+    broken = httpx.post(
+        f"{url}/threads/{thread}/runs/wait",
+        json={"assistant_id": "broken", "input": human("go")},
+        headers=a,
+    )
+    assert broken.status_code == 200, broken.text
+    with sqlite3.connect(keyed.db) as db:
+        [(error,)] = db.execute("SELECT id FROM errors WHERE session_id = ?", (thread,)).fetchall()
     yield Records(
+        error=error,
         thread=thread,
         run=run,
         approval_thread=parked_thread,
@@ -186,6 +218,7 @@ SURFACES: list[tuple[str, str, str, dict[str, Any] | None]] = [
     ("thread", "GET", "/v1/sessions/{thread}/events", None),
     ("thread", "GET", "/console/sessions/{thread}", None),
     ("thread", "GET", "/console/sessions/{thread}/live", None),
+    ("error", "GET", "/console/errors/{error}", None),
     ("run", "GET", "/threads/{thread}/runs/{run}", None),
     ("run", "GET", "/runs/{run}", None),
     ("run", "GET", "/runs/{run}/wait", None),
@@ -265,6 +298,7 @@ def test_the_owner_and_an_admin_still_see_every_record(keyed: Server, records: R
             f"/runs/crons/{records.cron}/runs",
             f"/monitors/{records.monitor}",
             f"/console/sessions/{records.thread}",
+            f"/console/errors/{records.error}",
         ]:
             r = httpx.get(keyed.url + path, headers=h, timeout=30)
             assert r.status_code == 200, (key, path, r.text)
@@ -298,6 +332,9 @@ def test_listings_hold_only_the_keys_own_records(keyed: Server, records: Records
     assert httpx.post(f"{url}/runs/crons/count", json={}, headers=h).json() == len(crons)
     monitors = httpx.get(f"{url}/monitors", headers=h).json()
     assert records.monitor not in [m["id"] for m in monitors]
+    errors = httpx.get(f"{url}/console/errors", headers=h)
+    assert errors.status_code == 200 and records.error not in errors.text
+    assert records.error in httpx.get(f"{url}/console/errors", headers=bearer(ROOT)).text
     admin_runs = httpx.post(f"{url}/runs/search", json={"limit": 1000}, headers=bearer(ROOT))
     assert {records.run, records.stateless_run} <= {r["run_id"] for r in admin_runs.json()}
 

@@ -24,6 +24,7 @@ from tests.server.conftest import AGENTS, Server, start_server, stop_server
 
 ALICE, BOB, CAROL, ROOT = "alice-key-0001", "bob-key-0002", "carol-key-0003", "root-key-0004"
 MCP_ACCEPT = {"Accept": "application/json, text/event-stream"}
+A2A = {"A2A-Version": "1.0"}
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -51,6 +52,7 @@ class Records:
     monitor: str
     mcp_session: str
     error: str
+    a2a_task: str
 
 
 def _mcp_post(url: str, key: str, body: dict[str, Any], session: str | None) -> httpx.Response:
@@ -190,7 +192,18 @@ def records(keyed: Server) -> Iterator[Records]:
     assert broken.status_code == 200, broken.text
     with sqlite3.connect(keyed.db) as db:
         [(error,)] = db.execute("SELECT id FROM errors WHERE session_id = ?", (thread,)).fetchall()
+    send = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {
+            "message": {"messageId": "a1", "role": "ROLE_USER", "parts": [{"text": "add 2 3"}]}
+        },
+    }
+    sent = httpx.post(f"{url}/agents/calc/a2a", json=send, headers={**a, **A2A}, timeout=30)
+    assert "result" in sent.json(), sent.text
     yield Records(
+        a2a_task=sent.json()["result"]["task"]["id"],
         error=error,
         thread=thread,
         run=run,
@@ -413,6 +426,27 @@ def test_a_schedules_runs_write_sessions_its_key_reads(keyed: Server) -> None:
     assert (
         httpx.get(f"{keyed.url}/runs/crons/alice-fast/runs", headers=bearer(BOB)).status_code == 404
     )
+
+
+@pytest.mark.parametrize("method", ["GetTask", "CancelTask", "SubscribeToTask"])
+def test_an_a2a_task_is_the_key_that_made_it(keyed: Server, records: Records, method: str) -> None:
+    def call(key: str, task_id: str) -> dict[str, Any]:
+        body = {"jsonrpc": "2.0", "id": 9, "method": method, "params": {"id": task_id}}
+        r = httpx.post(
+            f"{keyed.url}/agents/calc/a2a", json=body, headers={**bearer(key), **A2A}, timeout=30
+        )
+        if r.headers.get("content-type", "").startswith("text/event-stream"):
+            return _mcp_result(r)  # the first SSE message is as good as JSON here
+        out: dict[str, Any] = r.json()
+        return out
+
+    never = call(BOB, "no-such-task")
+    for who in (BOB, CAROL):
+        answer = call(who, records.a2a_task)
+        assert answer["error"]["code"] == never["error"]["code"] == -32001, answer
+    if method == "GetTask":
+        for who in (ALICE, ROOT):
+            assert call(who, records.a2a_task)["result"]["id"] == records.a2a_task
 
 
 def test_schedule_owner_column_is_migrated(keyed: Server) -> None:

@@ -293,8 +293,23 @@ def test_another_keys_record_does_not_exist(
         timeout=30,
     )
     assert r.status_code == 404, (kind, method, path, r.status_code, r.text)
-    if not path.startswith("/console"):  # the console answers a page, the APIs JSON
-        assert set(r.json()) == {"error"}
+    if path.startswith("/console"):  # the console answers a page, the APIs JSON
+        return
+    assert set(r.json()) == {"error"}
+    # word for word the answer for ids nobody has: no key learns that another has one
+    ghost = Records(**{name: f"ghost-{name}" for name in vars(records)})
+    never = httpx.request(
+        method,
+        keyed.url + _fill(path, ghost),
+        json=_fill(body, ghost),
+        headers=bearer(who),
+        timeout=30,
+    )
+    said = r.json()["error"]["message"]
+    for name, value in vars(records).items():
+        said = said.replace(value, getattr(ghost, name))
+    assert (never.status_code, never.json()["error"]["type"]) == (404, r.json()["error"]["type"])
+    assert said == never.json()["error"]["message"]
 
 
 def test_the_owner_and_an_admin_still_see_every_record(keyed: Server, records: Records) -> None:

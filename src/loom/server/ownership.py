@@ -52,7 +52,6 @@ __all__ = [
     "owner_filter",
     "owner_name",
     "require",
-    "require_session",
     "scoped_session_id",
     "sees",
     "sees_session",
@@ -110,7 +109,7 @@ def _missing(kind: Kind, record_id: str) -> Exception:
     if kind == "schedule":
         return ScheduleNotFound(f"no schedule {record_id!r}", field="id")
     if kind == "monitor":
-        return MonitorNotFound(f"no monitor {record_id!r}", field="id")
+        return MonitorNotFound(f"no monitor {record_id!r}", field="monitor_id")
     what = {
         "session": "thread or session",
         "run": "run",
@@ -241,9 +240,15 @@ class Owners:
             await self.kv.put_value(OWNER_NS, session_id, owner)
 
     async def owner_of(self, session_id: str) -> str | None:
-        """The key that owns ``session_id`` (None: nobody yet)."""
+        """The key that owns ``session_id`` (None: nobody yet). A miss reads the store, so an
+        owner another server of the fleet recorded since this one loaded is found."""
         await self.load()
-        return self.owner.get(session_id)
+        owner = self.owner.get(session_id)
+        if owner is None and self.kv is not None:
+            value = await self.kv.get_value(OWNER_NS, session_id)
+            if isinstance(value, str):
+                self.owner[session_id] = owner = value
+        return owner
 
     async def allowed(self, session_id: str, *, claim_new: bool = False) -> bool:
         """May the current key touch ``session_id``? A session nobody owns that does not exist
@@ -365,15 +370,6 @@ async def sees_session(owners: Owners | None, session_id: str) -> bool:
     if owner is None and await owners.store.get_session(session_id) is None:
         return False
     return sees(p, owner)
-
-
-async def require_session(
-    owners: Owners | None, kind: Kind, session_id: str, record_id: str | None = None
-) -> None:
-    """``kind``'s not-found error (404) for ``record_id`` (default: the session id) unless
-    the current key may see ``session_id`` (:func:`sees_session`)."""
-    if not await sees_session(owners, session_id):
-        raise _missing(kind, record_id or session_id)
 
 
 # -- MCP sessions ---------------------------------------------------------------------------------

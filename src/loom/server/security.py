@@ -288,6 +288,7 @@ class GuardMiddleware:
                 if session_path is not None and session_path.group(2) not in ("search", "count"):
                     # a session id in the path names the key's own session (per-owner ids)
                     given = session_path.group(2)
+                    await self.owners.owner_of(given)  # known here if another server made it
                     stored = scoped_session_id(given)
                     if stored != given:
                         path = path[: session_path.start(2)] + stored + path[session_path.end(2) :]

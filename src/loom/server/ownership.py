@@ -55,6 +55,7 @@ __all__ = [
     "scoped_session_id",
     "sees",
     "sees_session",
+    "unscoped_session_id",
 ]
 
 OWNER_NS = "loom.server.thread_owner"
@@ -171,6 +172,15 @@ def scoped_session_id(value: str) -> str:
     if owners is not None and owners.owner.get(value) == p.name:
         return value
     return value + mark
+
+
+def unscoped_session_id(stored: str) -> str:
+    """The id the current key calls its session ``stored`` by (the inverse of
+    :func:`scoped_session_id` for that key's own sessions; anything else unchanged)."""
+    p = current_principal.get()
+    if p is None or p.admin:
+        return stored
+    return stored.removesuffix(SCOPE_MARK + p.name)
 
 
 def client_session_id(value: str, what: str = "session id") -> str:

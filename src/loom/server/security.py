@@ -189,9 +189,9 @@ class BodyTooLarge(HTTPException):
 
 _THREAD_PATH = re.compile(r"^/threads/([^/]+)(?:/|$)")
 # a session a client names in a path: a LangGraph thread, a Weave session
-_SESSION_PATH = re.compile(r"^/(threads|v1/sessions)/([^/]+)(?:/|$)")
+_SESSION_PATH = re.compile(r"^/(threads|v1/sessions|console/sessions)/([^/]+)(?:/|$)")
 # ids a client names in a path: threads and sessions it chose, runs, schedules, monitors
-_PATH_ID = re.compile(r"^/(?:v1/)?(threads|sessions|runs|crons|monitors)/([^/]+)(?:/|$)")
+_PATH_ID = re.compile(r"^/(?:v1/|console/)?(threads|sessions|runs|crons|monitors)/([^/]+)(?:/|$)")
 _RUN_PATHS = re.compile(
     r"^(?:/threads/[^/]+/runs(?:/stream|/wait)?|/threads/[^/]+/approvals/[^/]+"
     r"|/runs(?:/stream|/wait|/batch)?|/agents/[^/]+/runs.*"

@@ -465,6 +465,7 @@ async def decide(request: Request, session_id: str, call_id: str) -> Response:
     """Approve or reject a parked call; once every parked call is decided the run resumes (as
     a run of the run API, so it streams to this page and to API clients alike)."""
     from loom.server.langgraph_api import RunCreate, _start_run, record_decision, session_agent
+    from loom.server.ownership import unscoped_session_id
 
     form = await _form(request)
     refused = _csrf_refused(request, form)
@@ -477,7 +478,7 @@ async def decide(request: Request, session_id: str, call_id: str) -> Response:
     if form.get("reason"):
         decision["reason"] = form["reason"]
     state = state_of(request)
-    back = f"/console/sessions/{quote(session_id, safe='')}"
+    back = f"/console/sessions/{quote(unscoped_session_id(session_id), safe='')}"
     try:
         info, decided, waiting = await record_decision(state, session_id, call_id, decision)
         if not waiting:

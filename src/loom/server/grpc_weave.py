@@ -31,7 +31,7 @@ from loom.server.app import ServerState, view_for
 from loom.server.ownership import client_session_id, current_owners, current_principal
 from loom.server.proto import weave_pb2 as pb
 from loom.server.proto import weave_pb2_grpc as pb_grpc
-from loom.server.security import _presented_key
+from loom.server.security import presented_key
 from loom.server.session_events import Lagged, event_id, session_events
 from loom.server.weave_api import ProgressTracker, weave_reply
 
@@ -140,7 +140,7 @@ class WeaveService(pb_grpc.WeaveServicer):
             metadata = {
                 k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)
             }
-            presented = _presented_key(metadata)
+            presented = presented_key(metadata)
             if presented is None:
                 await context.abort(
                     grpc.StatusCode.UNAUTHENTICATED,

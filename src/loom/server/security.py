@@ -56,6 +56,7 @@ __all__ = [
     "current_principal",
     "is_loopback",
     "load_keys",
+    "presented_key",
 ]
 
 ENV_KEYS = "LOOM_API_KEYS"
@@ -223,7 +224,7 @@ class GuardMiddleware:
         headers = _headers(scope)
         principal = None
         if self.config.keys:
-            presented = _presented_key(headers)
+            presented = presented_key(headers)
             if presented is None and (path == "/console" or path.startswith("/console/")):
                 # a browser: the console's login cookie stands for the key (its own login form)
                 from loom.server.console.auth import console_gate
@@ -330,7 +331,9 @@ def _headers(scope: Scope) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
 
 
-def _presented_key(headers: dict[str, str]) -> str | None:
+def presented_key(headers: dict[str, str]) -> str | None:
+    """The API key a client sent: ``Authorization: Bearer <key>`` or ``x-api-key: <key>``
+    (HTTP headers or gRPC metadata, lower-cased names), or None."""
     auth = headers.get("authorization", "")
     scheme, _, value = auth.partition(" ")
     if scheme.lower() == "bearer" and value.strip():

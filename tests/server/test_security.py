@@ -323,6 +323,7 @@ def test_refuses_a_public_interface_without_keys(tmp_path: Path) -> None:
         ("- {name: a, key: long-enough-1, key_sha256: abc}", "exactly one"),
         ("- {name: a, key: long-enough-1}\n- {name: a, key: long-enough-2}", "unique"),
         ("- {name: a, key: long-enough-1, color: red}", "unknown fields"),
+        ("- {name: a/b, key: long-enough-1}", "a key name is"),  # part of session ids
         ("not: [a list", "YAML"),
     ],
 )

@@ -92,6 +92,10 @@ class KeyRing:
         return found
 
 
+# a key's name ends the ids of its sessions (``<id>~<name>``): no path or URL syntax in it
+_KEY_NAME = re.compile(r"[A-Za-z0-9._@:+-]{1,64}")
+
+
 def load_keys(path: str | Path | None = None, env: str | None = None) -> KeyRing:
     """Keys from a YAML file (a list of ``{name, key | key_sha256, agents?, admin?}``, or
     ``{keys: [...]}``) and from ``env`` (the ``LOOM_API_KEYS`` value: plain keys, comma-separated,
@@ -129,6 +133,11 @@ def _entry(entry: Any, where: str) -> Principal:
     name = entry.get("name")
     if not isinstance(name, str) or not name.strip():
         raise ConfigurationError(f"{where}: every key needs a name")
+    if not _KEY_NAME.fullmatch(name):
+        raise ConfigurationError(
+            f"{where} ({name!r}): a key name is letters, digits and . _ - @ : + "
+            "(it becomes part of the key's session ids, docs/server.md)"
+        )
     key, hashed = entry.get("key"), entry.get("key_sha256")
     if (key is None) == (hashed is None):
         raise ConfigurationError(f"{where} ({name}): give exactly one of key or key_sha256")

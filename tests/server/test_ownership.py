@@ -231,6 +231,7 @@ SURFACES: list[tuple[str, str, str, dict[str, Any] | None]] = [
     ("thread", "GET", "/v1/sessions/{thread}/events", None),
     ("thread", "GET", "/console/sessions/{thread}", None),
     ("thread", "GET", "/console/sessions/{thread}/live", None),
+    ("error", "GET", "/errors/{error}", None),
     ("error", "GET", "/console/errors/{error}", None),
     ("run", "GET", "/threads/{thread}/runs/{run}", None),
     ("run", "GET", "/runs/{run}", None),
@@ -327,6 +328,7 @@ def test_the_owner_and_an_admin_still_see_every_record(keyed: Server, records: R
             f"/monitors/{records.monitor}",
             f"/console/sessions/{records.thread}",
             f"/console/errors/{records.error}",
+            f"/errors/{records.error}",
         ]:
             r = httpx.get(keyed.url + path, headers=h, timeout=30)
             assert r.status_code == 200, (key, path, r.text)

@@ -148,14 +148,14 @@ def test_a_key_never_reads_another_keys_thread(keyed: Server) -> None:
     r = httpx.post(
         f"{url}/v1/chat/completions", json=chat, headers={**alice, "X-Loom-Session": thread}
     )
-    assert r.status_code == 200 and r.headers["x-loom-session"] == f"{thread}~alice"
+    assert r.status_code == 200 and r.headers["x-loom-session"] == f"alice~{thread}"
     weave = {"agent": "calc", "message": "add 1 1", "session_id": thread}
     r = httpx.post(f"{url}/v1/weave", json=weave, headers=alice)
-    assert r.status_code == 200 and r.json()["session_id"] == f"{thread}~alice"
+    assert r.status_code == 200 and r.json()["session_id"] == f"alice~{thread}"
     r = httpx.post(
         f"{url}/threads", json={"thread_id": thread, "if_exists": "do_nothing"}, headers=alice
     )
-    assert r.status_code == 200 and r.json()["thread_id"] == f"{thread}~alice"
+    assert r.status_code == 200 and r.json()["thread_id"] == f"alice~{thread}"
     # the thread is untouched and still bob's; an admin key sees it
     after = httpx.get(f"{url}/threads/{thread}", headers=bearer(BOB)).json()
     assert len(after["values"]["messages"]) == 4

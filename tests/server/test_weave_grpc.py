@@ -343,7 +343,7 @@ async def test_grpc_keys_are_scoped_to_agents_and_sessions(keyed_grpc: GrpcServe
         own = await stub.Weave(
             pb.WeaveRequest(agent="calc", message="hi", session_id="bob-1"), metadata=key(ALICE)
         )
-        assert own.session_id == "bob-1~alice" and own.output == "echo: hi"
+        assert own.session_id == "alice~bob-1" and own.output == "echo: hi"
         # bob answers his own, and sees his session's events
         done = await stub.AnswerClarificationQuestion(answer, metadata=key(BOB), timeout=20)
         assert done.reply.output == "done: deployed prod"

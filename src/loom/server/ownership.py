@@ -159,19 +159,20 @@ def scoped_session_id(value: str) -> str:
 
     Without keys and for an admin key it is ``value``. For another key it is ``value`` when
     that key already owns ``value`` itself (an id the server generated for it, or one made
-    before namespacing) or when ``value`` already ends with ``~<key name>`` (the stored form,
-    as answers name it); otherwise ``<value>~<key name>``. Both the client's form and the
-    stored form reach the same session."""
+    before namespacing) or when ``value`` already starts with ``<key name>~`` (the stored
+    form, as answers name it); otherwise ``<key name>~<value>``. Both the client's form and
+    the stored form reach the same session, and so do ids derived from it (a crew member's
+    ``<session>:<crew>/<member>``)."""
     p = current_principal.get()
     if p is None or p.admin:
         return value
-    mark = SCOPE_MARK + p.name
-    if value.endswith(mark):
+    mark = p.name + SCOPE_MARK
+    if value.startswith(mark):
         return value
     owners = current_owners.get()
     if owners is not None and owners.owner.get(value) == p.name:
         return value
-    return value + mark
+    return mark + value
 
 
 def unscoped_session_id(stored: str) -> str:
@@ -180,7 +181,7 @@ def unscoped_session_id(stored: str) -> str:
     p = current_principal.get()
     if p is None or p.admin:
         return stored
-    return stored.removesuffix(SCOPE_MARK + p.name)
+    return stored.removeprefix(p.name + SCOPE_MARK)
 
 
 def client_session_id(value: str, what: str = "session id") -> str:

@@ -92,7 +92,7 @@ class KeyRing:
         return found
 
 
-# a key's name ends the ids of its sessions (``<id>~<name>``): no path or URL syntax in it
+# a key's name starts the ids of its sessions (``<name>~<id>``): no path or URL syntax in it
 _KEY_NAME = re.compile(r"[A-Za-z0-9._@:+-]{1,64}")
 
 
@@ -136,7 +136,7 @@ def _entry(entry: Any, where: str) -> Principal:
     if not _KEY_NAME.fullmatch(name):
         raise ConfigurationError(
             f"{where} ({name!r}): a key name is letters, digits and . _ - @ : + "
-            "(it becomes part of the key's session ids, docs/server.md)"
+            "(it starts the key's session ids, docs/server.md)"
         )
     key, hashed = entry.get("key"), entry.get("key_sha256")
     if (key is None) == (hashed is None):

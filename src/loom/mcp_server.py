@@ -161,11 +161,16 @@ def _arguments(args: Mapping[str, Any] | None) -> tuple[str, str | None]:
             "'message' is required and must be non-empty text: the user's message to the agent"
         )
     session_id = args.get("session_id")
-    if session_id is not None and (not isinstance(session_id, str) or not session_id.strip()):
-        raise _error(
-            "'session_id' must be non-empty text (a previous result's session_id); "
-            "leave it out to start a new session"
-        )
+    if session_id is not None:
+        from loom.server.ownership import client_session_id
+
+        try:  # checked before anything runs and namespaced to the key, as on every surface
+            session_id = client_session_id(session_id, "session_id")
+        except InputError as exc:
+            raise _error(
+                f"'session_id': {exc} (give a previous result's session_id, "
+                "or leave it out to start a new session)"
+            ) from None
     return message, session_id
 
 

@@ -54,8 +54,9 @@ def test_postgres_migrate_status_and_sessions(pg_url: str) -> None:
         "0003_schedules",
         "0004_append_function",
         "0005_approval_events_index",
+        "0006_schedule_principals",
     ]
-    assert status["schema_version"] == status["known_version"] == 5
+    assert status["schema_version"] == status["known_version"] == 6
 
     # A session, an open run and a held lease, written by a store, show up in the counts.
     import asyncio

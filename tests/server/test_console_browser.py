@@ -395,8 +395,13 @@ def test_a_fired_schedule_shows_with_its_runs_and_monitor(
         ).json()
         # the cron API takes five-field lines (a minute at least): a one-second interval goes in
         # through the Python API, paused, so its monitor exists before the first tick
-        every = Schedule(
-            agent="ticker", message="tick", interval=1, id="every-second", enabled=False
+        every = Schedule(  # the key's own schedule (issue #24: schedules have owners)
+            agent="ticker",
+            message="tick",
+            interval=1,
+            id="every-second",
+            enabled=False,
+            principal="env-1",
         )
         on_store(server, lambda store: ScheduleStore(store).add(every))
         client.post(
@@ -452,10 +457,10 @@ def test_a_fired_schedule_shows_with_its_runs_and_monitor(
     assert other.locator("dd.message").text_content() == XSS  # the message, as text
     assert page.locator("#schedules script, #schedules img").count() == 0
     shot(page, "schedules")
-    # a run's link opens its session at that run; the scheduler's sessions belong to no key,
-    # so (as over the API) an admin key sees them and another key gets a 404
+    # a run's link opens its session at that run: a tick's session is its schedule's key's
+    # (issue #24), and an admin key sees it too
     href = links.first.get_attribute("href")
-    assert page.goto(f"{server.url}{href}").status == 404
+    assert page.goto(f"{server.url}{href}").status == 200
     admin = login(browser, server, ADMIN_KEY)
     admin.goto(f"{server.url}/console/schedules/every-second")
     admin.locator(f"#schedule-every-second a.run-link[href='{href}']").click()

@@ -138,7 +138,8 @@ def test_a_key_never_reads_another_keys_thread(keyed: Server) -> None:
         )
         assert r.status_code == 404, (method, path, r.text)
         assert thread in error_of(r)["message"]
-    # nor by id in a search, nor as an OpenAI / Weave session, nor by creating it again
+    # nor by id in a search; as an OpenAI / Weave session or by creating it again, the id
+    # names alice's own session (ids are per key, issue #24), never bob's
     ids = httpx.post(f"{url}/threads/search", json={"ids": [thread]}, headers=alice).json()
     assert ids == []
     listed = httpx.post(f"{url}/threads/search", json={"limit": 100}, headers=alice).json()
@@ -147,13 +148,14 @@ def test_a_key_never_reads_another_keys_thread(keyed: Server) -> None:
     r = httpx.post(
         f"{url}/v1/chat/completions", json=chat, headers={**alice, "X-Loom-Session": thread}
     )
-    assert r.status_code == 404 and error_of(r)
+    assert r.status_code == 200 and r.headers["x-loom-session"] == f"alice~{thread}"
     weave = {"agent": "calc", "message": "add 1 1", "session_id": thread}
-    assert httpx.post(f"{url}/v1/weave", json=weave, headers=alice).status_code == 404
+    r = httpx.post(f"{url}/v1/weave", json=weave, headers=alice)
+    assert r.status_code == 200 and r.json()["session_id"] == f"alice~{thread}"
     r = httpx.post(
         f"{url}/threads", json={"thread_id": thread, "if_exists": "do_nothing"}, headers=alice
     )
-    assert r.status_code == 404
+    assert r.status_code == 200 and r.json()["thread_id"] == f"alice~{thread}"
     # the thread is untouched and still bob's; an admin key sees it
     after = httpx.get(f"{url}/threads/{thread}", headers=bearer(BOB)).json()
     assert len(after["values"]["messages"]) == 4
@@ -333,6 +335,7 @@ def test_refuses_a_public_interface_without_keys(tmp_path: Path) -> None:
         ("- {name: a, key: long-enough-1, key_sha256: abc}", "exactly one"),
         ("- {name: a, key: long-enough-1}\n- {name: a, key: long-enough-2}", "unique"),
         ("- {name: a, key: long-enough-1, color: red}", "unknown fields"),
+        ("- {name: a/b, key: long-enough-1}", "a key name is"),  # part of session ids
         ("not: [a list", "YAML"),
     ],
 )

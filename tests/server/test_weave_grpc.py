@@ -339,12 +339,11 @@ async def test_grpc_keys_are_scoped_to_agents_and_sessions(keyed_grpc: GrpcServe
         with pytest.raises(grpc.aio.AioRpcError) as ans:
             await stub.AnswerClarificationQuestion(answer, metadata=key(ALICE))
         assert ans.value.code() == grpc.StatusCode.NOT_FOUND
-        with pytest.raises(grpc.aio.AioRpcError) as cont:
-            await stub.Weave(
-                pb.WeaveRequest(agent="calc", message="hi", session_id="bob-1"),
-                metadata=key(ALICE),
-            )
-        assert cont.value.code() == grpc.StatusCode.NOT_FOUND
+        # session ids are per key (issue #24): alice's "bob-1" is her own session, not bob's
+        own = await stub.Weave(
+            pb.WeaveRequest(agent="calc", message="hi", session_id="bob-1"), metadata=key(ALICE)
+        )
+        assert own.session_id == "alice~bob-1" and own.output == "echo: hi"
         # bob answers his own, and sees his session's events
         done = await stub.AnswerClarificationQuestion(answer, metadata=key(BOB), timeout=20)
         assert done.reply.output == "done: deployed prod"
@@ -373,3 +372,29 @@ async def test_subscribing_mid_run_misses_nothing(grpc_server: GrpcServer) -> No
             assert len(ids) == len(set(ids)), "an event was sent twice"
             stored = await _run_ids(stub, session)
             assert [e.event_id for e in got if e.type != "llm_delta"] == stored
+
+
+@pytest.mark.parametrize("bad", ["cust\x00omer", "\x1b[31m", "a\nb", "x" * 10_240, "   "])
+async def test_grpc_a_bad_session_id_is_invalid_argument_before_the_run(
+    keyed_grpc: GrpcServer, bad: str
+) -> None:
+    """Session ids are checked where they enter (issue #24), as over HTTP: nothing runs."""
+    async with weave_stub(keyed_grpc) as stub:
+        for call in (
+            stub.Weave(
+                pb.WeaveRequest(agent="calc", message="add 2 3", session_id=bad), metadata=key(BOB)
+            ),
+            stub.AnswerClarificationQuestion(
+                pb.ClarificationAnswer(session_id=bad, call_id="c", approve=True), metadata=key(BOB)
+            ),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await call
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "session id" in (refused.value.details() or "")
+        stream = stub.StreamWeave(
+            pb.WeaveRequest(agent="calc", message="add 2 3", session_id=bad), metadata=key(BOB)
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stream.read()
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT

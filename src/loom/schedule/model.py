@@ -65,6 +65,8 @@ class Schedule:
     ``catch_up`` runs, the newest ticks). ``overlap`` says what a tick does while the previous
     run still goes: ``"skip"``, ``"queue"`` (start after it) or ``"cancel"`` (stop it, start).
     ``job`` names a built-in background job instead of an agent (``loom.schedule.jobs``).
+    ``principal`` is the name of the server API key that made it, which alone (with admin
+    keys) sees and changes it (``None``: made without keys, from code or the CLI).
     """
 
     agent: str
@@ -86,6 +88,7 @@ class Schedule:
     job: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
+    principal: str | None = None
 
     def check(self, agents: Any = None) -> Schedule:
         """Raise ``ScheduleError`` (naming the field) unless this schedule can run; ``agents``
@@ -173,7 +176,8 @@ class Monitor:
     """A cron monitor: expects a check-in on ``schedule_id``'s ticks, or on its own ``cron`` /
     ``interval`` (an external job that checks in over HTTP). A check-in later than ``margin``
     seconds past the expected time is *missed*; a job in progress longer than ``max_runtime``
-    seconds is *timed out* (and, for a schedule, its run is cancelled)."""
+    seconds is *timed out* (and, for a schedule, its run is cancelled). ``principal`` is the
+    server API key that made it (as ``Schedule.principal``)."""
 
     id: str = field(default_factory=lambda: f"mon_{uuid.uuid4().hex[:16]}")
     name: str = ""
@@ -183,6 +187,7 @@ class Monitor:
     timezone: str = "UTC"
     margin: float = 60.0
     max_runtime: float | None = None
+    principal: str | None = None
 
     def check(self) -> Monitor:
         from loom.schedule.timing import check_timing

@@ -184,9 +184,16 @@ class MonitorStore:
         expected = await self._expected(monitor, now)
         n = await self.db.schedule_execute(
             "adding a monitor",
-            f"INSERT INTO monitors (id, schedule_id, {_STATE_COLS}) VALUES (?, ?, ?, 'new', ?, "
-            "NULL, NULL, ?) ON CONFLICT (id) DO NOTHING",
-            (monitor.id, monitor.schedule_id, json.dumps(monitor.to_dict()), expected, now),
+            f"INSERT INTO monitors (id, schedule_id, principal, {_STATE_COLS}) VALUES (?, ?, ?, "
+            "?, 'new', ?, NULL, NULL, ?) ON CONFLICT (id) DO NOTHING",
+            (
+                monitor.id,
+                monitor.schedule_id,
+                monitor.principal,
+                json.dumps(monitor.to_dict()),
+                expected,
+                now,
+            ),
         )
         if n != 1:
             raise ScheduleError(f"a monitor with id {monitor.id!r} exists already", field="id")
@@ -200,10 +207,18 @@ class MonitorStore:
             raise MonitorNotFound(f"no monitor {monitor_id!r}", field="monitor_id")
         return _state(rows[0])
 
-    async def list_monitors(self) -> list[MonitorState]:
-        rows = await self.db.schedule_rows(
-            "listing monitors", f"SELECT {_STATE_COLS} FROM monitors ORDER BY id"
-        )
+    async def list_monitors(self, *, principal: str | None = None) -> list[MonitorState]:
+        """Every monitor, by id; ``principal`` keeps only that API key's."""
+        if principal is None:
+            rows = await self.db.schedule_rows(
+                "listing monitors", f"SELECT {_STATE_COLS} FROM monitors ORDER BY id"
+            )
+        else:
+            rows = await self.db.schedule_rows(
+                "listing monitors",
+                f"SELECT {_STATE_COLS} FROM monitors WHERE principal = ? ORDER BY id",
+                (principal,),
+            )
         return [_state(r) for r in rows]
 
     async def remove(self, monitor_id: str) -> None:

@@ -91,7 +91,8 @@ class ScheduleStore:
         inserted = await self.db.schedule_execute(
             "adding a schedule",
             "INSERT INTO schedules (id, agent, thread_id, enabled, next_fire_at, data, "
-            "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+            "created_at, updated_at, principal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (id) DO NOTHING",
             (
                 schedule.id,
                 schedule.job or schedule.agent,
@@ -101,6 +102,7 @@ class ScheduleStore:
                 json.dumps(schedule.to_dict()),
                 now,
                 now,
+                schedule.principal,
             ),
         )
         if inserted != 1:
@@ -132,14 +134,17 @@ class ScheduleStore:
         thread_id: str | None = None,
         enabled: bool | None = None,
         jobs: bool = False,
+        principal: str | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> list[ScheduleState]:
-        """Stored schedules, oldest first; ``jobs=True`` includes the built-in background jobs."""
+        """Stored schedules, oldest first; ``jobs=True`` includes the built-in background jobs;
+        ``principal`` keeps only that API key's."""
         where, params = ["1 = 1"], []  # constant fragments only; values are bound
         for clause, value in (
             ("agent = ?", agent),
             ("thread_id = ?", thread_id),
+            ("principal = ?", principal),
             ("enabled = ?", None if enabled is None else int(enabled)),
         ):
             if value is not None:

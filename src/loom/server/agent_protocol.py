@@ -39,6 +39,7 @@ from loom.server.langgraph_api import (
     thread_history,
 )
 from loom.server.lg_runs import LgRun
+from loom.server.ownership import sees_session
 from loom.server.runs import cancel, resume_position, stream_modes
 
 __all__ = ["router"]
@@ -130,7 +131,7 @@ async def _start(state: ServerState, body: StatelessRunCreate, background: bool 
 
 async def _held(state: ServerState, run_id: str) -> LgRun:
     run = await runs.held_run(state, run_id)
-    if run is None:
+    if run is None or not await sees_session(state.extra.get("owners"), run.thread_id):
         raise _not_found(
             f"no run {run_id!r} held by this server; read older runs with "
             "GET /threads/{thread_id}/runs/{run_id}"
@@ -173,11 +174,13 @@ async def wait_stateless_run(request: Request, body: StatelessRunCreate) -> JSON
 # -- runs by id (Agent Protocol) --------------------------------------------------------------
 @router.post("/runs/search", summary="Search the runs this server holds")
 async def search_runs(request: Request, body: RunSearch) -> list[dict[str, Any]]:
-    manager = _manager(state_of(request))
+    state = state_of(request)
+    owners = state.extra.get("owners")
     runs = [
         r.to_dict()
-        for r in manager.runs.values()
-        if (body.thread_id is None or r.thread_id == body.thread_id)
+        for r in list(_manager(state).runs.values())
+        if await sees_session(owners, r.thread_id)
+        and (body.thread_id is None or r.thread_id == body.thread_id)
         and (body.agent_id is None or r.assistant_id == body.agent_id)
         and (body.status is None or r.status == body.status)
         and all(r.metadata.get(k) == v for k, v in (body.metadata or {}).items())

@@ -49,6 +49,7 @@ from loom.messages import ToolCall, new_id
 from loom.run_inputs import Answer, Resume
 from loom.server.app import ServerState, error_body, state_of
 from loom.server.openai_api import EventStream, close_quietly
+from loom.server.ownership import check_client_id, header_value
 
 if TYPE_CHECKING:
     from ag_ui.core import BaseEvent, RunAgentInput
@@ -389,6 +390,10 @@ async def _run(request: Request, name: str | None) -> Response:
         return JSONResponse(
             error_body("InvalidRequest", f"not a RunAgentInput: {problems}"), status_code=422
         )
+    try:  # checked where it enters, before anything runs (loom.server.ownership)
+        check_client_id(body.thread_id, "threadId")
+    except InputError as exc:
+        return JSONResponse(error_body("InputError", str(exc)), status_code=422)
     state = state_of(request)
     agent = _agent_for(state, name)
     if isinstance(agent, JSONResponse):
@@ -416,7 +421,7 @@ async def _run(request: Request, name: str | None) -> Response:
     return EventStream(
         sse(),
         media_type=encoder.get_content_type(),
-        headers={"Cache-Control": "no-cache", "X-Loom-Session": body.thread_id},
+        headers={"Cache-Control": "no-cache", "X-Loom-Session": header_value(body.thread_id)},
     )
 
 

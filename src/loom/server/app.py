@@ -175,7 +175,7 @@ def create_app(
             )
     state.extra["security"] = security  # gRPC checks keys with it
     if isinstance(runtime.store, OwnedStore):
-        state.extra["owners"] = runtime.store._owners
+        state.extra["owners"] = runtime.store.owners
 
     modules = _protocols()
     starts = [m.on_start for m in modules if getattr(m, "on_start", None) is not None]

@@ -28,9 +28,10 @@ from loom.errors import (
 )
 from loom.events import AgentFinish
 from loom.server.app import ServerState, view_for
+from loom.server.ownership import client_session_id, current_owners, current_principal
 from loom.server.proto import weave_pb2 as pb
 from loom.server.proto import weave_pb2_grpc as pb_grpc
-from loom.server.security import current_principal, presented_key
+from loom.server.security import presented_key
 from loom.server.session_events import Lagged, event_id, session_events
 from loom.server.weave_api import ProgressTracker, weave_reply
 
@@ -159,7 +160,21 @@ class WeaveService(pb_grpc.WeaveServicer):
                 "instance or after it restarts",
             )
         current_principal.set(principal)
+        owners = self.state.extra.get("owners")
+        current_owners.set(owners)
+        if owners is not None:
+            await owners.load()
         return view_for(self.state, principal)
+
+    async def _session(self, given: str, context: Any) -> str | None:
+        """The session a request names ("": none), checked and the key's own (as over HTTP)."""
+        if not given:
+            return None
+        try:
+            return client_session_id(given)
+        except InputError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise  # abort raises; this keeps the type checker informed
 
     async def _agent(self, state: ServerState, name: str, context: Any) -> Any:
         agent = state.registry.get(name)
@@ -180,10 +195,9 @@ class WeaveService(pb_grpc.WeaveServicer):
     async def Weave(self, request: Any, context: Any) -> Any:
         state = await self._enter(context, starts_run=True)
         agent = await self._agent(state, request.agent, context)
+        session_id = await self._session(request.session_id, context)
         try:
-            result = await state.runtime.run(
-                agent, request.message, session_id=request.session_id or None
-            )
+            result = await state.runtime.run(agent, request.message, session_id=session_id)
         except LoomError as exc:
             await self._fail(exc, context)
         return _reply(weave_reply(result))
@@ -191,7 +205,8 @@ class WeaveService(pb_grpc.WeaveServicer):
     async def StreamWeave(self, request: Any, context: Any) -> AsyncIterator[Any]:
         state = await self._enter(context, starts_run=True)
         agent = await self._agent(state, request.agent, context)
-        events = state.runtime.stream(agent, request.message, session_id=request.session_id or None)
+        session_id = await self._session(request.session_id, context)
+        events = state.runtime.stream(agent, request.message, session_id=session_id)
         tracker = ProgressTracker()
         try:
             async for event in events:
@@ -213,7 +228,7 @@ class WeaveService(pb_grpc.WeaveServicer):
 
     async def SubscribeToSession(self, request: Any, context: Any) -> AsyncIterator[Any]:
         state = await self._enter(context)
-        session_id = request.session_id
+        session_id = await self._session(request.session_id, context) or ""
         if not session_id or await state.runtime.store.get_session(session_id) is None:
             await context.abort(
                 grpc.StatusCode.NOT_FOUND,
@@ -256,14 +271,15 @@ class WeaveService(pb_grpc.WeaveServicer):
         decision: dict[str, Any] = {"decision": "approve" if request.approve else "reject"}
         if request.reason:
             decision["reason"] = request.reason
+        session_id = await self._session(request.session_id, context) or ""
         try:
             info, decided, waiting = await record_decision(
-                state, request.session_id, request.call_id, decision
+                state, session_id, request.call_id, decision
             )
             if waiting:
                 return pb.AnswerReply(status="waiting", undecided=waiting)
             agent = await self._agent(state, await session_agent(state, info), context)
-            result = await state.runtime.resume(agent, request.session_id, decided)
+            result = await state.runtime.resume(agent, session_id, decided)
         except (LoomError, StarletteHTTPException) as exc:
             await self._fail(exc, context)
         return pb.AnswerReply(status="resumed", reply=_reply(weave_reply(result)))

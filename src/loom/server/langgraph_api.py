@@ -42,11 +42,8 @@ from loom.events import AgentFinish
 from loom.messages import Message
 from loom.server import runs
 from loom.server.app import ServerState, state_of, view_for
-from loom.server.lg_runs import (
-    LgRun,
-    interrupts_of,
-    run_status,
-)
+from loom.server.lg_runs import LgRun, interrupts_of, run_status
+from loom.server.ownership import ClientId
 from loom.server.runs import (
     MultitaskStrategy,
     assistant_uuid,
@@ -96,7 +93,7 @@ class AssistantSearch(_Body):
 
 
 class ThreadCreate(_Body):
-    thread_id: str | None = None
+    thread_id: ClientId | None = None
     metadata: dict[str, Any] | None = None
     if_exists: Literal["raise", "do_nothing"] = "raise"
 
@@ -107,7 +104,7 @@ class ThreadPatch(_Body):
 
 class ThreadSearch(_Body):
     metadata: dict[str, Any] | None = None
-    ids: list[str] | None = None
+    ids: list[ClientId] | None = None
     status: Literal["idle", "busy", "interrupted", "error"] | None = None
     limit: int = Field(10, ge=0)
     offset: int = Field(0, ge=0)
@@ -130,7 +127,7 @@ class StatelessRunCreate(_RunFields):
 
     assistant_id: str | None = None
     agent_id: str | None = None
-    thread_id: str | None = None
+    thread_id: ClientId | None = None
     messages: list[dict[str, Any]] | None = None
     on_completion: Literal["delete", "keep"] = "delete"
 

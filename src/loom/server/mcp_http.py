@@ -4,7 +4,9 @@
 The SDK's session manager runs in this router's lifespan, so it starts and stops with the
 app. Each request is answered for the API key that sent it (``GuardMiddleware`` has checked
 it): the tools are that key's agents and the sessions that key's threads, whichever MCP
-session the request belongs to. An MCP session ends when the client deletes it or after
+session the request belongs to. An MCP session id belongs to the key whose ``initialize`` made
+it: another key presenting it is answered as for a session that does not exist (404). An MCP
+session ends when the client deletes it or after
 ``LOOM_MCP_IDLE_TIMEOUT`` seconds (or state.extra ``mcp_idle_timeout``; default 30 minutes)
 without a request, which also frees a session whose client never sent ``initialized``.
 """
@@ -12,15 +14,16 @@ without a request, which also frees a session whose client never sent ``initiali
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, FastAPI
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from loom.server.app import ServerState, view_for
-from loom.server.security import current_principal
+from loom.server.ownership import McpSessions, current_owners, current_principal
 
 if TYPE_CHECKING:
     from mcp.server import ServerRequestContext
@@ -41,6 +44,7 @@ def _resolve(ctx: ServerRequestContext[Any, Any]) -> tuple[Mapping[str, Agent], 
     # the handler may run in the session's task, not the POST's: scope the store to the key
     current_principal.set(principal)
     state = view_for(request.app.state.loom, principal)
+    current_owners.set(state.extra.get("owners"))
     return state.registry, state.runtime
 
 
@@ -64,10 +68,31 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
 
 
+_SESSION_HEADER = b"mcp-session-id"
+
+
 async def _mcp(scope: Scope, receive: Receive, send: Send) -> None:
-    """The ASGI endpoint: hand the request to this app's session manager."""
+    """The ASGI endpoint: hand the request to this app's session manager, with the MCP session
+    bound to the key that created it (``loom.server.ownership.McpSessions``)."""
     state: ServerState = scope["app"].state.loom
-    await state.extra["mcp_manager"].handle_request(scope, receive, send)
+    sessions: McpSessions = state.extra.setdefault("mcp_sessions", McpSessions())
+    principal = scope.get("loom.principal")
+    given = next((v.decode("latin-1") for k, v in scope["headers"] if k == _SESSION_HEADER), None)
+    if given is not None and not sessions.may_use(given, principal):
+        # another key's session: the SDK answers it exactly as a session it never made
+        headers = [(k, v) for k, v in scope["headers"] if k != _SESSION_HEADER]
+        unknown = f"unknown-{uuid.uuid4().hex}".encode()
+        scope = {**scope, "headers": [*headers, (_SESSION_HEADER, unknown)]}
+        given = None
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start" and given is None:
+            for k, v in message.get("headers", []):
+                if k.lower() == _SESSION_HEADER and message["status"] < 300:
+                    sessions.bind(v.decode("latin-1"), principal)
+        await send(message)
+
+    await state.extra["mcp_manager"].handle_request(scope, receive, sending)
 
 
 class _Endpoint:

@@ -38,6 +38,7 @@ from loom.errors import InputError, SessionNotFound
 from loom.events import AgentEvent, AgentFinish, AgentStart, LlmDelta
 from loom.messages import RunResult, Usage, new_id
 from loom.server.app import error_body, state_of
+from loom.server.ownership import client_session_id, header_value, unscoped_session_id
 from loom.server.parked import describe_parked
 from loom.server.served import run_served, stream_served
 
@@ -46,7 +47,6 @@ __all__ = ["router"]
 router = APIRouter(prefix="/v1", tags=["openai"])
 
 SESSION_HEADER = "X-Loom-Session"
-_MAX_SESSION_ID = 200
 
 _FINISH = {
     "completed": "stop",
@@ -136,16 +136,20 @@ def _last_user_text(items: list[dict[str, Any]], field: str) -> str:
 
 
 def _session(header: str | None, user: str | None, metadata: dict[str, Any] | None) -> str:
-    """The Loom session a request continues, else a new session id."""
+    """The Loom session a request continues, else a new session id; a given id is checked
+    before anything runs (an empty, over-long or unprintable id is 422) and names the key's
+    own session (``loom.server.ownership.client_session_id``)."""
     meta = (metadata or {}).get("session_id")
-    for value in (header, user, meta):
-        if value is None or value == "":
+    for where, value in (
+        ("X-Loom-Session header", header),
+        ("user field", user),
+        ("metadata.session_id", meta),
+    ):
+        if value is None:
             continue
-        if not isinstance(value, str) or len(value) > _MAX_SESSION_ID or not value.strip():
-            raise InputError(
-                f"a session id is a non-empty string of at most {_MAX_SESSION_ID} characters"
-            )
-        return value
+        if not isinstance(value, str):
+            raise InputError(f"the {where} is a session id (text), got {type(value).__name__}")
+        return client_session_id(value, f"session id (the {where})")
     return new_id("session")
 
 
@@ -198,7 +202,7 @@ def _parked_note(
 ) -> str:
     """What a reply adds to the run's own text when the run is parked on the client: which
     calls wait (or what was asked) and how to decide (or answer) them; "" otherwise."""
-    said = describe_parked(stop_reason, session_id, list(pending or ()), query)
+    said = describe_parked(stop_reason, unscoped_session_id(session_id), list(pending or ()), query)
     if said is None:
         return ""
     return f"\n\n{said}" if after_text else said
@@ -210,7 +214,9 @@ def _run_failed(result: RunResult) -> JSONResponse:
         f"the agent's run {result.run_id} ended with {result.stop_reason}: {result.error}; "
         f"the session {result.session_id} keeps the turn (see its events)",
     )
-    return JSONResponse(body, status_code=502, headers={SESSION_HEADER: result.session_id})
+    return JSONResponse(
+        body, status_code=502, headers={SESSION_HEADER: header_value(result.session_id)}
+    )
 
 
 def _sse(data: Any, event: str | None = None) -> bytes:
@@ -261,7 +267,7 @@ def _stream_response(body: AsyncIterator[bytes], session_id: str) -> StreamingRe
     return EventStream(
         body,
         media_type="text/event-stream",
-        headers={SESSION_HEADER: session_id, "Cache-Control": "no-cache"},
+        headers={SESSION_HEADER: header_value(session_id), "Cache-Control": "no-cache"},
     )
 
 
@@ -335,7 +341,7 @@ async def chat_completions(
             result.pending_query,
         ),
     }
-    return JSONResponse(reply, headers={SESSION_HEADER: result.session_id})
+    return JSONResponse(reply, headers={SESSION_HEADER: header_value(result.session_id)})
 
 
 async def _chat_chunks(
@@ -615,7 +621,7 @@ async def responses(
     reply = response_object(
         agent.name, rid, created, body.previous_response_id, RunEnd.of_result(result)
     )
-    return JSONResponse(reply, headers={SESSION_HEADER: result.session_id})
+    return JSONResponse(reply, headers={SESSION_HEADER: header_value(result.session_id)})
 
 
 @router.get(
@@ -642,7 +648,7 @@ async def get_response(request: Request, response_id: str) -> Response:
     end = None if finish is None else RunEnd.of_event(finish)
     # the previous response is not journaled with the run: null, as for a first response
     reply = response_object(start.agent, response_id, start.timestamp, None, end)
-    return JSONResponse(reply, headers={SESSION_HEADER: session_id})
+    return JSONResponse(reply, headers={SESSION_HEADER: header_value(session_id)})
 
 
 async def _response_events(

@@ -7,6 +7,10 @@ thread per run), ``POST /threads/{id}/runs/crons`` (runs on that thread), ``POST
 ``multitask_strategy`` is the overlap policy: ``reject`` → skip, ``enqueue`` → queue,
 ``interrupt`` / ``rollback`` → cancel.
 
+With API keys a schedule and a monitor belong to the key that made it (``principal``): another
+key can neither list, read, change, pause, delete nor check in on it (404, as for an id that
+does not exist); an admin key sees them all (``loom.server.ownership``).
+
 Cron monitors: ``POST /monitors``, ``GET /monitors``, ``GET /monitors/{id}``, ``POST
 /monitors/{id}/checkins`` (``{"status": "ok" | "error" | "in_progress"}``), ``GET
 /monitors/events`` (SSE: every check-in, synthetic ones included, from any process).
@@ -32,9 +36,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from loom.errors import ConfigurationError, MonitorNotFound, ScheduleNotFound
 from loom.schedule import Monitor, MonitorStore, Schedule, ScheduleState, ScheduleStore
+from loom.schedule.launch import Launcher, Outcome
+from loom.schedule.model import ScheduleRun
+from loom.schedule.monitors import MonitorState
 from loom.server.app import ServerState, state_of
+from loom.server.ownership import (
+    Owners,
+    current_principal,
+    owner_filter,
+    owner_name,
+    require,
+)
 
-__all__ = ["monitors_of", "router"]
+__all__ = ["OwnedLauncher", "monitors_of", "router"]
 
 log = logging.getLogger("loom.server")
 T = TypeVar("T")
@@ -43,15 +57,39 @@ _OVERLAP = {"reject": "skip", "enqueue": "queue", "interrupt": "cancel", "rollba
 _STRATEGY = {"skip": "reject", "queue": "enqueue", "cancel": "interrupt"}
 
 
+class OwnedLauncher:
+    """A ``Launcher`` that runs each tick for its schedule's key: the session a tick writes
+    is recorded as that key's before the run starts, so the key reads its schedule's runs
+    (``Schedule.principal``; a schedule made without keys leaves them to admin keys)."""
+
+    def __init__(self, inner: Launcher, owners: Owners) -> None:
+        self.inner, self.owners = inner, owners
+
+    def __getattr__(self, name: str) -> Any:  # the inner launcher's add, reattaches, detach
+        return getattr(self.inner, name)
+
+    async def run(self, schedule: Schedule, run: ScheduleRun, run_id: str) -> Outcome:
+        session = run.session_id or schedule.session_for(run.tick)
+        if schedule.principal is not None and await self.owners.owner_of(session) is None:
+            await self.owners.claim_for(session, schedule.principal)
+        return await self.inner.run(schedule, run, run_id)
+
+
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state: ServerState = app.state.loom
     scheduler = None
     if os.environ.get("LOOM_SCHEDULER", "on").lower() not in ("off", "0", "false", "no"):
-        from loom.schedule import build_scheduler
+        from loom.schedule import RuntimeLauncher, build_scheduler
 
+        owners: Owners | None = state.extra.get("owners")
+        launcher = RuntimeLauncher(state.runtime, state.registry)
         try:
-            scheduler = await build_scheduler(state.runtime, state.registry)
+            scheduler = await build_scheduler(
+                state.runtime,
+                state.registry,
+                launcher=launcher if owners is None else OwnedLauncher(launcher, owners),
+            )
         except ConfigurationError as exc:  # a store that keeps no schedules (MemoryStore)
             log.warning("no scheduler: %s", exc)
         else:
@@ -137,6 +175,24 @@ def monitors_of(state: ServerState) -> MonitorStore:
 _monitors = monitors_of
 
 
+async def _own_schedule(store: ScheduleStore, cron_id: str) -> ScheduleState:
+    """The schedule, if the request's key may see it; else 404 as for one that is not there."""
+    found = await _found(store.get(cron_id))
+    await _found(_required("schedule", cron_id, found.schedule.principal))
+    return found
+
+
+async def _own_monitor(monitors: MonitorStore, monitor_id: str) -> MonitorState:
+    """The monitor, if the request's key may see it; else 404 as for one that is not there."""
+    found = await _found(monitors.get(monitor_id))
+    await _found(_required("monitor", monitor_id, found.monitor.principal))
+    return found
+
+
+async def _required(kind: Literal["schedule", "monitor"], rid: str, owner: str | None) -> None:
+    require(current_principal.get(), kind, rid, owner)
+
+
 async def _found(call: Awaitable[T]) -> T:
     try:
         return await call
@@ -164,7 +220,7 @@ def _cron(st: ScheduleState) -> dict[str, Any]:
         "created_at": _iso(s.created_at),
         "updated_at": _iso(st.updated_at),
         "payload": {"input": payload, "multitask_strategy": _STRATEGY[s.overlap]},
-        "user_id": None,
+        "user_id": s.principal,
         "next_run_date": _iso(st.next_fire_at),
         "metadata": {k: v for k, v in s.metadata.items() if k != "langgraph_input"},
         "enabled": s.enabled,
@@ -199,6 +255,7 @@ async def _create(state: ServerState, body: CronCreate, thread_id: str | None) -
         end_at=body.end_time.timestamp() if body.end_time else None,
         overlap=overlap,  # type: ignore[arg-type]
         metadata=meta,
+        principal=owner_name(current_principal.get()),
     )
     return _cron(await _schedules(state).add(schedule))
 
@@ -210,7 +267,11 @@ async def create_cron(request: Request, body: CronCreate) -> dict[str, Any]:
 
 @router.post("/threads/{thread_id}/runs/crons", summary="Schedule runs on a thread")
 async def create_thread_cron(request: Request, thread_id: str, body: CronCreate) -> dict[str, Any]:
-    return await _create(state_of(request), body, thread_id)
+    state = state_of(request)
+    owners = state.extra.get("owners")
+    if owners is not None:  # the thread its runs go to is this key's from now on
+        await owners.check(thread_id, claim_new=True)
+    return await _create(state, body, thread_id)
 
 
 @router.post("/runs/crons/search", summary="Find schedules")
@@ -221,6 +282,7 @@ async def search_crons(request: Request, body: CronSearch) -> list[dict[str, Any
         agent=agent,
         thread_id=body.thread_id,
         enabled=body.enabled,
+        principal=owner_filter(current_principal.get()),
         limit=body.limit,
         offset=body.offset,
     )
@@ -237,7 +299,7 @@ async def count_crons(request: Request, body: CronSearch) -> int:
 async def patch_cron(request: Request, cron_id: str, body: CronPatch) -> dict[str, Any]:
     state = state_of(request)
     store = _schedules(state)
-    current = (await _found(store.get(cron_id))).schedule
+    current = (await _own_schedule(store, cron_id)).schedule
     changes: dict[str, Any] = {}
     if body.schedule is not None:
         changes["cron"] = body.schedule
@@ -260,7 +322,9 @@ async def patch_cron(request: Request, cron_id: str, body: CronPatch) -> dict[st
 
 @router.delete("/runs/crons/{cron_id}", status_code=204, summary="Delete a schedule")
 async def delete_cron(request: Request, cron_id: str) -> Response:
-    await _found(_schedules(state_of(request)).remove(cron_id))
+    store = _schedules(state_of(request))
+    await _own_schedule(store, cron_id)
+    await _found(store.remove(cron_id))
     return Response(status_code=204)
 
 
@@ -269,21 +333,26 @@ async def cron_runs(
     request: Request, cron_id: str, limit: int = Query(100, ge=1, le=10_000)
 ) -> list[dict[str, Any]]:
     store = _schedules(state_of(request))
-    await _found(store.get(cron_id))
+    await _own_schedule(store, cron_id)
     return [r.to_dict() for r in await store.schedule_runs(cron_id, limit=limit)]
 
 
 # -- cron monitors ------------------------------------------------------------------------------
 @router.post("/monitors", tags=["monitors"], summary="Create a cron monitor")
 async def create_monitor(request: Request, body: MonitorCreate) -> dict[str, Any]:
+    state = state_of(request)
     fields = body.model_dump(exclude_none=True)
+    fields["principal"] = owner_name(current_principal.get())  # never the body's
     monitor = Monitor(**{k: v for k, v in fields.items() if k in Monitor.__dataclass_fields__})
-    return (await _monitors(state_of(request)).add(monitor)).to_dict()
+    if monitor.schedule_id is not None:  # only a schedule this key may see
+        await _own_schedule(_schedules(state), monitor.schedule_id)
+    return (await _monitors(state).add(monitor)).to_dict()
 
 
 @router.get("/monitors", tags=["monitors"], summary="Every cron monitor with its health")
 async def list_monitors(request: Request) -> list[dict[str, Any]]:
-    return [m.to_dict() for m in await _monitors(state_of(request)).list_monitors()]
+    mine = owner_filter(current_principal.get())
+    return [m.to_dict() for m in await _monitors(state_of(request)).list_monitors(principal=mine)]
 
 
 @router.get(
@@ -302,12 +371,19 @@ async def monitor_events(
     last = request.headers.get("last-event-id")
     start = min(int(last), _MAX_ROW) if last and last.isdigit() else after
 
+    mine = owner_filter(current_principal.get())
+
     async def events() -> AsyncIterator[str]:
         cursor = start
         yield ": monitor check-ins\n\n"
         while not await request.is_disconnected():
-            for c in await monitors.checkins(after=cursor):
+            found, visible = await monitors.checkins(after=cursor), set[str]()
+            if found and mine is not None:  # another key's monitors' check-ins are not sent
+                visible = {m.monitor.id for m in await monitors.list_monitors(principal=mine)}
+            for c in found:
                 cursor = c.id
+                if mine is not None and c.monitor_id not in visible:
+                    continue
                 yield f"id: {c.id}\nevent: checkin\ndata: {json.dumps(c.to_dict())}\n\n"
             await asyncio.sleep(max(0.05, poll))
 
@@ -317,12 +393,14 @@ async def monitor_events(
 @router.get("/monitors/{monitor_id}", tags=["monitors"], summary="A monitor and its check-ins")
 async def get_monitor(request: Request, monitor_id: str) -> dict[str, Any]:
     monitors = _monitors(state_of(request))
-    state = await _found(monitors.get(monitor_id))
+    state = await _own_monitor(monitors, monitor_id)
     recent = await monitors.checkins(monitor_id)
     return {**state.to_dict(), "checkins": [c.to_dict() for c in recent]}
 
 
 @router.post("/monitors/{monitor_id}/checkins", tags=["monitors"], summary="Check in")
 async def checkin(request: Request, monitor_id: str, body: CheckInBody) -> dict[str, Any]:
-    made = await _found(_monitors(state_of(request)).checkin(monitor_id, body.status))
+    monitors = _monitors(state_of(request))
+    await _own_monitor(monitors, monitor_id)
+    made = await _found(monitors.checkin(monitor_id, body.status))
     return made.to_dict()

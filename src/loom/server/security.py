@@ -4,14 +4,14 @@ Keys are bearer tokens held only as SHA-256 digests (a plain key is hashed when 
 With keys configured every endpoint but ``/healthz`` and ``/readyz`` needs one, sent as
 ``Authorization: Bearer <key>`` (OpenAI's SDK) or ``x-api-key: <key>`` (``langgraph-sdk``).
 A key may be limited to some agents; each key owns the threads (sessions) it creates and never
-sees another key's, unless it is an ``admin`` key. Ownership lives in the store's key-value
-space (namespace ``loom.server.thread_owner``) and is enforced twice: on ``/threads/{id}``
-paths before the handler runs, and by :class:`OwnedStore` under every protocol's handlers.
+sees another key's, unless it is an ``admin`` key. Who owns what, and the one rule every
+surface checks, are in ``loom.server.ownership`` (its names are re-exported here); this
+middleware applies it to ``/threads/{id}`` paths before the handler runs, and checks every id
+a path names (``check_client_id``: 422) before anything runs.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import json
@@ -21,20 +21,28 @@ import re
 import time
 import uuid
 from collections.abc import Iterable
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from loom.errors import ConfigurationError, SessionNotFound
+from loom.errors import ConfigurationError, InputError
 from loom.server.hosts import HostPolicy
+from loom.server.ownership import (
+    OwnedStore,
+    Owners,
+    Principal,
+    check_client_id,
+    current_owners,
+    current_principal,
+    scoped_session_id,
+)
 
 if TYPE_CHECKING:
     from loom.server.app import ServerState
-    from loom.store.base import SessionInfo, Store, StoredError
 
 __all__ = [
     "ENV_KEYS",
@@ -53,26 +61,8 @@ __all__ = [
 ]
 
 ENV_KEYS = "LOOM_API_KEYS"
-OWNER_NS = "loom.server.thread_owner"
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/favicon.ico"})
 access_log = logging.getLogger("loom.server.access")
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """One API key: its name, the SHA-256 digest of the key, the agents it may use (None: all)
-    and whether it sees every thread (``admin``)."""
-
-    name: str
-    digest: bytes
-    agents: frozenset[str] | None = None
-    admin: bool = False
-
-    def __repr__(self) -> str:  # never print the digest
-        return f"Principal({self.name!r}, agents={sorted(self.agents or ()) or 'all'})"
-
-
-current_principal: ContextVar[Principal | None] = ContextVar("loom_principal", default=None)
 
 
 def _digest(key: str) -> bytes:
@@ -101,6 +91,10 @@ class KeyRing:
             if hmac.compare_digest(digest, p.digest) and found is None:
                 found = p
         return found
+
+
+# a key's name starts the ids of its sessions (``<name>~<id>``): no path or URL syntax in it
+_KEY_NAME = re.compile(r"[A-Za-z0-9._@:+-]{1,64}")
 
 
 def load_keys(path: str | Path | None = None, env: str | None = None) -> KeyRing:
@@ -140,6 +134,11 @@ def _entry(entry: Any, where: str) -> Principal:
     name = entry.get("name")
     if not isinstance(name, str) or not name.strip():
         raise ConfigurationError(f"{where}: every key needs a name")
+    if not _KEY_NAME.fullmatch(name):
+        raise ConfigurationError(
+            f"{where} ({name!r}): a key name is letters, digits and . _ - @ : + "
+            "(it starts the key's session ids, docs/server.md)"
+        )
     key, hashed = entry.get("key"), entry.get("key_sha256")
     if (key is None) == (hashed is None):
         raise ConfigurationError(f"{where} ({name}): give exactly one of key or key_sha256")
@@ -183,146 +182,6 @@ class SecurityConfig:
     hosts: HostPolicy = field(default_factory=HostPolicy)  # Host / Origin (loom.server.hosts)
 
 
-# -- thread ownership -------------------------------------------------------------------------
-class Owners:
-    """Which key owns which thread: in memory, written through to the store's KV space."""
-
-    def __init__(self, store: Store) -> None:
-        from loom.store.base import capabilities_of
-
-        self.store = store
-        self.kv = capabilities_of(store).kv
-        self.owner: dict[str, str] = {}
-        self._loaded = False
-        self._lock = asyncio.Lock()
-
-    async def load(self) -> None:
-        if self._loaded:
-            return
-        async with self._lock:
-            if self._loaded or self.kv is None:
-                self._loaded = True
-                return
-            for sid in await self.kv.list_keys(OWNER_NS):
-                value = await self.kv.get_value(OWNER_NS, sid)
-                if isinstance(value, str):
-                    self.owner[sid] = value
-            self._loaded = True
-
-    async def claim(self, session_id: str, principal: Principal) -> None:
-        self.owner[session_id] = principal.name
-        if self.kv is not None:
-            await self.kv.put_value(OWNER_NS, session_id, principal.name)
-
-    async def forget(self, session_id: str) -> None:
-        self.owner.pop(session_id, None)
-        if self.kv is not None:
-            await self.kv.delete_value(OWNER_NS, session_id)
-
-    async def allowed(self, session_id: str, *, claim_new: bool = False) -> bool:
-        """May the current key touch ``session_id``? A session nobody owns that does not exist
-        yet is the current key's to create (claimed now when ``claim_new``); one that exists
-        without an owner (made before keys were configured) is for admin keys only."""
-        p = current_principal.get()
-        if p is None or p.admin:
-            return True
-        await self.load()
-        owner = self.owner.get(session_id)
-        if owner is not None:
-            return owner == p.name
-        if await self.store.get_session(session_id) is not None:
-            return False
-        if claim_new:
-            await self.claim(session_id, p)
-        return True
-
-    async def check(self, session_id: str, *, claim_new: bool = False) -> None:
-        if not await self.allowed(session_id, claim_new=claim_new):
-            raise SessionNotFound(f"no thread or session {session_id!r} for this API key")
-
-
-class OwnedStore:
-    """The server's store, seen through the current key: another key's sessions do not exist.
-
-    Session-scoped reads and writes check ownership; ``create_session`` and the first lease on a
-    new session record the current key as the owner. Every other attribute is the inner store's
-    (so its optional capabilities still show)."""
-
-    def __init__(self, inner: Store, owners: Owners) -> None:
-        self._inner, self._owners = inner, owners
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def __repr__(self) -> str:
-        return f"OwnedStore({self._inner!r})"
-
-    async def get_session(self, session_id: str) -> SessionInfo | None:
-        info = await self._inner.get_session(session_id)
-        if info is not None and not await self._owners.allowed(session_id):
-            return None  # another key's: it does not exist for this one
-        return info
-
-    async def create_session(
-        self, session_id: str, *, agent_name: str = "", metadata: dict[str, Any] | None = None
-    ) -> SessionInfo:
-        await self._owners.check(session_id)
-        p = current_principal.get()
-        if p is not None and session_id not in self._owners.owner:
-            await self._owners.claim(session_id, p)
-        return await self._inner.create_session(
-            session_id, agent_name=agent_name, metadata=metadata
-        )
-
-    async def list_sessions(self, limit: int = 100) -> list[SessionInfo]:
-        p = current_principal.get()
-        if p is None or p.admin:
-            return await self._inner.list_sessions(limit)
-        await self._owners.load()
-        mine = [
-            i for i in await self._inner.list_sessions(0) if self._owners.owner.get(i.id) == p.name
-        ]
-        return mine[:limit] if limit > 0 else mine
-
-    async def _guarded(self, name: str, session_id: str, *args: Any, **kw: Any) -> Any:
-        await self._owners.check(session_id)
-        return await getattr(self._inner, name)(session_id, *args, **kw)
-
-    async def load_messages(self, session_id: str, start: int = 0) -> Any:
-        return await self._guarded("load_messages", session_id, start)
-
-    async def message_count(self, session_id: str) -> int:
-        n: int = await self._guarded("message_count", session_id)
-        return n
-
-    async def load_events(self, session_id: str, run_id: str | None = None) -> Any:
-        return await self._guarded("load_events", session_id, run_id)
-
-    async def open_tool_calls(self, session_id: str) -> Any:
-        return await self._guarded("open_tool_calls", session_id)
-
-    async def acquire_lease(self, session_id: str, run_id: str, ttl: float) -> Any:
-        await self._owners.check(session_id, claim_new=True)
-        return await self._inner.acquire_lease(session_id, run_id, ttl)
-
-    async def open_runs(self, session_id: str) -> Any:
-        return await self._guarded("open_runs", session_id)
-
-    async def list_runs(self, session_id: str) -> Any:
-        return await self._guarded("list_runs", session_id)
-
-    async def delete_session(self, session_id: str) -> Any:
-        out = await self._guarded("delete_session", session_id)
-        await self._owners.forget(session_id)
-        return out
-
-    async def get_error(self, error_id: str) -> StoredError | None:
-        found: StoredError | None = await self._inner.get_error(error_id)  # type: ignore[attr-defined]
-        if found is not None and not await self._owners.allowed(found.session_id):
-            return None
-        return found
-
-
 # -- middleware -------------------------------------------------------------------------------
 def _error(status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> Any:
     from starlette.responses import JSONResponse
@@ -341,6 +200,10 @@ class BodyTooLarge(HTTPException):
 
 
 _THREAD_PATH = re.compile(r"^/threads/([^/]+)(?:/|$)")
+# a session a client names in a path: a LangGraph thread, a Weave session
+_SESSION_PATH = re.compile(r"^/(threads|v1/sessions|console/sessions)/([^/]+)(?:/|$)")
+# ids a client names in a path: threads and sessions it chose, runs, schedules, monitors
+_PATH_ID = re.compile(r"^/(?:v1/|console/)?(threads|sessions|runs|crons|monitors)/([^/]+)(?:/|$)")
 _RUN_PATHS = re.compile(
     r"^(?:/threads/[^/]+/runs(?:/stream|/wait)?|/threads/[^/]+/approvals/[^/]+"
     r"|/runs(?:/stream|/wait|/batch)?|/agents/[^/]+/runs.*"
@@ -424,9 +287,27 @@ class GuardMiddleware:
                 f"the request body is over this server's {limit} byte limit (--max-body)",
             )(scope, receive, send)
             return
+        named = _PATH_ID.match(path)
+        if named is not None and named.group(2) not in ("search", "count"):
+            try:  # an id is checked where it enters, before anything runs
+                check_client_id(named.group(2), f"{named.group(1)[:-1]} id in the path")
+            except InputError as exc:
+                await _error(422, "InputError", str(exc))(scope, receive, send)
+                return
         token = current_principal.set(principal)
+        owners_token = current_owners.set(self.owners)
         try:
             if principal is not None and self.owners is not None:
+                await self.owners.load()  # scoped_session_id reads it without waiting
+                session_path = _SESSION_PATH.match(path)
+                if session_path is not None and session_path.group(2) not in ("search", "count"):
+                    # a session id in the path names the key's own session (per-owner ids)
+                    given = session_path.group(2)
+                    await self.owners.owner_of(given)  # known here if another server made it
+                    stored = scoped_session_id(given)
+                    if stored != given:
+                        path = path[: session_path.start(2)] + stored + path[session_path.end(2) :]
+                        scope = {**scope, "path": path, "raw_path": quote(path).encode()}
                 m = _THREAD_PATH.match(path)
                 if (
                     m
@@ -441,11 +322,12 @@ class GuardMiddleware:
                     return
             await self.app(scope, _limited(receive, limit), send)
         finally:
+            current_owners.reset(owners_token)
             current_principal.reset(token)
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """A WebSocket handshake (thread streaming): the key and thread checks of HTTP; a
-        refused one is closed before it opens (the client sees HTTP 403)."""
+        """A WebSocket handshake (thread streaming): the key, per-key session ids and thread
+        checks of HTTP; a refused one is closed before it opens (the client sees HTTP 403)."""
         principal = None
         if self.config.keys:
             presented = presented_key(_headers(scope))
@@ -455,13 +337,26 @@ class GuardMiddleware:
                 return
             scope["loom.principal"] = principal
         token = current_principal.set(principal)
+        owners_token = current_owners.set(self.owners)
         try:
-            m = _THREAD_PATH.match(scope["path"])
-            if m and self.owners is not None and not await self.owners.allowed(m.group(1)):
-                await send({"type": "websocket.close", "code": 1008})
-                return
+            path: str = scope["path"]
+            if principal is not None and self.owners is not None:
+                await self.owners.load()
+                session_path = _SESSION_PATH.match(path)
+                if session_path is not None:
+                    given = session_path.group(2)
+                    await self.owners.owner_of(given)
+                    stored = scoped_session_id(given)
+                    if stored != given:
+                        path = path[: session_path.start(2)] + stored + path[session_path.end(2) :]
+                        scope = {**scope, "path": path, "raw_path": quote(path).encode()}
+                m = _THREAD_PATH.match(path)
+                if m and not await self.owners.allowed(m.group(1)):
+                    await send({"type": "websocket.close", "code": 1008})
+                    return
             await self.app(scope, receive, send)
         finally:
+            current_owners.reset(owners_token)
             current_principal.reset(token)
 
 

@@ -38,6 +38,7 @@ from loom.messages import RunResult, Usage, new_id
 from loom.run_inputs import Resume
 from loom.server.app import ServerState, error_body, state_of
 from loom.server.openai_api import EventStream, close_quietly
+from loom.server.ownership import ClientId, header_value
 from loom.server.served import run_served, stream_served
 from loom.server.session_events import Lagged, session_events, sse_id
 
@@ -52,8 +53,8 @@ router = APIRouter(prefix="/v1", tags=["weave"])
 class WeaveRequest(BaseModel):
     agent: str = Field(description="The agent's name (GET /v1/models lists them).")
     message: str = Field(description="The user's message: the turn's input.")
-    session_id: str | None = Field(
-        None, description="The session to continue; a new one when left out.", max_length=200
+    session_id: ClientId | None = Field(
+        None, description="The session to continue; a new one when left out."
     )
 
 
@@ -186,7 +187,9 @@ async def weave(request: Request, body: WeaveRequest) -> Response:
     if agent is None:
         return _unknown_agent(state, body.agent)
     result = await run_served(state.runtime, agent, body.message, body.session_id)
-    return JSONResponse(weave_reply(result), headers={"X-Loom-Session": result.session_id})
+    return JSONResponse(
+        weave_reply(result), headers={"X-Loom-Session": header_value(result.session_id)}
+    )
 
 
 @router.post(
@@ -228,7 +231,7 @@ async def stream_weave(request: Request, body: WeaveRequest) -> Response:
     return EventStream(
         sse(),
         media_type="text/event-stream",
-        headers={"X-Loom-Session": session_id, "Cache-Control": "no-cache"},
+        headers={"X-Loom-Session": header_value(session_id), "Cache-Control": "no-cache"},
     )
 
 
@@ -239,7 +242,7 @@ async def _achain(first: _T, rest: AsyncIterator[_T]) -> AsyncIterator[_T]:
 
 
 class WeaveAnswer(BaseModel):
-    session_id: str = Field(description="The session whose call waits for approval.")
+    session_id: ClientId = Field(description="The session whose call waits for approval.")
     call_id: str = Field(description="The parked call's tool_call_id (from approval_required).")
     decision: Literal["approve", "reject"]
     reason: str | None = Field(None, description="Why; shown to the model when rejected.")
@@ -272,7 +275,7 @@ async def answer_weave(request: Request, body: WeaveAnswer) -> Response:
         result = await state.runtime.resume(agent, body.session_id, decided)
     return JSONResponse(
         {"status": "resumed", "reply": weave_reply(result)},
-        headers={"X-Loom-Session": body.session_id},
+        headers={"X-Loom-Session": header_value(body.session_id)},
     )
 
 

@@ -283,6 +283,8 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             "WHERE type IN ('approval_required', 'approval_decision')",
         ],
     ),
+    # the API key that owns each schedule and monitor (as SQLite's 0007; schedule_sql)
+    ("0006_schedule_principals", schedule_sql.PRINCIPALS),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -23,7 +23,9 @@ T = TypeVar("T")
 
 
 def _pg(sql: str) -> str:
-    return sql.replace("?", "%s")
+    # a literal % (LIKE 'job:%') is psycopg's placeholder sign: it must be doubled, or every
+    # list_schedules() on PostgreSQL failed ("only '%s', '%b', '%t' are allowed")
+    return sql.replace("%", "%%").replace("?", "%s")
 
 
 class PostgresScheduleTables:

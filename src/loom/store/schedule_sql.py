@@ -1,7 +1,9 @@
 """The tables of schedules, their runs, cron monitors and check-ins (``loom.schedule``).
 
 Both stores create them in a named migration (SQLite ``0005_schedules``, PostgreSQL
-``0003_schedules``); ``loom.schedule.storage`` runs its queries on the store's connection.
+``0003_schedules``) and give schedules and monitors their owning API key's name in another
+(``principal``: SQLite ``0007_schedule_principals``, PostgreSQL ``0006_schedule_principals``);
+``loom.schedule.storage`` runs its queries on the store's connection.
 A schedule's definition is JSON in ``data``; the columns beside it are what queries filter on.
 ``next_fire_at`` is the claim: a poller fires a tick by moving it forward with a conditional
 UPDATE (``WHERE next_fire_at = <the value it read>``), so one process wins each tick.
@@ -10,7 +12,7 @@ UPDATE (``WHERE next_fire_at = <the value it read>``), so one process wins each 
 
 from __future__ import annotations
 
-__all__ = ["POSTGRES", "SQLITE"]
+__all__ = ["POSTGRES", "PRINCIPALS", "SQLITE"]
 
 
 def _ddl(serial: str, real: str) -> list[str]:
@@ -68,3 +70,13 @@ def _ddl(serial: str, real: str) -> list[str]:
 
 SQLITE = ";".join(_ddl("INTEGER PRIMARY KEY", "REAL"))
 POSTGRES = _ddl("BIGSERIAL PRIMARY KEY", "DOUBLE PRECISION")
+
+
+# Why: schedules and monitors belonged to no API key, so any key could list, edit, pause or
+# delete another key's (issue #24). ``principal`` is the name of the key that made the row
+# (NULL: made without keys, e.g. from code or the CLI, which only admin keys then see).
+PRINCIPALS = [
+    "ALTER TABLE schedules ADD COLUMN principal TEXT",
+    "ALTER TABLE monitors ADD COLUMN principal TEXT",
+    "CREATE INDEX schedules_principal ON schedules (principal, created_at)",
+]

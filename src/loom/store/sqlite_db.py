@@ -178,6 +178,8 @@ MIGRATIONS: list[tuple[str, str]] = [
         "CREATE INDEX events_approvals ON events (session_id, seq) "
         "WHERE type IN ('approval_required', 'approval_decision')",
     ),
+    # Why: the API key that owns each schedule and monitor (issue #24; schedule_sql).
+    ("0007_schedule_principals", ";".join(schedule_sql.PRINCIPALS)),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -141,13 +141,18 @@ class LoomRequestHandler(DefaultRequestHandlerV2):
         except InputError as exc:
             raise InvalidParamsError(str(exc)) from None
         owners = self.loom_state.extra.get("owners")
-        if task is None and message.context_id and owners is not None:
-            from loom.server.security import current_principal
+        if task is None and message.context_id:
+            from loom.server.ownership import client_session_id, current_owners, current_principal
 
             token = current_principal.set(context.state.get("loom.principal"))
-            try:
-                allowed = await owners.allowed(message.context_id)
+            owners_token = current_owners.set(owners)
+            try:  # a new task's contextId is a session id: checked, and the key's own
+                message.context_id = client_session_id(message.context_id, "contextId")
+                allowed = owners is None or await owners.allowed(message.context_id)
+            except InputError as exc:
+                raise InvalidParamsError(str(exc)) from None
             finally:
+                current_owners.reset(owners_token)
                 current_principal.reset(token)
             if not allowed:
                 raise InvalidParamsError(

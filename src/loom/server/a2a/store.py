@@ -16,6 +16,7 @@ from a2a.server.tasks.task_store import TaskStore
 from a2a.types.a2a_pb2 import ListTasksRequest, ListTasksResponse, Task, TaskState
 from google.protobuf.json_format import MessageToDict, ParseDict
 
+from loom.server.ownership import sees
 from loom.store.base import KVStore
 
 __all__ = ["NAMESPACE", "LoomTaskStore", "owner_of"]
@@ -53,8 +54,8 @@ class LoomTaskStore(TaskStore):
 
     @staticmethod
     def _visible(record: dict[str, Any], context: ServerCallContext | None) -> bool:
-        owner, admin = owner_of(context)
-        return admin or record.get("owner") == owner
+        principal = None if context is None else context.state.get("loom.principal")
+        return sees(principal, record.get("owner"))  # the one ownership rule
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
         """Save ``task``; its owner is the key that first saved it."""

@@ -26,6 +26,7 @@ from loom.events import AgentEvent, AgentFinish, AgentStart, ApprovalDecisionEve
 from loom.server.app import ServerState, state_of
 from loom.server.console import auth
 from loom.server.console.timeline import Change, Timeline, cost_of
+from loom.server.ownership import unscoped_session_id
 from loom.server.session_events import Lagged, event_id, session_events, sse_id
 
 if TYPE_CHECKING:
@@ -98,6 +99,7 @@ def templates() -> Environment:
     env.filters["ms"] = _ms
     env.filters["cost"] = _cost
     env.filters["pretty"] = _pretty
+    env.filters["sid"] = unscoped_session_id  # a key's own session by the id it gave it
     return env
 
 
@@ -566,7 +568,7 @@ async def decide(request: Request, session_id: str, call_id: str) -> Response:
     if who is not None:  # who decided goes into the journal with the decision
         decision["by"] = who.name
     state = state_of(request)
-    back = f"/console/sessions/{quote(session_id, safe='')}"
+    back = f"/console/sessions/{quote(unscoped_session_id(session_id), safe='')}"
     try:
         info, decided, waiting = await record_decision(state, session_id, call_id, decision)
         if not waiting:
@@ -601,7 +603,7 @@ async def cancel_run(request: Request, session_id: str, run_id: str) -> Response
         return problem(request, exc.status_code, "Not found", str(exc.detail))
     except LoomError as exc:
         return problem(request, 409, "Refused", str(exc))
-    back = f"/console/sessions/{quote(session_id, safe='')}"
+    back = f"/console/sessions/{quote(unscoped_session_id(session_id), safe='')}"
     return RedirectResponse(_next(form["next"]) if form.get("next") else back, 303)
 
 

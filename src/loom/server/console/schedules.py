@@ -30,6 +30,7 @@ from loom.server.console.routes import (
     safe_next,
     templates,
 )
+from loom.server.ownership import current_principal, owner_filter, require, sees
 
 _form, _csrf_refused, _next = form_fields, csrf_refused, safe_next  # the handlers' names
 
@@ -108,6 +109,11 @@ async def _monitor_view(monitors: MonitorStore, ms: MonitorState, n: int) -> Mon
     return MonitorView(ms, await recent_checkins(monitors, ms.monitor.id, n))
 
 
+def _mine() -> str | None:
+    """The owner a listing keeps for the request's key (None: all; loom.server.ownership)."""
+    return owner_filter(current_principal.get())
+
+
 def _no_scheduler(request: Request, exc: ConfigurationError) -> Response:
     return page(request, "schedules.html", nav="schedules", views=None, reason=str(exc), jobs=False)
 
@@ -118,9 +124,9 @@ async def schedules_page(request: Request, jobs: bool = False) -> Response:
     state = state_of(request)
     try:
         schedules, monitors = _stores(state)
-        found = await schedules.list_schedules(jobs=jobs, limit=500)
+        found = await schedules.list_schedules(jobs=jobs, limit=500, principal=_mine())
         by_schedule: dict[str, list[MonitorState]] = {}
-        for ms in await monitors.list_monitors():
+        for ms in await monitors.list_monitors(principal=_mine()):
             if ms.monitor.schedule_id is not None:
                 by_schedule.setdefault(ms.monitor.schedule_id, []).append(ms)
     except ConfigurationError as exc:
@@ -142,8 +148,11 @@ async def schedule_page(request: Request, schedule_id: str) -> Response:
     try:
         schedules, monitors = _stores(state)
         st = await schedules.get(schedule_id)
+        require(current_principal.get(), "schedule", schedule_id, st.schedule.principal)
         watched = [
-            ms for ms in await monitors.list_monitors() if ms.monitor.schedule_id == schedule_id
+            ms
+            for ms in await monitors.list_monitors(principal=_mine())
+            if ms.monitor.schedule_id == schedule_id
         ]
     except ConfigurationError as exc:
         return problem(request, 404, "Not found", f"no schedule {schedule_id!r}: {exc}")
@@ -165,6 +174,8 @@ async def _set_enabled(request: Request, schedule_id: str, enabled: bool) -> Res
     state = state_of(request)
     try:
         schedules, _ = _stores(state, agents=enabled)
+        owner = (await schedules.get(schedule_id)).schedule.principal
+        require(current_principal.get(), "schedule", schedule_id, owner)
         if enabled:
             await schedules.resume(schedule_id)
         else:
@@ -197,7 +208,7 @@ async def monitors_page(request: Request) -> Response:
     state = state_of(request)
     try:
         _, monitors = _stores(state)
-        found = await monitors.list_monitors()
+        found = await monitors.list_monitors(principal=_mine())
     except ConfigurationError as exc:
         return page(request, "monitors.html", nav="monitors", views=None, reason=str(exc), after=0)
     views = [await _monitor_view(monitors, ms, CHECKINS_ON_LIST) for ms in found]
@@ -220,6 +231,7 @@ async def monitors_live(request: Request, after: int = 0) -> Response:
     last = request.headers.get("last-event-id")
     start = int(last) if last and last.isdigit() else max(0, after)
     row = templates().get_template("_schedules.html").module.monitor_row  # type: ignore[attr-defined]
+    principal = current_principal.get()
 
     async def sse() -> AsyncIterator[bytes]:
         cursor = start
@@ -228,11 +240,12 @@ async def monitors_live(request: Request, after: int = 0) -> Response:
             fresh = await monitors.checkins(after=cursor, limit=_BATCH)
             for monitor_id in dict.fromkeys(c.monitor_id for c in fresh):
                 try:
-                    view = await _monitor_view(
-                        monitors, await monitors.get(monitor_id), CHECKINS_ON_LIST
-                    )
+                    found = await monitors.get(monitor_id)
                 except LoomError:  # removed since: nothing to show
                     continue
+                if not sees(principal, found.monitor.principal):
+                    continue  # another key's monitor
+                view = await _monitor_view(monitors, found, CHECKINS_ON_LIST)
                 # "new" replaces the row when the page has it and appends it when not
                 part = {
                     "mode": "new",
@@ -260,7 +273,9 @@ async def monitor_page(request: Request, monitor_id: str) -> Response:
     state = state_of(request)
     try:
         _, monitors = _stores(state)
-        view = await _monitor_view(monitors, await monitors.get(monitor_id), CHECKINS_ON_PAGE)
+        found = await monitors.get(monitor_id)
+        require(current_principal.get(), "monitor", monitor_id, found.monitor.principal)
+        view = await _monitor_view(monitors, found, CHECKINS_ON_PAGE)
     except (ConfigurationError, MonitorNotFound):
         return problem(request, 404, "Not found", f"no monitor {monitor_id!r}")
     return page(request, "monitor.html", nav="monitors", m=view)

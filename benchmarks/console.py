@@ -28,7 +28,7 @@ async def main(turns: int, repeats: int) -> dict[str, Any]:
     import httpx
 
     from loom import Agent, ModelResponse, ToolCall, tool
-    from loom.runtime import Runtime
+    from loom.engine.runtime import Runtime
     from loom.server import AgentRegistry
     from loom.server.app import create_app
     from loom.store.sqlite import SQLiteStore

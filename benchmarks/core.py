@@ -107,7 +107,7 @@ def step_memory(runs: int) -> dict[str, float]:
 
 def step_sqlite(runs: int) -> dict[str, float]:
     from loom import Agent
-    from loom.runtime import Runtime
+    from loom.engine.runtime import Runtime
     from loom.store.sqlite import SQLiteStore
 
     med = {}
@@ -227,7 +227,7 @@ def in_flight(n: int, mode: str) -> float:
 def long_session(turns: int, sessions: int, window: int, sqlite: bool) -> dict[str, float]:
     """One turn's time near turn 10 and near turn ``turns`` of one growing session."""
     from loom import Agent
-    from loom.runtime import Runtime
+    from loom.engine.runtime import Runtime
     from loom.store.sqlite import SQLiteStore
 
     early: list[float] = []

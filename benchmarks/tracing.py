@@ -66,7 +66,7 @@ async def _cpu_per_run(rt: Any, agent: Any, runs: int, tag: str) -> float:
 
 def end_to_end(rounds: int, runs: int) -> dict[str, Any]:
     from loom import Agent
-    from loom.runtime import Runtime
+    from loom.engine.runtime import Runtime
 
     observer, exporter = _observer()
     agents = {}
@@ -99,7 +99,7 @@ def end_to_end(rounds: int, runs: int) -> dict[str, Any]:
 
 def replay(reps: int, sdk: bool = True, batch: bool = False) -> dict[str, Any]:
     from loom import Agent
-    from loom.runtime import Runtime
+    from loom.engine.runtime import Runtime
 
     async def record(k: int) -> list[Any]:
         add, model = workload(k)

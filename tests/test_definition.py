@@ -164,8 +164,8 @@ async def test_the_description_is_what_clients_are_shown(tmp_path: Path) -> None
     pytest.importorskip("mcp")
     import mcp
 
+    from loom.engine.runtime import Runtime
     from loom.mcp_server import build_server
-    from loom.runtime import Runtime
     from loom.server.a2a.card import describe
 
     path = tmp_path / "AGENT.md"

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from loom import Agent, ModelResponse, ToolCall, tool
+from loom.engine.runtime import Runtime
 from loom.errors import ApprovalHandlerError, ConfigurationError
 from loom.events import EventType
 from loom.messages import Message
-from loom.runtime import Runtime
 from loom.store import MemoryStore, SQLiteStore
 from loom.testing import FunctionModel, ScriptedModel
 

@@ -27,8 +27,8 @@ def test_agent_and_tool_load_no_events_no_stores() -> None:
     # ≤ 150 ms, issue 11): the event classes and the stores load with the first run.
     code = (
         "import sys; from loom import Agent, tool; print(sorted(m for m in sys.modules if m in "
-        "('loom.events', 'loom.store', 'loom.store.base', 'loom.store.codec', 'loom.runtime', "
-        "'loom.loop')))"
+        "('loom.events', 'loom.store', 'loom.store.base', 'loom.store.codec', "
+        "'loom.engine.runtime', 'loom.engine.loop')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

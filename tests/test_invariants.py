@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from loom import Agent, ModelResponse, ToolCall, ToolError, tool
+from loom.engine.journal import transcript
+from loom.engine.runtime import Runtime
 from loom.events import EventType
-from loom.journal import transcript
 from loom.judge import FunctionJudge, JudgePanel
 from loom.memory import MemoryConfig, set_kernel
 from loom.messages import Message
-from loom.runtime import Runtime
 from loom.store import MemoryStore, SQLiteStore
 from loom.testing import FunctionModel, ScriptedModel
 

@@ -216,17 +216,17 @@ SEAMS = [
     "loom.policy.approval",
     "loom.policy.permissions",
     "loom.output",
-    "loom.recovery",
+    "loom.engine.recovery",
     "loom.backends.wiring",
     "loom.judge.turn",
     "loom.patterns.turn",
     "loom.spec",
-    "loom.turn_spec",
-    "loom.run_deps",
-    "loom.loop",
-    "loom.calls",
+    "loom.engine.turn_spec",
+    "loom.engine.run_deps",
+    "loom.engine.loop",
+    "loom.engine.calls",
 ]
-ABOVE_THE_SEAMS = {"loom", "loom.agent", "loom.crew", "loom.crew.crew", "loom.runtime"}
+ABOVE_THE_SEAMS = {"loom", "loom.agent", "loom.crew", "loom.crew.crew", "loom.engine.runtime"}
 
 
 def test_the_seams_never_import_agent_crew_or_the_runtime() -> None:

@@ -15,9 +15,9 @@ from pydantic import BaseModel, Field
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
 from loom import Agent
+from loom.engine.journal import transcript
 from loom.errors import AgentDefinitionError, ConfigurationError
 from loom.events import AgentEvent, EventType, OutputRetry
-from loom.journal import transcript
 from loom.messages import Message, ToolSpec
 from loom.store.memory import MemoryStore
 from loom.testing import FunctionModel, ScriptedModel

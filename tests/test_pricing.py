@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 
 from loom import Agent, ModelResponse, ToolCall, tool
 from loom.cli import app
+from loom.engine.runtime import Runtime
 from loom.errors import ConfigurationError
 from loom.events import AgentFinish, LlmComplete
 from loom.messages import Usage
 from loom.pricing import Price, PriceTable, default_prices, load_prices
-from loom.runtime import Runtime
 from loom.store.sqlite import SQLiteStore
 from loom.testing import ScriptedModel
 

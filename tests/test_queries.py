@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from loom import Agent
+from loom.engine.journal import transcript
+from loom.engine.runtime import Runtime
 from loom.errors import AgentDefinitionError, InputError
 from loom.events import EventType
-from loom.journal import transcript
 from loom.messages import Message
 from loom.queries import PatternQueryDetector
-from loom.runtime import Runtime
 from loom.store import MemoryStore
 from loom.testing import FunctionModel
 

@@ -24,6 +24,17 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from loom.agent import Agent
+    from loom.engine.loop import AgentState
+    from loom.engine.run_inputs import (
+        Answer,
+        CarryOn,
+        Drivable,
+        NewMessage,
+        Resume,
+        RunInput,
+        RunOptions,
+    )
+    from loom.engine.runtime import Runnable, Runtime
     from loom.errors import (
         ConfigurationError,
         InputError,
@@ -33,30 +44,19 @@ if TYPE_CHECKING:
     )
     from loom.events import AgentEvent, EventType
     from loom.hooks import Deny, HookContext, LoggingHook, MetricsHook, ReplaceArguments
-    from loom.loop import AgentState
     from loom.messages import Message, ModelResponse, RunResult, ToolCall, ToolResult, Usage
     from loom.models.base import Model, ModelSettings
-    from loom.run_inputs import (
-        Answer,
-        CarryOn,
-        Drivable,
-        NewMessage,
-        Resume,
-        RunInput,
-        RunOptions,
-    )
-    from loom.runtime import Runnable, Runtime
     from loom.tools.base import RunContext, Tool, tool
 
 _EXPORTS: dict[str, str] = {
     "Agent": "loom.agent",
     "AgentEvent": "loom.events",
-    "AgentState": "loom.loop",
-    "Answer": "loom.run_inputs",
-    "CarryOn": "loom.run_inputs",
+    "AgentState": "loom.engine.loop",
+    "Answer": "loom.engine.run_inputs",
+    "CarryOn": "loom.engine.run_inputs",
     "ConfigurationError": "loom.errors",
     "Deny": "loom.hooks",
-    "Drivable": "loom.run_inputs",
+    "Drivable": "loom.engine.run_inputs",
     "EventType": "loom.events",
     "HookContext": "loom.hooks",
     "InputError": "loom.errors",
@@ -68,15 +68,15 @@ _EXPORTS: dict[str, str] = {
     "ModelError": "loom.errors",
     "ModelResponse": "loom.messages",
     "ModelSettings": "loom.models.base",
-    "NewMessage": "loom.run_inputs",
+    "NewMessage": "loom.engine.run_inputs",
     "ReplaceArguments": "loom.hooks",
-    "Resume": "loom.run_inputs",
+    "Resume": "loom.engine.run_inputs",
     "RunContext": "loom.tools.base",
-    "RunInput": "loom.run_inputs",
-    "RunOptions": "loom.run_inputs",
+    "RunInput": "loom.engine.run_inputs",
+    "RunOptions": "loom.engine.run_inputs",
     "RunResult": "loom.messages",
-    "Runnable": "loom.runtime",
-    "Runtime": "loom.runtime",
+    "Runnable": "loom.engine.runtime",
+    "Runtime": "loom.engine.runtime",
     "Tool": "loom.tools.base",
     "ToolCall": "loom.messages",
     "ToolError": "loom.errors",

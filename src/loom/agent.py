@@ -2,10 +2,10 @@
 
 An ``Agent`` holds no store, cache, connection or per-session state, so one agent can be shared
 by any number of concurrent sessions, runtimes and processes. Running it is the runtime's job
-(``loom.runtime``): ``agent.run(...)`` uses the agent's default runtime, ``Runtime(store).run(
-agent, ...)`` an explicit one. Change a definition with ``agent.replace(**changes)``; build one
-from an ``AGENT.md`` / YAML file with ``Agent.from_file`` and write it back with
-``agent.to_definition()``.
+(``loom.engine.runtime``): ``agent.run(...)`` uses the agent's default runtime,
+``Runtime(store).run(agent, ...)`` an explicit one. Change a definition with
+``agent.replace(**changes)``; build one from an ``AGENT.md`` / YAML file with ``Agent.from_file``
+and write it back with ``agent.to_definition()``.
 """
 
 from __future__ import annotations
@@ -16,28 +16,28 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from loom.engine.run_inputs import RunInput, RunOptions, with_overrides
 from loom.errors import AgentDefinitionError, ConfigurationError, InputError
 from loom.hooks import compile_hooks
 from loom.messages import Effect, RunResult, ToolSpec
 from loom.models import check_model_spec
 from loom.models.base import Model, ModelSettings
-from loom.run_inputs import RunInput, RunOptions, with_overrides
 from loom.tools.base import FunctionTool, Tool, spec_of
 from loom.tools.registry import resolve_tool
 
 if TYPE_CHECKING:  # events, stores: loaded by the first run, not by `from loom import Agent`
     from loom.context import ContextBuilder
     from loom.definition import AgentDefinition
+    from loom.engine.gates import OnBusy
+    from loom.engine.loop import Turn
+    from loom.engine.runtime import Runtime
     from loom.events import AgentEvent
-    from loom.gates import OnBusy
     from loom.guardrails.engine import Guardrails
     from loom.judge.panel import JudgePanel
-    from loom.loop import Turn
     from loom.memory.config import MemoryConfig
     from loom.output import OutputSpec
     from loom.patterns.library import PatternLibrary
     from loom.policy.approval import PendingApproval
-    from loom.runtime import Runtime
     from loom.schedule import Schedule, Scheduler
     from loom.store.base import Store
 
@@ -478,7 +478,7 @@ class Agent:
     @property
     def runtime(self) -> Runtime:
         """The default runtime ``run`` / ``stream`` / ``resume`` use."""
-        from loom.runtime import runtime_for
+        from loom.engine.runtime import runtime_for
 
         return runtime_for(self)
 
@@ -517,7 +517,7 @@ class Agent:
         session_id: str | None,
         options: RunOptions,
     ) -> Turn:
-        """The turn ``input`` asks for on ``runtime`` (``loom.runtime.Runnable``): what
+        """The turn ``input`` asks for on ``runtime`` (``loom.engine.runtime.Runnable``): what
         ``Runtime.start`` calls; start runs with ``runtime.start(agent, input, ...)``."""
         return await runtime.open_turn(self, input, session_id, options)
 
@@ -537,7 +537,7 @@ class Agent:
     ) -> AsyncIterator[AgentEvent]:
         """Run one turn and yield its events as they happen (``AGENT_START`` … ``AGENT_FINISH``).
 
-        ``message`` is the user's text (or a ``loom.run_inputs`` input: ``Resume(...)``,
+        ``message`` is the user's text (or a ``loom.engine.run_inputs`` input: ``Resume(...)``,
         ``Answer(...)``, ``CarryOn()``). ``session_id`` continues a session (a new one is made
         when omitted). ``on_busy`` says what to do when the session is running another turn:
         wait (``"queue"``), fail with ``SessionBusy`` (``"drop"``), or cancel the other turn
@@ -548,7 +548,7 @@ class Agent:
         Per-run overrides change this run only (the agent stays as it is): ``output_type``
         (``str`` for a text answer; partial typed values arrive as ``OUTPUT_PARTIAL``
         events), ``model``, ``extra_tools``, ``max_cost`` (US dollars), and anything else of
-        ``loom.run_inputs.RunOptions`` through ``options`` (the keywords win over it).
+        ``loom.engine.run_inputs.RunOptions`` through ``options`` (the keywords win over it).
         """
         opts = with_overrides(
             options,

@@ -36,7 +36,7 @@ Eight event types put a message into the session's transcript (``AgentEvent.mess
 correction), ``OUTPUT_RETRY`` (the validation errors of an answer that did not fit the
 agent's ``output_type``), ``QUERY_ANSWER`` (a client's answer to a server query) and
 ``MEMORY_RECORD`` (a summary or a MEMORY.md flush marker). The transcript is
-exactly ``loom.journal.transcript(events)``.
+exactly ``loom.engine.journal.transcript(events)``.
 """
 
 from __future__ import annotations

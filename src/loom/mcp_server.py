@@ -30,6 +30,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from loom.engine.run_inputs import Resume
 from loom.errors import InputError, LoomError
 from loom.events import (
     AgentEvent,
@@ -40,14 +41,13 @@ from loom.events import (
     ToolResultEvent,
 )
 from loom.messages import RunResult, Usage
-from loom.run_inputs import Resume
 
 if TYPE_CHECKING:
     from mcp.server import Server, ServerRequestContext
 
     from loom.agent import Agent
-    from loom.loop import Turn
-    from loom.runtime import Runtime
+    from loom.engine.loop import Turn
+    from loom.engine.runtime import Runtime
 
 __all__ = ["INPUT_SCHEMA", "Resolver", "build_server", "progress_note", "serve_stdio"]
 

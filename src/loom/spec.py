@@ -174,6 +174,6 @@ class CrewTarget(Named, Protocol):
     async def run(
         self, task: str, *, session_id: str | None = None, runtime: Any = None, deps: Any = None
     ) -> RunEnd:
-        """Run to the end on ``runtime`` (a ``loom.runtime.Runtime``; typed ``Any`` because this
-        module sits below the runtime and may not name it), default the target's own."""
+        """Run to the end on ``runtime`` (a ``loom.engine.runtime.Runtime``; typed ``Any`` because
+        this module sits below the runtime and may not name it), default the target's own."""
         ...

@@ -7,9 +7,9 @@ import pytest
 
 from loom import Agent, ModelResponse, ToolCall, tool
 from loom.crew import Crew, Sequential
+from loom.engine.runtime import Runtime
 from loom.errors import InputError
 from loom.events import EventType
-from loom.runtime import Runtime
 from loom.testing import ScriptedModel
 
 ran: list[str] = []

@@ -10,10 +10,10 @@ import pytest
 
 from loom import Agent, ModelResponse, ToolCall, tool
 from loom.crew import Budget, BudgetScope, Crew, Loop, Manager, Parallel, Sequential
+from loom.engine.runtime import Runtime
 from loom.errors import BudgetExceeded, CrewDefinitionError
 from loom.events import EventType
 from loom.messages import Message, ToolSpec, Usage
-from loom.runtime import Runtime
 from loom.testing import FunctionModel, ScriptedModel
 
 

@@ -7,9 +7,9 @@ import pytest
 from loom import Agent, ModelResponse, ToolCall, tool
 from loom.crew import ContextPolicy, Crew, Sequential, Step
 from loom.crew.context import parse_policy
+from loom.engine.runtime import Runtime
 from loom.errors import CrewDefinitionError
 from loom.events import CrewMemberStart
-from loom.runtime import Runtime
 from loom.testing import ScriptedModel
 
 

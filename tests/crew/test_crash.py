@@ -18,9 +18,9 @@ import pytest
 
 from loom import Agent, ModelResponse, ToolCall, tool
 from loom.crew import Crew
+from loom.engine.runtime import Runtime
 from loom.errors import LeaseLost
 from loom.events import RunRecovered, UserMessage
-from loom.runtime import Runtime
 from loom.store.base import Lease
 from loom.store.memory import MemoryStore
 from loom.store.sqlite import SQLiteStore
@@ -32,7 +32,7 @@ SCRIPT = textwrap.dedent('''
     import asyncio, json, sys
     from loom import Agent, ModelResponse, ToolCall, tool
     from loom.crew import Crew, Sequential
-    from loom.runtime import Runtime
+    from loom.engine.runtime import Runtime
     from loom.store.sqlite import SQLiteStore
     from loom.testing import FunctionModel
 

@@ -9,6 +9,7 @@ import pytest
 
 from loom import Agent
 from loom.crew import Crew, Sequential, Step
+from loom.engine.runtime import Runtime
 from loom.events import (
     AgentFinish,
     AgentStart,
@@ -17,7 +18,6 @@ from loom.events import (
     EventType,
 )
 from loom.messages import Message, ModelResponse, ToolSpec, Usage
-from loom.runtime import Runtime
 from loom.testing import FunctionModel, ScriptedModel
 
 

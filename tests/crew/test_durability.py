@@ -12,8 +12,8 @@ from pathlib import Path
 
 from loom import Agent, ModelResponse, ToolCall, tool
 from loom.crew import Crew, Sequential
+from loom.engine.runtime import Runtime
 from loom.events import CrewMemberFinish, EventType, RunRecovered
-from loom.runtime import Runtime
 from loom.store.sqlite import SQLiteStore
 from loom.testing import ScriptedModel
 
@@ -23,7 +23,7 @@ SCRIPT = textwrap.dedent('''
     import asyncio, json, os, sys
     from loom import Agent, ModelResponse, ToolCall, tool
     from loom.crew import Crew, Sequential
-    from loom.runtime import Runtime
+    from loom.engine.runtime import Runtime
     from loom.store.sqlite import SQLiteStore
     from loom.testing import FunctionModel
 

@@ -9,9 +9,9 @@ import pytest
 
 from loom import Agent, tool
 from loom.crew import Budget, Crew, Router
+from loom.engine.runtime import Runtime
 from loom.events import EventType
 from loom.models.base import ModelSettings
-from loom.runtime import Runtime
 
 pytestmark = pytest.mark.slow
 ROUTER_FILE = Path(__file__).resolve().parents[2] / "examples" / "crews" / "router.yaml"

@@ -9,9 +9,9 @@ import pytest
 
 from loom import Agent, ModelResponse, ToolCall, tool
 from loom.crew import Crew, Graph, Handoff, Loop, Manager, Parallel, Router, Sequential, Task
+from loom.engine.runtime import Runtime
 from loom.events import CrewMemberStart
 from loom.messages import Message, ToolSpec
-from loom.runtime import Runtime
 from loom.testing import FunctionModel, ScriptedModel
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from loom import Agent, ModelResponse, ToolCall, tool
 from loom.crew import Crew, Parallel, Sequential, SharedState
+from loom.engine.runtime import Runtime
 from loom.messages import Message, ToolSpec
-from loom.runtime import Runtime
 from loom.store.memory import MemoryStore
 from loom.store.sqlite import SQLiteStore
 from loom.testing import FunctionModel, ScriptedModel

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from loom import Agent
 from loom.crew import Crew, Parallel, Sequential
+from loom.engine.runtime import Runtime
 from loom.events import AgentEvent, AgentStart, CrewMemberStart
-from loom.runtime import Runtime
 from loom.store import SQLiteStore
 from loom.testing import ScriptedModel
 

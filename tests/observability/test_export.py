@@ -21,10 +21,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from loom import Agent, ModelResponse, ToolCall, tool
+from loom.engine.runtime import Runtime
 from loom.errors import ConfigurationError
 from loom.messages import Usage
 from loom.observability import configure
-from loom.runtime import Runtime
 from loom.testing import ScriptedModel
 
 

@@ -21,11 +21,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from loom import Agent, ModelResponse, ToolCall, tool
+from loom.engine.run_inputs import CarryOn
+from loom.engine.runtime import Runtime
 from loom.judge import JudgePanel, LLMJudge
 from loom.messages import Usage
 from loom.observability import OtelObserver
-from loom.run_inputs import CarryOn
-from loom.runtime import Runtime
 from loom.store.sqlite import SQLiteStore
 from loom.testing import ScriptedModel
 
@@ -244,7 +244,7 @@ DEAD_ATTEMPT = textwrap.dedent(
     from opentelemetry.sdk.trace import TracerProvider
     from loom import Agent, ModelResponse, ToolCall, tool
     from loom.observability import OtelObserver
-    from loom.runtime import Runtime
+    from loom.engine.runtime import Runtime
     from loom.store.sqlite import SQLiteStore
     from loom.testing import ScriptedModel
 

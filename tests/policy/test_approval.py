@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from loom import Agent, EventType, ModelResponse, ToolCall, tool
+from loom.engine.journal import transcript
 from loom.errors import InputError
-from loom.journal import transcript
 from loom.policy.approval import Approve, Edit, PendingApproval, Reject, pending_approvals
 from loom.store.memory import MemoryStore
 from loom.testing import ScriptedModel

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from loom import Agent
-from loom.runtime import Runtime
+from loom.engine.runtime import Runtime
 from loom.schedule import MonitorStore, RuntimeLauncher, Scheduler, ScheduleStore
 from loom.store import SQLiteStore
 from loom.testing import FunctionModel

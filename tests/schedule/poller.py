@@ -13,7 +13,7 @@ import sys
 import time
 
 from loom import Agent
-from loom.runtime import Runtime
+from loom.engine.runtime import Runtime
 from loom.schedule import RuntimeLauncher, Scheduler, ScheduleStore
 from loom.testing import FunctionModel
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from loom import Agent, ModelResponse, ToolCall, tool
+from loom.engine.runtime import Runtime
 from loom.errors import ConfigurationError
 from loom.messages import Usage
-from loom.runtime import Runtime
 from loom.server.webhooks import NAMESPACE, Webhook, Webhooks, sign, verify_signature
 from loom.store.sqlite import SQLiteStore
 from loom.testing import ScriptedModel

@@ -26,6 +26,7 @@ pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 import psycopg
 
 from loom import Agent, RunContext, tool
+from loom.engine.runtime import Runtime
 from loom.errors import (
     ConfigurationError,
     LeaseLost,
@@ -34,7 +35,6 @@ from loom.errors import (
     StoreError,
 )
 from loom.messages import Message, ModelResponse, ToolCall
-from loom.runtime import Runtime
 from loom.store import codec
 from loom.store import pg_sql as q
 from loom.store.base import LedgerEntry, RunRecord

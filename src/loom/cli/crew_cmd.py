@@ -57,7 +57,7 @@ def run_crew(
 ) -> dict[str, Any]:
     """Load the crew at ``path``, run ``message`` on ``store``; the crew's AGENT_FINISH data."""
     from loom.crew import Crew
-    from loom.runtime import Runtime
+    from loom.engine.runtime import Runtime
 
     crew = Crew.from_file(path)
     runtime = Runtime(store)

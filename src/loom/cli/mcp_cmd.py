@@ -31,8 +31,8 @@ def mcp(
     {message, session_id?}. Needs the mcp extra (mcp>=2,<3)."""
     from loom.agent import Agent
     from loom.cli.run_cmd import open_store
+    from loom.engine.runtime import Runtime
     from loom.mcp_server import serve_stdio
-    from loom.runtime import Runtime
     from loom.server.registry import AgentRegistry, load_registry
 
     if (agent is None) == (app_spec is None):

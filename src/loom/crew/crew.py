@@ -26,7 +26,6 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loom import gates
 from loom.crew.budget import Budget, BudgetScope
 from loom.crew.log import CrewLog, unfinished_run
 from loom.crew.plan import Node, validate
@@ -35,17 +34,18 @@ from loom.crew.result import CrewResult
 from loom.crew.runner import Handover, Runner, tag
 from loom.crew.state import SharedState
 from loom.crew.turn import as_crew_session
-from loom.driving import drive
+from loom.engine import gates
+from loom.engine.driving import drive
+from loom.engine.run_inputs import Answer, CarryOn, NewMessage, Resume, RunInput, RunOptions
 from loom.errors import BudgetExceeded, CrewDefinitionError, InputError, LeaseLost, RunCancelled
 from loom.events import AgentEvent
 from loom.messages import StopReason, Usage, new_id
-from loom.run_inputs import Answer, CarryOn, NewMessage, Resume, RunInput, RunOptions
 
 if TYPE_CHECKING:
     from loom.agent import Agent
     from loom.crew.file import CrewDefinition
     from loom.crew.turn import CrewTurn
-    from loom.runtime import Runtime
+    from loom.engine.runtime import Runtime
     from loom.schedule import Schedule, Scheduler
 
 __all__ = ["Crew"]
@@ -175,7 +175,7 @@ class Crew:
     @property
     def runtime(self) -> Runtime:
         """The default runtime: the process's runtime for ``store=``, else a private one."""
-        from loom.runtime import Runtime
+        from loom.engine.runtime import Runtime
 
         rt = _RUNTIMES.get(self)
         if rt is None:
@@ -195,7 +195,7 @@ class Crew:
         session_id: str | None,
         options: RunOptions,
     ) -> CrewTurn:
-        """The crew run ``input`` asks for on ``runtime`` (``loom.runtime.Runnable``): what
+        """The crew run ``input`` asks for on ``runtime`` (``loom.engine.runtime.Runnable``): what
         ``Runtime.start`` calls. A ``NewMessage`` is the crew's task; ``Resume`` continues the
         members' parked calls (decisions keyed by tool call id are routed to the member that
         parked each); ``CarryOn`` runs the session's unfinished crew run again (finished members
@@ -401,7 +401,7 @@ class Crew:
             if me is not None:
                 me.cancel()
 
-        # the session envelope every run keeps (loom.gates): lease, keep-alive, release
+        # the session envelope every run keeps (loom.engine.gates): lease, keep-alive, release
         async with gates.held(
             runtime,
             sid,

@@ -15,9 +15,9 @@ the member's message is already in its child session, so its turn goes on from t
 (``Runtime.start(agent, CarryOn(), ...)``: the turn's own recovery closes its open calls) and
 the message is never sent twice.
 
-The crew session is held like an agent's (``loom.gates``: lease, keep-alive, release), and the
-crew run closes what a dead run of the session left open the way a turn does: the open run
-records ``loom.recovery.find_loose_ends`` reports get ``RUN_RECOVERED`` and a ``crashed`` end
+The crew session is held like an agent's (``loom.engine.gates``: lease, keep-alive, release),
+and the crew run closes what a dead run of the session left open the way a turn does: the open run
+records ``loom.engine.recovery.find_loose_ends`` reports get ``RUN_RECOVERED`` and a ``crashed`` end
 record.
 """
 
@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from loom.engine.journal import Journal
+from loom.engine.recovery import CRASHED, find_loose_ends
 from loom.events import (
     AgentEvent,
     AgentFinish,
@@ -38,9 +40,7 @@ from loom.events import (
     RunRecovered,
     UserMessage,
 )
-from loom.journal import Journal
 from loom.messages import Usage
-from loom.recovery import CRASHED, find_loose_ends
 from loom.store.base import Lease, RunRecord, RunStore, Store
 
 __all__ = ["CrewLog", "Unfinished", "asked_by", "unfinished_run"]
@@ -159,7 +159,7 @@ class CrewLog:
         j = self.journal
         async with self._lock:
             # what dead runs of the session left open is closed before this run opens, as a
-            # turn's INTAKE does (loom.recovery): each open run record ends ``crashed``
+            # turn's INTAKE does (loom.engine.recovery): each open run record ends ``crashed``
             ends = await find_loose_ends(self.store, self.runs, j.session_id, {}, set(), j.run_id)
             dead = [r.run_id for r in ends.dead_runs]
             if recovered is not None and recovered.dead and recovered.run_id not in dead:

@@ -40,17 +40,17 @@ from loom.crew.remote import RemoteAgent
 from loom.crew.result import MemberResult
 from loom.crew.state import SharedState, state_tools
 from loom.crew.tools import CrewTool, choice_tool
+from loom.engine.run_inputs import CarryOn, Resume, RunOptions
 from loom.errors import BudgetExceeded, RemoteMemberError, ToolError
 from loom.events import AgentEvent, CrewMemberFinish, CrewMemberStart
 from loom.messages import Message, Usage
-from loom.run_inputs import CarryOn, Resume, RunOptions
 from loom.tools.base import RunContext
 
 if TYPE_CHECKING:
     from loom.agent import Agent
     from loom.crew.log import CrewLog
     from loom.crew.spec import CrewSpec
-    from loom.runtime import Runtime
+    from loom.engine.runtime import Runtime
 
 __all__ = ["Handover", "Outcome", "Runner", "tag"]
 

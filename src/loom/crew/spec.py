@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from loom.crew.budget import Budget, BudgetScope
     from loom.crew.remote import RemoteAgent
     from loom.crew.result import CrewResult
+    from loom.engine.runtime import Runtime
     from loom.events import AgentEvent
-    from loom.runtime import Runtime
 
 __all__ = ["CrewSpec"]
 

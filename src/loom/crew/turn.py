@@ -1,8 +1,9 @@
 """A crew run ready for a driver: what ``Runtime.start(crew, ...)`` answers and a server runs.
 
-``CrewTurn`` has the driving interface of ``loom.loop.Turn`` — ``run_id``, ``session_id``,
+``CrewTurn`` has the driving interface of ``loom.engine.loop.Turn`` — ``run_id``, ``session_id``,
 ``run(emit)``, ``cancel(reason)`` and ``result`` (a ``RunResult``) — so whatever drives a turn
-(``loom.driving.drive``, the server's run manager, graceful shutdown) drives a crew unchanged.
+(``loom.engine.driving.drive``, the server's run manager, graceful shutdown) drives a crew
+unchanged.
 ``crew_result`` keeps the whole ``CrewResult`` (member runs, budget) once it ended.
 
 ``crew_pending`` lists the calls a crew session waits on — the parked calls of its members,
@@ -24,7 +25,7 @@ from loom.messages import Message, RunResult, Usage, new_id
 if TYPE_CHECKING:
     from loom.crew.result import CrewResult
     from loom.crew.spec import CrewSpec
-    from loom.runtime import Runtime
+    from loom.engine.runtime import Runtime
     from loom.store.base import Store
 
 __all__ = ["CrewTurn", "by_member", "crew_pending"]

@@ -18,7 +18,7 @@ from loom.memory.segments import SessionIndex
 from loom.memory.tokens import MessageCounter, counter_for_model
 
 if TYPE_CHECKING:
-    from loom.turn_spec import TurnSpec
+    from loom.engine.turn_spec import TurnSpec
 
 __all__ = ["MemoryReport", "Tier", "describe_session"]
 

@@ -81,8 +81,8 @@ async def set_kernel(store: Store, session_id: str, key: str, value: str | None)
         from loom.errors import InputError
 
         raise InputError("kernel key must be a non-empty string")
+    from loom.engine.journal import Journal
     from loom.events import MemoryRecord  # the journal and events load with the first write
-    from loom.journal import Journal
 
     journal = Journal(store, session_id, new_id("kernel"), [])
     content = f"[kernel] {key} = {value}" if value is not None else f"[kernel] {key} removed"

@@ -1,7 +1,7 @@
 """Human-in-the-loop approval (seed 002 ``HITLHook``): pause, decide, resume.
 
 A hook (normally the ``PermissionManager``) answers ``RequireApproval`` for a call. The loop
-(``loom.calls``) then commits an ``APPROVAL_REQUIRED`` event carrying the pending call and:
+(``loom.engine.calls``) then commits an ``APPROVAL_REQUIRED`` event carrying the pending call and:
 
 - with an ``approval_handler`` (sync or async, receives a ``PendingApproval``) awaits its
   ``Approve()`` / ``Reject(reason)`` / ``Edit(arguments)`` and goes on;

@@ -8,12 +8,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from loom.engine.run_inputs import Drivable
+from loom.engine.runtime import NamedRunnable
 from loom.errors import UnknownTarget
-from loom.run_inputs import Drivable
-from loom.runtime import NamedRunnable
 
 if TYPE_CHECKING:
-    from loom.runtime import Runtime
+    from loom.engine.runtime import Runtime
     from loom.schedule.model import Schedule, ScheduleRun
 
 Target = NamedRunnable[Drivable]
@@ -63,8 +63,8 @@ class RuntimeLauncher:
         self.added[target.name] = target
 
     async def run(self, schedule: Schedule, run: ScheduleRun, run_id: str) -> Outcome:
-        from loom.driving import discard
-        from loom.run_inputs import RunOptions
+        from loom.engine.driving import discard
+        from loom.engine.run_inputs import RunOptions
 
         target = self.added.get(schedule.agent) or self.agents.get(schedule.agent)
         if target is None:

@@ -14,7 +14,7 @@ from loom.schedule.scheduler import Scheduler
 from loom.schedule.storage import ScheduleStore
 
 if TYPE_CHECKING:
-    from loom.runtime import Runtime
+    from loom.engine.runtime import Runtime
     from loom.workers.ticks import PeriodicJob
 
 __all__ = ["SCHEDULE_TASK", "build_scheduler", "schedule_tick"]

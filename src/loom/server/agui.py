@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from loom.engine.run_inputs import Answer, Resume
 from loom.errors import InputError
 from loom.events import (
     AgentEvent,
@@ -46,7 +47,6 @@ from loom.events import (
 )
 from loom.hooks import RequireApproval
 from loom.messages import ToolCall, new_id
-from loom.run_inputs import Answer, Resume
 from loom.server.app import ServerState, error_body, state_of
 from loom.server.openai_api import EventStream, close_quietly
 from loom.server.ownership import check_client_id, header_value
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from ag_ui.core import BaseEvent, RunAgentInput
 
     from loom.agent import Agent
-    from loom.loop import Turn
+    from loom.engine.loop import Turn
     from loom.tools.base import RunContext
 
 __all__ = ["FRONTEND_REASON", "FrontendTool", "router"]
@@ -372,7 +372,7 @@ async def _run(request: Request, name: str | None) -> Response:
     from ag_ui.encoder import EventEncoder
     from pydantic import ValidationError
 
-    from loom.driving import drive
+    from loom.engine.driving import drive
 
     try:
         raw = await request.json()

@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 
+from loom.engine.runtime import Runtime
 from loom.errors import (
     ConfigurationError,
     InputError,
@@ -26,7 +27,6 @@ from loom.errors import (
     SessionNotFound,
     StoreError,
 )
-from loom.runtime import Runtime
 from loom.server.registry import AgentRegistry
 
 if TYPE_CHECKING:

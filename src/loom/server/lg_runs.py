@@ -9,7 +9,7 @@ was, and a run whose stream was closed keeps running (``on_disconnect="continue"
 Frame ids are ``"<event sequence>.<slot>"``: the journal sequence of the event the frame
 comes from and a fixed slot for the frame's kind (0 messages-tuple, 1 messages, 2 updates,
 3 values, 4/5 an interrupt's updates/values, 6 events). Only the frames of a run's steps
-(``loom.journal.STEP_TYPES``: events committed before they are emitted) carry an id; token
+(``loom.engine.journal.STEP_TYPES``: events committed before they are emitted) carry an id; token
 deltas and lifecycle events (``iteration_start``, ``context_*``, ``state_change``,
 ``llm_start``, ``recursion``, …) are sent without one, because a crash may lose them: every id a
 client received is in the journal, so a rejoin from it works after a restart. A run carried on
@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from loom.driving import drive
+from loom.engine.driving import drive
+from loom.engine.journal import STEP_TYPES, transcript
 from loom.errors import InputError, LoomError
 from loom.events import (
     AgentEvent,
@@ -42,7 +43,6 @@ from loom.events import (
     LlmComplete,
     LlmDelta,
 )
-from loom.journal import STEP_TYPES, transcript
 from loom.messages import Message, RunResult
 from loom.store.base import Store
 
@@ -416,8 +416,8 @@ class RunManager:
             self.runs.pop(run_id, None)
 
     def start(self, run: LgRun, turn: Any) -> None:
-        """Run ``turn`` (a ``loom.loop.Turn``, or a crew's ``CrewTurn``) in a task of its own,
-        feeding ``run``."""
+        """Run ``turn`` (a ``loom.engine.loop.Turn``, or a crew's ``CrewTurn``) in a task of its
+        own, feeding ``run``."""
         self.runs[run.run_id] = run
         self.by_thread.setdefault(run.thread_id, []).append(run.run_id)
         if run.maker is None:  # a crew run comes with its own (loom.server.lg_crews)

@@ -15,14 +15,14 @@ import uuid
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from loom.engine.run_inputs import RunOptions
+from loom.engine.runtime import Runtime
 from loom.errors import QueueFull
-from loom.run_inputs import RunOptions
-from loom.runtime import Runtime
 from loom.server.security import current_principal
 
 if TYPE_CHECKING:
-    from loom.run_inputs import Drivable, RunInput
-    from loom.runtime import Runnable, RunT
+    from loom.engine.run_inputs import Drivable, RunInput
+    from loom.engine.runtime import Runnable, RunT
 
 __all__ = ["SHUTDOWN_REASON", "ServerRuntime", "drain"]
 

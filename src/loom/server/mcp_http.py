@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from mcp.server import ServerRequestContext
 
     from loom.agent import Agent
-    from loom.runtime import Runtime
+    from loom.engine.runtime import Runtime
 
 __all__ = ["router"]
 

@@ -34,9 +34,9 @@ from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from loom.engine.journal import transcript
 from loom.errors import ConfigurationError
 from loom.events import AgentEvent, AgentFinish, AgentStart
-from loom.journal import transcript
 from loom.server.lg_runs import Frame, FrameMaker, LgRun, attempt_offset, run_status
 
 if TYPE_CHECKING:

@@ -42,10 +42,10 @@ from starlette.responses import Response
 
 from loom.agent import Agent
 from loom.crew import Crew
+from loom.engine.gates import OnBusy
+from loom.engine.run_inputs import Answer, CarryOn, Resume, RunOptions
 from loom.errors import ConfigurationError, InputError, SessionBusy
 from loom.events import AgentFinish, EventType
-from loom.gates import OnBusy
-from loom.run_inputs import Answer, CarryOn, Resume, RunOptions
 from loom.server.app import ServerState
 from loom.server.lg_runs import (
     ALL_MODES,

@@ -12,15 +12,15 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
 
-from loom.driving import discard, drive
+from loom.engine.driving import discard, drive
 from loom.events import AgentEvent, LlmComplete, LlmDelta
 
 if TYPE_CHECKING:
     from loom.agent import Agent
     from loom.crew import Crew
     from loom.crew.turn import CrewTurn
+    from loom.engine.runtime import Runtime
     from loom.messages import RunResult
-    from loom.runtime import Runtime
 
 __all__ = ["run_served", "stream_served"]
 

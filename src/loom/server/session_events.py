@@ -8,7 +8,7 @@ event that was already sent from the journal is skipped by its ``(run_id, sequen
 is missed or sent twice across the boundary.
 
 An event's id is ``"<run_id>:<sequence>"`` (``sequence`` counts within a run). Over SSE only a
-run's steps (``loom.journal.STEP_TYPES``, committed before they are emitted) carry their id
+run's steps (``loom.engine.journal.STEP_TYPES``, committed before they are emitted) carry their id
 (:func:`sse_id`): lifecycle events (``stage``, …) and token deltas are sent without one, since
 a crash may lose them, so every id a client received can be found again after a restart. A
 cursor naming an event that was not journaled resumes at the next journaled event of its run.
@@ -21,9 +21,9 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 
+from loom.engine.journal import STEP_TYPES
 from loom.errors import InputError
 from loom.events import AgentEvent, AgentFinish
-from loom.journal import STEP_TYPES
 from loom.store.base import Store
 
 __all__ = [

@@ -19,7 +19,8 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
-from loom.driving import discard
+from loom.engine.driving import discard
+from loom.engine.run_inputs import Resume
 from loom.events import (
     AgentEvent,
     AgentFinish,
@@ -35,7 +36,6 @@ from loom.events import (
     Warning,
 )
 from loom.messages import RunResult, Usage, new_id
-from loom.run_inputs import Resume
 from loom.server.app import ServerState, error_body, state_of
 from loom.server.openai_api import EventStream, close_quietly
 from loom.server.ownership import ClientId, header_value

@@ -108,7 +108,7 @@ async def run_worker(
     get ``settings.grace`` seconds to finish), riding out database restarts. ``periodic``
     adds jobs run once per tick across the fleet (every worker must be given the same ones);
     with ``settings.scheduler`` the store's schedules fire too."""
-    from loom.runtime import Runtime
+    from loom.engine.runtime import Runtime
     from loom.store.postgres import PostgresStore
     from loom.workers.fenced_jobs import FencedJobManager
 

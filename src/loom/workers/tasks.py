@@ -25,19 +25,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from loom.driving import discard
+from loom.engine.driving import discard
+from loom.engine.run_inputs import CarryOn, Drivable, RunOptions
+from loom.engine.runtime import NamedRunnable
+from loom.engine.turn_spec import TurnSpec
 from loom.errors import ConfigurationError, LeaseLost, LoomError
 from loom.events import AgentFinish, EventType
-from loom.run_inputs import CarryOn, Drivable, RunOptions
-from loom.runtime import NamedRunnable
-from loom.turn_spec import TurnSpec
 from loom.workers.failover import take_over
 from loom.workers.records import JOB_NAMESPACE, kv_of
 
 if TYPE_CHECKING:
     from procrastinate.job_context import JobContext
 
-    from loom.runtime import Runtime
+    from loom.engine.runtime import Runtime
 
 __all__ = ["JobFailed", "ServedAgent", "WorkerContext", "run_turn", "set_context"]
 

@@ -26,15 +26,15 @@ from a2a.server.tasks.task_updater import TaskUpdater
 from a2a.types.a2a_pb2 import Message, Part, Task, TaskState
 from google.protobuf.json_format import MessageToDict
 
-from loom.driving import drive
+from loom.engine.driving import drive
+from loom.engine.run_inputs import Answer, Resume
 from loom.errors import InputError
 from loom.events import AgentEvent, ToolErrorEvent, ToolExecutionStart, ToolResultEvent
-from loom.run_inputs import Answer, Resume
 
 if TYPE_CHECKING:
-    from loom.loop import Turn
+    from loom.engine.loop import Turn
+    from loom.engine.runtime import Runtime
     from loom.messages import RunResult
-    from loom.runtime import Runtime
     from loom.server.app import ServerState
 
 __all__ = ["LoomExecutor", "decision_of", "text_of"]

@@ -12,8 +12,8 @@ from collections import deque
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from loom.engine.run_inputs import Drivable
 from loom.events import AgentEvent
-from loom.run_inputs import Drivable
 
 __all__ = ["Drivable", "discard", "drive", "watch"]
 

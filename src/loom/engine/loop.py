@@ -1,9 +1,9 @@
 """The turn: INTAKE → CONTEXT → EXECUTE → PERSIST, driven by seed 003's state machine.
 
 INTAKE takes the session's lease, builds this turn's ``RunDeps``, closes what dead runs left
-open (``loom.recovery``), applies the decisions of a resumed turn or expires calls a new message
-left undecided, and commits the user's message. Then each iteration compiles the context,
-streams one model answer and runs its tool calls (``loom.calls``), and recurses (seed 002's
+open (``loom.engine.recovery``), applies the decisions of a resumed turn or expires calls a new
+message left undecided, and commits the user's message. Then each iteration compiles the context,
+streams one model answer and runs its tool calls (``loom.engine.calls``), and recurses (seed 002's
 ``tt``) until the model answers without tools or a limit stops it; judges may send a final
 answer back. PERSIST closes every open call and records the run's end. All of it, INTAKE too,
 runs under the turn timeout, and every step is committed by the run's ``Journal`` before its
@@ -21,9 +21,11 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from loom import events as ev
-from loom import gates
-from loom.calls import CallRunner
 from loom.context import AssembledContext, ContextRequest
+from loom.engine import gates
+from loom.engine.calls import CallRunner
+from loom.engine.journal import Journal
+from loom.engine.recovery import find_loose_ends
 from loom.errors import (
     ApprovalHandlerError,
     BudgetExceeded,
@@ -36,19 +38,17 @@ from loom.errors import (
 )
 from loom.guardrails.engine import Tripped
 from loom.hooks import HookContext, HookRunner
-from loom.journal import Journal
 from loom.messages import Message, ModelResponse, RunResult, StopReason, Usage, new_id
 from loom.models.base import ModelSettings, RetryNotice, TextDelta, reports_real_usage
 from loom.output import Accept, GiveUp, OutputSpec, check_answer
 from loom.policy import approval
 from loom.queries import format_answer
-from loom.recovery import find_loose_ends
 from loom.store.base import RunRecord
 
 if TYPE_CHECKING:
-    from loom.run_deps import RunDeps, TurnHost
-    from loom.run_inputs import RunOptions
-    from loom.turn_spec import TurnSpec
+    from loom.engine.run_deps import RunDeps, TurnHost
+    from loom.engine.run_inputs import RunOptions
+    from loom.engine.turn_spec import TurnSpec
 
 __all__ = ["AgentState", "Turn"]
 
@@ -269,7 +269,7 @@ class Turn:
             {p.tool_call_id for p in pending},
             self.run_id,
         )
-        if ends:  # what dead runs of the session left open (loom.recovery)
+        if ends:  # what dead runs of the session left open (loom.engine.recovery)
             await self.calls.recover(ends)
         if self.resume is not None:
             return await self._settle(pending)

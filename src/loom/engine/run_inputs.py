@@ -7,13 +7,13 @@ Every run, of an agent or of a crew, from every surface, starts through one call
   ``Resume(decisions)`` for calls parked on a human's approval, ``Answer(text, query_id)`` for
   a server query the run stopped on (``loom.queries``), or ``CarryOn()``: recover what a dead
   run of the session left open and go on from the committed transcript, with no new message.
-- ``target`` is anything ``loom.runtime.Runnable``: an ``Agent`` or a ``Crew``.
+- ``target`` is anything ``loom.engine.runtime.Runnable``: an ``Agent`` or a ``Crew``.
 - ``options`` (``RunOptions``) varies this one run without building a changed ``Agent``:
   another model, extra tools, an output type, a cost budget, tighter limits, the tools'
   ``deps``, what to do when the session is busy, the parent run and the run's id.
 
 ``start`` answers a ``Drivable``: the run, checked and named but not started; ``await
-run.run(emit)`` runs it (``loom.driving.drive`` streams it), ``run.cancel(reason)`` stops it
+run.run(emit)`` runs it (``loom.engine.driving.drive`` streams it), ``run.cancel(reason)`` stops it
 and ``run.result`` holds its ``RunResult`` afterwards.
 
 This module imports nothing of the engine at load time, so any layer may name these types.
@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from loom.engine.gates import OnBusy
     from loom.events import AgentEvent
-    from loom.gates import OnBusy
     from loom.messages import RunResult
     from loom.models.base import Model
 
@@ -139,9 +139,9 @@ class RunOptions:
 
 
 class Drivable(Protocol):
-    """A run started and not yet run (what ``Runtime.start`` answers): ``loom.loop.Turn`` for an
-    agent, ``loom.crew.CrewTurn`` for a crew. Whatever drives a turn (``loom.driving.drive``,
-    a server's run manager, graceful shutdown) drives either."""
+    """A run started and not yet run (what ``Runtime.start`` answers): ``loom.engine.loop.Turn``
+    for an agent, ``loom.crew.CrewTurn`` for a crew. Whatever drives a turn
+    (``loom.engine.driving.drive``, a server's run manager, graceful shutdown) drives either."""
 
     run_id: str
     session_id: str
@@ -180,5 +180,6 @@ def as_run_input(input: object) -> RunInput:
 
     raise InputError(
         f"a run's input must be a str (a new message), NewMessage(text), Resume(decisions), "
-        f"Answer(text, query_id) or CarryOn() from loom.run_inputs; got {type(input).__name__}"
+        f"Answer(text, query_id) or CarryOn() from loom.engine.run_inputs; got "
+        f"{type(input).__name__}"
     )

@@ -15,6 +15,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from loom.engine.recovery import CRASHED, LooseEnds, call_of, never_started, outcome_unknown
 from loom.events import (
     ApprovalDecisionEvent,
     ApprovalRequired,
@@ -36,14 +37,13 @@ from loom.policy.approval import (
     decision_payload,
     remember_rules,
 )
-from loom.recovery import CRASHED, LooseEnds, call_of, never_started, outcome_unknown
 from loom.store.base import LedgerEntry, LedgerStatus, RunRecord
 from loom.tools.base import RunContext
 from loom.tools.executor import error_result, execute_call
 
 if TYPE_CHECKING:
-    from loom.journal import Journal
-    from loom.run_deps import RunDeps
+    from loom.engine.journal import Journal
+    from loom.engine.run_deps import RunDeps
 
 __all__ = ["CallRunner"]
 
@@ -296,7 +296,7 @@ class CallRunner:
             raise Tripped(outcome.trip)
 
     async def recover(self, ends: LooseEnds) -> None:
-        """INTAKE: close what dead runs left open (found by ``loom.recovery``)."""
+        """INTAKE: close what dead runs left open (found by ``loom.engine.recovery``)."""
         j = self.journal
         if ends.ledger_only:
             await j.commit([], ledger=[e.ended("interrupted", None) for e in ends.ledger_only])

@@ -1,9 +1,9 @@
 """What one turn runs with (``RunDeps``), and what it reads of the process running it
 (``TurnHost``, which ``Runtime`` satisfies).
 
-They live apart from ``loom.runtime`` so that the turn (``loom.loop``) and the call runner
-(``loom.calls``) never import the runtime that makes them: the engine's imports stay one-way
-(tests/test_layers.py).
+They live apart from ``loom.engine.runtime`` so that the turn (``loom.engine.loop``) and the call
+runner (``loom.engine.calls``) never import the runtime that makes them: the engine's imports stay
+one-way (tests/test_layers.py).
 """
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from loom.context import ContextBuilder
+    from loom.engine.gates import SessionGate
+    from loom.engine.run_inputs import RunOptions
+    from loom.engine.turn_spec import TurnSpec
     from loom.events import AgentEvent
-    from loom.gates import SessionGate
     from loom.messages import Message, ToolSpec, Usage
     from loom.models.base import Model
     from loom.policy.permissions import PermissionRule
-    from loom.run_inputs import RunOptions
     from loom.store.base import Store, StoreCapabilities
     from loom.tools.base import Tool
     from loom.tools.channel import ResultShaper
-    from loom.turn_spec import TurnSpec
 
 __all__ = ["RunDeps", "SessionView", "TurnHost"]
 
@@ -60,7 +60,7 @@ class SessionView:
 
 
 class TurnHost(Protocol):
-    """What a turn reads of the process running it: ``loom.runtime.Runtime`` satisfies it."""
+    """What a turn reads of the process running it: ``loom.engine.runtime.Runtime`` satisfies it."""
 
     @property
     def store(self) -> Store:

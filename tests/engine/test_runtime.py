@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from loom import Agent, ModelResponse, ToolCall, tool
+from loom.engine.runtime import Runtime
 from loom.errors import QueueFull, SessionBusy
 from loom.messages import Message, RunResult
 from loom.policy.approval import Approve, PendingApproval, Reject
-from loom.runtime import Runtime
 from loom.store import MemoryStore, SQLiteStore
 from loom.testing import FunctionModel, ScriptedModel
 
@@ -281,11 +281,11 @@ async def test_a_long_turn_keeps_its_lease(tmp_path: Path) -> None:
     assert (await turn).stop_reason == "completed"
 
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")  # this checkout, for the child process
+SRC = str(Path(__file__).resolve().parents[2] / "src")  # this checkout, for the child process
 HOLDER = r"""
 import asyncio, sys
 from loom import Agent, ModelResponse, ToolCall, tool
-from loom.runtime import Runtime
+from loom.engine.runtime import Runtime
 from loom.store import SQLiteStore
 from loom.testing import ScriptedModel
 

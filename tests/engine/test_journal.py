@@ -13,13 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loom import Agent, RunContext, ToolError, tool
+from loom.engine.journal import transcript
+from loom.engine.runtime import Runtime
 from loom.errors import StoreError
 from loom.events import AgentEvent, EventType
-from loom.journal import transcript
 from loom.judge import FunctionJudge, JudgePanel
 from loom.memory import MemoryConfig
 from loom.messages import Message, ModelResponse, ToolCall
-from loom.runtime import Runtime
 from loom.store import MemoryStore, SQLiteStore
 from loom.testing import FunctionModel, ScriptedModel
 
@@ -406,7 +406,7 @@ def test_a_compressed_session_keeps_its_summaries_in_the_journal() -> None:
 KILL_CHILD = r"""
 import asyncio, json, sys
 from loom import Agent, ModelResponse, ToolCall, tool
-from loom.runtime import Runtime
+from loom.engine.runtime import Runtime
 from loom.store import SQLiteStore
 from loom.testing import ScriptedModel
 
@@ -444,7 +444,7 @@ def test_every_event_received_before_a_sigkill_is_in_the_store(
     script = tmp_path / "child.py"
     script.write_text(KILL_CHILD)
     db = tmp_path / "k.db"
-    src = str(Path(__file__).resolve().parents[1] / "src")
+    src = str(Path(__file__).resolve().parents[2] / "src")
     child = subprocess.Popen(
         [sys.executable, str(script), str(db)],
         stdout=subprocess.PIPE,

@@ -14,16 +14,16 @@ from pydantic import BaseModel
 from loom import Agent, ModelResponse, ToolCall, tool
 from loom.crew import Crew, Sequential
 from loom.crew.turn import CrewTurn
-from loom.driving import discard
+from loom.engine.driving import discard
+from loom.engine.loop import Turn
+from loom.engine.run_inputs import Answer, CarryOn, NewMessage, Resume, RunOptions
+from loom.engine.runtime import Runtime
 from loom.errors import InputError
-from loom.loop import Turn
 from loom.messages import Message, RunResult
-from loom.run_inputs import Answer, CarryOn, NewMessage, Resume, RunOptions
-from loom.runtime import Runtime
 from loom.store import MemoryStore
 from loom.testing import FunctionModel, ScriptedModel
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "loom"
+SRC = Path(__file__).resolve().parents[2] / "src" / "loom"
 
 deployed: list[str] = []
 
@@ -299,7 +299,13 @@ async def test_bad_inputs_are_input_errors_before_anything_is_committed() -> Non
         (agent, Answer("x", query_id="query_nope"), "asking", None, "not 'query_nope'"),
         (agent, Answer(42), "asking", None, "must be text"),  # type: ignore[arg-type]
         (plain, Resume(True), None, None, "pass the session_id"),
-        (plain, "hi", "done", {"model": "x"}, "options must be a loom.run_inputs.RunOptions"),
+        (
+            plain,
+            "hi",
+            "done",
+            {"model": "x"},
+            "options must be a loom.engine.run_inputs.RunOptions",
+        ),
         (plain, "hi", "done", RunOptions(on_busy="wait"), "on_busy must be"),  # type: ignore[arg-type]
         (plain, "hi", "done", RunOptions(model="nope:model"), "unknown model provider 'nope'"),
         (agent, "hi", "asking", RunOptions(extra_tools=[deploy, deploy]), "extra tool 'deploy'"),

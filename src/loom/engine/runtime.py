@@ -9,10 +9,11 @@ the result shaper and the context builder. Nothing a turn does is written back o
 so one ``Agent`` serves any number of runtimes, sessions and processes at once.
 
 Every run starts through ``Runtime.start(target, input, session_id=..., options=...)``, the front
-door (``loom.run_inputs``: a new message, ``Resume``, ``Answer`` or ``CarryOn``, for an ``Agent``
-or a ``Crew``, with per-run ``RunOptions``); ``run``, ``stream``, ``resume`` and ``answer_query``
-are shortcuts over it. ``Agent.run`` / ``stream`` / ``resume`` use a default runtime per agent
-(its ``store=``, else a private in-memory store); a server or worker makes its own::
+door (``loom.engine.run_inputs``: a new message, ``Resume``, ``Answer`` or ``CarryOn``, for an
+``Agent`` or a ``Crew``, with per-run ``RunOptions``); ``run``, ``stream``, ``resume`` and
+``answer_query`` are shortcuts over it. ``Agent.run`` / ``stream`` / ``resume`` use a default
+runtime per agent (its ``store=``, else a private in-memory store); a server or worker makes
+its own::
 
     runtime = Runtime(store=SQLiteStore("loom.db"))
     result = await runtime.run(agent, "hello", session_id="s1")
@@ -26,13 +27,10 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from loom.driving import discard, drive, watch
-from loom.errors import AgentDefinitionError, ConfigurationError, InputError
-from loom.events import AgentEvent, ApprovalDecisionEvent, EventType
-from loom.gates import OnBusy, SessionGate
-from loom.messages import RunResult, ToolSpec, Usage, new_id
-from loom.run_deps import RunDeps, SessionView
-from loom.run_inputs import (
+from loom.engine.driving import discard, drive, watch
+from loom.engine.gates import OnBusy, SessionGate
+from loom.engine.run_deps import RunDeps, SessionView
+from loom.engine.run_inputs import (
     Answer,
     CarryOn,
     Drivable,
@@ -43,6 +41,9 @@ from loom.run_inputs import (
     as_run_input,
     with_overrides,
 )
+from loom.errors import AgentDefinitionError, ConfigurationError, InputError
+from loom.events import AgentEvent, ApprovalDecisionEvent, EventType
+from loom.messages import RunResult, ToolSpec, Usage, new_id
 from loom.store.base import Store, capabilities_of
 from loom.tools.base import Tool, spec_of
 from loom.tools.registry import resolve_tool
@@ -50,12 +51,12 @@ from loom.tools.registry import resolve_tool
 if TYPE_CHECKING:
     # the engine reads an agent's definition (a Protocol), never loom.agent: layered imports
     from loom.context import ContextBuilder
-    from loom.loop import Turn
+    from loom.engine.loop import Turn
+    from loom.engine.turn_spec import TurnSpec as Agent
     from loom.models.base import Model
     from loom.policy.approval import PendingApproval
     from loom.policy.permissions import PermissionRule
     from loom.queries import ServerQuery
-    from loom.turn_spec import TurnSpec as Agent
 
 __all__ = [
     "NamedRunnable",
@@ -75,7 +76,7 @@ RunT = TypeVar("RunT", bound=Drivable)
 
 
 class Runnable(Protocol[RunT_co]):
-    """What ``Runtime.start`` can start: an ``Agent`` (its runs are ``loom.loop.Turn``) or a
+    """What ``Runtime.start`` can start: an ``Agent`` (its runs are ``loom.engine.loop.Turn``) or a
     ``Crew`` (``loom.crew.CrewTurn``)."""
 
     async def open_run(
@@ -329,7 +330,7 @@ class Runtime:
         through (``run``, ``stream``, ``resume``, ``answer_query``, the crew runner, schedules,
         workers, every server surface).
 
-        ``input`` is what the run is for (``loom.run_inputs``): a ``str`` or ``NewMessage``,
+        ``input`` is what the run is for (``loom.engine.run_inputs``): a ``str`` or ``NewMessage``,
         ``Resume(decisions)``, ``Answer(text, query_id)`` or ``CarryOn()``; ``options`` (a
         ``RunOptions``) varies this run only (model, extra tools, output type, budget, limits,
         deps, on_busy, parent run, run id). ``Resume`` and ``Answer`` are checked against what
@@ -337,14 +338,14 @@ class Runtime:
         anything is committed.
 
         Answers the run, checked and named but not started: ``run.run_id`` is known now,
-        ``await run.run(emit)`` runs it (``loom.driving.drive(run)`` streams it),
+        ``await run.run(emit)`` runs it (``loom.engine.driving.drive(run)`` streams it),
         ``run.cancel(reason)`` stops it and ``run.result`` holds its ``RunResult`` afterwards.
         """
         what = as_run_input(input)
         opts = RunOptions() if options is None else options
         if not isinstance(opts, RunOptions):
             raise InputError(
-                f"options must be a loom.run_inputs.RunOptions, got {type(opts).__name__}"
+                f"options must be a loom.engine.run_inputs.RunOptions, got {type(opts).__name__}"
             )
         if opts.on_busy not in ("queue", "drop", "interrupt"):
             raise InputError(
@@ -359,7 +360,7 @@ class Runtime:
             )
         if not callable(getattr(target, "open_run", None)):
             raise InputError(
-                f"a run's target must be an Agent or a Crew (a loom.runtime.Runnable), got "
+                f"a run's target must be an Agent or a Crew (a loom.engine.runtime.Runnable), got "
                 f"{type(target).__name__}"
             )
         return await target.open_run(self, what, session_id, opts)
@@ -368,7 +369,7 @@ class Runtime:
         self, agent: Agent, input: RunInput, session_id: str | None, options: RunOptions
     ) -> Turn:
         """``Agent.open_run``: the turn ``input`` asks for, checked (call ``start``)."""
-        from loom.loop import Turn
+        from loom.engine.loop import Turn
 
         # the options first (no store read), then what the input asks of the session
         output = agent.output_spec
@@ -491,7 +492,7 @@ class Runtime:
         options: RunOptions | None = None,
     ) -> AsyncGenerator[AgentEvent, None]:
         """Run one turn of ``agent`` and yield its events as they happen (see ``Agent.stream``);
-        ``options`` carries any other per-run override (``loom.run_inputs.RunOptions``)."""
+        ``options`` carries any other per-run override (``loom.engine.run_inputs.RunOptions``)."""
         opts = with_overrides(
             options,
             on_busy=on_busy,
@@ -524,7 +525,7 @@ class Runtime:
     ) -> RunResult:
         """Run one turn of ``agent`` to its end (see ``Agent.run``); ``max_cost`` in US dollars
         stops it with ``stop_reason="cost_limit"`` once its model calls cost more; ``options``
-        carries any other per-run override (``loom.run_inputs.RunOptions``)."""
+        carries any other per-run override (``loom.engine.run_inputs.RunOptions``)."""
         opts = with_overrides(
             options,
             on_busy=on_busy,

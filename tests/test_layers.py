@@ -147,20 +147,8 @@ MODES = {
     "module-level imports only": {"runtime"},
 }
 
-# Circles still there, per mode, and why. A circle not listed here (or a listed one that grew)
-# fails the test; while listed ones remain, the test is an expected failure naming them.
-# the app, its security middleware, shutdown and the console's login know each other
-_SERVER_APP = [
-    "loom.server.app",
-    "loom.server.console.auth",
-    "loom.server.lifecycle",
-    "loom.server.security",
-]
-KNOWN_CIRCLES: dict[str, list[list[str]]] = {
-    "every import": [_SERVER_APP],
-    "without typing-only imports": [],
-    "module-level imports only": [],
-}
+# No circle is left in any mode; a new one fails the test.
+KNOWN_CIRCLES: dict[str, list[list[str]]] = {mode: [] for mode in MODES}
 
 
 def circles_of(mode: str) -> list[list[str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 from fastapi import FastAPI, Request
@@ -28,10 +28,10 @@ from loom.errors import (
     StoreError,
 )
 from loom.server.registry import AgentRegistry
+from loom.server.state import ServerState
 
 if TYPE_CHECKING:
     from loom.server.security import Principal, SecurityConfig
-    from loom.server.session_events import SessionHub
     from loom.store.base import Store
 
 __all__ = [
@@ -45,24 +45,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("loom.server")
-
-
-def _hub() -> SessionHub:
-    from loom.server.session_events import SessionHub
-
-    return SessionHub()
-
-
-@dataclass
-class ServerState:
-    """What every request handler shares: the agents, the runtime, and whether it is ready."""
-
-    registry: AgentRegistry
-    runtime: Runtime
-    ready: bool = False
-    draining: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
-    hub: SessionHub = field(default_factory=_hub)  # live events by session (SubscribeToSession)
 
 
 def state_of(request: Request) -> ServerState:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from loom.engine.run_inputs import RunOptions
 from loom.engine.runtime import Runtime
 from loom.errors import QueueFull
-from loom.server.security import current_principal
+from loom.server.ownership import current_principal
 
 if TYPE_CHECKING:
     from loom.engine.run_inputs import Drivable, RunInput

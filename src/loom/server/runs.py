@@ -34,6 +34,7 @@ import logging
 import uuid
 from datetime import datetime
 from typing import Any, Literal
+from urllib.parse import quote
 
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict
@@ -642,7 +643,7 @@ async def forget_run(state: ServerState, run: LgRun) -> None:
 
 def run_locations(run: LgRun) -> dict[str, str]:
     """The headers that name a run (and, for a background run, what a crash does to it)."""
-    base = f"/threads/{run.thread_id}/runs/{run.run_id}"
+    base = f"/threads/{quote(run.thread_id, safe='')}/runs/{run.run_id}"
     headers = {"Location": f"{base}/stream", "Content-Location": base}
     if run.background and run.job_id is None:
         headers["Loom-Run-Durability"] = RECOVERY_NOTE

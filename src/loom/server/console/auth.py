@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from starlette.types import Scope
 
-    from loom.server.app import ServerState
-    from loom.server.security import KeyRing, Principal
+    from loom.server.keys import KeyRing
+    from loom.server.ownership import Principal
+    from loom.server.state import ServerState
 
 __all__ = [
     "COOKIE",

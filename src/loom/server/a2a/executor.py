@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from a2a.helpers.proto_helpers import new_data_part, new_task, new_text_part
@@ -92,34 +93,74 @@ class LoomExecutor(AgentExecutor):
 
     def __init__(self, state: ServerState, agent_name: str) -> None:
         self.state, self.agent_name = state, agent_name
-        self._running: dict[str, tuple[asyncio.Event, asyncio.Event]] = {}
+        # shared by every executor of this agent on this server: a task carried on at
+        # start-up (loom.server.a2a.recovery) is cancelled like one started here
+        running = state.extra.setdefault("a2a_running", {})
+        self._running: dict[str, tuple[asyncio.Event, asyncio.Event]] = running.setdefault(
+            agent_name, {}
+        )
 
     @property
     def runtime(self) -> Runtime:
         return self.state.runtime
 
-    async def _turn(self, task: Task | None, session_id: str, message: Message) -> Turn:
+    async def _turn(
+        self, task: Task | None, session_id: str, message: Message
+    ) -> tuple[Turn, dict[str, Any]]:
+        """The turn ``message`` asks for, and what it is for as a run record holds it
+        (``message``, or a ``command``: ``resume`` / ``answer``)."""
         agent = self.state.registry[self.agent_name]
         runtime = self.runtime
         if task is not None and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
             if await runtime.pending_approvals(session_id):
-                resume = Resume(decision_of(message))
-                return await runtime.start(agent, resume, session_id=session_id)
+                decisions = decision_of(message)
+                turn = await runtime.start(agent, Resume(decisions), session_id=session_id)
+                return turn, {"message": None, "command": {"resume": decisions}}
             if await runtime.pending_query(session_id) is not None:
                 answer = Answer(text_of(message))
-                return await runtime.start(agent, answer, session_id=session_id)
-        return await runtime.start(agent, text_of(message), session_id=session_id)
+                turn = await runtime.start(agent, answer, session_id=session_id)
+                return turn, {"message": None, "command": {"answer": answer.text}}
+        turn = await runtime.start(agent, text_of(message), session_id=session_id)
+        return turn, {"message": text_of(message), "command": None}
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-        """Run the message as a Loom turn and publish the task's updates."""
+        """Run the message as a Loom turn and publish the task's updates. A task sent with
+        ``returnImmediately`` (v0.3: ``blocking: false``) is acknowledged before its run ends:
+        its run record is stored and listed open first (``loom.server.runs.store_open_run``),
+        so a server that dies before the run ends carries it on at its next start
+        (``loom.server.a2a.recovery``)."""
+        from loom.server.runs import A2A_SURFACE, close_open_run, store_open_run
+
         task_id, session_id, message = context.task_id, context.context_id, context.message
         assert task_id and session_id and message is not None  # the SDK fills them in
+        turn, what = await self._turn(context.current_task, session_id, message)
+        durable = False
+        if context.configuration is not None and context.configuration.return_immediately:
+            record = {
+                "surface": A2A_SURFACE,
+                "thread_id": session_id,
+                "assistant_id": self.agent_name,
+                "task_id": task_id,
+                "created_at": datetime.now(UTC).isoformat(),
+                "attempts": [turn.run_id],
+                **what,
+            }
+            # before the first task event: the client's acknowledgement waits for that event
+            durable = await store_open_run(self.state, turn.run_id, record)
         if context.current_task is None:
             await event_queue.enqueue_event(
                 new_task(task_id, session_id, TaskState.TASK_STATE_SUBMITTED, history=[message])
             )
         updater = TaskUpdater(event_queue, task_id, session_id)
-        turn = await self._turn(context.current_task, session_id, message)
+        try:
+            await self.follow(turn, task_id, session_id, updater)
+        finally:
+            if durable:
+                await close_open_run(self.state, turn.run_id, turn.result)
+
+    async def follow(self, turn: Turn, task_id: str, session_id: str, updater: TaskUpdater) -> None:
+        """Run ``turn`` (task ``task_id``'s run) to its end, publishing the task's updates
+        through ``updater``; ``CancelTask`` stops it meanwhile."""
         cancel, done = asyncio.Event(), asyncio.Event()
         self._running[task_id] = (cancel, done)
         meta = {

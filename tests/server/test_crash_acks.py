@@ -91,6 +91,8 @@ def _acked_task(surface: str, response: httpx.Response) -> tuple[str, str, str] 
     task = got.get("result") if surface == "jsonrpc" else got.get("task")
     if not isinstance(task, dict):
         return None
+    durability = (task.get("metadata") or {}).get("loomDurability", "")
+    assert "carries the run on" in durability, task  # the acknowledgement says so
     return task["id"], task["contextId"], str(task["status"]["state"])
 
 

@@ -519,7 +519,11 @@ async def _start_crew_run(
         modes,
         metadata=dict(body.metadata or {}),
         on_disconnect=body.on_disconnect,
-        background=background and state.runtime.capabilities.kv is not None,
+        # carried on at start-up by a server without --queue (one with a queue carries on
+        # nothing itself: its workers retry jobs, and a crew run is no job)
+        background=background
+        and state.runtime.capabilities.kv is not None
+        and run_queue(state) is None,
     )
     run.maker = CrewFrameMaker(thread_id, turn.run_id, crew.name, crew.name)
     await _store_record(state, run, body, message)
@@ -721,9 +725,10 @@ async def store_open_run(state: ServerState, run_id: str, record: dict[str, Any]
     carries it on if this process dies first. ``record`` holds what :func:`recover_runs` reads
     (``thread_id``, ``assistant_id``, ``created_at``, ``attempts``, ``message`` or ``command``,
     and ``surface``, naming who carries it on). False on a store without key-value data
-    (nothing outlives the process there)."""
+    (nothing outlives the process there) and on a ``--queue`` server (which carries on nothing
+    itself: its workers retry jobs, and such a run is no job)."""
     kv = state.runtime.capabilities.kv
-    if kv is None:
+    if kv is None or run_queue(state) is not None:
         return False
     await kv.put_value(RUNS_NAMESPACE, run_id, {**record, "background": True})
     await kv.put_value(OPEN_RUNS_NAMESPACE, run_id, {"thread_id": record["thread_id"]})

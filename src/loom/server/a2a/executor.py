@@ -129,7 +129,7 @@ class LoomExecutor(AgentExecutor):
         its run record is stored and listed open first (``loom.server.runs.store_open_run``),
         so a server that dies before the run ends carries it on at its next start
         (``loom.server.a2a.recovery``)."""
-        from loom.server.runs import A2A_SURFACE, close_open_run, store_open_run
+        from loom.server.runs import A2A_SURFACE, RECOVERY_NOTE, close_open_run, store_open_run
 
         task_id, session_id, message = context.task_id, context.context_id, context.message
         assert task_id and session_id and message is not None  # the SDK fills them in
@@ -148,9 +148,10 @@ class LoomExecutor(AgentExecutor):
             # before the first task event: the client's acknowledgement waits for that event
             durable = await store_open_run(self.state, turn.run_id, record)
         if context.current_task is None:
-            await event_queue.enqueue_event(
-                new_task(task_id, session_id, TaskState.TASK_STATE_SUBMITTED, history=[message])
-            )
+            task = new_task(task_id, session_id, TaskState.TASK_STATE_SUBMITTED, history=[message])
+            if durable:  # the acknowledgement says what a crash does to it
+                task.metadata.update({"loomRunId": turn.run_id, "loomDurability": RECOVERY_NOTE})
+            await event_queue.enqueue_event(task)
         updater = TaskUpdater(event_queue, task_id, session_id)
         try:
             await self.follow(turn, task_id, session_id, updater)
@@ -173,7 +174,7 @@ class LoomExecutor(AgentExecutor):
             async for event in drive(turn, cancel):
                 await self._relay(event, updater)
             assert turn.result is not None
-            await self._finish(turn.result, updater, meta)
+            await self.finish(turn.result, updater, meta)
         finally:
             self._running.pop(task_id, None)
             done.set()
@@ -202,7 +203,9 @@ class LoomExecutor(AgentExecutor):
             TaskState.TASK_STATE_WORKING, message=_agent_message(updater, text, data)
         )
 
-    async def _finish(self, result: RunResult, updater: TaskUpdater, meta: dict[str, Any]) -> None:
+    async def finish(self, result: RunResult, updater: TaskUpdater, meta: dict[str, Any]) -> None:
+        """Publish the task's state after its run ended with ``result`` (``completed`` with the
+        answer as an artifact, ``input-required``, ``canceled`` or ``failed``)."""
         meta = {**meta, "loomStopReason": result.stop_reason}
         stop = result.stop_reason
         if stop == "completed":

@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, cast
 
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event, EventQueue
 from a2a.server.tasks.task_manager import TaskManager
 from a2a.server.tasks.task_updater import TaskUpdater
+from a2a.types.a2a_pb2 import TaskState
 
 from loom.agent import Agent
 from loom.engine.loop import Turn
 from loom.engine.run_inputs import Answer, CarryOn, Resume, RunOptions
-from loom.events import EventType
+from loom.events import AgentFinish, EventType
+from loom.messages import RunResult, StopReason, Usage
 from loom.server.a2a.executor import LoomExecutor
 from loom.server.a2a.store import LoomTaskStore
 from loom.server.app import ServerState
@@ -34,6 +36,7 @@ __all__ = ["carry_on_task"]
 
 log = logging.getLogger("loom.server.a2a")
 
+_UNSETTLED = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 _CARRIED = "a2a_carried_on"  # state.extra: the tasks of runs carried on (kept alive)
 
 
@@ -48,6 +51,39 @@ class _TaskStoreQueue(EventQueue):
         await self.manager.process(event)
 
 
+async def _settle(
+    store: LoomTaskStore,
+    executor: LoomExecutor,
+    updater: TaskUpdater,
+    events: list[Any],
+    record: dict[str, Any],
+) -> None:
+    """Give a task whose run ended (its journal says so) the state that run ended in, when the
+    process died before the task was updated."""
+    task = await store.get(str(record["task_id"]), ServerCallContext())
+    if task is None or task.status.state not in _UNSETTLED:
+        return
+    finish = next(e for e in reversed(events) if isinstance(e, AgentFinish))
+    result = RunResult(
+        output=finish.output,
+        text=finish.output,
+        messages=[],
+        usage=Usage(),
+        session_id=str(record["thread_id"]),
+        run_id=finish.run_id,
+        stop_reason=cast("StopReason", finish.stop_reason),
+        error=finish.error,
+        pending_approvals=list(finish.pending_approvals),
+        pending_query=finish.pending_query,
+    )
+    meta = {
+        "loomSessionId": result.session_id,
+        "loomRunId": result.run_id,
+        "loomAgent": executor.agent_name,
+    }
+    await executor.finish(result, updater, meta)
+
+
 async def carry_on_task(state: ServerState, run_id: str, record: dict[str, Any]) -> bool:
     """Start what is left of the acknowledged run ``run_id`` of an A2A task (``record``: its
     stored run record) and follow it into the task; False when nothing is left (it ended, or
@@ -57,8 +93,13 @@ async def carry_on_task(state: ServerState, run_id: str, record: dict[str, Any])
     task_id = str(record["task_id"])
     attempts = [str(a) for a in record.get("attempts") or [run_id]]
     events = await attempt_events(state, session_id, attempts)
-    if ended_for_good(events):
-        return False  # it ended; only its unlisting was lost
+    store = LoomTaskStore(kv, agent_name)
+    manager = TaskManager(store, ServerCallContext(), task_id, session_id, None)
+    updater = TaskUpdater(_TaskStoreQueue(manager), task_id, session_id)
+    executor = LoomExecutor(state, agent_name)
+    if ended_for_good(events):  # only its unlisting, or its task's last update, was lost
+        await _settle(store, executor, updater, events, record)
+        return False
     agent = state.registry.served(agent_name)
     if not isinstance(agent, Agent):
         log.warning("A2A task %s cannot be carried on: agent %r is not served", task_id, agent_name)
@@ -83,11 +124,6 @@ async def carry_on_task(state: ServerState, run_id: str, record: dict[str, Any])
     if turn.run_id not in attempts:
         attempts.append(turn.run_id)
     await note_attempt(state, run_id, attempts)  # a crash from now on is carried on again
-    manager = TaskManager(
-        LoomTaskStore(kv, agent_name), ServerCallContext(), task_id, session_id, None
-    )
-    updater = TaskUpdater(_TaskStoreQueue(manager), task_id, session_id)
-    executor = LoomExecutor(state, agent_name)
 
     async def follow() -> None:
         try:

@@ -29,9 +29,11 @@ from loom.testing import FunctionModel
 
 
 async def held(messages, tools):
-    while Path("hold").exists():  # every model call waits until the test removes the file
+    text = [m for m in messages if m.role == "user"][-1].content
+    # every model call waits until the test removes "hold"; "cancel ..." ones also "hold-cancel"
+    while Path("hold").exists() or (text.startswith("cancel") and Path("hold-cancel").exists()):
         await asyncio.sleep(0.02)
-    return "done: " + [m for m in messages if m.role == "user"][-1].content
+    return "done: " + text
 
 
 DUO = Crew("duo", members={
@@ -109,9 +111,11 @@ async def test_every_acknowledged_non_blocking_a2a_task_survives_a_kill_9_right_
     """A2A tasks acknowledged ``submitted`` over JSON-RPC (v0.3 ``blocking: false``) and REST
     (``returnImmediately``), SIGKILL 0 ms after an acknowledgement: after the restart each task
     reads ``completed`` with its answer, and its session holds its message and one finished
-    run exactly once."""
+    run exactly once. One more acknowledged task, still running after the restart, is stopped
+    by ``CancelTask``."""
     pytest.importorskip("a2a")
     (tmp_path / "hold").touch()
+    (tmp_path / "hold-cancel").touch()
     db = tmp_path / "a2a.db"
     first = start(tmp_path, db)
     acked: list[tuple[str, str, str]] = []  # (task, context, message)
@@ -119,6 +123,9 @@ async def test_every_acknowledged_non_blocking_a2a_task_survives_a_kill_9_right_
     killed = asyncio.Event()
     try:
         async with httpx.AsyncClient(base_url=first.url, timeout=10) as http:
+            path, body, headers = _jsonrpc_send("cancel me")
+            doomed = _acked_task("jsonrpc", await http.post(path, json=body, headers=headers))
+            assert doomed is not None
 
             async def send(surface: str, text: str) -> None:
                 path, body, headers = (_jsonrpc_send if surface == "jsonrpc" else _rest_send)(text)
@@ -157,6 +164,17 @@ async def test_every_acknowledged_non_blocking_a2a_task_survives_a_kill_9_right_
                     await asyncio.sleep(0.05)  # polling the task: the run goes on server-side
                     task = await _task_state(http, task_id)
                 assert task["artifacts"][-1]["parts"][0]["text"] == f"done: {text}", task
+            # carried on, and still waiting in its model call: CancelTask stops its run
+            cancel = {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "CancelTask",
+                "params": {"id": doomed[0]},
+            }
+            cancelled = (await http.post(A2A, json=cancel, headers=V1)).json()
+            assert cancelled["result"]["status"]["state"] == "TASK_STATE_CANCELED", cancelled
+            after = await _task_state(http, doomed[0])
+            assert after["status"]["state"] == "TASK_STATE_CANCELED", after
     finally:
         stop_server(second)
     store = SQLiteStore(str(db))
@@ -169,6 +187,12 @@ async def test_every_acknowledged_non_blocking_a2a_task_survives_a_kill_9_right_
             assert finished == ["completed"], text
             answers = [e for e in events if e.type == EventType.LLM_COMPLETE]
             assert [e.answer for e in answers] == [f"done: {text}"], text
+        events = await store.load_events(doomed[1])
+        asked = [e.content for e in events if e.type == EventType.USER_MESSAGE]
+        assert asked == ["cancel me"]
+        ends = [(e.stop_reason, e.error) for e in events if e.type == EventType.AGENT_FINISH]
+        assert ends[-1][0] == "cancelled" and "completed" not in {r for r, _ in ends}, ends
+        assert ends[-1][1] != "server shutting down", ends  # CancelTask stopped it, not the stop
     finally:
         await store.close()
 

@@ -38,9 +38,10 @@ if TYPE_CHECKING:
     from loom.messages import RunResult
     from loom.server.app import ServerState
 
-__all__ = ["LoomExecutor", "decision_of", "text_of"]
+__all__ = ["CANCEL_WAIT", "LoomExecutor", "decision_of", "text_of"]
 
-_CANCEL_WAIT = 30.0  # how long CancelTask waits for the run to record its end
+CANCEL_WAIT = 30.0
+"""Seconds ``CancelTask`` waits for the task's run to record its end."""
 
 
 def text_of(message: Message) -> str:
@@ -159,11 +160,15 @@ class LoomExecutor(AgentExecutor):
             if durable:
                 await close_open_run(self.state, turn.run_id, turn.result)
 
+    def track(self, task_id: str) -> tuple[asyncio.Event, asyncio.Event]:
+        """The (cancel, done) pair of task ``task_id``'s run, registered now (before its run
+        starts: a ``CancelTask`` from then on reaches it)."""
+        return self._running.setdefault(task_id, (asyncio.Event(), asyncio.Event()))
+
     async def follow(self, turn: Turn, task_id: str, session_id: str, updater: TaskUpdater) -> None:
         """Run ``turn`` (task ``task_id``'s run) to its end, publishing the task's updates
         through ``updater``; ``CancelTask`` stops it meanwhile."""
-        cancel, done = asyncio.Event(), asyncio.Event()
-        self._running[task_id] = (cancel, done)
+        cancel, done = self.track(task_id)
         meta = {
             "loomSessionId": session_id,
             "loomRunId": turn.run_id,
@@ -270,4 +275,4 @@ class LoomExecutor(AgentExecutor):
         cancel, done = running
         cancel.set()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(done.wait(), _CANCEL_WAIT)
+            await asyncio.wait_for(done.wait(), CANCEL_WAIT)

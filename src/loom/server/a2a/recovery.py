@@ -133,6 +133,7 @@ async def carry_on_task(state: ServerState, run_id: str, record: dict[str, Any])
         finally:
             await close_open_run(state, run_id, turn.result)
 
+    executor.track(task_id)  # CancelTask reaches it from now on
     carried: set[asyncio.Task[None]] = state.extra.setdefault(_CARRIED, set())
     job = asyncio.ensure_future(follow())
     carried.add(job)

@@ -15,16 +15,20 @@ Its status has one writer, the journal: ``running`` is its ``AGENT_START``, its 
 what its events said. The record gets a status only for a run that ended with nothing in the
 journal to say so (its turn was refused or failed before it started): ``ended``, written once.
 
-**Acknowledged means durable.** A background run (``POST /threads/{id}/runs``, ``POST /runs``)
-on a server without ``--queue`` is also listed under :data:`OPEN_RUNS_NAMESPACE` until its turn
-ended. At start-up :func:`recover_runs` carries on every listed run: one whose message was
-committed goes on from the journal as a ``carry_on`` turn (the message is never sent twice; the
-dead attempt's open calls are recovered under their effect classes), one that committed nothing
-runs with its message, and one that ended is unlisted. A run cancelled by a graceful shutdown
-(``server shutting down``) is carried on the same way. Each attempt after the first is a turn of
-its own (``<run id>-a<n>``), listed in the record before it starts; the run's frames cover every
-attempt (``attempt_offset``). Several servers without ``--queue`` on one store would each carry
-the same runs on: a fleet uses ``--queue``.
+**Acknowledged means durable.** A background run (``POST /threads/{id}/runs``, ``POST /runs``,
+an agent's or a crew's) on a server without ``--queue`` is also listed under
+:data:`OPEN_RUNS_NAMESPACE` until its turn ended; so is the run of an A2A task sent without
+blocking (:func:`store_open_run`, record ``surface: "a2a"``, carried on by
+``loom.server.a2a.recovery`` so that its task follows it). At start-up :func:`recover_runs`
+carries on every listed run: one whose message was committed goes on from the journal as a
+``carry_on`` turn (the message is never sent twice; the dead attempt's open calls are recovered
+under their effect classes; a crew's ``CarryOn`` reuses its finished members and carries the
+interrupted ones on), one that committed nothing runs with its message, and one that ended is
+unlisted. A run cancelled by a graceful shutdown (``server shutting down``) is carried on the
+same way. Each attempt after the first is a turn of its own (``<run id>-a<n>``), listed in the
+record before it starts; the run's frames cover every attempt (``attempt_offset``). Several
+servers without ``--queue`` on one store would each carry the same runs on: a fleet uses
+``--queue``.
 """
 
 from __future__ import annotations

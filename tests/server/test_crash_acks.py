@@ -262,3 +262,63 @@ async def test_every_acknowledged_crew_background_run_survives_a_kill_9_right_af
                 assert [e.stop_reason for e in done][-1:] == ["completed"], (member, done)
     finally:
         await store.close()
+
+
+async def test_an_a2a_task_a_graceful_shutdown_cancelled_is_carried_on_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM with ``--grace 0`` cancels the run of a task acknowledged without blocking
+    (``server shutting down``); the task is not left ``canceled``: the next start carries the
+    run on, the task ends ``completed``, its message committed once."""
+    pytest.importorskip("a2a")
+    (tmp_path / "hold").touch()
+    db = tmp_path / "drained.db"
+    first = start_server(
+        tmp_path, "--grace", "0", app="acked_agents:registry", source=ACKED_AGENTS, db=db
+    )
+    try:
+        async with httpx.AsyncClient(base_url=first.url, timeout=10) as http:
+            path, body, headers = _rest_send("drained")
+            acked = _acked_task("rest", await http.post(path, json=body, headers=headers))
+            assert acked is not None
+            task_id, context_id, _ = acked
+            deadline = time.monotonic() + 30
+            while (await _task_state(http, task_id))["status"]["state"] != "TASK_STATE_WORKING":
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)  # polling the task: its run starts server-side
+    finally:
+        first.process.send_signal(signal.SIGTERM)
+        first.process.wait(timeout=30)
+    from loom.server.a2a.store import NAMESPACE
+
+    store = SQLiteStore(str(db))
+    try:  # between the two servers the task says it goes on, not that it was canceled
+        stored = await store.get_value(NAMESPACE, f"held:{task_id}")
+        assert isinstance(stored, dict), stored
+        status = stored["task"]["status"]
+        assert status["state"] == "TASK_STATE_WORKING", status
+        assert "carries this task on" in status["message"]["parts"][0]["text"], status
+    finally:
+        await store.close()
+    (tmp_path / "hold").unlink()
+    second = start(tmp_path, db)
+    try:
+        async with httpx.AsyncClient(base_url=second.url, timeout=30) as http:
+            deadline = time.monotonic() + 30
+            task = await _task_state(http, task_id)
+            while task["status"]["state"] != "TASK_STATE_COMPLETED":
+                assert task["status"]["state"] == "TASK_STATE_WORKING", task["status"]
+                assert time.monotonic() < deadline, task["status"]
+                await asyncio.sleep(0.05)
+                task = await _task_state(http, task_id)
+            assert task["artifacts"][-1]["parts"][0]["text"] == "done: drained", task
+    finally:
+        stop_server(second)
+    store = SQLiteStore(str(db))
+    try:
+        events = await store.load_events(context_id)
+        assert [e.content for e in events if e.type == EventType.USER_MESSAGE] == ["drained"]
+        ends = [(e.stop_reason, e.error) for e in events if e.type == EventType.AGENT_FINISH]
+        assert ends[-1] == ("completed", None) and ends.count(("completed", None)) == 1, ends
+    finally:
+        await store.close()

@@ -155,7 +155,7 @@ class LoomExecutor(AgentExecutor):
             await event_queue.enqueue_event(task)
         updater = TaskUpdater(event_queue, task_id, session_id)
         try:
-            await self.follow(turn, task_id, session_id, updater)
+            await self.follow(turn, task_id, session_id, updater, durable=durable)
         finally:
             if durable:
                 await close_open_run(self.state, turn.run_id, turn.result)
@@ -165,9 +165,21 @@ class LoomExecutor(AgentExecutor):
         starts: a ``CancelTask`` from then on reaches it)."""
         return self._running.setdefault(task_id, (asyncio.Event(), asyncio.Event()))
 
-    async def follow(self, turn: Turn, task_id: str, session_id: str, updater: TaskUpdater) -> None:
+    async def follow(
+        self,
+        turn: Turn,
+        task_id: str,
+        session_id: str,
+        updater: TaskUpdater,
+        *,
+        durable: bool = False,
+    ) -> None:
         """Run ``turn`` (task ``task_id``'s run) to its end, publishing the task's updates
-        through ``updater``; ``CancelTask`` stops it meanwhile."""
+        through ``updater``; ``CancelTask`` stops it meanwhile. A ``durable`` run (listed
+        open: the next start carries it on) that a graceful shutdown cancels leaves its task
+        ``working``, saying so, not ``canceled``."""
+        from loom.server.lifecycle import SHUTDOWN_REASON
+
         cancel, done = self.track(task_id)
         meta = {
             "loomSessionId": session_id,
@@ -178,8 +190,16 @@ class LoomExecutor(AgentExecutor):
             await updater.update_status(TaskState.TASK_STATE_WORKING, metadata=meta)
             async for event in drive(turn, cancel):
                 await self._relay(event, updater)
-            assert turn.result is not None
-            await self.finish(turn.result, updater, meta)
+            result = turn.result
+            assert result is not None
+            stopped = result.stop_reason == "cancelled" and result.error == SHUTDOWN_REASON
+            if durable and stopped and self.state.draining:
+                note = "the server is stopping; it carries this task on when it starts again"
+                await updater.update_status(
+                    TaskState.TASK_STATE_WORKING, _agent_message(updater, note), metadata=meta
+                )
+            else:
+                await self.finish(result, updater, meta)
         finally:
             self._running.pop(task_id, None)
             done.set()

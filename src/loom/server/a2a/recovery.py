@@ -127,7 +127,7 @@ async def carry_on_task(state: ServerState, run_id: str, record: dict[str, Any])
 
     async def follow() -> None:
         try:
-            await executor.follow(turn, task_id, session_id, updater)
+            await executor.follow(turn, task_id, session_id, updater, durable=True)
         except Exception:  # the journal keeps what the run did; the task says it failed
             log.exception("carrying on A2A task %s failed", task_id)
         finally:

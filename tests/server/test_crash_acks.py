@@ -22,7 +22,7 @@ from loom.store import SQLiteStore
 ACKED_AGENTS = """
 import asyncio
 from pathlib import Path
-from loom import Agent
+from loom import Agent, ModelResponse, ToolCall, tool
 from loom.crew import Crew, Sequential
 from loom.server import AgentRegistry
 from loom.testing import FunctionModel
@@ -36,6 +36,22 @@ async def held(messages, tools):
     return "done: " + text
 
 
+@tool
+def ship() -> str:
+    "Ship the release (needs approval)."
+    with open("shipped.txt", "a") as f:
+        f.write("shipped" + chr(10))
+    return "shipped"
+
+
+async def gate(messages, tools):
+    if messages[-1].role == "user":
+        return ModelResponse(tool_calls=[ToolCall(name="ship", arguments={})])
+    while Path("hold").exists():  # the answer after the tool waits for the test
+        await asyncio.sleep(0.02)
+    return "done: " + messages[-1].content
+
+
 DUO = Crew("duo", members={
     "first": Agent(name="first", model=FunctionModel(held)),
     "second": Agent(name="second", model=FunctionModel(held)),
@@ -43,6 +59,7 @@ DUO = Crew("duo", members={
 
 registry = AgentRegistry([
     Agent(name="held", instructions="Wait.", model=FunctionModel(held)),
+    Agent(name="gated", model=FunctionModel(gate), tools=[ship], permissions={"ask": ["ship"]}),
     DUO,
 ])
 """
@@ -322,3 +339,63 @@ async def test_an_a2a_task_a_graceful_shutdown_cancelled_is_carried_on_at_the_ne
         assert ends[-1] == ("completed", None) and ends.count(("completed", None)) == 1, ends
     finally:
         await store.close()
+
+
+async def test_a_non_blocking_approval_reply_survives_a_kill_9_right_after_its_ack(
+    tmp_path: Path,
+) -> None:
+    """A task waiting for approval (``input-required``) answered ``approve`` without blocking,
+    SIGKILL 0 ms after the acknowledgement: after the restart the approved call has run once and
+    the task reads ``completed``."""
+    pytest.importorskip("a2a")
+    (tmp_path / "hold").touch()
+    db = tmp_path / "gated.db"
+    first = start(tmp_path, db)
+    url = "/agents/gated/a2a"
+    try:
+        async with httpx.AsyncClient(base_url=first.url, timeout=10) as http:
+            ask = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "SendMessage",
+                "params": {
+                    "message": {"messageId": "g1", "role": "ROLE_USER", "parts": [{"text": "go"}]}
+                },
+            }
+            parked = (await http.post(url, json=ask, headers=V1)).json()["result"]["task"]
+            assert parked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", parked
+            reply = {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "SendMessage",
+                "params": {
+                    "message": {
+                        "messageId": "g2",
+                        "role": "ROLE_USER",
+                        "taskId": parked["id"],
+                        "parts": [{"text": "approve"}],
+                    },
+                    "configuration": {"returnImmediately": True},
+                },
+            }
+            acked = (await http.post(url, json=reply, headers=V1)).json()
+            first.process.send_signal(signal.SIGKILL)  # 0 ms after the acknowledgement
+            assert acked["result"]["task"]["id"] == parked["id"], acked
+    finally:
+        first.process.send_signal(signal.SIGKILL)
+        first.process.wait(timeout=10)
+    (tmp_path / "hold").unlink()
+    second = start(tmp_path, db)
+    try:
+        async with httpx.AsyncClient(base_url=second.url, timeout=30) as http:
+            get = {"jsonrpc": "2.0", "id": 3, "method": "GetTask", "params": {"id": parked["id"]}}
+            deadline = time.monotonic() + 30
+            task = (await http.post(url, json=get, headers=V1)).json()["result"]
+            while task["status"]["state"] != "TASK_STATE_COMPLETED":
+                assert time.monotonic() < deadline, task["status"]
+                await asyncio.sleep(0.05)  # polling the task: the run goes on server-side
+                task = (await http.post(url, json=get, headers=V1)).json()["result"]
+            assert task["artifacts"][-1]["parts"][0]["text"] == "done: shipped", task
+    finally:
+        stop_server(second)
+    assert (tmp_path / "shipped.txt").read_text().splitlines() == ["shipped"]

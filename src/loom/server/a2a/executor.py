@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -82,6 +83,18 @@ def decision_of(message: Message) -> Any:
     return decided
 
 
+def _as_json(decisions: Any) -> Any:
+    """Decisions as a run record stores them (JSON): an ``Approve`` / ``Reject`` / ``Edit`` as
+    the mapping ``coerce_decision`` reads back; anything else is JSON already (a data part, a
+    ``{"decision": ..., "reason": ...}`` mapping)."""
+    from loom.policy.approval import Approve, Edit, Reject
+
+    if isinstance(decisions, Approve | Reject | Edit):
+        kind = {Approve: "approve", Reject: "reject", Edit: "edit"}[type(decisions)]
+        return {"decision": kind, **dataclasses.asdict(decisions)}
+    return decisions
+
+
 def _agent_message(updater: TaskUpdater, text: str, data: dict[str, Any] | None = None) -> Message:
     parts: list[Part] = [new_text_part(text)]
     if data is not None:
@@ -116,7 +129,7 @@ class LoomExecutor(AgentExecutor):
             if await runtime.pending_approvals(session_id):
                 decisions = decision_of(message)
                 turn = await runtime.start(agent, Resume(decisions), session_id=session_id)
-                return turn, {"message": None, "command": {"resume": decisions}}
+                return turn, {"message": None, "command": {"resume": _as_json(decisions)}}
             if await runtime.pending_query(session_id) is not None:
                 answer = Answer(text_of(message))
                 turn = await runtime.start(agent, answer, session_id=session_id)

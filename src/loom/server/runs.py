@@ -805,7 +805,7 @@ async def recover_runs(state: ServerState) -> list[str]:
                 if await carry_on_task(state, run_id, record):
                     carried.append(run_id)
                     continue
-            elif record and await _carry_on(state, kv, run_id, record):
+            elif record and await _carry_on(state, run_id, record):
                 carried.append(run_id)
                 continue
         except Exception:  # one run's trouble must not keep the server from starting
@@ -821,7 +821,7 @@ async def recover_runs(state: ServerState) -> list[str]:
     return carried
 
 
-async def _carry_on(state: ServerState, kv: KVStore, run_id: str, record: dict[str, Any]) -> bool:
+async def _carry_on(state: ServerState, run_id: str, record: dict[str, Any]) -> bool:
     """Start what is left of one acknowledged run; False when nothing is (it ended, or its
     agent is no longer served)."""
     run = _from_record(run_id, record)

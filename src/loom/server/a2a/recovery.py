@@ -128,7 +128,8 @@ async def carry_on_task(state: ServerState, run_id: str, record: dict[str, Any])
     async def follow() -> None:
         try:
             await executor.follow(turn, task_id, session_id, updater, durable=True)
-        except Exception:  # the journal keeps what the run did; the task says it failed
+        except Exception:  # logged; the journal keeps what the run did, and the run stays
+            # listed only if a graceful shutdown cut it (close_open_run decides)
             log.exception("carrying on A2A task %s failed", task_id)
         finally:
             await close_open_run(state, run_id, turn.result)

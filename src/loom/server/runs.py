@@ -15,16 +15,20 @@ Its status has one writer, the journal: ``running`` is its ``AGENT_START``, its 
 what its events said. The record gets a status only for a run that ended with nothing in the
 journal to say so (its turn was refused or failed before it started): ``ended``, written once.
 
-**Acknowledged means durable.** A background run (``POST /threads/{id}/runs``, ``POST /runs``)
-on a server without ``--queue`` is also listed under :data:`OPEN_RUNS_NAMESPACE` until its turn
-ended. At start-up :func:`recover_runs` carries on every listed run: one whose message was
-committed goes on from the journal as a ``carry_on`` turn (the message is never sent twice; the
-dead attempt's open calls are recovered under their effect classes), one that committed nothing
-runs with its message, and one that ended is unlisted. A run cancelled by a graceful shutdown
-(``server shutting down``) is carried on the same way. Each attempt after the first is a turn of
-its own (``<run id>-a<n>``), listed in the record before it starts; the run's frames cover every
-attempt (``attempt_offset``). Several servers without ``--queue`` on one store would each carry
-the same runs on: a fleet uses ``--queue``.
+**Acknowledged means durable.** A background run (``POST /threads/{id}/runs``, ``POST /runs``,
+an agent's or a crew's) on a server without ``--queue`` is also listed under
+:data:`OPEN_RUNS_NAMESPACE` until its turn ended; so is the run of an A2A task sent without
+blocking (:func:`store_open_run`, record ``surface: "a2a"``, carried on by
+``loom.server.a2a.recovery`` so that its task follows it). At start-up :func:`recover_runs`
+carries on every listed run: one whose message was committed goes on from the journal as a
+``carry_on`` turn (the message is never sent twice; the dead attempt's open calls are recovered
+under their effect classes; a crew's ``CarryOn`` reuses its finished members and carries the
+interrupted ones on), one that committed nothing runs with its message, and one that ended is
+unlisted. A run cancelled by a graceful shutdown (``server shutting down``) is carried on the
+same way. Each attempt after the first is a turn of its own (``<run id>-a<n>``), listed in the
+record before it starts; the run's frames cover every attempt (``attempt_offset``). Several
+servers without ``--queue`` on one store would each carry the same runs on: a fleet uses
+``--queue``.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import asyncio
 import logging
 import uuid
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
 from fastapi.responses import StreamingResponse
@@ -59,7 +63,13 @@ from loom.server.lg_runs import (
 from loom.server.queued import RUNS_NAMESPACE, JournalTail, RunQueue
 from loom.store.base import KVStore, SessionInfo
 
+if TYPE_CHECKING:
+    from loom.crew.turn import CrewTurn
+    from loom.engine.loop import Turn
+    from loom.messages import RunResult
+
 __all__ = [
+    "A2A_SURFACE",
     "BUSY",
     "OPEN_RUNS_NAMESPACE",
     "RECOVERY_NOTE",
@@ -69,7 +79,10 @@ __all__ = [
     "RunFields",
     "agent_named",
     "assistant_uuid",
+    "attempt_events",
     "cancel",
+    "close_open_run",
+    "ended_for_good",
     "final_values",
     "find_run",
     "forget_run",
@@ -77,6 +90,8 @@ __all__ = [
     "last_human",
     "metadata_patch",
     "not_found",
+    "note_attempt",
+    "open_run_record",
     "pending_calls",
     "queued_run",
     "recover_runs",
@@ -88,6 +103,7 @@ __all__ = [
     "served",
     "sse_response",
     "start_run",
+    "store_open_run",
     "stream_modes",
     "thread_info",
     "thread_metadata",
@@ -420,7 +436,7 @@ async def start_run(
     manager = run_manager(state)
     queue = run_queue(state)
     if isinstance(agent, Crew):  # a crew runs in this process, also on a --queue server
-        return await _start_crew_run(state, thread_id, agent, body, modes)
+        return await _start_crew_run(state, thread_id, agent, body, modes, background)
     if queue is not None and background and not body.command:
         return await _enqueue(state, queue, thread_id, agent, body, modes)
     if body.multitask_strategy == "reject" and manager.active_on(thread_id):
@@ -469,11 +485,13 @@ async def _start_crew_run(
     crew: Crew,
     body: RunFields,
     modes: list[str],
+    background: bool,
 ) -> LgRun:
     """A run of ``crew`` on ``thread_id`` (the crew's session): a ``CrewTurn`` driven by the run
     manager like a turn, framed by ``CrewFrameMaker`` (member frames tagged with their path).
-    Its record is stored; a crew's background run is not carried on at start-up (its session's
-    next run resumes it, docs/crews.md)."""
+    Its record is stored; a background one is listed open and carried on at start-up like an
+    agent's (a ``CarryOn`` of the crew run: finished members reused, interrupted ones carried
+    on)."""
     from loom.server.lg_crews import CrewFrameMaker
 
     manager = run_manager(state)
@@ -485,6 +503,7 @@ async def _start_crew_run(
         )
     if body.command and "answer" in body.command:
         raise InputError(f"{crew.name!r} is a crew; a crew asks no server queries to answer")
+    message: str | None = None
     if body.command and "resume" in body.command:
         turn = await runtime.start(crew, Resume(body.command["resume"]), session_id=thread_id)
     else:
@@ -504,9 +523,14 @@ async def _start_crew_run(
         modes,
         metadata=dict(body.metadata or {}),
         on_disconnect=body.on_disconnect,
+        # carried on at start-up by a server without --queue (one with a queue carries on
+        # nothing itself: its workers retry jobs, and a crew run is no job)
+        background=background
+        and state.runtime.capabilities.kv is not None
+        and run_queue(state) is None,
     )
     run.maker = CrewFrameMaker(thread_id, turn.run_id, crew.name, crew.name)
-    await _store_record(state, run, body, None)
+    await _store_record(state, run, body, message)
     manager.start(run, turn)
     return run
 
@@ -693,6 +717,72 @@ async def final_values(state: ServerState, run: LgRun) -> dict[str, Any]:
     return values
 
 
+# -- runs other surfaces acknowledge ----------------------------------------------------------
+A2A_SURFACE = "a2a"
+"""The ``surface`` of a run record an A2A endpoint stored (``loom.server.a2a.recovery``
+carries it on, and its task with it)."""
+
+
+async def store_open_run(state: ServerState, run_id: str, record: dict[str, Any]) -> bool:
+    """Commit the record of a run another surface is about to acknowledge (an A2A task sent
+    with ``returnImmediately``) and list it open, before the acknowledgement: the next start
+    carries it on if this process dies first. ``record`` holds what :func:`recover_runs` reads
+    (``thread_id``, ``assistant_id``, ``created_at``, ``attempts``, ``message`` or ``command``,
+    and ``surface``, naming who carries it on). False on a store without key-value data
+    (nothing outlives the process there) and on a ``--queue`` server (which carries on nothing
+    itself: its workers retry jobs, and such a run is no job)."""
+    kv = state.runtime.capabilities.kv
+    if kv is None or run_queue(state) is not None:
+        return False
+    await kv.put_value(RUNS_NAMESPACE, run_id, {**record, "background": True})
+    await kv.put_value(OPEN_RUNS_NAMESPACE, run_id, {"thread_id": record["thread_id"]})
+    return True
+
+
+async def open_run_record(state: ServerState, run_id: str) -> dict[str, Any] | None:
+    """The stored record of run ``run_id`` (None: none, or no key-value data)."""
+    kv = state.runtime.capabilities.kv
+    record = None if kv is None else await kv.get_value(RUNS_NAMESPACE, run_id)
+    return record if isinstance(record, dict) else None
+
+
+async def note_attempt(state: ServerState, run_id: str, attempts: list[str]) -> None:
+    """Write a run's attempts into its record before the newest one starts (a crash now is
+    carried on again, from the journal of every attempt)."""
+    kv = state.runtime.capabilities.kv
+    record = await open_run_record(state, run_id)
+    if kv is not None and record is not None:
+        await kv.put_value(RUNS_NAMESPACE, run_id, {**record, "attempts": attempts})
+
+
+async def close_open_run(state: ServerState, run_id: str, result: RunResult | None) -> None:
+    """Unlist an open run whose turn ended (``result``; None: it ended with nothing to say),
+    unless a graceful shutdown cut it short: then the next start carries it on (or, if the
+    journal says it ended, unlists it)."""
+    kv = state.runtime.capabilities.kv
+    if kv is None:
+        return
+    if state.draining and (
+        result is None or (result.stop_reason == "cancelled" and result.error == _SHUTDOWN)
+    ):
+        return
+    await kv.delete_value(OPEN_RUNS_NAMESPACE, run_id)
+
+
+async def attempt_events(state: ServerState, thread_id: str, attempts: list[str]) -> list[Any]:
+    """The journaled events of a run's attempts on ``thread_id``, oldest first."""
+    return [e for e in await state.runtime.store.load_events(thread_id) if e.run_id in attempts]
+
+
+def ended_for_good(events: list[Any]) -> bool:
+    """Whether a run's attempts' events end it (anything but a graceful shutdown's cancel,
+    which the next start carries on)."""
+    finish = next((e for e in reversed(events) if isinstance(e, AgentFinish)), None)
+    return finish is not None and not (
+        finish.stop_reason == "cancelled" and finish.error == _SHUTDOWN
+    )
+
+
 # -- recovery at start-up ---------------------------------------------------------------------
 async def recover_runs(state: ServerState) -> list[str]:
     """Carry on every background run this store lists as acknowledged and unfinished (see the
@@ -709,7 +799,13 @@ async def recover_runs(state: ServerState) -> list[str]:
     carried = []
     for _, run_id, record in sorted(records):  # a thread's runs queue in the order taken
         try:
-            if record and await _carry_on(state, kv, run_id, record):
+            if record.get("surface") == A2A_SURFACE:  # an A2A task's run: its task follows it
+                from loom.server.a2a.recovery import carry_on_task
+
+                if await carry_on_task(state, run_id, record):
+                    carried.append(run_id)
+                    continue
+            elif record and await _carry_on(state, run_id, record):
                 carried.append(run_id)
                 continue
         except Exception:  # one run's trouble must not keep the server from starting
@@ -725,51 +821,56 @@ async def recover_runs(state: ServerState) -> list[str]:
     return carried
 
 
-async def _carry_on(state: ServerState, kv: KVStore, run_id: str, record: dict[str, Any]) -> bool:
+async def _carry_on(state: ServerState, run_id: str, record: dict[str, Any]) -> bool:
     """Start what is left of one acknowledged run; False when nothing is (it ended, or its
     agent is no longer served)."""
     run = _from_record(run_id, record)
     attempts = run.attempt_ids()
-    events = [
-        e for e in await state.runtime.store.load_events(run.thread_id) if e.run_id in attempts
-    ]
-    finish = next((e for e in reversed(events) if isinstance(e, AgentFinish)), None)
-    if finish is not None and not (finish.stop_reason == "cancelled" and finish.error == _SHUTDOWN):
+    events = await attempt_events(state, run.thread_id, attempts)
+    if ended_for_good(events):
         return False  # it ended; only its unlisting was lost
-    agent = state.registry.served(run.assistant_id)
-    if not isinstance(agent, Agent):
+    target = state.registry.served(run.assistant_id)
+    if target is None:
         log.warning(
-            "run %s cannot be carried on: this server no longer serves agent %r",
+            "run %s cannot be carried on: this server no longer serves %r",
             run_id,
             run.assistant_id,
         )
         return False
-    committed = any(e.type == EventType.USER_MESSAGE for e in events)
+    # a crew's journal holds its run's AGENT_START (the task); an agent's its USER_MESSAGE
+    crew = isinstance(target, Crew)
+    committed = any(
+        e.type == (EventType.AGENT_START if crew else EventType.USER_MESSAGE) for e in events
+    )
     # the dead attempt stays as it is: the next one is a turn of its own (an attempt that
     # committed nothing is simply run again under its id)
     attempt = f"{run_id}-a{len(attempts) + 1}" if events else attempts[-1]
     message = record.get("message")
     command = record.get("command")
     runtime = state.runtime
+    turn: Turn | CrewTurn
     if committed or (command and events):
         options = RunOptions(run_id=attempt)
-        turn = await runtime.start(agent, CarryOn(), session_id=run.thread_id, options=options)
+        turn = await runtime.start(target, CarryOn(), session_id=run.thread_id, options=options)
     elif command and "resume" in command:
-        turn = await runtime.start(agent, Resume(command["resume"]), session_id=run.thread_id)
+        turn = await runtime.start(target, Resume(command["resume"]), session_id=run.thread_id)
     elif isinstance(message, str):
         options = RunOptions(run_id=attempt)
-        turn = await runtime.start(agent, message, session_id=run.thread_id, options=options)
+        turn = await runtime.start(target, message, session_id=run.thread_id, options=options)
     else:
         return False
     if turn.run_id not in attempts:
         run.attempts = [*attempts, turn.run_id]
-    # the new attempt is in the record before it starts: a crash now is carried on again
-    await kv.put_value(RUNS_NAMESPACE, run_id, {**record, "attempts": run.attempt_ids()})
+    await note_attempt(state, run_id, run.attempt_ids())
     manager = run_manager(state)
     replayed = await manager.replay(
         run.thread_id, run_id, run.assistant_id, template=run, ended=False
     )
     assert replayed is not None
+    if crew:  # member frames tagged with their path, like the first attempt's
+        from loom.server.lg_crews import CrewFrameMaker
+
+        replayed.maker = CrewFrameMaker(run.thread_id, run_id, run.assistant_id, target.name)
     replayed.status = "pending"
     replayed.stop_reason = replayed.error = None
     manager.start(replayed, turn)

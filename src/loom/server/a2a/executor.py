@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from a2a.helpers.proto_helpers import new_data_part, new_task, new_text_part
@@ -37,9 +39,10 @@ if TYPE_CHECKING:
     from loom.messages import RunResult
     from loom.server.app import ServerState
 
-__all__ = ["LoomExecutor", "decision_of", "text_of"]
+__all__ = ["CANCEL_WAIT", "LoomExecutor", "decision_of", "text_of"]
 
-_CANCEL_WAIT = 30.0  # how long CancelTask waits for the run to record its end
+CANCEL_WAIT = 30.0
+"""Seconds ``CancelTask`` waits for the task's run to record its end."""
 
 
 def text_of(message: Message) -> str:
@@ -80,6 +83,18 @@ def decision_of(message: Message) -> Any:
     return decided
 
 
+def _as_json(decisions: Any) -> Any:
+    """Decisions as a run record stores them (JSON): an ``Approve`` / ``Reject`` / ``Edit`` as
+    the mapping ``coerce_decision`` reads back; anything else is JSON already (a data part, a
+    ``{"decision": ..., "reason": ...}`` mapping)."""
+    from loom.policy.approval import Approve, Edit, Reject
+
+    if isinstance(decisions, Approve | Reject | Edit):
+        kind = {Approve: "approve", Reject: "reject", Edit: "edit"}[type(decisions)]
+        return {"decision": kind, **dataclasses.asdict(decisions)}
+    return decisions
+
+
 def _agent_message(updater: TaskUpdater, text: str, data: dict[str, Any] | None = None) -> Message:
     parts: list[Part] = [new_text_part(text)]
     if data is not None:
@@ -92,36 +107,93 @@ class LoomExecutor(AgentExecutor):
 
     def __init__(self, state: ServerState, agent_name: str) -> None:
         self.state, self.agent_name = state, agent_name
-        self._running: dict[str, tuple[asyncio.Event, asyncio.Event]] = {}
+        # shared by every executor of this agent on this server: a task carried on at
+        # start-up (loom.server.a2a.recovery) is cancelled like one started here
+        running = state.extra.setdefault("a2a_running", {})
+        self._running: dict[str, tuple[asyncio.Event, asyncio.Event]] = running.setdefault(
+            agent_name, {}
+        )
 
     @property
     def runtime(self) -> Runtime:
         return self.state.runtime
 
-    async def _turn(self, task: Task | None, session_id: str, message: Message) -> Turn:
+    async def _turn(
+        self, task: Task | None, session_id: str, message: Message
+    ) -> tuple[Turn, dict[str, Any]]:
+        """The turn ``message`` asks for, and what it is for as a run record holds it
+        (``message``, or a ``command``: ``resume`` / ``answer``)."""
         agent = self.state.registry[self.agent_name]
         runtime = self.runtime
         if task is not None and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
             if await runtime.pending_approvals(session_id):
-                resume = Resume(decision_of(message))
-                return await runtime.start(agent, resume, session_id=session_id)
+                decisions = decision_of(message)
+                turn = await runtime.start(agent, Resume(decisions), session_id=session_id)
+                return turn, {"message": None, "command": {"resume": _as_json(decisions)}}
             if await runtime.pending_query(session_id) is not None:
                 answer = Answer(text_of(message))
-                return await runtime.start(agent, answer, session_id=session_id)
-        return await runtime.start(agent, text_of(message), session_id=session_id)
+                turn = await runtime.start(agent, answer, session_id=session_id)
+                return turn, {"message": None, "command": {"answer": answer.text}}
+        turn = await runtime.start(agent, text_of(message), session_id=session_id)
+        return turn, {"message": text_of(message), "command": None}
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-        """Run the message as a Loom turn and publish the task's updates."""
+        """Run the message as a Loom turn and publish the task's updates. A task sent with
+        ``returnImmediately`` (v0.3: ``blocking: false``) is acknowledged before its run ends:
+        its run record is stored and listed open first (``loom.server.runs.store_open_run``),
+        so a server that dies before the run ends carries it on at its next start
+        (``loom.server.a2a.recovery``)."""
+        from loom.server.runs import A2A_SURFACE, RECOVERY_NOTE, close_open_run, store_open_run
+
         task_id, session_id, message = context.task_id, context.context_id, context.message
         assert task_id and session_id and message is not None  # the SDK fills them in
+        turn, what = await self._turn(context.current_task, session_id, message)
+        durable = False
+        if context.configuration is not None and context.configuration.return_immediately:
+            record = {
+                "surface": A2A_SURFACE,
+                "thread_id": session_id,
+                "assistant_id": self.agent_name,
+                "task_id": task_id,
+                "created_at": datetime.now(UTC).isoformat(),
+                "attempts": [turn.run_id],
+                **what,
+            }
+            # before the first task event: the client's acknowledgement waits for that event
+            durable = await store_open_run(self.state, turn.run_id, record)
         if context.current_task is None:
-            await event_queue.enqueue_event(
-                new_task(task_id, session_id, TaskState.TASK_STATE_SUBMITTED, history=[message])
-            )
+            task = new_task(task_id, session_id, TaskState.TASK_STATE_SUBMITTED, history=[message])
+            if durable:  # the acknowledgement says what a crash does to it
+                task.metadata.update({"loomRunId": turn.run_id, "loomDurability": RECOVERY_NOTE})
+            await event_queue.enqueue_event(task)
         updater = TaskUpdater(event_queue, task_id, session_id)
-        turn = await self._turn(context.current_task, session_id, message)
-        cancel, done = asyncio.Event(), asyncio.Event()
-        self._running[task_id] = (cancel, done)
+        try:
+            await self.follow(turn, task_id, session_id, updater, durable=durable)
+        finally:
+            if durable:
+                await close_open_run(self.state, turn.run_id, turn.result)
+
+    def track(self, task_id: str) -> tuple[asyncio.Event, asyncio.Event]:
+        """The (cancel, done) pair of task ``task_id``'s run, registered now (before its run
+        starts: a ``CancelTask`` from then on reaches it)."""
+        return self._running.setdefault(task_id, (asyncio.Event(), asyncio.Event()))
+
+    async def follow(
+        self,
+        turn: Turn,
+        task_id: str,
+        session_id: str,
+        updater: TaskUpdater,
+        *,
+        durable: bool = False,
+    ) -> None:
+        """Run ``turn`` (task ``task_id``'s run) to its end, publishing the task's updates
+        through ``updater``; ``CancelTask`` stops it meanwhile. A ``durable`` run (listed
+        open: the next start carries it on) that a graceful shutdown cancels leaves its task
+        ``working``, saying so, not ``canceled``."""
+        from loom.server.lifecycle import SHUTDOWN_REASON
+
+        cancel, done = self.track(task_id)
         meta = {
             "loomSessionId": session_id,
             "loomRunId": turn.run_id,
@@ -131,8 +203,16 @@ class LoomExecutor(AgentExecutor):
             await updater.update_status(TaskState.TASK_STATE_WORKING, metadata=meta)
             async for event in drive(turn, cancel):
                 await self._relay(event, updater)
-            assert turn.result is not None
-            await self._finish(turn.result, updater, meta)
+            result = turn.result
+            assert result is not None
+            stopped = result.stop_reason == "cancelled" and result.error == SHUTDOWN_REASON
+            if durable and stopped and self.state.draining:
+                note = "the server is stopping; it carries this task on when it starts again"
+                await updater.update_status(
+                    TaskState.TASK_STATE_WORKING, _agent_message(updater, note), metadata=meta
+                )
+            else:
+                await self.finish(result, updater, meta)
         finally:
             self._running.pop(task_id, None)
             done.set()
@@ -161,7 +241,9 @@ class LoomExecutor(AgentExecutor):
             TaskState.TASK_STATE_WORKING, message=_agent_message(updater, text, data)
         )
 
-    async def _finish(self, result: RunResult, updater: TaskUpdater, meta: dict[str, Any]) -> None:
+    async def finish(self, result: RunResult, updater: TaskUpdater, meta: dict[str, Any]) -> None:
+        """Publish the task's state after its run ended with ``result`` (``completed`` with the
+        answer as an artifact, ``input-required``, ``canceled`` or ``failed``)."""
         meta = {**meta, "loomStopReason": result.stop_reason}
         stop = result.stop_reason
         if stop == "completed":
@@ -226,4 +308,4 @@ class LoomExecutor(AgentExecutor):
         cancel, done = running
         cancel.set()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(done.wait(), _CANCEL_WAIT)
+            await asyncio.wait_for(done.wait(), CANCEL_WAIT)

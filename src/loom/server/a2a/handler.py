@@ -8,6 +8,8 @@ header to send (the 0.3 method names still work without it)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -34,7 +36,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from loom.errors import InputError
-from loom.server.a2a.executor import decision_of, text_of
+from loom.server.a2a.executor import CANCEL_WAIT, decision_of, text_of
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -181,11 +183,33 @@ class LoomRequestHandler(DefaultRequestHandlerV2):
     async def on_cancel_task(
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
+        carried = await self._cancel_carried_on(params.id, context)
+        if carried is not None:
+            return carried
         try:
             task: Task | None = await super().on_cancel_task(params, context)
             return task
         except TaskNotFoundError:
             raise self._missing(params.id) from None
+
+    async def _cancel_carried_on(self, task_id: str, context: ServerCallContext) -> Task | None:
+        """Cancel a task whose run this process carried on at start-up (no request of this
+        process runs it, so the SDK would only mark it canceled while the run went on): stop
+        the run, wait for it to record its end, answer the task as it then is. None for any
+        other task."""
+        running = self.loom_state.extra.get("a2a_running", {}).get(self.agent_name, {})
+        held = running.get(task_id)
+        if held is None or await self._active_task_registry.get(task_id) is not None:
+            return None
+        stored = await self._versioned_store.get(task_id, context)
+        if stored is None:  # another key's task: not found, like any other
+            raise self._missing(task_id)
+        cancel, done = held
+        cancel.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), CANCEL_WAIT)
+        stored = await self._versioned_store.get(task_id, context)
+        return stored.task if stored is not None else None
 
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext

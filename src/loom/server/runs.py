@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
@@ -75,6 +76,7 @@ __all__ = [
     "RECOVERY_NOTE",
     "RUNS_NAMESPACE",
     "ApiBody",
+    "Carrier",
     "MultitaskStrategy",
     "RunFields",
     "agent_named",
@@ -95,6 +97,7 @@ __all__ = [
     "pending_calls",
     "queued_run",
     "recover_runs",
+    "register_carrier",
     "resume_position",
     "run_locations",
     "run_manager",
@@ -784,6 +787,19 @@ def ended_for_good(events: list[Any]) -> bool:
 
 
 # -- recovery at start-up ---------------------------------------------------------------------
+Carrier = Callable[[ServerState, str, dict[str, Any]], Awaitable[bool]]
+"""Carries one acknowledged run of a surface on (True) or finds nothing left to do (False)."""
+
+_CARRIERS: dict[str, Carrier] = {}
+
+
+def register_carrier(surface: str, carrier: Carrier) -> None:
+    """Let ``surface``'s own module carry its acknowledged runs on at start-up (an A2A task
+    follows its run: ``loom.server.a2a`` registers ``A2A_SURFACE``), so this module never
+    imports a protocol."""
+    _CARRIERS[surface] = carrier
+
+
 async def recover_runs(state: ServerState) -> list[str]:
     """Carry on every background run this store lists as acknowledged and unfinished (see the
     module docstring); answers the run ids carried on. Runs on a ``--queue`` server are the
@@ -799,10 +815,10 @@ async def recover_runs(state: ServerState) -> list[str]:
     carried = []
     for _, run_id, record in sorted(records):  # a thread's runs queue in the order taken
         try:
-            if record.get("surface") == A2A_SURFACE:  # an A2A task's run: its task follows it
-                from loom.server.a2a.recovery import carry_on_task
-
-                if await carry_on_task(state, run_id, record):
+            surface = record.get("surface")
+            if surface is not None:  # a protocol's own run (an A2A task): its module carries it
+                carrier = _CARRIERS.get(str(surface))
+                if carrier is not None and await carrier(state, run_id, record):
                     carried.append(run_id)
                     continue
             elif record and await _carry_on(state, run_id, record):

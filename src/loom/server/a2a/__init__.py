@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from loom.server import runs
 from loom.server.app import ServerState, error_body, view_for
 
 __all__ = ["router"]
@@ -189,3 +190,14 @@ router.routes.extend(
         ("/agents/{name}/a2a/rest/{rest:path}", ["GET", "POST", "DELETE"]),
     )
 )
+
+
+async def carry_on_task(state: ServerState, run_id: str, record: dict[str, Any]) -> bool:
+    """Carry on an acknowledged non-blocking task whose server stopped (``loom.server.runs``
+    calls it at start-up; the a2a SDK is imported only then)."""
+    from loom.server.a2a.recovery import carry_on_task as carry_on
+
+    return await carry_on(state, run_id, record)
+
+
+runs.register_carrier(runs.A2A_SURFACE, carry_on_task)

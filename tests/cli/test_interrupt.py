@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -37,12 +38,20 @@ def test_ctrl_c_during_the_model_load_stops_the_run(
     # The delay is the subject, not a way to order events: Ctrl-C lands at a different point
     # of the ~1 s load (or just after it) each time, and must stop the run every time. The
     # terminal is read meanwhile, as a real one would be.
-    child.expect(pexpect.TIMEOUT, timeout=delay)
-    child.sendintr()
-    child.expect(pexpect.EOF)
+    if child.expect([pexpect.TIMEOUT, pexpect.EOF], timeout=delay) == 0:
+        child.sendintr()
+        child.expect(pexpect.EOF)
     child.close()
-    assert child.exitstatus == 130, child.before
-    assert "interrupted" in child.before
+    # exit code 130, or killed by SIGINT itself (what a shell also shows as 130)
+    code = child.exitstatus if child.exitstatus is not None else 128 + (child.signalstatus or 0)
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", child.before)  # without the colours
+    if "· completed ·" in shown.split("^C")[0]:
+        # on a quiet machine the load and the whole turn can end before the latest Ctrl-C
+        # lands (or is sent): there is nothing left to stop, and nothing may break
+        assert code in (0, 130) and "Traceback" not in child.before, child.before
+    else:
+        assert code == 130, child.before
+        assert "interrupted" in child.before
     # The session is consistent: a later turn on it (if the first one got that far) completes.
     with sqlite3.connect(tmp_path / ".loom" / "loom.db") as raw:
         exists = raw.execute("SELECT COUNT(*) FROM sessions WHERE id = 's1'").fetchone()[0]

@@ -345,8 +345,9 @@ async def test_a_non_blocking_approval_reply_survives_a_kill_9_right_after_its_a
     tmp_path: Path,
 ) -> None:
     """A task waiting for approval (``input-required``) answered ``approve`` without blocking,
-    SIGKILL 0 ms after the acknowledgement: after the restart the approved call has run once and
-    the task reads ``completed``."""
+    SIGKILL 0 ms after the acknowledgement: after the restart the task reads ``completed`` and
+    the approved (at_most_once) call ran at most once: it ran and its result is the answer's, or
+    the kill caught it running and the answer says its outcome is unknown."""
     pytest.importorskip("a2a")
     (tmp_path / "hold").touch()
     db = tmp_path / "gated.db"
@@ -395,7 +396,15 @@ async def test_a_non_blocking_approval_reply_survives_a_kill_9_right_after_its_a
                 assert time.monotonic() < deadline, task["status"]
                 await asyncio.sleep(0.05)  # polling the task: the run goes on server-side
                 task = (await http.post(url, json=get, headers=V1)).json()["result"]
-            assert task["artifacts"][-1]["parts"][0]["text"] == "done: shipped", task
+            answer = task["artifacts"][-1]["parts"][0]["text"]
     finally:
         stop_server(second)
-    assert (tmp_path / "shipped.txt").read_text().splitlines() == ["shipped"]
+    shipped = tmp_path / "shipped.txt"
+    runs = shipped.read_text().splitlines() if shipped.exists() else []
+    assert len(runs) <= 1, runs  # the approved at_most_once call never runs twice
+    if answer != "done: shipped":
+        # the kill landed while the call ran (it had started, its result was not committed):
+        # the carried-on turn says its outcome is unknown instead of running it again
+        assert answer.startswith("done: Error (interrupted)"), task
+    else:
+        assert runs == ["shipped"], runs

@@ -199,16 +199,8 @@ class GuardMiddleware:
         owners_token = current_owners.set(self.owners)
         try:
             if principal is not None and self.owners is not None:
-                await self.owners.load()  # scoped_session_id reads it without waiting
-                session_path = _SESSION_PATH.match(path)
-                if session_path is not None and session_path.group(2) not in ("search", "count"):
-                    # a session id in the path names the key's own session (per-owner ids)
-                    given = session_path.group(2)
-                    await self.owners.owner_of(given)  # known here if another server made it
-                    stored = scoped_session_id(given)
-                    if stored != given:
-                        path = path[: session_path.start(2)] + stored + path[session_path.end(2) :]
-                        scope = {**scope, "path": path, "raw_path": quote(path).encode()}
+                scope = await self._own_session_path(self.owners, scope)
+                path = scope["path"]
                 m = _THREAD_PATH.match(path)
                 if (
                     m
@@ -226,6 +218,23 @@ class GuardMiddleware:
             current_owners.reset(owners_token)
             current_principal.reset(token)
 
+    @staticmethod
+    async def _own_session_path(owners: Owners, scope: Scope) -> Scope:
+        """``scope`` with a session id in its path read as the key's own session (per-owner
+        ids: ``<key>~<id>``), for HTTP requests and WebSocket handshakes alike."""
+        await owners.load()  # scoped_session_id reads it without waiting
+        path: str = scope["path"]
+        session_path = _SESSION_PATH.match(path)
+        if session_path is None or session_path.group(2) in ("search", "count"):
+            return scope
+        given = session_path.group(2)
+        await owners.owner_of(given)  # known here if another server made it
+        stored = scoped_session_id(given)
+        if stored == given:
+            return scope
+        path = path[: session_path.start(2)] + stored + path[session_path.end(2) :]
+        return {**scope, "path": path, "raw_path": quote(path).encode()}
+
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A WebSocket handshake (thread streaming): the key, per-key session ids and thread
         checks of HTTP; a refused one is closed before it opens (the client sees HTTP 403)."""
@@ -240,17 +249,9 @@ class GuardMiddleware:
         token = current_principal.set(principal)
         owners_token = current_owners.set(self.owners)
         try:
-            path: str = scope["path"]
             if principal is not None and self.owners is not None:
-                await self.owners.load()
-                session_path = _SESSION_PATH.match(path)
-                if session_path is not None:
-                    given = session_path.group(2)
-                    await self.owners.owner_of(given)
-                    stored = scoped_session_id(given)
-                    if stored != given:
-                        path = path[: session_path.start(2)] + stored + path[session_path.end(2) :]
-                        scope = {**scope, "path": path, "raw_path": quote(path).encode()}
+                scope = await self._own_session_path(self.owners, scope)
+            path: str = scope["path"]
             m = _THREAD_PATH.match(path)
             if m is not None:  # a stream of a thread that is not this key's (or none's) is refused
                 thread = m.group(1)

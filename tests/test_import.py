@@ -32,3 +32,25 @@ def test_agent_and_tool_load_no_events_no_stores() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_agent_and_tool_build_no_schema_and_start_no_event_loop() -> None:
+    # Issue 26's import target (≤ 100 ms, benchmarks/core.py): the message models build their
+    # pydantic schemas on first use (which also keeps pydantic's plugin scan, importlib.metadata,
+    # out of the import), and asyncio with its thread pools loads with the first run.
+    code = (
+        "import sys; from loom import Agent, tool; from loom.messages import Message; "
+        "print(Message.__pydantic_complete__, sorted(m for m in sys.modules if m in "
+        "('asyncio', 'concurrent.futures', 'importlib.metadata', 'loom.tools.threads')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False []"
+
+
+def test_a_deferred_message_schema_still_validates_on_first_use() -> None:
+    code = (
+        "from loom.messages import Message; "
+        "m = Message.model_validate({'role': 'user', 'content': 'hi'}); print(m.content)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "hi"

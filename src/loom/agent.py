@@ -10,7 +10,6 @@ and write it back with ``agent.to_definition()``.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -26,6 +25,8 @@ from loom.tools.base import FunctionTool, Tool, spec_of
 from loom.tools.registry import resolve_tool
 
 if TYPE_CHECKING:  # events, stores: loaded by the first run, not by `from loom import Agent`
+    import asyncio
+
     from loom.context import ContextBuilder
     from loom.definition import AgentDefinition
     from loom.engine.gates import OnBusy
@@ -611,6 +612,8 @@ class Agent:
         options: RunOptions | None = None,
     ) -> RunResult:
         """``run`` for code without an event loop."""
+        import asyncio  # loaded by the first run, not by `from loom import Agent`
+
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -675,6 +678,8 @@ class Agent:
 
     def resume_sync(self, session_id: str, decisions: Any = True, *, deps: Any = None) -> RunResult:
         """``resume`` for code without an event loop."""
+        import asyncio
+
         return asyncio.run(self.resume(session_id, decisions, deps=deps))
 
     async def aclose(self) -> None:

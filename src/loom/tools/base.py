@@ -15,7 +15,6 @@ from pydantic.fields import FieldInfo
 
 from loom.errors import ToolArgumentsError, ToolDefinitionError
 from loom.messages import Effect, ToolSpec
-from loom.tools.threads import run_in_tool_thread
 
 __all__ = [
     "Effect",
@@ -223,6 +222,10 @@ class FunctionTool:
             return await self.fn(*args, **arguments)
         if not self.blocking:
             return self.fn(*args, **arguments)
+        # Imported here: the thread pool (and asyncio) load with the first sync tool call,
+        # not with `from loom import tool`.
+        from loom.tools.threads import run_in_tool_thread
+
         return await run_in_tool_thread(self.fn, *args, **arguments)
 
     def spec(self) -> ToolSpec:

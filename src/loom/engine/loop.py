@@ -24,6 +24,7 @@ from loom import events as ev
 from loom.context import AssembledContext, ContextRequest
 from loom.engine import gates
 from loom.engine.calls import CallRunner
+from loom.engine.driving import discard
 from loom.engine.journal import Journal
 from loom.engine.recovery import find_loose_ends
 from loom.errors import (
@@ -228,6 +229,9 @@ class Turn:
         report = lambda e: j.announce(ev.ErrorEvent, error=e, fatal=False)  # noqa: E731
         self.hooks = HookRunner(a.compiled_hooks, self.hctx, report)
         self.calls = CallRunner(d, j, self.hooks)
+        # Nobody watches this run live and no user hook looks at the transcript between steps:
+        # a pure or idempotent call's result is committed with the next model answer.
+        self.calls.fold_results = j.emit is discard and not j.observers and not a.hooks
         ran_with = {
             "model": getattr(d.model, "name", type(d.model).__name__),
             "context_window": _window(d),

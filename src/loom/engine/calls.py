@@ -328,9 +328,15 @@ class CallRunner:
             )
 
     async def close_unanswered(self, stop: str) -> None:
-        """PERSIST: every call still without a result gets an ``interrupted`` one."""
+        """PERSIST: every call still without a result gets an ``interrupted`` one (a call
+        whose answer was lost with a failed commit is in no transcript: it needs none)."""
         self.closing = True
+        if not self.unanswered:
+            return
+        asked = {c.id for m in self.journal.history if m.role == "assistant" for c in m.tool_calls}
         for call in list(self.unanswered.values()):
+            if call.id not in asked:
+                continue
             await self.record(
                 call,
                 error_result(

@@ -78,6 +78,13 @@ def floor_workload(k: int, runs: int) -> None:
 
 COMMITS = [0]  # Store.append calls after the warm-up run
 
+# The ablations (memory store): appends that store nothing ("no-store", what the store and
+# its codec cost), a context builder that sends the transcript verbatim ("no-context", what
+# the segmented builder costs), and both.
+STORES = ["sqlite", "memory", "floor", "memory-no-store", "memory-no-context", "memory-bare"]
+# memory-bare: both ablations (what is left: the loop, the journal, events, the tool call)
+ABLATIONS = ["memory-no-store", "memory-no-context", "memory-bare"]
+
 
 def workload(k: int, runs: int, store: str, effect: str = "pure") -> None:
     """``runs`` runs of ``k`` steps (what callgrind counts)."""
@@ -85,7 +92,15 @@ def workload(k: int, runs: int, store: str, effect: str = "pure") -> None:
         floor_workload(k, runs)
         return
     from loom import Agent, ModelResponse, Runtime, ToolCall, tool
+    from loom.context import AssembledContext, ContextRequest
     from loom.testing import FunctionModel
+
+    class Verbatim:
+        """A context builder that sends the transcript as it is (an ablation: no budgets,
+        no memory tiers, no component events)."""
+
+        async def build(self, request: ContextRequest) -> AssembledContext:
+            return AssembledContext(list(request.history), list(request.tool_specs), 0)
 
     @tool(effect=effect)  # type: ignore[arg-type]
     async def add(a: int, b: int) -> int:
@@ -105,15 +120,22 @@ def workload(k: int, runs: int, store: str, effect: str = "pure") -> None:
             runtime = Runtime(SQLiteStore(os.path.join(tempfile.mkdtemp(), "steps.db")))
         else:
             runtime = Runtime()
+        builder = Verbatim() if store in ("memory-no-context", "memory-bare") else None
         agent = Agent(
-            name="steps", model=FunctionModel(answer, record=False), tools=[add], max_iterations=20
+            name="steps",
+            model=FunctionModel(answer, record=False),
+            tools=[add],
+            max_iterations=20,
+            context_builder=builder,
         )
         await runtime.run(agent, "warm up", session_id="warm")
         append = runtime.store.append
+        keep = store not in ("memory-no-store", "memory-bare")
 
         async def counted(*args: Any, **kwargs: Any) -> None:
             COMMITS[0] += 1
-            await append(*args, **kwargs)
+            if keep:
+                await append(*args, **kwargs)
 
         runtime.store.append = counted  # type: ignore[method-assign]
         for n in range(runs):
@@ -163,7 +185,7 @@ def measure(store: str, runs: int, effect: str) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--store", choices=["sqlite", "memory", "floor"], default="sqlite")
+    parser.add_argument("--store", choices=STORES, default="sqlite")
     parser.add_argument("--effect", choices=["pure", "at_most_once"], default="pure")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--all", action="store_true", help="floor, memory, sqlite: write JSON")
@@ -181,6 +203,8 @@ def main() -> None:
         measure("memory", args.runs, "pure"),
         measure("sqlite", args.runs, "pure"),
         measure("sqlite", args.runs, "at_most_once"),
+        measure("memory", args.runs, "at_most_once"),
+        *(measure(name, args.runs, "pure") for name in ABLATIONS),
     ]
     for row in rows:
         row["ratio_to_floor"] = round(

@@ -119,3 +119,97 @@ async def test_a_held_result_lost_with_its_commit_is_answered_by_the_next_run() 
     assert sorted(asked) == sorted(answered) and len(set(answered)) == len(answered)
     recovered = [m for m in stored if m.metadata.get("recovered") == "rerun"]
     assert len(recovered) == 1 and recovered[0].content == "1"
+
+
+FOLD_CHILD = r"""
+import asyncio, os, signal, sys
+from loom import Agent, ModelResponse, Runtime, ToolCall, tool
+from loom.store import SQLiteStore
+from loom.testing import FunctionModel
+
+db, log, kill = sys.argv[1], sys.argv[2], sys.argv[3] == "kill"
+
+@tool(effect="pure")
+async def add(a: int, b: int) -> int:
+    '''Add.'''
+    with open(log, "a") as f:
+        f.write(f"{a}\n")
+    return a + b
+
+def answer(messages, tools):
+    start = max(i for i, m in enumerate(messages) if m.role == "user")
+    done = sum(1 for m in messages[start:] if m.role == "tool")
+    if kill and done == 1:  # step 1's result is held, in this model call's input only
+        os.kill(os.getpid(), signal.SIGKILL)
+    if done < 2:
+        return ModelResponse(tool_calls=[ToolCall(name="add", arguments={"a": 10 + done, "b": 1})])
+    return "done"
+
+async def main():
+    runtime = Runtime(SQLiteStore(db), lease_ttl=0.2)
+    agent = Agent(model=FunctionModel(answer), tools=[add])
+    result = await runtime.run(agent, "go", session_id="s")
+    print(result.stop_reason)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+def test_a_sigkill_before_a_held_result_is_committed_loses_only_what_nobody_saw(
+    tmp_path: Any,
+) -> None:
+    """SIGKILL during the model call that saw a held (pure) result: the store has the call's
+    ``started`` row and no result; the next process runs it again (a pure call may) and the
+    transcript answers every call exactly once."""
+    import os
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    script, db, log = tmp_path / "child.py", tmp_path / "f.db", tmp_path / "ran.log"
+    script.write_text(FOLD_CHILD)
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = dict(os.environ, PYTHONPATH=src)
+    killed = subprocess.run(
+        [sys.executable, str(script), str(db), str(log), "kill"], env=env, timeout=60
+    )
+    assert killed.returncode == -9
+    assert log.read_text().split() == ["10"]  # the call ran once before the kill
+    with sqlite3.connect(db) as raw:
+        roles = [r for (r,) in raw.execute("SELECT role FROM messages ORDER BY seq")]
+        ledger = [s for (s,) in raw.execute("SELECT status FROM ledger ORDER BY seq")]
+    assert roles == ["user", "assistant"]  # the held result died with the process
+    assert ledger == ["started"]
+    time.sleep(0.3)  # the dead process's lease runs out
+    again = subprocess.run(
+        [sys.executable, str(script), str(db), str(log), "live"],
+        env=env,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == "completed"
+    assert log.read_text().split()[:2] == ["10", "10"]  # recovery ran the pure call again
+    with sqlite3.connect(db) as raw:
+        statuses = [s for (s,) in raw.execute("SELECT status FROM ledger ORDER BY seq")]
+    assert statuses.count("started") == statuses.count("completed")
+
+    async def transcript() -> list[Message]:
+        from loom.store import SQLiteStore
+
+        store = SQLiteStore(db)
+        try:
+            return await store.load_messages("s")
+        finally:
+            await store.close()
+
+    import asyncio
+
+    stored = asyncio.run(transcript())
+    asked = [c.id for m in stored for c in m.tool_calls]
+    answered = [m.tool_call_id for m in stored if m.role == "tool"]
+    assert sorted(asked) == sorted(answered) and len(set(answered)) == len(answered)

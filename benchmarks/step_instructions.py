@@ -183,6 +183,49 @@ def measure(store: str, runs: int, effect: str) -> dict[str, Any]:
     return {**out, "instructions_per_step": round((large - small) / (9 * runs))}
 
 
+AREAS = [  # (area, fragments of "path:function" whose own time counts for it), first match
+    ("context builder (loom.memory, loom.context)", ("loom/memory/", "loom/context")),
+    ("store and codec (loom.store)", ("loom/store/",)),
+    ("journal (numbering, commits, emission)", ("loom/engine/journal",)),
+    ("events and messages (loom.events, loom.messages)", ("loom/events", "loom/messages")),
+    ("tool call (executor, tools, permission check)", ("loom/tools/", "loom/policy/")),
+    ("the test model (FunctionModel, the model function)", ("loom/testing", "step_instructions")),
+    (
+        "turn and call runner (loom.engine, hooks, pricing)",
+        ("loom/engine/", "loom/hooks", "pricing"),
+    ),
+    ("pydantic (validation, serialisation)", ("pydantic",)),
+    ("asyncio", ("asyncio/",)),
+]
+
+
+def split(store: str, runs: int) -> dict[str, float]:
+    """Each area's share of a step's own Python time (cProfile, K=10 minus K=1): what the
+    instruction count is spent on, approximately (the profiler inflates small calls)."""
+    import cProfile
+    import pstats
+
+    def own_times(k: int) -> dict[str, float]:
+        profile = cProfile.Profile()
+        profile.enable()
+        workload(k, runs, store)
+        profile.disable()
+        out: dict[str, float] = {}
+        stats: dict[Any, Any] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+        for (path, _, name), (_, _, own, _, _) in stats.items():
+            where = f"{path}:{name}"
+            area = next((a for a, keys in AREAS if any(k in where for k in keys)), "other")
+            out[area] = out.get(area, 0.0) + own
+        return out
+
+    workload(1, 1, store)  # imports and first-use work out of the way
+    small, large = own_times(1), own_times(10)
+    per_step = {a: large.get(a, 0.0) - small.get(a, 0.0) for a in {*small, *large}}
+    total = sum(v for v in per_step.values() if v > 0)
+    shares = {a: round(max(v, 0.0) / total, 3) for a, v in per_step.items()}
+    return dict(sorted(shares.items(), key=lambda kv: -kv[1]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--store", choices=STORES, default="sqlite")
@@ -190,7 +233,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--all", action="store_true", help="floor, memory, sqlite: write JSON")
     parser.add_argument("--part", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--split", action="store_true", help="cProfile shares per area")
     args = parser.parse_args()
+    if args.split:
+        print(json.dumps(split(args.store, args.runs), indent=2))
+        return
     if args.part:
         workload(int(args.part[0]), int(args.part[1]), args.part[2], args.part[3])
         return

@@ -204,11 +204,21 @@ def _tool_message(ev: Any) -> Message:
     meta = dict(ev.metadata)
     if not ev.success:
         meta.update(success=False, error_code=ev.error_code)
-    return Message(
+    if type(ev.content) is not str or type(ev.tool_call_id) is not str:  # not an event of ours
+        return Message(
+            role="tool",
+            content=ev.content,
+            tool_call_id=ev.tool_call_id,
+            name=ev.tool_name,
+            timestamp=_at(ev.timestamp),
+            metadata=meta,
+        )
+    return Message.trusted(  # typed fields of an event (the engine's, or read back)
         role="tool",
         content=ev.content,
+        tool_calls=[],
         tool_call_id=ev.tool_call_id,
-        name=ev.tool_name,
+        name=ev.tool_name if type(ev.tool_name) is str else str(ev.tool_name),
         timestamp=_at(ev.timestamp),
         metadata=meta,
     )
@@ -413,10 +423,46 @@ class LlmComplete(AgentEvent):
     def message(self) -> Message:
         from loom.messages import Message, ToolCall
 
-        calls = [ToolCall.model_validate(c) for c in self.tool_calls]
-        return Message(
-            role="assistant", content=self.answer, tool_calls=calls, timestamp=_at(self.timestamp)
+        calls = [
+            ToolCall.trusted(
+                id=c["id"],
+                name=c["name"],
+                arguments=dict(c["arguments"]),
+                raw_arguments=c["raw_arguments"],
+            )
+            if _is_call_dict(c)
+            else ToolCall.model_validate(c)
+            for c in self.tool_calls
+        ]
+        if type(self.answer) is not str:  # not an event of ours: validated
+            return Message(
+                role="assistant",
+                content=self.answer,
+                tool_calls=calls,
+                timestamp=_at(self.timestamp),
+            )
+        return Message.trusted(
+            role="assistant",
+            content=self.answer,
+            tool_calls=calls,
+            tool_call_id=None,
+            name=None,
+            timestamp=_at(self.timestamp),
+            metadata={},
         )
+
+
+def _is_call_dict(c: Any) -> bool:
+    """``c`` is what ``ToolCall.model_dump`` writes (the engine's and the store's form), so it
+    needs no validation; anything else is validated (and refused if it is no tool call)."""
+    return (
+        type(c) is dict
+        and len(c) == 4
+        and type(c.get("id")) is str
+        and type(c.get("name")) is str
+        and type(c.get("arguments")) is dict
+        and (c.get("raw_arguments") is None or type(c["raw_arguments"]) is str)
+    )
 
 
 @_payload

@@ -143,7 +143,10 @@ class PriceTable:
 
     def priced(self, usage: Usage, model: str, response_model: str | None = None) -> Usage:
         """``usage`` with its ``cost`` set (None when unknown)."""
-        return usage.model_copy(update={"cost": self.cost(usage, model, response_model)})
+        cost = self.cost(usage, model, response_model)
+        if cost is None and usage.cost is None:  # nothing to change (a model without a price)
+            return usage
+        return usage.model_copy(update={"cost": cost})
 
 
 def load_prices(path: str | Path) -> PriceTable:

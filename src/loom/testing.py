@@ -64,7 +64,20 @@ def _parts(response: ModelResponse) -> list[StreamPart]:
     if response.usage is None:
         # A request was made, but no tokens were counted: inventing a count (it was once
         # characters / 4) let the token estimator calibrate itself from fiction.
-        response = response.model_copy(update={"usage": Usage(requests=1)})
+        response = ModelResponse.trusted(  # the caller's response, untouched, plus usage
+            text=response.text,
+            tool_calls=response.tool_calls,
+            usage=Usage.trusted(
+                input_tokens=0,
+                output_tokens=0,
+                requests=1,
+                cache_read_tokens=0,
+                cache_write_tokens=0,
+                cost=None,
+            ),
+            finish_reason=response.finish_reason,
+            model=response.model,
+        )
     parts.append(response)
     return parts
 

@@ -237,3 +237,29 @@ async def test_events_read_back_identically_on_both_stores(tmp_path: Path) -> No
     events = await memory.load_events("s", "r1")
     assert events[1].tool_calls[0]["arguments"] == {"a": 1}  # type: ignore[attr-defined]
     await sqlite.close()
+
+
+def test_encode_events_writes_the_rows_encode_event_writes() -> None:
+    """The step's batch encoder (built from each event's payload tuple) and the per-event
+    encoder agree on every row, the unusual ones too (which take the per-event path)."""
+    deep: Any = []
+    for _ in range(150):  # past the bracket count that makes a trial read: still readable
+        deep = [deep]
+    cases = [
+        make_event(EventType.ITERATION_START, "r", "s", 1, 0, {}),
+        make_event(EventType.STATE_CHANGE, "r", "s", 1, 1, {"from": "a", "to": "b"}),
+        make_event(EventType.USER_MESSAGE, "r", "s", 1, 2, {"content": "café ✓", "x": 1}),
+        make_event(EventType.TOOL_RESULT, "r", "s", 1, 3, {"content": "a" + LONE, "success": True}),
+        make_event(EventType.LLM_COMPLETE, "r", "s", 1, 4, {"text": "", "usage": {"n": 1.5}}),
+        make_event(EventType.WARNING, "r", "s", 1, 5, {"warning": "w"}, parent_run_id="p"),
+        make_event(EventType.WARNING, "r" + LONE, "s", 1, 6, {"warning": "w"}),
+        make_event(EventType.WARNING, "r", "s", 1, 7, {"warning": "w", "nan": float("nan")}),
+        make_event(EventType.WARNING, "r", "s", 1, 8, {"warning": "w", "deep": deep[0][0]}),
+        make_event("some_future_type", "r", "s", 1, 9, {"k": [1, 2]}),
+    ]
+    assert codec.encode_events(cases) == [codec.encode_event(e) for e in cases]
+    with pytest.raises(SerializationError) as batch:
+        codec.encode_events([make_event(EventType.WARNING, "r", "s", 1, 0, {"x": object()})])
+    with pytest.raises(SerializationError) as single:
+        codec.encode_event(make_event(EventType.WARNING, "r", "s", 1, 0, {"x": object()}))
+    assert str(batch.value) == str(single.value)

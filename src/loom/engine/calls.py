@@ -64,6 +64,9 @@ class CallRunner:
         self.edited: dict[str, dict[str, Any]] = {}
         self.guards = self.agent.guardrails  # loom.guardrails.Guardrails, or None
         self.closing = False  # PERSIST: a result guardrail's trip no longer stops anything
+        # Hold a pure or idempotent call's result into the next commit (the next model
+        # answer's): set by the turn when nobody watches it live (``Journal``'s docstring).
+        self.fold_results = False
 
     async def run(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
         """Screen, start and run ``calls``; their results in call order (parked ones omitted)."""
@@ -93,7 +96,7 @@ class CallRunner:
                     continue
                 task = tasks.get(call.id)
                 result = await (task if task is not None else self.execute(call))
-                results.append(await self.record(call, result))
+                results.append(await self.record(call, result, hold=self.fold_results))
         finally:
             for t in tasks.values():
                 t.cancel()
@@ -223,9 +226,12 @@ class CallRunner:
         started: bool = True,
         entry: LedgerEntry | None = None,
         metadata: dict[str, Any] | None = None,
+        hold: bool = False,
     ) -> ToolResult:
         """Shape a call's result, commit it (event, transcript message, ledger end), then run
-        the ``after_tool_execution`` hooks."""
+        the ``after_tool_execution`` hooks. ``hold``: commit a ``pure`` or ``idempotent``
+        call's result with the next step (recovery can run such a call again if the process
+        dies first); an ``at_most_once`` call's result is always committed at once."""
         j = self.journal
         tripped = None
         if self.guards is not None and self.guards.has("tool_result"):
@@ -268,7 +274,8 @@ class CallRunner:
             duration_ms=result.duration_ms,
             metadata=meta,
         )
-        await j.commit([ev], ledger=ledger)
+        hold = hold and tripped is None and entry is not None and entry.effect != "at_most_once"
+        await j.commit([ev], ledger=ledger, hold=hold)
         self.unanswered.pop(call.id, None)
         await self.hooks("after_tool_execution", call, result)
         if tripped is not None and not self.closing:
@@ -321,9 +328,15 @@ class CallRunner:
             )
 
     async def close_unanswered(self, stop: str) -> None:
-        """PERSIST: every call still without a result gets an ``interrupted`` one."""
+        """PERSIST: every call still without a result gets an ``interrupted`` one (a call
+        whose answer was lost with a failed commit is in no transcript: it needs none)."""
         self.closing = True
+        if not self.unanswered:
+            return
+        asked = {c.id for m in self.journal.history if m.role == "assistant" for c in m.tool_calls}
         for call in list(self.unanswered.values()):
+            if call.id not in asked:
+                continue
             await self.record(
                 call,
                 error_result(

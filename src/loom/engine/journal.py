@@ -11,8 +11,15 @@ names the types that are only ever emitted after their commit: a stream that let
 resume by event id gives ids to those alone, so every id a client received is in the journal
 after a crash. A step may be held
 (``commit(..., hold=True)``) into the next commit: one transaction (one fsync) for both, its
-events emitted after that commit; the loop holds a model answer with tool calls until its
-calls' ``started`` rows are committed.
+events emitted after that commit. The loop holds a model answer with tool calls until its
+calls' ``started`` rows are committed; and, in a run nobody watches live (no stream, no
+observer, no user hook), the result of a ``pure`` or ``idempotent`` call (with its ledger end)
+until the next model answer's commit, so that a tool step costs one commit. A held step's
+messages are in ``history`` at once (the next model call must see them); a crash before the
+commit loses only what nobody was told: the call's ``started`` row has no end, and recovery
+runs it again with the same idempotency key (which those effects allow). An ``at_most_once``
+call's result is never held: it is committed as soon as it exists, since its tool cannot run
+again.
 
 The transcript is a function of the journal: ``transcript(events)`` keeps, in order, the
 message each event adds (``AgentEvent.message()``). The journal derives the messages it commits
@@ -143,6 +150,7 @@ class Journal:
         "added",
         "emit",
         "held",
+        "held_from",
         "held_out",
         "history",
         "iteration",
@@ -176,9 +184,12 @@ class Journal:
         self.iteration = 0
         self.seq = 0
         self.pending: list[AgentEvent] = []
-        # A step held back (``commit(..., hold=True)``): its journal slice and messages, and
-        # what to emit once it is committed (its events, then what was sent meanwhile).
-        self.held: tuple[list[AgentEvent], list[Message]] | None = None
+        # A step held back (``commit(..., hold=True)``): its journal slice, messages and
+        # ledger rows, and what to emit once it is committed (its events, then what was sent
+        # meanwhile); ``held_from`` is where its messages start in ``history`` (a failed
+        # commit takes them out again).
+        self.held: tuple[list[AgentEvent], list[Message], list[LedgerEntry]] | None = None
+        self.held_from = 0
         self.held_out: list[AgentEvent] = []
         self.emit: Callable[[AgentEvent], None] = _discard
         self.observers = tuple(observers)
@@ -244,10 +255,13 @@ class Journal:
 
         ``hold=True`` commits nothing yet: the step goes into the next commit, in journal
         order, and its events (and any event sent meanwhile) are emitted after that commit,
-        still persisted before announced. The loop holds a model answer with tool calls when
-        nothing can look at the transcript before the calls' ``started`` rows are committed
-        (no hooks there): one commit, one fsync, instead of two. A run that dies in between
-        loses an answer nobody saw; the next turn asks the model again."""
+        still persisted before announced; its messages join ``history`` at once. The loop
+        holds a model answer with tool calls when nothing can look at the transcript before
+        the calls' ``started`` rows are committed (no hooks there), and a quiet run's pure or
+        idempotent result until the next answer (see the module docstring): one commit, one
+        fsync, per step. A run that dies in between loses only steps nobody saw; the next turn
+        asks the model again, and recovery re-runs a call whose result was lost. A run record
+        is never held."""
         messages: list[Message] = []
         if events and not _all_ascii(events):
             for ev in events:
@@ -257,30 +271,40 @@ class Journal:
             if m is not None:
                 messages.append(m)
         journal, self.pending = [*self.pending, *events], []
-        if hold and not ledger and run is None:
+        if hold and run is None:
             if self.held is None:
-                self.held = (journal, messages)
+                self.held = (journal, messages, list(ledger))
+                self.held_from = len(self.history)
             else:
                 self.held[0].extend(journal)
                 self.held[1].extend(messages)
+                self.held[2].extend(ledger)
+            self.history.extend(messages)
             self.held_out.extend(events)
             return messages
         out: Sequence[AgentEvent] = events
         added = messages
+        in_history = len(self.history)  # where this commit's messages start in ``history``
         if self.held is not None:
             journal = [*self.held[0], *journal]
             added = [*self.held[1], *messages]
+            ledger = [*self.held[2], *ledger]
             out = [*self.held_out, *events]
+            in_history = self.held_from
             self.held, self.held_out = None, []  # committed below, or lost with this commit
-        await self.store.append(
-            self.session_id,
-            messages=added,
-            events=journal,
-            ledger=ledger,
-            run=run,
-            lease=self.lease,
-        )
-        self.history.extend(added)
+        try:
+            await self.store.append(
+                self.session_id,
+                messages=added,
+                events=journal,
+                ledger=ledger,
+                run=run,
+                lease=self.lease,
+            )
+        except BaseException:
+            del self.history[in_history:]  # held messages that never reached the store
+            raise
+        self.history.extend(messages)
         self.added.extend(added)
         for ev in out:
             self._out(ev)

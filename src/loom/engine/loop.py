@@ -24,6 +24,7 @@ from loom import events as ev
 from loom.context import AssembledContext, ContextRequest
 from loom.engine import gates
 from loom.engine.calls import CallRunner
+from loom.engine.driving import discard
 from loom.engine.journal import Journal
 from loom.engine.recovery import find_loose_ends
 from loom.errors import (
@@ -227,7 +228,12 @@ class Turn:
         self.hctx.tools, self.hctx.remembered, self.hctx.messages = d.tools, d.remembered, j.history
         report = lambda e: j.announce(ev.ErrorEvent, error=e, fatal=False)  # noqa: E731
         self.hooks = HookRunner(a.compiled_hooks, self.hctx, report)
+        # the lifecycle points some hook listens at: a step skips awaiting the others
+        self.hooked = frozenset(point for point, hooks in a.compiled_hooks.items() if hooks)
         self.calls = CallRunner(d, j, self.hooks)
+        # Nobody watches this run live and no user hook looks at the transcript between steps:
+        # a pure or idempotent call's result is committed with the next model answer.
+        self.calls.fold_results = j.emit is discard and not j.observers and not a.hooks
         ran_with = {
             "model": getattr(d.model, "name", type(d.model).__name__),
             "context_window": _window(d),
@@ -351,17 +357,19 @@ class Turn:
 
     # -- the iterations (CONTEXT, EXECUTE, recursion) ----------------------------------------------
     async def _iterate(self) -> None:
-        a, j, hook = self.agent, self.j, self.hooks
+        a, j, hook, hooked = self.agent, self.j, self.hooks, self.hooked
         while True:
             self.iteration = j.iteration = self.hctx.iteration = self.iteration + 1
-            await hook("before_iteration_start")
+            if "before_iteration_start" in hooked:
+                await hook("before_iteration_start")
             j.announce(ev.IterationStart)
             ctx = await self._context()
             self._set_state(S.CALLING_LLM)
             messages = ctx.messages
-            for extra in await hook("before_llm_call", messages):
-                if extra:
-                    messages = [*messages, *extra]
+            if "before_llm_call" in hooked:
+                for extra in await hook("before_llm_call", messages):
+                    if extra:
+                        messages = [*messages, *extra]
             j.announce(
                 ev.LlmStart,
                 tool_count=len(ctx.tools),
@@ -370,7 +378,8 @@ class Turn:
             )
             response = await self._race(messages, ctx)
             self._set_state(S.PROCESSING_LLM_RESPONSE)
-            await hook("after_llm_response", response)
+            if "after_llm_response" in hooked:
+                await hook("after_llm_response", response)
             if not response.tool_calls:
                 self.output = response.text
                 cut = response.finish_reason == "length"
@@ -399,18 +408,21 @@ class Turn:
             if self.calls.parked:
                 raise _Stop("awaiting_approval")
             self._set_state(S.POST_TOOLS_HOOK)
-            await hook("post_tools", results)
+            if "post_tools" in hooked:
+                await hook("post_tools", results)
             if self.calls.made >= (most := self.deps.max_tool_calls):
                 raise _Stop("max_tool_calls", f"reached max_tool_calls={most}")
             if self.iteration >= self.max_iterations:
                 raise _Stop("max_iterations", f"reached max_iterations={self.max_iterations}")
-            await hook("before_recursion")
+            if "before_recursion" in hooked:
+                await hook("before_recursion")
             j.announce(ev.Recursion, next_iteration=self.iteration + 1)
 
     async def _context(self) -> AssembledContext:
         """CONTEXT: the one place the model's input is compiled, from the committed transcript."""
         d, j = self.deps, self.j
-        await self.hooks("before_context_assembly")
+        if "before_context_assembly" in self.hooked:
+            await self.hooks("before_context_assembly")
         j.announce(ev.ContextAssemblyStart)
         request = ContextRequest(
             self.agent,
@@ -434,7 +446,8 @@ class Turn:
         else:
             for note in notes:
                 j.send(note)
-        await self.hooks("after_context_assembly", ctx.messages)
+        if "after_context_assembly" in self.hooked:
+            await self.hooks("after_context_assembly", ctx.messages)
         j.announce(
             ev.ContextAssemblyComplete,
             token_estimate=ctx.token_estimate,

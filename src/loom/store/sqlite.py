@@ -234,7 +234,7 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables):
         # cannot be stored raises SerializationError here, before anything is written.
         now = time.time()
         msg_rows = [(m.role, codec.encode_message(m)) for m in messages]
-        ev_rows = [codec.encode_event(e) for e in events]
+        ev_rows = codec.encode_events(events)
         led_rows = [codec.encode_ledger(e) for e in ledger]
         run_row = codec.encode_run(run) if run is not None else None
         usage = run.usage if run is not None and run.status != "running" else Usage()

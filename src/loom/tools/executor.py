@@ -147,8 +147,15 @@ async def execute_call(
             f"{call.name} ran, but its return value cannot be stored: {exc}",
             duration_ms,
         )
-    result = ToolResult(
-        tool_call_id=call.id, name=call.name, success=True, data=data, duration_ms=duration_ms
+    result = ToolResult.trusted(  # every field the engine's own, JSON-native data
+        tool_call_id=call.id,
+        name=call.name,
+        success=True,
+        data=data,
+        error_code=None,
+        error_message=None,
+        duration_ms=duration_ms,
+        metadata={},
     )
     if escaped:
         result.metadata["escaped_strings"] = escaped

@@ -48,7 +48,7 @@ from loom.store.base import (
     new_error_id,
 )
 
-__all__ = ["StoreContract"]
+__all__ = ["CountingStore", "StoreContract"]
 
 
 _PROTOCOLS = {
@@ -556,3 +556,60 @@ class StoreContract:
         assert await store.delete_value("mem", "s1/l2")
         assert not await store.delete_value("mem", "s1/l2")
         assert await store.get_value("mem", "s1/l2") is None
+
+
+class CountingStore:
+    """Wraps a store and counts the rows its reads return, per method (``rows``) and in all
+    (``total``): messages, events, ledger entries and run records each count one, a session
+    or a count one. Every attribute of the wrapped store is reachable, so
+    ``capabilities_of`` sees the same optional capabilities. Used to check that a read does
+    not grow with a session (``tests/store/test_resume_reads.py``, ``benchmarks/store_resume.py``).
+    """
+
+    _COUNTED = frozenset(
+        {
+            "get_session",
+            "load_messages",
+            "load_message_range",
+            "message_count",
+            "load_events",
+            "load_events_of_type",
+            "load_latest_events",
+            "load_memory_entries",
+            "open_tool_calls",
+            "open_runs",
+        }
+    )
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.rows: dict[str, int] = {}
+        # bound as instance attributes, not through __getattr__: runtime-checkable Protocols
+        # look attributes up statically (Python 3.12+), and must find the wrapped ones
+        for name in dir(inner):
+            if name.startswith("_"):
+                continue
+            value = getattr(inner, name)
+            if callable(value):
+                self.__dict__[name] = self._counted(name, value) if name in self._COUNTED else value
+
+    @property
+    def total(self) -> int:
+        """Rows returned by every counted read since the last ``reset``."""
+        return sum(self.rows.values())
+
+    def reset(self) -> None:
+        """Start counting from zero."""
+        self.rows.clear()
+
+    def _counted(self, name: str, read: Any) -> Any:
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            out = await read(*args, **kwargs)
+            n = len(out) if isinstance(out, list) else 1 if out is not None else 0
+            self.rows[name] = self.rows.get(name, 0) + n
+            return out
+
+        return counted
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)

@@ -14,7 +14,8 @@ class TestMyStore(StoreContract):
 ```
 
 Each test gets a fresh, empty store from your ``store`` fixture. Tests of the optional
-capabilities (``RunStore``, ``ErrorStore``, ``ResultStore``, ``KVStore``) skip when the store
+capabilities (``RunStore``, ``ErrorStore``, ``ResultStore``, ``KVStore``, ``EventTypeStore``,
+``TranscriptWindowStore``, ``LatestEventStore``) skip when the store
 does not have them (``loom.store.base.capabilities_of``). Needs pytest and pytest-asyncio
 (``asyncio_mode = "auto"``).
 
@@ -57,6 +58,8 @@ _PROTOCOLS = {
     "runs": "RunStore",
     "kv": "KVStore",
     "typed_events": "EventTypeStore",
+    "windows": "TranscriptWindowStore",
+    "latest_events": "LatestEventStore",
 }
 
 
@@ -293,6 +296,53 @@ class StoreContract:
         await store.append("s", messages=[Message.user("d")])
         assert await store.message_count("s") == 3
         assert await store.message_count("other") == 1
+
+    async def test_message_range(self, store: Any) -> None:
+        _needs(store, "windows")
+        msgs = [Message.user(f"m{i}") for i in range(7)]
+        await store.append("s", messages=msgs[:4])
+        await store.append("other", messages=[Message.user("elsewhere")])
+        await store.append("s", messages=msgs[4:])
+        read = store.load_message_range
+        assert await read("s", 0, 7) == msgs
+        assert await read("s", 2, 5) == msgs[2:5]
+        assert await read("s", 5, 100) == msgs[5:]
+        assert await read("s", 3, 3) == [] and await read("s", 4, 2) == []
+        assert await read("s", 7, 9) == [] and await read("nope", 0, 5) == []
+        with pytest.raises(InputError, match="start"):
+            await read("s", -1, 2)
+
+    async def test_system_messages_with_their_positions(self, store: Any) -> None:
+        _needs(store, "windows")
+        summary = Message(
+            role="system", content="so far", metadata={"loom": "summary", "covers_through": 1}
+        )
+        plain = Message.system("a system message of the conversation")
+        await store.append("s", messages=[Message.user("a"), Message.assistant("b"), summary])
+        await store.append("other", messages=[Message.system("elsewhere")])
+        await store.append("s", messages=[Message.user("c"), plain, Message.assistant("d")])
+        found = await store.load_system_messages("s")
+        assert [p for p, _ in found] == [2, 4]
+        assert [m for _, m in found] == [summary, plain]
+        assert found[0][1].metadata["loom"] == "summary"
+        assert await store.load_system_messages("nope") == []
+
+    async def test_latest_events_of_some_types(self, store: Any) -> None:
+        _needs(store, "latest_events")
+        user, query = EventType.USER_MESSAGE, EventType.SERVER_QUERY
+        await store.append("s", events=[_ev("r1", 0, user), _ev("r1", 1), _ev("r1", 2, query)])
+        await store.append("t", events=[_ev("r9", 0, query)])  # another session's
+        await store.append("s", events=[_ev("r2", 0, user, n=2), _ev("r2", 1), _ev("r2", 2)])
+        latest = store.load_latest_events
+        got = await latest("s", [user, query], 2)
+        assert [(e.type, e.run_id, e.sequence) for e in got] == [(query, "r1", 2), (user, "r2", 0)]
+        assert got[1].data.get("n") == 2
+        assert [e.run_id for e in await latest("s", [user], 1)] == ["r2"]
+        assert [e.run_id for e in await latest("s", [user, query], 10)] == ["r1", "r1", "r2"]
+        assert await latest("s", [EventType.APPROVAL_DECISION], 3) == []
+        assert await latest("nobody", [user], 3) == [] and await latest("s", [], 3) == []
+        with pytest.raises(InputError, match="limit"):
+            await latest("s", [user], 0)
 
     # -- leases -----------------------------------------------------------------------------------
     async def test_lease_excludes_other_runs_until_released(self, store: Any) -> None:
@@ -575,7 +625,7 @@ class CountingStore:
             "load_events",
             "load_events_of_type",
             "load_latest_events",
-            "load_memory_entries",
+            "load_system_messages",
             "open_tool_calls",
             "open_runs",
         }

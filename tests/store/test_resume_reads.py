@@ -1,0 +1,106 @@
+"""INTAKE of a 10,000-turn session reads a bounded number of rows (issue #26).
+
+The session is written straight into a SQLite file (4 messages and a ``USER_MESSAGE`` event a
+turn, and a summary every 500 turns covering all but the newest turns, as the context builder
+leaves a long session). A new store and a new ``Runtime`` then run one turn; the model counts
+the rows the store returned before it was first called (``CountingStore``): INTAKE's reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loom import Agent, Runtime
+from loom.events import EventType, make_event
+from loom.messages import Message, ToolCall, ToolResult
+from loom.store import SQLiteStore
+from loom.store.conformance import CountingStore
+from loom.testing import FunctionModel
+
+TURNS = 10_000
+SUMMARY_EVERY = 500
+UNCOVERED_TURNS = 20  # the newest turns no summary covers yet
+ROW_BOUND = 400
+
+
+def turn_messages(i: int) -> list[Message]:
+    call = ToolCall(id=f"c{i}", name="lookup", arguments={"q": f"topic {i}"})
+    return [
+        Message.user(f"question number {i}"),
+        Message.assistant(tool_calls=[call]),
+        Message.tool(ToolResult(tool_call_id=call.id, name="lookup", data=f"result {i}")),
+        Message.assistant(f"answer {i}"),
+    ]
+
+
+async def write_session(path: Path, turns: int) -> None:
+    store = SQLiteStore(path)
+    await store.create_session("s", agent_name="a")
+    batch: list[Message] = []
+    events = []
+    for i in range(turns):
+        batch += turn_messages(i)
+        events.append(make_event(EventType.USER_MESSAGE, f"r{i}", "s", 0, 0, {"content": "q"}))
+        if (i + 1) % SUMMARY_EVERY == 0:
+            # covers all but the newest turns, as the builder leaves them
+            covers = (i + 1 - UNCOVERED_TURNS) * 4 - 1
+            meta = {"loom": "summary", "covers_from": 0, "covers_through": covers}
+            batch.append(Message(role="system", content=f"summary {i}", metadata=meta))
+        if len(batch) >= 4000 or i == turns - 1:
+            await store.append("s", messages=batch, events=events)
+            batch, events = [], []
+    await store.close()
+
+
+async def intake_rows(path: Path) -> tuple[int, dict[str, int], list[Message]]:
+    """Rows the store returned before the first model call of a new turn, and what the model
+    was sent."""
+    counting = CountingStore(SQLiteStore(path))
+    seen: dict[str, Any] = {}
+
+    def model(messages: list[Message], tools: object) -> str:
+        seen.setdefault("rows", counting.total)
+        seen.setdefault("by_method", dict(counting.rows))
+        seen.setdefault("sent", messages)
+        return "done"
+
+    agent = Agent("a", model=FunctionModel(model, record=False))
+    runtime = Runtime(counting)
+    result = await runtime.run(agent, "one more question", session_id="s")
+    assert result.output == "done"
+    await counting.inner.close()
+    return seen["rows"], seen["by_method"], seen["sent"]
+
+
+@pytest.fixture(scope="module")
+def long_session(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import asyncio
+
+    path = tmp_path_factory.mktemp("resume") / "long.db"
+    asyncio.run(write_session(path, TURNS))
+    return path
+
+
+async def test_intake_of_a_10000_turn_session_reads_a_bounded_number_of_rows(
+    long_session: Path,
+) -> None:
+    rows, by_method, sent = await intake_rows(long_session)
+    assert rows <= ROW_BOUND, f"INTAKE read {rows} rows: {by_method}"
+    # what the model saw: the newest summary, then the turns no summary covers, then the question
+    assert any(f"summary {TURNS - 1}" in m.content for m in sent if m.role == "system")
+    questions = [m.content for m in sent if m.role == "user"]
+    assert questions[-1] == "one more question"
+    assert questions[0] == f"question number {TURNS - UNCOVERED_TURNS}"
+    assert len(questions) == UNCOVERED_TURNS + 1
+
+
+async def test_pending_reads_of_a_10000_turn_session_are_bounded(long_session: Path) -> None:
+    counting = CountingStore(SQLiteStore(long_session))
+    runtime = Runtime(counting)
+    assert await runtime.pending_approvals("s") == []
+    assert await runtime.pending_query("s") is None
+    assert counting.total <= 100, counting.rows
+    await counting.inner.close()

@@ -192,7 +192,8 @@ async def newest_exchange(store: Store, session_id: str) -> list[Message]:
     if windows is None:
         return await store.load_messages(session_id)
     end = await store.message_count(session_id)
-    start, page, out = end, 16, []
+    start, page = end, 16
+    out: list[Message] = []
     while start > 0:
         older = max(0, start - page)
         out[:0] = await windows.load_message_range(session_id, older, start)

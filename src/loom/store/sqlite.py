@@ -387,7 +387,9 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables):
             lambda c: c.execute(
                 "SELECT "
                 + ", ".join(f"l.{col.strip()}" for col in _LEDGER_COLS.split(","))
-                + " FROM open_calls o JOIN ledger l"
+                # CROSS JOIN keeps open_calls the outer table: with a plain JOIN the planner
+                # walked the session's whole ledger in seq order to skip the sort
+                + " FROM open_calls o CROSS JOIN ledger l"
                 " ON l.session_id = o.session_id AND l.seq = o.ledger_seq"
                 " WHERE o.session_id = ? ORDER BY l.seq",
                 (session_id,),

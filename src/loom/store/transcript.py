@@ -172,7 +172,7 @@ async def since_last_request(
     if latest is None:
         events = await store.load_events(session_id)
     else:
-        limit, ask = 16, [*wanted, EventType.USER_MESSAGE]
+        limit, ask = 4, [*wanted, EventType.USER_MESSAGE]
         while True:
             events = await latest.load_latest_events(session_id, ask, limit)
             if len(events) < limit or any(e.type is EventType.USER_MESSAGE for e in events):

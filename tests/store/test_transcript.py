@@ -78,7 +78,7 @@ def test_malformed_line_reports_its_number(tmp_path: Path) -> None:
         read_jsonl(tmp_path / "missing.jsonl")
 
 
-# -- reading the newest exchange (pending approvals and queries) ------------------------------------
+# -- reading the newest exchange (pending approvals and queries) ---------------------------------
 
 
 @pytest.fixture(params=["memory", "sqlite"])

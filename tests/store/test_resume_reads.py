@@ -76,12 +76,20 @@ async def intake_rows(path: Path) -> tuple[int, dict[str, int], list[Message]]:
 
 
 @pytest.fixture(scope="module")
-def long_session(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def written_session(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import asyncio
 
     path = tmp_path_factory.mktemp("resume") / "long.db"
     asyncio.run(write_session(path, TURNS))
     return path
+
+
+@pytest.fixture
+def long_session(written_session: Path, tmp_path: Path) -> Path:
+    """A copy of the written session for one test (its turn appends to it)."""
+    import shutil
+
+    return Path(shutil.copy(written_session, tmp_path / "long.db"))
 
 
 async def test_intake_of_a_10000_turn_session_reads_a_bounded_number_of_rows(
@@ -104,3 +112,39 @@ async def test_pending_reads_of_a_10000_turn_session_are_bounded(long_session: P
     assert await runtime.pending_query("s") is None
     assert counting.total <= 100, counting.rows
     await counting.inner.close()
+
+
+async def test_a_builder_of_the_agents_own_gets_the_whole_history(long_session: Path) -> None:
+    """A custom context builder was always given the whole transcript; it still is, even from
+    a runtime that read only a window at first."""
+    from loom.context import FullHistoryBuilder
+
+    sent: list[int] = []
+
+    def model(messages: list[Message], tools: object) -> str:
+        sent.append(len(messages))
+        return "done"
+
+    store = SQLiteStore(long_session)
+    total = await store.message_count("s")
+    agent = Agent(
+        "a", model=FunctionModel(model, record=False), context_builder=FullHistoryBuilder()
+    )
+    await Runtime(store).run(agent, "and now?", session_id="s")
+    await store.close()
+    assert sent == [total + 1]  # the whole transcript and the new question (no instructions)
+
+
+async def test_an_agent_with_the_remember_tool_reads_the_whole_transcript(
+    long_session: Path,
+) -> None:
+    """``remember`` results set Kernel keys from anywhere in the transcript and have no index:
+    such an agent's runtime reads all of it (the documented exception)."""
+    from loom.memory.tools import remember
+
+    counting = CountingStore(SQLiteStore(long_session))
+    total = await counting.message_count("s")
+    agent = Agent("a", model=FunctionModel(lambda m, t: "done", record=False), tools=[remember])
+    await Runtime(counting).run(agent, "and now?", session_id="s")
+    await counting.inner.close()
+    assert counting.rows["load_message_range"] >= total

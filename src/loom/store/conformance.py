@@ -344,6 +344,14 @@ class StoreContract:
         with pytest.raises(InputError, match="limit"):
             await latest("s", [user], 0)
 
+    async def test_latest_events_far_back_in_the_journal(self, store: Any) -> None:
+        _needs(store, "latest_events")
+        user = EventType.USER_MESSAGE
+        await store.append("s", events=[_ev("r1", 0, user), _ev("r1", 1, user)])
+        await store.append("s", events=[_ev("r2", i) for i in range(3000)])
+        got = await store.load_latest_events("s", [user], 5)
+        assert [(e.run_id, e.sequence) for e in got] == [("r1", 0), ("r1", 1)]
+
     # -- leases -----------------------------------------------------------------------------------
     async def test_lease_excludes_other_runs_until_released(self, store: Any) -> None:
         first = await store.acquire_lease("s", "r1", 60)

@@ -315,6 +315,7 @@ MESSAGE_COUNT = "SELECT max(seq) FROM messages WHERE session_id = %s"
 LOAD_MESSAGE_RANGE = (
     "SELECT data FROM messages WHERE session_id = %s AND seq >= %s AND seq < %s ORDER BY seq"
 )
+EVENTS_END = "SELECT max(seq) FROM events WHERE session_id = %s"
 LOAD_SYSTEM_MESSAGES = (
     "SELECT seq, data FROM messages WHERE session_id = %s AND role = 'system' ORDER BY seq"
 )

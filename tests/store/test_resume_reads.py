@@ -148,3 +148,77 @@ async def test_an_agent_with_the_remember_tool_reads_the_whole_transcript(
     await Runtime(counting).run(agent, "and now?", session_id="s")
     await counting.inner.close()
     assert counting.rows["load_message_range"] >= total
+
+
+async def test_a_call_parked_for_approval_is_found_and_resumed_from_a_window(
+    long_session: Path,
+) -> None:
+    """The newest exchange of a long session holds a call waiting for approval: a new runtime
+    finds it (reading only that exchange) and ``resume`` runs it."""
+    from loom import tool
+
+    ran: list[str] = []
+
+    @tool(effect="pure")
+    def lookup(q: str) -> str:
+        """Look something up."""
+        ran.append(q)
+        return f"found {q}"
+
+    store = SQLiteStore(long_session)
+    call = ToolCall(id="parked", name="lookup", arguments={"q": "the last topic"})
+    asked = make_event(EventType.USER_MESSAGE, "rp", "s", 0, 0, {"content": "look it up"})
+    required = make_event(
+        EventType.APPROVAL_REQUIRED,
+        "rp",
+        "s",
+        1,
+        1,
+        {"tool_call_id": "parked", "tool_name": "lookup", "arguments": {"q": "the last topic"}},
+    )
+    await store.append(
+        "s",
+        messages=[Message.user("look it up"), Message.assistant(tool_calls=[call])],
+        events=[asked, required],
+    )
+    await store.close()
+    counting = CountingStore(SQLiteStore(long_session))
+    runtime = Runtime(counting)
+    pending = await runtime.pending_approvals("s")
+    assert [(p.tool_call_id, p.tool_name) for p in pending] == [("parked", "lookup")]
+    assert counting.total <= 100, counting.rows
+    sent: list[list[Message]] = []
+
+    def model(messages: list[Message], tools: object) -> str:
+        sent.append(messages)
+        return "done"
+
+    agent = Agent("a", model=FunctionModel(model, record=False), tools=[lookup])
+    result = await runtime.resume(agent, "s", True)
+    await counting.inner.close()
+    assert result.output == "done" and ran == ["the last topic"]
+    assert sent[0][-1].role == "tool" and sent[0][-1].content == "found the last topic"
+    assert sent[0][-3].content == "look it up"
+
+
+async def test_a_call_a_crash_left_unanswered_is_closed_from_a_window(long_session: Path) -> None:
+    """A process died after committing the model's call and before running it: the next turn,
+    in a new runtime reading only the window, answers it ``interrupted`` before going on."""
+    store = SQLiteStore(long_session)
+    call = ToolCall(id="lost", name="lookup", arguments={"q": "x"})
+    await store.append("s", messages=[Message.user("look"), Message.assistant(tool_calls=[call])])
+    await store.close()
+    sent: list[list[Message]] = []
+
+    def model(messages: list[Message], tools: object) -> str:
+        sent.append(messages)
+        return "done"
+
+    store = SQLiteStore(long_session)
+    agent = Agent("a", model=FunctionModel(model, record=False))
+    await Runtime(store).run(agent, "next question", session_id="s")
+    tail = await store.load_messages("s", start=await store.message_count("s") - 6)
+    await store.close()
+    closing = [m for m in sent[0] if m.role == "tool" and m.tool_call_id == "lost"]
+    assert len(closing) == 1 and "did not run" in closing[0].content
+    assert [m.tool_call_id for m in tail if m.role == "tool"] == ["lost"]  # and it is stored

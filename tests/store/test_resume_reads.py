@@ -37,7 +37,10 @@ def turn_messages(i: int) -> list[Message]:
 
 
 async def write_session(path: Path, turns: int) -> None:
-    store = SQLiteStore(path)
+    await write_into(SQLiteStore(path), turns)
+
+
+async def write_into(store: Any, turns: int) -> None:
     await store.create_session("s", agent_name="a")
     batch: list[Message] = []
     events = []
@@ -55,10 +58,10 @@ async def write_session(path: Path, turns: int) -> None:
     await store.close()
 
 
-async def intake_rows(path: Path) -> tuple[int, dict[str, int], list[Message]]:
+async def intake_rows(path: Path | Any) -> tuple[int, dict[str, int], list[Message]]:
     """Rows the store returned before the first model call of a new turn, and what the model
-    was sent."""
-    counting = CountingStore(SQLiteStore(path))
+    was sent (``path``: a SQLite file, or a store)."""
+    counting = CountingStore(SQLiteStore(path) if isinstance(path, Path) else path)
     seen: dict[str, Any] = {}
 
     def model(messages: list[Message], tools: object) -> str:
@@ -222,3 +225,16 @@ async def test_a_call_a_crash_left_unanswered_is_closed_from_a_window(long_sessi
     closing = [m for m in sent[0] if m.role == "tool" and m.tool_call_id == "lost"]
     assert len(closing) == 1 and "did not run" in closing[0].content
     assert [m.tool_call_id for m in tail if m.role == "tool"] == ["lost"]  # and it is stored
+
+
+async def test_intake_of_a_10000_turn_session_on_postgresql_reads_a_bounded_number_of_rows(
+    pg_schema_dsn: str,
+) -> None:
+    pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+    from loom.store.postgres import PostgresStore
+
+    await write_into(PostgresStore(pg_schema_dsn), TURNS)
+    rows, by_method, sent = await intake_rows(PostgresStore(pg_schema_dsn))
+    assert rows <= ROW_BOUND, f"INTAKE read {rows} rows: {by_method}"
+    questions = [m.content for m in sent if m.role == "user"]
+    assert questions[0] == f"question number {TURNS - UNCOVERED_TURNS}"

@@ -105,9 +105,11 @@ async def pending_query(store: Any, session_id: str) -> ServerQuery | None:
     """The session's server query still waiting for an answer, if any (read from its journal:
     a ``SERVER_QUERY`` with no ``QUERY_ANSWER`` and no new user message after it)."""
     from loom.events import EventType
+    from loom.store.transcript import since_last_request
 
     waiting: ServerQuery | None = None
-    for ev in await store.load_events(session_id):
+    kinds = [EventType.SERVER_QUERY, EventType.QUERY_ANSWER]
+    for ev in await since_last_request(store, session_id, kinds):
         if ev.type is EventType.SERVER_QUERY:
             d = ev.data
             waiting = ServerQuery(

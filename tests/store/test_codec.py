@@ -167,11 +167,14 @@ async def test_memory_store_keeps_no_live_objects() -> None:
 async def test_capabilities_checked_once_per_store(tmp_path: Path) -> None:
     memory = MemoryStore()
     caps = capabilities_of(memory)
-    assert caps == StoreCapabilities(runs=memory, typed_events=memory)
+    assert caps == StoreCapabilities(
+        runs=memory, typed_events=memory, windows=memory, latest_events=memory
+    )
     assert capabilities_of(memory) is caps  # cached
     sqlite = SQLiteStore(tmp_path / "l.db")
     full = capabilities_of(sqlite)
     assert full.errors is full.results is full.runs is full.kv is full.typed_events is sqlite
+    assert full.windows is full.latest_events is sqlite
     await sqlite.close()
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from loom.errors import TranscriptError
+from loom.events import EventType, make_event
 from loom.messages import Message, ToolCall
-from loom.store.transcript import read_jsonl, write_jsonl
+from loom.store.transcript import newest_exchange, read_jsonl, since_last_request, write_jsonl
 
 
 def _build() -> list[Message]:
@@ -74,3 +76,50 @@ def test_malformed_line_reports_its_number(tmp_path: Path) -> None:
     assert info.value.line == 1
     with pytest.raises(TranscriptError, match="cannot read"):
         read_jsonl(tmp_path / "missing.jsonl")
+
+
+# -- reading the newest exchange (pending approvals and queries) ---------------------------------
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    from loom.store import MemoryStore, SQLiteStore
+
+    store = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "t.db")
+    yield store
+    await store.close()
+
+
+def _event(kind: EventType, run: str, seq: int) -> Any:
+    return make_event(kind, run, "s", 0, seq, {"n": seq})
+
+
+async def test_since_last_request_pages_back_to_the_last_user_message(any_store: Any) -> None:
+    required, decided = EventType.APPROVAL_REQUIRED, EventType.APPROVAL_DECISION
+    older = [_event(EventType.USER_MESSAGE, "r1", 0), _event(required, "r1", 1)]
+    newest = [_event(EventType.USER_MESSAGE, "r2", 0)]
+    newest += [_event(required if i % 3 else decided, "r2", i) for i in range(1, 30)]
+    await any_store.append("s", events=older)
+    await any_store.append("s", events=[_event(EventType.ITERATION_START, "r1", 2)])
+    await any_store.append("s", events=newest)
+    await any_store.append("t", events=[_event(required, "r9", 0)])
+    got = await since_last_request(any_store, "s", [required, decided])
+    assert [(e.run_id, e.sequence) for e in got] == [("r2", i) for i in range(1, 30)]
+    assert await since_last_request(any_store, "nobody", [required]) == []
+
+
+async def test_since_last_request_without_any_user_message(any_store: Any) -> None:
+    query = EventType.SERVER_QUERY
+    await any_store.append("s", events=[_event(query, "r1", i) for i in range(9)])
+    got = await since_last_request(any_store, "s", [query])
+    assert [e.sequence for e in got] == list(range(9))
+
+
+async def test_newest_exchange_reads_back_to_the_last_request(any_store: Any) -> None:
+    old = [Message.user("old"), Message.assistant("a")]
+    correction = Message(role="user", content="fix it", metadata={"judge_correction": True})
+    newest = [Message.user("new"), *[Message.assistant(f"x{i}") for i in range(40)], correction]
+    await any_store.append("s", messages=old + newest)
+    got = await newest_exchange(any_store, "s")
+    assert got[-len(newest) :] == newest  # pages back past the correction to the request
+    assert await newest_exchange(any_store, "nobody") == []

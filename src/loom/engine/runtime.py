@@ -43,8 +43,9 @@ from loom.engine.run_inputs import (
 )
 from loom.errors import AgentDefinitionError, ConfigurationError, InputError
 from loom.events import AgentEvent, ApprovalDecisionEvent, EventType
-from loom.messages import RunResult, ToolSpec, Usage, new_id
+from loom.messages import Message, RunResult, ToolSpec, Usage, new_id
 from loom.store.base import Store, capabilities_of
+from loom.store.transcript import TranscriptWindow
 from loom.tools.base import Tool, spec_of
 from loom.tools.registry import resolve_tool
 
@@ -211,22 +212,57 @@ class Runtime:
         return live
 
     async def session_view(self, session_id: str) -> SessionView:
-        """The session's transcript, reading from the store only what was added since this
-        runtime last saw it (call under the session's lease)."""
+        """The session's transcript as far as a turn's context needs it, reading from the store
+        only what was added since this runtime last saw it (call under the session's lease).
+
+        A runtime that has not seen the session reads, when the store can
+        (``TranscriptWindowStore``), its memory entries and the recent tail the context builder
+        sends (``loom.memory.window``: a ``TranscriptWindow``), not its whole history;
+        ``deps_for`` reads the rest only for a turn whose context builder needs all of it."""
         count = await self.store.message_count(session_id)
         view = self._sessions.get(session_id)
-        if view is not None and len(view.messages) <= count:
-            if len(view.messages) < count:  # another process added to it
-                view.messages.extend(
-                    await self.store.load_messages(session_id, start=len(view.messages))
-                )
-                view.remembered = None
-            self._sessions.move_to_end(session_id)
-            return view
-        view = self._sessions[session_id] = SessionView(await self.store.load_messages(session_id))
+        if view is not None:
+            held = view.messages
+            end = held.end if isinstance(held, TranscriptWindow) else len(held)
+            if end <= count:
+                if end < count:  # another process added to it
+                    held.extend(await self.store.load_messages(session_id, start=end))
+                    view.remembered = None
+                self._sessions.move_to_end(session_id)
+                return view
+        windows = self.capabilities.windows
+        if windows is not None:
+            from loom.memory.window import load_window
+
+            messages: list[Message] = await load_window(windows, session_id, count)
+        else:
+            messages = await self.store.load_messages(session_id)
+        view = self._sessions[session_id] = SessionView(messages)
         if len(self._sessions) > self._max_sessions:
             self._sessions.popitem(last=False)
         return view
+
+    async def _whole_transcript(
+        self, session_id: str, view: SessionView, agent: Agent, tools: dict[str, Tool]
+    ) -> None:
+        """Read the part of the transcript before ``view``'s window, in place, when this turn's
+        context is not built from a window: a builder of the agent's own sees the whole
+        history, and so does one whose Kernel the ``remember`` tool's results may set (they
+        sit anywhere in the transcript, with no index of their own)."""
+        held = view.messages
+        if not isinstance(held, TranscriptWindow) or not held.offset:
+            return
+        from loom.memory.builder import SegmentedContextBuilder
+        from loom.memory.segments import KERNEL_TOOL
+
+        if isinstance(self.builder_for(agent), SegmentedContextBuilder) and (
+            KERNEL_TOOL not in tools
+        ):
+            return
+        windows = self.capabilities.windows
+        assert windows is not None  # a window is only ever read through it
+        held[:0] = await windows.load_message_range(session_id, 0, held.offset)
+        held.offset, held.prelude = 0, []
 
     async def remembered_rules(self, session_id: str, view: SessionView) -> list[PermissionRule]:
         """The session's remembered permission decisions, read from its journal (only its
@@ -272,6 +308,7 @@ class Runtime:
 
             live = [self.toolset(ts) for ts in agent.toolsets]
             tools, warnings = await load_toolsets(live, tools)
+        await self._whole_transcript(session_id, view, agent, tools)
         rom: list[str] = []
         if agent.backends:
             from loom.backends.wiring import backend_tools

@@ -25,6 +25,7 @@ from typing import Any
 
 from loom.memory.tokens import MessageCounter
 from loom.messages import Message
+from loom.store.transcript import TranscriptWindow
 
 __all__ = ["KERNEL_TOOL", "SessionIndex", "Summary", "is_bookkeeping"]
 
@@ -44,6 +45,9 @@ class Summary:
     text: str
     method: str = "summary"
     raw_tokens: int = 0
+
+
+_NOT_READ = Message.system("[not read: covered by a summary]")
 
 
 def _fingerprint(msg: Message) -> tuple[Any, ...]:
@@ -74,18 +78,39 @@ class SessionIndex:
 
     # -- folding ---------------------------------------------------------------------------------
     def update(self, history: Sequence[Message]) -> None:
-        """Fold in the messages appended since the last call (or rebuild if history changed)."""
-        n = len(history)
-        if self.seen and (
-            n < self.seen or _fingerprint(history[self.seen - 1]) != self.fingerprint
+        """Fold in the messages appended since the last call (or rebuild if history changed).
+
+        ``history`` is the whole transcript, or a ``TranscriptWindow`` (its newest part, from
+        position ``offset`` on, with the memory entries before it): positions stay those of the
+        whole transcript either way."""
+        offset = history.offset if isinstance(history, TranscriptWindow) else 0
+        n = offset + len(history)
+        if self.seen > offset and (
+            n < self.seen or _fingerprint(history[self.seen - 1 - offset]) != self.fingerprint
         ):
             self.reset()
+        if self.seen < offset:  # the index ends before the window starts: seed it from there
+            assert isinstance(history, TranscriptWindow)
+            self.reset()
+            self._seed(history.prelude, offset)
         if n == self.seen:
             return
         for i in range(self.seen, n):
-            self._add(history[i])
+            self._add(history[i - offset])
         self.seen = n
-        self.fingerprint = _fingerprint(history[n - 1])
+        self.fingerprint = _fingerprint(history[n - 1 - offset])
+
+    def _seed(self, prelude: Sequence[tuple[int, Message]], offset: int) -> None:
+        """Start at transcript position ``offset`` from the memory entries before it: the
+        tiers they set, and conversation positions counted as the whole transcript counts
+        them. The conversation before ``offset`` is covered by L2, so the builder never reads
+        it: it holds a placeholder with no tokens."""
+        for _, msg in prelude:
+            self._bookkeeping(msg)
+        skipped = offset - len(prelude)
+        self.conv = [_NOT_READ] * skipped
+        self.prefix = [0] * (skipped + 1)
+        self.seen = offset
 
     def reset(self) -> None:
         fresh = SessionIndex(self.counter)

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from loom.errors import ApprovalHandlerError, InputError
-from loom.events import ApprovalDecisionEvent, ApprovalRequired
+from loom.events import ApprovalDecisionEvent, ApprovalRequired, EventType
 from loom.messages import Message, ToolCall, ToolResult
 from loom.policy.permissions import Action, PermissionRule, subject_of, subjects_of
 from loom.store.base import Store
@@ -172,14 +172,18 @@ def unanswered_calls(history: Sequence[Message]) -> dict[str, ToolCall]:
 async def pending_approvals(
     store: Store, session_id: str, history: Sequence[Message] | None = None
 ) -> list[PendingApproval]:
-    """The calls of a session that wait for a decision, oldest first."""
+    """The calls of a session that wait for a decision, oldest first (read from the newest
+    exchange only: ``loom.store.transcript``)."""
+    from loom.store.transcript import newest_exchange, since_last_request
+
     if history is None:
-        history = await store.load_messages(session_id)
+        history = await newest_exchange(store, session_id)
     open_calls = unanswered_calls(history)
     if not open_calls:
         return []
     required: dict[str, PendingApproval] = {}
-    for ev in await store.load_events(session_id):
+    kinds = [EventType.APPROVAL_REQUIRED, EventType.APPROVAL_DECISION]
+    for ev in await since_last_request(store, session_id, kinds):
         if isinstance(ev, ApprovalRequired) and ev.tool_call_id in open_calls:
             required[ev.tool_call_id] = PendingApproval(
                 ev.session_id,

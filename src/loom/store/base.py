@@ -23,6 +23,7 @@ __all__ = [
     "ErrorStore",
     "EventTypeStore",
     "KVStore",
+    "LatestEventStore",
     "Lease",
     "LedgerEntry",
     "LedgerStatus",
@@ -34,6 +35,7 @@ __all__ = [
     "StoreCapabilities",
     "StoredError",
     "StoredResult",
+    "TranscriptWindowStore",
     "capabilities_of",
     "new_error_id",
 ]
@@ -200,7 +202,7 @@ class Store(Protocol):
 # -- optional capabilities -------------------------------------------------------------------
 # A store implements any of these next to ``Store``; ``capabilities_of`` checks them once per
 # store (``isinstance`` against the Protocols) and Loom turns the matching feature on: the error
-# channel, large results, crash recovery of whole runs, key-values.
+# channel, large results, crash recovery of whole runs, key-values, bounded reads at resume.
 
 
 def new_error_id(now: datetime | None = None) -> str:
@@ -299,6 +301,37 @@ class EventTypeStore(Protocol):
 
 
 @runtime_checkable
+class TranscriptWindowStore(Protocol):
+    """Reads the part of a transcript a turn's context needs without the rest of it: a range
+    of positions, and the system messages (Loom's memory entries: summaries, Kernel keys,
+    flush markers) through an index of their own. With both, resuming a long session reads
+    its memory tiers and its recent tail (``loom.memory.window``), not its whole history."""
+
+    async def load_message_range(self, session_id: str, start: int, stop: int) -> list[Message]:
+        """The transcript's messages at positions ``start`` <= position < ``stop``, oldest
+        first (an index range read; ``InputError`` for a negative ``start``)."""
+        ...
+
+    async def load_system_messages(self, session_id: str) -> list[tuple[int, Message]]:
+        """The transcript's ``system`` messages with their positions, oldest first."""
+        ...
+
+
+@runtime_checkable
+class LatestEventStore(Protocol):
+    """Reads the newest events of some types, walking the journal back from its end, so that a
+    question about the session's current state (a query waiting for an answer, the calls
+    parked for approval) costs what the newest exchange holds, not the whole journal."""
+
+    async def load_latest_events(
+        self, session_id: str, types: Sequence[EventType], limit: int
+    ) -> list[AgentEvent]:
+        """The newest ``limit`` events whose type is in ``types``, in journal order
+        (``InputError`` for a ``limit`` below 1)."""
+        ...
+
+
+@runtime_checkable
 class KVStore(Protocol):
     """A small namespaced key-value store (memory tiers, pattern state, ...); values are JSON."""
 
@@ -355,6 +388,8 @@ class StoreCapabilities:
     kv: KVStore | None = None
     typed_events: EventTypeStore | None = None
     schedules: ScheduleTables | None = None
+    windows: TranscriptWindowStore | None = None
+    latest_events: LatestEventStore | None = None
 
 
 _capabilities: weakref.WeakKeyDictionary[Any, StoreCapabilities] = weakref.WeakKeyDictionary()
@@ -377,6 +412,8 @@ def capabilities_of(store: Store) -> StoreCapabilities:
         kv=store if isinstance(store, KVStore) else None,
         typed_events=store if isinstance(store, EventTypeStore) else None,
         schedules=store if isinstance(store, ScheduleTables) else None,
+        windows=store if isinstance(store, TranscriptWindowStore) else None,
+        latest_events=store if isinstance(store, LatestEventStore) else None,
     )
     with contextlib.suppress(TypeError):
         _capabilities[store] = caps

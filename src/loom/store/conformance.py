@@ -14,7 +14,8 @@ class TestMyStore(StoreContract):
 ```
 
 Each test gets a fresh, empty store from your ``store`` fixture. Tests of the optional
-capabilities (``RunStore``, ``ErrorStore``, ``ResultStore``, ``KVStore``) skip when the store
+capabilities (``RunStore``, ``ErrorStore``, ``ResultStore``, ``KVStore``, ``EventTypeStore``,
+``TranscriptWindowStore``, ``LatestEventStore``) skip when the store
 does not have them (``loom.store.base.capabilities_of``). Needs pytest and pytest-asyncio
 (``asyncio_mode = "auto"``).
 
@@ -48,7 +49,7 @@ from loom.store.base import (
     new_error_id,
 )
 
-__all__ = ["StoreContract"]
+__all__ = ["CountingStore", "StoreContract"]
 
 
 _PROTOCOLS = {
@@ -57,6 +58,8 @@ _PROTOCOLS = {
     "runs": "RunStore",
     "kv": "KVStore",
     "typed_events": "EventTypeStore",
+    "windows": "TranscriptWindowStore",
+    "latest_events": "LatestEventStore",
 }
 
 
@@ -293,6 +296,61 @@ class StoreContract:
         await store.append("s", messages=[Message.user("d")])
         assert await store.message_count("s") == 3
         assert await store.message_count("other") == 1
+
+    async def test_message_range(self, store: Any) -> None:
+        _needs(store, "windows")
+        msgs = [Message.user(f"m{i}") for i in range(7)]
+        await store.append("s", messages=msgs[:4])
+        await store.append("other", messages=[Message.user("elsewhere")])
+        await store.append("s", messages=msgs[4:])
+        read = store.load_message_range
+        assert await read("s", 0, 7) == msgs
+        assert await read("s", 2, 5) == msgs[2:5]
+        assert await read("s", 5, 100) == msgs[5:]
+        assert await read("s", 3, 3) == [] and await read("s", 4, 2) == []
+        assert await read("s", 7, 9) == [] and await read("nope", 0, 5) == []
+        with pytest.raises(InputError, match="start"):
+            await read("s", -1, 2)
+
+    async def test_system_messages_with_their_positions(self, store: Any) -> None:
+        _needs(store, "windows")
+        summary = Message(
+            role="system", content="so far", metadata={"loom": "summary", "covers_through": 1}
+        )
+        plain = Message.system("a system message of the conversation")
+        await store.append("s", messages=[Message.user("a"), Message.assistant("b"), summary])
+        await store.append("other", messages=[Message.system("elsewhere")])
+        await store.append("s", messages=[Message.user("c"), plain, Message.assistant("d")])
+        found = await store.load_system_messages("s")
+        assert [p for p, _ in found] == [2, 4]
+        assert [m for _, m in found] == [summary, plain]
+        assert found[0][1].metadata["loom"] == "summary"
+        assert await store.load_system_messages("nope") == []
+
+    async def test_latest_events_of_some_types(self, store: Any) -> None:
+        _needs(store, "latest_events")
+        user, query = EventType.USER_MESSAGE, EventType.SERVER_QUERY
+        await store.append("s", events=[_ev("r1", 0, user), _ev("r1", 1), _ev("r1", 2, query)])
+        await store.append("t", events=[_ev("r9", 0, query)])  # another session's
+        await store.append("s", events=[_ev("r2", 0, user, n=2), _ev("r2", 1), _ev("r2", 2)])
+        latest = store.load_latest_events
+        got = await latest("s", [user, query], 2)
+        assert [(e.type, e.run_id, e.sequence) for e in got] == [(query, "r1", 2), (user, "r2", 0)]
+        assert got[1].data.get("n") == 2
+        assert [e.run_id for e in await latest("s", [user], 1)] == ["r2"]
+        assert [e.run_id for e in await latest("s", [user, query], 10)] == ["r1", "r1", "r2"]
+        assert await latest("s", [EventType.APPROVAL_DECISION], 3) == []
+        assert await latest("nobody", [user], 3) == [] and await latest("s", [], 3) == []
+        with pytest.raises(InputError, match="limit"):
+            await latest("s", [user], 0)
+
+    async def test_latest_events_far_back_in_the_journal(self, store: Any) -> None:
+        _needs(store, "latest_events")
+        user = EventType.USER_MESSAGE
+        await store.append("s", events=[_ev("r1", 0, user), _ev("r1", 1, user)])
+        await store.append("s", events=[_ev("r2", i) for i in range(3000)])
+        got = await store.load_latest_events("s", [user], 5)
+        assert [(e.run_id, e.sequence) for e in got] == [("r1", 0), ("r1", 1)]
 
     # -- leases -----------------------------------------------------------------------------------
     async def test_lease_excludes_other_runs_until_released(self, store: Any) -> None:
@@ -556,3 +614,60 @@ class StoreContract:
         assert await store.delete_value("mem", "s1/l2")
         assert not await store.delete_value("mem", "s1/l2")
         assert await store.get_value("mem", "s1/l2") is None
+
+
+class CountingStore:
+    """Wraps a store and counts the rows its reads return, per method (``rows``) and in all
+    (``total``): messages, events, ledger entries and run records each count one, a session
+    or a count one. Every attribute of the wrapped store is reachable, so
+    ``capabilities_of`` sees the same optional capabilities. Used to check that a read does
+    not grow with a session (``tests/store/test_resume_reads.py``, ``benchmarks/store_resume.py``).
+    """
+
+    _COUNTED = frozenset(
+        {
+            "get_session",
+            "load_messages",
+            "load_message_range",
+            "message_count",
+            "load_events",
+            "load_events_of_type",
+            "load_latest_events",
+            "load_system_messages",
+            "open_tool_calls",
+            "open_runs",
+        }
+    )
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.rows: dict[str, int] = {}
+        # bound as instance attributes, not through __getattr__: runtime-checkable Protocols
+        # look attributes up statically (Python 3.12+), and must find the wrapped ones
+        for name in dir(inner):
+            if name.startswith("_"):
+                continue
+            value = getattr(inner, name)
+            if callable(value):
+                self.__dict__[name] = self._counted(name, value) if name in self._COUNTED else value
+
+    @property
+    def total(self) -> int:
+        """Rows returned by every counted read since the last ``reset``."""
+        return sum(self.rows.values())
+
+    def reset(self) -> None:
+        """Start counting from zero."""
+        self.rows.clear()
+
+    def _counted(self, name: str, read: Any) -> Any:
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            out = await read(*args, **kwargs)
+            n = len(out) if isinstance(out, list) else 1 if out is not None else 0
+            self.rows[name] = self.rows.get(name, 0) + n
+            return out
+
+        return counted
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)

@@ -102,6 +102,19 @@ class MemoryStore:
         data = self._sessions.get(session_id)
         return len(data.messages) if data else 0
 
+    async def load_message_range(self, session_id: str, start: int, stop: int) -> list[Message]:
+        if start < 0:
+            raise InputError(f"load_message_range: start must be >= 0, got {start}")
+        data = self._sessions.get(session_id)
+        return codec.decode_messages(data.messages[start : max(start, stop)]) if data else []
+
+    async def load_system_messages(self, session_id: str) -> list[tuple[int, Message]]:
+        data = self._sessions.get(session_id)
+        if data is None:
+            return []
+        decoded = enumerate(codec.decode_messages(data.messages))
+        return [(pos, m) for pos, m in decoded if m.role == "system"]
+
     async def append(
         self,
         session_id: str,
@@ -190,6 +203,14 @@ class MemoryStore:
         """The session's events whose type is in ``types``, in journal order."""
         wanted = frozenset(types)
         return [e for e in await self.load_events(session_id) if e.type in wanted]
+
+    async def load_latest_events(
+        self, session_id: str, types: Sequence[EventType], limit: int
+    ) -> list[AgentEvent]:
+        """The newest ``limit`` events whose type is in ``types``, in journal order."""
+        if limit < 1:
+            raise InputError(f"load_latest_events: limit must be >= 1, got {limit}")
+        return (await self.load_events_of_type(session_id, types))[-limit:]
 
     # -- leases ---------------------------------------------------------------------------------
     async def acquire_lease(self, session_id: str, run_id: str, ttl: float) -> Lease | None:

@@ -285,6 +285,12 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     ),
     # the API key that owns each schedule and monitor (as SQLite's 0007; schedule_sql)
     ("0006_schedule_principals", schedule_sql.PRINCIPALS),
+    # resume read a session's whole transcript; its memory entries (system messages) come
+    # through this partial index and the rest is the recent tail (as SQLite's 0008)
+    (
+        "0007_system_messages_index",
+        ["CREATE INDEX messages_system ON messages (session_id, seq) WHERE role = 'system'"],
+    ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -306,6 +312,13 @@ SESSION_SELECT = (
 # INTAKE reads: range seeks on the (session_id, seq) primary key.
 LOAD_MESSAGES = "SELECT data FROM messages WHERE session_id = %s AND seq >= %s ORDER BY seq"
 MESSAGE_COUNT = "SELECT max(seq) FROM messages WHERE session_id = %s"
+LOAD_MESSAGE_RANGE = (
+    "SELECT data FROM messages WHERE session_id = %s AND seq >= %s AND seq < %s ORDER BY seq"
+)
+EVENTS_END = "SELECT max(seq) FROM events WHERE session_id = %s"
+LOAD_SYSTEM_MESSAGES = (
+    "SELECT seq, data FROM messages WHERE session_id = %s AND role = 'system' ORDER BY seq"
+)
 
 LEDGER_COLS = "run_id, tool_call_id, name, status, effect, arguments, result, timestamp"
 RUN_COLS = "run_id, status, input_tokens, output_tokens, requests, timestamp, data"

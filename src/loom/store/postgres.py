@@ -431,6 +431,22 @@ class PostgresStore(PostgresScheduleTables):
         row = await self._fetchone("counting messages", q.MESSAGE_COUNT, (session_id,))
         return 0 if row is None or row[0] is None else int(row[0]) + 1
 
+    async def load_message_range(self, session_id: str, start: int, stop: int) -> list[Message]:
+        if start < 0:
+            raise InputError(f"load_message_range: start must be >= 0, got {start}")
+        rows = await self._fetchall(
+            "loading messages", q.LOAD_MESSAGE_RANGE, (session_id, start, stop)
+        )
+        return codec.decode_messages([r[0] for r in rows])
+
+    async def load_system_messages(self, session_id: str) -> list[tuple[int, Message]]:
+        """The transcript's system messages through the ``messages_system`` partial index."""
+        rows = await self._fetchall(
+            "loading system messages", q.LOAD_SYSTEM_MESSAGES, (session_id,)
+        )
+        decoded = codec.decode_messages([r[1] for r in rows])
+        return [(int(r[0]), m) for r, m in zip(rows, decoded, strict=True)]
+
     # -- the one write path of a turn -----------------------------------------------------------
     async def append(
         self,
@@ -560,6 +576,30 @@ class PostgresStore(PostgresScheduleTables):
             (session_id,),
         )
         return [codec.decode_event(session_id, r) for r in rows]
+
+    async def load_latest_events(
+        self, session_id: str, types: Sequence[EventType], limit: int
+    ) -> list[AgentEvent]:
+        """The newest ``limit`` events of ``types``, looked for in a range of the journal's
+        newest positions that widens until it holds them. A bare ``ORDER BY seq DESC LIMIT``
+        left the planner free to bitmap-scan the session's whole journal and sort it (7 ms at
+        1,000 turns without statistics); a range bound on the key cannot grow with the
+        session."""
+        if limit < 1:
+            raise InputError(f"load_latest_events: limit must be >= 1, got {limit}")
+        top = await self._fetchone("reading the journal's end", q.EVENTS_END, (session_id,))
+        if top is None or top[0] is None:
+            return []
+        end, span = int(top[0]), max(256, limit * 32)
+        sql = (
+            f"SELECT {q.EVENT_COLS} FROM events WHERE session_id = %s AND seq > %s "
+            f"AND {codec.event_types_clause(types)} ORDER BY seq DESC LIMIT %s"
+        )
+        while True:
+            rows = await self._fetchall("loading events", sql, (session_id, end - span, limit))
+            if len(rows) >= limit or end - span < 0:
+                return [codec.decode_event(session_id, r) for r in reversed(rows)]
+            span *= 8
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete a session and everything kept for it in one transaction (its lock row is

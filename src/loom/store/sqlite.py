@@ -219,6 +219,32 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables):
         )
         return 0 if row[0] is None else int(row[0]) + 1
 
+    async def load_message_range(self, session_id: str, start: int, stop: int) -> list[Message]:
+        if start < 0:
+            raise InputError(f"load_message_range: start must be >= 0, got {start}")
+        rows = await self._read(
+            "loading messages",
+            lambda c: c.execute(
+                "SELECT data FROM messages WHERE session_id = ? AND seq >= ? AND seq < ? "
+                "ORDER BY seq",
+                (session_id, start, stop),
+            ).fetchall(),
+        )
+        return codec.decode_messages([r[0] for r in rows])
+
+    async def load_system_messages(self, session_id: str) -> list[tuple[int, Message]]:
+        """The transcript's system messages through the ``messages_system`` partial index."""
+        rows = await self._read(
+            "loading system messages",
+            lambda c: c.execute(
+                "SELECT seq, data FROM messages INDEXED BY messages_system "
+                "WHERE session_id = ? AND role = 'system' ORDER BY seq",
+                (session_id,),
+            ).fetchall(),
+        )
+        decoded = codec.decode_messages([r[1] for r in rows])
+        return [(int(r[0]), m) for r, m in zip(rows, decoded, strict=True)]
+
     # -- the one write path of a turn -----------------------------------------------------------
     async def append(
         self,
@@ -361,7 +387,9 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables):
             lambda c: c.execute(
                 "SELECT "
                 + ", ".join(f"l.{col.strip()}" for col in _LEDGER_COLS.split(","))
-                + " FROM open_calls o JOIN ledger l"
+                # CROSS JOIN keeps open_calls the outer table: with a plain JOIN the planner
+                # walked the session's whole ledger in seq order to skip the sort
+                + " FROM open_calls o CROSS JOIN ledger l"
                 " ON l.session_id = o.session_id AND l.seq = o.ledger_seq"
                 " WHERE o.session_id = ? ORDER BY l.seq",
                 (session_id,),
@@ -433,6 +461,22 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables):
             "loading events", lambda c: c.execute(sql, (session_id,)).fetchall()
         )
         return [codec.decode_event(session_id, r) for r in rows]
+
+    async def load_latest_events(
+        self, session_id: str, types: Sequence[EventType], limit: int
+    ) -> list[AgentEvent]:
+        """The newest ``limit`` events of ``types``: the primary key walked back from the end."""
+        if limit < 1:
+            raise InputError(f"load_latest_events: limit must be >= 1, got {limit}")
+        where = codec.event_types_clause(types)
+        sql = (
+            "SELECT run_id, sequence, type, iteration, timestamp, data FROM events "
+            f"WHERE session_id = ? AND {where} ORDER BY seq DESC LIMIT ?"
+        )
+        rows = await self._read(
+            "loading events", lambda c: c.execute(sql, (session_id, limit)).fetchall()
+        )
+        return [codec.decode_event(session_id, r) for r in reversed(rows)]
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete a session and everything kept for it (messages, events, runs, tool-call

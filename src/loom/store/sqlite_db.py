@@ -180,6 +180,13 @@ MIGRATIONS: list[tuple[str, str]] = [
     ),
     # Why: the API key that owns each schedule and monitor (issue #24; schedule_sql).
     ("0007_schedule_principals", ";".join(schedule_sql.PRINCIPALS)),
+    # Why: resuming a long session read its whole transcript; the context needs only its
+    # memory entries (system messages: summaries, Kernel keys, flush markers), found through
+    # this partial index, and the recent tail (issue #26, loom.memory.window).
+    (
+        "0008_system_messages_index",
+        "CREATE INDEX messages_system ON messages (session_id, seq) WHERE role = 'system'",
+    ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -10,7 +10,7 @@ with its line number.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -18,9 +18,19 @@ from typing import IO, Any
 from pydantic import ValidationError
 
 from loom.errors import TranscriptError
+from loom.events import AgentEvent, EventType
 from loom.messages import Message
+from loom.store.base import Store, capabilities_of
 
-__all__ = ["Transcript", "message_line", "read_jsonl", "write_jsonl"]
+__all__ = [
+    "Transcript",
+    "TranscriptWindow",
+    "message_line",
+    "newest_exchange",
+    "read_jsonl",
+    "since_last_request",
+    "write_jsonl",
+]
 
 
 def message_line(message: Message) -> str:
@@ -117,4 +127,77 @@ def read_jsonl(path: str | Path) -> Transcript:
                 path=str(path),
                 line=number,
             ) from None
+    return out
+
+
+class TranscriptWindow(list[Message]):
+    """The newest part of a session's transcript, as read at resume (``loom.memory.window``).
+
+    A list of the messages from transcript position ``offset`` on (appending to it appends to
+    the transcript, as with a whole one), plus ``prelude``: the memory entries (Loom's
+    bookkeeping system messages: summaries, Kernel keys, flush markers) at positions before
+    ``offset``, with their positions. The context builder folds ``prelude`` and the window
+    into the same memory tiers the whole transcript gives (``SessionIndex.update``). A whole
+    transcript is a window with ``offset`` 0 and no prelude.
+    """
+
+    __slots__ = ("offset", "prelude")
+
+    def __init__(
+        self,
+        messages: Iterable[Message] = (),
+        *,
+        offset: int = 0,
+        prelude: list[tuple[int, Message]] | None = None,
+    ) -> None:
+        super().__init__(messages)
+        self.offset = offset
+        self.prelude: list[tuple[int, Message]] = prelude or []
+
+    @property
+    def end(self) -> int:
+        """The transcript position after the last message held (the transcript's length)."""
+        return self.offset + len(self)
+
+
+async def since_last_request(
+    store: Store, session_id: str, types: Sequence[EventType]
+) -> list[AgentEvent]:
+    """The session's events of ``types`` since its last ``USER_MESSAGE`` event, in journal
+    order: what the newest exchange says about them (the calls parked for approval, a query
+    waiting for an answer). Read back from the journal's end when the store can
+    (``LatestEventStore``), so the cost follows the exchange, not the session."""
+    wanted = {EventType(t) for t in types}
+    latest = capabilities_of(store).latest_events
+    if latest is None:
+        events = await store.load_events(session_id)
+    else:
+        limit, ask = 4, [*wanted, EventType.USER_MESSAGE]
+        while True:
+            events = await latest.load_latest_events(session_id, ask, limit)
+            if len(events) < limit or any(e.type is EventType.USER_MESSAGE for e in events):
+                break
+            limit *= 4
+    after = len(events)
+    while after > 0 and events[after - 1].type is not EventType.USER_MESSAGE:
+        after -= 1
+    return [e for e in events[after:] if e.type in wanted]
+
+
+async def newest_exchange(store: Store, session_id: str) -> list[Message]:
+    """The transcript's newest part back to (and with) its last user message that is not a
+    judge's correction, or all of it when there is none: where unanswered tool calls can be.
+    Read back from the end in pages when the store can (``TranscriptWindowStore``)."""
+    windows = capabilities_of(store).windows
+    if windows is None:
+        return await store.load_messages(session_id)
+    end = await store.message_count(session_id)
+    start, page = end, 16
+    out: list[Message] = []
+    while start > 0:
+        older = max(0, start - page)
+        out[:0] = await windows.load_message_range(session_id, older, start)
+        start, page = older, page * 4
+        if any(m.role == "user" and not m.metadata.get("judge_correction") for m in out):
+            break
     return out

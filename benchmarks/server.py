@@ -21,6 +21,7 @@ Measures:
                   with the server's CPU ms per run (``/proc/<pid>/stat`` utime+stime)
     memory        server RSS and SQLite bytes (db + WAL) per thread after 1,000 threads with one
                   finished run each (from a warmed-up baseline)
+    long_thread   server RSS after turns 10, 100, ..., 500 of one thread (a blocking K=1 run each)
     cold_start    ``loom serve`` spawn to /readyz 200, and to the first successful run (fresh
                   interpreter each, median of several)
 
@@ -388,6 +389,37 @@ def memory(threads: int, profile: str | None) -> dict[str, Any]:
     }
 
 
+def long_thread(turns: int, profile: str | None) -> dict[str, Any]:
+    """One thread, ``turns`` blocking K=1 runs in sequence: the server's RSS after 10, 100, ...
+
+    Issue 26: the 500th turn of one thread must cost the server no more memory than the 10th.
+    """
+    marks = sorted({10, *range(100, turns + 1, 100)} & set(range(1, turns + 1)))
+    rss: dict[str, int] = {}
+    cpu: dict[str, float] = {}
+    with served(profile) as (server, client):
+        tid = client.post(f"{server.url}/threads", json={}).json()["thread_id"]
+        cpu0 = server.cpu_s()
+        for turn in range(1, turns + 1):
+            done = client.post(
+                f"{server.url}/threads/{tid}/runs/wait", json={"assistant_id": "k1", **RUN_BODY}
+            )
+            done.raise_for_status()
+            if turn in marks:
+                rss[str(turn)] = server.rss_kib()
+                cpu[str(turn)] = server.cpu_s() - cpu0
+        disk = server.disk_bytes()
+    first, last = str(marks[0]), str(marks[-1])
+    return {
+        "turns": turns,
+        "rss_kib_after_turn": rss,
+        "server_cpu_s_after_turn": cpu,
+        "rss_growth_ratio": rss[last] / rss[first],
+        "rss_growth_kib_per_turn": (rss[last] - rss[first]) / (int(last) - int(first)),
+        "disk_kib": disk / 1024,
+    }
+
+
 def cold_start(repeats: int, profile: str | None) -> dict[str, Any]:
     ready, first_run = [], []
     for _ in range(repeats):
@@ -434,6 +466,8 @@ def main() -> None:
         result["throughput"] = throughput(3.0 if quick else 20.0, prof)
     if want("memory"):
         result["memory"] = memory(200 if quick else 1000, prof)
+    if want("long_thread"):
+        result["long_thread"] = long_thread(100 if quick else 500, prof)
     if want("cold_start"):
         result["cold_start"] = cold_start(2 if quick else 5, prof)
     result["loadavg_after"] = _loadavg()

@@ -30,6 +30,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from loom.engine.driving import drive
@@ -124,14 +125,33 @@ def lc_message(m: Message, msg_id: str) -> dict[str, Any]:
     return out
 
 
-@dataclass(slots=True)
 class Frame:
-    """One SSE event: the stream mode it belongs to (None: every reader gets it)."""
+    """One SSE event: the stream mode it belongs to (None: every reader gets it).
 
-    mode: str | None
-    event: str
-    data: Any
-    id: str | None = None
+    Its ``data`` is either given or made on demand (``make``): an ``events`` frame keeps its
+    event, a ``values`` frame keeps its ``FrameMaker`` and how many messages it shows, so a run
+    nobody streams builds neither, and a run's ``values`` frames share one transcript instead of
+    each holding a copy of it."""
+
+    __slots__ = ("_data", "event", "id", "make", "mode", "needs_base")
+
+    def __init__(
+        self,
+        mode: str | None,
+        event: str,
+        data: Any = None,
+        id: str | None = None,
+        *,
+        make: Callable[[], Any] | None = None,
+        needs_base: FrameMaker | None = None,
+    ) -> None:
+        self.mode, self.event, self._data, self.id = mode, event, data, id
+        self.make = make
+        self.needs_base = needs_base  # its data reads the thread's transcript before the run
+
+    @property
+    def data(self) -> Any:
+        return self._data if self.make is None else self.make()
 
     def encode(self) -> bytes:
         lines = f"event: {self.event}\ndata: {json.dumps(self.data, default=str)}\n"
@@ -165,18 +185,43 @@ _SLOTS = {
 }
 
 
+_REPLAYED_WITHOUT_ID = frozenset({"metadata", "end"})
+"""Frames without an id that a replay from the journal makes too (the others, token deltas
+and errors, exist only in a live run's buffer)."""
+
+
 class FrameMaker:
     """Turns one run's events into frames of every stream mode, deterministically (so a replay
     from the journal gives the same frames, with the same ids, as the live run did)."""
 
     def __init__(self, thread_id: str, run_id: str, assistant_id: str) -> None:
         self.thread_id, self.run_id, self.assistant_id = thread_id, run_id, assistant_id
-        self.messages: list[dict[str, Any]] = []  # the thread's values, LangChain form
+        self.messages: list[dict[str, Any]] = []  # this run's messages, LangChain form
+        self.base_count = 0  # the thread's messages before this run
+        self.base: list[dict[str, Any]] | None = []  # them, LangChain form (None: not read yet)
+        self.load_base: Callable[[], Awaitable[list[Message]]] | None = None
         self.streamed = ""  # text deltas of the AI message being streamed
 
     def start(self, base: Sequence[Message]) -> None:
         """The thread's transcript before this run."""
-        self.messages = [lc_message(m, self.msg_id(i)) for i, m in enumerate(base)]
+        self.base = [lc_message(m, self.msg_id(i)) for i, m in enumerate(base)]
+        self.base_count, self.messages, self.load_base = len(base), [], None
+
+    def start_lazily(self, count: int, load: Callable[[], Awaitable[list[Message]]]) -> None:
+        """The thread held ``count`` messages before this run; ``load`` reads them (the store's
+        first ``count``), done only when a reader of ``values`` needs them (``read_base``)."""
+        self.base, self.base_count, self.messages, self.load_base = None, count, [], load
+
+    async def read_base(self) -> None:
+        """Read the transcript before the run, if a frame needs it and it is not read yet."""
+        if self.base is None and self.load_base is not None:
+            base = (await self.load_base())[: self.base_count]
+            self.base = [lc_message(m, self.msg_id(i)) for i, m in enumerate(base)]
+
+    @property
+    def next_index(self) -> int:
+        """The index the thread's next message gets."""
+        return self.base_count + len(self.messages)
 
     def msg_id(self, index: int) -> str:
         return f"{self.thread_id}:{index}"
@@ -191,8 +236,12 @@ class FrameMaker:
             "langgraph_step": ev.iteration,
         }
 
-    def values(self) -> dict[str, Any]:
-        return {"messages": list(self.messages)}
+    def values(self, count: int | None = None) -> dict[str, Any]:
+        """The thread's values with its first ``count`` messages (None: all so far)."""
+        if self.base is None:
+            raise RuntimeError("the transcript before the run is not read yet (read_base)")
+        shown = self.base + self.messages
+        return {"messages": shown if count is None else shown[:count]}
 
     def frames(self, ev: AgentEvent, offset: int = 0) -> list[Frame]:
         """The frames of ``ev`` (``offset``: its attempt's, see ``attempt_offset``)."""
@@ -202,7 +251,7 @@ class FrameMaker:
             chunk = {
                 "type": "AIMessageChunk",
                 "content": ev.delta,
-                "id": self.msg_id(len(self.messages)),
+                "id": self.msg_id(self.next_index),
                 "tool_calls": [],
                 "tool_call_chunks": [],
                 "additional_kwargs": {},
@@ -213,8 +262,7 @@ class FrameMaker:
             out.append(Frame("messages", "messages/partial", [partial]))
         m = ev.message()
         if m is not None:
-            index = len(self.messages)
-            msg = lc_message(m, self.msg_id(index))
+            msg = lc_message(m, self.msg_id(self.next_index))
             self.messages.append(msg)
             node = {"ai": "agent", "tool": "tools", "human": "__start__"}.get(msg["type"], "loom")
             if msg["type"] != "human":
@@ -227,7 +275,9 @@ class FrameMaker:
                 out.append(Frame("messages", "messages/complete", [msg]))
                 out.append(Frame("updates", "updates", {node: {"messages": [msg]}}))
             self.streamed = "" if isinstance(ev, LlmComplete) else self.streamed
-            out.append(Frame("values", "values", self.values()))
+            shown = self.next_index
+            values = Frame("values", "values", make=lambda: self.values(shown), needs_base=self)
+            out.append(values)
         if isinstance(ev, AgentFinish) and ev.stop_reason in (
             "awaiting_approval",
             "awaiting_input",
@@ -239,12 +289,13 @@ class FrameMaker:
             )
             out.append(Frame("values", "values", {"__interrupt__": interrupts}))
             out.append(Frame("updates", "updates", {"__interrupt__": interrupts}))
-        out.append(Frame("events", "events", ev.to_dict()))
+        out.append(Frame("events", "events", make=ev.to_dict))
         if ev.type not in STEP_TYPES:  # a crash may lose it: no id a rejoin could not find
             return out
         seq = ev.sequence + offset
         for f in out:  # a fixed slot per kind: the same id whichever frames an event has
-            f.id = f"{seq}.{_SLOTS[f.event, '__interrupt__' in f.data]}"
+            interrupt = f.make is None and "__interrupt__" in f.data
+            f.id = f"{seq}.{_SLOTS[f.event, interrupt]}"
         return out
 
 
@@ -303,6 +354,9 @@ class LgRun:
     abort: Callable[[], Awaitable[Any]] | None = None  # a queued run: abort its job
     attempts: list[str] = field(default_factory=list)  # its turns' run ids; [] = [run_id]
     background: bool = False  # acknowledged before it ran: re-run at start-up if cut short
+    readers: int = 0  # followers reading its frames now (see ``follow``)
+    releasable: bool = False  # its frames can be dropped once it ended and nobody reads them
+    released: bool = False  # they were: a reader replays it from the journal (``rehydrate``)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     def attempt_ids(self) -> list[str]:
@@ -317,6 +371,8 @@ class LgRun:
         for f in frames:
             if f.id is not None:
                 self.index[f.id] = len(self.frames)
+            elif f.event not in _REPLAYED_WITHOUT_ID:  # a token delta, an error: not journaled
+                self.releasable = False  # a replay would lack it: keep the frames as sent
             self.frames.append(f)
         self.updated_at = datetime.now(UTC)
         self._wake.set()
@@ -333,6 +389,34 @@ class LgRun:
     def finish(self) -> None:
         self.done.set()
         self._wake.set()
+        self._release_if_unread()
+
+    def _release_if_unread(self) -> None:
+        """Drop what only a reader needs (frames, their index, the frame maker with its copy of
+        the transcript) once the run ended and nobody reads it: a finished run this process
+        still holds then costs a few hundred bytes, whatever the thread's length; a later
+        reader gets its frames again, with the same ids, from the journal."""
+        if not self.releasable or self.readers or not self.done.is_set() or self.released:
+            return
+        if self.final is not None:  # a stateless run: its thread (and journal) is deleted
+            return
+        self.frames, self.index, self.maker, self.result = [], {}, None, None
+        self.released = True
+
+    def template(self) -> LgRun:
+        """A copy of this run's record without its frames (what a replay starts from)."""
+        return LgRun(
+            self.run_id,
+            self.thread_id,
+            self.assistant_id,
+            self.multitask_strategy,
+            list(self.stream_modes),
+            metadata=dict(self.metadata),
+            on_disconnect=self.on_disconnect,
+            created_at=self.created_at,
+            attempts=list(self.attempts),
+            background=self.background,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -374,17 +458,32 @@ class LgRun:
             raise ValueError(f"Last-Event-ID {last_event_id!r} is past the end of the run")
         raise ValueError(f"Last-Event-ID {last_event_id!r} was never sent by this run")
 
-    async def follow(self, start: int) -> AsyncIterator[Frame]:
-        """The frames from ``start`` on, then the live tail until the run ends."""
+    def follow(self, start: int) -> AsyncIterator[Frame]:
+        """The frames from ``start`` on, then the live tail until the run ends. The run counts
+        as read from this call on (not from the first iteration), so its frames stay until the
+        reader is done with them."""
+        if self.released:
+            raise RuntimeError(f"run {self.run_id}'s frames were released; rehydrate it first")
+        self.readers += 1
+        return self._follow(start)
+
+    async def _follow(self, start: int) -> AsyncIterator[Frame]:
         i = start
-        while True:
-            wake = self._wake
-            while i < len(self.frames):
-                yield self.frames[i]
-                i += 1
-            if self.done.is_set():
-                return
-            await wake.wait()
+        try:
+            while True:
+                wake = self._wake
+                while i < len(self.frames):
+                    frame = self.frames[i]
+                    if frame.needs_base is not None:
+                        await frame.needs_base.read_base()
+                    yield frame
+                    i += 1
+                if self.done.is_set():
+                    return
+                await wake.wait()
+        finally:
+            self.readers -= 1
+            self._release_if_unread()
 
 
 class RunManager:
@@ -424,6 +523,10 @@ class RunManager:
             run.maker = FrameMaker(run.thread_id, run.run_id, run.assistant_id)
         if not run.frames:  # a carried-on run holds its earlier attempts' frames already
             run.add([Frame(None, "metadata", {"run_id": run.run_id, "attempt": 1})])
+        # a crew's frames are not replayed from the journal as they were made: kept whole
+        run.releasable = type(run.maker) is FrameMaker and all(
+            f.id is not None or f.event in _REPLAYED_WITHOUT_ID for f in run.frames
+        )
         run.task = asyncio.ensure_future(self._execute(run, turn))
         self._evict()
 
@@ -460,7 +563,8 @@ class RunManager:
                 own = ev.run_id == turn_id  # not a crew member's (their runs are their own)
                 if own and isinstance(ev, AgentStart):
                     run.status = "running"
-                    maker.start(await self._base(run.thread_id, turn_id, attempts))
+                    count = await self._base_count(run.thread_id, turn_id, attempts)
+                    maker.start_lazily(count, partial(self.store.load_messages, run.thread_id))
                 run.add(maker.frames(ev, offset if own else 0))
                 if own and isinstance(ev, AgentFinish):
                     run.stop_reason = ev.stop_reason
@@ -489,19 +593,21 @@ class RunManager:
             run.add([Frame(None, "end", {"run_id": run.run_id, "status": run.status})])
             run.finish()
 
-    async def _base(self, thread_id: str, run_id: str, attempts: list[str]) -> list[Message]:
-        """The thread's transcript before the run (before ``run_id``, its current attempt, and
-        the attempts before it), read consistently: the turn may have committed more by the
-        time its first event is read here."""
+    async def _base_count(self, thread_id: str, run_id: str, attempts: list[str]) -> int:
+        """How many messages the thread held before the run (before ``run_id``, its current
+        attempt, and the attempts before it), counted consistently: the turn may have committed
+        more by the time its first event is read here. Only the count: the messages themselves
+        are read when a reader of ``values`` needs them (``FrameMaker.read_base``)."""
         mine = [a for a in attempts[: attempts.index(run_id) + 1]] if run_id in attempts else []
+        count = own = 0
         for _ in range(20):
-            messages = await self.store.load_messages(thread_id)
+            count = await self.store.message_count(thread_id)
             own = 0
             for attempt in mine or [run_id]:
                 own += len(transcript(await self.store.load_events(thread_id, attempt)))
-            if await self.store.message_count(thread_id) == len(messages):
-                return messages[: len(messages) - own]
-        return messages[: len(messages) - own]
+            if await self.store.message_count(thread_id) == count:
+                break
+        return count - own
 
     def _evict(self) -> None:
         while len(self.runs) > self.keep:

@@ -98,6 +98,7 @@ __all__ = [
     "queued_run",
     "recover_runs",
     "register_carrier",
+    "rehydrate",
     "resume_position",
     "run_locations",
     "run_manager",
@@ -624,7 +625,7 @@ async def find_run(state: ServerState, thread_id: str, run_id: str) -> LgRun:
     manager = run_manager(state)
     run = manager.get(run_id)
     if run is not None and run.thread_id == thread_id:
-        return run
+        return await rehydrate(state, run)
     queued = await queued_run(state, run_id, thread_id)
     if queued is not None:
         return queued
@@ -642,8 +643,27 @@ async def find_run(state: ServerState, thread_id: str, run_id: str) -> LgRun:
 async def held_run(state: ServerState, run_id: str) -> LgRun | None:
     """Run ``run_id`` by its id alone: held here, queued, or from its stored record (any
     server of a fleet finds it); None when there is no such run."""
-    run = run_manager(state).get(run_id) or await queued_run(state, run_id, None)
+    held = run_manager(state).get(run_id)
+    if held is not None:
+        return await rehydrate(state, held)
+    run = await queued_run(state, run_id, None)
     return run or await _stored_run(state, run_id, None)
+
+
+async def rehydrate(state: ServerState, run: LgRun) -> LgRun:
+    """``run`` with its frames: itself, or (a finished run this process released) a copy
+    replayed from the journal, with the same frames and ids, that nobody else holds."""
+    if not run.released:
+        return run
+    replayed = await run_manager(state).replay(
+        run.thread_id, run.run_id, run.assistant_id, template=run.template()
+    )
+    if replayed is None:  # its thread is gone: the run as this process last knew it
+        return run
+    if replayed.stop_reason is None:  # it ended before its turn journaled an end
+        replayed.status, replayed.error = run.status, run.error
+    replayed.final, replayed.updated_at = run.final, run.updated_at
+    return replayed
 
 
 async def cancel(state: ServerState, run: LgRun, wait: bool) -> None:
@@ -683,11 +703,12 @@ _background: set[asyncio.Future[Any]] = set()  # aborts sent after a client went
 def sse_response(run: LgRun, start: int, modes: list[str], cancel_on_disconnect: bool) -> Response:
     """``run``'s frames from position ``start`` on, in ``modes``, as an SSE response."""
     wanted = set(modes)
+    followed = run.follow(start)  # read from now on: its frames stay until this is done
 
     async def frames() -> Any:
         finished = False
         try:
-            async for f in run.follow(start):
+            async for f in followed:
                 if f.mode is None or f.mode in wanted:
                     yield f.encode()
             finished = True

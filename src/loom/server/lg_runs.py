@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,6 +43,7 @@ from loom.events import (
     EventType,
     LlmComplete,
     LlmDelta,
+    OutputPartial,
 )
 from loom.messages import Message, RunResult
 from loom.store.base import Store
@@ -133,7 +134,7 @@ class Frame:
     nobody streams builds neither, and a run's ``values`` frames share one transcript instead of
     each holding a copy of it."""
 
-    __slots__ = ("_data", "event", "id", "make", "mode", "needs_base")
+    __slots__ = ("_data", "event", "id", "live_only", "make", "mode", "needs_base")
 
     def __init__(
         self,
@@ -148,6 +149,7 @@ class Frame:
         self.mode, self.event, self._data, self.id = mode, event, data, id
         self.make = make
         self.needs_base = needs_base  # its data reads the thread's transcript before the run
+        self.live_only = False  # a token delta's: no replay from the journal makes it again
 
     @property
     def data(self) -> Any:
@@ -183,11 +185,6 @@ _SLOTS = {
     ("values", True): 5,
     ("events", False): 6,
 }
-
-
-_REPLAYED_WITHOUT_ID = frozenset({"metadata", "end"})
-"""Frames without an id that a replay from the journal makes too (the others, token deltas
-and errors, exist only in a live run's buffer)."""
 
 
 class FrameMaker:
@@ -290,6 +287,9 @@ class FrameMaker:
             out.append(Frame("values", "values", {"__interrupt__": interrupts}))
             out.append(Frame("updates", "updates", {"__interrupt__": interrupts}))
         out.append(Frame("events", "events", make=ev.to_dict))
+        if isinstance(ev, LlmDelta | OutputPartial):  # never journaled: live only
+            for f in out:
+                f.live_only = True
         if ev.type not in STEP_TYPES:  # a crash may lose it: no id a rejoin could not find
             return out
         seq = ev.sequence + offset
@@ -325,7 +325,18 @@ def interrupts_of(pending: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-@dataclass
+def _finished() -> asyncio.Event:
+    ended = asyncio.Event()
+    ended.set()
+    return ended
+
+
+_FINISHED = _finished()
+"""One set event every released run shares as its ``done``, ``cancel`` and wake-up (an
+``asyncio.Event`` with its waiter queue is most of what a finished run would hold)."""
+
+
+@dataclass(slots=True)
 class LgRun:
     """A run this process started: its record, its frames, its task."""
 
@@ -355,7 +366,8 @@ class LgRun:
     attempts: list[str] = field(default_factory=list)  # its turns' run ids; [] = [run_id]
     background: bool = False  # acknowledged before it ran: re-run at start-up if cut short
     readers: int = 0  # followers reading its frames now (see ``follow``)
-    releasable: bool = False  # its frames can be dropped once it ended and nobody reads them
+    releasable: bool = False  # a replay from the journal makes its frames (but token deltas)
+    expired: bool = False  # no longer one of the newest finished runs: its frames may go
     released: bool = False  # they were: a reader replays it from the journal (``rehydrate``)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -371,8 +383,8 @@ class LgRun:
         for f in frames:
             if f.id is not None:
                 self.index[f.id] = len(self.frames)
-            elif f.event not in _REPLAYED_WITHOUT_ID:  # a token delta, an error: not journaled
-                self.releasable = False  # a replay would lack it: keep the frames as sent
+            if f.event == "error":  # a replay would lack it: keep the frames as they were sent
+                self.releasable = False
             self.frames.append(f)
         self.updated_at = datetime.now(UTC)
         self._wake.set()
@@ -389,18 +401,19 @@ class LgRun:
     def finish(self) -> None:
         self.done.set()
         self._wake.set()
-        self._release_if_unread()
 
-    def _release_if_unread(self) -> None:
+    def release_if_unread(self) -> None:
         """Drop what only a reader needs (frames, their index, the frame maker with its copy of
-        the transcript) once the run ended and nobody reads it: a finished run this process
-        still holds then costs a few hundred bytes, whatever the thread's length; a later
-        reader gets its frames again, with the same ids, from the journal."""
-        if not self.releasable or self.readers or not self.done.is_set() or self.released:
+        the transcript) once the run ended, left the newest finished runs (``expired``) and
+        nobody reads it: a finished run this process still holds then costs a few hundred
+        bytes, whatever the thread's length; a later reader gets its frames again, with the
+        same ids, from the journal (without the token deltas, which are never journaled)."""
+        if not (self.releasable and self.expired) or self.readers or self.released:
             return
         if self.final is not None:  # a stateless run: its thread (and journal) is deleted
             return
         self.frames, self.index, self.maker, self.result = [], {}, None, None
+        self.done = self.cancel = self._wake = _FINISHED  # set: nothing waits on it any more
         self.released = True
 
     def template(self) -> LgRun:
@@ -483,7 +496,7 @@ class LgRun:
                 await wake.wait()
         finally:
             self.readers -= 1
-            self._release_if_unread()
+            self.release_if_unread()
 
 
 class RunManager:
@@ -494,12 +507,15 @@ class RunManager:
         store: Store,
         keep: int = 1000,
         on_end: Callable[[LgRun], Awaitable[None]] | None = None,
+        keep_whole: int = 16,
     ) -> None:
         self.store = store
         self.keep = keep
         self.runs: OrderedDict[str, LgRun] = OrderedDict()
         self.by_thread: dict[str, list[str]] = {}
         self.on_end = on_end  # every run this process ran, after its turn ended
+        self.keep_whole = keep_whole
+        self.whole: deque[LgRun] = deque()  # the newest finished runs, frames kept as sent
 
     def get(self, run_id: str) -> LgRun | None:
         return self.runs.get(run_id)
@@ -524,8 +540,8 @@ class RunManager:
         if not run.frames:  # a carried-on run holds its earlier attempts' frames already
             run.add([Frame(None, "metadata", {"run_id": run.run_id, "attempt": 1})])
         # a crew's frames are not replayed from the journal as they were made: kept whole
-        run.releasable = type(run.maker) is FrameMaker and all(
-            f.id is not None or f.event in _REPLAYED_WITHOUT_ID for f in run.frames
+        run.releasable = type(run.maker) is FrameMaker and not any(
+            f.event == "error" for f in run.frames
         )
         run.task = asyncio.ensure_future(self._execute(run, turn))
         self._evict()
@@ -592,6 +608,20 @@ class RunManager:
                     log.exception("cleaning up after run %s failed", run.run_id)
             run.add([Frame(None, "end", {"run_id": run.run_id, "status": run.status})])
             run.finish()
+            self._retire(run)
+
+    def _retire(self, run: LgRun) -> None:
+        """Keep ``run``'s frames as sent while it is one of the ``keep_whole`` newest finished
+        runs (a client that rejoins right after the end reads its token deltas too); then
+        release them (``LgRun.release_if_unread``): the buffers of finished runs are bounded
+        whatever the number and length of threads."""
+        if not run.releasable:
+            return
+        self.whole.append(run)
+        while len(self.whole) > self.keep_whole:
+            old = self.whole.popleft()
+            old.expired = True
+            old.release_if_unread()
 
     async def _base_count(self, thread_id: str, run_id: str, attempts: list[str]) -> int:
         """How many messages the thread held before the run (before ``run_id``, its current

@@ -175,6 +175,9 @@ def parse_event_id(value: str) -> tuple[int, int]:
     return int(seq), int(k or 0)
 
 
+_NODES = {"assistant": "agent", "tool": "tools", "user": "__start__"}
+"""The LangGraph node a message of each role comes from."""
+
 _SLOTS = {
     ("messages", False): 0,
     ("messages/partial", False): 1,
@@ -193,32 +196,47 @@ class FrameMaker:
 
     def __init__(self, thread_id: str, run_id: str, assistant_id: str) -> None:
         self.thread_id, self.run_id, self.assistant_id = thread_id, run_id, assistant_id
-        self.messages: list[dict[str, Any]] = []  # this run's messages, LangChain form
-        self.base_count = 0  # the thread's messages before this run
-        self.base: list[dict[str, Any]] | None = []  # them, LangChain form (None: not read yet)
+        self.own: list[Message] = []  # this run's messages
+        self.own_lc: list[dict[str, Any]] = []  # the first of them in LangChain form (cache)
+        self.base: list[dict[str, Any]] | None = []  # the thread's messages before the run,
+        # LangChain form (None: not read yet, see ``start_lazily``)
         self.load_base: Callable[[], Awaitable[list[Message]]] | None = None
         self.streamed = ""  # text deltas of the AI message being streamed
 
     def start(self, base: Sequence[Message]) -> None:
         """The thread's transcript before this run."""
         self.base = [lc_message(m, self.msg_id(i)) for i, m in enumerate(base)]
-        self.base_count, self.messages, self.load_base = len(base), [], None
+        self.own, self.own_lc, self.load_base = [], [], None
 
-    def start_lazily(self, count: int, load: Callable[[], Awaitable[list[Message]]]) -> None:
-        """The thread held ``count`` messages before this run; ``load`` reads them (the store's
-        first ``count``), done only when a reader of ``values`` needs them (``read_base``)."""
-        self.base, self.base_count, self.messages, self.load_base = None, count, [], load
+    def start_lazily(self, load: Callable[[], Awaitable[list[Message]]]) -> None:
+        """The thread's transcript before this run is what ``load`` answers, read only when a
+        reader needs a frame (``read_base``): a run nobody streams never reads it, and the
+        frames of its messages (whose ids number them in the thread) are made on demand."""
+        self.base, self.own, self.own_lc, self.load_base = None, [], [], load
 
     async def read_base(self) -> None:
-        """Read the transcript before the run, if a frame needs it and it is not read yet."""
+        """Read the transcript before the run, if it is not read yet."""
         if self.base is None and self.load_base is not None:
-            base = (await self.load_base())[: self.base_count]
+            base = await self.load_base()
             self.base = [lc_message(m, self.msg_id(i)) for i, m in enumerate(base)]
+
+    def _base(self) -> list[dict[str, Any]]:
+        if self.base is None:
+            raise RuntimeError("the transcript before the run is not read yet (read_base)")
+        return self.base
 
     @property
     def next_index(self) -> int:
         """The index the thread's next message gets."""
-        return self.base_count + len(self.messages)
+        return len(self._base()) + len(self.own)
+
+    def own_message(self, k: int) -> dict[str, Any]:
+        """This run's ``k``-th message in LangChain form (made once, when first read)."""
+        base = len(self._base())
+        while len(self.own_lc) <= k:
+            i = len(self.own_lc)
+            self.own_lc.append(lc_message(self.own[i], self.msg_id(base + i)))
+        return self.own_lc[k]
 
     def msg_id(self, index: int) -> str:
         return f"{self.thread_id}:{index}"
@@ -233,48 +251,95 @@ class FrameMaker:
             "langgraph_step": ev.iteration,
         }
 
-    def values(self, count: int | None = None) -> dict[str, Any]:
-        """The thread's values with its first ``count`` messages (None: all so far)."""
-        if self.base is None:
-            raise RuntimeError("the transcript before the run is not read yet (read_base)")
-        shown = self.base + self.messages
-        return {"messages": shown if count is None else shown[:count]}
+    def values(self, shown: int | None = None) -> dict[str, Any]:
+        """The thread's values with the first ``shown`` of this run's messages (None: all)."""
+        count = len(self.own) if shown is None else shown
+        return {"messages": [*self._base(), *(self.own_message(k) for k in range(count))]}
 
     def frames(self, ev: AgentEvent, offset: int = 0) -> list[Frame]:
-        """The frames of ``ev`` (``offset``: its attempt's, see ``attempt_offset``)."""
+        """The frames of ``ev`` (``offset``: its attempt's, see ``attempt_offset``). Their data
+        is made when a reader encodes them: a run nobody streams builds none of it."""
         out: list[Frame] = []
         if isinstance(ev, LlmDelta):
             self.streamed += ev.delta
-            chunk = {
-                "type": "AIMessageChunk",
-                "content": ev.delta,
-                "id": self.msg_id(self.next_index),
-                "tool_calls": [],
-                "tool_call_chunks": [],
-                "additional_kwargs": {},
-                "response_metadata": {},
-            }
-            out.append(Frame("messages-tuple", "messages", [chunk, self.meta(ev, "agent")]))
-            partial = {**chunk, "type": "ai", "content": self.streamed}
-            out.append(Frame("messages", "messages/partial", [partial]))
+            k, text, meta = len(self.own), self.streamed, self.meta(ev, "agent")
+
+            def chunk(content: str, kind: str = "AIMessageChunk") -> dict[str, Any]:
+                return {
+                    "type": kind,
+                    "content": content,
+                    "id": self.msg_id(len(self._base()) + k),
+                    "tool_calls": [],
+                    "tool_call_chunks": [],
+                    "additional_kwargs": {},
+                    "response_metadata": {},
+                }
+
+            delta = ev.delta
+            out.append(
+                Frame(
+                    "messages-tuple", "messages", make=lambda: [chunk(delta), meta], needs_base=self
+                )
+            )
+            out.append(
+                Frame(
+                    "messages",
+                    "messages/partial",
+                    make=lambda: [chunk(text, "ai")],
+                    needs_base=self,
+                )
+            )
         m = ev.message()
         if m is not None:
-            msg = lc_message(m, self.msg_id(self.next_index))
-            self.messages.append(msg)
-            node = {"ai": "agent", "tool": "tools", "human": "__start__"}.get(msg["type"], "loom")
-            if msg["type"] != "human":
+            k = len(self.own)
+            self.own.append(m)
+            node = _NODES.get(m.role, "loom")
+            if m.role != "user":
+                meta = self.meta(ev, node)
                 if isinstance(ev, LlmComplete) and self.streamed:
-                    if msg["tool_calls"]:  # the text came as deltas; the calls come now
-                        tail = {**msg, "type": "AIMessageChunk", "content": ""}
-                        out.append(Frame("messages-tuple", "messages", [tail, self.meta(ev, node)]))
+                    if m.tool_calls:  # the text came as deltas; the calls come now
+                        out.append(
+                            Frame(
+                                "messages-tuple",
+                                "messages",
+                                make=lambda: [
+                                    {
+                                        **self.own_message(k),
+                                        "type": "AIMessageChunk",
+                                        "content": "",
+                                    },
+                                    meta,
+                                ],
+                                needs_base=self,
+                            )
+                        )
                 else:
-                    out.append(Frame("messages-tuple", "messages", [msg, self.meta(ev, node)]))
-                out.append(Frame("messages", "messages/complete", [msg]))
-                out.append(Frame("updates", "updates", {node: {"messages": [msg]}}))
+                    out.append(
+                        Frame(
+                            "messages-tuple",
+                            "messages",
+                            make=lambda: [self.own_message(k), meta],
+                            needs_base=self,
+                        )
+                    )
+                out.append(
+                    Frame(
+                        "messages",
+                        "messages/complete",
+                        make=lambda: [self.own_message(k)],
+                        needs_base=self,
+                    )
+                )
+                out.append(
+                    Frame(
+                        "updates",
+                        "updates",
+                        make=lambda: {node: {"messages": [self.own_message(k)]}},
+                        needs_base=self,
+                    )
+                )
             self.streamed = "" if isinstance(ev, LlmComplete) else self.streamed
-            shown = self.next_index
-            values = Frame("values", "values", make=lambda: self.values(shown), needs_base=self)
-            out.append(values)
+            out.append(Frame("values", "values", make=lambda: self.values(k + 1), needs_base=self))
         if isinstance(ev, AgentFinish) and ev.stop_reason in (
             "awaiting_approval",
             "awaiting_input",
@@ -487,8 +552,9 @@ class LgRun:
                 wake = self._wake
                 while i < len(self.frames):
                     frame = self.frames[i]
-                    if frame.needs_base is not None:
-                        await frame.needs_base.read_base()
+                    maker = frame.needs_base or self.maker  # a reader may number messages
+                    if maker is not None and maker.base is None:
+                        await maker.read_base()
                     yield frame
                     i += 1
                 if self.done.is_set():
@@ -579,8 +645,7 @@ class RunManager:
                 own = ev.run_id == turn_id  # not a crew member's (their runs are their own)
                 if own and isinstance(ev, AgentStart):
                     run.status = "running"
-                    count = await self._base_count(run.thread_id, turn_id, attempts)
-                    maker.start_lazily(count, partial(self.store.load_messages, run.thread_id))
+                    maker.start_lazily(partial(self._base, run, turn_id, attempts))
                 run.add(maker.frames(ev, offset if own else 0))
                 if own and isinstance(ev, AgentFinish):
                     run.stop_reason = ev.stop_reason
@@ -623,11 +688,17 @@ class RunManager:
             old.expired = True
             old.release_if_unread()
 
-    async def _base_count(self, thread_id: str, run_id: str, attempts: list[str]) -> int:
-        """How many messages the thread held before the run (before ``run_id``, its current
-        attempt, and the attempts before it), counted consistently: the turn may have committed
-        more by the time its first event is read here. Only the count: the messages themselves
-        are read when a reader of ``values`` needs them (``FrameMaker.read_base``)."""
+    async def _base(self, run: LgRun, run_id: str, attempts: list[str]) -> list[Message]:
+        """The thread's transcript before ``run`` (before ``run_id``, its current attempt, and
+        the attempts before it), read when a reader first needs it. While the run goes on:
+        the message count less the run's own messages, read consistently (the turn may commit
+        more meanwhile). Once it ended (another run may have followed on the thread): the
+        transcript of the journal's events before its first one, as a replay reads it."""
+        thread_id = run.thread_id
+        if run.done.is_set():
+            events = await self.store.load_events(thread_id)
+            first = next((i for i, e in enumerate(events) if e.run_id in attempts), len(events))
+            return transcript(events[:first])
         mine = [a for a in attempts[: attempts.index(run_id) + 1]] if run_id in attempts else []
         count = own = 0
         for _ in range(20):
@@ -637,7 +708,7 @@ class RunManager:
                 own += len(transcript(await self.store.load_events(thread_id, attempt)))
             if await self.store.message_count(thread_id) == count:
                 break
-        return count - own
+        return (await self.store.load_messages(thread_id))[: count - own]
 
     def _evict(self) -> None:
         while len(self.runs) > self.keep:

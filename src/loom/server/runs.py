@@ -290,7 +290,10 @@ async def thread_info(state: ServerState, thread_id: str) -> SessionInfo:
 
 async def thread_metadata(state: ServerState, info: SessionInfo) -> dict[str, Any]:
     """The session's metadata with what the run API added."""
-    return {**info.metadata, **await metadata_patch(state, info.id)}
+    patch = await metadata_patch(state, info.id)
+    if "assistant_id" not in patch and info.agent_name:  # see _note_assistant: not stored
+        patch = {"assistant_id": info.agent_name, "graph_id": info.agent_name, **patch}
+    return {**info.metadata, **patch}
 
 
 def thread_values(thread_id: str, messages: list[Any]) -> dict[str, Any]:
@@ -308,12 +311,18 @@ async def pending_calls(state: ServerState, thread_id: str) -> list[dict[str, An
     return pending
 
 
-async def _note_assistant(state: ServerState, thread_id: str, name: str) -> None:
+async def _note_assistant(
+    state: ServerState, thread_id: str, name: str, session_agent: str | None = None
+) -> None:
+    """Note in the thread's metadata that ``name`` ran on it last. Nothing is stored when the
+    session's own agent name says it (``session_agent``: the name it has, or will have once
+    the turn starts, for an agent's run on a thread that names none or names ``name``):
+    ``thread_metadata`` reads it from there, one key-value row per thread less."""
     patch = await metadata_patch(state, thread_id)
-    if patch.get("assistant_id") != name:
-        await save_metadata_patch(
-            state, thread_id, {**patch, "assistant_id": name, "graph_id": name}
-        )
+    current = patch.get("assistant_id")
+    if current == name or (current is None and session_agent == name):
+        return
+    await save_metadata_patch(state, thread_id, {**patch, "assistant_id": name, "graph_id": name})
 
 
 # -- the run record ---------------------------------------------------------------------------
@@ -486,7 +495,9 @@ async def start_run(
             raise InputError('a run needs input {"messages": [...]} or command {"resume": ...}')
         options = RunOptions(on_busy=BUSY[body.multitask_strategy])
         turn = await runtime.start(agent, message, session_id=thread_id, options=options)
-    await _note_assistant(state, thread_id, agent.name)
+    # the turn names an unnamed session after its agent (loom.engine.loop, at its intake)
+    session_agent = (info.agent_name if info is not None else None) or agent.name
+    await _note_assistant(state, thread_id, agent.name, session_agent)
     run = LgRun(
         turn.run_id,
         thread_id,

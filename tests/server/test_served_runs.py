@@ -193,3 +193,25 @@ def _names(modes: list[str]) -> set[str]:
         "events": {"events"},
     }
     return set().union(*(names[m] for m in modes))
+
+
+def test_an_idle_connection_outlives_the_clients_keep_alive_so_the_client_closes_it(
+    server: Server,
+) -> None:
+    """``httpx`` (and uvicorn's default) keep an idle connection 5 s. With the server's
+    keep-alive also 5 s, a client could send on a connection the server was closing at that
+    instant and see a reset (``httpx.ReadError``, issue 24's throughput runs): the server must
+    keep an idle connection open longer than that, so the client closes it first. The wait is
+    the point of the test: an idle connection is one nothing happens on."""
+    import socket
+    import time
+
+    request = (
+        f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n\r\n".encode()  # keep-alive
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+        conn.sendall(request)
+        assert conn.recv(65536).startswith(b"HTTP/1.1 200")
+        time.sleep((httpx.Limits().keepalive_expiry or 5.0) + 0.5)
+        conn.sendall(request)
+        assert conn.recv(65536).startswith(b"HTTP/1.1 200")  # b"": the server had closed it

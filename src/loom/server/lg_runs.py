@@ -418,6 +418,7 @@ class LgRun:
     stop_reason: str | None = None
     error: str | None = None
     frames: list[Frame] = field(default_factory=list)
+    backlog: list[tuple[AgentEvent, int]] = field(default_factory=list)  # events, no frames yet
     index: dict[str, int] = field(default_factory=dict)  # frame id -> position
     done: asyncio.Event = field(default_factory=asyncio.Event)
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
@@ -444,16 +445,36 @@ class LgRun:
     def active(self) -> bool:
         return not self.done.is_set()
 
+    def add_event(self, ev: AgentEvent, offset: int) -> None:
+        """Take ``ev`` of the run (``offset``: its attempt's); its frames are made by the run's
+        ``maker`` when someone reads them (``materialize``): a run nobody streams makes none."""
+        self.backlog.append((ev, offset))
+        self.updated_at = datetime.now(UTC)
+        self._wake.set()
+        self._wake = asyncio.Event()
+
+    def materialize(self) -> None:
+        """Make the frames of the events taken so far (in order, so their ids are the same
+        whenever this happens)."""
+        if self.backlog and self.maker is not None:
+            backlog, self.backlog = self.backlog, []
+            for ev, offset in backlog:
+                self._append(self.maker.frames(ev, offset))
+
     def add(self, frames: Iterable[Frame]) -> None:
+        self.materialize()
+        self._append(frames)
+        self.updated_at = datetime.now(UTC)
+        self._wake.set()
+        self._wake = asyncio.Event()
+
+    def _append(self, frames: Iterable[Frame]) -> None:
         for f in frames:
             if f.id is not None:
                 self.index[f.id] = len(self.frames)
             if f.event == "error":  # a replay would lack it: keep the frames as they were sent
                 self.releasable = False
             self.frames.append(f)
-        self.updated_at = datetime.now(UTC)
-        self._wake.set()
-        self._wake = asyncio.Event()
 
     def stop(self) -> Awaitable[Any] | None:
         """Ask the run to stop: a turn here at its next step, a queued run's job by abort
@@ -477,7 +498,8 @@ class LgRun:
             return
         if self.final is not None:  # a stateless run: its thread (and journal) is deleted
             return
-        self.frames, self.index, self.maker, self.result = [], {}, None, None
+        self.frames, self.index, self.maker, self.result, self.task = [], {}, None, None, None
+        self.backlog = []
         self.done = self.cancel = self._wake = _FINISHED  # set: nothing waits on it any more
         self.released = True
 
@@ -515,6 +537,7 @@ class LgRun:
     def start_at(self, last_event_id: str | None) -> int:
         """The buffer position after ``last_event_id`` (``InputError``-like ``ValueError`` for
         an id this run never sent)."""
+        self.materialize()
         if not last_event_id:
             return 0
         pos = self.index.get(last_event_id.strip())
@@ -550,6 +573,7 @@ class LgRun:
         try:
             while True:
                 wake = self._wake
+                self.materialize()
                 while i < len(self.frames):
                     frame = self.frames[i]
                     maker = frame.needs_base or self.maker  # a reader may number messages
@@ -645,8 +669,9 @@ class RunManager:
                 own = ev.run_id == turn_id  # not a crew member's (their runs are their own)
                 if own and isinstance(ev, AgentStart):
                     run.status = "running"
+                    run.materialize()  # what came before, with the maker's state before
                     maker.start_lazily(partial(self._base, run, turn_id, attempts))
-                run.add(maker.frames(ev, offset if own else 0))
+                run.add_event(ev, offset if own else 0)
                 if own and isinstance(ev, AgentFinish):
                     run.stop_reason = ev.stop_reason
                     run.status = run_status(ev.stop_reason)

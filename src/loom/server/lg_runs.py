@@ -418,7 +418,9 @@ class LgRun:
     stop_reason: str | None = None
     error: str | None = None
     frames: list[Frame] = field(default_factory=list)
-    backlog: list[tuple[AgentEvent, int]] = field(default_factory=list)  # events, no frames yet
+    # events (with their attempt's offset) whose frames are not made yet, and frames added
+    # after them
+    backlog: list[tuple[AgentEvent, int] | list[Frame]] = field(default_factory=list)
     index: dict[str, int] = field(default_factory=dict)  # frame id -> position
     done: asyncio.Event = field(default_factory=asyncio.Event)
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
@@ -458,12 +460,17 @@ class LgRun:
         whenever this happens)."""
         if self.backlog and self.maker is not None:
             backlog, self.backlog = self.backlog, []
-            for ev, offset in backlog:
-                self._append(self.maker.frames(ev, offset))
+            for item in backlog:
+                self._append(item if isinstance(item, list) else self.maker.frames(*item))
 
     def add(self, frames: Iterable[Frame]) -> None:
-        self.materialize()
-        self._append(frames)
+        """Append ``frames`` (after the frames of the events taken before them)."""
+        ready = list(frames)
+        if self.backlog:
+            self.backlog.append(ready)
+            self.releasable = self.releasable and not any(f.event == "error" for f in ready)
+        else:
+            self._append(ready)
         self.updated_at = datetime.now(UTC)
         self._wake.set()
         self._wake = asyncio.Event()

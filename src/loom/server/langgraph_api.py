@@ -423,7 +423,7 @@ async def wait_run(request: Request, thread_id: str, body: RunCreate) -> JSONRes
     state = state_of(request)
     run = await _start_run(state, thread_id, body)
     await run.done.wait()
-    return JSONResponse(await _final_values(state, run), headers=_locations(run))
+    return runs.ValuesResponse(await _final_values(state, run), headers=_locations(run))
 
 
 @router.get("/threads/{thread_id}/runs", summary="List a thread's runs, newest first")

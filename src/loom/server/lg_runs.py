@@ -144,7 +144,7 @@ class Frame:
         id: str | None = None,
         *,
         make: Callable[[], Any] | None = None,
-        needs_base: FrameMaker | None = None,
+        needs_base: Segment | None = None,
     ) -> None:
         self.mode, self.event, self._data, self.id = mode, event, data, id
         self.make = make
@@ -190,53 +190,81 @@ _SLOTS = {
 }
 
 
+class Segment:
+    """The transcript a run's frames show: the thread's messages before the run (or its
+    attempt), read on demand, and the run's own messages since, in LangChain form when read."""
+
+    __slots__ = ("base", "load_base", "own", "own_lc", "thread_id")
+
+    def __init__(
+        self,
+        thread_id: str,
+        base: list[dict[str, Any]] | None,
+        load_base: Callable[[], Awaitable[list[Message]]] | None = None,
+    ) -> None:
+        self.thread_id = thread_id
+        self.base = base  # LangChain form; None: not read yet (``read_base``)
+        self.load_base = load_base
+        self.own: list[Message] = []  # the run's messages
+        self.own_lc: list[dict[str, Any]] = []  # the first of them in LangChain form (cache)
+
+    async def read_base(self) -> None:
+        """Read the transcript before the run, if it is not read yet."""
+        if self.base is None and self.load_base is not None:
+            base = await self.load_base()
+            self.base = [lc_message(m, f"{self.thread_id}:{i}") for i, m in enumerate(base)]
+
+    def base_count(self) -> int:
+        if self.base is None:
+            raise RuntimeError("the transcript before the run is not read yet (read_base)")
+        return len(self.base)
+
+    @property
+    def next_index(self) -> int:
+        """The index the thread's next message gets."""
+        return self.base_count() + len(self.own)
+
+    def own_message(self, k: int) -> dict[str, Any]:
+        """The run's ``k``-th message in LangChain form (made once, when first read)."""
+        base = self.base_count()
+        while len(self.own_lc) <= k:
+            i = len(self.own_lc)
+            self.own_lc.append(lc_message(self.own[i], f"{self.thread_id}:{base + i}"))
+        return self.own_lc[k]
+
+    def values(self, shown: int | None = None) -> dict[str, Any]:
+        """The thread's values with the first ``shown`` of the run's messages (None: all)."""
+        count = len(self.own) if shown is None else shown
+        if self.base is None:
+            raise RuntimeError("the transcript before the run is not read yet (read_base)")
+        return {"messages": [*self.base, *(self.own_message(k) for k in range(count))]}
+
+
 class FrameMaker:
     """Turns one run's events into frames of every stream mode, deterministically (so a replay
     from the journal gives the same frames, with the same ids, as the live run did)."""
 
     def __init__(self, thread_id: str, run_id: str, assistant_id: str) -> None:
         self.thread_id, self.run_id, self.assistant_id = thread_id, run_id, assistant_id
-        self.own: list[Message] = []  # this run's messages
-        self.own_lc: list[dict[str, Any]] = []  # the first of them in LangChain form (cache)
-        self.base: list[dict[str, Any]] | None = []  # the thread's messages before the run,
-        # LangChain form (None: not read yet, see ``start_lazily``)
-        self.load_base: Callable[[], Awaitable[list[Message]]] | None = None
+        self.seg = Segment(thread_id, [])  # the current attempt's transcript
         self.streamed = ""  # text deltas of the AI message being streamed
 
     def start(self, base: Sequence[Message]) -> None:
-        """The thread's transcript before this run."""
-        self.base = [lc_message(m, self.msg_id(i)) for i, m in enumerate(base)]
-        self.own, self.own_lc, self.load_base = [], [], None
+        """The thread's transcript before this run (or its attempt: frames made before keep
+        the transcript they were made with)."""
+        self.seg = Segment(self.thread_id, [])
+        self.seg.base = [lc_message(m, self.msg_id(i)) for i, m in enumerate(base)]
 
     def start_lazily(self, load: Callable[[], Awaitable[list[Message]]]) -> None:
         """The thread's transcript before this run is what ``load`` answers, read only when a
-        reader needs a frame (``read_base``): a run nobody streams never reads it, and the
-        frames of its messages (whose ids number them in the thread) are made on demand."""
-        self.base, self.own, self.own_lc, self.load_base = None, [], [], load
-
-    async def read_base(self) -> None:
-        """Read the transcript before the run, if it is not read yet."""
-        if self.base is None and self.load_base is not None:
-            base = await self.load_base()
-            self.base = [lc_message(m, self.msg_id(i)) for i, m in enumerate(base)]
-
-    def _base(self) -> list[dict[str, Any]]:
-        if self.base is None:
-            raise RuntimeError("the transcript before the run is not read yet (read_base)")
-        return self.base
+        reader needs a frame (``Segment.read_base``): a run nobody streams never reads it, and
+        the frames of its messages (whose ids number them in the thread) are made on demand."""
+        self.seg = Segment(self.thread_id, None, load)
 
     @property
     def next_index(self) -> int:
         """The index the thread's next message gets."""
-        return len(self._base()) + len(self.own)
-
-    def own_message(self, k: int) -> dict[str, Any]:
-        """This run's ``k``-th message in LangChain form (made once, when first read)."""
-        base = len(self._base())
-        while len(self.own_lc) <= k:
-            i = len(self.own_lc)
-            self.own_lc.append(lc_message(self.own[i], self.msg_id(base + i)))
-        return self.own_lc[k]
+        return self.seg.next_index
 
     def msg_id(self, index: int) -> str:
         return f"{self.thread_id}:{index}"
@@ -253,22 +281,22 @@ class FrameMaker:
 
     def values(self, shown: int | None = None) -> dict[str, Any]:
         """The thread's values with the first ``shown`` of this run's messages (None: all)."""
-        count = len(self.own) if shown is None else shown
-        return {"messages": [*self._base(), *(self.own_message(k) for k in range(count))]}
+        return self.seg.values(shown)
 
     def frames(self, ev: AgentEvent, offset: int = 0) -> list[Frame]:
         """The frames of ``ev`` (``offset``: its attempt's, see ``attempt_offset``). Their data
         is made when a reader encodes them: a run nobody streams builds none of it."""
         out: list[Frame] = []
+        seg = self.seg
         if isinstance(ev, LlmDelta):
             self.streamed += ev.delta
-            k, text, meta = len(self.own), self.streamed, self.meta(ev, "agent")
+            k, text, meta = len(seg.own), self.streamed, self.meta(ev, "agent")
 
             def chunk(content: str, kind: str = "AIMessageChunk") -> dict[str, Any]:
                 return {
                     "type": kind,
                     "content": content,
-                    "id": self.msg_id(len(self._base()) + k),
+                    "id": self.msg_id(seg.base_count() + k),
                     "tool_calls": [],
                     "tool_call_chunks": [],
                     "additional_kwargs": {},
@@ -278,7 +306,7 @@ class FrameMaker:
             delta = ev.delta
             out.append(
                 Frame(
-                    "messages-tuple", "messages", make=lambda: [chunk(delta), meta], needs_base=self
+                    "messages-tuple", "messages", make=lambda: [chunk(delta), meta], needs_base=seg
                 )
             )
             out.append(
@@ -286,13 +314,13 @@ class FrameMaker:
                     "messages",
                     "messages/partial",
                     make=lambda: [chunk(text, "ai")],
-                    needs_base=self,
+                    needs_base=seg,
                 )
             )
         m = ev.message()
         if m is not None:
-            k = len(self.own)
-            self.own.append(m)
+            k = len(seg.own)
+            seg.own.append(m)
             node = _NODES.get(m.role, "loom")
             if m.role != "user":
                 meta = self.meta(ev, node)
@@ -304,13 +332,13 @@ class FrameMaker:
                                 "messages",
                                 make=lambda: [
                                     {
-                                        **self.own_message(k),
+                                        **seg.own_message(k),
                                         "type": "AIMessageChunk",
                                         "content": "",
                                     },
                                     meta,
                                 ],
-                                needs_base=self,
+                                needs_base=seg,
                             )
                         )
                 else:
@@ -318,28 +346,28 @@ class FrameMaker:
                         Frame(
                             "messages-tuple",
                             "messages",
-                            make=lambda: [self.own_message(k), meta],
-                            needs_base=self,
+                            make=lambda: [seg.own_message(k), meta],
+                            needs_base=seg,
                         )
                     )
                 out.append(
                     Frame(
                         "messages",
                         "messages/complete",
-                        make=lambda: [self.own_message(k)],
-                        needs_base=self,
+                        make=lambda: [seg.own_message(k)],
+                        needs_base=seg,
                     )
                 )
                 out.append(
                     Frame(
                         "updates",
                         "updates",
-                        make=lambda: {node: {"messages": [self.own_message(k)]}},
-                        needs_base=self,
+                        make=lambda: {node: {"messages": [seg.own_message(k)]}},
+                        needs_base=seg,
                     )
                 )
             self.streamed = "" if isinstance(ev, LlmComplete) else self.streamed
-            out.append(Frame("values", "values", make=lambda: self.values(k + 1), needs_base=self))
+            out.append(Frame("values", "values", make=lambda: seg.values(k + 1), needs_base=seg))
         if isinstance(ev, AgentFinish) and ev.stop_reason in (
             "awaiting_approval",
             "awaiting_input",
@@ -583,9 +611,10 @@ class LgRun:
                 self.materialize()
                 while i < len(self.frames):
                     frame = self.frames[i]
-                    maker = frame.needs_base or self.maker  # a reader may number messages
-                    if maker is not None and maker.base is None:
-                        await maker.read_base()
+                    # what the frame shows, or what a reader numbers messages with
+                    seg = frame.needs_base or (self.maker.seg if self.maker else None)
+                    if seg is not None and seg.base is None:
+                        await seg.read_base()
                     yield frame
                     i += 1
                 if self.done.is_set():

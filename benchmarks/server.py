@@ -19,8 +19,9 @@ Measures:
     sse           time to the first SSE event and to the end of a streamed K=1 run
     throughput    runs/s with 16 and 64 concurrent clients (each loops: create a thread, run once),
                   with the server's CPU ms per run (``/proc/<pid>/stat`` utime+stime)
-    memory        server RSS and SQLite bytes (db + WAL) per thread after 1,000 threads with one
-                  finished run each (from a warmed-up baseline)
+    memory        server RSS and SQLite bytes (db + WAL files; and the db alone after a WAL
+                  checkpoint) per thread after 1,000 threads with one finished run each (from a
+                  warmed-up baseline), and RSS per thread over 1,000 threads more
     long_thread   server RSS after turns 10, 100, ..., 500 of one thread (a blocking K=1 run each)
     cold_start    ``loom serve`` spawn to /readyz 200, and to the first successful run (fresh
                   interpreter each, median of several)
@@ -159,6 +160,19 @@ class Server:
     def disk_bytes(self) -> int:
         db = self.workdir / ".loom"
         return sum(p.stat().st_size for p in db.glob("loom.db*"))
+
+    def checkpointed_db_bytes(self) -> int:
+        """The database file's size after its WAL was copied in and truncated: the pages the
+        data takes, without the WAL's size (which grows and is reused in steps)."""
+        import sqlite3
+
+        path = self.workdir / ".loom" / "loom.db"
+        conn = sqlite3.connect(path, timeout=30)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        finally:
+            conn.close()
+        return path.stat().st_size
 
 
 def _spawn(workdir: Path, profile: str | None) -> Server:
@@ -376,16 +390,26 @@ def memory(threads: int, profile: str | None) -> dict[str, Any]:
             one_run(client, server.url, "k1")
         time.sleep(0.5)
         rss0, disk0 = server.rss_kib(), server.disk_bytes()
+        pages0 = server.checkpointed_db_bytes()
         for _ in range(threads):
             one_run(client, server.url, "k1")
         time.sleep(0.5)
         rss1, disk1 = server.rss_kib(), server.disk_bytes()
+        pages1 = server.checkpointed_db_bytes()
+        # as many threads again: the bounded caches (SQLite's page cache, the runtime's
+        # transcripts, the runs held) are full by now, so what grows is what each thread leaves
+        for _ in range(threads):
+            one_run(client, server.url, "k1")
+        time.sleep(0.5)
+        rss2 = server.rss_kib()
     return {
         "threads": threads,
         "rss_baseline_kib": rss0,
         "rss_after_kib": rss1,
         "rss_kib_per_thread": (rss1 - rss0) / threads,
-        "disk_kib_per_thread": (disk1 - disk0) / threads / 1024,
+        "rss_kib_per_thread_second_batch": (rss2 - rss1) / threads,
+        "disk_kib_per_thread": (disk1 - disk0) / threads / 1024,  # db + WAL files
+        "db_kib_per_thread": (pages1 - pages0) / threads / 1024,  # checkpointed db pages
     }
 
 

@@ -328,7 +328,8 @@ async def transcript_values(state: ServerState, thread_id: str) -> list[dict[str
     info = await store.get_session(thread_id)
     if info is None:
         kept.pop(thread_id, None)
-        return thread_values(thread_id, await store.load_messages(thread_id))["messages"]
+        messages = await store.load_messages(thread_id)
+        return [lc_message(m, f"{thread_id}:{i}") for i, m in enumerate(messages)]
     entry = kept.get(thread_id)
     if (
         entry is None

@@ -1,10 +1,13 @@
 """Runs of the LangGraph-compatible API: background tasks, their SSE frames, reconnects.
 
 A run is one Loom turn (``run_id`` is the turn's run id). Whatever the endpoint (streaming,
-blocking, background), the turn runs in a task of its own that turns each ``AgentEvent`` into
-the frames of every stream mode and appends them to the run's buffer; responses are readers of
-that buffer, so a client that drops and comes back (``Last-Event-ID``) reads on from where it
-was, and a run whose stream was closed keeps running (``on_disconnect="continue"``).
+blocking, background), the turn runs in a task of its own that takes each ``AgentEvent`` into
+the run's buffer; responses are readers of that buffer, so a client that drops and comes back
+(``Last-Event-ID``) reads on from where it was, and a run whose stream was closed keeps running
+(``on_disconnect="continue"``). The frames of every stream mode are made from the events when
+someone reads them, their data when it is encoded (a blocking run nobody streams makes none);
+a finished run's buffer is dropped once 16 runs finished after it and nobody reads it
+(``RunManager.keep_whole``), so the buffers are bounded whatever the threads' number and length.
 
 Frame ids are ``"<event sequence>.<slot>"``: the journal sequence of the event the frame
 comes from and a fixed slot for the frame's kind (0 messages-tuple, 1 messages, 2 updates,
@@ -15,9 +18,10 @@ deltas and lifecycle events (``iteration_start``, ``context_*``, ``state_change`
 client received is in the journal, so a rejoin from it works after a restart. A run carried on
 after a crash has more than one attempt (turn): the frames of attempt ``n`` (0 = the first) add
 ``attempt_offset(n)`` to their sequences, so no two frames of a run share an id. The buffer is
-the live truth while the process holds the run; a run it no longer holds (evicted, or the
-server restarted) is replayed from the journal (``Store.load_events``), which yields the same
-frames with the same ids.
+the live truth while the process holds the run whole; a run it no longer holds (evicted,
+released, or the server restarted) is replayed from the journal (``Store.load_events``), which
+yields the same frames with the same ids (token deltas, never journaled, carry no id and are
+not replayed).
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ __all__ = [
     "FrameMaker",
     "LgRun",
     "RunManager",
+    "Segment",
     "attempt_offset",
     "lc_message",
     "parse_event_id",

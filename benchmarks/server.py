@@ -23,6 +23,7 @@ Measures:
                   checkpoint) per thread after 1,000 threads with one finished run each (from a
                   warmed-up baseline), and RSS per thread over 1,000 threads more
     long_thread   server RSS after turns 10, 100, ..., 500 of one thread (a blocking K=1 run each)
+    long_thread_stream  the same with each run streamed in every mode
     cold_start    ``loom serve`` spawn to /readyz 200, and to the first successful run (fresh
                   interpreter each, median of several)
 
@@ -413,8 +414,9 @@ def memory(threads: int, profile: str | None) -> dict[str, Any]:
     }
 
 
-def long_thread(turns: int, profile: str | None) -> dict[str, Any]:
-    """One thread, ``turns`` blocking K=1 runs in sequence: the server's RSS after 10, 100, ...
+def long_thread(turns: int, profile: str | None, stream: bool = False) -> dict[str, Any]:
+    """One thread, ``turns`` K=1 runs in sequence (blocking; with ``stream``, streamed in every
+    mode and read to the end): the server's RSS after 10, 100, ...
 
     Issue 26: the 500th turn of one thread must cost the server no more memory than the 10th.
     """
@@ -425,9 +427,16 @@ def long_thread(turns: int, profile: str | None) -> dict[str, Any]:
         tid = client.post(f"{server.url}/threads", json={}).json()["thread_id"]
         cpu0 = server.cpu_s()
         for turn in range(1, turns + 1):
-            done = client.post(
-                f"{server.url}/threads/{tid}/runs/wait", json={"assistant_id": "k1", **RUN_BODY}
-            )
+            if stream:
+                modes = ["values", "updates", "messages-tuple", "events"]
+                body = {"assistant_id": "k1", "stream_mode": modes, **RUN_BODY}
+                done = client.post(f"{server.url}/threads/{tid}/runs/stream", json=body)
+                assert done.text.rstrip().endswith("}"), done.text[-200:]
+            else:
+                done = client.post(
+                    f"{server.url}/threads/{tid}/runs/wait",
+                    json={"assistant_id": "k1", **RUN_BODY},
+                )
             done.raise_for_status()
             if turn in marks:
                 rss[str(turn)] = server.rss_kib()
@@ -492,6 +501,8 @@ def main() -> None:
         result["memory"] = memory(200 if quick else 1000, prof)
     if want("long_thread"):
         result["long_thread"] = long_thread(100 if quick else 500, prof)
+    if want("long_thread_stream"):
+        result["long_thread_stream"] = long_thread(100 if quick else 500, prof, stream=True)
     if want("cold_start"):
         result["cold_start"] = cold_start(2 if quick else 5, prof)
     result["loadavg_after"] = _loadavg()

@@ -205,7 +205,7 @@ class Segment:
         self,
         thread_id: str,
         base: list[dict[str, Any]] | None,
-        load_base: Callable[[], Awaitable[list[Message]]] | None = None,
+        load_base: Callable[[], Awaitable[Sequence[Message | dict[str, Any]]]] | None = None,
     ) -> None:
         self.thread_id = thread_id
         self.base = base  # LangChain form; None: not read yet (``read_base``)
@@ -217,7 +217,10 @@ class Segment:
         """Read the transcript before the run, if it is not read yet."""
         if self.base is None and self.load_base is not None:
             base = await self.load_base()
-            self.base = [lc_message(m, f"{self.thread_id}:{i}") for i, m in enumerate(base)]
+            self.base = [
+                m if isinstance(m, dict) else lc_message(m, f"{self.thread_id}:{i}")
+                for i, m in enumerate(base)
+            ]
 
     def base_count(self) -> int:
         if self.base is None:
@@ -260,7 +263,9 @@ class FrameMaker:
         self.seg = Segment(self.thread_id, [])
         self.seg.base = [lc_message(m, self.msg_id(i)) for i, m in enumerate(base)]
 
-    def start_lazily(self, load: Callable[[], Awaitable[list[Message]]]) -> None:
+    def start_lazily(
+        self, load: Callable[[], Awaitable[Sequence[Message | dict[str, Any]]]]
+    ) -> None:
         """The thread's transcript before this run is what ``load`` answers, read only when a
         reader needs a frame (``Segment.read_base``): a run nobody streams never reads it, and
         the frames of its messages (whose ids number them in the thread) are made on demand."""
@@ -646,6 +651,8 @@ class RunManager:
         self.by_thread: dict[str, list[str]] = {}
         self.on_end = on_end  # every run this process ran, after its turn ended
         self.keep_whole = keep_whole
+        # the thread's messages in LangChain form, shared (``loom.server.runs.transcript_values``)
+        self.transcript: Callable[[str], Awaitable[list[dict[str, Any]]]] | None = None
         self.whole: deque[LgRun] = deque()  # the newest finished runs, frames kept as sent
 
     def get(self, run_id: str) -> LgRun | None:
@@ -754,7 +761,9 @@ class RunManager:
             old.expired = True
             old.release_if_unread()
 
-    async def _base(self, run: LgRun, run_id: str, attempts: list[str]) -> list[Message]:
+    async def _base(
+        self, run: LgRun, run_id: str, attempts: list[str]
+    ) -> Sequence[Message | dict[str, Any]]:
         """The thread's transcript before ``run`` (before ``run_id``, its current attempt, and
         the attempts before it), read when a reader first needs it. While the run goes on:
         the message count less the run's own messages, read consistently (the turn may commit
@@ -774,6 +783,8 @@ class RunManager:
                 own += len(transcript(await self.store.load_events(thread_id, attempt)))
             if await self.store.message_count(thread_id) == count:
                 break
+        if self.transcript is not None:  # shared with other runs (and the blocking answers)
+            return (await self.transcript(thread_id))[: count - own]
         return (await self.store.load_messages(thread_id))[: count - own]
 
     def _evict(self) -> None:

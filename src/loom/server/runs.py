@@ -171,6 +171,7 @@ def run_manager(state: ServerState) -> RunManager:
     if manager is None:
         manager = state.extra["langgraph_runs"] = RunManager(state.runtime.store)
         manager.on_end = lambda run: _close_record(state, run)
+        manager.transcript = lambda thread_id: transcript_values(state, thread_id)
     assert isinstance(manager, RunManager)
     return manager
 

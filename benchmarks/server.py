@@ -19,8 +19,11 @@ Measures:
     sse           time to the first SSE event and to the end of a streamed K=1 run
     throughput    runs/s with 16 and 64 concurrent clients (each loops: create a thread, run once),
                   with the server's CPU ms per run (``/proc/<pid>/stat`` utime+stime)
-    memory        server RSS and SQLite bytes (db + WAL) per thread after 1,000 threads with one
-                  finished run each (from a warmed-up baseline)
+    memory        server RSS and SQLite bytes (db + WAL files; and the db alone after a WAL
+                  checkpoint) per thread after 1,000 threads with one finished run each (from a
+                  warmed-up baseline), and RSS per thread over 1,000 threads more
+    long_thread   server RSS after turns 10, 100, ..., 500 of one thread (a blocking K=1 run each)
+    long_thread_stream  the same with each run streamed in every mode
     cold_start    ``loom serve`` spawn to /readyz 200, and to the first successful run (fresh
                   interpreter each, median of several)
 
@@ -158,6 +161,19 @@ class Server:
     def disk_bytes(self) -> int:
         db = self.workdir / ".loom"
         return sum(p.stat().st_size for p in db.glob("loom.db*"))
+
+    def checkpointed_db_bytes(self) -> int:
+        """The database file's size after its WAL was copied in and truncated: the pages the
+        data takes, without the WAL's size (which grows and is reused in steps)."""
+        import sqlite3
+
+        path = self.workdir / ".loom" / "loom.db"
+        conn = sqlite3.connect(path, timeout=30)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        finally:
+            conn.close()
+        return path.stat().st_size
 
 
 def _spawn(workdir: Path, profile: str | None) -> Server:
@@ -375,16 +391,65 @@ def memory(threads: int, profile: str | None) -> dict[str, Any]:
             one_run(client, server.url, "k1")
         time.sleep(0.5)
         rss0, disk0 = server.rss_kib(), server.disk_bytes()
+        pages0 = server.checkpointed_db_bytes()
         for _ in range(threads):
             one_run(client, server.url, "k1")
         time.sleep(0.5)
         rss1, disk1 = server.rss_kib(), server.disk_bytes()
+        pages1 = server.checkpointed_db_bytes()
+        # as many threads again: the bounded caches (SQLite's page cache, the runtime's
+        # transcripts, the runs held) are full by now, so what grows is what each thread leaves
+        for _ in range(threads):
+            one_run(client, server.url, "k1")
+        time.sleep(0.5)
+        rss2 = server.rss_kib()
     return {
         "threads": threads,
         "rss_baseline_kib": rss0,
         "rss_after_kib": rss1,
         "rss_kib_per_thread": (rss1 - rss0) / threads,
-        "disk_kib_per_thread": (disk1 - disk0) / threads / 1024,
+        "rss_kib_per_thread_second_batch": (rss2 - rss1) / threads,
+        "disk_kib_per_thread": (disk1 - disk0) / threads / 1024,  # db + WAL files
+        "db_kib_per_thread": (pages1 - pages0) / threads / 1024,  # checkpointed db pages
+    }
+
+
+def long_thread(turns: int, profile: str | None, stream: bool = False) -> dict[str, Any]:
+    """One thread, ``turns`` K=1 runs in sequence (blocking; with ``stream``, streamed in every
+    mode and read to the end): the server's RSS after 10, 100, ...
+
+    Issue 26: the 500th turn of one thread must cost the server no more memory than the 10th.
+    """
+    marks = sorted({10, *range(100, turns + 1, 100)} & set(range(1, turns + 1)))
+    rss: dict[str, int] = {}
+    cpu: dict[str, float] = {}
+    with served(profile) as (server, client):
+        tid = client.post(f"{server.url}/threads", json={}).json()["thread_id"]
+        cpu0 = server.cpu_s()
+        for turn in range(1, turns + 1):
+            if stream:
+                modes = ["values", "updates", "messages-tuple", "events"]
+                body = {"assistant_id": "k1", "stream_mode": modes, **RUN_BODY}
+                done = client.post(f"{server.url}/threads/{tid}/runs/stream", json=body)
+                assert done.text.rstrip().endswith("}"), done.text[-200:]
+            else:
+                done = client.post(
+                    f"{server.url}/threads/{tid}/runs/wait",
+                    json={"assistant_id": "k1", **RUN_BODY},
+                )
+            done.raise_for_status()
+            if turn in marks:
+                rss[str(turn)] = server.rss_kib()
+                cpu[str(turn)] = server.cpu_s() - cpu0
+        disk = server.disk_bytes()
+    first, last = str(marks[0]), str(marks[-1])
+    return {
+        "turns": turns,
+        "rss_kib_after_turn": rss,
+        "server_cpu_s_after_turn": cpu,
+        "rss_growth_ratio": rss[last] / rss[first],
+        "rss_growth_kib_per_turn": (rss[last] - rss[first]) / (int(last) - int(first)),
+        "disk_kib": disk / 1024,
     }
 
 
@@ -434,6 +499,10 @@ def main() -> None:
         result["throughput"] = throughput(3.0 if quick else 20.0, prof)
     if want("memory"):
         result["memory"] = memory(200 if quick else 1000, prof)
+    if want("long_thread"):
+        result["long_thread"] = long_thread(100 if quick else 500, prof)
+    if want("long_thread_stream"):
+        result["long_thread_stream"] = long_thread(100 if quick else 500, prof, stream=True)
     if want("cold_start"):
         result["cold_start"] = cold_start(2 if quick else 5, prof)
     result["loadavg_after"] = _loadavg()

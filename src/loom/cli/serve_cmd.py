@@ -10,6 +10,11 @@ import typer
 
 from loom.cli._console import say_error
 
+KEEP_ALIVE_S = 65
+"""Seconds ``loom serve`` keeps an idle HTTP connection open: longer than clients keep theirs
+(httpx and uvicorn's default: 5 s; browsers about 60 s), so that the client, not the server,
+closes an idle connection and never sends a request on one the server is closing."""
+
 __all__ = ["serve"]
 
 
@@ -200,6 +205,10 @@ def serve(
         log_level=log_level,
         access_log=log_format == "text",
         timeout_graceful_shutdown=5,
+        # longer than clients keep an idle connection (httpx: 5 s, uvicorn's own default):
+        # with equal timeouts a client could send on a connection the server was closing at
+        # that instant, and see the request fail with a reset (httpx.ReadError)
+        timeout_keep_alive=KEEP_ALIVE_S,
     )
     try:
         _draining_server(config, app.state.loom, grace).run()

@@ -277,7 +277,17 @@ async def create_thread(request: Request, body: ThreadCreate) -> dict[str, Any]:
             raise SessionBusy(f"thread {thread_id!r} exists; pass if_exists=do_nothing")
         return await _thread(state, existing)
     info = await store.create_session(thread_id, metadata=dict(body.metadata or {}))
-    return await _thread(state, info)
+    # a new thread: nothing to read back (no messages, approvals, runs or added metadata;
+    # deleting a thread drops its added metadata)
+    return {
+        "thread_id": info.id,
+        "created_at": info.created_at.isoformat(),
+        "updated_at": info.updated_at.isoformat(),
+        "metadata": dict(info.metadata),
+        "status": "idle",
+        "values": _values(info.id, []),
+        "interrupts": {},
+    }
 
 
 @router.post("/threads/search", summary="Search threads")
@@ -413,7 +423,7 @@ async def wait_run(request: Request, thread_id: str, body: RunCreate) -> JSONRes
     state = state_of(request)
     run = await _start_run(state, thread_id, body)
     await run.done.wait()
-    return JSONResponse(await _final_values(state, run), headers=_locations(run))
+    return runs.ValuesResponse(await _final_values(state, run), headers=_locations(run))
 
 
 @router.get("/threads/{thread_id}/runs", summary="List a thread's runs, newest first")

@@ -1,10 +1,13 @@
 """Runs of the LangGraph-compatible API: background tasks, their SSE frames, reconnects.
 
 A run is one Loom turn (``run_id`` is the turn's run id). Whatever the endpoint (streaming,
-blocking, background), the turn runs in a task of its own that turns each ``AgentEvent`` into
-the frames of every stream mode and appends them to the run's buffer; responses are readers of
-that buffer, so a client that drops and comes back (``Last-Event-ID``) reads on from where it
-was, and a run whose stream was closed keeps running (``on_disconnect="continue"``).
+blocking, background), the turn runs in a task of its own that takes each ``AgentEvent`` into
+the run's buffer; responses are readers of that buffer, so a client that drops and comes back
+(``Last-Event-ID``) reads on from where it was, and a run whose stream was closed keeps running
+(``on_disconnect="continue"``). The frames of every stream mode are made from the events when
+someone reads them, their data when it is encoded (a blocking run nobody streams makes none);
+a finished run's buffer is dropped once 16 runs finished after it and nobody reads it
+(``RunManager.keep_whole``), so the buffers are bounded whatever the threads' number and length.
 
 Frame ids are ``"<event sequence>.<slot>"``: the journal sequence of the event the frame
 comes from and a fixed slot for the frame's kind (0 messages-tuple, 1 messages, 2 updates,
@@ -15,9 +18,10 @@ deltas and lifecycle events (``iteration_start``, ``context_*``, ``state_change`
 client received is in the journal, so a rejoin from it works after a restart. A run carried on
 after a crash has more than one attempt (turn): the frames of attempt ``n`` (0 = the first) add
 ``attempt_offset(n)`` to their sequences, so no two frames of a run share an id. The buffer is
-the live truth while the process holds the run; a run it no longer holds (evicted, or the
-server restarted) is replayed from the journal (``Store.load_events``), which yields the same
-frames with the same ids.
+the live truth while the process holds the run whole; a run it no longer holds (evicted,
+released, or the server restarted) is replayed from the journal (``Store.load_events``), which
+yields the same frames with the same ids (token deltas, never journaled, carry no id and are
+not replayed).
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from loom.engine.driving import drive
@@ -42,6 +47,7 @@ from loom.events import (
     EventType,
     LlmComplete,
     LlmDelta,
+    OutputPartial,
 )
 from loom.messages import Message, RunResult
 from loom.store.base import Store
@@ -52,6 +58,7 @@ __all__ = [
     "FrameMaker",
     "LgRun",
     "RunManager",
+    "Segment",
     "attempt_offset",
     "lc_message",
     "parse_event_id",
@@ -124,14 +131,34 @@ def lc_message(m: Message, msg_id: str) -> dict[str, Any]:
     return out
 
 
-@dataclass(slots=True)
 class Frame:
-    """One SSE event: the stream mode it belongs to (None: every reader gets it)."""
+    """One SSE event: the stream mode it belongs to (None: every reader gets it).
 
-    mode: str | None
-    event: str
-    data: Any
-    id: str | None = None
+    Its ``data`` is either given or made on demand (``make``): an ``events`` frame keeps its
+    event, a ``values`` frame keeps its ``FrameMaker`` and how many messages it shows, so a run
+    nobody streams builds neither, and a run's ``values`` frames share one transcript instead of
+    each holding a copy of it."""
+
+    __slots__ = ("_data", "event", "id", "live_only", "make", "mode", "needs_base")
+
+    def __init__(
+        self,
+        mode: str | None,
+        event: str,
+        data: Any = None,
+        id: str | None = None,
+        *,
+        make: Callable[[], Any] | None = None,
+        needs_base: Segment | None = None,
+    ) -> None:
+        self.mode, self.event, self._data, self.id = mode, event, data, id
+        self.make = make
+        self.needs_base = needs_base  # its data reads the thread's transcript before the run
+        self.live_only = False  # a token delta's: no replay from the journal makes it again
+
+    @property
+    def data(self) -> Any:
+        return self._data if self.make is None else self.make()
 
     def encode(self) -> bytes:
         lines = f"event: {self.event}\ndata: {json.dumps(self.data, default=str)}\n"
@@ -153,6 +180,9 @@ def parse_event_id(value: str) -> tuple[int, int]:
     return int(seq), int(k or 0)
 
 
+_NODES = {"assistant": "agent", "tool": "tools", "user": "__start__"}
+"""The LangGraph node a message of each role comes from."""
+
 _SLOTS = {
     ("messages", False): 0,
     ("messages/partial", False): 1,
@@ -165,18 +195,86 @@ _SLOTS = {
 }
 
 
+class Segment:
+    """The transcript a run's frames show: the thread's messages before the run (or its
+    attempt), read on demand, and the run's own messages since, in LangChain form when read."""
+
+    __slots__ = ("base", "load_base", "own", "own_lc", "thread_id")
+
+    def __init__(
+        self,
+        thread_id: str,
+        base: list[dict[str, Any]] | None,
+        load_base: Callable[[], Awaitable[Sequence[Message | dict[str, Any]]]] | None = None,
+    ) -> None:
+        self.thread_id = thread_id
+        self.base = base  # LangChain form; None: not read yet (``read_base``)
+        self.load_base = load_base
+        self.own: list[Message] = []  # the run's messages
+        self.own_lc: list[dict[str, Any]] = []  # the first of them in LangChain form (cache)
+
+    async def read_base(self) -> None:
+        """Read the transcript before the run, if it is not read yet."""
+        if self.base is None and self.load_base is not None:
+            base = await self.load_base()
+            self.base = [
+                m if isinstance(m, dict) else lc_message(m, f"{self.thread_id}:{i}")
+                for i, m in enumerate(base)
+            ]
+
+    def base_count(self) -> int:
+        if self.base is None:
+            raise RuntimeError("the transcript before the run is not read yet (read_base)")
+        return len(self.base)
+
+    @property
+    def next_index(self) -> int:
+        """The index the thread's next message gets."""
+        return self.base_count() + len(self.own)
+
+    def own_message(self, k: int) -> dict[str, Any]:
+        """The run's ``k``-th message in LangChain form (made once, when first read)."""
+        base = self.base_count()
+        while len(self.own_lc) <= k:
+            i = len(self.own_lc)
+            self.own_lc.append(lc_message(self.own[i], f"{self.thread_id}:{base + i}"))
+        return self.own_lc[k]
+
+    def values(self, shown: int | None = None) -> dict[str, Any]:
+        """The thread's values with the first ``shown`` of the run's messages (None: all)."""
+        count = len(self.own) if shown is None else shown
+        if self.base is None:
+            raise RuntimeError("the transcript before the run is not read yet (read_base)")
+        return {"messages": [*self.base, *(self.own_message(k) for k in range(count))]}
+
+
 class FrameMaker:
     """Turns one run's events into frames of every stream mode, deterministically (so a replay
     from the journal gives the same frames, with the same ids, as the live run did)."""
 
     def __init__(self, thread_id: str, run_id: str, assistant_id: str) -> None:
         self.thread_id, self.run_id, self.assistant_id = thread_id, run_id, assistant_id
-        self.messages: list[dict[str, Any]] = []  # the thread's values, LangChain form
+        self.seg = Segment(thread_id, [])  # the current attempt's transcript
         self.streamed = ""  # text deltas of the AI message being streamed
 
     def start(self, base: Sequence[Message]) -> None:
-        """The thread's transcript before this run."""
-        self.messages = [lc_message(m, self.msg_id(i)) for i, m in enumerate(base)]
+        """The thread's transcript before this run (or its attempt: frames made before keep
+        the transcript they were made with)."""
+        self.seg = Segment(self.thread_id, [])
+        self.seg.base = [lc_message(m, self.msg_id(i)) for i, m in enumerate(base)]
+
+    def start_lazily(
+        self, load: Callable[[], Awaitable[Sequence[Message | dict[str, Any]]]]
+    ) -> None:
+        """The thread's transcript before this run is what ``load`` answers, read only when a
+        reader needs a frame (``Segment.read_base``): a run nobody streams never reads it, and
+        the frames of its messages (whose ids number them in the thread) are made on demand."""
+        self.seg = Segment(self.thread_id, None, load)
+
+    @property
+    def next_index(self) -> int:
+        """The index the thread's next message gets."""
+        return self.seg.next_index
 
     def msg_id(self, index: int) -> str:
         return f"{self.thread_id}:{index}"
@@ -191,43 +289,95 @@ class FrameMaker:
             "langgraph_step": ev.iteration,
         }
 
-    def values(self) -> dict[str, Any]:
-        return {"messages": list(self.messages)}
+    def values(self, shown: int | None = None) -> dict[str, Any]:
+        """The thread's values with the first ``shown`` of this run's messages (None: all)."""
+        return self.seg.values(shown)
 
     def frames(self, ev: AgentEvent, offset: int = 0) -> list[Frame]:
-        """The frames of ``ev`` (``offset``: its attempt's, see ``attempt_offset``)."""
+        """The frames of ``ev`` (``offset``: its attempt's, see ``attempt_offset``). Their data
+        is made when a reader encodes them: a run nobody streams builds none of it."""
         out: list[Frame] = []
+        seg = self.seg
         if isinstance(ev, LlmDelta):
             self.streamed += ev.delta
-            chunk = {
-                "type": "AIMessageChunk",
-                "content": ev.delta,
-                "id": self.msg_id(len(self.messages)),
-                "tool_calls": [],
-                "tool_call_chunks": [],
-                "additional_kwargs": {},
-                "response_metadata": {},
-            }
-            out.append(Frame("messages-tuple", "messages", [chunk, self.meta(ev, "agent")]))
-            partial = {**chunk, "type": "ai", "content": self.streamed}
-            out.append(Frame("messages", "messages/partial", [partial]))
+            k, text, meta = len(seg.own), self.streamed, self.meta(ev, "agent")
+
+            def chunk(content: str, kind: str = "AIMessageChunk") -> dict[str, Any]:
+                return {
+                    "type": kind,
+                    "content": content,
+                    "id": self.msg_id(seg.base_count() + k),
+                    "tool_calls": [],
+                    "tool_call_chunks": [],
+                    "additional_kwargs": {},
+                    "response_metadata": {},
+                }
+
+            delta = ev.delta
+            out.append(
+                Frame(
+                    "messages-tuple", "messages", make=lambda: [chunk(delta), meta], needs_base=seg
+                )
+            )
+            out.append(
+                Frame(
+                    "messages",
+                    "messages/partial",
+                    make=lambda: [chunk(text, "ai")],
+                    needs_base=seg,
+                )
+            )
         m = ev.message()
         if m is not None:
-            index = len(self.messages)
-            msg = lc_message(m, self.msg_id(index))
-            self.messages.append(msg)
-            node = {"ai": "agent", "tool": "tools", "human": "__start__"}.get(msg["type"], "loom")
-            if msg["type"] != "human":
+            k = len(seg.own)
+            seg.own.append(m)
+            node = _NODES.get(m.role, "loom")
+            if m.role != "user":
+                meta = self.meta(ev, node)
                 if isinstance(ev, LlmComplete) and self.streamed:
-                    if msg["tool_calls"]:  # the text came as deltas; the calls come now
-                        tail = {**msg, "type": "AIMessageChunk", "content": ""}
-                        out.append(Frame("messages-tuple", "messages", [tail, self.meta(ev, node)]))
+                    if m.tool_calls:  # the text came as deltas; the calls come now
+                        out.append(
+                            Frame(
+                                "messages-tuple",
+                                "messages",
+                                make=lambda: [
+                                    {
+                                        **seg.own_message(k),
+                                        "type": "AIMessageChunk",
+                                        "content": "",
+                                    },
+                                    meta,
+                                ],
+                                needs_base=seg,
+                            )
+                        )
                 else:
-                    out.append(Frame("messages-tuple", "messages", [msg, self.meta(ev, node)]))
-                out.append(Frame("messages", "messages/complete", [msg]))
-                out.append(Frame("updates", "updates", {node: {"messages": [msg]}}))
+                    out.append(
+                        Frame(
+                            "messages-tuple",
+                            "messages",
+                            make=lambda: [seg.own_message(k), meta],
+                            needs_base=seg,
+                        )
+                    )
+                out.append(
+                    Frame(
+                        "messages",
+                        "messages/complete",
+                        make=lambda: [seg.own_message(k)],
+                        needs_base=seg,
+                    )
+                )
+                out.append(
+                    Frame(
+                        "updates",
+                        "updates",
+                        make=lambda: {node: {"messages": [seg.own_message(k)]}},
+                        needs_base=seg,
+                    )
+                )
             self.streamed = "" if isinstance(ev, LlmComplete) else self.streamed
-            out.append(Frame("values", "values", self.values()))
+            out.append(Frame("values", "values", make=lambda: seg.values(k + 1), needs_base=seg))
         if isinstance(ev, AgentFinish) and ev.stop_reason in (
             "awaiting_approval",
             "awaiting_input",
@@ -239,12 +389,16 @@ class FrameMaker:
             )
             out.append(Frame("values", "values", {"__interrupt__": interrupts}))
             out.append(Frame("updates", "updates", {"__interrupt__": interrupts}))
-        out.append(Frame("events", "events", ev.to_dict()))
+        out.append(Frame("events", "events", make=ev.to_dict))
+        if isinstance(ev, LlmDelta | OutputPartial):  # never journaled: live only
+            for f in out:
+                f.live_only = True
         if ev.type not in STEP_TYPES:  # a crash may lose it: no id a rejoin could not find
             return out
         seq = ev.sequence + offset
         for f in out:  # a fixed slot per kind: the same id whichever frames an event has
-            f.id = f"{seq}.{_SLOTS[f.event, '__interrupt__' in f.data]}"
+            interrupt = f.make is None and "__interrupt__" in f.data
+            f.id = f"{seq}.{_SLOTS[f.event, interrupt]}"
         return out
 
 
@@ -274,7 +428,18 @@ def interrupts_of(pending: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-@dataclass
+def _finished() -> asyncio.Event:
+    ended = asyncio.Event()
+    ended.set()
+    return ended
+
+
+_FINISHED = _finished()
+"""One set event every released run shares as its ``done``, ``cancel`` and wake-up (an
+``asyncio.Event`` with its waiter queue is most of what a finished run would hold)."""
+
+
+@dataclass(slots=True)
 class LgRun:
     """A run this process started: its record, its frames, its task."""
 
@@ -291,6 +456,9 @@ class LgRun:
     stop_reason: str | None = None
     error: str | None = None
     frames: list[Frame] = field(default_factory=list)
+    # events (with their attempt's offset) whose frames are not made yet, and frames added
+    # after them
+    backlog: list[tuple[AgentEvent, int] | list[Frame]] = field(default_factory=list)
     index: dict[str, int] = field(default_factory=dict)  # frame id -> position
     done: asyncio.Event = field(default_factory=asyncio.Event)
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
@@ -303,6 +471,10 @@ class LgRun:
     abort: Callable[[], Awaitable[Any]] | None = None  # a queued run: abort its job
     attempts: list[str] = field(default_factory=list)  # its turns' run ids; [] = [run_id]
     background: bool = False  # acknowledged before it ran: re-run at start-up if cut short
+    readers: int = 0  # followers reading its frames now (see ``follow``)
+    releasable: bool = False  # a replay from the journal makes its frames (but token deltas)
+    expired: bool = False  # no longer one of the newest finished runs: its frames may go
+    released: bool = False  # they were: a reader replays it from the journal (``rehydrate``)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     def attempt_ids(self) -> list[str]:
@@ -313,14 +485,41 @@ class LgRun:
     def active(self) -> bool:
         return not self.done.is_set()
 
-    def add(self, frames: Iterable[Frame]) -> None:
-        for f in frames:
-            if f.id is not None:
-                self.index[f.id] = len(self.frames)
-            self.frames.append(f)
+    def add_event(self, ev: AgentEvent, offset: int) -> None:
+        """Take ``ev`` of the run (``offset``: its attempt's); its frames are made by the run's
+        ``maker`` when someone reads them (``materialize``): a run nobody streams makes none."""
+        self.backlog.append((ev, offset))
         self.updated_at = datetime.now(UTC)
         self._wake.set()
         self._wake = asyncio.Event()
+
+    def materialize(self) -> None:
+        """Make the frames of the events taken so far (in order, so their ids are the same
+        whenever this happens)."""
+        if self.backlog and self.maker is not None:
+            backlog, self.backlog = self.backlog, []
+            for item in backlog:
+                self._append(item if isinstance(item, list) else self.maker.frames(*item))
+
+    def add(self, frames: Iterable[Frame]) -> None:
+        """Append ``frames`` (after the frames of the events taken before them)."""
+        ready = list(frames)
+        if self.backlog:
+            self.backlog.append(ready)
+            self.releasable = self.releasable and not any(f.event == "error" for f in ready)
+        else:
+            self._append(ready)
+        self.updated_at = datetime.now(UTC)
+        self._wake.set()
+        self._wake = asyncio.Event()
+
+    def _append(self, frames: Iterable[Frame]) -> None:
+        for f in frames:
+            if f.id is not None:
+                self.index[f.id] = len(self.frames)
+            if f.event == "error":  # a replay would lack it: keep the frames as they were sent
+                self.releasable = False
+            self.frames.append(f)
 
     def stop(self) -> Awaitable[Any] | None:
         """Ask the run to stop: a turn here at its next step, a queued run's job by abort
@@ -333,6 +532,36 @@ class LgRun:
     def finish(self) -> None:
         self.done.set()
         self._wake.set()
+
+    def release_if_unread(self) -> None:
+        """Drop what only a reader needs (frames, their index, the frame maker with its copy of
+        the transcript) once the run ended, left the newest finished runs (``expired``) and
+        nobody reads it: a finished run this process still holds then costs a few hundred
+        bytes, whatever the thread's length; a later reader gets its frames again, with the
+        same ids, from the journal (without the token deltas, which are never journaled)."""
+        if not (self.releasable and self.expired) or self.readers or self.released:
+            return
+        if self.final is not None:  # a stateless run: its thread (and journal) is deleted
+            return
+        self.frames, self.index, self.maker, self.result, self.task = [], {}, None, None, None
+        self.backlog = []
+        self.done = self.cancel = self._wake = _FINISHED  # set: nothing waits on it any more
+        self.released = True
+
+    def template(self) -> LgRun:
+        """A copy of this run's record without its frames (what a replay starts from)."""
+        return LgRun(
+            self.run_id,
+            self.thread_id,
+            self.assistant_id,
+            self.multitask_strategy,
+            list(self.stream_modes),
+            metadata=dict(self.metadata),
+            on_disconnect=self.on_disconnect,
+            created_at=self.created_at,
+            attempts=list(self.attempts),
+            background=self.background,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -353,6 +582,7 @@ class LgRun:
     def start_at(self, last_event_id: str | None) -> int:
         """The buffer position after ``last_event_id`` (``InputError``-like ``ValueError`` for
         an id this run never sent)."""
+        self.materialize()
         if not last_event_id:
             return 0
         pos = self.index.get(last_event_id.strip())
@@ -374,17 +604,35 @@ class LgRun:
             raise ValueError(f"Last-Event-ID {last_event_id!r} is past the end of the run")
         raise ValueError(f"Last-Event-ID {last_event_id!r} was never sent by this run")
 
-    async def follow(self, start: int) -> AsyncIterator[Frame]:
-        """The frames from ``start`` on, then the live tail until the run ends."""
+    def follow(self, start: int) -> AsyncIterator[Frame]:
+        """The frames from ``start`` on, then the live tail until the run ends. The run counts
+        as read from this call on (not from the first iteration), so its frames stay until the
+        reader is done with them."""
+        if self.released:
+            raise RuntimeError(f"run {self.run_id}'s frames were released; rehydrate it first")
+        self.readers += 1
+        return self._follow(start)
+
+    async def _follow(self, start: int) -> AsyncIterator[Frame]:
         i = start
-        while True:
-            wake = self._wake
-            while i < len(self.frames):
-                yield self.frames[i]
-                i += 1
-            if self.done.is_set():
-                return
-            await wake.wait()
+        try:
+            while True:
+                wake = self._wake
+                self.materialize()
+                while i < len(self.frames):
+                    frame = self.frames[i]
+                    # what the frame shows, or what a reader numbers messages with
+                    seg = frame.needs_base or (self.maker.seg if self.maker else None)
+                    if seg is not None and seg.base is None:
+                        await seg.read_base()
+                    yield frame
+                    i += 1
+                if self.done.is_set():
+                    return
+                await wake.wait()
+        finally:
+            self.readers -= 1
+            self.release_if_unread()
 
 
 class RunManager:
@@ -395,12 +643,17 @@ class RunManager:
         store: Store,
         keep: int = 1000,
         on_end: Callable[[LgRun], Awaitable[None]] | None = None,
+        keep_whole: int = 16,
     ) -> None:
         self.store = store
         self.keep = keep
         self.runs: OrderedDict[str, LgRun] = OrderedDict()
         self.by_thread: dict[str, list[str]] = {}
         self.on_end = on_end  # every run this process ran, after its turn ended
+        self.keep_whole = keep_whole
+        # the thread's messages in LangChain form, shared (``loom.server.runs.transcript_values``)
+        self.transcript: Callable[[str], Awaitable[list[dict[str, Any]]]] | None = None
+        self.whole: deque[LgRun] = deque()  # the newest finished runs, frames kept as sent
 
     def get(self, run_id: str) -> LgRun | None:
         return self.runs.get(run_id)
@@ -424,6 +677,10 @@ class RunManager:
             run.maker = FrameMaker(run.thread_id, run.run_id, run.assistant_id)
         if not run.frames:  # a carried-on run holds its earlier attempts' frames already
             run.add([Frame(None, "metadata", {"run_id": run.run_id, "attempt": 1})])
+        # a crew's frames are not replayed from the journal as they were made: kept whole
+        run.releasable = type(run.maker) is FrameMaker and not any(
+            f.event == "error" for f in run.frames
+        )
         run.task = asyncio.ensure_future(self._execute(run, turn))
         self._evict()
 
@@ -460,8 +717,9 @@ class RunManager:
                 own = ev.run_id == turn_id  # not a crew member's (their runs are their own)
                 if own and isinstance(ev, AgentStart):
                     run.status = "running"
-                    maker.start(await self._base(run.thread_id, turn_id, attempts))
-                run.add(maker.frames(ev, offset if own else 0))
+                    run.materialize()  # what came before, with the maker's state before
+                    maker.start_lazily(partial(self._base, run, turn_id, attempts))
+                run.add_event(ev, offset if own else 0)
                 if own and isinstance(ev, AgentFinish):
                     run.stop_reason = ev.stop_reason
                     run.status = run_status(ev.stop_reason)
@@ -488,20 +746,46 @@ class RunManager:
                     log.exception("cleaning up after run %s failed", run.run_id)
             run.add([Frame(None, "end", {"run_id": run.run_id, "status": run.status})])
             run.finish()
+            self._retire(run)
 
-    async def _base(self, thread_id: str, run_id: str, attempts: list[str]) -> list[Message]:
-        """The thread's transcript before the run (before ``run_id``, its current attempt, and
-        the attempts before it), read consistently: the turn may have committed more by the
-        time its first event is read here."""
+    def _retire(self, run: LgRun) -> None:
+        """Keep ``run``'s frames as sent while it is one of the ``keep_whole`` newest finished
+        runs (a client that rejoins right after the end reads its token deltas too); then
+        release them (``LgRun.release_if_unread``): the buffers of finished runs are bounded
+        whatever the number and length of threads."""
+        if not run.releasable:
+            return
+        self.whole.append(run)
+        while len(self.whole) > self.keep_whole:
+            old = self.whole.popleft()
+            old.expired = True
+            old.release_if_unread()
+
+    async def _base(
+        self, run: LgRun, run_id: str, attempts: list[str]
+    ) -> Sequence[Message | dict[str, Any]]:
+        """The thread's transcript before ``run`` (before ``run_id``, its current attempt, and
+        the attempts before it), read when a reader first needs it. While the run goes on:
+        the message count less the run's own messages, read consistently (the turn may commit
+        more meanwhile). Once it ended (another run may have followed on the thread): the
+        transcript of the journal's events before its first one, as a replay reads it."""
+        thread_id = run.thread_id
+        if run.done.is_set():
+            events = await self.store.load_events(thread_id)
+            first = next((i for i, e in enumerate(events) if e.run_id in attempts), len(events))
+            return transcript(events[:first])
         mine = [a for a in attempts[: attempts.index(run_id) + 1]] if run_id in attempts else []
+        count = own = 0
         for _ in range(20):
-            messages = await self.store.load_messages(thread_id)
+            count = await self.store.message_count(thread_id)
             own = 0
             for attempt in mine or [run_id]:
                 own += len(transcript(await self.store.load_events(thread_id, attempt)))
-            if await self.store.message_count(thread_id) == len(messages):
-                return messages[: len(messages) - own]
-        return messages[: len(messages) - own]
+            if await self.store.message_count(thread_id) == count:
+                break
+        if self.transcript is not None:  # shared with other runs (and the blocking answers)
+            return (await self.transcript(thread_id))[: count - own]
+        return (await self.store.load_messages(thread_id))[: count - own]
 
     def _evict(self) -> None:
         while len(self.runs) > self.keep:

@@ -13,6 +13,8 @@ without a request, which also frees a session whose client never sent ``initiali
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import os
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -48,24 +50,70 @@ def _resolve(ctx: ServerRequestContext[Any, Any]) -> tuple[Mapping[str, Agent], 
     return state.registry, state.runtime
 
 
+class _McpRunner:
+    """This app's MCP session manager, made and started on the first MCP request, not at
+    start-up: importing the MCP SDK takes about half a second, which a server that may never
+    be asked over MCP should not wait for before it is ready. Stopped with the app."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.manager: Any = None  # mcp's StreamableHTTPSessionManager, once started
+        self.task: asyncio.Task[None] | None = None
+        self.lock = asyncio.Lock()
+        self.stop = asyncio.Event()
+
+    async def get(self) -> Any:
+        if self.manager is not None:
+            return self.manager
+        async with self.lock:
+            if self.manager is None:
+                self.manager = await self._start()
+        return self.manager
+
+    async def _start(self) -> Any:
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+        from loom.mcp_server import build_server
+
+        manager = StreamableHTTPSessionManager(
+            app=build_server(_resolve),
+            session_idle_timeout=float(
+                self.state.extra.get("mcp_idle_timeout")
+                or os.environ.get("LOOM_MCP_IDLE_TIMEOUT")
+                or IDLE_TIMEOUT
+            ),
+        )
+        started = asyncio.Event()
+
+        async def run() -> None:  # run() is entered and left in this one task
+            async with manager.run():
+                started.set()
+                await self.stop.wait()
+
+        # a fresh context: its sessions' tasks must not inherit this first request's key
+        self.task = asyncio.get_running_loop().create_task(run(), context=contextvars.Context())
+        waiting = asyncio.ensure_future(started.wait())
+        await asyncio.wait([self.task, waiting], return_when=asyncio.FIRST_COMPLETED)
+        if not started.is_set():
+            waiting.cancel()
+            self.task.result()  # raises why it did not start
+            raise RuntimeError("the MCP session manager stopped before it started")
+        return manager
+
+    async def close(self) -> None:
+        self.stop.set()
+        if self.task is not None:
+            await self.task
+
+
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-
-    from loom.mcp_server import build_server
-
     state: ServerState = app.state.loom
-    manager = StreamableHTTPSessionManager(
-        app=build_server(_resolve),
-        session_idle_timeout=float(
-            state.extra.get("mcp_idle_timeout")
-            or os.environ.get("LOOM_MCP_IDLE_TIMEOUT")
-            or IDLE_TIMEOUT
-        ),
-    )
-    state.extra["mcp_manager"] = manager
-    async with manager.run():
+    runner = state.extra["mcp_runner"] = _McpRunner(state)
+    try:
         yield
+    finally:
+        await runner.close()
 
 
 _SESSION_HEADER = b"mcp-session-id"
@@ -92,7 +140,8 @@ async def _mcp(scope: Scope, receive: Receive, send: Send) -> None:
                     sessions.bind(v.decode("latin-1"), principal)
         await send(message)
 
-    await state.extra["mcp_manager"].handle_request(scope, receive, sending)
+    runner: _McpRunner = state.extra["mcp_runner"]
+    await (await runner.get()).handle_request(scope, receive, sending)
 
 
 class _Endpoint:

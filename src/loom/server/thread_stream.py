@@ -24,7 +24,7 @@ import asyncio
 import json
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,7 +186,7 @@ class RunTranslator:
     def _message_id(self) -> str:
         if self.message_id is None:
             # the id the message gets in the thread's values (a crew run's maker keeps none)
-            index = len(getattr(self.run.maker, "messages", ()))
+            index = getattr(self.run.maker, "next_index", 0)
             self.message_id = f"{self.run.thread_id}:{index}"
         return self.message_id
 
@@ -286,12 +286,18 @@ class RunTranslator:
         return [("lifecycle", {"event": "completed"})]
 
 
-async def follow_run(bus: ThreadBus, run: LgRun) -> None:
-    """Publish ``run``'s events on ``bus`` as they come, until the run ends."""
+def follow_run(bus: ThreadBus, run: LgRun) -> Coroutine[Any, Any, None]:
+    """Publish ``run``'s events on ``bus`` as they come, until the run ends (await the answer;
+    the run counts as read from this call on, so its frames stay until it is done)."""
     translator = RunTranslator(run)
-    async for frame in run.follow(0):
-        for method, data in translator.feed(frame):
-            bus.publish(method, data)
+    frames = run.follow(0)
+
+    async def publish() -> None:
+        async for frame in frames:
+            for method, data in translator.feed(frame):
+                bus.publish(method, data)
+
+    return publish()
 
 
 def encode(event: dict[str, Any] | None) -> bytes:

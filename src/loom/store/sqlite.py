@@ -152,13 +152,10 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables):
         )
 
     async def _write(self, doing: str, fn: Callable[[sqlite3.Connection], T]) -> T:
-        db = self.db
-        return await run_call(
-            db,
-            lambda: db.transaction(fn),
-            doing=doing,
-            busy_timeout=self.busy_timeout,
-            threaded=self.threaded,
+        # Group commit: one transaction for every write this event loop queues on the
+        # database meanwhile, each in a savepoint (``sqlite_db.GroupCommit``).
+        return await self.db.commit_grouped(
+            fn, doing=doing, busy_timeout=self.busy_timeout, threaded=self.threaded
         )
 
     # -- sessions -------------------------------------------------------------------------------

@@ -1,7 +1,13 @@
 """Group commit: durable steps per second with 64 sessions stepping at once, and client CPU per
 durable step, on SQLite and on a local PostgreSQL, both with their default durability.
 
-    PYTHONPATH=src python benchmarks/group_commit.py [--quick] [--label before|after]
+    PYTHONPATH=src python benchmarks/group_commit.py [--quick] [--before OTHER_SRC]
+
+``--before`` compares two versions of the code in one run: for example
+``git archive 43da763 src | tar -x -C /tmp/base`` then ``--before /tmp/base/src``. Each of
+ROUNDS rounds runs every case in a child process per version (before, then this checkout),
+so both see the same load on the shared machine; each figure is the median of its rounds, and
+``after_over_before`` gives the ratios. The result goes to ``benchmarks/results/group_commit.json``.
 
 Each of SESSIONS sessions runs TURNS turns of STEPS tool-calling steps (the workload of
 ``benchmarks/store_steps.py``: a FunctionModel answering with one call of a trivial tool until
@@ -9,24 +15,22 @@ the last step), all sessions at once on one event loop through one shared store,
 runs them. Measured per store:
 
 - ``durable_steps_per_s``: steps / wall seconds of the whole batch (the figure the target is
-  about; wall time, so it moves with the machine's load: compare labels of one run or of
-  runs on a quiet machine).
+  about; wall time, so it moves with the machine's load: compare versions within one run).
 - ``cpu_us_per_step``: this process's CPU time (user + system, every thread, from
   ``resource.getrusage``) per step: what the client pays, load does not move it much.
 - ``commits_per_step``: PostgreSQL: ``xact_commit`` of ``pg_stat_database`` per step;
   ``wal_syncs_per_step``: WAL flushes of ``pg_stat_wal`` per step (the fsyncs the steps wait
-  for). SQLite: ``commits_per_step`` from a commit hook on the connection (none is counted
-  when the store does not expose one).
+  for). SQLite: ``commits_per_step`` from the connection's commit counter
+  (``Database.commits``; absent in versions without it).
 - ``server_cpu_us_per_step`` (PostgreSQL): CPU time of the cluster's processes per step (the
   postmaster's children, live and reaped), from ``/proc``: the server shares the 2 cores.
 - ``single_session``: the same with one session (the latency case: no batch to share).
 
-SQLite: ``SQLiteStore(path)`` (durability "normal": WAL, ``synchronous=NORMAL``).
+SQLite: ``SQLiteStore(path)``, the default (durability "normal": WAL, ``synchronous=NORMAL``;
+writes inline on the event loop), and with the writer thread (``threaded=True``, where group
+commit applies), with durability "normal" and "full" (an fsync per commit).
 PostgreSQL: a private PostgreSQL 15 cluster with its defaults (fsync on, synchronous_commit
 on; ``benchmarks/scale.py``'s ``cluster()``), over TCP on 127.0.0.1, ``PostgresStore(dsn)``.
-
-``--label`` names the code measured (``before``: main; ``after``: this branch); the result is
-merged into ``benchmarks/results/group_commit.json`` under that label and printed.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ import asyncio
 import json
 import os
 import resource
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -54,10 +60,10 @@ from loom.store.postgres import PostgresStore
 from loom.testing import FunctionModel
 
 QUICK = "--quick" in sys.argv
-LABEL = sys.argv[sys.argv.index("--label") + 1] if "--label" in sys.argv else "now"
 SESSIONS = 64
 STEPS = 10 if QUICK else 20
 TURNS = 1 if QUICK else 2
+ROUNDS = 1 if QUICK else 3
 RESULTS = Path(__file__).resolve().parent / "results" / "group_commit.json"
 
 
@@ -160,18 +166,9 @@ def summarise(m: dict[str, float], commits: int | None, syncs: int | None) -> di
     return out
 
 
-async def sqlite_case(folder: Path, sessions: int) -> dict[str, Any]:
-    store = SQLiteStore(folder / f"gc{sessions}.db")
-    commits = {"n": 0}
-    conn = store.db.conn
-
-    def count() -> int:  # a commit hook: counts, never vetoes
-        commits["n"] += 1
-        return 0
-
-    set_hook = getattr(conn, "set_commit_hook", None)  # not in the stdlib sqlite3 module
-    if set_hook is not None:
-        set_hook(count)
+async def sqlite_case(folder: Path, sessions: int, **options: Any) -> dict[str, Any]:
+    name = "-".join(f"{k}{v}" for k, v in options.items())
+    store = SQLiteStore(folder / f"gc{sessions}{name}.db", **options)
     counter = getattr(store.db, "commits", None)
     before = counter if isinstance(counter, int) else None
     m = await run_sessions(store, sessions, "sqlite")
@@ -201,31 +198,104 @@ async def pg_case(dsn: str, sessions: int, schema: str) -> dict[str, Any]:
     return out
 
 
-async def main(dsn: str) -> dict[str, Any]:
+async def one_round(dsn: str, folder: Path, tag: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """Every case once, with the code on this process's path; schemas are named by ``tag``."""
+    many = f"{SESSIONS}_sessions"
+    return {
+        "sqlite": {
+            many: await sqlite_case(folder, SESSIONS),
+            "single_session": await sqlite_case(folder, 1),
+        },
+        # The writer thread (where group commit applies), with each durability.
+        "sqlite_threaded": {
+            many: await sqlite_case(folder, SESSIONS, threaded=True),
+            "single_session": await sqlite_case(folder, 1, threaded=True),
+        },
+        "sqlite_threaded_full": {
+            many: await sqlite_case(folder, SESSIONS, threaded=True, durability="full"),
+            "single_session": await sqlite_case(folder, 1, threaded=True, durability="full"),
+        },
+        "postgres": {
+            many: await pg_case(dsn, SESSIONS, f"gc_many_{tag}"),
+            "single_session": await pg_case(dsn, 1, f"gc_one_{tag}"),
+        },
+    }
+
+
+def median_of(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure's median over the rounds."""
+    return {
+        store: {
+            case: {key: statistics.median(rd[store][case][key] for rd in rounds) for key in first}
+            for case, first in cases.items()
+        }
+        for store, cases in rounds[0].items()
+    }
+
+
+def ratios(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    return {
+        store: {
+            case: {
+                "steps_per_s_after_over_before": round(
+                    after[store][case]["durable_steps_per_s"]
+                    / before[store][case]["durable_steps_per_s"],
+                    2,
+                ),
+                "cpu_after_over_before": round(
+                    after[store][case]["cpu_us_per_step"] / before[store][case]["cpu_us_per_step"],
+                    2,
+                ),
+            }
+            for case in cases
+        }
+        for store, cases in before.items()
+    }
+
+
+def main(dsn: str, before_src: str | None) -> dict[str, Any]:
+    """ROUNDS rounds; in each, every case runs in a child process per code version (the
+    code under ``--before`` first, then this checkout's), so that both see the same load."""
     folder = Path(tempfile.mkdtemp(prefix="loom-gc-"))
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        await conn.execute("CREATE DATABASE loom")
-    result: dict[str, Any] = {
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE loom")
+    here = str(Path(__file__).resolve().parents[1] / "src")
+    versions = {"before": before_src, "after": here} if before_src else {"now": here}
+    measured: dict[str, list[dict[str, Any]]] = {label: [] for label in versions}
+    for r in range(ROUNDS):
+        for label, src in versions.items():
+            (folder / f"{label}{r}").mkdir()
+            child = subprocess.run(
+                [sys.executable, __file__, "--round", dsn, str(folder / f"{label}{r}"), label]
+                + (["--quick"] if QUICK else []),
+                env={**os.environ, "PYTHONPATH": src},
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            measured[label].append(json.loads(child.stdout))
+    out: dict[str, Any] = {
         "sessions": SESSIONS,
         "steps_per_turn": STEPS,
         "turns_per_session": TURNS,
-        "sqlite": {
-            f"{SESSIONS}_sessions": await sqlite_case(folder, SESSIONS),
-            "single_session": await sqlite_case(folder, 1),
-        },
-        "postgres": {
-            f"{SESSIONS}_sessions": await pg_case(dsn, SESSIONS, "gc_many"),
-            "single_session": await pg_case(dsn, 1, "gc_one"),
-        },
+        "rounds": ROUNDS,
     }
-    return result
+    for label, rounds in measured.items():
+        out[label] = median_of(rounds)
+    if before_src:
+        out["after_over_before"] = ratios(out["before"], out["after"])
+    return out
 
 
 if __name__ == "__main__":
-    with cluster() as the_dsn:
-        measured = asyncio.run(main(the_dsn))
-    previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    previous["quick" if QUICK else LABEL] = measured
+    if "--round" in sys.argv:
+        at = sys.argv.index("--round")
+        the_dsn, the_folder, the_label = sys.argv[at + 1 : at + 4]
+        print(json.dumps(asyncio.run(one_round(the_dsn, Path(the_folder), the_label))))
+        sys.exit(0)
+    before = sys.argv[sys.argv.index("--before") + 1] if "--before" in sys.argv else None
+    with cluster() as a_dsn:
+        result = main(a_dsn, before)
     if not QUICK:
-        RESULTS.write_text(json.dumps(previous, indent=2) + "\n")
-    print(json.dumps(measured, indent=2))
+        RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))

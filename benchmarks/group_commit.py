@@ -54,8 +54,10 @@ import store_steps  # the model and the tool
 from scale import cluster
 
 from loom import Agent
+from loom.events import LlmComplete
 from loom.messages import Message, ModelResponse, ToolCall
-from loom.store import SQLiteStore, Store
+from loom.store import MemoryStore, SQLiteStore, Store
+from loom.store.base import LedgerEntry
 from loom.store.postgres import PostgresStore
 from loom.testing import FunctionModel
 
@@ -64,6 +66,8 @@ SESSIONS = 64
 STEPS = 10 if QUICK else 20
 TURNS = 1 if QUICK else 2
 ROUNDS = 1 if QUICK else 3
+SINGLE_TURNS = 2 if QUICK else 10  # one session alone: more turns, for a steadier CPU figure
+APPENDS = 100 if QUICK else 500
 RESULTS = Path(__file__).resolve().parent / "results" / "group_commit.json"
 
 
@@ -137,8 +141,10 @@ async def run_sessions(store: Store, sessions: int, tag: str) -> dict[str, float
     )
     await agent.run("warm up", session_id=f"{tag}-warm")
 
+    turns = TURNS if sessions > 1 else SINGLE_TURNS
+
     async def session(i: int) -> None:
-        for t in range(TURNS):
+        for t in range(turns):
             r = await agent.run("go", session_id=f"{tag}-s{i}")
             assert r.stop_reason == "completed", r
             del t
@@ -146,7 +152,7 @@ async def run_sessions(store: Store, sessions: int, tag: str) -> dict[str, float
     t0, c0 = time.perf_counter(), cpu_seconds()
     await asyncio.gather(*(session(i) for i in range(sessions)))
     wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
-    steps = sessions * TURNS * STEPS
+    steps = sessions * turns * STEPS
     return {"steps": steps, "wall_s": wall, "cpu_s": cpu}
 
 
@@ -218,8 +224,40 @@ async def one_round(dsn: str, folder: Path, tag: str) -> dict[str, dict[str, dic
         "postgres": {
             many: await pg_case(dsn, SESSIONS, f"gc_many_{tag}"),
             "single_session": await pg_case(dsn, 1, f"gc_one_{tag}"),
+            "one_append": await append_cpu(dsn, f"gc_append_{tag}"),
+        },
+        # The loop's own cost per step, without a durable store.
+        "memory": {
+            "single_session": summarise(await run_sessions(MemoryStore(), 1, "m"), None, None)
         },
     }
+
+
+async def append_cpu(dsn: str, tag: str) -> dict[str, Any]:
+    """Client CPU of one append alone, the commit of a step (a model answer with a tool call,
+    the call's start: one message, three events, one ledger row), APPENDS times in a row."""
+    loom_dsn = dsn.replace("dbname=postgres", "dbname=loom")
+    async with await psycopg.AsyncConnection.connect(loom_dsn, autocommit=True) as conn:
+        await conn.execute(f"CREATE SCHEMA {tag}")
+    store = PostgresStore(f"{loom_dsn} options='-c search_path={tag}'")
+    lease = await store.acquire_lease("s", "r", 600)
+    assert lease is not None
+    events = [LlmComplete(run_id="r", session_id="s", iteration=1, sequence=i) for i in range(3)]
+    call = ToolCall(name="noop", arguments={"i": 1})
+    answer = Message.assistant("", tool_calls=[call])
+
+    async def one(i: int) -> None:
+        entry = LedgerEntry("r", "s", f"c{i}", "noop", "started", {"i": 1}, "pure")
+        await store.append("s", messages=[answer], events=events, ledger=[entry], lease=lease)
+
+    for i in range(20):
+        await one(i)  # warm: prepared statements, pool
+    c0 = cpu_seconds()
+    for i in range(APPENDS):
+        await one(20 + i)
+    cpu = cpu_seconds() - c0
+    await store.close()
+    return {"appends": APPENDS, "cpu_us_per_append": round(cpu / APPENDS * 1e6, 1)}
 
 
 def median_of(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -248,6 +286,7 @@ def ratios(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
                 ),
             }
             for case in cases
+            if "durable_steps_per_s" in before[store][case]
         }
         for store, cases in before.items()
     }

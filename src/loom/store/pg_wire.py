@@ -15,7 +15,7 @@ length and lower bound, then each element as a 4-byte length (-1 for NULL) and i
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from psycopg import adapters
@@ -66,13 +66,15 @@ class Column:
     def array(self) -> BinaryArray:
         """The array parameter of these elements."""
         if self.count == 0:
-            return _ARRAY_TYPE[self.oid](_EMPTY_HEADER.pack(0, 0, self.oid))
+            return _EMPTY_ARRAY[self.oid]
         header = _HEADER.pack(1, 1 if self.nulls else 0, self.oid, self.count, 1)
         return _ARRAY_TYPE[self.oid](header + self.body)
 
 
-def text_column(values: Iterable[str | None]) -> Column:
+def text_column(values: Sequence[str | None]) -> Column:
     """Text elements (None: NULL). Raises ``UnicodeEncodeError`` on a lone surrogate."""
+    if not values:
+        return EMPTY_TEXT
     parts: list[bytes] = []
     nulls = False
     count = 0
@@ -88,8 +90,10 @@ def text_column(values: Iterable[str | None]) -> Column:
     return Column(TEXT, b"".join(parts), count, nulls)
 
 
-def int_column(values: Iterable[int | None]) -> Column:
+def int_column(values: Sequence[int | None]) -> Column:
     """``bigint`` elements (None: NULL)."""
+    if not values:
+        return EMPTY_INT8
     parts: list[bytes] = []
     nulls = False
     for value in values:
@@ -101,8 +105,10 @@ def int_column(values: Iterable[int | None]) -> Column:
     return Column(INT8, b"".join(parts), len(parts), nulls)
 
 
-def float_column(values: Iterable[float | None]) -> Column:
+def float_column(values: Sequence[float | None]) -> Column:
     """``double precision`` elements (None: NULL)."""
+    if not values:
+        return EMPTY_FLOAT8
     parts: list[bytes] = []
     nulls = False
     for value in values:
@@ -156,3 +162,9 @@ def _dumper(array_oid: int) -> type[Dumper]:
 
 for _element, _cls in _ARRAY_TYPE.items():
     adapters.register_dumper(_cls, _dumper(_ARRAY_OID[_element]))
+
+# Most appends leave most columns empty (no ledger row, no run record): built once.
+_EMPTY_ARRAY = {oid: cls(_EMPTY_HEADER.pack(0, 0, oid)) for oid, cls in _ARRAY_TYPE.items()}
+EMPTY_TEXT = Column(TEXT, b"", 0, False)
+EMPTY_INT8 = Column(INT8, b"", 0, False)
+EMPTY_FLOAT8 = Column(FLOAT8, b"", 0, False)

@@ -170,6 +170,7 @@ class PostgresStore(PostgresScheduleTables):
         self._committing = False
         self._queued: list[_Member] = []
         self._writer: asyncio.Task[None] | None = None
+        self._commit_loop: asyncio.AbstractEventLoop | None = None
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact(self.conninfo)!r})"
@@ -507,6 +508,9 @@ class PostgresStore(PostgresScheduleTables):
         """Commit ``member`` now when no commit is in flight (no hop to another task), else
         queue it for the writer task, which commits everything queued meanwhile together."""
         await self._get_pool()
+        loop = asyncio.get_running_loop()
+        if self._commit_loop is not loop:  # an earlier loop ended: its queue ended with it
+            self._commit_loop, self._committing, self._queued = loop, False, []
         if not self._committing:
             self._committing = True
             try:

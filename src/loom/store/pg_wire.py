@@ -23,6 +23,9 @@ from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
 __all__ = [
+    "EMPTY_FLOAT8",
+    "EMPTY_INT8",
+    "EMPTY_TEXT",
     "BinaryArray",
     "Column",
     "Float8Array",

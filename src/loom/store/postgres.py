@@ -13,9 +13,12 @@ migrations on first use, under an advisory lock so that processes starting toget
 race. Give Loom its own database, or its own schema (``options=-csearch_path=loom`` in the
 connection string): its tables have plain names (``sessions``, ``messages``, ...).
 
-Durability: every ``append`` is one call of the server-side function ``loom_append``: one
-statement, one transaction, one round trip. With PostgreSQL's default ``synchronous_commit=on``
-a step announced is on disk.
+Durability: an ``append`` is one call of the server-side function ``loom_append``: one
+statement, one transaction, one round trip; or, when other sessions' appends queued while a
+commit was in flight, a member of a group commit (``loom_append_many``: one transaction and one
+WAL flush for all of them, a subtransaction each, so a fenced member fails alone). Either way it
+returns once its own commit is done: with PostgreSQL's default ``synchronous_commit=on`` a step
+announced is on disk.
 
 Leases are safe across hosts: ``acquire_lease`` is one atomic upsert on the session's ``locks``
 row that hands out the next fencing token, and ``append(..., lease=)`` locks that row
@@ -464,24 +467,38 @@ class PostgresStore(PostgresScheduleTables):
         ev_rows = [codec.encode_event(e) for e in events]
         led_rows = [codec.encode_ledger(e) for e in ledger]
         try:
-            columns = (
-                w.text_column([m.role for m in messages]),
-                w.text_column([codec.encode_message(m) for m in messages]),
-                w.text_column([e.run_id for e in ev_rows]),
-                w.int_column([e.sequence for e in ev_rows]),
-                w.text_column([e.type for e in ev_rows]),
-                w.int_column([e.iteration for e in ev_rows]),
-                w.float_column([e.timestamp for e in ev_rows]),
-                w.text_column([e.data for e in ev_rows]),
-                w.text_column([e.run_id for e in led_rows]),
-                w.text_column([e.tool_call_id for e in led_rows]),
-                w.text_column([e.name for e in led_rows]),
-                w.text_column([e.status for e in led_rows]),
-                w.text_column([e.effect for e in led_rows]),
-                w.text_column([e.arguments for e in led_rows]),
-                w.text_column([e.result for e in led_rows]),
-                w.float_column([e.timestamp for e in led_rows]),
+            columns: tuple[w.Column, ...] = (
+                (
+                    w.text_column([m.role for m in messages]),
+                    w.text_column([codec.encode_message(m) for m in messages]),
+                )
+                if messages
+                else _NO_MESSAGES
             )
+            if ev_rows:
+                columns += (
+                    w.text_column([e.run_id for e in ev_rows]),
+                    w.int_column([e.sequence for e in ev_rows]),
+                    w.text_column([e.type for e in ev_rows]),
+                    w.int_column([e.iteration for e in ev_rows]),
+                    w.float_column([e.timestamp for e in ev_rows]),
+                    w.text_column([e.data for e in ev_rows]),
+                )
+            else:
+                columns += _NO_EVENTS
+            if led_rows:
+                columns += (
+                    w.text_column([e.run_id for e in led_rows]),
+                    w.text_column([e.tool_call_id for e in led_rows]),
+                    w.text_column([e.name for e in led_rows]),
+                    w.text_column([e.status for e in led_rows]),
+                    w.text_column([e.effect for e in led_rows]),
+                    w.text_column([e.arguments for e in led_rows]),
+                    w.text_column([e.result for e in led_rows]),
+                    w.float_column([e.timestamp for e in led_rows]),
+                )
+            else:
+                columns += _NO_LEDGER
         except UnicodeEncodeError as exc:
             raise StoreError(
                 f"saving a step failed: a text of session {session_id!r} is not valid Unicode "
@@ -969,6 +986,10 @@ class PostgresStore(PostgresScheduleTables):
 
 
 _ROW_TYPES = (w.TEXT,) * 3 + (w.INT8, w.TEXT, w.INT8, w.FLOAT8) + (w.TEXT,) * 8 + (w.FLOAT8,)
+# The columns of an append without messages, events or ledger rows (most have one of them).
+_NO_MESSAGES = (w.EMPTY_TEXT,) * 2
+_NO_EVENTS = (w.EMPTY_TEXT, w.EMPTY_INT8, w.EMPTY_TEXT, w.EMPTY_INT8, w.EMPTY_FLOAT8, w.EMPTY_TEXT)
+_NO_LEDGER = (w.EMPTY_TEXT,) * 7 + (w.EMPTY_FLOAT8,)
 
 
 class _Member:

@@ -5,7 +5,7 @@ durable step, on SQLite and on a local PostgreSQL, both with their default durab
 
 ``--before`` compares two versions of the code in one run: for example
 ``git archive 43da763 src | tar -x -C /tmp/base`` then ``--before /tmp/base/src``. Each of
-ROUNDS rounds runs every case in a child process per version (before, then this checkout),
+ROUNDS rounds runs every case in a child process per version (alternating which goes first),
 so both see the same load on the shared machine; each figure is the median of its rounds, and
 ``after_over_before`` gives the ratios. The result goes to ``benchmarks/results/group_commit.json``.
 
@@ -65,7 +65,7 @@ QUICK = "--quick" in sys.argv
 SESSIONS = 64
 STEPS = 10 if QUICK else 20
 TURNS = 1 if QUICK else 2
-ROUNDS = 1 if QUICK else 3
+ROUNDS = 1 if QUICK else 4
 SINGLE_TURNS = 2 if QUICK else 10  # one session alone: more turns, for a steadier CPU figure
 APPENDS = 100 if QUICK else 500
 RESULTS = Path(__file__).resolve().parent / "results" / "group_commit.json"
@@ -294,7 +294,8 @@ def ratios(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
 def main(dsn: str, before_src: str | None) -> dict[str, Any]:
     """ROUNDS rounds; in each, every case runs in a child process per code version (the
-    code under ``--before`` first, then this checkout's), so that both see the same load."""
+    code under ``--before`` and this checkout's, each first in every other round), so that both
+    see the same load."""
     folder = Path(tempfile.mkdtemp(prefix="loom-gc-"))
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE DATABASE loom")
@@ -302,16 +303,18 @@ def main(dsn: str, before_src: str | None) -> dict[str, Any]:
     versions = {"before": before_src, "after": here} if before_src else {"now": here}
     measured: dict[str, list[dict[str, Any]]] = {label: [] for label in versions}
     for r in range(ROUNDS):
-        for label, src in versions.items():
+        order = list(versions.items())
+        for label, src in order if r % 2 == 0 else order[::-1]:  # neither always goes first
             (folder / f"{label}{r}").mkdir()
             child = subprocess.run(
-                [sys.executable, __file__, "--round", dsn, str(folder / f"{label}{r}"), label]
+                [sys.executable, __file__, "--round", dsn, str(folder / f"{label}{r}")]
                 + (["--quick"] if QUICK else []),
                 env={**os.environ, "PYTHONPATH": src},
                 capture_output=True,
                 text=True,
-                check=True,
             )
+            if child.returncode != 0:
+                raise RuntimeError(f"{label} round {r} failed:\n{child.stderr[-3000:]}")
             measured[label].append(json.loads(child.stdout))
     out: dict[str, Any] = {
         "sessions": SESSIONS,
@@ -329,8 +332,9 @@ def main(dsn: str, before_src: str | None) -> dict[str, Any]:
 if __name__ == "__main__":
     if "--round" in sys.argv:
         at = sys.argv.index("--round")
-        the_dsn, the_folder, the_label = sys.argv[at + 1 : at + 4]
-        print(json.dumps(asyncio.run(one_round(the_dsn, Path(the_folder), the_label))))
+        the_dsn, the_folder = sys.argv[at + 1 : at + 3]
+        tag = Path(the_folder).name  # the version and the round: schema names of its own
+        print(json.dumps(asyncio.run(one_round(the_dsn, Path(the_folder), tag))))
         sys.exit(0)
     before = sys.argv[sys.argv.index("--before") + 1] if "--before" in sys.argv else None
     with cluster() as a_dsn:

@@ -16,8 +16,8 @@ checkout's):
   K times): (Ir(K=10) - Ir(K=1)) / (9 x RUNS), and the same on ``MemoryStore`` (the loop's own
   cost), so the store's share is the difference.
 - ``cpu_us_per_step``: the same PostgreSQL workload without valgrind, user + system CPU of the
-  client per step (``resource.getrusage``), median of rounds: the figure of the target, which
-  other load on the machine does move.
+  client per step (``resource.getrusage``), median of ROUNDS rounds that alternate the
+  versions: the figure of the target, which other load on the machine does move.
 
 Writes ``benchmarks/results/pg_step_cpu.json`` and prints it.
 """
@@ -132,7 +132,7 @@ def child(src: str, *args: str, callgrind: bool) -> tuple[int | None, float]:
     return int(found.group(1)), cpu
 
 
-def measure(dsn: str, src: str) -> dict[str, Any]:
+def instructions(dsn: str, src: str) -> dict[str, Any]:
     def ir(*args: str) -> int:
         n, _ = child(src, *args, callgrind=True)
         assert n is not None
@@ -146,19 +146,19 @@ def measure(dsn: str, src: str) -> dict[str, Any]:
     mem_large = ir("steps", "", "10", str(RUNS))
     per_step_pg = (pg_large - pg_small) / (9 * RUNS)
     per_step_mem = (mem_large - mem_small) / (9 * RUNS)
-    cpu = []
-    for _ in range(ROUNDS):
-        _, small = child(src, "steps", fresh_schema(dsn), "1", str(RUNS), callgrind=False)
-        _, large = child(src, "steps", fresh_schema(dsn), "10", str(RUNS), callgrind=False)
-        cpu.append((large - small) / (9 * RUNS))
     return {
         "instructions_per_append": round((a_large - a_small) / 200),
         "instructions_per_step_postgres": round(per_step_pg),
         "instructions_per_step_memory": round(per_step_mem),
         "instructions_per_step_store_share": round(per_step_pg - per_step_mem),
-        "cpu_us_per_step_postgres": round(statistics.median(cpu) * 1e6, 1),
-        "cpu_us_per_step_postgres_rounds": [round(c * 1e6, 1) for c in cpu],
     }
+
+
+def cpu_per_step(dsn: str, src: str) -> float:
+    """Client CPU seconds per PostgreSQL loop step, K=10 minus K=1 runs (start-up cancels)."""
+    _, small = child(src, "steps", fresh_schema(dsn), "1", str(RUNS), callgrind=False)
+    _, large = child(src, "steps", fresh_schema(dsn), "10", str(RUNS), callgrind=False)
+    return (large - small) / (9 * RUNS)
 
 
 def main() -> None:
@@ -180,7 +180,18 @@ def main() -> None:
         out: dict[str, Any] = {"runs": RUNS, "rounds": ROUNDS, "target_cpu_us_per_step": 700}
         for label, src in versions.items():
             assert src is not None
-            out[label] = measure(dsn, src)
+            out[label] = instructions(dsn, src)
+        # CPU rounds alternate the versions (each goes first in every other round): both see
+        # the same load on the shared machine.
+        cpu: dict[str, list[float]] = {label: [] for label in versions}
+        order = list(versions.items())
+        for r in range(ROUNDS):
+            for label, src in order if r % 2 == 0 else order[::-1]:
+                assert src is not None
+                cpu[label].append(cpu_per_step(dsn, src))
+        for label, rounds in cpu.items():
+            out[label]["cpu_us_per_step_postgres"] = round(statistics.median(rounds) * 1e6, 1)
+            out[label]["cpu_us_per_step_postgres_rounds"] = [round(c * 1e6, 1) for c in rounds]
     if not QUICK:
         RESULTS.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))

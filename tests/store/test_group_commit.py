@@ -208,3 +208,39 @@ async def test_postgres_batch_the_server_refuses_is_retried_member_by_member(
         if "\x00" not in i:
             assert [m.content for m in await store.load_messages(i)] == [i]
     await store.close()
+
+
+async def test_postgres_group_resent_after_a_lost_answer_is_not_written_twice(
+    pg_schema_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection drops after a group's commit reached the server but before its answer:
+    the store re-sends the same group (the same append ids), finds every member done, and
+    nothing is doubled; every caller returns normally."""
+    psycopg = pytest.importorskip("psycopg")
+    import loom.store.postgres as pg
+    from loom.store import pg_sql as q
+    from loom.store.postgres import PostgresStore
+
+    store = PostgresStore(pg_schema_dsn, min_size=1, max_size=4)
+    await store.append("warm", messages=[Message.user("warm")])
+    real = psycopg.AsyncConnection.execute
+    groups = {"n": 0}
+
+    async def execute_then_drop(self: Any, query: Any, *args: Any, **kw: Any) -> Any:
+        result = await real(self, query, *args, **kw)
+        if query == q.APPEND_MANY:
+            groups["n"] += 1
+            if groups["n"] == 1:  # committed (autocommit): lose the answer
+                raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return result
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "execute", execute_then_drop)
+    monkeypatch.setattr(pg, "_LOST_BACKOFF", (0.0, 0.0, 0.0))
+    await asyncio.gather(
+        *(store.append(f"s{i}", messages=[Message.user(f"m{i}")]) for i in range(N))
+    )
+    monkeypatch.undo()
+    assert groups["n"] >= 2  # a group went out, and again after the drop
+    for i in range(N):
+        assert [m.content for m in await store.load_messages(f"s{i}")] == [f"m{i}"]
+    await store.close()

@@ -55,8 +55,9 @@ def test_postgres_migrate_status_and_sessions(pg_url: str) -> None:
         "0004_append_function",
         "0005_approval_events_index",
         "0006_schedule_principals",
+        "0007_append_many",
     ]
-    assert status["schema_version"] == status["known_version"] == 6
+    assert status["schema_version"] == status["known_version"] == 7
 
     # A session, an open run and a held lease, written by a store, show up in the counts.
     import asyncio

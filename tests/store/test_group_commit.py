@@ -244,3 +244,32 @@ async def test_postgres_group_resent_after_a_lost_answer_is_not_written_twice(
     for i in range(N):
         assert [m.content for m in await store.load_messages(f"s{i}")] == [f"m{i}"]
     await store.close()
+
+
+async def test_postgres_an_append_stuck_on_a_row_lock_does_not_hold_up_other_sessions(
+    pg_schema_dsn: str,
+) -> None:
+    """An append waiting for its session's lock row (a takeover's transaction is open) holds
+    one commit slot; the other sessions' appends commit meanwhile, in another slot."""
+    psycopg = pytest.importorskip("psycopg")
+    from loom.store import pg_sql as q
+    from loom.store.postgres import PostgresStore
+
+    store = PostgresStore(pg_schema_dsn, min_size=1, max_size=4)
+    old = await store.acquire_lease("stuck", "r1", 0.05)
+    assert old is not None
+    await asyncio.sleep(0.1)  # expired: a takeover may take it
+    async with await psycopg.AsyncConnection.connect(pg_schema_dsn) as conn:
+        await conn.execute(q.ACQUIRE_LEASE, ("stuck", "r2", "h", 1, 60))  # open, holds the row
+        stuck = asyncio.ensure_future(
+            store.append("stuck", messages=[Message.user("stale")], lease=old)
+        )
+        others = [store.append(f"s{i}", messages=[Message.user(f"m{i}")]) for i in range(N)]
+        await asyncio.wait_for(asyncio.gather(*others), 10)  # while "stuck" still waits
+        assert not stuck.done()
+        await conn.commit()
+    with pytest.raises(LeaseLost, match="r2"):
+        await stuck
+    for i in range(N):
+        assert [m.content for m in await store.load_messages(f"s{i}")] == [f"m{i}"]
+    await store.close()

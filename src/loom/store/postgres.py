@@ -168,11 +168,13 @@ class PostgresStore(PostgresScheduleTables):
         self._guard: asyncio.Task[None] | None = None
         self._host = socket.gethostname()
         self._pid = os.getpid()
-        # Group commit: appends queued while a commit is in flight, and the writer task that
-        # commits them together (``_commit``).
-        self._committing = False
+        # Group commit (``_commit``): appends queued while every commit slot is in flight, the
+        # group commits under way, and how many commits may be in flight at once (a pooled
+        # connection each; the rest of the pool stays for reads).
+        self._slots = max(1, min(4, max_size // 2))
+        self._in_flight = 0
         self._queued: list[_Member] = []
-        self._writer: asyncio.Task[None] | None = None
+        self._batches: set[asyncio.Task[None]] = set()
         self._commit_loop: asyncio.AbstractEventLoop | None = None
 
     def __repr__(self) -> str:
@@ -522,56 +524,60 @@ class PostgresStore(PostgresScheduleTables):
         await self._commit(member)
 
     async def _commit(self, member: _Member) -> None:
-        """Commit ``member`` now when no commit is in flight (no hop to another task), else
-        queue it for the writer task, which commits everything queued meanwhile together."""
+        """Commit ``member`` at once while fewer than ``_slots`` commits are in flight (in the
+        caller's task: no hop), else queue it: when a commit ends, everything queued
+        meanwhile goes out together in the freed slot. Several slots: an append stuck behind a
+        row lock (a takeover of its session in flight) holds up one slot, not every session."""
         await self._get_pool()
         loop = asyncio.get_running_loop()
         if self._commit_loop is not loop:  # an earlier loop ended: its queue ended with it
-            self._commit_loop, self._committing, self._queued = loop, False, []
-        if not self._committing:
-            self._committing = True
+            self._commit_loop, self._in_flight, self._queued = loop, 0, []
+            self._batches = set()
+        if self._in_flight < self._slots and not self._queued:
+            self._in_flight += 1
             try:
                 await self._write_one(member)
             finally:
-                self._committing = False
-                if self._queued:
-                    self._start_writer()
+                self._in_flight -= 1
+                self._send_queued()
             return
-        member.done = asyncio.get_running_loop().create_future()
+        member.done = loop.create_future()
         self._queued.append(member)
+        self._send_queued()
         await member.done
 
-    def _start_writer(self) -> None:
-        self._committing = True
-        self._writer = asyncio.create_task(self._write_queued(), name="loom-pg-writer")
+    def _send_queued(self) -> None:
+        """Start a group commit of everything queued, in each free slot."""
+        while self._queued and self._in_flight < self._slots:
+            batch, self._queued = self._queued, []
+            self._in_flight += 1
+            task = asyncio.create_task(self._write_queued(batch), name="loom-pg-group-commit")
+            self._batches.add(task)  # a reference until it ends
+            task.add_done_callback(self._batches.discard)
 
-    async def _write_queued(self) -> None:
-        """The writer: one group commit after another while appends queue."""
-        batch: list[_Member] = []
+    async def _write_queued(self, batch: list[_Member]) -> None:
+        """One group commit of ``batch`` (members whose callers were cancelled are dropped)."""
         try:
-            while self._queued:
-                batch, self._queued = self._queued, []
-                batch = [m for m in batch if m.done is not None and not m.done.done()]
-                if len(batch) == 1:
-                    await self._settle(batch[0], self._write_one(batch[0]))
-                elif batch:
-                    await self._write_many(batch)
-                batch = []
-        except BaseException as exc:  # cancelled with its loop: nobody is left waiting
-            for m in [*batch, *self._queued]:
+            batch = [m for m in batch if m.done is not None and not m.done.done()]
+            if len(batch) == 1:
+                await self._settle(batch[0], self._write_one(batch[0]))
+            elif batch:
+                await self._write_many(batch)
+        except BaseException as exc:  # cancelled with its loop: answer whoever still waits
+            for m in batch:
                 if m.done is not None and not m.done.done():
                     m.done.set_exception(
                         exc
                         if isinstance(exc, Exception)
                         else StoreError(
-                            "saving a step failed: the store's writer was stopped (its event loop "
-                            "is ending); whether this step was committed is unknown"
+                            "saving a step failed: the store's group commit was stopped (its "
+                            "event loop is ending); whether this step was committed is unknown"
                         )
                     )
-            self._queued = []
             raise
         finally:
-            self._committing = False
+            self._in_flight -= 1
+            self._send_queued()
 
     async def _settle(self, member: _Member, commit: Awaitable[None]) -> None:
         """Run ``commit`` and hand its outcome to ``member``'s waiting caller."""

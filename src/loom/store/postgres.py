@@ -454,9 +454,9 @@ class PostgresStore(PostgresScheduleTables):
         run: RunRecord | None = None,
         lease: Lease | None = None,
     ) -> None:
-        """Commit one step (see ``Store.append``), in a group commit with the steps of other
-        sessions that queue while an earlier commit is in flight: one transaction, one WAL
-        flush for all of them, each member in a subtransaction of its own, so that a member
+        """Commit one step (see ``Store.append``), alone, or in a group commit with the steps
+        of other sessions that queued while every commit slot was in flight: one transaction,
+        one WAL flush for all of them, each member in a subtransaction of its own, so that a member
         whose lease is stale fails alone (``LeaseLost``) while the others commit. This call
         returns once its own rows are committed, or raises and has written nothing."""
         if lease is not None and lease.session_id != session_id:
@@ -616,8 +616,9 @@ class PostgresStore(PostgresScheduleTables):
         (a value the server refuses, say), each member is retried alone, so that only the
         member at fault fails."""
         # One lock order for every batch of every process (advisory locks and lock rows are
-        # taken member by member): two batches never wait on each other in a circle. The sort
-        # is stable, so two appends of one session keep their order.
+        # taken member by member): two batches do not wait on each other in a circle (but for
+        # two sessions whose advisory lock hashes collide: PostgreSQL then breaks the deadlock
+        # and ``_run`` retries). The sort is stable: two appends of one session keep their order.
         batch.sort(key=lambda m: m.session_id)
         params = _Member.batch_params(batch)
 

@@ -169,9 +169,10 @@ class PostgresStore(PostgresScheduleTables):
         self._host = socket.gethostname()
         self._pid = os.getpid()
         # Group commit (``_commit``): appends queued while every commit slot is in flight, the
-        # group commits under way, and how many commits may be in flight at once (a pooled
-        # connection each; the rest of the pool stays for reads).
-        self._slots = max(1, min(4, max_size // 2))
+        # group commits under way, and how many commits may be in flight at once: two (one
+        # group runs on the server while the other waits for its WAL flush; more slots make
+        # smaller groups and more flushes), a pooled connection each; one with a pool of two.
+        self._slots = 2 if max_size > 2 else 1
         self._in_flight = 0
         self._queued: list[_Member] = []
         self._batches: set[asyncio.Task[None]] = set()

@@ -109,7 +109,7 @@ async def postmaster_pid(dsn: str) -> int:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         row = await (await conn.execute("SELECT pg_backend_pid()")).fetchone()
         assert row is not None
-    return parent_pid(int(row[0]))
+        return parent_pid(int(row[0]))  # while the backend is alive
 
 
 def parent_pid(pid: int) -> int:

@@ -155,8 +155,8 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables):
         )
 
     async def _write(self, doing: str, fn: Callable[[sqlite3.Connection], T]) -> T:
-        # Group commit: one transaction for every write this event loop queues on the
-        # database meanwhile, each in a savepoint (``sqlite_db.GroupCommit``).
+        # Inline: one transaction, at once. With the writer thread, a group commit: one
+        # transaction for the writes queued meanwhile, a savepoint each (``GroupCommit``).
         return await self.db.commit_grouped(
             fn, doing=doing, busy_timeout=self.busy_timeout, threaded=self.threaded
         )

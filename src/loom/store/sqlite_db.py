@@ -458,7 +458,12 @@ class GroupCommit:
         self, group: list[_Queued], task: asyncio.Future[list[Outcome]], started: float
     ) -> None:
         if task.cancelled():
-            self._fail(group, StoreError("the writer thread was stopped"), 0.0)
+            stopped = StoreError(
+                f"writing to {self.db.path} failed: the store's writer thread was stopped (the "
+                "store or its event loop is closing); whether this write was committed is "
+                "unknown: read it back before retrying"
+            )
+            self._fail(group, stopped, 0.0)
         elif (exc := task.exception()) is not None:
             self._fail(group, exc, time.monotonic() - started)
         else:

@@ -56,8 +56,9 @@ def test_postgres_migrate_status_and_sessions(pg_url: str) -> None:
         "0005_approval_events_index",
         "0006_schedule_principals",
         "0007_system_messages_index",
+        "0008_append_many",
     ]
-    assert status["schema_version"] == status["known_version"] == 7
+    assert status["schema_version"] == status["known_version"] == 8
 
     # A session, an open run and a held lease, written by a store, show up in the counts.
     import asyncio

@@ -291,6 +291,70 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "0007_system_messages_index",
         ["CREATE INDEX messages_system ON messages (session_id, seq) WHERE role = 'system'"],
     ),
+    (
+        # Group commit (issue #26): the appends of many sessions that queued while the previous
+        # commit was in flight, in one statement and one transaction (one WAL flush for all).
+        # Each member is ``loom_append`` inside its own exception block, a subtransaction: a
+        # member whose lease is stale (LM001) is rolled back alone and reported 'lease'; one
+        # whose id is already recorded (a batch re-sent after a dropped connection) is 'dup';
+        # the others commit. Row arrays of all members are concatenated; ``a_msgs`` / ``a_evs``
+        # / ``a_leds`` hold each member's end offset into them, ``a_usage`` three entries a
+        # member (NULL: no run record).
+        "0008_append_many",
+        [
+            """CREATE FUNCTION loom_append_many(
+                a_session TEXT[], a_id TEXT[], a_now DOUBLE PRECISION[], a_token BIGINT[],
+                a_usage BIGINT[], a_msgs BIGINT[], a_evs BIGINT[], a_leds BIGINT[],
+                m_role TEXT[], m_data TEXT[],
+                e_run TEXT[], e_sequence BIGINT[], e_type TEXT[], e_iteration BIGINT[],
+                e_ts DOUBLE PRECISION[], e_data TEXT[],
+                l_run TEXT[], l_call TEXT[], l_name TEXT[], l_status TEXT[], l_effect TEXT[],
+                l_arguments TEXT[], l_result TEXT[], l_ts DOUBLE PRECISION[],
+                r_run TEXT[], r_status TEXT[], r_input BIGINT[], r_output BIGINT[],
+                r_requests BIGINT[], r_ts DOUBLE PRECISION[], r_data TEXT[]
+            ) RETURNS TEXT[] LANGUAGE plpgsql AS $$
+            DECLARE
+                done TEXT[] := '{}';
+                m0 BIGINT := 0;
+                e0 BIGINT := 0;
+                l0 BIGINT := 0;
+                tbl TEXT;
+            BEGIN
+                FOR i IN 1 .. cardinality(a_session) LOOP
+                    BEGIN
+                        PERFORM loom_append(a_session[i], a_id[i], a_now[i], a_token[i],
+                            CASE WHEN a_usage[3 * i - 2] IS NULL THEN NULL
+                                ELSE a_usage[3 * i - 2 : 3 * i] END,
+                            m_role[m0 + 1 : a_msgs[i]], m_data[m0 + 1 : a_msgs[i]],
+                            e_run[e0 + 1 : a_evs[i]], e_sequence[e0 + 1 : a_evs[i]],
+                            e_type[e0 + 1 : a_evs[i]], e_iteration[e0 + 1 : a_evs[i]],
+                            e_ts[e0 + 1 : a_evs[i]], e_data[e0 + 1 : a_evs[i]],
+                            l_run[l0 + 1 : a_leds[i]], l_call[l0 + 1 : a_leds[i]],
+                            l_name[l0 + 1 : a_leds[i]], l_status[l0 + 1 : a_leds[i]],
+                            l_effect[l0 + 1 : a_leds[i]], l_arguments[l0 + 1 : a_leds[i]],
+                            l_result[l0 + 1 : a_leds[i]], l_ts[l0 + 1 : a_leds[i]],
+                            r_run[i], r_status[i], r_input[i], r_output[i], r_requests[i],
+                            r_ts[i], r_data[i]);
+                        done := array_append(done, 'ok');
+                    EXCEPTION
+                        WHEN SQLSTATE 'LM001' THEN
+                            done := array_append(done, 'lease');
+                        WHEN unique_violation THEN
+                            GET STACKED DIAGNOSTICS tbl = TABLE_NAME;
+                            IF tbl IS DISTINCT FROM 'appends' THEN
+                                RAISE;
+                            END IF;
+                            done := array_append(done, 'dup');
+                    END;
+                    m0 := a_msgs[i];
+                    e0 := a_evs[i];
+                    l0 := a_leds[i];
+                END LOOP;
+                RETURN done;
+            END
+            $$""",
+        ],
+    ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -336,6 +400,16 @@ _APPEND_TYPES = (
     *("text", "text", "int8", "int8", "int8", "float8", "text"),  # run
 )
 APPEND = "SELECT loom_append(" + ", ".join(f"%b::{t}" for t in _APPEND_TYPES) + ")"
+# ``loom_append_many`` (migration 0007): a batch of appends; answers one status a member.
+_APPEND_MANY_TYPES = (
+    *("text[]", "text[]", "float8[]", "int8[]", "int8[]"),  # sessions, ids, nows, tokens, usage
+    *("int8[]", "int8[]", "int8[]"),  # end offsets of each member's messages, events, ledger
+    *_APPEND_TYPES[5:21],  # the row arrays, every member's concatenated
+    *("text[]", "text[]", "int8[]", "int8[]", "int8[]", "float8[]", "text[]"),  # run records
+)
+APPEND_MANY = "SELECT loom_append_many(" + ", ".join(f"%b::{t}" for t in _APPEND_MANY_TYPES) + ")"
+# The lock rows of the sessions whose batch members were fenced (for LeaseLost's message).
+LEASE_ROWS = "SELECT session_id, token, released, run_id FROM locks WHERE session_id = ANY(%s)"
 
 # -- leases -------------------------------------------------------------------------------------
 # One statement: take the row when it is free (released, expired, or this run's), with the

@@ -13,9 +13,12 @@ migrations on first use, under an advisory lock so that processes starting toget
 race. Give Loom its own database, or its own schema (``options=-csearch_path=loom`` in the
 connection string): its tables have plain names (``sessions``, ``messages``, ...).
 
-Durability: every ``append`` is one call of the server-side function ``loom_append``: one
-statement, one transaction, one round trip. With PostgreSQL's default ``synchronous_commit=on``
-a step announced is on disk.
+Durability: an ``append`` is one call of the server-side function ``loom_append``: one
+statement, one transaction, one round trip; or, when other sessions' appends queued while a
+commit was in flight, a member of a group commit (``loom_append_many``: one transaction and one
+WAL flush for all of them, a subtransaction each, so a fenced member fails alone). Either way it
+returns once its own commit is done: with PostgreSQL's default ``synchronous_commit=on`` a step
+announced is on disk.
 
 Leases are safe across hosts: ``acquire_lease`` is one atomic upsert on the session's ``locks``
 row that hands out the next fencing token, and ``append(..., lease=)`` locks that row
@@ -55,6 +58,7 @@ from loom.events import AgentEvent, EventType
 from loom.messages import Message, Usage
 from loom.store import codec
 from loom.store import pg_sql as q
+from loom.store import pg_wire as w
 from loom.store.base import (
     Lease,
     LedgerEntry,
@@ -164,6 +168,15 @@ class PostgresStore(PostgresScheduleTables):
         self._guard: asyncio.Task[None] | None = None
         self._host = socket.gethostname()
         self._pid = os.getpid()
+        # Group commit (``_commit``): appends queued while every commit slot is in flight, the
+        # group commits under way, and how many commits may be in flight at once: two (one
+        # group runs on the server while the other waits for its WAL flush; more slots make
+        # smaller groups and more flushes), a pooled connection each; one with a pool of two.
+        self._slots = 2 if max_size > 2 else 1
+        self._in_flight = 0
+        self._queued: list[_Member] = []
+        self._batches: set[asyncio.Task[None]] = set()
+        self._commit_loop: asyncio.AbstractEventLoop | None = None
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact(self.conninfo)!r})"
@@ -458,64 +471,199 @@ class PostgresStore(PostgresScheduleTables):
         run: RunRecord | None = None,
         lease: Lease | None = None,
     ) -> None:
+        """Commit one step (see ``Store.append``), alone, or in a group commit with the steps
+        of other sessions that queued while every commit slot was in flight: one transaction,
+        one WAL flush for all of them, each member in a subtransaction of its own, so that a member
+        whose lease is stale fails alone (``LeaseLost``) while the others commit. This call
+        returns once its own rows are committed, or raises and has written nothing."""
         if lease is not None and lease.session_id != session_id:
             raise LeaseLost(
                 f"the lease of session {lease.session_id!r} cannot write to session {session_id!r}"
             )
         # Serialise first: a value that cannot be stored raises SerializationError here,
-        # before anything is sent.
+        # before anything is queued; the arrays are encoded once, in the wire's format.
         now = time.time()
-        msg_rows = [(m.role, codec.encode_message(m)) for m in messages]
         ev_rows = [codec.encode_event(e) for e in events]
         led_rows = [codec.encode_ledger(e) for e in ledger]
-        run_row = codec.encode_run(run) if run is not None else None
-        usage = run.usage if run is not None and run.status != "running" else Usage()
-
-        # The append's id, first in its transaction: if a dropped connection leaves us not
-        # knowing whether the commit landed, the retry finds the id taken and stops there.
-        append_id = secrets.token_hex(12)
-        ev_cols: list[list[Any]] = (
-            [list(c) for c in zip(*ev_rows, strict=True)] if ev_rows else [[]] * 6
-        )
-        led_cols: list[list[Any]] = (
-            [list(c) for c in zip(*led_rows, strict=True)] if led_rows else [[]] * 8
-        )
-        params: list[Any] = [
+        try:
+            columns: tuple[w.Column, ...] = (
+                (
+                    w.text_column([m.role for m in messages]),
+                    w.text_column([codec.encode_message(m) for m in messages]),
+                )
+                if messages
+                else _NO_MESSAGES
+            )
+            if ev_rows:
+                columns += (
+                    w.text_column([e.run_id for e in ev_rows]),
+                    w.int_column([e.sequence for e in ev_rows]),
+                    w.text_column([e.type for e in ev_rows]),
+                    w.int_column([e.iteration for e in ev_rows]),
+                    w.float_column([e.timestamp for e in ev_rows]),
+                    w.text_column([e.data for e in ev_rows]),
+                )
+            else:
+                columns += _NO_EVENTS
+            if led_rows:
+                columns += (
+                    w.text_column([e.run_id for e in led_rows]),
+                    w.text_column([e.tool_call_id for e in led_rows]),
+                    w.text_column([e.name for e in led_rows]),
+                    w.text_column([e.status for e in led_rows]),
+                    w.text_column([e.effect for e in led_rows]),
+                    w.text_column([e.arguments for e in led_rows]),
+                    w.text_column([e.result for e in led_rows]),
+                    w.float_column([e.timestamp for e in led_rows]),
+                )
+            else:
+                columns += _NO_LEDGER
+        except UnicodeEncodeError as exc:
+            raise StoreError(
+                f"saving a step failed: a text of session {session_id!r} is not valid Unicode "
+                f"({exc}). Nothing from this step was saved."
+            ) from exc
+        usage = None
+        if run is not None:
+            u = run.usage if run.status != "running" else Usage()
+            usage = (u.input_tokens, u.output_tokens, u.requests)
+        member = _Member(
             session_id,
-            append_id,
+            # The append's id, first in its transaction: if a dropped connection leaves us not
+            # knowing whether the commit landed, the retry finds the id taken and stops there.
+            secrets.token_hex(12),
             now,
-            lease.token if lease is not None else None,  # the fence (None: no lease)
-            [usage.input_tokens, usage.output_tokens, usage.requests] if run is not None else None,
-            [r for r, _ in msg_rows],
-            [d for _, d in msg_rows],
-            *ev_cols,
-            *led_cols,
-            *(run_row if run_row is not None else (None,) * 7),
-        ]
-        # One statement, its own transaction (the connection is in autocommit); it also tells
-        # tailing servers (``pg_notify`` on EVENTS_CHANNEL, delivered only if it commits).
-        # More statements for the same transaction would go after it in ``statements``.
-        statements: list[tuple[str, Sequence[Any]]] = [(q.APPEND, params)]
+            lease,
+            usage,
+            columns,
+            codec.encode_run(run) if run is not None else None,
+        )
+        await self._commit(member)
+
+    async def _commit(self, member: _Member) -> None:
+        """Commit ``member`` at once while fewer than ``_slots`` commits are in flight (in the
+        caller's task: no hop), else queue it: when a commit ends, everything queued
+        meanwhile goes out together in the freed slot. Several slots: an append stuck behind a
+        row lock (a takeover of its session in flight) holds up one slot, not every session."""
+        await self._get_pool()
+        loop = asyncio.get_running_loop()
+        if self._commit_loop is not loop:  # an earlier loop ended: its queue ended with it
+            self._commit_loop, self._in_flight, self._queued = loop, 0, []
+            self._batches = set()
+        if self._in_flight < self._slots and not self._queued:
+            self._in_flight += 1
+            try:
+                await self._write_one(member)
+            finally:
+                self._in_flight -= 1
+                self._send_queued()
+            return
+        member.done = loop.create_future()
+        self._queued.append(member)
+        self._send_queued()
+        await member.done
+
+    def _send_queued(self) -> None:
+        """Start a group commit of everything queued, in each free slot."""
+        while self._queued and self._in_flight < self._slots:
+            batch, self._queued = self._queued, []
+            self._in_flight += 1
+            task = asyncio.create_task(self._write_queued(batch), name="loom-pg-group-commit")
+            self._batches.add(task)  # a reference until it ends
+            task.add_done_callback(self._batches.discard)
+
+    async def _write_queued(self, batch: list[_Member]) -> None:
+        """One group commit of ``batch`` (members whose callers were cancelled are dropped)."""
+        try:
+            batch = [m for m in batch if m.done is not None and not m.done.done()]
+            if len(batch) == 1:
+                await self._settle(batch[0], self._write_one(batch[0]))
+            elif batch:
+                await self._write_many(batch)
+        except BaseException as exc:  # cancelled with its loop: answer whoever still waits
+            for m in batch:
+                if m.done is not None and not m.done.done():
+                    m.done.set_exception(
+                        exc
+                        if isinstance(exc, Exception)
+                        else StoreError(
+                            "saving a step failed: the store's group commit was stopped (its "
+                            "event loop is ending); whether this step was committed is unknown"
+                        )
+                    )
+            raise
+        finally:
+            self._in_flight -= 1
+            self._send_queued()
+
+    async def _settle(self, member: _Member, commit: Awaitable[None]) -> None:
+        """Run ``commit`` and hand its outcome to ``member``'s waiting caller."""
+        try:
+            await commit
+        except Exception as exc:
+            if member.done is not None and not member.done.done():
+                member.done.set_exception(exc)
+            return
+        if member.done is not None and not member.done.done():
+            member.done.set_result(None)
+
+    async def _write_one(self, member: _Member) -> None:
+        """``member`` in a transaction of its own (``loom_append`` in autocommit)."""
+        params = member.params()
+        lease = member.lease
 
         async def write(conn: AsyncConnection[Any]) -> None:
             try:
-                if len(statements) == 1:
-                    await conn.execute(*statements[0], prepare=True)
-                else:  # one pipeline, one transaction: the commit answers for all
-                    async with conn.pipeline(), conn.transaction():
-                        for sql, args in statements:
-                            await conn.execute(sql, args, prepare=True)
+                await conn.execute(q.APPEND, params, prepare=True)
             except pg_errors.UniqueViolation as exc:
                 if exc.diag.table_name == "appends":
                     return  # an earlier attempt of this very append committed
                 raise
             except psycopg.Error as exc:
                 if lease is not None and exc.sqlstate == q.LEASE_LOST_SQLSTATE:
-                    cur = await conn.execute(q.LEASE_ROW, (session_id,))
+                    cur = await conn.execute(q.LEASE_ROW, (member.session_id,))
                     raise lease_lost(lease, await cur.fetchone()) from None
                 raise
 
         await self._run("saving a step", write)
+
+    async def _write_many(self, batch: list[_Member]) -> None:
+        """A group commit: every member of ``batch`` in one transaction (``loom_append_many``),
+        each in a subtransaction; a fenced member fails alone. If the batch as a whole fails
+        (a value the server refuses, say), each member is retried alone, so that only the
+        member at fault fails."""
+        # One lock order for every batch of every process (advisory locks and lock rows are
+        # taken member by member): two batches do not wait on each other in a circle (but for
+        # two sessions whose advisory lock hashes collide: PostgreSQL then breaks the deadlock
+        # and ``_run`` retries). The sort is stable: two appends of one session keep their order.
+        batch.sort(key=lambda m: m.session_id)
+        params = _Member.batch_params(batch)
+
+        async def write(conn: AsyncConnection[Any]) -> tuple[list[str], dict[str, Any]]:
+            cur = await conn.execute(q.APPEND_MANY, params, prepare=True)
+            row = await cur.fetchone()
+            assert row is not None
+            statuses: list[str] = list(row[0])
+            fenced = [m.session_id for m, s in zip(batch, statuses, strict=True) if s == "lease"]
+            rows: dict[str, Any] = {}
+            if fenced:
+                cur = await conn.execute(q.LEASE_ROWS, (fenced,))
+                rows = {r[0]: r[1:] for r in await cur.fetchall()}
+            return statuses, rows
+
+        try:
+            statuses, rows = await self._run("saving steps", write)
+        except StoreError:
+            for m in batch:
+                await self._settle(m, self._write_one(m))
+            return
+        for m, status in zip(batch, statuses, strict=True):
+            if m.done is None or m.done.done():
+                continue
+            if status == "lease" and m.lease is not None:
+                m.done.set_exception(lease_lost(m.lease, rows.get(m.session_id)))
+            else:  # "ok", or "dup": an earlier attempt of this batch committed
+                m.done.set_result(None)
 
     # -- ledger, runs, events -------------------------------------------------------------------
     async def open_tool_calls(self, session_id: str) -> list[LedgerEntry]:
@@ -883,6 +1031,77 @@ class PostgresStore(PostgresScheduleTables):
             _abandon(pool)  # its loop has ended: nothing of it can be awaited any more
         else:
             await pool.close()
+
+
+_ROW_TYPES = (w.TEXT,) * 3 + (w.INT8, w.TEXT, w.INT8, w.FLOAT8) + (w.TEXT,) * 8 + (w.FLOAT8,)
+# The columns of an append without messages, events or ledger rows (most have one of them).
+_NO_MESSAGES = (w.EMPTY_TEXT,) * 2
+_NO_EVENTS = (w.EMPTY_TEXT, w.EMPTY_INT8, w.EMPTY_TEXT, w.EMPTY_INT8, w.EMPTY_FLOAT8, w.EMPTY_TEXT)
+_NO_LEDGER = (w.EMPTY_TEXT,) * 7 + (w.EMPTY_FLOAT8,)
+
+
+class _Member:
+    """One append, encoded and waiting for its commit (alone, or in a group commit)."""
+
+    __slots__ = ("columns", "done", "id", "lease", "now", "run", "session_id", "usage")
+
+    def __init__(
+        self,
+        session_id: str,
+        append_id: str,
+        now: float,
+        lease: Lease | None,
+        usage: tuple[int, int, int] | None,
+        columns: tuple[w.Column, ...],
+        run: codec.RunRow | None,
+    ) -> None:
+        self.session_id = session_id
+        self.id = append_id
+        self.now = now
+        self.lease = lease
+        self.usage = usage
+        self.columns = columns
+        self.run = run
+        self.done: asyncio.Future[None] | None = None  # set when it waits in the queue
+
+    def params(self) -> list[Any]:
+        """The parameters of ``loom_append`` (``pg_sql.APPEND``) for this append alone."""
+        return [
+            self.session_id,
+            self.id,
+            self.now,
+            self.lease.token if self.lease is not None else None,  # the fence (None: no lease)
+            w.int_column(self.usage).array() if self.usage is not None else None,
+            *(c.array() for c in self.columns),
+            *(self.run if self.run is not None else (None,) * 7),
+        ]
+
+    @staticmethod
+    def batch_params(batch: Sequence[_Member]) -> list[Any]:
+        """The parameters of ``loom_append_many`` (``pg_sql.APPEND_MANY``) for ``batch``."""
+        ends: list[list[int]] = [[], [], []]
+        totals = [0, 0, 0]
+        for m in batch:
+            for k, col in enumerate((m.columns[0], m.columns[2], m.columns[8])):
+                totals[k] += col.count
+                ends[k].append(totals[k])
+        runs = [m.run for m in batch]
+        return [
+            w.text_column([m.session_id for m in batch]).array(),
+            w.text_column([m.id for m in batch]).array(),
+            w.float_column([m.now for m in batch]).array(),
+            w.int_column([m.lease.token if m.lease else None for m in batch]).array(),
+            w.int_column([u for m in batch for u in (m.usage or (None, None, None))]).array(),
+            *(w.int_column(e).array() for e in ends),
+            *(w.Column.join([m.columns[k] for m in batch]).array() for k in range(len(_ROW_TYPES))),
+            w.text_column([r.run_id if r else None for r in runs]).array(),
+            w.text_column([r.status if r else None for r in runs]).array(),
+            w.int_column([r.input_tokens if r else None for r in runs]).array(),
+            w.int_column([r.output_tokens if r else None for r in runs]).array(),
+            w.int_column([r.requests if r else None for r in runs]).array(),
+            w.float_column([r.timestamp if r else None for r in runs]).array(),
+            w.text_column([r.data if r else None for r in runs]).array(),
+        ]
 
 
 async def _no_commit_wait(conn: AsyncConnection[Any]) -> None:

@@ -7,7 +7,9 @@ from loom.store import SQLiteStore
 agent = Agent(..., store=SQLiteStore(".loom/loom.db"))
 ```
 
-Durability: every ``append`` is one ``BEGIN IMMEDIATE`` … ``COMMIT`` transaction. With the
+Durability: every ``append`` is one ``BEGIN IMMEDIATE`` … ``COMMIT`` transaction (with
+``threaded=True``, a savepoint in a group commit shared with the writes queued meanwhile; it
+still returns only after the COMMIT that holds its rows). With the
 default ``durability="normal"`` (``PRAGMA synchronous=NORMAL`` in WAL mode) a commit survives the
 process being killed at any instant (SIGKILL, OOM, a crash), and the database stays consistent
 after a power cut, but the last commits before an OS crash or power loss may be lost.
@@ -100,7 +102,8 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables):
             survives power loss; fsync per commit). See the module docstring.
         threaded: Run SQLite calls on one writer thread instead of inline on the event loop.
             Inline is faster per step (no thread hop); a writer thread keeps the loop free
-            while ``durability="full"`` waits for fsync.
+            while ``durability="full"`` waits for fsync, and commits the writes queued
+            meanwhile together (group commit: one fsync for many sessions' steps).
         busy_timeout: Seconds to wait for another process's write lock before ``StoreError``.
 
     Raises:
@@ -152,13 +155,10 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables):
         )
 
     async def _write(self, doing: str, fn: Callable[[sqlite3.Connection], T]) -> T:
-        db = self.db
-        return await run_call(
-            db,
-            lambda: db.transaction(fn),
-            doing=doing,
-            busy_timeout=self.busy_timeout,
-            threaded=self.threaded,
+        # Inline: one transaction, at once. With the writer thread, a group commit: one
+        # transaction for the writes queued meanwhile, a savepoint each (``GroupCommit``).
+        return await self.db.commit_grouped(
+            fn, doing=doing, busy_timeout=self.busy_timeout, threaded=self.threaded
         )
 
     # -- sessions -------------------------------------------------------------------------------

@@ -16,11 +16,12 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from loom.errors import SchemaTooNew, StoreCorrupt, StoreError
 from loom.store import schedule_sql
@@ -239,6 +240,11 @@ class Database:
     lock: threading.RLock = field(default_factory=threading.RLock)
     users: int = 0
     executor: ThreadPoolExecutor | None = None
+    commits: int = 0  # transactions committed through this connection (benchmarks, tests)
+    # One group commit per event loop that writes through this connection (``commit_grouped``).
+    groups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupCommit] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
 
     def set_durability(self, durability: Durability) -> None:
         # Two stores asking for different durability share a connection: the stronger wins.
@@ -261,12 +267,84 @@ class Database:
             try:
                 out = fn(conn)
                 conn.execute("COMMIT")
+                self.commits += 1
             except BaseException:
                 if conn.in_transaction:
                     with contextlib.suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
                 raise
             return out
+
+    def transaction_of_many(
+        self, fns: Sequence[Callable[[sqlite3.Connection], Any]]
+    ) -> list[Outcome]:
+        """Every ``fn`` of ``fns`` in one ``BEGIN IMMEDIATE`` … ``COMMIT``, each inside a
+        savepoint of its own: one that raises is rolled back alone (its outcome is the
+        exception) and the others commit. A failure of the transaction itself (BEGIN or
+        COMMIT) raises and commits none of them."""
+        if len(fns) == 1:  # no savepoint needed
+            try:
+                return [(True, self.transaction(fns[0]))]
+            except sqlite3.OperationalError as exc:
+                if _is_busy(exc):
+                    raise  # the whole batch waits and retries
+                return [(False, exc)]
+            except Exception as exc:
+                return [(False, exc)]
+        outcomes: list[Outcome] = []
+        with self.lock:
+            conn = self.conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for fn in fns:
+                    conn.execute("SAVEPOINT loom_member")
+                    try:
+                        outcomes.append((True, fn(conn)))
+                    except Exception as exc:
+                        conn.execute("ROLLBACK TO loom_member")
+                        outcomes.append((False, exc))
+                    conn.execute("RELEASE loom_member")
+                conn.execute("COMMIT")
+                self.commits += 1
+            except BaseException:
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                raise
+        return outcomes
+
+    async def commit_grouped(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        *,
+        doing: str,
+        busy_timeout: float,
+        threaded: bool,
+    ) -> T:
+        """``fn`` in a transaction; returns once it has committed, or raises ``fn``'s own
+        error (translated) with nothing of ``fn`` written.
+
+        With the writer thread (``threaded``), a group commit: ``fn`` shares one transaction
+        with every other write this event loop queued while the previous one was on the
+        thread (see :class:`GroupCommit`). Inline, ``fn`` commits at once, alone, without
+        leaving the event loop's current step: a caller that emits events before their
+        commit (the journal's non-step events ride with the next step's commit) relies on no
+        other task running before that commit, so inline writes are never deferred to group
+        them.
+        """
+        if not threaded:
+            return await run_call(
+                self,
+                lambda: self.transaction(fn),
+                doing=doing,
+                busy_timeout=busy_timeout,
+                threaded=False,
+            )
+        loop = asyncio.get_running_loop()
+        group = self.groups.get(loop)
+        if group is None:
+            group = self.groups[loop] = GroupCommit(self, loop)
+        return await group.submit(fn, doing, busy_timeout)
 
     def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         with self.lock:
@@ -327,6 +405,97 @@ class Database:
                 if sorted(rows) == [(i + 1, name) for i, (name, _) in enumerate(MIGRATIONS)]:
                     return
         self.transaction(check)
+
+
+Outcome = tuple[bool, Any]
+"""A member's outcome in a group commit: (True, what it returned) or (False, what it raised)."""
+
+
+@dataclass(eq=False, slots=True)
+class _Queued:
+    fn: Callable[[sqlite3.Connection], Any]
+    doing: str
+    done: asyncio.Future[Any]
+
+
+class GroupCommit:
+    """Commits the writes one event loop queues on one database's writer thread together:
+    every write queued while the previous group's transaction ran on the thread goes into the
+    next transaction (one WAL append, and one fsync with ``durability="full"``, for all), each
+    in a savepoint of its own, so that one that fails (a stale lease, a constraint) is rolled
+    back alone while the others commit. A caller's ``await`` returns only after the COMMIT
+    that holds its rows (or raises its own error, its rows not written).
+    """
+
+    def __init__(self, db: Database, loop: asyncio.AbstractEventLoop) -> None:
+        self.db = db
+        self.loop = loop
+        self.queue: list[_Queued] = []
+        self.running = False  # a group is on the writer thread
+        self.busy_timeout = 0.0
+
+    async def submit(
+        self, fn: Callable[[sqlite3.Connection], T], doing: str, busy_timeout: float
+    ) -> T:
+        done: asyncio.Future[T] = self.loop.create_future()
+        self.queue.append(_Queued(fn, doing, done))
+        self.busy_timeout = max(self.busy_timeout, busy_timeout)
+        if not self.running:
+            self._start()
+        return await done
+
+    def _start(self) -> None:
+        group = [q for q in self.queue if not q.done.done()]  # a cancelled caller's is dropped
+        self.queue = []
+        if not group:
+            self.running = False
+            return
+        self.running = True
+        fns = [q.fn for q in group]
+        started = time.monotonic()
+        task = self.loop.run_in_executor(
+            self.db.thread(),
+            _retry_sync,
+            lambda: self.db.transaction_of_many(fns),
+            self.busy_timeout,
+        )
+        task.add_done_callback(lambda t: self._settle(group, t, started))
+
+    def _settle(
+        self, group: list[_Queued], task: asyncio.Future[list[Outcome]], started: float
+    ) -> None:
+        if task.cancelled():
+            stopped = StoreError(
+                f"writing to {self.db.path} failed: the store's writer thread was stopped (the "
+                "store or its event loop is closing); whether this write was committed is "
+                "unknown: read it back before retrying"
+            )
+            self._fail(group, stopped, 0.0)
+        elif (exc := task.exception()) is not None:
+            self._fail(group, exc, time.monotonic() - started)
+        else:
+            for q, (ok, value) in zip(group, task.result(), strict=True):
+                if q.done.done():
+                    continue
+                if ok:
+                    q.done.set_result(value)
+                else:
+                    q.done.set_exception(self._typed(value, q.doing, 0.0))
+        self._start()  # what queued meanwhile
+
+    def _fail(self, group: list[_Queued], exc: BaseException, waited: float) -> None:
+        for q in group:
+            if not q.done.done():
+                q.done.set_exception(self._typed(exc, q.doing, waited))
+
+    def _typed(self, exc: BaseException, doing: str, waited: float) -> BaseException:
+        if isinstance(exc, sqlite3.Error):
+            typed = translate(exc, self.db.path, doing, waited)
+            typed.__cause__ = exc
+            return typed
+        if not isinstance(exc, Exception):
+            return StoreError(f"{doing} failed: {type(exc).__name__}; nothing was saved")
+        return exc
 
 
 _databases: dict[str, Database] = {}
@@ -431,6 +600,8 @@ __all__ = [
     "SCHEMA_VERSION",
     "Database",
     "Durability",
+    "GroupCommit",
+    "Outcome",
     "Owner",
     "open_database",
     "release_database",

@@ -47,6 +47,7 @@ __all__ = [
     "PARENT_KEY",
     "EventRow",
     "LedgerRow",
+    "PackedCommit",
     "RunRow",
     "decode_error",
     "decode_event",
@@ -61,7 +62,9 @@ __all__ = [
     "encode_message",
     "encode_run",
     "encode_value",
+    "pack_commit",
     "scrub_text",
+    "unpack_ledger",
 ]
 
 #: The deepest nesting a stored value may have. The JSON parser that reads values back (jiter,
@@ -310,6 +313,9 @@ class PackedEvents(NamedTuple):
 
     heads: list[tuple[Any, type[AgentEvent], str, int, int, float, str | None]]
     payloads: bytes
+    #: None: ``payloads`` is the list of rows; an int: it is ``payloads[at]``
+    #: (:class:`PackedCommit`'s blob).
+    at: int | None = None
 
 
 def pack_events(events: Sequence[AgentEvent]) -> PackedEvents | None:
@@ -351,6 +357,8 @@ def unpack_events(session_id: str, packed: PackedEvents, run_id: str | None) -> 
             continue
         if values is None:
             values = from_json(packed.payloads)
+            if packed.at is not None:
+                values = values[packed.at]
         fields_, keys = cls.PAYLOAD, cls.KEYS
         row = values[i]
         data = {keys.get(n, n): row[j] for j, n in enumerate(fields_)}
@@ -368,6 +376,88 @@ def unpack_events(session_id: str, packed: PackedEvents, run_id: str | None) -> 
             )
         )
     return out
+
+
+class PackedCommit(NamedTuple):
+    """One commit's events and ledger values, encoded with one ``to_json`` call
+    (``MemoryStore``'s form; SQLite keeps each row's JSON in its own column).
+
+    ``events`` is the commit's :class:`PackedEvents` heads (payloads in ``blob[0]``);
+    ``ledger`` each entry's plain columns (run id, call id, name, status, effect, timestamp),
+    its arguments in ``blob[1][i][0]`` and its result in ``blob[1][i][1]``. Reading any of it
+    back parses ``blob``: what is read is what SQLite's columns read back.
+    """
+
+    events: PackedEvents | None
+    ledger: list[tuple[str, str, str, str, str, float]]
+    blob: bytes
+
+
+def pack_commit(events: Sequence[AgentEvent], ledger: Sequence[LedgerEntry]) -> PackedCommit | None:
+    """``events`` and ``ledger`` encoded at once, or None when something needs the careful
+    per-row path (:func:`encode_event`, :func:`encode_ledger`: text with surrogates, a value
+    without a JSON form, very deep nesting), which scrubs what it can and raises the same
+    ``SerializationError`` as on SQLite."""
+    heads = []
+    rows = []
+    for ev in events:
+        if not ev.run_id.isascii() or not (ev.parent_run_id or "").isascii():
+            return None
+        heads.append(
+            (
+                ev.type,
+                type(ev),
+                ev.run_id,
+                ev.sequence,
+                ev.iteration,
+                ev.timestamp,
+                ev.parent_run_id,
+            )
+        )
+        rows.append(type(ev).ROW(ev))
+    cols = []
+    values = []
+    for entry in ledger:
+        if not (entry.run_id + entry.tool_call_id + entry.name).isascii():
+            return None
+        cols.append(
+            (
+                entry.run_id,
+                entry.tool_call_id,
+                entry.name,
+                entry.status,
+                entry.effect,
+                entry.timestamp.timestamp(),
+            )
+        )
+        result = entry.result
+        # A model's own JSON form would make NaN null (see encode_value): its Python form.
+        values.append((entry.arguments, None if result is None else result.model_dump()))
+    try:
+        text = to_json((rows, values), inf_nan_mode="constants")
+    except (ValueError, RecursionError):  # PydanticSerializationError too
+        return None
+    if len(text) >= 2 * MAX_DEPTH and text.count(b"[") + text.count(b"{") >= MAX_DEPTH:
+        return None  # maybe too deep to read back: let the careful path decide
+    packed = PackedEvents(heads, text, 0) if heads else None
+    return PackedCommit(packed, cols, text)
+
+
+def unpack_ledger(session_id: str, packed: PackedCommit, index: int) -> LedgerEntry:
+    """The ``index``-th ledger entry of :func:`pack_commit`."""
+    run_id, call_id, name, status, effect, ts = packed.ledger[index]
+    arguments, result = from_json(packed.blob)[1][index]
+    return LedgerEntry(
+        run_id=run_id,
+        session_id=session_id,
+        tool_call_id=call_id,
+        name=name,
+        status=status,  # type: ignore[arg-type]
+        arguments=arguments,
+        effect=effect,  # type: ignore[arg-type]
+        result=ToolResult.model_validate(result) if result is not None else None,
+        timestamp=datetime.fromtimestamp(ts, UTC),
+    )
 
 
 # -- ledger -----------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from loom.text import representable
 if TYPE_CHECKING:
     from loom.store.base import Lease, Store
 
-__all__ = ["STEP_TYPES", "Journal", "clean", "transcript"]
+__all__ = ["PROGRESS_TYPES", "STEP_TYPES", "Journal", "clean", "transcript"]
 
 Ev = TypeVar("Ev", bound=AgentEvent)
 
@@ -73,6 +73,28 @@ STEP_TYPES: frozenset[EventType] = frozenset(
 steps of a run. Every other type (``ITERATION_START``, ``CONTEXT_*``, ``STATE_CHANGE``,
 ``LLM_START``, ``RECURSION``, ``WARNING``, …) is announced as it happens and journaled with the
 next step, so a crash can lose it; deltas are never journaled."""
+
+
+PROGRESS_TYPES: frozenset[EventType] = frozenset(
+    {
+        EventType.ITERATION_START,
+        EventType.STATE_CHANGE,
+        EventType.CONTEXT_ASSEMBLY_START,
+        EventType.CONTEXT_COMPONENT_INCLUDED,
+        EventType.CONTEXT_COMPONENT_EXCLUDED,
+        EventType.CONTEXT_COMPONENT_TRUNCATED,
+        EventType.CONTEXT_ASSEMBLY_COMPLETE,
+        EventType.RECURSION,
+        EventType.LLM_DELTA,
+        EventType.OUTPUT_PARTIAL,
+    }
+)
+"""Progress notices: events that only report where a run is (its state, iteration, context
+assembly), which nothing reads back from the journal and no step depends on. A run someone
+watches live (a stream, an observer) announces them and journals them with the next step
+(deltas never); a run nobody watches (``Runtime.run``, ``Agent.run`` without observers) does
+not build them at all (``Journal.notices``): a tool step then stores its five steps and the
+notices that are not progress (``LLM_START``, ``LLM_TOOL_CALLS``, guardrail decisions, ...)."""
 
 
 def transcript(events: Iterable[AgentEvent]) -> list[Message]:
@@ -155,6 +177,7 @@ class Journal:
         "history",
         "iteration",
         "lease",
+        "notices",
         "observers",
         "parent_run_id",
         "pending",
@@ -194,6 +217,9 @@ class Journal:
         self.emit: Callable[[AgentEvent], None] = _discard
         self.observers = tuple(observers)
         self.warnings: list[str] = []
+        # Whether progress notices (``PROGRESS_TYPES``) are built: the turn turns it off in a
+        # run nobody watches live (no stream, no observer), where nobody could see them.
+        self.notices = True
 
     def event(self, cls: type[Ev], **payload: Any) -> Ev:
         """A new event of this run, numbered next."""
@@ -225,6 +251,12 @@ class Journal:
     def announce(self, cls: type[AgentEvent], **payload: Any) -> None:
         """Emit an event that is not a step (journaled with the next commit; deltas never)."""
         self.send(self.event(cls, **payload))
+
+    def notice(self, cls: type[AgentEvent], **payload: Any) -> None:
+        """Announce a progress notice (a ``PROGRESS_TYPES`` event), unless nobody watches
+        this run live (``notices`` off): then it is neither built, numbered nor journaled."""
+        if self.notices:
+            self.send(self.event(cls, **payload))
 
     def send(self, ev: AgentEvent) -> None:
         """Emit a numbered event that is not a step (journaled with the next commit)."""

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from loom import Agent, tool
+from loom.engine.journal import PROGRESS_TYPES
 from loom.engine.runtime import Runtime
 from loom.errors import StoreError
 from loom.events import AgentEvent, EventType
@@ -213,3 +214,38 @@ def test_a_sigkill_before_a_held_result_is_committed_loses_only_what_nobody_saw(
     asked = [c.id for m in stored for c in m.tool_calls]
     answered = [m.tool_call_id for m in stored if m.role == "tool"]
     assert sorted(asked) == sorted(answered) and len(set(answered)) == len(answered)
+
+
+async def test_a_quiet_run_builds_no_progress_notices() -> None:
+    """Nobody watches a ``Runtime.run``: its state changes, iteration, context and recursion
+    notices are neither built nor journaled; a tool step stores its steps and the notices
+    that are not progress (``LLM_START``, ``LLM_TOOL_CALLS``) only."""
+    store = CountingStore()
+    result = await Runtime(store).run(_agent("pure"), "go", session_id="s")
+    assert result.output == "done"
+    stored = await store.load_events("s")
+    assert not [e.type for e in stored if e.type in PROGRESS_TYPES]
+    per_step = [s for s in store.appends[2 : 2 + STEPS]]
+    for step in per_step[1:]:  # the previous call's result, then this step's answer and call
+        assert sorted(step) == sorted(
+            [
+                E.TOOL_RESULT,
+                E.LLM_START,
+                E.LLM_TOOL_CALLS,
+                E.LLM_COMPLETE,
+                E.TOOL_EXECUTION_START,
+            ]
+        )
+    # numbered without gaps: no number went to a notice nobody saw
+    assert [e.sequence for e in stored] == list(range(len(stored)))
+
+
+async def test_a_watched_run_still_announces_and_journals_its_progress_notices() -> None:
+    store = CountingStore()
+    seen: list[AgentEvent] = []
+    await Runtime(store, observers=[seen.append]).run(_agent("pure"), "go", session_id="s")
+    shown = {e.type for e in seen if e.type in PROGRESS_TYPES}
+    assert {E.STATE_CHANGE, E.ITERATION_START, E.RECURSION, E.CONTEXT_ASSEMBLY_START} <= shown
+    stored = await store.load_events("s")
+    journaled = [e for e in seen if e.type not in (E.LLM_DELTA, E.OUTPUT_PARTIAL)]
+    assert stored == journaled  # everything it showed is in the journal, in order

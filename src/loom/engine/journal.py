@@ -6,7 +6,9 @@ step (events, the messages those events put into the transcript, ledger rows, ru
 in one ``Store.append`` under the session's lease, and only then emits the events: persist
 before you announce. Events that are not steps (``ITERATION_START``, ``STATE_CHANGE``, …) are
 emitted at once and journaled with the next commit; ``LLM_DELTA`` and ``OUTPUT_PARTIAL`` are
-never journaled (the ``LLM_COMPLETE`` that follows carries the whole answer). :data:`STEP_TYPES`
+never journaled (the ``LLM_COMPLETE`` that follows carries the whole answer), and in a run
+nobody watches live the progress notices (:data:`PROGRESS_TYPES`) are not even built
+(``Journal.notices``). :data:`STEP_TYPES`
 names the types that are only ever emitted after their commit: a stream that lets a client
 resume by event id gives ids to those alone, so every id a client received is in the journal
 after a crash. A step may be held

@@ -2,7 +2,11 @@
 
 It keeps what ``SQLiteStore`` keeps, encoded by the same ``loom.store.codec`` (JSON text),
 and decodes it on every read: a value that cannot be stored fails here exactly as it fails
-on SQLite, and what a test reads back is what production reads back.
+on SQLite, and what a test reads back is what production reads back. A commit is encoded
+with two ``to_json`` calls (its messages as one JSON array, its events' payloads and ledger
+values as another) instead of one per row; a value that call refuses (or text with lone
+surrogates, or a very deep value) takes the codec's per-row path, which scrubs or refuses it
+exactly as SQLite does.
 """
 
 from __future__ import annotations

@@ -38,8 +38,8 @@ from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from loom.errors import SerializationError
 from loom.events import AgentEvent, EventType, make_event
-from loom.messages import Message, ToolResult, Usage
-from loom.store.base import LedgerEntry, RunRecord, SessionInfo, StoredError
+from loom.messages import Effect, Message, ToolResult, Usage
+from loom.store.base import LedgerEntry, LedgerStatus, RunRecord, SessionInfo, StoredError
 
 __all__ = [
     "ERROR_COLS",
@@ -389,7 +389,7 @@ class PackedCommit(NamedTuple):
     """
 
     events: PackedEvents | None
-    ledger: list[tuple[str, str, str, str, str, float]]
+    ledger: list[tuple[str, str, str, LedgerStatus, Effect, float]]
     blob: bytes
 
 
@@ -452,9 +452,9 @@ def unpack_ledger(session_id: str, packed: PackedCommit, index: int) -> LedgerEn
         session_id=session_id,
         tool_call_id=call_id,
         name=name,
-        status=status,  # type: ignore[arg-type]
+        status=status,
         arguments=arguments,
-        effect=effect,  # type: ignore[arg-type]
+        effect=effect,
         result=ToolResult.model_validate(result) if result is not None else None,
         timestamp=datetime.fromtimestamp(ts, UTC),
     )

@@ -231,7 +231,6 @@ async def test_a_quiet_run_builds_no_progress_notices() -> None:
             [
                 E.TOOL_RESULT,
                 E.LLM_START,
-                E.LLM_TOOL_CALLS,
                 E.LLM_COMPLETE,
                 E.TOOL_EXECUTION_START,
             ]
@@ -245,7 +244,13 @@ async def test_a_watched_run_still_announces_and_journals_its_progress_notices()
     seen: list[AgentEvent] = []
     await Runtime(store, observers=[seen.append]).run(_agent("pure"), "go", session_id="s")
     shown = {e.type for e in seen if e.type in PROGRESS_TYPES}
-    assert {E.STATE_CHANGE, E.ITERATION_START, E.RECURSION, E.CONTEXT_ASSEMBLY_START} <= shown
+    assert {
+        E.STATE_CHANGE,
+        E.ITERATION_START,
+        E.RECURSION,
+        E.CONTEXT_ASSEMBLY_START,
+        E.LLM_TOOL_CALLS,
+    } <= shown
     stored = await store.load_events("s")
     journaled = [e for e in seen if e.type not in (E.LLM_DELTA, E.OUTPUT_PARTIAL)]
     assert stored == journaled  # everything it showed is in the journal, in order

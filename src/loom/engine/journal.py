@@ -87,16 +87,19 @@ PROGRESS_TYPES: frozenset[EventType] = frozenset(
         EventType.CONTEXT_COMPONENT_TRUNCATED,
         EventType.CONTEXT_ASSEMBLY_COMPLETE,
         EventType.RECURSION,
+        EventType.LLM_TOOL_CALLS,
         EventType.LLM_DELTA,
         EventType.OUTPUT_PARTIAL,
     }
 )
 """Progress notices: events that only report where a run is (its state, iteration, context
-assembly), which nothing reads back from the journal and no step depends on. A run someone
-watches live (a stream, an observer) announces them and journals them with the next step
-(deltas never); a run nobody watches (``Runtime.run``, ``Agent.run`` without observers) does
-not build them at all (``Journal.notices``): a tool step then stores its five steps and the
-notices that are not progress (``LLM_START``, ``LLM_TOOL_CALLS``, guardrail decisions, ...)."""
+assembly, the calls the answer being committed asks for, which its ``LLM_COMPLETE`` carries
+too), which nothing reads back from the journal and no step depends on. A run someone watches
+live (a stream, an observer) announces them and journals them with the next step (deltas
+never); a run nobody watches (``Runtime.run``, ``Agent.run`` without observers) does not build
+them at all (``Journal.notices``): a tool step then stores its steps (``LLM_COMPLETE``,
+``TOOL_EXECUTION_START``, ``TOOL_RESULT``) and the notices that are not progress
+(``LLM_START``, guardrail decisions, warnings, ...)."""
 
 
 def transcript(events: Iterable[AgentEvent]) -> list[Message]:

@@ -519,7 +519,7 @@ class Turn:
             final = redacted.value
         calls = [c.model_dump() for c in final.tool_calls]
         if calls:
-            j.announce(ev.LlmToolCalls, tool_calls=calls)
+            j.notice(ev.LlmToolCalls, tool_calls=calls)
         # Held into the calls' "started" commit (one fsync, not two) unless a user hook runs in
         # between (the permission check reads no transcript; what it decides is a commit).
         hold = bool(calls) and not any(

@@ -142,12 +142,13 @@ class MemoryStore:
         data = self._sessions.get(session_id)
         if data is None or start >= data.message_count:
             return []
-        skip, parts = start, []
-        for count, text in data.messages:
-            if skip >= count:
-                skip -= count
-                continue
-            parts.append(text[1:-1])
+        skip, first = start, 0  # messages to drop from the chunk ``first``, where reading starts
+        for count, _ in data.messages:
+            if skip < count:
+                break
+            skip -= count
+            first += 1
+        parts = [text[1:-1] for _, text in data.messages[first:]]
         return _MESSAGES.validate_json("[" + ",".join(parts) + "]")[skip:]
 
     async def message_count(self, session_id: str) -> int:

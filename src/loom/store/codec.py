@@ -303,7 +303,8 @@ def decode_event(session_id: str, row: Sequence[Any]) -> AgentEvent:
 
 
 class PackedEvents(NamedTuple):
-    """A commit's events, encoded with one ``to_json`` call (``MemoryStore``'s form).
+    """A commit's events, encoded with one ``to_json`` call (``MemoryStore``'s form, made by
+    :func:`pack_commit`).
 
     ``heads`` keeps each event's envelope (class, run id, sequence, iteration, timestamp,
     parent run id: immutable); ``payloads`` is the JSON of each event's payload fields and
@@ -318,38 +319,8 @@ class PackedEvents(NamedTuple):
     at: int | None = None
 
 
-def pack_events(events: Sequence[AgentEvent]) -> PackedEvents | None:
-    """``events`` encoded at once, or None when one needs :func:`encode_event`'s careful path
-    (text with surrogates, a value without a JSON form, very deep nesting): that path then
-    scrubs what it can and raises the same ``SerializationError`` as on SQLite."""
-    heads = []
-    payload = []
-    for ev in events:
-        if not ev.run_id.isascii() or not (ev.parent_run_id or "").isascii():
-            return None
-        heads.append(
-            (
-                ev.type,
-                type(ev),
-                ev.run_id,
-                ev.sequence,
-                ev.iteration,
-                ev.timestamp,
-                ev.parent_run_id,
-            )
-        )
-        payload.append(type(ev).ROW(ev))
-    try:
-        text = to_json(payload, inf_nan_mode="constants")
-    except (ValueError, RecursionError):  # PydanticSerializationError too
-        return None
-    if len(text) >= 2 * MAX_DEPTH and text.count(b"[") + text.count(b"{") >= MAX_DEPTH:
-        return None  # maybe too deep to read back: let encode_event decide
-    return PackedEvents(heads, text)
-
-
 def unpack_events(session_id: str, packed: PackedEvents, run_id: str | None) -> list[AgentEvent]:
-    """The events of :func:`pack_events` (those of ``run_id`` only, unless None)."""
+    """The events of :func:`pack_commit` (those of ``run_id`` only, unless None)."""
     out: list[AgentEvent] = []
     values = None
     for i, (kind, cls, rid, sequence, iteration, timestamp, parent) in enumerate(packed.heads):

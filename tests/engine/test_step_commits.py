@@ -15,6 +15,7 @@ import pytest
 
 from loom import Agent, tool
 from loom.engine.journal import PROGRESS_TYPES
+from loom.engine.run_inputs import RunOptions
 from loom.engine.runtime import Runtime
 from loom.errors import StoreError
 from loom.events import AgentEvent, EventType
@@ -254,3 +255,13 @@ async def test_a_watched_run_still_announces_and_journals_its_progress_notices()
     stored = await store.load_events("s")
     journaled = [e for e in seen if e.type not in (E.LLM_DELTA, E.OUTPUT_PARTIAL)]
     assert stored == journaled  # everything it showed is in the journal, in order
+
+
+async def test_a_run_followed_through_the_store_journals_its_progress_notices() -> None:
+    """A queued worker's run has no live watcher, but the server streams it from the
+    journal: ``RunOptions(journal_progress=True)`` keeps its progress notices."""
+    store = CountingStore()
+    options = RunOptions(journal_progress=True)
+    await Runtime(store).run(_agent("pure"), "go", session_id="s", options=options)
+    stored = {e.type for e in await store.load_events("s")}
+    assert {E.STATE_CHANGE, E.ITERATION_START, E.RECURSION, E.LLM_TOOL_CALLS} <= stored

@@ -100,6 +100,27 @@ def _encode_messages(messages: Sequence[Message]) -> str:
     return text.decode()
 
 
+def _decode_range(data: _SessionData, start: int, stop: int | None) -> list[Message]:
+    """Messages ``start`` to ``stop`` (None: the last) of a session, decoding only the commits
+    that hold them (a commit's messages are one JSON array)."""
+    end = data.message_count if stop is None else min(stop, data.message_count)
+    if start >= end:
+        return []
+    skip, first = start, 0  # messages to drop from the chunk ``first``, where reading starts
+    for count, _ in data.messages:
+        if skip < count:
+            break
+        skip -= count
+        first += 1
+    parts, held = [], -skip
+    for count, text in data.messages[first:]:
+        parts.append(text[1:-1])
+        held += count
+        if held >= end - start:
+            break
+    return _MESSAGES.validate_json("[" + ",".join(parts) + "]")[skip : skip + end - start]
+
+
 def _decode_ledger(session_id: str, row: _Ledger) -> LedgerEntry:
     if isinstance(row, codec.LedgerRow):
         return codec.decode_ledger(session_id, row)
@@ -140,16 +161,7 @@ class MemoryStore:
         if start < 0:
             raise InputError(f"load_messages: start must be >= 0, got {start}")
         data = self._sessions.get(session_id)
-        if data is None or start >= data.message_count:
-            return []
-        skip, first = start, 0  # messages to drop from the chunk ``first``, where reading starts
-        for count, _ in data.messages:
-            if skip < count:
-                break
-            skip -= count
-            first += 1
-        parts = [text[1:-1] for _, text in data.messages[first:]]
-        return _MESSAGES.validate_json("[" + ",".join(parts) + "]")[skip:]
+        return _decode_range(data, start, None) if data else []
 
     async def message_count(self, session_id: str) -> int:
         data = self._sessions.get(session_id)

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from loom import Agent, tool
+from loom.engine.journal import PROGRESS_TYPES
+from loom.engine.run_inputs import RunOptions
 from loom.engine.runtime import Runtime
 from loom.errors import StoreError
 from loom.events import AgentEvent, EventType
@@ -213,3 +215,53 @@ def test_a_sigkill_before_a_held_result_is_committed_loses_only_what_nobody_saw(
     asked = [c.id for m in stored for c in m.tool_calls]
     answered = [m.tool_call_id for m in stored if m.role == "tool"]
     assert sorted(asked) == sorted(answered) and len(set(answered)) == len(answered)
+
+
+async def test_a_quiet_run_builds_no_progress_notices() -> None:
+    """Nobody watches a ``Runtime.run``: its state changes, iteration, context and recursion
+    notices are neither built nor journaled; a tool step stores its steps and the notices
+    that are not progress (``LLM_START``, ``LLM_TOOL_CALLS``) only."""
+    store = CountingStore()
+    result = await Runtime(store).run(_agent("pure"), "go", session_id="s")
+    assert result.output == "done"
+    stored = await store.load_events("s")
+    assert not [e.type for e in stored if e.type in PROGRESS_TYPES]
+    per_step = [s for s in store.appends[2 : 2 + STEPS]]
+    for step in per_step[1:]:  # the previous call's result, then this step's answer and call
+        assert sorted(step) == sorted(
+            [
+                E.TOOL_RESULT,
+                E.LLM_START,
+                E.LLM_COMPLETE,
+                E.TOOL_EXECUTION_START,
+            ]
+        )
+    # numbered without gaps: no number went to a notice nobody saw
+    assert [e.sequence for e in stored] == list(range(len(stored)))
+
+
+async def test_a_watched_run_still_announces_and_journals_its_progress_notices() -> None:
+    store = CountingStore()
+    seen: list[AgentEvent] = []
+    await Runtime(store, observers=[seen.append]).run(_agent("pure"), "go", session_id="s")
+    shown = {e.type for e in seen if e.type in PROGRESS_TYPES}
+    assert {
+        E.STATE_CHANGE,
+        E.ITERATION_START,
+        E.RECURSION,
+        E.CONTEXT_ASSEMBLY_START,
+        E.LLM_TOOL_CALLS,
+    } <= shown
+    stored = await store.load_events("s")
+    journaled = [e for e in seen if e.type not in (E.LLM_DELTA, E.OUTPUT_PARTIAL)]
+    assert stored == journaled  # everything it showed is in the journal, in order
+
+
+async def test_a_run_followed_through_the_store_journals_its_progress_notices() -> None:
+    """A queued worker's run has no live watcher, but the server streams it from the
+    journal: ``RunOptions(journal_progress=True)`` keeps its progress notices."""
+    store = CountingStore()
+    options = RunOptions(journal_progress=True)
+    await Runtime(store).run(_agent("pure"), "go", session_id="s", options=options)
+    stored = {e.type for e in await store.load_events("s")}
+    assert {E.STATE_CHANGE, E.ITERATION_START, E.RECURSION, E.LLM_TOOL_CALLS} <= stored

@@ -6,7 +6,9 @@ step (events, the messages those events put into the transcript, ledger rows, ru
 in one ``Store.append`` under the session's lease, and only then emits the events: persist
 before you announce. Events that are not steps (``ITERATION_START``, ``STATE_CHANGE``, …) are
 emitted at once and journaled with the next commit; ``LLM_DELTA`` and ``OUTPUT_PARTIAL`` are
-never journaled (the ``LLM_COMPLETE`` that follows carries the whole answer). :data:`STEP_TYPES`
+never journaled (the ``LLM_COMPLETE`` that follows carries the whole answer), and in a run
+nobody watches live the progress notices (:data:`PROGRESS_TYPES`) are not even built
+(``Journal.notices``). :data:`STEP_TYPES`
 names the types that are only ever emitted after their commit: a stream that lets a client
 resume by event id gives ids to those alone, so every id a client received is in the journal
 after a crash. A step may be held
@@ -43,7 +45,7 @@ from loom.text import representable
 if TYPE_CHECKING:
     from loom.store.base import Lease, Store
 
-__all__ = ["STEP_TYPES", "Journal", "clean", "transcript"]
+__all__ = ["PROGRESS_TYPES", "STEP_TYPES", "Journal", "clean", "transcript"]
 
 Ev = TypeVar("Ev", bound=AgentEvent)
 
@@ -73,6 +75,31 @@ STEP_TYPES: frozenset[EventType] = frozenset(
 steps of a run. Every other type (``ITERATION_START``, ``CONTEXT_*``, ``STATE_CHANGE``,
 ``LLM_START``, ``RECURSION``, ``WARNING``, …) is announced as it happens and journaled with the
 next step, so a crash can lose it; deltas are never journaled."""
+
+
+PROGRESS_TYPES: frozenset[EventType] = frozenset(
+    {
+        EventType.ITERATION_START,
+        EventType.STATE_CHANGE,
+        EventType.CONTEXT_ASSEMBLY_START,
+        EventType.CONTEXT_COMPONENT_INCLUDED,
+        EventType.CONTEXT_COMPONENT_EXCLUDED,
+        EventType.CONTEXT_COMPONENT_TRUNCATED,
+        EventType.CONTEXT_ASSEMBLY_COMPLETE,
+        EventType.RECURSION,
+        EventType.LLM_TOOL_CALLS,
+        EventType.LLM_DELTA,
+        EventType.OUTPUT_PARTIAL,
+    }
+)
+"""Progress notices: events that only report where a run is (its state, iteration, context
+assembly, the calls the answer being committed asks for, which its ``LLM_COMPLETE`` carries
+too), which nothing reads back from the journal and no step depends on. A run someone watches
+live (a stream, an observer) announces them and journals them with the next step (deltas
+never); a run nobody watches (``Runtime.run``, ``Agent.run`` without observers) does not build
+them at all (``Journal.notices``): a tool step then stores its steps (``LLM_COMPLETE``,
+``TOOL_EXECUTION_START``, ``TOOL_RESULT``) and the notices that are not progress
+(``LLM_START``, guardrail decisions, warnings, ...)."""
 
 
 def transcript(events: Iterable[AgentEvent]) -> list[Message]:
@@ -155,6 +182,7 @@ class Journal:
         "history",
         "iteration",
         "lease",
+        "notices",
         "observers",
         "parent_run_id",
         "pending",
@@ -194,6 +222,9 @@ class Journal:
         self.emit: Callable[[AgentEvent], None] = _discard
         self.observers = tuple(observers)
         self.warnings: list[str] = []
+        # Whether progress notices (``PROGRESS_TYPES``) are built: the turn turns it off in a
+        # run nobody watches live (no stream, no observer), where nobody could see them.
+        self.notices = True
 
     def event(self, cls: type[Ev], **payload: Any) -> Ev:
         """A new event of this run, numbered next."""
@@ -225,6 +256,12 @@ class Journal:
     def announce(self, cls: type[AgentEvent], **payload: Any) -> None:
         """Emit an event that is not a step (journaled with the next commit; deltas never)."""
         self.send(self.event(cls, **payload))
+
+    def notice(self, cls: type[AgentEvent], **payload: Any) -> None:
+        """Announce a progress notice (a ``PROGRESS_TYPES`` event), unless nobody watches
+        this run live (``notices`` off): then it is neither built, numbered nor journaled."""
+        if self.notices:
+            self.send(self.event(cls, **payload))
 
     def send(self, ev: AgentEvent) -> None:
         """Emit a numbered event that is not a step (journaled with the next commit)."""

@@ -25,7 +25,7 @@ from loom.context import AssembledContext, ContextRequest
 from loom.engine import gates
 from loom.engine.calls import CallRunner
 from loom.engine.driving import discard
-from loom.engine.journal import Journal
+from loom.engine.journal import PROGRESS_TYPES, Journal
 from loom.engine.recovery import find_loose_ends
 from loom.errors import (
     ApprovalHandlerError,
@@ -233,7 +233,11 @@ class Turn:
         self.calls = CallRunner(d, j, self.hooks)
         # Nobody watches this run live and no user hook looks at the transcript between steps:
         # a pure or idempotent call's result is committed with the next model answer.
-        self.calls.fold_results = j.emit is discard and not j.observers and not a.hooks
+        quiet = j.emit is discard and not j.observers
+        self.calls.fold_results = quiet and not a.hooks
+        # progress notices nobody could see are not built (journal.py), unless the run is
+        # followed through the store (RunOptions.journal_progress: a queued worker's run)
+        j.notices = not quiet or (self.options is not None and self.options.journal_progress)
         ran_with = {
             "model": getattr(d.model, "name", type(d.model).__name__),
             "context_window": _window(d),
@@ -362,7 +366,7 @@ class Turn:
             self.iteration = j.iteration = self.hctx.iteration = self.iteration + 1
             if "before_iteration_start" in hooked:
                 await hook("before_iteration_start")
-            j.announce(ev.IterationStart)
+            j.notice(ev.IterationStart)
             ctx = await self._context()
             self._set_state(S.CALLING_LLM)
             messages = ctx.messages
@@ -416,14 +420,14 @@ class Turn:
                 raise _Stop("max_iterations", f"reached max_iterations={self.max_iterations}")
             if "before_recursion" in hooked:
                 await hook("before_recursion")
-            j.announce(ev.Recursion, next_iteration=self.iteration + 1)
+            j.notice(ev.Recursion, next_iteration=self.iteration + 1)
 
     async def _context(self) -> AssembledContext:
         """CONTEXT: the one place the model's input is compiled, from the committed transcript."""
         d, j = self.deps, self.j
         if "before_context_assembly" in self.hooked:
             await self.hooks("before_context_assembly")
-        j.announce(ev.ContextAssemblyStart)
+        j.notice(ev.ContextAssemblyStart)
         request = ContextRequest(
             self.agent,
             j.history,
@@ -436,7 +440,7 @@ class Turn:
             model=d.model,
         )
         ctx = await d.builder.build(request)
-        notes = [j.event_of(t, n) for t, n in ctx.notes]
+        notes = [j.event_of(t, n) for t, n in ctx.notes if j.notices or t not in PROGRESS_TYPES]
         if ctx.persist:  # summaries and flush markers: committed with their events
             records = [
                 j.event(ev.MemoryRecord, content=m.content, metadata=dict(m.metadata))
@@ -448,7 +452,7 @@ class Turn:
                 j.send(note)
         if "after_context_assembly" in self.hooked:
             await self.hooks("after_context_assembly", ctx.messages)
-        j.announce(
+        j.notice(
             ev.ContextAssemblyComplete,
             token_estimate=ctx.token_estimate,
             message_count=len(ctx.messages),
@@ -481,9 +485,9 @@ class Turn:
         settings = self.settings.for_messages(messages) if self.settings else None
         async for part in d.model.stream(messages, ctx.tools, settings):
             if type(part) is TextDelta:
-                j.announce(ev.LlmDelta, delta=part.text)
+                j.notice(ev.LlmDelta, delta=part.text)
                 if partial is not None and (value := partial.feed(part.text)) is not None:
-                    j.announce(ev.OutputPartial, output=value)
+                    j.notice(ev.OutputPartial, output=value)
             elif type(part) is RetryNotice:
                 j.announce(ev.LlmRetry, attempt=part.attempt, delay=part.delay, error=part.error)
             elif isinstance(part, ModelResponse):
@@ -517,7 +521,7 @@ class Turn:
             final = redacted.value
         calls = [c.model_dump() for c in final.tool_calls]
         if calls:
-            j.announce(ev.LlmToolCalls, tool_calls=calls)
+            j.notice(ev.LlmToolCalls, tool_calls=calls)
         # Held into the calls' "started" commit (one fsync, not two) unless a user hook runs in
         # between (the permission check reads no transcript; what it decides is a commit).
         hold = bool(calls) and not any(
@@ -615,7 +619,7 @@ class Turn:
 
     def _set_state(self, state: AgentState) -> None:
         if state is not self.state:
-            self.j.announce(ev.StateChange, from_state=self.state._value_, to_state=state._value_)
+            self.j.notice(ev.StateChange, from_state=self.state._value_, to_state=state._value_)
             self.state = self.hctx.state = state
 
     # -- PERSIST ----------------------------------------------------------------------------------

@@ -113,6 +113,10 @@ class RunOptions:
             ``SessionBusy`` (``"drop"``) or cancel the other (``"interrupt"``).
         parent_run_id: The run this one runs for (a crew run for its members).
         run_id: The run's id (default a new one): for callers that name the run before.
+        journal_progress: Journal the run's progress notices (``loom.engine.journal.
+            PROGRESS_TYPES``) even when nobody watches it live: for a run others follow
+            through the store (a queued worker's run, whose frames the server reads back
+            from the journal). A run with no stream and no observer builds none otherwise.
     """
 
     model: str | Model | None = None
@@ -128,6 +132,7 @@ class RunOptions:
     on_busy: OnBusy = "queue"
     parent_run_id: str | None = None
     run_id: str | None = None
+    journal_progress: bool = False
 
     def __post_init__(self) -> None:
         tools = self.extra_tools

@@ -38,8 +38,8 @@ from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from loom.errors import SerializationError
 from loom.events import AgentEvent, EventType, make_event
-from loom.messages import Message, ToolResult, Usage
-from loom.store.base import LedgerEntry, RunRecord, SessionInfo, StoredError
+from loom.messages import Effect, Message, ToolResult, Usage
+from loom.store.base import LedgerEntry, LedgerStatus, RunRecord, SessionInfo, StoredError
 
 __all__ = [
     "ERROR_COLS",
@@ -47,6 +47,7 @@ __all__ = [
     "PARENT_KEY",
     "EventRow",
     "LedgerRow",
+    "PackedCommit",
     "RunRow",
     "decode_error",
     "decode_event",
@@ -61,7 +62,9 @@ __all__ = [
     "encode_message",
     "encode_run",
     "encode_value",
+    "pack_commit",
     "scrub_text",
+    "unpack_ledger",
 ]
 
 #: The deepest nesting a stored value may have. The JSON parser that reads values back (jiter,
@@ -300,7 +303,8 @@ def decode_event(session_id: str, row: Sequence[Any]) -> AgentEvent:
 
 
 class PackedEvents(NamedTuple):
-    """A commit's events, encoded with one ``to_json`` call (``MemoryStore``'s form).
+    """A commit's events, encoded with one ``to_json`` call (``MemoryStore``'s form, made by
+    :func:`pack_commit`).
 
     ``heads`` keeps each event's envelope (class, run id, sequence, iteration, timestamp,
     parent run id: immutable); ``payloads`` is the JSON of each event's payload fields and
@@ -310,40 +314,13 @@ class PackedEvents(NamedTuple):
 
     heads: list[tuple[Any, type[AgentEvent], str, int, int, float, str | None]]
     payloads: bytes
-
-
-def pack_events(events: Sequence[AgentEvent]) -> PackedEvents | None:
-    """``events`` encoded at once, or None when one needs :func:`encode_event`'s careful path
-    (text with surrogates, a value without a JSON form, very deep nesting): that path then
-    scrubs what it can and raises the same ``SerializationError`` as on SQLite."""
-    heads = []
-    payload = []
-    for ev in events:
-        if not ev.run_id.isascii() or not (ev.parent_run_id or "").isascii():
-            return None
-        heads.append(
-            (
-                ev.type,
-                type(ev),
-                ev.run_id,
-                ev.sequence,
-                ev.iteration,
-                ev.timestamp,
-                ev.parent_run_id,
-            )
-        )
-        payload.append(type(ev).ROW(ev))
-    try:
-        text = to_json(payload, inf_nan_mode="constants")
-    except (ValueError, RecursionError):  # PydanticSerializationError too
-        return None
-    if len(text) >= 2 * MAX_DEPTH and text.count(b"[") + text.count(b"{") >= MAX_DEPTH:
-        return None  # maybe too deep to read back: let encode_event decide
-    return PackedEvents(heads, text)
+    #: None: ``payloads`` is the list of rows; an int: it is ``payloads[at]``
+    #: (:class:`PackedCommit`'s blob).
+    at: int | None = None
 
 
 def unpack_events(session_id: str, packed: PackedEvents, run_id: str | None) -> list[AgentEvent]:
-    """The events of :func:`pack_events` (those of ``run_id`` only, unless None)."""
+    """The events of :func:`pack_commit` (those of ``run_id`` only, unless None)."""
     out: list[AgentEvent] = []
     values = None
     for i, (kind, cls, rid, sequence, iteration, timestamp, parent) in enumerate(packed.heads):
@@ -351,6 +328,8 @@ def unpack_events(session_id: str, packed: PackedEvents, run_id: str | None) -> 
             continue
         if values is None:
             values = from_json(packed.payloads)
+            if packed.at is not None:
+                values = values[packed.at]
         fields_, keys = cls.PAYLOAD, cls.KEYS
         row = values[i]
         data = {keys.get(n, n): row[j] for j, n in enumerate(fields_)}
@@ -368,6 +347,88 @@ def unpack_events(session_id: str, packed: PackedEvents, run_id: str | None) -> 
             )
         )
     return out
+
+
+class PackedCommit(NamedTuple):
+    """One commit's events and ledger values, encoded with one ``to_json`` call
+    (``MemoryStore``'s form; SQLite keeps each row's JSON in its own column).
+
+    ``events`` is the commit's :class:`PackedEvents` heads (payloads in ``blob[0]``);
+    ``ledger`` each entry's plain columns (run id, call id, name, status, effect, timestamp),
+    its arguments in ``blob[1][i][0]`` and its result in ``blob[1][i][1]``. Reading any of it
+    back parses ``blob``: what is read is what SQLite's columns read back.
+    """
+
+    events: PackedEvents | None
+    ledger: list[tuple[str, str, str, LedgerStatus, Effect, float]]
+    blob: bytes
+
+
+def pack_commit(events: Sequence[AgentEvent], ledger: Sequence[LedgerEntry]) -> PackedCommit | None:
+    """``events`` and ``ledger`` encoded at once, or None when something needs the careful
+    per-row path (:func:`encode_event`, :func:`encode_ledger`: text with surrogates, a value
+    without a JSON form, very deep nesting), which scrubs what it can and raises the same
+    ``SerializationError`` as on SQLite."""
+    heads = []
+    rows = []
+    for ev in events:
+        if not ev.run_id.isascii() or not (ev.parent_run_id or "").isascii():
+            return None
+        heads.append(
+            (
+                ev.type,
+                type(ev),
+                ev.run_id,
+                ev.sequence,
+                ev.iteration,
+                ev.timestamp,
+                ev.parent_run_id,
+            )
+        )
+        rows.append(type(ev).ROW(ev))
+    cols = []
+    values = []
+    for entry in ledger:
+        if not (entry.run_id + entry.tool_call_id + entry.name).isascii():
+            return None
+        cols.append(
+            (
+                entry.run_id,
+                entry.tool_call_id,
+                entry.name,
+                entry.status,
+                entry.effect,
+                entry.timestamp.timestamp(),
+            )
+        )
+        result = entry.result
+        # A model's own JSON form would make NaN null (see encode_value): its Python form.
+        values.append((entry.arguments, None if result is None else result.model_dump()))
+    try:
+        text = to_json((rows, values), inf_nan_mode="constants")
+    except (ValueError, RecursionError):  # PydanticSerializationError too
+        return None
+    if len(text) >= 2 * MAX_DEPTH and text.count(b"[") + text.count(b"{") >= MAX_DEPTH:
+        return None  # maybe too deep to read back: let the careful path decide
+    packed = PackedEvents(heads, text, 0) if heads else None
+    return PackedCommit(packed, cols, text)
+
+
+def unpack_ledger(session_id: str, packed: PackedCommit, index: int) -> LedgerEntry:
+    """The ``index``-th ledger entry of :func:`pack_commit`."""
+    run_id, call_id, name, status, effect, ts = packed.ledger[index]
+    arguments, result = from_json(packed.blob)[1][index]
+    return LedgerEntry(
+        run_id=run_id,
+        session_id=session_id,
+        tool_call_id=call_id,
+        name=name,
+        status=status,
+        arguments=arguments,
+        effect=effect,
+        result=ToolResult.model_validate(result) if result is not None else None,
+        timestamp=datetime.fromtimestamp(ts, UTC),
+    )
 
 
 # -- ledger -----------------------------------------------------------------------------------

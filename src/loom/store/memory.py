@@ -2,7 +2,11 @@
 
 It keeps what ``SQLiteStore`` keeps, encoded by the same ``loom.store.codec`` (JSON text),
 and decodes it on every read: a value that cannot be stored fails here exactly as it fails
-on SQLite, and what a test reads back is what production reads back.
+on SQLite, and what a test reads back is what production reads back. A commit is encoded
+with two ``to_json`` calls (its messages as one JSON array, its events' payloads and ledger
+values as another) instead of one per row; a value that call refuses (or text with lone
+surrogates, or a very deep value) takes the codec's per-row path, which scrubs or refuses it
+exactly as SQLite does.
 """
 
 from __future__ import annotations
@@ -11,6 +15,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
+
+from pydantic import TypeAdapter
+from pydantic_core import to_json
 
 from loom.errors import InputError, LeaseLost
 from loom.events import AgentEvent, EventType
@@ -21,15 +28,30 @@ from loom.store.base import Lease, LedgerEntry, RunRecord, SessionInfo
 __all__ = ["MemoryStore"]
 
 
+# A ledger entry as kept: its own row (the careful path), or its place in a commit's blob.
+_Ledger = codec.LedgerRow | tuple[codec.PackedCommit, int]
+
+
 class _SessionData:
-    __slots__ = ("events", "info", "ledger", "messages", "open_calls", "open_runs", "runs")
+    __slots__ = (
+        "events",
+        "info",
+        "ledger",
+        "message_count",
+        "messages",
+        "open_calls",
+        "open_runs",
+        "runs",
+    )
 
     def __init__(self, info: SessionInfo) -> None:
         self.info = info
-        self.messages: list[str] = []
+        # Each commit's messages as the text of one JSON array, with how many it holds.
+        self.messages: list[tuple[int, str]] = []
+        self.message_count = 0
         self.events: list[codec.EventRow | codec.PackedEvents] = []
-        self.ledger: list[codec.LedgerRow] = []
-        self.open_calls: dict[tuple[str, str], codec.LedgerRow] = {}
+        self.ledger: list[_Ledger] = []
+        self.open_calls: dict[tuple[str, str], _Ledger] = {}
         self.runs: list[codec.RunRow] = []
         self.open_runs: dict[str, codec.RunRow] = {}
 
@@ -60,6 +82,49 @@ def _lost_message(lease: Lease, token: int | None) -> str:
         f"{lease.token} is stale: {now}); another run took the session over, so nothing was "
         "written. Stop this run; the session's new holder carries on."
     )
+
+
+_MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
+
+
+def _encode_messages(messages: Sequence[Message]) -> str:
+    """A commit's messages as one JSON array (each as ``codec.encode_message`` writes it)."""
+    try:
+        text = to_json([m.model_dump() for m in messages], inf_nan_mode="constants")
+    except (ValueError, RecursionError):  # PydanticSerializationError too: the careful path
+        text = b""
+    if not text or (
+        len(text) >= 2 * codec.MAX_DEPTH and text.count(b"[") + text.count(b"{") >= codec.MAX_DEPTH
+    ):
+        return "[" + ",".join(codec.encode_message(m) for m in messages) + "]"
+    return text.decode()
+
+
+def _decode_range(data: _SessionData, start: int, stop: int | None) -> list[Message]:
+    """Messages ``start`` to ``stop`` (None: the last) of a session, decoding only the commits
+    that hold them (a commit's messages are one JSON array)."""
+    end = data.message_count if stop is None else min(stop, data.message_count)
+    if start >= end:
+        return []
+    skip, first = start, 0  # messages to drop from the chunk ``first``, where reading starts
+    for count, _ in data.messages:
+        if skip < count:
+            break
+        skip -= count
+        first += 1
+    parts, held = [], -skip
+    for count, text in data.messages[first:]:
+        parts.append(text[1:-1])
+        held += count
+        if held >= end - start:
+            break
+    return _MESSAGES.validate_json("[" + ",".join(parts) + "]")[skip : skip + end - start]
+
+
+def _decode_ledger(session_id: str, row: _Ledger) -> LedgerEntry:
+    if isinstance(row, codec.LedgerRow):
+        return codec.decode_ledger(session_id, row)
+    return codec.unpack_ledger(session_id, row[0], row[1])
 
 
 class MemoryStore:
@@ -96,11 +161,11 @@ class MemoryStore:
         if start < 0:
             raise InputError(f"load_messages: start must be >= 0, got {start}")
         data = self._sessions.get(session_id)
-        return codec.decode_messages(data.messages[start:]) if data else []
+        return _decode_range(data, start, None) if data else []
 
     async def message_count(self, session_id: str) -> int:
         data = self._sessions.get(session_id)
-        return len(data.messages) if data else 0
+        return data.message_count if data else 0
 
     async def load_message_range(self, session_id: str, start: int, stop: int) -> list[Message]:
         if start < 0:
@@ -126,29 +191,37 @@ class MemoryStore:
         lease: Lease | None = None,
     ) -> None:
         # Encode everything first: a refusal (SerializationError, LeaseLost) commits nothing.
-        msg_rows = [codec.encode_message(m) for m in messages]
-        # One to_json call for the commit's events (~1 µs an event instead of ~4); anything
-        # unusual takes encode_event's path, which refuses exactly what SQLite refuses.
-        packed = codec.pack_events(events) if events else None
-        ev_rows: list[codec.EventRow | codec.PackedEvents] = (
-            [packed] if packed is not None else [codec.encode_event(e) for e in events]
-        )
-        led_rows = [codec.encode_ledger(e) for e in ledger]
+        # A commit's messages are one JSON array, its events and ledger values one more
+        # (two to_json calls a commit instead of one a row); anything unusual takes the
+        # per-row path, which scrubs or refuses exactly what SQLite does.
+        msg_text = _encode_messages(messages) if messages else None
+        packed = codec.pack_commit(events, ledger) if events or ledger else None
+        ev_rows: list[codec.EventRow | codec.PackedEvents] = []
+        led_rows: list[_Ledger] = []
+        if packed is not None:
+            if packed.events is not None:
+                ev_rows.append(packed.events)
+            led_rows.extend((packed, i) for i in range(len(packed.ledger)))
+        else:
+            ev_rows.extend(codec.encode_event(e) for e in events)
+            led_rows.extend(codec.encode_ledger(e) for e in ledger)
         run_row = codec.encode_run(run) if run is not None else None
         if lease is not None:
             _check_lease(self._leases.get(session_id), lease, session_id)
         data = self._sessions.get(session_id)
         if data is None:
             data = self._sessions[session_id] = _SessionData(SessionInfo(id=session_id))
-        if msg_rows:
-            data.messages.extend(msg_rows)
-            data.info.message_count += len(msg_rows)
+        if msg_text is not None:
+            data.messages.append((len(messages), msg_text))
+            data.message_count += len(messages)
+            data.info.message_count += len(messages)
         if ev_rows:
             data.events.extend(ev_rows)
-        for row in led_rows:
+        for i, row in enumerate(led_rows):
             data.ledger.append(row)
-            key = (row.run_id, row.tool_call_id)
-            if row.status == "started":
+            entry = ledger[i]
+            key = (entry.run_id, entry.tool_call_id)
+            if entry.status == "started":
                 data.open_calls[key] = row
             else:
                 data.open_calls.pop(key, None)
@@ -166,7 +239,7 @@ class MemoryStore:
         data = self._sessions.get(session_id)
         if data is None:
             return []
-        return [codec.decode_ledger(session_id, r) for r in data.open_calls.values()]
+        return [_decode_ledger(session_id, r) for r in data.open_calls.values()]
 
     async def open_runs(self, session_id: str) -> list[RunRecord]:
         """Runs that started and never ended (``RunStore`` capability)."""
@@ -178,7 +251,7 @@ class MemoryStore:
     async def ledger(self, session_id: str) -> list[LedgerEntry]:
         """Every ledger entry of the session, oldest first (as ``SQLiteStore.ledger``)."""
         data = self._sessions.get(session_id)
-        return [codec.decode_ledger(session_id, r) for r in data.ledger] if data else []
+        return [_decode_ledger(session_id, r) for r in data.ledger] if data else []
 
     async def list_runs(self, session_id: str) -> list[RunRecord]:
         """Every run record (starts and ends), oldest first (as ``SQLiteStore.list_runs``)."""

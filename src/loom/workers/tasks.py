@@ -148,8 +148,11 @@ async def run_turn(
         CarryOn() if committed else message,
         session_id=session_id,
         # a retry may wait for a dead worker's lease to expire: let this run wait that long
+        # the server streams this run from the journal: it keeps the progress notices too
         options=RunOptions(
-            run_id=run_id, queue_timeout=max(a.queue_timeout, 2 * ctx.runtime.lease_ttl)
+            run_id=run_id,
+            queue_timeout=max(a.queue_timeout, 2 * ctx.runtime.lease_ttl),
+            journal_progress=True,
         ),
     )
     inner = asyncio.ensure_future(turn.run(discard))

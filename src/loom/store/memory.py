@@ -171,13 +171,13 @@ class MemoryStore:
         if start < 0:
             raise InputError(f"load_message_range: start must be >= 0, got {start}")
         data = self._sessions.get(session_id)
-        return codec.decode_messages(data.messages[start : max(start, stop)]) if data else []
+        return _decode_range(data, start, max(start, stop)) if data else []
 
     async def load_system_messages(self, session_id: str) -> list[tuple[int, Message]]:
         data = self._sessions.get(session_id)
         if data is None:
             return []
-        decoded = enumerate(codec.decode_messages(data.messages))
+        decoded = enumerate(_decode_range(data, 0, None))
         return [(pos, m) for pos, m in decoded if m.role == "system"]
 
     async def append(

@@ -259,9 +259,22 @@ async def test_a_watched_run_still_announces_and_journals_its_progress_notices()
 
 async def test_a_run_followed_through_the_store_journals_its_progress_notices() -> None:
     """A queued worker's run has no live watcher, but the server streams it from the
-    journal: ``RunOptions(journal_progress=True)`` keeps its progress notices."""
+    journal: ``RunOptions(progress=True)`` keeps its progress notices."""
     store = CountingStore()
-    options = RunOptions(journal_progress=True)
+    options = RunOptions(progress=True)
     await Runtime(store).run(_agent("pure"), "go", session_id="s", options=options)
     stored = {e.type for e in await store.load_events("s")}
     assert {E.STATE_CHANGE, E.ITERATION_START, E.RECURSION, E.LLM_TOOL_CALLS} <= stored
+
+
+async def test_a_watcher_that_reads_only_steps_gets_no_progress_notice() -> None:
+    """``RunOptions(progress=False)``: a watched run (a blocking server run whose stream modes
+    show no notice) builds none; what it shows is still exactly what it journals."""
+    store = CountingStore()
+    seen: list[AgentEvent] = []
+    options = RunOptions(progress=False)
+    runtime = Runtime(store, observers=[seen.append])
+    await runtime.run(_agent("pure"), "go", session_id="s", options=options)
+    assert not [e.type for e in seen if e.type in PROGRESS_TYPES]
+    assert {E.LLM_COMPLETE, E.TOOL_RESULT, E.AGENT_FINISH} <= {e.type for e in seen}
+    assert await store.load_events("s") == seen

@@ -235,9 +235,11 @@ class Turn:
         # a pure or idempotent call's result is committed with the next model answer.
         quiet = j.emit is discard and not j.observers
         self.calls.fold_results = quiet and not a.hooks
-        # progress notices nobody could see are not built (journal.py), unless the run is
-        # followed through the store (RunOptions.journal_progress: a queued worker's run)
-        j.notices = not quiet or (self.options is not None and self.options.journal_progress)
+        # progress notices nobody could see are not built (journal.py), unless the caller says
+        # otherwise (RunOptions.progress: a queued worker's run is followed through the store;
+        # a blocking server run reads only steps)
+        wanted = self.options.progress if self.options is not None else None
+        j.notices = (not quiet) if wanted is None else wanted
         ran_with = {
             "model": getattr(d.model, "name", type(d.model).__name__),
             "context_window": _window(d),

@@ -113,10 +113,13 @@ class RunOptions:
             ``SessionBusy`` (``"drop"``) or cancel the other (``"interrupt"``).
         parent_run_id: The run this one runs for (a crew run for its members).
         run_id: The run's id (default a new one): for callers that name the run before.
-        journal_progress: Journal the run's progress notices (``loom.engine.journal.
-            PROGRESS_TYPES``) even when nobody watches it live: for a run others follow
-            through the store (a queued worker's run, whose frames the server reads back
-            from the journal). A run with no stream and no observer builds none otherwise.
+        progress: Whether the run builds its progress notices (``loom.engine.journal.
+            PROGRESS_TYPES``: state, iteration and context notices, deltas). ``None`` (the
+            default): when someone watches it live (a stream or an observer). ``True``: always,
+            journaled, for a run others follow through the store (a queued worker's run, whose
+            frames the server reads back from the journal). ``False``: never, for a watcher
+            that reads only steps (a blocking server run whose stream modes show no notice):
+            they cost a step more than the step's own work.
     """
 
     model: str | Model | None = None
@@ -132,7 +135,7 @@ class RunOptions:
     on_busy: OnBusy = "queue"
     parent_run_id: str | None = None
     run_id: str | None = None
-    journal_progress: bool = False
+    progress: bool | None = None
 
     def __post_init__(self) -> None:
         tools = self.extra_tools

@@ -37,7 +37,7 @@ import asyncio
 import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -76,6 +76,7 @@ __all__ = [
     "A2A_SURFACE",
     "BUSY",
     "OPEN_RUNS_NAMESPACE",
+    "PROGRESS_MODES",
     "RECOVERY_NOTE",
     "RUNS_NAMESPACE",
     "ApiBody",
@@ -109,6 +110,7 @@ __all__ = [
     "run_queue",
     "save_metadata_patch",
     "served",
+    "shows_progress",
     "sse_response",
     "start_run",
     "store_open_run",
@@ -232,6 +234,19 @@ def last_human(payload: dict[str, Any] | str | None) -> str | None:
                 )
             return str(content)
     raise InputError("input.messages holds no human message to run the agent on")
+
+
+PROGRESS_MODES = frozenset({"events", "messages", "messages-tuple"})
+"""The stream modes that show a run's progress notices (every event; the answer's deltas)."""
+
+
+def shows_progress(modes: Sequence[str]) -> bool:
+    """Whether a run streamed in ``modes`` shows progress notices. A run whose modes show none
+    (``values``, ``updates``: a blocking ``/runs/wait``) does not build them (``RunOptions.
+    progress``): a state change, an iteration or context notice costs a step more than its
+    work and would be journaled for nobody; a client joining such a run later sees what it was
+    created to stream, as on LangGraph."""
+    return not PROGRESS_MODES.isdisjoint(modes)
 
 
 def stream_modes(stream_mode: str | list[str] | None, default: list[str]) -> list[str]:
@@ -527,20 +542,22 @@ async def start_run(
         )
     runtime = state.runtime
     message: str | None = None
+    shown = RunOptions(progress=None if shows_progress(modes) else False)
     if body.command and "answer" in body.command:  # the client answers a server query
         answer = Answer(body.command["answer"], body.command.get("query_id"))
-        turn = await runtime.start(agent, answer, session_id=thread_id)
+        turn = await runtime.start(agent, answer, session_id=thread_id, options=shown)
     elif body.command and "resume" in body.command:
         if isinstance(body.command["resume"], str) and await runtime.pending_query(thread_id):
-            turn = await runtime.start(agent, Answer(body.command["resume"]), session_id=thread_id)
+            answer = Answer(body.command["resume"])
+            turn = await runtime.start(agent, answer, session_id=thread_id, options=shown)
         else:
             resume = Resume(body.command["resume"])
-            turn = await runtime.start(agent, resume, session_id=thread_id)
+            turn = await runtime.start(agent, resume, session_id=thread_id, options=shown)
     else:
         message = last_human(body.input)
         if message is None:
             raise InputError('a run needs input {"messages": [...]} or command {"resume": ...}')
-        options = RunOptions(on_busy=BUSY[body.multitask_strategy])
+        options = RunOptions(on_busy=BUSY[body.multitask_strategy], progress=shown.progress)
         turn = await runtime.start(agent, message, session_id=thread_id, options=options)
     # the turn names an unnamed session after its agent (loom.engine.loop, at its intake)
     session_agent = (info.agent_name if info is not None else None) or agent.name

@@ -152,7 +152,7 @@ async def run_turn(
         options=RunOptions(
             run_id=run_id,
             queue_timeout=max(a.queue_timeout, 2 * ctx.runtime.lease_ttl),
-            journal_progress=True,
+            progress=True,
         ),
     )
     inner = asyncio.ensure_future(turn.run(discard))

@@ -400,7 +400,7 @@ _APPEND_TYPES = (
     *("text", "text", "int8", "int8", "int8", "float8", "text"),  # run
 )
 APPEND = "SELECT loom_append(" + ", ".join(f"%b::{t}" for t in _APPEND_TYPES) + ")"
-# ``loom_append_many`` (migration 0007): a batch of appends; answers one status a member.
+# ``loom_append_many`` (migration 0008): a batch of appends; answers one status a member.
 _APPEND_MANY_TYPES = (
     *("text[]", "text[]", "float8[]", "int8[]", "int8[]"),  # sessions, ids, nows, tokens, usage
     *("int8[]", "int8[]", "int8[]"),  # end offsets of each member's messages, events, ledger

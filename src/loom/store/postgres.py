@@ -220,8 +220,31 @@ class PostgresStore(PostgresScheduleTables):
         return self._pool
 
     async def _connect(self) -> AsyncConnectionPool[Any]:
-        # One direct connection first: a refused or failed connection raises at once with
-        # libpq's reason (a pool would retry in the background until its timeout).
+        synchronous_commit = self.synchronous_commit
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            self.conninfo,
+            min_size=self.min_size,
+            max_size=self.max_size,
+            timeout=self.timeout,
+            kwargs={"autocommit": True},
+            configure=None if synchronous_commit else _no_commit_wait,
+            open=False,
+            name="loom",
+        )
+        # The pool's connections are made in the background while the schema is checked (a new
+        # process's first read then waits for one connection set-up, not two in a row); no
+        # query uses the pool before this returns, so none runs on an unmigrated schema.
+        await pool.open(wait=False)
+        try:
+            await self._check_schema()
+        except BaseException:
+            await pool.close()
+            raise
+        return pool
+
+    async def _check_schema(self) -> None:
+        # One direct connection: a refused or failed connection raises at once with libpq's
+        # reason (a pool would retry in the background until its timeout).
         try:
             conn = await psycopg.AsyncConnection.connect(
                 self.conninfo, autocommit=True, connect_timeout=max(1, round(self.timeout))
@@ -234,19 +257,6 @@ class PostgresStore(PostgresScheduleTables):
             raise self._translate(exc, "migrating the schema") from exc
         finally:
             await conn.close()
-        synchronous_commit = self.synchronous_commit
-        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            self.conninfo,
-            min_size=self.min_size,
-            max_size=self.max_size,
-            timeout=self.timeout,
-            kwargs={"autocommit": True},
-            configure=None if synchronous_commit else _no_commit_wait,
-            open=False,
-            name="loom",
-        )
-        await pool.open(wait=False)
-        return pool
 
     async def _migrate(self, conn: AsyncConnection[Any]) -> None:
         known = [(i + 1, name) for i, (name, _) in enumerate(q.MIGRATIONS)]

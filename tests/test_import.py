@@ -6,13 +6,18 @@ import subprocess
 import sys
 
 
+def printed(code: str) -> str:
+    """What ``code`` prints in a fresh interpreter (imports measured from nothing loaded)."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
 def test_import_loom_loads_nothing_heavy() -> None:
     code = (
         "import sys, loom; heavy = [m for m in ('pydantic', 'openai', 'anthropic', 'llama_cpp', "
         "'sklearn', 'typer', 'rich') if m in sys.modules]; print(heavy)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert printed(code) == "[]"
 
 
 def test_public_names_resolve() -> None:
@@ -30,8 +35,7 @@ def test_agent_and_tool_load_no_events_no_stores() -> None:
         "('loom.events', 'loom.store', 'loom.store.base', 'loom.store.codec', "
         "'loom.engine.runtime', 'loom.engine.loop')))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert printed(code) == "[]"
 
 
 def test_agent_and_tool_build_no_schema_and_start_no_event_loop() -> None:
@@ -43,8 +47,7 @@ def test_agent_and_tool_build_no_schema_and_start_no_event_loop() -> None:
         "print(Message.__pydantic_complete__, sorted(m for m in sys.modules if m in "
         "('asyncio', 'concurrent.futures', 'importlib.metadata', 'loom.tools.threads')))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False []"
+    assert printed(code) == "False []"
 
 
 def test_a_deferred_message_schema_still_validates_on_first_use() -> None:
@@ -52,5 +55,4 @@ def test_a_deferred_message_schema_still_validates_on_first_use() -> None:
         "from loom.messages import Message; "
         "m = Message.model_validate({'role': 'user', 'content': 'hi'}); print(m.content)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "hi"
+    assert printed(code) == "hi"

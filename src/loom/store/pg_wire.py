@@ -93,10 +93,13 @@ def text_column(values: Sequence[str | None]) -> Column:
     return Column(TEXT, b"".join(parts), count, nulls)
 
 
-def int_column(values: Sequence[int | None]) -> Column:
-    """``bigint`` elements (None: NULL)."""
+def _fixed_column(
+    values: Sequence[float | None], item: struct.Struct, oid: int, empty: Column
+) -> Column:
+    """Elements of one fixed-size binary type, each its length (``item`` packs it after) and
+    its bytes (None: NULL)."""
     if not values:
-        return EMPTY_INT8
+        return empty
     parts: list[bytes] = []
     nulls = False
     for value in values:
@@ -104,23 +107,18 @@ def int_column(values: Sequence[int | None]) -> Column:
             parts.append(_NULL)
             nulls = True
         else:
-            parts.append(_INT8_ITEM.pack(8, value))
-    return Column(INT8, b"".join(parts), len(parts), nulls)
+            parts.append(item.pack(8, value))
+    return Column(oid, b"".join(parts), len(parts), nulls)
+
+
+def int_column(values: Sequence[int | None]) -> Column:
+    """``bigint`` elements (None: NULL)."""
+    return _fixed_column(values, _INT8_ITEM, INT8, EMPTY_INT8)
 
 
 def float_column(values: Sequence[float | None]) -> Column:
     """``double precision`` elements (None: NULL)."""
-    if not values:
-        return EMPTY_FLOAT8
-    parts: list[bytes] = []
-    nulls = False
-    for value in values:
-        if value is None:
-            parts.append(_NULL)
-            nulls = True
-        else:
-            parts.append(_FLOAT8_ITEM.pack(8, value))
-    return Column(FLOAT8, b"".join(parts), len(parts), nulls)
+    return _fixed_column(values, _FLOAT8_ITEM, FLOAT8, EMPTY_FLOAT8)
 
 
 @dataclass(frozen=True, slots=True)

@@ -504,30 +504,8 @@ class PostgresStore(PostgresScheduleTables):
                 if messages
                 else _NO_MESSAGES
             )
-            if ev_rows:
-                columns += (
-                    w.text_column([e.run_id for e in ev_rows]),
-                    w.int_column([e.sequence for e in ev_rows]),
-                    w.text_column([e.type for e in ev_rows]),
-                    w.int_column([e.iteration for e in ev_rows]),
-                    w.float_column([e.timestamp for e in ev_rows]),
-                    w.text_column([e.data for e in ev_rows]),
-                )
-            else:
-                columns += _NO_EVENTS
-            if led_rows:
-                columns += (
-                    w.text_column([e.run_id for e in led_rows]),
-                    w.text_column([e.tool_call_id for e in led_rows]),
-                    w.text_column([e.name for e in led_rows]),
-                    w.text_column([e.status for e in led_rows]),
-                    w.text_column([e.effect for e in led_rows]),
-                    w.text_column([e.arguments for e in led_rows]),
-                    w.text_column([e.result for e in led_rows]),
-                    w.float_column([e.timestamp for e in led_rows]),
-                )
-            else:
-                columns += _NO_LEDGER
+            columns += _columns(ev_rows, _EVENT_COLUMNS) if ev_rows else _NO_EVENTS
+            columns += _columns(led_rows, _LEDGER_COLUMNS) if led_rows else _NO_LEDGER
         except UnicodeEncodeError as exc:
             raise StoreError(
                 f"saving a step failed: a text of session {session_id!r} is not valid Unicode "
@@ -1048,6 +1026,35 @@ _ROW_TYPES = (w.TEXT,) * 3 + (w.INT8, w.TEXT, w.INT8, w.FLOAT8) + (w.TEXT,) * 8 
 _NO_MESSAGES = (w.EMPTY_TEXT,) * 2
 _NO_EVENTS = (w.EMPTY_TEXT, w.EMPTY_INT8, w.EMPTY_TEXT, w.EMPTY_INT8, w.EMPTY_FLOAT8, w.EMPTY_TEXT)
 _NO_LEDGER = (w.EMPTY_TEXT,) * 7 + (w.EMPTY_FLOAT8,)
+
+# The array columns of an append's event and ledger rows: the row field each holds, and how its
+# elements are written (in ``loom_append``'s argument order).
+_ColumnOf = Callable[[Sequence[Any]], w.Column]
+_EVENT_COLUMNS: tuple[tuple[str, _ColumnOf], ...] = (
+    ("run_id", w.text_column),
+    ("sequence", w.int_column),
+    ("type", w.text_column),
+    ("iteration", w.int_column),
+    ("timestamp", w.float_column),
+    ("data", w.text_column),
+)
+_LEDGER_COLUMNS: tuple[tuple[str, _ColumnOf], ...] = (
+    ("run_id", w.text_column),
+    ("tool_call_id", w.text_column),
+    ("name", w.text_column),
+    ("status", w.text_column),
+    ("effect", w.text_column),
+    ("arguments", w.text_column),
+    ("result", w.text_column),
+    ("timestamp", w.float_column),
+)
+
+
+def _columns(
+    rows: Sequence[codec.EventRow] | Sequence[codec.LedgerRow],
+    layout: tuple[tuple[str, _ColumnOf], ...],
+) -> tuple[w.Column, ...]:
+    return tuple(column([getattr(row, name) for row in rows]) for name, column in layout)
 
 
 class _Member:

@@ -17,7 +17,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -259,13 +259,15 @@ class Database:
         return self.executor
 
     # -- running statements ----------------------------------------------------------------------
-    def transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """``fn`` inside ``BEGIN IMMEDIATE`` … ``COMMIT``; rolled back on any failure."""
+    @contextlib.contextmanager
+    def immediate(self) -> Iterator[sqlite3.Connection]:
+        """The connection inside ``BEGIN IMMEDIATE`` … ``COMMIT`` (under the lock); rolled back
+        when the block raises."""
         with self.lock:
             conn = self.conn
             conn.execute("BEGIN IMMEDIATE")
             try:
-                out = fn(conn)
+                yield conn
                 conn.execute("COMMIT")
                 self.commits += 1
             except BaseException:
@@ -273,7 +275,11 @@ class Database:
                     with contextlib.suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
                 raise
-            return out
+
+    def transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn`` inside ``BEGIN IMMEDIATE`` … ``COMMIT``; rolled back on any failure."""
+        with self.immediate() as conn:
+            return fn(conn)
 
     def transaction_of_many(
         self, fns: Sequence[Callable[[sqlite3.Connection], Any]]
@@ -292,25 +298,15 @@ class Database:
             except Exception as exc:
                 return [(False, exc)]
         outcomes: list[Outcome] = []
-        with self.lock:
-            conn = self.conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for fn in fns:
-                    conn.execute("SAVEPOINT loom_member")
-                    try:
-                        outcomes.append((True, fn(conn)))
-                    except Exception as exc:
-                        conn.execute("ROLLBACK TO loom_member")
-                        outcomes.append((False, exc))
-                    conn.execute("RELEASE loom_member")
-                conn.execute("COMMIT")
-                self.commits += 1
-            except BaseException:
-                if conn.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-                raise
+        with self.immediate() as conn:
+            for fn in fns:
+                conn.execute("SAVEPOINT loom_member")
+                try:
+                    outcomes.append((True, fn(conn)))
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO loom_member")
+                    outcomes.append((False, exc))
+                conn.execute("RELEASE loom_member")
         return outcomes
 
     async def commit_grouped(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -80,6 +81,10 @@ def agents(tmp_path: Path) -> Path:
     return path
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture
 def terminal() -> Iterator[Callable[..., Any]]:
     """``terminal(*args, cwd=...)``: ``python -m loom ARGS`` in a real pseudo-terminal."""
@@ -97,6 +102,10 @@ def terminal() -> Iterator[Callable[..., Any]]:
             encoding="utf-8",
             timeout=timeout,
             dimensions=(24, 200),
+            # A terminal's program starts with Ctrl-C's default action, whatever this process
+            # inherited: a suite started as a background job of a non-interactive shell runs
+            # with SIGINT ignored, and a child would inherit that and never see Ctrl-C.
+            preexec_fn=_default_sigint,
         )
         children.append(child)
         return child

@@ -242,15 +242,18 @@ class PostgresStore(PostgresScheduleTables):
             raise
         return pool
 
-    async def _check_schema(self) -> None:
-        # One direct connection: a refused or failed connection raises at once with libpq's
-        # reason (a pool would retry in the background until its timeout).
+    async def _direct_connection(self) -> AsyncConnection[Any]:
+        """A connection of its own, outside the pool: a refused or failed connection raises at
+        once with libpq's reason (a pool would retry in the background until its timeout)."""
         try:
-            conn = await psycopg.AsyncConnection.connect(
+            return await psycopg.AsyncConnection.connect(
                 self.conninfo, autocommit=True, connect_timeout=max(1, round(self.timeout))
             )
         except psycopg.Error as exc:
             raise self._translate(exc, "connecting") from exc
+
+    async def _check_schema(self) -> None:
+        conn = await self._direct_connection()
         try:
             await self._migrate(conn)
         except psycopg.Error as exc:
@@ -943,12 +946,7 @@ class PostgresStore(PostgresScheduleTables):
         """``status`` without creating or migrating anything (what ``loom db status`` shows):
         one direct connection reads the migrations table; on a database Loom has not migrated
         (or not fully) ``schema_version`` is below ``known_version`` and the counts are None."""
-        try:
-            conn = await psycopg.AsyncConnection.connect(
-                self.conninfo, autocommit=True, connect_timeout=max(1, round(self.timeout))
-            )
-        except psycopg.Error as exc:
-            raise self._translate(exc, "connecting") from exc
+        conn = await self._direct_connection()
         try:
             has = await (await conn.execute(q.HAS_MIGRATIONS)).fetchone()
             applied = (

@@ -21,6 +21,10 @@ LoomError
 │       ├── DuplicatePatternName  two pattern files use the same name
 │       └── EmptyPatternLibrary   a directory holds no valid pattern
 ├── InputError                    a message or argument the caller passed is unusable
+│   ├── ContentError              an image, file, audio or reasoning part is unusable (has .part)
+│   │   ├── MediaTooLarge         a part's bytes are over the size limit (has .size, .limit)
+│   │   ├── MediaTypeMismatch     the bytes are not the media type they claim to be
+│   │   └── UnsupportedContent    the model (or surface) cannot take this kind of part
 │   └── ScheduleError             a schedule or monitor field is invalid (has .field)
 │       ├── ScheduleNotFound      no schedule has that id
 │       ├── MonitorNotFound       no cron monitor has that id
@@ -45,6 +49,7 @@ LoomError
 │   ├── StoreCorrupt              the database is damaged or not a Loom database
 │   ├── SchemaTooNew              the database was written by a newer Loom
 │   ├── ErrorNotFound             no stored error has that id
+│   ├── BlobNotFound              a media reference names bytes the store does not hold
 │   ├── LeaseLost                 another holder took the session's lease over (fencing)
 │   ├── SerializationError        a value cannot be stored as JSON (names the field)
 │   └── TranscriptError           a JSONL transcript line is malformed (has .line)
@@ -70,8 +75,10 @@ __all__ = [
     "ApprovalHandlerError",
     "BackendConfigError",
     "BackendRefused",
+    "BlobNotFound",
     "BudgetExceeded",
     "ConfigurationError",
+    "ContentError",
     "ContextTooLong",
     "CrewCycleError",
     "CrewDefinitionError",
@@ -88,6 +95,8 @@ __all__ = [
     "LeaseLost",
     "LoomError",
     "MCPServerError",
+    "MediaTooLarge",
+    "MediaTypeMismatch",
     "MissingDependencyError",
     "ModelAuthError",
     "ModelError",
@@ -119,6 +128,7 @@ __all__ = [
     "ToolError",
     "TranscriptError",
     "UnknownTarget",
+    "UnsupportedContent",
     "ValueNotRepresentable",
 ]
 
@@ -238,6 +248,34 @@ class EmptyPatternLibrary(PatternError):
 
 class InputError(LoomError, ValueError):
     """An argument passed to a public entry point is unusable."""
+
+
+class ContentError(InputError):
+    """An image, file, audio or reasoning part cannot be used; ``part`` names it (its name,
+    media type or index), and the message says what to do. Raised before the model is
+    called: nothing already committed is lost."""
+
+    def __init__(self, message: str, *, part: str | None = None):
+        self.part = part
+        super().__init__(message)
+
+
+class MediaTooLarge(ContentError):
+    """A part's bytes are over the size limit (``size`` and ``limit`` in bytes)."""
+
+    def __init__(self, message: str, *, size: int, limit: int, part: str | None = None):
+        self.size, self.limit = size, limit
+        super().__init__(message, part=part)
+
+
+class MediaTypeMismatch(ContentError):
+    """A part's bytes are not the media type it claims (a text file sent as ``image/png``)."""
+
+
+class UnsupportedContent(ContentError):
+    """The model or surface asked cannot take this kind of part (an image sent to a
+    text-only model, a media type no provider reads, a reasoning block of another
+    provider); the message names one that can."""
 
 
 class ScheduleError(InputError):
@@ -406,6 +444,14 @@ class ErrorNotFound(StoreError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else "error not found"
+
+
+class BlobNotFound(StoreError, KeyError):
+    """A media reference (``sha256:...``) names bytes the store does not hold (deleted with
+    its session, or never stored there)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else "media not found"
 
 
 class TranscriptError(StoreError):

@@ -212,6 +212,7 @@ def _tool_message(ev: Any) -> Message:
             name=ev.tool_name,
             timestamp=_at(ev.timestamp),
             metadata=meta,
+            parts=ev.parts,
         )
     return Message.trusted(  # typed fields of an event (the engine's, or read back)
         role="tool",
@@ -221,7 +222,32 @@ def _tool_message(ev: Any) -> Message:
         name=ev.tool_name if type(ev.tool_name) is str else str(ev.tool_name),
         timestamp=_at(ev.timestamp),
         metadata=meta,
+        parts=parts_of(ev.parts),
     )
+
+
+def parts_of(parts: list[Any]) -> list[Any]:
+    """An event's ``parts`` as ``loom.content`` parts: the engine's own objects as they are
+    (media keep their bytes until stored), a stored event's dicts validated."""
+    if not parts:
+        return []
+    if all(not isinstance(p, dict) for p in parts):
+        return list(parts)
+    adapter = _parts_adapter()
+    return [adapter.validate_python(p) if isinstance(p, dict) else p for p in parts]
+
+
+_PARTS_ADAPTER: list[TypeAdapter[Any]] = []
+
+
+def _parts_adapter() -> TypeAdapter[Any]:
+    if not _PARTS_ADAPTER:  # built on first use: pydantic's TypeAdapter is imported lazily
+        from pydantic import TypeAdapter
+
+        from loom.content import Part
+
+        _PARTS_ADAPTER.append(TypeAdapter(Part))
+    return _PARTS_ADAPTER[0]
 
 
 @_payload
@@ -242,6 +268,8 @@ class UserMessage(AgentEvent):
     type: Literal[E.USER_MESSAGE] = E.USER_MESSAGE
     content: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    parts: list[Any] = field(default_factory=list)
+    """The message's images, files and audio (``loom.content``; stored as references)."""
 
     def message(self) -> Message:
         from loom.messages import Message
@@ -251,6 +279,7 @@ class UserMessage(AgentEvent):
             content=self.content,
             timestamp=_at(self.timestamp),
             metadata=dict(self.metadata),
+            parts=parts_of(self.parts),
         )
 
 
@@ -418,6 +447,8 @@ class LlmComplete(AgentEvent):
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
     model: str | None = None
+    parts: list[Any] = field(default_factory=list)
+    """The answer's reasoning (``loom.content.Reasoning``), kept to send back unchanged."""
     KEYS: ClassVar[dict[str, str]] = {"answer": "text"}
 
     def message(self) -> Message:
@@ -440,6 +471,7 @@ class LlmComplete(AgentEvent):
                 content=self.answer,
                 tool_calls=calls,
                 timestamp=_at(self.timestamp),
+                parts=self.parts,
             )
         return Message.trusted(
             role="assistant",
@@ -449,6 +481,7 @@ class LlmComplete(AgentEvent):
             name=None,
             timestamp=_at(self.timestamp),
             metadata={},
+            parts=parts_of(self.parts),
         )
 
 
@@ -492,6 +525,8 @@ class _ToolEnd(AgentEvent):
     error_code: str | None = None
     duration_ms: float = 0.0
     metadata: dict[str, Any] = field(default_factory=dict)
+    parts: list[Any] = field(default_factory=list)
+    """Media the tool returned (``loom.content``; stored as references)."""
 
     def message(self) -> Message:
         return _tool_message(self)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from loom.content import Part, UserContent, split_content
 
 __all__ = [
     "Effect",
@@ -192,7 +195,11 @@ class ToolResult(_Model):
 
 
 class Message(_Model):
-    """One entry of a conversation, as stored and as sent to a model."""
+    """One entry of a conversation, as stored and as sent to a model.
+
+    ``content`` is the message's text; ``parts`` holds what is not text (``loom.content``):
+    a user message's or a tool result's images, files and audio (shown after the text), an
+    assistant message's reasoning (before its text)."""
 
     role: Role
     content: str = ""
@@ -201,22 +208,28 @@ class Message(_Model):
     name: str | None = None
     timestamp: datetime = Field(default_factory=utcnow)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    parts: list[Part] = Field(default_factory=list)
 
     @classmethod
     def system(cls, content: str) -> Message:
         return cls(role="system", content=content)
 
     @classmethod
-    def user(cls, content: str) -> Message:
-        return cls(role="user", content=content)
+    def user(cls, content: str | Sequence[UserContent]) -> Message:
+        """A user message of text, or of text and media (``["Describe:", Image(...)]``)."""
+        text, parts = split_content(content)
+        return cls(role="user", content=text, parts=parts)
 
     @classmethod
     def assistant(cls, content: str = "", tool_calls: list[ToolCall] | None = None) -> Message:
         return cls(role="assistant", content=content, tool_calls=tool_calls or [])
 
     @classmethod
-    def tool(cls, result: ToolResult, content: str | None = None) -> Message:
-        """The message carrying ``result`` to the model (``content`` if already rendered)."""
+    def tool(
+        cls, result: ToolResult, content: str | None = None, parts: Sequence[Part] = ()
+    ) -> Message:
+        """The message carrying ``result`` to the model (``content`` if already rendered;
+        ``parts``: the media the tool returned)."""
         return cls(
             role="tool",
             content=result.to_content() if content is None else content,
@@ -225,20 +238,28 @@ class Message(_Model):
             metadata={"success": result.success, "error_code": result.error_code}
             if not result.success
             else {},
+            parts=list(parts),
         )
 
 
 class ModelResponse(_Model):
-    """One complete answer of a model: text, tool calls, or both."""
+    """One complete answer of a model: text, tool calls, or both; ``parts`` holds the
+    reasoning it returned (``loom.content.Reasoning``), kept to send back unchanged."""
 
     text: str = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage | None = None
     finish_reason: str | None = None
     model: str | None = None
+    parts: list[Part] = Field(default_factory=list)
 
     def to_message(self) -> Message:
-        return Message(role="assistant", content=self.text, tool_calls=list(self.tool_calls))
+        return Message(
+            role="assistant",
+            content=self.text,
+            tool_calls=list(self.tool_calls),
+            parts=list(self.parts),
+        )
 
 
 class RunResult(_Model):

@@ -77,6 +77,7 @@ def _parts(response: ModelResponse) -> list[StreamPart]:
             ),
             finish_reason=response.finish_reason,
             model=response.model,
+            parts=response.parts,
         )
     parts.append(response)
     return parts

@@ -330,6 +330,8 @@ class Journal:
             in_history = self.held_from
             self.held, self.held_out = None, []  # committed below, or lost with this commit
         try:
+            if any(m.parts for m in added):  # media bytes before the messages naming them
+                await self._store_media(added)
             await self.store.append(
                 self.session_id,
                 messages=added,
@@ -346,6 +348,22 @@ class Journal:
         for ev in out:
             self._out(ev)
         return messages
+
+    async def _store_media(self, messages: Sequence[Message]) -> None:
+        from loom.errors import UnsupportedContent
+        from loom.store.base import capabilities_of
+        from loom.store.media import blobs_of
+
+        blobs = blobs_of(messages)
+        if not blobs:
+            return
+        store = capabilities_of(self.store).blobs
+        if store is None:
+            raise UnsupportedContent(
+                f"{type(self.store).__name__} cannot keep media (images, files, audio): use a "
+                "store that does (MemoryStore, SQLiteStore, PostgresStore) or send text"
+            )
+        await store.put_blobs(self.session_id, blobs)
 
     def _out(self, ev: AgentEvent) -> None:
         self.emit(ev)

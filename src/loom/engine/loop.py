@@ -45,8 +45,10 @@ from loom.output import Accept, GiveUp, OutputSpec, check_answer
 from loom.policy import approval
 from loom.queries import format_answer
 from loom.store.base import RunRecord
+from loom.store.media import hydrate
 
 if TYPE_CHECKING:
+    from loom.content import Part
     from loom.engine.run_deps import RunDeps, TurnHost
     from loom.engine.run_inputs import RunOptions
     from loom.engine.turn_spec import TurnSpec
@@ -105,6 +107,7 @@ class Turn:
         self.queue_timeout: float = own_wait or agent.queue_timeout
         self.run_id = run_id or new_id("run")
         self.message, self.resume, self.answer = message or "", resume, answer
+        self.parts: list[Part] = []  # the new message's media (loom.content), set by the runtime
         self.carry_on = carry_on  # a retry whose message is already committed: recover, go on
         self.pending_query: dict[str, Any] | None = None  # a server query waiting (awaiting_input)
         self.on_busy, self.user_deps, self.parent_run_id = on_busy, deps, parent_run_id
@@ -310,7 +313,10 @@ class Turn:
             j.announce(ev.PatternsMatched, **payload)
         if screened is not None:
             self.calls.note(screened)  # its events go with the message; a trip stops here
-        await j.commit([j.event(ev.UserMessage, content=self.message)])
+        if self.parts:
+            await j.commit([j.event(ev.UserMessage, content=self.message, parts=self.parts)])
+        else:
+            await j.commit([j.event(ev.UserMessage, content=self.message)])
         if guards is not None and guards.parallel:  # they race the first model call
             ctx = self.calls.context(self.message)
             check = guards.check_parallel(self.message, ctx)
@@ -485,6 +491,8 @@ class Turn:
         final: ModelResponse | None = None
         partial = self.typed.partial_reader() if self.typed is not None else None
         settings = self.settings.for_messages(messages) if self.settings else None
+        if any(m.parts for m in messages):  # stored media's bytes, read only for a request
+            messages = await hydrate(messages, d.store)
         async for part in d.model.stream(messages, ctx.tools, settings):
             if type(part) is TextDelta:
                 j.notice(ev.LlmDelta, delta=part.text)
@@ -540,6 +548,7 @@ class Turn:
                     finish_reason=final.finish_reason,
                     usage=final.usage.model_dump() if final.usage else None,
                     model=final.model,
+                    parts=list(final.parts),
                 )
             ],
             hold=hold,

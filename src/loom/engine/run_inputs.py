@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from loom.content import Part
     from loom.engine.gates import OnBusy
     from loom.events import AgentEvent
     from loom.messages import RunResult
@@ -49,9 +50,11 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class NewMessage:
     """A new user message: the usual run. ``Runtime.start(agent, "hi")`` means
-    ``NewMessage("hi")``."""
+    ``NewMessage("hi")``; ``parts`` are its images, files and audio (``loom.content``), and a
+    list mixing text and parts means ``NewMessage(text, parts)``."""
 
     text: str
+    parts: tuple[Part, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,15 +182,21 @@ def with_overrides(options: RunOptions | None, **given: Any) -> RunOptions:
 
 
 def as_run_input(input: object) -> RunInput:
-    """``input`` as a ``RunInput`` (a ``str`` is a ``NewMessage``), else ``InputError``."""
+    """``input`` as a ``RunInput`` (a ``str`` is a ``NewMessage``; so is a media part, or a
+    list of text and parts), else ``InputError``."""
     if isinstance(input, str):
         return NewMessage(input)
     if isinstance(input, _INPUT_KINDS):
         return input
+    from loom.content import Media, split_content
+
+    if isinstance(input, Media | list | tuple):
+        text, parts = split_content(input)
+        return NewMessage(text, tuple(parts))
     from loom.errors import InputError
 
     raise InputError(
-        f"a run's input must be a str (a new message), NewMessage(text), Resume(decisions), "
-        f"Answer(text, query_id) or CarryOn() from loom.engine.run_inputs; got "
-        f"{type(input).__name__}"
+        f"a run's input must be a str (a new message), a list of text and media parts "
+        f"(loom.content), NewMessage(text), Resume(decisions), Answer(text, query_id) or "
+        f"CarryOn() from loom.engine.run_inputs; got {type(input).__name__}"
     )

@@ -27,6 +27,7 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from loom.content import check_parts
 from loom.engine.driving import discard, drive, watch
 from loom.engine.gates import OnBusy, SessionGate
 from loom.engine.run_deps import RunDeps, SessionView
@@ -50,6 +51,8 @@ from loom.tools.base import Tool, spec_of
 from loom.tools.registry import resolve_tool
 
 if TYPE_CHECKING:
+    from loom.content import Part
+
     # the engine reads an agent's definition (a Protocol), never loom.agent: layered imports
     from loom.context import ContextBuilder
     from loom.engine.loop import Turn
@@ -423,8 +426,13 @@ class Runtime:
         message: str | None = None
         resume: Any = None
         answer: tuple[ServerQuery, str] | None = None
+        parts: tuple[Part, ...] = ()
         if isinstance(input, NewMessage):
-            message = agent.check_message(input.text)
+            parts = input.parts
+            if parts:
+                check_parts(self.model_for(agent, options.model), parts)
+            message = agent.check_message(input.text or ("" if not parts else " "))
+            message = input.text if parts else message
         elif isinstance(input, Resume):
             assert session_id is not None  # start() checked it
             resume = await self._check_resume(session_id, input.decisions)
@@ -446,6 +454,7 @@ class Runtime:
             output=output,
             options=options,
         )
+        turn.parts = list(parts)
         turn.max_cost = options.max_cost
         return turn
 

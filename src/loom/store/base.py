@@ -15,11 +15,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from loom.content import Blob
 from loom.errors import LeaseLost
 from loom.events import AgentEvent, EventType
 from loom.messages import Effect, Message, ToolResult, Usage, utcnow
 
 __all__ = [
+    "Blob",
+    "BlobStore",
     "ErrorStore",
     "EventTypeStore",
     "KVStore",
@@ -332,6 +335,28 @@ class LatestEventStore(Protocol):
 
 
 @runtime_checkable
+class BlobStore(Protocol):
+    """Keeps media bytes once, by content hash (``loom.content``): a message holds the
+    reference (``"sha256:<hex>"``), the store the bytes. The journal puts a step's media before
+    the step's messages, so a stored message never names bytes the store lacks; a session's
+    media are deleted with it (bytes another session still names are kept)."""
+
+    async def put_blobs(self, session_id: str, blobs: Sequence[Blob]) -> None:
+        """Store ``blobs`` for ``session_id`` (bytes already held are not written again; the
+        session is recorded as naming them)."""
+        ...
+
+    async def load_blobs(self, refs: Sequence[str]) -> dict[str, bytes]:
+        """The bytes of each of ``refs`` the store holds (a missing one is absent)."""
+        ...
+
+    async def session_blobs(self, session_id: str) -> list[tuple[str, str, int]]:
+        """The media ``session_id`` names, as (ref, media type, size in bytes), oldest first:
+        what an export writes beside the transcript."""
+        ...
+
+
+@runtime_checkable
 class KVStore(Protocol):
     """A small namespaced key-value store (memory tiers, pattern state, ...); values are JSON."""
 
@@ -390,6 +415,7 @@ class StoreCapabilities:
     schedules: ScheduleTables | None = None
     windows: TranscriptWindowStore | None = None
     latest_events: LatestEventStore | None = None
+    blobs: BlobStore | None = None
 
 
 _capabilities: weakref.WeakKeyDictionary[Any, StoreCapabilities] = weakref.WeakKeyDictionary()
@@ -414,6 +440,7 @@ def capabilities_of(store: Store) -> StoreCapabilities:
         schedules=store if isinstance(store, ScheduleTables) else None,
         windows=store if isinstance(store, TranscriptWindowStore) else None,
         latest_events=store if isinstance(store, LatestEventStore) else None,
+        blobs=store if isinstance(store, BlobStore) else None,
     )
     with contextlib.suppress(TypeError):
         _capabilities[store] = caps

@@ -23,7 +23,7 @@ from loom.errors import InputError, LeaseLost
 from loom.events import AgentEvent, EventType
 from loom.messages import Message, utcnow
 from loom.store import codec
-from loom.store.base import Lease, LedgerEntry, RunRecord, SessionInfo
+from loom.store.base import Blob, Lease, LedgerEntry, RunRecord, SessionInfo
 
 __all__ = ["MemoryStore"]
 
@@ -134,6 +134,9 @@ class MemoryStore:
         self._sessions: dict[str, _SessionData] = {}
         self._leases: dict[str, _LeaseRow] = {}
         self._legacy_leases: dict[tuple[str, str], Lease] = {}
+        # Media bytes once by reference, and the references each session names, in order.
+        self._blobs: dict[str, tuple[str, bytes]] = {}
+        self._session_blobs: dict[str, dict[str, None]] = {}
 
     async def get_session(self, session_id: str) -> SessionInfo | None:
         data = self._sessions.get(session_id)
@@ -318,7 +321,28 @@ class MemoryStore:
         held = self._leases.get(session_id)
         if held is not None:
             held.released = True
+        named = self._session_blobs.pop(session_id, {})
+        still = {ref for refs in self._session_blobs.values() for ref in refs}
+        for ref in named:
+            if ref not in still:
+                del self._blobs[ref]
         return self._sessions.pop(session_id, None) is not None
+
+    async def put_blobs(self, session_id: str, blobs: Sequence[Blob]) -> None:
+        named = self._session_blobs.setdefault(session_id, {})
+        for blob in blobs:
+            self._blobs.setdefault(blob.ref, (blob.media_type, blob.data))
+            named[blob.ref] = None
+
+    async def load_blobs(self, refs: Sequence[str]) -> dict[str, bytes]:
+        return {ref: self._blobs[ref][1] for ref in refs if ref in self._blobs}
+
+    async def session_blobs(self, session_id: str) -> list[tuple[str, str, int]]:
+        return [
+            (ref, self._blobs[ref][0], len(self._blobs[ref][1]))
+            for ref in self._session_blobs.get(session_id, {})
+            if ref in self._blobs
+        ]
 
     async def close(self) -> None:
         return None

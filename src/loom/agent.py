@@ -15,7 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from loom.engine.run_inputs import RunInput, RunOptions, with_overrides
+from loom.engine.run_inputs import Input, RunInput, RunOptions, with_overrides
 from loom.errors import AgentDefinitionError, ConfigurationError, InputError
 from loom.hooks import compile_hooks
 from loom.messages import Effect, RunResult, ToolSpec
@@ -524,7 +524,7 @@ class Agent:
 
     async def stream(
         self,
-        message: str | RunInput,
+        message: Input,
         *,
         session_id: str | None = None,
         on_busy: OnBusy = "queue",
@@ -571,7 +571,7 @@ class Agent:
 
     async def run(
         self,
-        message: str | RunInput,
+        message: Input,
         *,
         session_id: str | None = None,
         on_busy: OnBusy = "queue",
@@ -600,7 +600,7 @@ class Agent:
 
     def run_sync(
         self,
-        message: str | RunInput,
+        message: Input,
         *,
         session_id: str | None = None,
         on_busy: OnBusy = "queue",

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from loom.errors import (
     ContentError,
@@ -54,6 +54,7 @@ __all__ = [
     "media_ref",
     "sniff_media_type",
     "split_content",
+    "typed_error",
 ]
 
 MAX_MEDIA_BYTES = 32 * 1024 * 1024
@@ -105,6 +106,14 @@ class Media(BaseModel):
     ref: str | None = None
     size: int | None = None
     name: str | None = None
+
+    def __init__(self, **values: Any) -> None:
+        # pydantic wraps what a validator raises in a ValidationError: callers get the typed
+        # error the check raised (or a ContentError with pydantic's words for a wrong type).
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise typed_error(exc, values.get("kind") or type(self).__name__) from None
 
     @model_validator(mode="after")
     def _checked(self) -> Self:
@@ -183,6 +192,18 @@ class Media(BaseModel):
         if not media_type and sniff_media_type(data) is None:
             media_type = mimetypes.guess_type(p.name)[0] or ""
         return cls(data=data, media_type=media_type, name=p.name)
+
+
+def typed_error(exc: ValidationError, what: str) -> ContentError:
+    """The ``ContentError`` a part's validation raised inside ``exc``, else one that says, in
+    pydantic's words, which field was wrong."""
+    for err in exc.errors():
+        raised = (err.get("ctx") or {}).get("error")
+        if isinstance(raised, ContentError):
+            return raised
+    first = exc.errors()[0]
+    where = ".".join(str(x) for x in first["loc"]) or what
+    return ContentError(f"{what}: {where}: {first['msg']}", part=what)
 
 
 def _canonical(media_type: str) -> str:

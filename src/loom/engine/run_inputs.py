@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from loom.content import Part
+    from loom.content import Part, UserContent
     from loom.engine.gates import OnBusy
     from loom.events import AgentEvent
     from loom.messages import RunResult
@@ -38,6 +38,7 @@ __all__ = [
     "Answer",
     "CarryOn",
     "Drivable",
+    "Input",
     "NewMessage",
     "Resume",
     "RunInput",
@@ -86,6 +87,10 @@ class CarryOn:
 
 RunInput = NewMessage | Resume | Answer | CarryOn
 """What a run is started for (see the module docstring)."""
+
+Input = RunInput | str | Sequence["UserContent"]
+"""What the public run methods take: a ``RunInput``, or what ``as_run_input`` turns into a
+``NewMessage`` (a ``str``, or a list of text and media parts)."""
 
 _INPUT_KINDS = (NewMessage, Resume, Answer, CarryOn)
 

@@ -35,6 +35,7 @@ from loom.engine.run_inputs import (
     Answer,
     CarryOn,
     Drivable,
+    Input,
     NewMessage,
     Resume,
     RunInput,
@@ -361,7 +362,7 @@ class Runtime:
     async def start(
         self,
         target: Runnable[RunT],
-        input: RunInput | str,
+        input: Input,
         *,
         session_id: str | None = None,
         options: RunOptions | None = None,
@@ -526,7 +527,7 @@ class Runtime:
     async def stream(
         self,
         agent: Runnable[Drivable],
-        message: RunInput | str,
+        message: Input,
         *,
         session_id: str | None = None,
         on_busy: OnBusy = "queue",
@@ -558,7 +559,7 @@ class Runtime:
     async def run(
         self,
         agent: Runnable[Drivable],
-        message: RunInput | str,
+        message: Input,
         *,
         session_id: str | None = None,
         on_busy: OnBusy = "queue",

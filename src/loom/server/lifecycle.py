@@ -21,7 +21,7 @@ from loom.errors import QueueFull
 from loom.server.ownership import current_principal
 
 if TYPE_CHECKING:
-    from loom.engine.run_inputs import Drivable, RunInput
+    from loom.engine.run_inputs import Drivable, Input
     from loom.engine.runtime import Runnable, RunT
 
 __all__ = ["SHUTDOWN_REASON", "ServerRuntime", "drain"]
@@ -73,7 +73,7 @@ class ServerRuntime(Runtime):
     async def start(
         self,
         target: Runnable[RunT],
-        input: RunInput | str,
+        input: Input,
         *,
         session_id: str | None = None,
         options: RunOptions | None = None,

@@ -40,6 +40,7 @@ PROVIDERS: dict[str, str] = {
     "openai": "loom.models.openai:from_spec",
     "openai-compatible": "loom.models.openai:from_compatible_spec",
     "ollama": "loom.models.openai:from_ollama_spec",
+    "openai-responses": "loom.models.openai_responses:from_spec",
     "anthropic": "loom.models.anthropic:from_spec",
     "demo": "loom.testing:demo_model",
 }

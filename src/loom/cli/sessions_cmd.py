@@ -345,14 +345,15 @@ async def write_media(s: Any, session_id: str, directory: Path) -> int:
     blobs = capabilities_of(s).blobs
     if not listed or blobs is None:
         return 0
-    directory.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
     written = 0
     for start in range(0, len(listed), 8):
         chunk = listed[start : start + 8]
         found = await blobs.load_blobs([ref for ref, _, _ in chunk])
         for ref, media_type, _ in chunk:
             if ref in found:
-                (directory / media_file_name(ref, media_type)).write_bytes(found[ref])
+                target = directory / media_file_name(ref, media_type)
+                await asyncio.to_thread(target.write_bytes, found[ref])
                 written += 1
     return written
 

@@ -663,7 +663,12 @@ class StoreContract:
         from loom.testing import FunctionModel
 
         calls: list[int] = []
-        agent = Agent(model=FunctionModel(lambda m, t: str(calls.append(1))))
+
+        def answer(messages: list[Message], tools: Any) -> str:
+            calls.append(1)
+            return "should not be asked"
+
+        agent = Agent(model=FunctionModel(answer))
         failing = Runtime(store=FailingBlobs(store))
         with pytest.raises(StoreError, match="storing media failed"):
             await failing.run(

@@ -629,3 +629,19 @@ async def test_session_delete_with_media_is_one_transaction(tmp_path: Path) -> N
     assert len(await s.load_messages("a")) == 1
     assert await s.session_blobs("a") == [(media_ref(png), "image/png", len(png))]
     await s.close()
+
+
+async def test_bytes_already_held_are_not_written_again(tmp_path: Path) -> None:
+    from loom.content import Blob, media_ref
+
+    png = b"\x89PNG\r\n\x1a\n" + os.urandom(50_000)
+    s = SQLiteStore(tmp_path / "loom.db")
+    await s.put_blobs("a", [Blob(media_ref(png), "image/png", png)])
+    first = s.db.conn.execute("SELECT rowid, created_at FROM blobs").fetchall()
+    changes = s.db.conn.total_changes
+    await s.put_blobs("a", [Blob(media_ref(png), "image/png", png)])  # the same session again
+    assert s.db.conn.total_changes == changes  # no row written, not even the link
+    await s.put_blobs("b", [Blob(media_ref(png), "image/png", png)])
+    assert s.db.conn.total_changes == changes + 1  # b's link only
+    assert s.db.conn.execute("SELECT rowid, created_at FROM blobs").fetchall() == first
+    await s.close()

@@ -57,8 +57,9 @@ def test_postgres_migrate_status_and_sessions(pg_url: str) -> None:
         "0006_schedule_principals",
         "0007_system_messages_index",
         "0008_append_many",
+        "0009_media",
     ]
-    assert status["schema_version"] == status["known_version"] == 8
+    assert status["schema_version"] == status["known_version"] == 9
 
     # A session, an open run and a held lease, written by a store, show up in the counts.
     import asyncio

@@ -129,3 +129,69 @@ def test_memory_store_delete_session() -> None:
 def test_markup_in_an_error_message_is_printed_as_text(tmp_path: Path) -> None:
     r = runner.invoke(app, ["sessions", "list", "--store", str(tmp_path / "[x]" / "none.db")])
     assert r.exit_code == 2 and f"{tmp_path}/[x]/none.db" in "".join(r.output.split("\n"))
+
+
+# -- media: exported beside the transcript, deleted with the session (issue #27) ----------------
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 100
+PDF = b"%PDF-1.7\n" + b"x" * 5000
+
+
+@pytest.fixture
+def media_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A session of the default database whose first message carries an image and a PDF."""
+    from loom import Agent
+    from loom.content import File, Image
+    from loom.store import SQLiteStore
+    from loom.testing import ScriptedModel
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".loom").mkdir()
+
+    async def seed() -> None:
+        store = SQLiteStore(tmp_path / ".loom" / "loom.db")
+        agent = Agent(model=ScriptedModel(["a chart and a report"]), store=store)
+        parts = ["what are these?", Image.from_bytes(PNG), File.from_bytes(PDF, name="r.pdf")]
+        await agent.run(parts, session_id="media")
+        await store.close()
+
+    asyncio.run(seed())
+    return "media"
+
+
+def test_export_writes_media_files_beside_the_transcript(
+    media_session: str, tmp_path: Path
+) -> None:
+    from loom.content import File, Image, media_ref
+
+    out = tmp_path / "export" / "t.jsonl"
+    out.parent.mkdir()
+    r = runner.invoke(app, ["sessions", "export", media_session, "-o", str(out)])
+    assert r.exit_code == 0 and "wrote 2 media files" in r.output, r.output
+    png_ref, pdf_ref = media_ref(PNG), media_ref(PDF)
+    assert sorted(p.name for p in out.parent.iterdir()) == sorted(
+        ["t.jsonl", png_ref.replace(":", "-") + ".png", pdf_ref.replace(":", "-") + ".pdf"]
+    )
+    assert (out.parent / (png_ref.replace(":", "-") + ".png")).read_bytes() == PNG
+    assert (out.parent / (pdf_ref.replace(":", "-") + ".pdf")).read_bytes() == PDF
+    first = read_jsonl(out).messages[0]  # the line names them by reference, without bytes
+    assert [type(p) for p in first.parts] == [Image, File]
+    assert [p.ref for p in first.parts] == [png_ref, pdf_ref]  # type: ignore[union-attr]
+    assert len(out.read_text().splitlines()[0]) < 1000
+    # To stdout: the transcript only, and a note on what was left out (or --media-dir).
+    r = runner.invoke(app, ["sessions", "export", media_session])
+    assert r.exit_code == 0 and "2 media files, not written" in r.output
+    elsewhere = tmp_path / "media"
+    r = runner.invoke(app, ["sessions", "export", media_session, "--media-dir", str(elsewhere)])
+    assert r.exit_code == 0 and len(list(elsewhere.iterdir())) == 2
+    r = runner.invoke(
+        app, ["sessions", "export", media_session, "-o", str(tmp_path / "n.jsonl"), "--no-media"]
+    )
+    assert r.exit_code == 0 and "media files" not in r.output
+
+
+def test_delete_removes_the_sessions_media(media_session: str, tmp_path: Path) -> None:
+    r = runner.invoke(app, ["sessions", "delete", media_session, "--yes"])
+    assert r.exit_code == 0, r.output
+    with sqlite3.connect(tmp_path / ".loom" / "loom.db") as raw:
+        assert raw.execute("SELECT count(*) FROM blobs").fetchone()[0] == 0
+        assert raw.execute("SELECT count(*) FROM session_blobs").fetchone()[0] == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -174,7 +175,7 @@ async def test_capabilities_checked_once_per_store(tmp_path: Path) -> None:
     sqlite = SQLiteStore(tmp_path / "l.db")
     full = capabilities_of(sqlite)
     assert full.errors is full.results is full.runs is full.kv is full.typed_events is sqlite
-    assert full.windows is full.latest_events is sqlite
+    assert full.windows is full.latest_events is full.blobs is sqlite
     await sqlite.close()
 
 
@@ -266,3 +267,69 @@ def test_encode_events_writes_the_rows_encode_event_writes() -> None:
     with pytest.raises(SerializationError) as single:
         codec.encode_event(make_event(EventType.WARNING, "r", "s", 1, 0, {"x": object()}))
     assert str(batch.value) == str(single.value)
+
+
+# -- stored JSON stays small: an empty ``parts`` is not stored (issue #27 on issue #26's figure) --
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 40
+
+
+def _part_events(parts: list[Any]) -> list[Any]:
+    return [
+        make_event(EventType.USER_MESSAGE, "r1", "s", 0, 0, {"content": "hi", "parts": parts}),
+        make_event(EventType.LLM_COMPLETE, "r1", "s", 1, 1, {"text": "yo", "parts": parts}),
+        make_event(
+            EventType.TOOL_RESULT,
+            "r1",
+            "s",
+            1,
+            2,
+            {"tool_name": "t", "tool_call_id": "c", "content": "ok", "parts": parts},
+        ),
+    ]
+
+
+def test_an_empty_parts_is_left_out_of_stored_messages_and_events() -> None:
+    text = codec.encode_message(Message.user("hi"))
+    assert '"parts"' not in text
+    assert codec.decode_messages([text])[0].parts == []
+    events = _part_events([])
+    rows = codec.encode_events(events)
+    assert rows == [codec.encode_event(e) for e in events]  # both paths agree
+    assert all('"parts"' not in r.data for r in rows)
+    back = [codec.decode_event("s", r) for r in rows]
+    assert [e.parts for e in back] == [[], [], []]  # type: ignore[attr-defined]
+    packed = codec.pack_commit(events, [])
+    assert packed is not None and packed.events is not None
+    rows_kept = json.loads(packed.blob)[0]  # payload fields and extra, in PAYLOAD order
+    assert [len(r) for r in rows_kept] == [len(type(e).PAYLOAD) for e in events]  # no parts
+    assert [e.data for e in codec.unpack_events("s", packed.events, None)] == [e.data for e in back]
+
+
+def test_stored_parts_hold_a_reference_and_never_the_bytes() -> None:
+    from loom.content import Image, media_ref
+
+    image = Image.from_bytes(PNG, name="chart.png")
+    text = codec.encode_message(Message.user(["look", image]))
+    stored_part = json.loads(text)["parts"][0]
+    assert stored_part == {  # no bytes, and no empty fields either
+        "kind": "image",
+        "media_type": "image/png",
+        "ref": media_ref(PNG),
+        "size": len(PNG),
+        "name": "chart.png",
+    }
+    assert len(text) < 400  # 10 KB of bytes: none of them in the JSON
+    part = codec.decode_messages([text])[0].parts[0]
+    assert isinstance(part, Image)
+    assert (part.ref, part.size, part.name, part.data) == (
+        media_ref(PNG),
+        len(PNG),
+        "chart.png",
+        None,
+    )
+    rows = codec.encode_events(_part_events([image]))
+    assert all(media_ref(PNG) in r.data and len(r.data) < 400 for r in rows)
+    packed = codec.pack_commit(_part_events([image]), [])
+    assert packed is not None and packed.events is not None
+    again = codec.unpack_events("s", packed.events, None)
+    assert [p.ref for e in again for p in e.message().parts] == [media_ref(PNG)] * 3  # type: ignore[union-attr]

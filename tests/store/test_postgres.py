@@ -645,3 +645,86 @@ async def test_a_database_lost_mid_run_fails_the_run_typed_and_resumable(
         assert [r.status for r in await check.open_runs("lost")] == ["running"]
     finally:
         await check.close()
+
+
+# -- media stored once (issue #27) --------------------------------------------------------------
+def _png_blob(size: int = 100_000) -> Any:
+    from loom.content import Blob, media_ref
+
+    png = b"\x89PNG\r\n\x1a\n" + os.urandom(size)
+    return Blob(media_ref(png), "image/png", png)
+
+
+async def test_media_rows_once_and_the_journal_holds_references(
+    store: PostgresStore, pg_schema_dsn: str
+) -> None:
+    from loom.content import Image
+
+    blob = _png_blob(300_000)
+    agent = Agent(model=ScriptedModel(["ok"] * 6), store=store)
+    for sid in ("a", "b"):
+        await agent.run(["what is this?", Image.from_bytes(blob.data)], session_id=sid)
+        await agent.run("and now?", session_id=sid)
+    rows = await _sql(pg_schema_dsn, "SELECT count(*), sum(octet_length(data)) FROM blobs")
+    assert rows == [(1, len(blob.data))]
+    journal = await _sql(
+        pg_schema_dsn,
+        "SELECT (SELECT sum(octet_length(data)) FROM messages), "
+        "(SELECT sum(octet_length(data)) FROM events), "
+        "(SELECT count(*) FROM messages WHERE strpos(data, %s) > 0)",
+        ('"parts"',),
+    )
+    assert journal[0][0] + journal[0][1] < 20_000 and journal[0][2] == 2
+    assert await store.delete_session("a") and await store.delete_session("b")
+    assert await _sql(pg_schema_dsn, "SELECT count(*) FROM blobs") == [(0,)]
+
+
+async def _waiting_for_a_lock(dsn: str) -> None:
+    """Until a backend of the cluster waits for a row lock (a condition, polled: PostgreSQL
+    sends no notice when a statement starts waiting)."""
+    for _ in range(500):
+        rows = await _sql(
+            dsn, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        )
+        if rows[0][0]:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("nothing waited for a lock")
+
+
+async def test_a_deletion_racing_a_put_of_the_same_bytes_keeps_them(
+    store: PostgresStore, pg_schema_dsn: str
+) -> None:
+    blob = _png_blob()
+    await store.put_blobs("a", [blob])
+    # Another process's put for session b: its rows found and share-locked, its link added,
+    # not committed yet. Deleting session a must wait for it, then keep the bytes b names.
+    async with await psycopg.AsyncConnection.connect(pg_schema_dsn) as other:
+        await other.execute(q.BLOBS_HELD, ([blob.ref],))
+        await other.execute(q.LINK_BLOBS, ("b", [blob.ref]))
+        deleting = asyncio.create_task(store.delete_session("a"))
+        await _waiting_for_a_lock(pg_schema_dsn)
+        await other.commit()
+    await deleting
+    assert await store.load_blobs([blob.ref]) == {blob.ref: blob.data}
+    assert [r[0] for r in await store.session_blobs("b")] == [blob.ref]
+
+
+async def test_a_put_racing_the_deletion_of_the_same_bytes_writes_them_again(
+    store: PostgresStore, pg_schema_dsn: str
+) -> None:
+    blob = _png_blob()
+    await store.put_blobs("a", [blob])
+    # Another process deletes session a (the last to name the bytes) and has not committed:
+    # a put for session b waits, finds the row gone, and writes the bytes again.
+    async with await psycopg.AsyncConnection.connect(pg_schema_dsn) as other:
+        await other.execute(q.UNLINK_SESSION_BLOBS, ("a",))
+        await other.execute(q.LOCK_BLOBS, ([blob.ref],))
+        await other.execute(q.DELETE_UNNAMED_BLOBS, ([blob.ref],))
+        putting = asyncio.create_task(store.put_blobs("b", [blob]))
+        await _waiting_for_a_lock(pg_schema_dsn)
+        await other.commit()
+    await putting
+    assert await store.load_blobs([blob.ref]) == {blob.ref: blob.data}
+    assert await store.session_blobs("a") == []
+    assert [r[0] for r in await store.session_blobs("b")] == [blob.ref]

@@ -575,3 +575,73 @@ async def test_approval_decisions_are_read_through_their_partial_index(tmp_path:
     assert "USING INDEX events_approvals" in plan, plan
     assert codec.INDEXED_CLAUSE in sql
     await s.close()
+
+
+# -- media stored once (issue #27) --------------------------------------------------------------
+async def test_an_image_seen_every_turn_in_two_sessions_is_one_row(tmp_path: Path) -> None:
+    from loom.content import Image, media_ref
+
+    png = b"\x89PNG\r\n\x1a\n" + os.urandom(300_000)
+    seen: list[int] = []
+
+    def model(messages: list[Message], tools: object) -> str:
+        seen.append(sum(len(p.data or b"") for m in messages for p in m.parts))  # type: ignore[union-attr]
+        return "ok"
+
+    s = SQLiteStore(tmp_path / "loom.db")
+    agent = Agent(model=FunctionModel(model), store=s)
+    for sid in ("a", "b"):
+        await agent.run(["what is this?", Image.from_bytes(png)], session_id=sid)
+        for turn in range(4):
+            await agent.run(f"and now {turn}?", session_id=sid)
+    assert seen == [len(png)] * 10  # every call saw the image's bytes
+    c = s.db.conn
+    assert c.execute("SELECT count(*), sum(length(data)) FROM blobs").fetchone() == (1, len(png))
+    assert c.execute("SELECT count(*) FROM session_blobs").fetchone()[0] == 2
+    journal = c.execute(
+        "SELECT (SELECT sum(length(data)) FROM messages) + (SELECT sum(length(data)) FROM events)"
+    ).fetchone()[0]
+    assert journal < 20_000  # 20 messages and their events: references, never the bytes
+    texts = [r[0] for r in c.execute("SELECT data FROM messages UNION ALL SELECT data FROM events")]
+    assert sum('"parts"' in t for t in texts) == 4  # two user messages and their events only
+    assert await s.delete_session("a")
+    assert await s.load_blobs([media_ref(png)]) == {media_ref(png): png}
+    assert await s.delete_session("b")
+    assert c.execute("SELECT count(*) FROM blobs").fetchone()[0] == 0
+    assert c.execute("SELECT count(*) FROM session_blobs").fetchone()[0] == 0
+    await s.close()
+
+
+async def test_session_delete_with_media_is_one_transaction(tmp_path: Path) -> None:
+    # A deletion that fails part-way (here: after the blob rows went) keeps everything.
+    s = SQLiteStore(tmp_path / "loom.db")
+    from loom.content import Blob, media_ref
+
+    png = b"\x89PNG\r\n\x1a\n" + os.urandom(1000)
+    await s.append("a", messages=[Message.user("x")])
+    await s.put_blobs("a", [Blob(media_ref(png), "image/png", png)])
+    s.db.conn.execute(
+        "CREATE TRIGGER stop_it AFTER DELETE ON blobs BEGIN SELECT RAISE(ABORT, 'stop'); END"
+    )
+    with pytest.raises(StoreError, match="stop"):
+        await s.delete_session("a")
+    s.db.conn.execute("DROP TRIGGER stop_it")
+    assert len(await s.load_messages("a")) == 1
+    assert await s.session_blobs("a") == [(media_ref(png), "image/png", len(png))]
+    await s.close()
+
+
+async def test_bytes_already_held_are_not_written_again(tmp_path: Path) -> None:
+    from loom.content import Blob, media_ref
+
+    png = b"\x89PNG\r\n\x1a\n" + os.urandom(50_000)
+    s = SQLiteStore(tmp_path / "loom.db")
+    await s.put_blobs("a", [Blob(media_ref(png), "image/png", png)])
+    first = s.db.conn.execute("SELECT rowid, created_at FROM blobs").fetchall()
+    changes = s.db.conn.total_changes
+    await s.put_blobs("a", [Blob(media_ref(png), "image/png", png)])  # the same session again
+    assert s.db.conn.total_changes == changes  # no row written, not even the link
+    await s.put_blobs("b", [Blob(media_ref(png), "image/png", png)])
+    assert s.db.conn.total_changes == changes + 1  # b's link only
+    assert s.db.conn.execute("SELECT rowid, created_at FROM blobs").fetchall() == first
+    await s.close()

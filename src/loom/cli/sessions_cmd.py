@@ -249,8 +249,21 @@ def export(
             help="An extra redaction pattern (repeatable).",
         ),
     ] = None,
+    media_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--media-dir",
+            help="Where to write the session's media files (default: beside --output).",
+        ),
+    ] = None,
+    media: Annotated[
+        bool,
+        typer.Option("--media/--no-media", help="Write the session's images, files and audio."),
+    ] = True,
 ) -> None:
-    """Export a session's transcript as JSONL (one message per line), redacted by default."""
+    """Export a session's transcript as JSONL (one message per line), redacted by default,
+    and its media (images, files, audio) as files beside it, each named after its reference
+    (``sha256-<hex>.png``). Redaction covers the text, not the media's bytes."""
     from loom.errors import LoomError
     from loom.store.transcript import write_jsonl
 
@@ -259,19 +272,90 @@ def export(
     except LoomError as exc:  # a pattern that does not compile: say which, exit 2
         say_error(exc)
         raise typer.Exit(code=2) from None
+    where = media_dir if media_dir is not None else output.parent if output is not None else None
 
-    async def load(s: SQLiteStore) -> Any:
+    async def load(s: SQLiteStore) -> tuple[Any, int, int]:
         await _require(s, session_id)
-        return await s.load_messages(session_id)
+        messages = await s.load_messages(session_id)
+        written = skipped = 0
+        if media:
+            if where is None:  # the transcript goes to stdout: say what was left out
+                skipped = len(await _session_media(s, session_id))
+            else:
+                written = await write_media(s, session_id, where)
+        return messages, written, skipped
 
-    messages = run_with_store(store, load)
+    messages, written, skipped = run_with_store(store, load)
     clean = redactor.redact_value if redactor is not None else None
     if output is None:
         write_jsonl(messages, sys.stdout, redact=clean)
-        return
-    with output.open("w", encoding="utf-8") as f:
-        n = write_jsonl(messages, f, redact=clean)
-    err.print(f"wrote {n} messages to {escape(str(output))}")
+    else:
+        with output.open("w", encoding="utf-8") as f:
+            n = write_jsonl(messages, f, redact=clean)
+        err.print(f"wrote {n} messages to {escape(str(output))}")
+    if written:
+        err.print(f"wrote {written} media files to {escape(str(where))}")
+    if skipped:
+        err.print(
+            f"the session has {skipped} media files, not written: pass --output FILE or "
+            "--media-dir DIR to write them"
+        )
+
+
+# Extensions of the media types Loom reads, where ``mimetypes`` would pick an odd one.
+# (``mimetypes`` knows no ``audio/wav``, and names Ogg audio ``.oga``; tables differ by OS).
+_EXTENSIONS = {
+    "image/png": ".png",
+    "image/jpeg": ".jpg",
+    "image/gif": ".gif",
+    "image/webp": ".webp",
+    "application/pdf": ".pdf",
+    "audio/wav": ".wav",
+    "audio/x-wav": ".wav",
+    "audio/mpeg": ".mp3",
+    "audio/mp3": ".mp3",
+    "audio/flac": ".flac",
+    "audio/ogg": ".ogg",
+}
+
+
+def media_file_name(ref: str, media_type: str) -> str:
+    """The file an export writes a medium to: its reference (``sha256:<hex>``) with ``-`` for
+    the colon, and the extension of its media type (``.bin`` when it has none)."""
+    import mimetypes
+
+    ext = _EXTENSIONS.get(media_type) or mimetypes.guess_extension(media_type) or ".bin"
+    return ref.replace(":", "-") + ext
+
+
+async def _session_media(s: Any, session_id: str) -> list[tuple[str, str, int]]:
+    from loom.store.base import capabilities_of
+
+    blobs = capabilities_of(s).blobs
+    return [] if blobs is None else await blobs.session_blobs(session_id)
+
+
+async def write_media(s: Any, session_id: str, directory: Path) -> int:
+    """Write the media ``session_id`` names into ``directory`` (``media_file_name``), a few
+    at a time (one store read each few: a session's media are never all in memory at once);
+    return how many. A medium the store no longer holds is skipped."""
+    from loom.store.base import capabilities_of
+
+    listed = await _session_media(s, session_id)
+    blobs = capabilities_of(s).blobs
+    if not listed or blobs is None:
+        return 0
+    await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
+    written = 0
+    for start in range(0, len(listed), 8):
+        chunk = listed[start : start + 8]
+        found = await blobs.load_blobs([ref for ref, _, _ in chunk])
+        for ref, media_type, _ in chunk:
+            if ref in found:
+                target = directory / media_file_name(ref, media_type)
+                await asyncio.to_thread(target.write_bytes, found[ref])
+                written += 1
+    return written
 
 
 @app.command("delete")
@@ -280,7 +364,8 @@ def delete(
     store: StoreOpt = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
-    """Delete a session: its messages, events, runs, stored errors and results."""
+    """Delete a session: its messages, events, runs, stored errors and results, and the
+    media no other session names."""
     from loom.errors import SessionBusy
     from loom.messages import new_id
 

@@ -36,8 +36,9 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
-from loom.errors import SerializationError
-from loom.events import AgentEvent, EventType, make_event
+from loom.content import MAX_MEDIA_BYTES, Blob, jsonable, media_ref
+from loom.errors import ContentError, MediaTooLarge, SerializationError
+from loom.events import EVENT_CLASSES, AgentEvent, EventType, make_event
 from loom.messages import Effect, Message, ToolResult, Usage
 from loom.store.base import LedgerEntry, LedgerStatus, RunRecord, SessionInfo, StoredError
 
@@ -45,10 +46,12 @@ __all__ = [
     "ERROR_COLS",
     "MAX_DEPTH",
     "PARENT_KEY",
+    "PARTS_LAST",
     "EventRow",
     "LedgerRow",
     "PackedCommit",
     "RunRow",
+    "check_blobs",
     "decode_error",
     "decode_event",
     "decode_ledger",
@@ -62,6 +65,7 @@ __all__ = [
     "encode_message",
     "encode_run",
     "encode_value",
+    "message_dict",
     "pack_commit",
     "scrub_text",
     "unpack_ledger",
@@ -166,18 +170,23 @@ def encode_value(value: Any, what: str, *what_args: object) -> str:
     Raises:
         SerializationError: ``value`` cannot be stored; the message names the part.
     """
+    # A model's own JSON form would turn NaN and infinities into null, which a float field
+    # then refuses on reading (a session that cannot be loaded); its Python form keeps them.
+    plain = value
+    if type(value) is not dict and isinstance(value, BaseModel):
+        plain = value.model_dump()
+    return _encode_plain(value, plain, what, what_args)
+
+
+def _encode_plain(value: Any, plain: Any, what: str, what_args: tuple[object, ...]) -> str:
+    """``plain`` (``value``'s Python form) as JSON text; errors name the part of ``value``."""
     try:
-        # A model's own JSON form would turn NaN and infinities into null, which a float field
-        # then refuses on reading (a session that cannot be loaded); its Python form keeps them.
-        plain = value
-        if type(value) is not dict and isinstance(value, BaseModel):
-            plain = value.model_dump()
         text: str = to_json(plain, inf_nan_mode="constants").decode()
     except PydanticSerializationError as exc:
         if "surrogates not allowed" not in str(exc):
             raise _refuse(value, what.format(*what_args), exc) from None
         try:  # the rare path: scrub every string of the value, then encode that
-            text = to_json(_scrub(value), inf_nan_mode="constants").decode()
+            text = to_json(_scrub(plain), inf_nan_mode="constants").decode()
         except (ValueError, RecursionError) as exc2:  # PydanticSerializationError too
             raise _refuse(value, what.format(*what_args), exc2) from None
     except (ValueError, RecursionError) as exc:
@@ -202,9 +211,22 @@ def decode_value(text: str) -> Any:
 
 
 # -- messages ---------------------------------------------------------------------------------
+def message_dict(message: Message) -> dict[str, Any]:
+    """A message's stored form: its fields, but ``parts`` only when it has some (each part
+    without its empty fields, and never its bytes: a medium is stored by reference). Most
+    messages have none, and a stored message reads an absent ``parts`` back as ``[]``: the
+    stored JSON of a text conversation did not grow with parts (issue #26's disk figure)."""
+    plain = message.model_dump()
+    if message.parts:
+        plain["parts"] = jsonable(message.parts)
+    else:
+        del plain["parts"]
+    return plain
+
+
 def encode_message(message: Message) -> str:
     """One message as JSON text (the ``data`` column of SQLite's ``messages`` table)."""
-    return encode_value(message, "{} message", message.role)
+    return _encode_plain(message, message_dict(message), "{} message", (message.role,))
 
 
 def decode_messages(texts: Sequence[str]) -> list[Message]:
@@ -226,6 +248,12 @@ class EventRow(NamedTuple):
     data: str
 
 
+#: Event classes whose last payload field is ``parts`` (media and reasoning): an empty one
+#: is left out of the stored form, and read back as ``[]`` (the field's default).
+PARTS_LAST: frozenset[type[AgentEvent]] = frozenset(
+    cls for cls in EVENT_CLASSES.values() if cls.PAYLOAD[-1:] == ("parts",)
+)
+
 #: The key under which an event's ``parent_run_id`` (the crew run that started its run) rides
 #: in the stored ``data`` JSON: every store keeps that body already, so no column (and no
 #: migration) is needed. ``$`` keeps it apart from payload fields and ``extra`` keys.
@@ -237,6 +265,8 @@ def encode_event(event: AgentEvent) -> EventRow:
     in ``data`` under :data:`PARENT_KEY`)."""
     d = event.to_dict()
     data = d["data"]
+    if type(event) in PARTS_LAST and not data.get("parts"):
+        data.pop("parts", None)  # a fresh dict (``AgentEvent.data``)
     if event.parent_run_id is not None:
         data = {**data, PARENT_KEY: event.parent_run_id}
     return EventRow(
@@ -267,6 +297,8 @@ def encode_events(events: Sequence[AgentEvent]) -> list[EventRow]:
         if cls.PAYLOAD or extra:
             keys = cls.KEYS
             data = {keys.get(n, n): v for n, v in zip(cls.PAYLOAD, values, strict=False)}
+            if cls in PARTS_LAST and not values[-2]:
+                del data["parts"]
             if extra:
                 data.update(extra)
             try:
@@ -332,6 +364,8 @@ def unpack_events(session_id: str, packed: PackedEvents, run_id: str | None) -> 
                 values = values[packed.at]
         fields_, keys = cls.PAYLOAD, cls.KEYS
         row = values[i]
+        if len(row) == len(fields_):  # ``parts`` left out by pack_commit: it was empty
+            row = [*row[:-1], [], row[-1]]
         data = {keys.get(n, n): row[j] for j, n in enumerate(fields_)}
         data.update(row[-1])
         out.append(
@@ -385,7 +419,10 @@ def pack_commit(events: Sequence[AgentEvent], ledger: Sequence[LedgerEntry]) -> 
                 ev.parent_run_id,
             )
         )
-        rows.append(type(ev).ROW(ev))
+        row = type(ev).ROW(ev)
+        if type(ev) in PARTS_LAST and not row[-2]:  # an empty ``parts`` is not stored
+            row = (*row[:-2], row[-1])
+        rows.append(row)
     cols = []
     values = []
     for entry in ledger:
@@ -429,6 +466,41 @@ def unpack_ledger(session_id: str, packed: PackedCommit, index: int) -> LedgerEn
         result=ToolResult.model_validate(result) if result is not None else None,
         timestamp=datetime.fromtimestamp(ts, UTC),
     )
+
+
+# -- media ----------------------------------------------------------------------------------
+_REF = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def check_blobs(blobs: Sequence[Blob]) -> list[Blob]:
+    """``blobs`` as a store keeps them: one per reference (the first), each checked again
+    before anything is written, whatever path its bytes came by (``loom.content`` checked
+    the parts it built; a caller of ``put_blobs`` may not have). Raises ``MediaTooLarge``
+    past :data:`loom.content.MAX_MEDIA_BYTES` and ``ContentError`` for a reference that is
+    not ``"sha256:"`` and the hex digest of the bytes (content addressing would otherwise
+    hand one session's bytes to another's reference)."""
+    out: dict[str, Blob] = {}
+    for blob in blobs:
+        if blob.ref in out:
+            continue
+        size = len(blob.data)
+        if size > MAX_MEDIA_BYTES:
+            raise MediaTooLarge(
+                f"media {blob.ref[:19]}… ({blob.media_type}) is {size:,} bytes, over the "
+                f"{MAX_MEDIA_BYTES:,}-byte limit a store keeps: send a smaller file "
+                "(downscale the image, split the document) or a URL",
+                size=size,
+                limit=MAX_MEDIA_BYTES,
+                part=blob.ref,
+            )
+        if not _REF.fullmatch(blob.ref) or media_ref(blob.data) != blob.ref:
+            raise ContentError(
+                f"media reference {blob.ref[:80]!r} is not the sha256 of its {size:,} bytes; "
+                "store bytes under loom.content.media_ref(data)",
+                part=blob.ref,
+            )
+        out[blob.ref] = blob
+    return list(out.values())
 
 
 # -- ledger -----------------------------------------------------------------------------------

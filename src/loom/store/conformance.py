@@ -15,7 +15,7 @@ class TestMyStore(StoreContract):
 
 Each test gets a fresh, empty store from your ``store`` fixture. Tests of the optional
 capabilities (``RunStore``, ``ErrorStore``, ``ResultStore``, ``KVStore``, ``EventTypeStore``,
-``TranscriptWindowStore``, ``LatestEventStore``) skip when the store
+``TranscriptWindowStore``, ``LatestEventStore``, ``BlobStore``) skip when the store
 does not have them (``loom.store.base.capabilities_of``). Needs pytest and pytest-asyncio
 (``asyncio_mode = "auto"``).
 
@@ -23,18 +23,31 @@ Besides the basics the contract checks leases with fencing (a stale token cannot
 the refused write commits nothing), bounded transcript reads, and that values go through
 ``loom.store.codec``: lone surrogates are escaped, non-JSON values read back as their JSON
 form, and a value that cannot be stored raises ``SerializationError`` before any commit.
+A ``BlobStore`` must keep media bytes once however many sessions name them, delete them with
+the last session naming them, refuse bytes over ``loom.content.MAX_MEDIA_BYTES`` and hand them
+back to a new ``Runtime`` on the same store; a store that also has ``blob_usage()`` (how many
+media it holds, and their bytes) is checked to hold each image once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from loom.errors import InputError, LeaseLost, SerializationError
+from loom.content import MAX_MEDIA_BYTES, Blob, Image, media_ref
+from loom.errors import (
+    ContentError,
+    InputError,
+    LeaseLost,
+    MediaTooLarge,
+    SerializationError,
+    StoreError,
+)
 from loom.events import AgentEvent, EventType, make_event
 from loom.messages import Message, ToolCall, ToolResult, Usage, utcnow
 from loom.store.base import (
@@ -49,7 +62,7 @@ from loom.store.base import (
     new_error_id,
 )
 
-__all__ = ["CountingStore", "StoreContract"]
+__all__ = ["CountingStore", "FailingBlobs", "StoreContract"]
 
 
 _PROTOCOLS = {
@@ -60,6 +73,7 @@ _PROTOCOLS = {
     "typed_events": "EventTypeStore",
     "windows": "TranscriptWindowStore",
     "latest_events": "LatestEventStore",
+    "blobs": "BlobStore",
 }
 
 
@@ -563,6 +577,108 @@ class StoreContract:
                 await store.append("s", **step)
         await _nothing_stored(store, "s")
 
+    # -- optional: media stored once (BlobStore) -------------------------------------------------
+    async def test_blobs_round_trip(self, store: Any) -> None:
+        _needs(store, "blobs")
+        png, pdf = _png(70_000), b"%PDF-1.7\n" + os.urandom(3000)
+        await store.append("s", messages=[Message.user("files")])
+        await store.put_blobs("s", [_blob(png), _blob(pdf, "application/pdf"), _blob(png)])
+        got = await store.load_blobs([media_ref(pdf), media_ref(png), "sha256:" + "0" * 64])
+        assert got == {media_ref(png): png, media_ref(pdf): pdf}  # a missing ref is absent
+        assert await store.load_blobs([]) == {}
+        assert await store.session_blobs("s") == [
+            (media_ref(png), "image/png", len(png)),
+            (media_ref(pdf), "application/pdf", len(pdf)),
+        ]
+        assert await store.session_blobs("other") == []
+
+    async def test_media_in_two_sessions_stored_once_deleted_with_the_last(
+        self, store: Any
+    ) -> None:
+        _needs(store, "blobs")
+        png = _png(200_000)
+        ref = media_ref(png)
+        for sid in ("s1", "s2"):
+            await store.append(sid, messages=[Message.user(sid)])
+            await store.put_blobs(sid, [_blob(png)])
+        await store.put_blobs("s1", [_blob(png)])  # again: nothing new
+        assert await _usage(store) in (None, (1, len(png)))
+        assert await store.session_blobs("s1") == await store.session_blobs("s2")
+        assert await store.delete_session("s1")
+        assert await store.load_blobs([ref]) == {ref: png}  # s2 still names it
+        assert await store.session_blobs("s1") == []
+        assert await _usage(store) in (None, (1, len(png)))
+        assert await store.delete_session("s2")
+        assert await store.load_blobs([ref]) == {}
+        assert await _usage(store) in (None, (0, 0))
+
+    async def test_put_blobs_refuses_what_it_must_not_keep(self, store: Any) -> None:
+        _needs(store, "blobs")
+        await store.append("s", messages=[Message.user("x")])
+        small, too_big = _png(1000), _png(MAX_MEDIA_BYTES + 1)
+        with pytest.raises(MediaTooLarge) as info:  # bytes that bypassed loom.content's check
+            await store.put_blobs("s", [_blob(small), _blob(too_big)])
+        assert (info.value.size, info.value.limit) == (len(too_big), MAX_MEDIA_BYTES)
+        with pytest.raises(ContentError, match="not the sha256"):
+            await store.put_blobs("s", [Blob(media_ref(b"other"), "image/png", small)])
+        assert await store.load_blobs([media_ref(small)]) == {}  # nothing of either put
+        assert await store.session_blobs("s") == []
+
+    async def test_image_run_resumes_on_a_new_runtime(self, store: Any) -> None:
+        _needs(store, "blobs")
+        from loom.agent import Agent
+        from loom.engine.run_inputs import NewMessage
+        from loom.engine.runtime import Runtime
+        from loom.testing import FunctionModel
+
+        png = _png(50_000)
+        seen: list[list[bytes | None]] = []
+
+        def look(messages: list[Message], tools: Any) -> str:
+            seen.append([p.data for m in messages for p in m.parts if isinstance(p, Image)])
+            return f"call {len(seen)}"
+
+        agent = Agent(model=FunctionModel(look))
+        first = Runtime(store=store)
+        await first.run(
+            agent, NewMessage("what is this?", (Image.from_bytes(png),)), session_id="s"
+        )
+        stored = await store.load_messages("s")
+        part = stored[0].parts[0]
+        assert isinstance(part, Image)
+        assert (part.ref, part.size, part.data) == (media_ref(png), len(png), None)  # a ref
+        events = await store.load_events("s")
+        asked = [e for e in events if e.type is EventType.USER_MESSAGE]
+        assert [p.ref for p in asked[0].message().parts] == [media_ref(png)]
+        again = Runtime(store=store)  # a new process: nothing of the first one's memory
+        await again.run(agent, "and now?", session_id="s")
+        assert seen == [[png], [png]]  # the second model call saw the stored bytes
+        assert await _usage(store) in (None, (1, len(png)))
+
+    async def test_media_stored_before_the_step_that_names_them(self, store: Any) -> None:
+        _needs(store, "blobs")
+        from loom.agent import Agent
+        from loom.engine.run_inputs import NewMessage
+        from loom.engine.runtime import Runtime
+        from loom.testing import FunctionModel
+
+        calls: list[int] = []
+
+        def answer(messages: list[Message], tools: Any) -> str:
+            calls.append(1)
+            return "should not be asked"
+
+        agent = Agent(model=FunctionModel(answer))
+        failing = Runtime(store=FailingBlobs(store))
+        with pytest.raises(StoreError, match="storing media failed"):
+            await failing.run(
+                agent, NewMessage("see", (Image.from_bytes(_png(500)),)), session_id="s"
+            )
+        assert calls == []  # the model was never asked
+        assert await store.load_messages("s") == []
+        assert [e for e in await store.load_events("s") if e.type is EventType.USER_MESSAGE] == []
+        assert await store.session_blobs("s") == []
+
     # -- optional: errors, results, key-values ----------------------------------------------------
     async def test_error_store(self, store: Any) -> None:
         _needs(store, "errors")
@@ -614,6 +730,39 @@ class StoreContract:
         assert await store.delete_value("mem", "s1/l2")
         assert not await store.delete_value("mem", "s1/l2")
         assert await store.get_value("mem", "s1/l2") is None
+
+
+def _png(size: int) -> bytes:
+    """``size`` bytes that start as a PNG does (what ``Image`` checks), random after that."""
+    return b"\x89PNG\r\n\x1a\n" + os.urandom(size - 8)
+
+
+def _blob(data: bytes, media_type: str = "image/png") -> Blob:
+    return Blob(media_ref(data), media_type, data)
+
+
+async def _usage(store: Any) -> tuple[int, int] | None:
+    usage = getattr(store, "blob_usage", None)
+    return None if usage is None else tuple(await usage())
+
+
+class FailingBlobs:
+    """Wraps a store whose ``put_blobs`` fails (``StoreError``, as a full disk would make it):
+    the journal must then commit nothing of the step whose media it was storing. Every other
+    attribute is the wrapped store's, bound as instance attributes (see ``CountingStore``)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        for name in dir(inner):
+            if not name.startswith("_") and callable(value := getattr(inner, name)):
+                self.__dict__[name] = value
+        self.__dict__["put_blobs"] = self._put_blobs
+
+    async def _put_blobs(self, session_id: str, blobs: Any) -> None:
+        raise StoreError(f"storing media failed for session {session_id!r} (a test's store)")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 class CountingStore:

@@ -90,7 +90,7 @@ _MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 def _encode_messages(messages: Sequence[Message]) -> str:
     """A commit's messages as one JSON array (each as ``codec.encode_message`` writes it)."""
     try:
-        text = to_json([m.model_dump() for m in messages], inf_nan_mode="constants")
+        text = to_json([codec.message_dict(m) for m in messages], inf_nan_mode="constants")
     except (ValueError, RecursionError):  # PydanticSerializationError too: the careful path
         text = b""
     if not text or (
@@ -329,8 +329,9 @@ class MemoryStore:
         return self._sessions.pop(session_id, None) is not None
 
     async def put_blobs(self, session_id: str, blobs: Sequence[Blob]) -> None:
+        checked = codec.check_blobs(blobs)  # as the SQL stores: size and hash, before writing
         named = self._session_blobs.setdefault(session_id, {})
-        for blob in blobs:
+        for blob in checked:
             self._blobs.setdefault(blob.ref, (blob.media_type, blob.data))
             named[blob.ref] = None
 
@@ -343,6 +344,10 @@ class MemoryStore:
             for ref in self._session_blobs.get(session_id, {})
             if ref in self._blobs
         ]
+
+    async def blob_usage(self) -> tuple[int, int]:
+        """How many media the store holds and their bytes in all (each stored once)."""
+        return len(self._blobs), sum(len(data) for _, data in self._blobs.values())
 
     async def close(self) -> None:
         return None

@@ -355,6 +355,31 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             $$""",
         ],
     ),
+    (
+        # Media stored once (issue #27, as SQLite's 0009): the bytes one ``blobs`` row per
+        # content hash, however many messages and sessions name them; ``session_blobs`` the
+        # sessions naming them (``seq``: the order they were stored in). The bytes are stored
+        # out of line and uncompressed (STORAGE EXTERNAL): images and PDFs are compressed
+        # already, and pglz would only spend CPU finding that out.
+        "0009_media",
+        [
+            """CREATE TABLE blobs (
+                ref TEXT PRIMARY KEY,
+                media_type TEXT NOT NULL,
+                size BIGINT NOT NULL,
+                created_at DOUBLE PRECISION NOT NULL,
+                data BYTEA NOT NULL
+            )""",
+            "ALTER TABLE blobs ALTER COLUMN data SET STORAGE EXTERNAL",
+            """CREATE TABLE session_blobs (
+                session_id TEXT NOT NULL,
+                ref TEXT NOT NULL,
+                seq BIGINT GENERATED ALWAYS AS IDENTITY,
+                PRIMARY KEY (session_id, ref)
+            )""",
+            "CREATE INDEX session_blobs_ref ON session_blobs (ref)",
+        ],
+    ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -444,6 +469,35 @@ SESSION_TABLES = (
     "results",
     "appends",
 )
+
+# -- media (``postgres_media``) ------------------------------------------------------------------
+# A put and a session's deletion may race on the same bytes: the put share-locks the rows it
+# finds (and inserts those it does not), the deletion locks them for update before deleting the
+# ones no session names any more. Whichever locks first wins cleanly: a put that waited finds a
+# deleted row gone and writes it again; a deletion that waited sees the put's link (its DELETE
+# is a new statement, with a new snapshot) and keeps the bytes. Rows are locked in ``ref`` order.
+BLOBS_HELD = "SELECT ref FROM blobs WHERE ref = ANY(%s) ORDER BY ref FOR SHARE"
+PUT_BLOB = (
+    "INSERT INTO blobs (ref, media_type, size, created_at, data) VALUES (%s, %s, %s, %s, %b) "
+    "ON CONFLICT (ref) DO NOTHING"
+)
+LINK_BLOBS = (
+    "INSERT INTO session_blobs (session_id, ref) SELECT %s, t.ref "
+    "FROM unnest(%s::text[]) WITH ORDINALITY AS t(ref, ord) ORDER BY t.ord "
+    "ON CONFLICT (session_id, ref) DO NOTHING"
+)
+LOAD_BLOBS = "SELECT ref, data FROM blobs WHERE ref = ANY(%s)"
+SESSION_BLOBS = (
+    "SELECT l.ref, b.media_type, b.size FROM session_blobs l JOIN blobs b ON b.ref = l.ref "
+    "WHERE l.session_id = %s ORDER BY l.seq"
+)
+UNLINK_SESSION_BLOBS = "DELETE FROM session_blobs WHERE session_id = %s RETURNING ref"
+LOCK_BLOBS = "SELECT ref FROM blobs WHERE ref = ANY(%s) ORDER BY ref FOR UPDATE"
+DELETE_UNNAMED_BLOBS = (
+    "DELETE FROM blobs WHERE ref = ANY(%s) "
+    "AND NOT EXISTS (SELECT 1 FROM session_blobs l WHERE l.ref = blobs.ref)"
+)
+BLOB_USAGE = "SELECT count(*), coalesce(sum(size), 0) FROM blobs"
 
 # -- operations (``loom db status``) -------------------------------------------------------------
 STATUS_COUNTS = (

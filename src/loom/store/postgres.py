@@ -27,8 +27,9 @@ so a holder that was taken over cannot commit anything. Expiry is judged by the 
 clock, the one clock every host shares. Unlike ``SQLiteStore`` there is no "dead process"
 shortcut: a lease whose holder died is free when it expires.
 
-Besides ``Store`` it implements ``ErrorStore``, ``ResultStore``, ``RunStore``, ``KVStore`` and
-``ScheduleTables`` (``postgres_schedules.py``).
+Besides ``Store`` it implements ``ErrorStore``, ``ResultStore``, ``RunStore``, ``KVStore``,
+``ScheduleTables`` (``postgres_schedules.py``) and ``BlobStore`` (media bytes once per content
+hash, ``postgres_media.py``).
 Every value goes through ``loom.store.codec`` exactly as on SQLite; every query is
 parameterised.
 """
@@ -69,6 +70,7 @@ from loom.store.base import (
     lease_lost,
     new_error_id,
 )
+from loom.store.postgres_media import PostgresBlobs, forget_session
 from loom.store.postgres_schedules import PostgresScheduleTables
 
 try:
@@ -112,7 +114,7 @@ def redact(conninfo: str) -> str:
     return shown or "<the libpq defaults: PGHOST, PGPORT, PGDATABASE, PGUSER>"
 
 
-class PostgresStore(PostgresScheduleTables):
+class PostgresStore(PostgresScheduleTables, PostgresBlobs):
     """Sessions, transcripts, events, the tool-call ledger, errors, results and key-values in
     PostgreSQL, for many processes on many hosts.
 
@@ -741,8 +743,9 @@ class PostgresStore(PostgresScheduleTables):
             span *= 8
 
     async def delete_session(self, session_id: str) -> bool:
-        """Delete a session and everything kept for it in one transaction (its lock row is
-        released, not deleted, so its fencing token keeps growing). False when there was no
+        """Delete a session and everything kept for it in one transaction, with the media no
+        other session names (its lock row is released, not deleted, so its fencing token keeps
+        growing). False when there was no
         such session. The caller makes sure no run is using the session (take its lease)."""
 
         async def delete(conn: AsyncConnection[Any]) -> bool:
@@ -751,6 +754,7 @@ class PostgresStore(PostgresScheduleTables):
                 found = cur.rowcount > 0
                 for table in q.SESSION_TABLES:
                     await conn.execute(f"DELETE FROM {table} WHERE session_id = %s", (session_id,))
+                await forget_session(conn, session_id)
                 await conn.execute(
                     "UPDATE locks SET released = true WHERE session_id = %s", (session_id,)
                 )

@@ -17,8 +17,8 @@ after a power cut, but the last commits before an OS crash or power loss may be 
 is on disk even after a power cut; it costs about 0.2 ms per commit on an SSD.
 
 Besides ``Store`` it implements the optional capabilities of ``loom.store.base``:
-``ErrorStore``, ``ResultStore``, ``RunStore``, ``KVStore`` and ``ScheduleTables``. Every query is
-parameterised.
+``ErrorStore``, ``ResultStore``, ``RunStore``, ``KVStore``, ``ScheduleTables`` and ``BlobStore``
+(media bytes once per content hash, ``sqlite_media.py``). Every query is parameterised.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from loom.store.sqlite_db import (
     run_call,
 )
 from loom.store.sqlite_extras import SQLiteCapabilities
+from loom.store.sqlite_media import SQLiteBlobs, forget_session
 from loom.store.sqlite_schedules import SQLiteScheduleTables
 
 __all__ = ["SQLiteStore"]
@@ -93,7 +94,7 @@ def _check_lease(c: sqlite3.Connection, session_id: str, lease: Lease) -> None:
         raise lease_lost(lease, row)
 
 
-class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables):
+class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables, SQLiteBlobs):
     """Sessions, transcripts, events, the tool-call ledger, errors and large results in SQLite.
 
     Args:
@@ -480,7 +481,8 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables):
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete a session and everything kept for it (messages, events, runs, tool-call
-        ledger, stored errors and results, its lock) in one transaction.
+        ledger, stored errors and results, its lock, the media no other session names) in one
+        transaction.
 
         Returns False when there was no such session. The caller makes sure no run is using
         the session (take its lock first, as ``loom sessions delete`` does).
@@ -490,6 +492,7 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables):
             found = c.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
             for table in _SESSION_TABLES:
                 c.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+            forget_session(c, session_id)
             c.execute("UPDATE locks SET released = 1 WHERE session_id = ?", (session_id,))
             return found
 

@@ -188,6 +188,30 @@ MIGRATIONS: list[tuple[str, str]] = [
         "0008_system_messages_index",
         "CREATE INDEX messages_system ON messages (session_id, seq) WHERE role = 'system'",
     ),
+    # Why: media stored once (issue #27). A message names an image by its content hash; the
+    # bytes are one ``blobs`` row however many messages and sessions name them (a 5 MB image
+    # sent in turn 1 of 50 is 5 MB, not 250). ``session_blobs`` records which sessions name
+    # which bytes (in the order they were stored): deleting a session deletes its links and
+    # the bytes no other session names. ``data`` comes last: listing a session's media reads
+    # no overflow page.
+    (
+        "0009_media",
+        """
+        CREATE TABLE blobs (
+            ref TEXT PRIMARY KEY,
+            media_type TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            data BLOB NOT NULL
+        );
+        CREATE TABLE session_blobs (
+            session_id TEXT NOT NULL,
+            ref TEXT NOT NULL,
+            UNIQUE (session_id, ref)
+        );
+        CREATE INDEX session_blobs_ref ON session_blobs (ref)
+        """,
+    ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,7 +1,8 @@
 """JSONL transcripts (seed 004): export a session's messages, read them back.
 
 One message per line: ``{"role": ..., "content": ..., "timestamp": ...}`` plus ``tool_calls``,
-``tool_call_id``, ``name`` and ``metadata`` when present. The store is the source of truth; a
+``tool_call_id``, ``name``, ``metadata`` and ``parts`` (images, files, audio as references,
+reasoning) when present. The store is the source of truth; a
 transcript is an export. The reader tolerates a last line cut short by a crash (it is dropped
 and reported through ``Transcript.truncated``); any other bad line raises ``TranscriptError``
 with its line number.
@@ -17,6 +18,7 @@ from typing import IO, Any
 
 from pydantic import ValidationError
 
+from loom.content import Reasoning, jsonable
 from loom.errors import TranscriptError
 from loom.events import AgentEvent, EventType
 from loom.messages import Message
@@ -46,6 +48,8 @@ def message_line(message: Message) -> str:
         data["name"] = message.name
     if message.metadata:
         data["metadata"] = message.metadata
+    if message.parts:  # references, never bytes (``loom sessions export`` writes the files)
+        data["parts"] = jsonable(message.parts)
     data["timestamp"] = message.timestamp.isoformat()
     return json.dumps(data, ensure_ascii=False, default=str)
 
@@ -56,7 +60,8 @@ def write_jsonl(
     """Write ``messages`` as JSONL to ``out``; return how many lines were written.
 
     ``redact`` (such as ``loom.guardrails.Redactor().redact_value``) is applied to every
-    string of each message (content, tool-call arguments, metadata) before it is written."""
+    string of each message (content, tool-call arguments, metadata, reasoning) before it is
+    written; media are references, their bytes are not part of the line."""
     n = 0
     for m in messages:
         if redact is not None:
@@ -73,6 +78,12 @@ def write_jsonl(
                         for c in m.tool_calls
                     ],
                     "metadata": redact(m.metadata),
+                    "parts": [  # a model's reasoning is text like any other
+                        p.model_copy(update={"text": redact(p.text)})
+                        if isinstance(p, Reasoning)
+                        else p
+                        for p in m.parts
+                    ],
                 }
             )
         out.write(message_line(m) + "\n")

@@ -1,11 +1,12 @@
 """``SegmentedContextBuilder``: the budgeted CONTEXT stage.
 
 Each call it (1) folds the new transcript entries into the session's index, (2) measures ROM +
-MEMORY.md + Kernel + L2 + L1 against the budget (window minus reserved output), (3) near the
-threshold asks the agent to flush lasting notes to MEMORY.md (once per compaction cycle),
-(4) at ``compress_at`` replaces older media by placeholders, then masks old tool outputs and,
-if that is not enough, summarises the oldest span (falling back to the sliding window), and (5) assembles the components by priority so the
-call never exceeds the budget. Summaries and flush markers it creates are returned in
+MEMORY.md + Kernel + L2 + L1 against the budget (window minus reserved output; media counted
+by the model's rules, ``loom.memory.media``), (3) near the threshold asks the agent to flush
+lasting notes to MEMORY.md (once per compaction cycle), (4) at ``compress_at`` replaces older
+media by placeholders, then masks old tool outputs and, if that is not enough, summarises the
+oldest span (falling back to the sliding window), and (5) assembles the components by priority
+so the call never exceeds the budget. Summaries and flush markers it creates are returned in
 ``AssembledContext.persist``; the loop commits them with the events, so the next context is
 again a function of the transcript alone.
 """

@@ -88,6 +88,7 @@ AUDIO_TOKENS_PER_SECOND: dict[MediaRule, int] = {"openai": 10, "default": 32}
 UNKNOWN_SIZE_BYTES = 1024 * 1024
 """What a file or clip whose size is unknown (a URL) is costed as."""
 
+
 def media_rule_for(model: Any) -> MediaRule:
     """The rule ``model`` (a model object or a model string) counts media by
     (:data:`MEDIA_RULES`)."""

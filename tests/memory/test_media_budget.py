@@ -40,9 +40,14 @@ def png(width: int, height: int) -> bytes:
 def image(width: int | None, height: int | None, name: str = "pic.png", **kw: Any) -> Image:
     """An image of that size without its bytes (as read back from the store: a reference)."""
     return Image(
-        ref=f"sha256:{name}{width}x{height}", media_type="image/png", name=name,
-        width=width, height=height, size=1000, **kw
-    )  # fmt: off
+        ref=f"sha256:{name}{width}x{height}",
+        media_type="image/png",
+        name=name,
+        width=width,
+        height=height,
+        size=1000,
+        **kw,
+    )
 
 
 # -- the rules ----------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from loom.content import Media, describe
+from loom.content import Audio, File, Image, Media, describe
 from loom.memory.tokens import MessageCounter
 from loom.messages import Message
 
@@ -73,7 +73,7 @@ def has_media(msg: Message) -> bool:
     return any(isinstance(p, Media) for p in msg.parts)
 
 
-def media_placeholder(msg: Message, part: Media) -> str:
+def media_placeholder(msg: Message, part: Image | File | Audio) -> str:
     """The line standing in for ``part`` when the context leaves it out: ``describe(part)``,
     and the description of it the message's metadata holds, if one was produced."""
     described = msg.metadata.get(MEDIA_DESCRIPTIONS)
@@ -85,7 +85,7 @@ def media_placeholder(msg: Message, part: Media) -> str:
 def without_media(msg: Message, content: str | None = None) -> Message:
     """``msg`` with its media replaced by placeholder lines after its text (``content``, when
     given, instead of its own); its reasoning stays."""
-    media = [p for p in msg.parts if isinstance(p, Media)]
+    media = [p for p in msg.parts if isinstance(p, Image | File | Audio)]
     lines = [media_placeholder(msg, p) for p in media]
     text = msg.content if content is None else content
     joined = "\n".join(([text] if text else []) + lines)

@@ -33,12 +33,11 @@ import types
 from collections.abc import Coroutine, Generator, Mapping
 from typing import Any
 
-from loom.content import Media
 from loom.errors import ToolArgumentsError, ToolError, ValueNotRepresentable
 from loom.messages import ToolCall, ToolResult
 from loom.text import json_native, representable
 from loom.tools.base import RunContext, Tool
-from loom.tools.media import split_media
+from loom.tools.media import MediaPart, split_media
 from loom.tools.threads import configure_tool_threads
 
 # Python 3.11 has no eager tasks; these (documented in asyncio.tasks, used by 3.12's eager
@@ -143,7 +142,7 @@ async def execute_call(
     # The one serialisation of a result, decided before anything is committed: a value no
     # store could hold becomes an error now instead of failing (and being lost) at the commit.
     # Media the tool returned become the result's parts; its data names them (tools/media.py)
-    media: list[Media] = []
+    media: list[MediaPart] = []
     if not isinstance(data, str):
         data, media = split_media(data)
     try:

@@ -40,7 +40,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from loom.content import Audio, File, Image, Media, describe
+from loom.content import Audio, File, Image, describe
 from loom.errors import (
     ConfigurationError,
     MCPServerError,
@@ -357,7 +357,7 @@ def _result_value(result: Any, label: str) -> Any:
     """An MCP tool result as a Loom tool's value: its text, or a list of text and the media
     it carried (image and audio content, embedded resources with a blob) as ``Image``,
     ``Audio`` and ``File`` parts; structured content when it has nothing else."""
-    items: list[str | Media] = []
+    items: list[str | Image | File | Audio] = []
     for block in result.content or ():
         kind = getattr(block, "type", "")
         if kind == "text":
@@ -384,17 +384,21 @@ def _result_value(result: Any, label: str) -> Any:
         raise ToolError(
             f"{label}: {' '.join(texts) or 'the tool reported an error'}", code="mcp_tool_error"
         )
-    if any(isinstance(i, Media) for i in items):
+    if any(not isinstance(i, str) for i in items):
         return items
     if items:
         return "\n".join(str(i) for i in items)
     return result.structured_content if result.structured_content is not None else ""
 
 
-_KINDS: dict[str, type[Media]] = {"image": Image, "audio": Audio, "file": File}
+_KINDS: dict[str, type[Image] | type[File] | type[Audio]] = {
+    "image": Image,
+    "audio": Audio,
+    "file": File,
+}
 
 
-def _media(kind: str, b64: str, mime: str, name: str | None, label: str) -> Media:
+def _media(kind: str, b64: str, mime: str, name: str | None, label: str) -> Image | File | Audio:
     """One base64 block of an MCP result as a part; ``ToolError`` when it is not what it
     says (bad base64, bytes of another type, over the size limit)."""
     try:

@@ -22,40 +22,41 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from loom.content import Media, describe
+from loom.content import Audio, File, Image, describe
 from loom.text import MAX_DEPTH
 
-__all__ = ["split_media"]
+__all__ = ["MediaPart", "split_media"]
 
 _PLAIN = (str, int, float, bool, type(None), bytes)
+MediaPart = Image | File | Audio
 
 
-def split_media(value: Any) -> tuple[Any, list[Media]]:
+def split_media(value: Any) -> tuple[Any, list[MediaPart]]:
     """A tool's return value as (data for the model to read, media parts in order); a value
     without media comes back as it is (see the module docstring)."""
     if isinstance(value, _PLAIN):
         return value, []
-    if isinstance(value, Media):
+    if isinstance(value, MediaPart):
         return describe(value), [value]
     if (
         isinstance(value, list | tuple)
-        and any(isinstance(v, Media) for v in value)
-        and all(isinstance(v, str | Media) for v in value)
+        and any(isinstance(v, MediaPart) for v in value)
+        and all(isinstance(v, str | MediaPart) for v in value)
     ):
-        parts = [v for v in value if isinstance(v, Media)]
+        parts = [v for v in value if isinstance(v, MediaPart)]
         return "\n".join(v if isinstance(v, str) else describe(v) for v in value), parts
-    media: list[Media] = []
+    media: list[MediaPart] = []
     data = _walk(value, media, 0)
     return (data, media) if media else (value, [])
 
 
-def _walk(value: Any, media: list[Media], depth: int) -> Any:
+def _walk(value: Any, media: list[MediaPart], depth: int) -> Any:
     """``value`` with its media replaced by their placeholders (collected into ``media``);
     containers are copied only on the way to a part, and only as deep as a result may nest
     (``json_native`` refuses deeper values afterwards)."""
     if depth > MAX_DEPTH or isinstance(value, _PLAIN):
         return value
-    if isinstance(value, Media):
+    if isinstance(value, MediaPart):
         media.append(value)
         return describe(value)
     if isinstance(value, Mapping):

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from loom import Agent, EventType, Message
+from loom import Agent, EventType, Message, ToolCall
 from loom.content import Audio, File, Image, Media, describe
 from loom.context import ContextRequest
 from loom.errors import ContextTooLong
@@ -23,6 +23,7 @@ from loom.memory.media import (
     part_tokens,
 )
 from loom.memory.tokens import EstimateCounter, MessageCounter, TiktokenCounter
+from loom.messages import ToolResult
 from loom.testing import FunctionModel
 
 E = EventType
@@ -82,6 +83,7 @@ def test_anthropic_image_tokens(size: tuple[Any, Any], tokens: int) -> None:
 def test_the_rule_comes_from_the_model_by_a_table() -> None:
     assert media_rule_for("anthropic:claude-sonnet-4-5") == "anthropic"
     assert media_rule_for("openai:gpt-4o") == "openai"
+    assert media_rule_for("openai-responses:o4-mini") == "openai"
     assert media_rule_for("local") == "local"
     assert media_rule_for("openai-compatible:http://h/v1#qwen") == "default"
     assert media_rule_for(FunctionModel(lambda m, t: "x")) == "default"
@@ -187,6 +189,25 @@ async def test_a_description_is_quoted_in_the_placeholder() -> None:
     ctx = await build(agent, history)
     first = next(m for m in ctx.messages if m.content.startswith("see"))
     assert first.parts == [] and first.content.endswith("; described as: a rising line]")
+
+
+async def test_a_tool_results_media_in_the_current_turn_go_before_its_text_is_cut() -> None:
+    agent = agent_for(3000)
+    call = ToolCall(id="c1", name="export", arguments={})
+    huge = File(ref="sha256:r", media_type="application/pdf", size=200_000, name="r.pdf")
+    result = ToolResult(tool_call_id="c1", name="export", data="exported: " + "page " * 50)
+    history = [
+        Message.user("export the report"),
+        Message.assistant(tool_calls=[call]),
+        Message.tool(result, parts=[huge]),  # 10,000 tokens of PDF in a 2,800-token budget
+    ]
+    ctx = await build(agent, history)
+    sent = ctx.messages[-1]
+    assert sent.role == "tool" and sent.parts == []
+    assert sent.content == result.to_content() + "\n" + describe(huge)  # text kept whole
+    notes = [d for k, d in ctx.notes if k is E.CONTEXT_COMPONENT_TRUNCATED]
+    assert [d["component"] for d in notes] == ["current_turn_media"]
+    assert ctx.token_estimate <= 2800
 
 
 async def test_current_turn_media_that_cannot_fit_are_a_typed_error_naming_them() -> None:

@@ -54,6 +54,7 @@ MEDIA_RULES: tuple[tuple[str, str, MediaRule], ...] = (
     ("name", "bedrock:", "anthropic"),
     ("name", "claude", "anthropic"),
     ("name", "openai:", "openai"),
+    ("name", "openai-responses:", "openai"),
     ("name", "azure:", "openai"),
     ("name", "gpt-", "openai"),
     ("name", "local", "local"),

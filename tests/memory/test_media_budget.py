@@ -238,7 +238,7 @@ media_part = st.one_of(
     ),
 )
 message_spec = st.tuples(
-    st.sampled_from(["user", "assistant"]),
+    st.sampled_from(["user", "assistant", "tool"]),
     st.integers(0, 600),  # words of text
     st.lists(media_part, max_size=2),
 )
@@ -266,23 +266,40 @@ async def check_every_build(
     fresh = MessageCounter(counter, media=media_rule_for(model))
     budget = window - builder.window_of(agent, model)[1]
     history: list[Message] = []
+    latest_user: Message | None = None
     for i, (role, n, parts) in enumerate(specs):
-        history.append(
-            Message(role=role, content=words(n, i), parts=parts if role == "user" else [])
-        )
-        if role != "user":
+        added: list[Message]
+        if role == "tool":  # a round of one call whose result carries the media
+            if latest_user is None:
+                continue
+            call = ToolCall(id=f"c{i}", name="look", arguments={})
+            result = ToolResult(tool_call_id=call.id, name="look", data=words(n, i))
+            added = [Message.assistant(tool_calls=[call]), Message.tool(result, parts=parts)]
+        elif role == "user":
+            added = [Message(role="user", content=words(n, i), parts=parts)]
+        else:
+            history.append(Message.assistant(words(n, i)))
             continue
-        newest = history[-1]
+        history.extend(added)
+        user = added[0] if role == "user" else latest_user
+        assert user is not None
         request = ContextRequest(agent, history, "s", "r", 1, "u", tool_specs=[], model=model)
         try:
             ctx = await builder.build(request)
         except ContextTooLong:
-            # only when the newest user message's own media (which always stay) do not fit
-            least = [Message.system("You help."), newest.model_copy(update={"content": ""})]
+            # only when the latest user message's own media (which always stay) do not fit,
+            # with the least the rest of the current turn can shrink to
+            rest = [m.model_copy(update={"content": "", "parts": []}) for m in added[1:]]
+            least = [
+                Message.system("You help."),
+                user.model_copy(update={"content": ""}),
+                *(m.model_copy(update={"tool_calls": []}) for m in rest),
+            ]
             assert fresh.scaled(fresh.messages(least)) > budget
             event("too long")
-            history.pop()
+            del history[-len(added) :]
             continue
+        latest_user = user
         history.extend(ctx.persist)
         sent = fresh.scaled(fresh.messages(ctx.messages))
         assert sent <= budget, f"sent {sent} tokens, budget {budget}"
@@ -290,9 +307,12 @@ async def check_every_build(
         for m in ctx.messages:
             # a part is sent whole (the very object the transcript holds) or not at all
             assert all(id(p) in given_parts for p in m.parts)
-        assert ctx.messages[-1].parts == newest.parts  # the newest media stay
+        if user.parts:  # the latest user message's media stay
+            assert any(m.role == "user" and m.parts == user.parts for m in ctx.messages)
         if any(k is E.COMPRESSION_START for k, _ in ctx.notes):
             event("summarised")
+        if any(d.get("component") == "current_turn_media" for _, d in ctx.notes):
+            event("current turn's tool media replaced")
         if any("\n[image" in m.content or "\n[file" in m.content for m in ctx.messages):
             event("placeholders")
 

@@ -171,7 +171,10 @@ class ToolCall(_Model):
 
 
 class ToolResult(_Model):
-    """What one tool call produced: data on success, an error code and message on failure."""
+    """What one tool call produced: data on success, an error code and message on failure.
+
+    ``parts``: the images, files and audio the tool returned (``loom.tools.media``); the
+    data names them, the tool message carries them (stored as references)."""
 
     tool_call_id: str
     name: str
@@ -181,6 +184,7 @@ class ToolResult(_Model):
     error_message: str | None = None
     duration_ms: float = 0.0
     metadata: dict[str, Any] = Field(default_factory=dict)
+    parts: list[Part] = Field(default_factory=list)
 
     def to_content(self) -> str:
         """The text the model reads for this result."""
@@ -229,7 +233,7 @@ class Message(_Model):
         cls, result: ToolResult, content: str | None = None, parts: Sequence[Part] = ()
     ) -> Message:
         """The message carrying ``result`` to the model (``content`` if already rendered;
-        ``parts``: the media the tool returned)."""
+        ``parts``: the media the tool returned, by default ``result.parts``)."""
         return cls(
             role="tool",
             content=result.to_content() if content is None else content,
@@ -238,7 +242,7 @@ class Message(_Model):
             metadata={"success": result.success, "error_code": result.error_code}
             if not result.success
             else {},
-            parts=list(parts),
+            parts=list(parts) if parts else list(result.parts),
         )
 
 

@@ -273,6 +273,7 @@ class CallRunner:
             error_code=result.error_code,
             duration_ms=result.duration_ms,
             metadata=meta,
+            parts=list(result.parts),  # media the tool returned: stored once, by the journal
         )
         hold = hold and tripped is None and entry is not None and entry.effect != "at_most_once"
         await j.commit([ev], ledger=ledger, hold=hold)

@@ -14,6 +14,13 @@ priority), and where they land in the message list:
 | ``summaries``    | MEDIUM 70    | yes                        | system message before history  |
 | ``history``      | LOW 50       | by whole units, oldest first | the conversation             |
 | masked outputs   | OPTIONAL 30  | replaced by a placeholder  | inside ``history``             |
+| older media      | OPTIONAL 30  | replaced by a placeholder  | inside ``history``             |
+
+When the context must shrink, older media (images, files and audio before the current turn)
+are replaced by a placeholder line first (``loom.memory.trim.without_media``), before tool
+outputs are masked and before any text is summarised or dropped; the latest user message's
+media always stay. A part is never cut: it is sent whole or replaced whole. When the current
+turn itself does not fit, its tool results' media are replaced before its text is cut.
 
 Every decision becomes a CONTEXT_COMPONENT_INCLUDED / TRUNCATED / EXCLUDED note. All arithmetic
 is in the counter's raw tokens against ``budget = floor(total / scale)``, so the scaled total of
@@ -33,7 +40,13 @@ from loom.events import EventType
 from loom.memory.config import Budgets, MemoryConfig, Priority
 from loom.memory.segments import SessionIndex, Summary
 from loom.memory.tokens import MessageCounter
-from loom.memory.trim import mask_placeholder, shrink_message, truncate_text
+from loom.memory.trim import (
+    has_media,
+    mask_placeholder,
+    shrink_message,
+    truncate_text,
+    without_media,
+)
 from loom.messages import Message
 
 __all__ = ["PRIMING", "Measure", "Part", "Plan", "truncate_text"]
@@ -68,6 +81,7 @@ class Measure:
     total: int
     over_threshold: bool
     masked: bool = False
+    stripped: bool = False  # older media replaced by placeholders
     savings: dict[int, int] = field(default_factory=dict)
     _units: list[tuple[int, int]] | None = None
 
@@ -258,8 +272,12 @@ class Plan:
         def make() -> Part | bool:
             msg = self.index.conv[pos]
             raw = self.index.message_raw(pos)
-            masked = msg.model_copy(
-                update={"content": mask_placeholder(msg, self.counter.scaled(raw))}
+            content = mask_placeholder(msg, self.counter.scaled(raw))
+            # a masked output's media go with its text: placeholders name them
+            masked = (
+                without_media(msg, content)
+                if has_media(msg)
+                else msg.model_copy(update={"content": content})
             )
             part = Part(masked, self.counter.message(masked))
             return part if part.raw < raw else False
@@ -267,12 +285,32 @@ class Plan:
         hit = self._cached(("mask", pos), make)
         return hit if hit else None
 
+    def strip(self, pos: int) -> Part | None:
+        """Conversation message ``pos`` with its media replaced by placeholders (None when
+        that saves nothing)."""
+
+        def make() -> Part | bool:
+            msg = self.index.conv[pos]
+            part = Part(without_media(msg), 0)
+            part.raw = self.counter.message(part.message)
+            return part if part.raw < self.index.message_raw(pos) else False
+
+        hit = self._cached(("strip", pos), make)
+        return hit if hit else None
+
     # -- measuring -------------------------------------------------------------------------------
     def measure(
-        self, summaries: list[Summary], covered: int, *, mask: bool = False, keep: int | None = None
+        self,
+        summaries: list[Summary],
+        covered: int,
+        *,
+        mask: bool = False,
+        keep: int | None = None,
+        strip: bool = False,
     ) -> Measure:
-        """Sizes of the tiers; ``mask`` masks old tool outputs (keeping ``keep`` newest ones,
-        default ``keep_tool_outputs``)."""
+        """Sizes of the tiers; ``strip`` replaces the media before the current turn by
+        placeholders, ``mask`` does that too and masks old tool outputs (keeping ``keep``
+        newest ones, default ``keep_tool_outputs``)."""
         idx, cfg = self.index, self.cfg
         starts, n = idx.unit_starts, len(idx.conv)
         first = bisect_right(starts, covered)
@@ -293,6 +331,17 @@ class Plan:
             keep = cfg.keep_tool_outputs if keep is None else keep
             for pos in tools[: len(tools) - keep] if keep else tools:
                 part = self.mask(pos)
+                if part is not None:
+                    masks[pos] = part
+                    savings[pos] = idx.message_raw(pos) - part.raw
+                    l1 -= savings[pos]
+        stripped = strip or mask
+        if stripped and idx.media_positions:
+            mp = idx.media_positions  # the current turn's media (and the pinned ones) stay
+            for pos in mp[bisect_left(mp, start) : bisect_left(mp, tail_start)]:
+                if pos == pinned or pos in masks or pos in idx.orphans:
+                    continue
+                part = self.strip(pos)
                 if part is not None:
                     masks[pos] = part
                     savings[pos] = idx.message_raw(pos) - part.raw
@@ -320,6 +369,7 @@ class Plan:
             total,
             over,
             masked,
+            stripped,
             savings,
         )
 
@@ -402,6 +452,8 @@ class Plan:
             crit = ([conv[pinned]] if pinned is not None else []) + msgs(m.tail_start, len(conv))
             crit_raw = sum(mc.message(x) for x in crit)
             if crit_raw > remaining:
+                crit, crit_raw = self._strip_current(crit, remaining, decisions)
+            if crit_raw > remaining:
                 crit, shrunk = self._shrink(crit, remaining)
                 decisions.append(
                     _note(
@@ -456,10 +508,22 @@ class Plan:
             hist_raw = self._history(m, out, crit, remaining, decisions)
         total = self.fixed + system_raw + hist_raw + crit_raw
         if total > budget:  # only when even the truncated turn cannot fit
+            media = [
+                f"{p.label} (~{mc.scaled(mc.parts([p]))} tokens)"
+                for x in (crit if not fast else [])
+                for p in x.parts
+                if p.kind in ("image", "file", "audio")
+            ]
+            what = (
+                f"; the current turn's media alone take {', '.join(media)}: send smaller "
+                "or fewer files, or use a model with a larger window"
+                if media
+                else ""
+            )
             raise ContextTooLong(
                 f"the context needs {mc.scaled(total)} tokens but the budget is "
                 f"{mc.scaled(budget)} even after compaction and truncation; raise "
-                "context_window or shorten the instructions and tool schemas"
+                f"context_window or shorten the instructions and tool schemas{what}"
             )
         return out, total, decisions
 
@@ -574,9 +638,50 @@ class Plan:
             ),
         )
 
+    def _strip_current(
+        self, crit: list[Message], room: int, decisions: list[ComponentNote]
+    ) -> tuple[list[Message], int]:
+        """The current turn over its room: its media other than the latest user message's
+        are replaced by placeholders, oldest first, until it fits (before any text is cut)."""
+        mc, out = self.counter, list(crit)
+        users = self.index.user_positions
+        latest_user = self.index.conv[users[-1]] if users else None
+        used = sum(mc.message(x) for x in out)
+        replaced = 0
+        for i, x in enumerate(out):
+            if used <= room:
+                break
+            if x is latest_user or not has_media(x):
+                continue
+            stripped = without_media(x)
+            used += mc.message(stripped) - mc.message(x)
+            out[i] = stripped
+            replaced += 1
+        if replaced:
+            decisions.append(
+                _note(
+                    E.CONTEXT_COMPONENT_TRUNCATED,
+                    "current_turn_media",
+                    Priority.CRITICAL,
+                    mc.scaled(used),
+                    messages_with_media_replaced=replaced,
+                )
+            )
+        return out, used
+
     def _shrink(self, items: list[Message], room: int) -> tuple[list[Message], int]:
-        """Cut the largest messages of the current turn to fit ``room`` (water-filling)."""
+        """Cut the largest messages of the current turn to fit ``room`` (water-filling over
+        their text; their parts are never cut, so their tokens are set aside first)."""
         mc = self.counter
+        if any(x.parts for x in items):
+            fixed = sum(mc.parts(x.parts) for x in items)
+            bare = [x.model_copy(update={"parts": []}) if x.parts else x for x in items]
+            cut, _ = self._shrink(bare, room - fixed)
+            out = [
+                c.model_copy(update={"parts": x.parts}) if x.parts else c
+                for c, x in zip(cut, items, strict=True)
+            ]
+            return out, sum(mc.message(x) for x in out)
         sizes = [mc.message(x) for x in items]
         order = sorted(range(len(items)), key=lambda i: sizes[i])
         left, out = room, list(items)

@@ -1,11 +1,12 @@
 """``SegmentedContextBuilder``: the budgeted CONTEXT stage.
 
 Each call it (1) folds the new transcript entries into the session's index, (2) measures ROM +
-MEMORY.md + Kernel + L2 + L1 against the budget (window minus reserved output), (3) near the
-threshold asks the agent to flush lasting notes to MEMORY.md (once per compaction cycle),
-(4) at ``compress_at`` masks old tool outputs and, if that is not enough, summarises the oldest
-span (falling back to the sliding window), and (5) assembles the components by priority so the
-call never exceeds the budget. Summaries and flush markers it creates are returned in
+MEMORY.md + Kernel + L2 + L1 against the budget (window minus reserved output; media counted
+by the model's rules, ``loom.memory.media``), (3) near the threshold asks the agent to flush
+lasting notes to MEMORY.md (once per compaction cycle), (4) at ``compress_at`` replaces older
+media by placeholders, then masks old tool outputs and, if that is not enough, summarises the
+oldest span (falling back to the sliding window), and (5) assembles the components by priority
+so the call never exceeds the budget. Summaries and flush markers it creates are returned in
 ``AssembledContext.persist``; the loop commits them with the events, so the next context is
 again a function of the transcript alone.
 """
@@ -29,6 +30,7 @@ from loom.memory.config import (
     MemoryConfig,
     default_reserved_output,
 )
+from loom.memory.media import media_rule_for
 from loom.memory.segments import SessionIndex, Summary
 from loom.memory.tokens import MessageCounter, TokenCounter, counter_for_model
 from loom.memory.trim import truncate_text
@@ -114,7 +116,10 @@ class SegmentedContextBuilder:
         """Raise ``ConfigurationError`` when the window cannot hold ROM + reserve + a turn."""
         window, reserved = self.window_of(agent, model)
         budgets = self.config.budgets(window, reserved)
-        mc = MessageCounter(counter or self.config.counter or counter_for_model(model))
+        mc = MessageCounter(
+            counter or self.config.counter or counter_for_model(model),
+            media=media_rule_for(model),
+        )
         rom = mc.message(Message.system(agent.instructions)) if agent.instructions else 0
         tools = mc.tools(agent.tool_specs if tool_specs is None else tool_specs)
         need = mc.scaled(rom + tools + assembly.PRIMING) + reserved + MIN_CONVERSATION_TOKENS
@@ -142,7 +147,7 @@ class SegmentedContextBuilder:
             summariser = resolve_model(summariser)
         setup = _Setup(
             self.config.budgets(window, reserved),
-            MessageCounter(counter),
+            MessageCounter(counter, media=media_rule_for(model)),
             summariser or model,
             self.memory_path(agent),
         )
@@ -237,7 +242,10 @@ class SegmentedContextBuilder:
             measure = plan.measure(view.summaries, view.covered)
 
         if measure.over_threshold:
-            measure = plan.measure(view.summaries, view.covered, mask=True)
+            # older media go first (placeholders), then old tool outputs, then summaries
+            measure = plan.measure(view.summaries, view.covered, strip=True)
+            if measure.over_threshold:
+                measure = plan.measure(view.summaries, view.covered, mask=True)
             if measure.over_threshold and cfg.keep_tool_outputs:
                 # masking the kept outputs too is cheaper than a summary; the newest unit's
                 # outputs stay verbatim either way

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from loom.events import EventType
+from loom.memory.trim import has_media, without_media
 from loom.messages import Message, ToolSpec
 from loom.models.base import ModelSettings, complete
 
@@ -64,6 +65,8 @@ def render_span(messages: Sequence[Message], limit_chars: int | None = None) -> 
     """The span as plain text for the summariser: one block per message."""
     lines = []
     for m in messages:
+        if has_media(m):  # the summariser reads what the media were, never their bytes
+            m = without_media(m)
         if m.role == "assistant" and m.tool_calls:
             calls = "; ".join(
                 f"{c.name}({json.dumps(c.arguments, ensure_ascii=False)})" for c in m.tool_calls

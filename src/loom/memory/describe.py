@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from loom.errors import SessionNotFound
 from loom.memory.assembly import Plan
 from loom.memory.builder import SegmentedContextBuilder
+from loom.memory.media import media_rule_for
 from loom.memory.segments import SessionIndex
 from loom.memory.tokens import MessageCounter, counter_for_model
 
@@ -95,7 +96,7 @@ async def describe_session(
         )
     model = agent.model_spec
     counter = builder.config.counter or counter_for_model(model)
-    mc = MessageCounter(counter)
+    mc = MessageCounter(counter, media=media_rule_for(model))
     window, reserved = builder.window_of(agent, model)
     budgets = builder.config.budgets(window, reserved)
     history = await store.load_messages(session_id)

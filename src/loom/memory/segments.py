@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from loom.content import Media
 from loom.memory.tokens import MessageCounter
 from loom.messages import Message
 from loom.store.transcript import TranscriptWindow
@@ -65,6 +66,7 @@ class SessionIndex:
     prefix: list[int] = field(default_factory=lambda: [0])  # raw token prefix sums over conv
     unit_starts: list[int] = field(default_factory=list)  # conv positions where units begin
     tool_positions: list[int] = field(default_factory=list)
+    media_positions: list[int] = field(default_factory=list)  # messages with images, files, audio
     user_positions: list[int] = field(default_factory=list)
     orphans: set[int] = field(default_factory=set)  # tool results with no call before them
     summaries: list[Summary] = field(default_factory=list)
@@ -126,6 +128,7 @@ class SessionIndex:
         pos = len(self.conv)
         self.conv.append(msg)
         raw = self.counter.message(msg)
+        has_media = bool(msg.parts) and any(isinstance(p, Media) for p in msg.parts)
         if msg.role == "tool":
             if msg.tool_call_id in self._open_calls:
                 self._open_calls.discard(msg.tool_call_id)
@@ -135,6 +138,7 @@ class SessionIndex:
             else:
                 self.orphans.add(pos)  # a provider would reject it; it is never sent
                 raw = 0
+                has_media = False
         else:
             self.unit_starts.append(pos)
             self._open_calls = {c.id for c in msg.tool_calls}
@@ -146,6 +150,8 @@ class SessionIndex:
                 meta.get("judge_correction") or meta.get("output_correction")
             ):
                 self.user_positions.append(pos)
+        if has_media:
+            self.media_positions.append(pos)
         self.prefix.append(self.prefix[-1] + raw)
 
     def _bookkeeping(self, msg: Message) -> None:

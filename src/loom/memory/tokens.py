@@ -8,8 +8,9 @@
 - ``EstimateCounter``: a pre-tokenizer-shaped heuristic whose ``scale`` is corrected from the
   ``Usage.input_tokens`` providers report (``observe``), so it converges on the provider's count.
 
-``MessageCounter`` adds per-message overhead, tool calls and tool schemas, and caches counts per
-message so a growing conversation is counted once.
+``MessageCounter`` adds per-message overhead, tool calls, tool schemas and a message's parts
+(images, files, audio by the model's rules: ``loom.memory.media``; reasoning by its text), and
+caches counts per message so a growing conversation is counted once.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from loom.errors import ConfigurationError, MissingDependencyError
+from loom.memory.media import MediaRule, part_key, part_tokens
 from loom.messages import JSON_ENCODER, Message, ToolSpec
 from loom.models.base import reports_real_usage
 
@@ -280,10 +282,16 @@ class MessageCounter:
     """Counts whole messages and tool schemas with one ``TokenCounter``, caching per message.
 
     Counts are *raw*: multiply by ``scale`` (1.0 for exact counters) for the provider's number.
+    ``media`` is the rule a message's images, files and audio are counted by
+    (``loom.memory.media.media_rule_for(model)``; default ``"default"``, the larger of
+    OpenAI's and Anthropic's figures).
     """
 
-    def __init__(self, counter: TokenCounter, cache_size: int = 20_000) -> None:
+    def __init__(
+        self, counter: TokenCounter, cache_size: int = 20_000, *, media: MediaRule = "default"
+    ) -> None:
         self.counter = counter
+        self.media: MediaRule = media
         self.overhead: int = int(getattr(counter, "message_overhead", 4))
         self._cache: OrderedDict[tuple[Any, ...], int] = OrderedDict()
         self._cache_size = cache_size
@@ -303,7 +311,9 @@ class MessageCounter:
         calls: tuple[tuple[str, str], ...] = ()
         if msg.tool_calls:
             calls = tuple((c.name, _arguments_text(c)) for c in msg.tool_calls)
-        key = (msg.role, msg.content, msg.name, calls)
+        key: tuple[Any, ...] = (msg.role, msg.content, msg.name, calls)
+        if msg.parts:
+            key = (*key, tuple(part_key(p) for p in msg.parts))
         hit = self._cache.get(key)
         if hit is not None:
             self._cache.move_to_end(key)
@@ -321,7 +331,13 @@ class MessageCounter:
             n += c(msg.name) + 1
         for name, args in calls:
             n += c(name) + c(args) + 4
+        if msg.parts:
+            n += self.parts(msg.parts)
         return n
+
+    def parts(self, parts: Sequence[Any]) -> int:
+        """Raw tokens of message parts (media by this counter's ``media`` rule)."""
+        return sum(part_tokens(p, self.media, self.counter.count) for p in parts)
 
     def messages(self, msgs: Sequence[Message]) -> int:
         return sum(self.message(m) for m in msgs) + _REPLY_PRIMING

@@ -18,6 +18,8 @@ Every failure the model caused or can react to becomes an error result with a st
 
 A successful result's ``data`` is converted here, once, to JSON-native data
 (``loom.text.json_native``): every store, export and provider can then take it as it is.
+Images, files and audio it returned are taken out first (``loom.tools.media``): they become
+``ToolResult.parts``, and the data names them.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from loom.errors import ToolArgumentsError, ToolError, ValueNotRepresentable
 from loom.messages import ToolCall, ToolResult
 from loom.text import json_native, representable
 from loom.tools.base import RunContext, Tool
+from loom.tools.media import MediaPart, split_media
 from loom.tools.threads import configure_tool_threads
 
 # Python 3.11 has no eager tasks; these (documented in asyncio.tasks, used by 3.12's eager
@@ -138,6 +141,10 @@ async def execute_call(
     duration_ms = (time.perf_counter() - started) * 1000
     # The one serialisation of a result, decided before anything is committed: a value no
     # store could hold becomes an error now instead of failing (and being lost) at the commit.
+    # Media the tool returned become the result's parts; its data names them (tools/media.py)
+    media: list[MediaPart] = []
+    if not isinstance(data, str):
+        data, media = split_media(data)
     try:
         data, escaped = json_native(data)
     except ValueNotRepresentable as exc:
@@ -156,6 +163,7 @@ async def execute_call(
         error_message=None,
         duration_ms=duration_ms,
         metadata={},
+        parts=media,
     )
     if escaped:
         result.metadata["escaped_strings"] = escaped

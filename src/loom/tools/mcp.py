@@ -14,6 +14,9 @@ listed then, not before. Each MCP tool becomes a Loom tool: its JSON schema is p
 to the model and used to validate arguments; its annotations give the effect class
 (``readOnlyHint`` → ``pure``, ``idempotentHint`` → ``idempotent``, else ``at_most_once``).
 
+A tool result's image and audio content, and embedded resources with a blob, become
+``Image``, ``Audio`` and ``File`` parts of the tool message (``loom.tools.media``), not text.
+
 Failures never stop a run: a server that cannot start, hangs past ``connect_timeout`` or lists
 invalid tools is reported with a non-fatal ``ERROR`` event and the turn goes on without it; a
 call past ``call_timeout`` is a ``timeout`` result; a server that died is restarted at the next
@@ -29,12 +32,15 @@ Stdio servers inherit only ``HOME``, ``LOGNAME``, ``PATH``, ``SHELL``, ``TERM`` 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
+from loom.content import Audio, File, Image, describe
 from loom.errors import (
     ConfigurationError,
     MCPServerError,
@@ -348,25 +354,67 @@ class MCPServer:
 
 
 def _result_value(result: Any, label: str) -> Any:
-    texts: list[str] = []
+    """An MCP tool result as a Loom tool's value: its text, or a list of text and the media
+    it carried (image and audio content, embedded resources with a blob) as ``Image``,
+    ``Audio`` and ``File`` parts; structured content when it has nothing else."""
+    items: list[str | Image | File | Audio] = []
     for block in result.content or ():
         kind = getattr(block, "type", "")
         if kind == "text":
-            texts.append(block.text)
+            items.append(block.text)
         elif kind in ("image", "audio"):
-            texts.append(f"[{kind}: {getattr(block, 'mime_type', '?')}]")
+            items.append(_media(kind, block.data, block.mime_type, None, label))
         elif kind == "resource":
             res = block.resource
-            texts.append(getattr(res, "text", None) or f"[resource {res.uri}]")
+            text = getattr(res, "text", None)
+            blob = getattr(res, "blob", None)
+            if text is not None:
+                items.append(text)
+            elif blob is not None:
+                mime = res.mime_type or ""
+                kind = mime.split("/", 1)[0] if mime.startswith(("image/", "audio/")) else "file"
+                name = str(res.uri).rstrip("/").rsplit("/", 1)[-1] or None
+                items.append(_media(kind, blob, mime, name, label))
+            else:
+                items.append(f"[resource {res.uri}]")
         elif kind == "resource_link":
-            texts.append(f"[resource link {block.uri}]")
+            items.append(f"[resource link {block.uri}]")
     if result.is_error:
+        texts = [i if isinstance(i, str) else describe(i) for i in items]
         raise ToolError(
             f"{label}: {' '.join(texts) or 'the tool reported an error'}", code="mcp_tool_error"
         )
-    if texts:
-        return "\n".join(texts)
+    if any(not isinstance(i, str) for i in items):
+        return items
+    if items:
+        return "\n".join(str(i) for i in items)
     return result.structured_content if result.structured_content is not None else ""
+
+
+_KINDS: dict[str, type[Image] | type[File] | type[Audio]] = {
+    "image": Image,
+    "audio": Audio,
+    "file": File,
+}
+
+
+def _media(kind: str, b64: str, mime: str, name: str | None, label: str) -> Image | File | Audio:
+    """One base64 block of an MCP result as a part; ``ToolError`` when it is not what it
+    says (bad base64, bytes of another type, over the size limit)."""
+    try:
+        data = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError):
+        raise ToolError(
+            f"{label} returned {kind} content that is not valid base64", code="mcp_error"
+        ) from None
+    try:
+        return _KINDS[kind].from_bytes(data, mime, name=name)
+    except ValueError as exc:  # ContentError, or pydantic's ValidationError wrapping it
+        errors = getattr(exc, "errors", None)
+        reason = str(errors()[0]["msg"]).removeprefix("Value error, ") if errors else str(exc)
+        raise ToolError(
+            f"{label} returned {kind} content Loom cannot take: {reason}", code="mcp_content"
+        ) from None
 
 
 class MCPTool:

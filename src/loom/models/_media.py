@@ -7,16 +7,16 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 
-from loom.content import Media, Reasoning
+from loom.content import Audio, File, Image, Media, Reasoning
 from loom.errors import ContentError
 from loom.messages import Message
 
 __all__ = ["base64_of", "data_url", "media_labels", "media_of", "reasoning_of"]
 
 
-def media_of(message: Message) -> list[Media]:
+def media_of(message: Message) -> list[Image | File | Audio]:
     """``message``'s images, files and audio, in order."""
-    return [p for p in message.parts if isinstance(p, Media)]
+    return [p for p in message.parts if isinstance(p, Image | File | Audio)]
 
 
 def reasoning_of(message: Message, provider: str) -> list[Reasoning]:

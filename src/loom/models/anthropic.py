@@ -378,12 +378,12 @@ class _Reading:
             cb = event.content_block
             name = getattr(cb, "name", "") or ""
             kind = "output" if cb.type == "tool_use" and name == self.output_tool else cb.type
-            block = self.blocks[event.index] = _Block(kind, getattr(cb, "id", None), name)
+            started = self.blocks[event.index] = _Block(kind, getattr(cb, "id", None), name)
             if kind == "thinking":  # its text and signature usually arrive as deltas
-                block.parts.append(_string(cb.thinking or "", "thinking"))
-                block.signature.append(_string(cb.signature or "", "signature"))
+                started.parts.append(_string(cb.thinking or "", "thinking"))
+                started.signature.append(_string(cb.signature or "", "signature"))
             elif kind == "redacted_thinking":
-                block.data = _string(cb.data, "redacted_thinking data")
+                started.data = _string(cb.data, "redacted_thinking data")
         elif kind == "content_block_delta":
             block = self.blocks.get(event.index)
             d = event.delta

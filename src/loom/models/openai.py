@@ -120,7 +120,7 @@ def _user_content(text: str, media: Sequence[Media]) -> str | list[dict[str, Any
     return content + [openai_media(p) for p in media]
 
 
-def _attachments(results: list[tuple[Message, list[Media]]]) -> dict[str, Any]:
+def _attachments(results: list[tuple[Message, Sequence[Media]]]) -> dict[str, Any]:
     """The user message that carries tool results' media (a tool message takes text only)."""
     content: list[dict[str, Any]] = []
     for m, media in results:
@@ -143,7 +143,7 @@ def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     a tool result's media are named in its text, and a user message right after the run of
     tool messages carries them. Reasoning parts are not sent (the API takes none back)."""
     out: list[dict[str, Any]] = []
-    attached: list[tuple[Message, list[Media]]] = []  # tool results' media, not yet sent
+    attached: list[tuple[Message, Sequence[Media]]] = []  # tool results' media, not yet sent
     for m in messages:
         if attached and m.role != "tool":
             out.append(_attachments(attached))

@@ -499,8 +499,9 @@ class Turn:
         settings = self.settings.for_messages(messages) if self.settings else None
         # Stored media's bytes, read only for a request, and only for a model that reads media
         # (one that reads none shows them as placeholders: nothing to load).
-        if getattr(d.model, "accepts_media", None) != frozenset() and any(
-            m.parts for m in messages
+        if (
+            any(m.parts for m in messages)
+            and getattr(d.model, "accepts_media", None) != frozenset()
         ):
             messages = await hydrate(messages, d.store)
         async for part in d.model.stream(messages, ctx.tools, settings):

@@ -21,7 +21,13 @@ from loom.errors import ModelRequestError, UnsupportedContent
 from loom.events import EventType
 from loom.messages import Message, ModelResponse, ToolCall, ToolResult
 from loom.models.anthropic import AnthropicModel
-from loom.models.base import ModelSettings, ReasoningDelta, StreamPart, TextDelta
+from loom.models.base import (
+    ModelSettings,
+    OutputSchema,
+    ReasoningDelta,
+    StreamPart,
+    TextDelta,
+)
 from loom.models.openai import OpenAIModel
 from loom.models.resilience import CircuitBreaker, RetryPolicy
 from loom.tools.basic import add
@@ -68,7 +74,7 @@ def openai(wire: WireServer) -> OpenAIModel:
 
 def anthropic(wire: WireServer) -> AnthropicModel:
     return AnthropicModel(
-        "claude-sonnet-4-5",
+        "claude-opus-4-6",
         api_key="sk-test",
         base_url=wire.url,
         retry=FAST,
@@ -442,3 +448,15 @@ def test_audio_in_an_anthropic_history_is_a_placeholder() -> None:
         {"type": "text", "text": "Listen"},
         {"type": "text", "text": describe(clip)},
     ]
+
+
+async def test_with_thinking_the_output_tool_is_asked_for_not_forced(wire: WireServer) -> None:
+    """Anthropic forces no tool while thinking (it refuses ``any`` and ``tool`` choices)."""
+    wire.script((200, recording("output_tool")))
+    output = OutputSchema("Forecast", {"type": "object", "properties": {}})
+    settings = ModelSettings(thinking_budget=1024, output=output)
+    await collect(anthropic(wire), [Message.user("weather?")], settings=settings)
+    body = wire.bodies[0]
+    assert body["tool_choice"] == {"type": "auto"}
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+    assert body["max_tokens"] == 4096  # already above the budget

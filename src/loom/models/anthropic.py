@@ -320,7 +320,12 @@ class AnthropicModel(RemoteModel):
             },
         ]
         real = len(body["tools"]) > 1
-        body["tool_choice"] = {"type": "any"} if real else {"type": "tool", "name": OUTPUT_TOOL}
+        if s.thinking_budget is not None:
+            # The API forces no tool while thinking: the model is asked, not forced, and an
+            # answer that is not a call is corrected by the loop like any invalid answer.
+            body["tool_choice"] = {"type": "auto"}
+        else:
+            body["tool_choice"] = {"type": "any"} if real else {"type": "tool", "name": OUTPUT_TOOL}
         self._sampling(body, s)
         return body
 

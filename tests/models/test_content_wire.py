@@ -460,3 +460,28 @@ async def test_with_thinking_the_output_tool_is_asked_for_not_forced(wire: WireS
     assert body["tool_choice"] == {"type": "auto"}
     assert body["thinking"] == {"type": "enabled", "budget_tokens": 1024}
     assert body["max_tokens"] == 4096  # already above the budget
+
+
+async def test_reasoning_content_goes_back_only_when_asked(wire: WireServer) -> None:
+    wire.script((200, TEXT_ANSWER), (200, TEXT_ANSWER))
+    answer = Message(
+        role="assistant",
+        content="",
+        tool_calls=[ToolCall(id="c1", name="add", arguments={"a": 1, "b": 2})],
+        parts=[
+            Reasoning(text="Use add.", provider="openai-compatible"),
+            Reasoning(text="not mine", provider="anthropic", signature="s"),
+        ],
+    )
+    history = [
+        Message.user("1+2?"),
+        answer,
+        Message.tool(ToolResult(tool_call_id="c1", name="add", data=3)),
+    ]
+    await collect(openai(wire), history)
+    model = openai(wire)
+    model.send_reasoning = True
+    await collect(model, history)
+    plain, deepseek = (body["messages"][1] for body in wire.bodies)
+    assert "reasoning_content" not in plain
+    assert deepseek["reasoning_content"] == "Use add."

@@ -48,7 +48,7 @@ from loom.models._client import (
     read_api_key,
     sdk_events,
 )
-from loom.models._media import base64_of, data_url, media_of
+from loom.models._media import base64_of, data_url, media_of, reasoning_of
 from loom.models.base import (
     ModelSettings,
     OutputSchema,
@@ -135,13 +135,18 @@ def _attachments(results: list[tuple[Message, Sequence[Media]]]) -> dict[str, An
     return {"role": "user", "content": content}
 
 
-def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+def to_openai_messages(
+    messages: Sequence[Message], *, send_reasoning: bool = False
+) -> list[dict[str, Any]]:
     """Loom messages as Chat Completions messages.
 
     A user message with media is a content array: its text, then ``image_url``,
     ``input_audio`` and ``file`` parts (:func:`openai_media`). A tool message takes text only:
     a tool result's media are named in its text, and a user message right after the run of
-    tool messages carries them. Reasoning parts are not sent (the API takes none back)."""
+    tool messages carries them. Reasoning parts are not sent (OpenAI takes none back), unless
+    ``send_reasoning``: then an assistant message's ``openai-compatible`` reasoning goes back
+    as its ``reasoning_content`` (what DeepSeek's thinking mode asks for within a tool
+    loop)."""
     out: list[dict[str, Any]] = []
     attached: list[tuple[Message, Sequence[Media]]] = []  # tool results' media, not yet sent
     for m in messages:
@@ -153,6 +158,10 @@ def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             # "" rather than null: OpenAI accepts both, stricter servers (llama.cpp's) only "".
             text = "\n".join([m.content, *(describe(p) for p in media)]) if media else m.content
             item: dict[str, Any] = {"role": "assistant", "content": text}
+            if send_reasoning:
+                thought = "".join(r.text for r in reasoning_of(m, "openai-compatible"))
+                if thought:
+                    item["reasoning_content"] = thought
             if m.tool_calls:
                 item["tool_calls"] = [
                     {
@@ -274,6 +283,9 @@ class OpenAIModel(RemoteModel):
         structured_output: How an ``output_type`` is asked for: ``"json_schema"`` (OpenAI,
             vLLM, Ollama, llama.cpp's C++ server) or ``"json_object"`` (llama-cpp-python's
             server).
+        send_reasoning: Send an answer's ``reasoning_content`` back with it on later calls
+            (off: OpenAI and most servers take none, some refuse it; DeepSeek's thinking mode
+            wants it back within a tool loop).
     """
 
     client_class = "AsyncOpenAI"
@@ -296,6 +308,7 @@ class OpenAIModel(RemoteModel):
         breaker: CircuitBreaker | None = None,
         http_client: Any = None,
         structured_output: Literal["json_schema", "json_object"] = "json_schema",
+        send_reasoning: bool = False,
     ) -> None:
         sdk = import_sdk("openai", "openai", "The OpenAI provider")
         if structured_output not in ("json_schema", "json_object"):
@@ -304,6 +317,7 @@ class OpenAIModel(RemoteModel):
                 f"{structured_output!r}"
             )
         self.structured_output = structured_output
+        self.send_reasoning = send_reasoning
         key = read_api_key(
             api_key,
             api_key_var,
@@ -334,7 +348,7 @@ class OpenAIModel(RemoteModel):
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": to_openai_messages(messages),
+            "messages": to_openai_messages(messages, send_reasoning=self.send_reasoning),
             "stream": True,
             "stream_options": {"include_usage": True},
         }

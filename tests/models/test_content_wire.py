@@ -485,3 +485,43 @@ async def test_reasoning_content_goes_back_only_when_asked(wire: WireServer) -> 
     plain, deepseek = (body["messages"][1] for body in wire.bodies)
     assert "reasoning_content" not in plain
     assert deepseek["reasoning_content"] == "Use add."
+
+
+async def test_thinking_parked_for_approval_comes_back_unchanged_from_sqlite(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    """The tool loop resumes in another runtime, from the database: the thinking block and its
+    signature were stored with the answer and go back to the API byte for byte."""
+    from loom.engine.run_inputs import Resume
+    from loom.engine.runtime import Runtime
+    from loom.store.sqlite import SQLiteStore
+
+    wire.script((200, recording("thinking_tool_use")), (200, recording("text")))
+
+    def agent() -> Agent:
+        return Agent(
+            model=anthropic(wire),
+            tools=["add"],
+            permissions={"ask": ["add"]},
+            model_settings=ModelSettings(thinking_budget=2048),
+        )
+
+    db = tmp_path / "loom.db"
+    first = await Runtime(SQLiteStore(db)).run(agent(), "What is 17 + 25?")
+    assert first.stop_reason == "awaiting_approval"
+    done = await Runtime(SQLiteStore(db)).run(agent(), Resume(True), session_id=first.session_id)
+    assert done.stop_reason == "completed", done.error
+    recorded = recorded_events("thinking_tool_use")
+    signature = next(
+        e["delta"]["signature"]
+        for e in recorded
+        if e.get("delta", {}).get("type") == "signature_delta"
+    )
+    sent = wire.bodies[1]["messages"][1]["content"]
+    assert sent[0]["type"] == "thinking" and sent[0]["signature"] == signature
+    assert sent[0]["thinking"] == "".join(
+        e["delta"]["thinking"]
+        for e in recorded
+        if e.get("delta", {}).get("type") == "thinking_delta"
+    )
+    assert sent[1]["type"] == "redacted_thinking"

@@ -11,7 +11,7 @@ from loom.content import Audio, File, Image, Media, Reasoning
 from loom.errors import ContentError
 from loom.messages import Message
 
-__all__ = ["base64_of", "data_url", "media_labels", "media_of", "reasoning_of"]
+__all__ = ["base64_of", "bytes_of", "data_url", "media_labels", "media_of", "reasoning_of"]
 
 
 def media_of(message: Message) -> list[Image | File | Audio]:
@@ -25,16 +25,21 @@ def reasoning_of(message: Message, provider: str) -> list[Reasoning]:
     return [p for p in message.parts if isinstance(p, Reasoning) and p.provider == provider]
 
 
-def base64_of(part: Media) -> str:
-    """``part``'s bytes as base64 text. ``ContentError`` for a part whose bytes were not
-    loaded from the store (the loop loads them before each model request)."""
+def bytes_of(part: Media) -> bytes:
+    """``part``'s bytes. ``ContentError`` for a part whose bytes were not loaded from the
+    store (the loop loads them before each model request)."""
     if part.data is None:
         raise ContentError(
             f"{part.label} has no bytes to send (only {part.url or part.ref}); load the "
             "session's media from the store first (loom.store.media.hydrate)",
             part=part.label,
         )
-    return base64.b64encode(part.data).decode("ascii")
+    return part.data
+
+
+def base64_of(part: Media) -> str:
+    """``part``'s bytes as base64 text (see :func:`bytes_of`)."""
+    return base64.b64encode(bytes_of(part)).decode("ascii")
 
 
 def data_url(part: Media) -> str:

@@ -43,7 +43,7 @@ from loom.models._client import (
     read_api_key,
     sdk_events,
 )
-from loom.models._media import base64_of, media_of, reasoning_of
+from loom.models._media import base64_of, bytes_of, media_of, reasoning_of
 from loom.models.base import ModelSettings, ReasoningDelta, StreamPart, TextDelta
 from loom.models.resilience import CircuitBreaker, RetryPolicy
 
@@ -99,8 +99,8 @@ def anthropic_media(part: Media) -> dict[str, Any]:
     elif part.media_type == "application/pdf":
         source = {"type": "base64", "media_type": "application/pdf", "data": base64_of(part)}
         block = {"type": "document", "source": source}
-    elif part.media_type.startswith("text/") and part.data is not None:
-        text = part.data.decode("utf-8", errors="replace")
+    elif part.media_type.startswith("text/"):
+        text = bytes_of(part).decode("utf-8", errors="replace")
         block = {
             "type": "document",
             "source": {"type": "text", "media_type": "text/plain", "data": text},

@@ -18,8 +18,8 @@ objects), or, with ``structured_output="json_object"``, as ``{"type": "json_obje
 Media go out as content arrays (:func:`to_openai_messages`); a tool result's media follow its
 tool message in a user message, since a tool message takes text only. What a server streams
 as ``reasoning_content`` (or ``reasoning``) is a ``ReasoningDelta`` and, in the answer, one
-``Reasoning(provider="openai-compatible")`` part: never part of the answer's text, and not
-sent back (the API takes no reasoning in its input).
+``Reasoning(provider="openai-compatible")`` part: never part of the answer's text, and sent
+back only by a model built with ``send_reasoning=True``.
 """
 
 from __future__ import annotations

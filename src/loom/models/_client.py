@@ -207,6 +207,8 @@ class RemoteModel:
         failure = self._classify(exc)
         if failure is None or type(failure.error) is not ModelRequestError:
             return failure
+        if getattr(exc, "status_code", None) not in (400, 415, 422):  # a 404 is the URL's
+            return failure
         held = ", ".join(media[:5]) + (f" and {len(media) - 5} more" if len(media) > 5 else "")
         error = ModelRequestError(
             f"{failure.error}. The request held {held}: if {self.name} cannot read that "

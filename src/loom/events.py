@@ -79,6 +79,7 @@ class EventType(StrEnum):
     PATTERNS_MATCHED = "patterns_matched"
     LLM_START = "llm_start"
     LLM_DELTA = "llm_delta"
+    LLM_REASONING_DELTA = "llm_reasoning_delta"
     LLM_TOOL_CALLS = "llm_tool_calls"
     LLM_COMPLETE = "llm_complete"
     LLM_RETRY = "llm_retry"
@@ -426,6 +427,18 @@ class LlmDelta(AgentEvent):
     @property
     def text(self) -> str:
         return self.delta
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class LlmReasoningDelta(AgentEvent):
+    """A chunk of the model's reasoning as it streams (``data["text"]``), never part of the
+    answer (``text`` stays empty): live only, never stored, like ``LLM_DELTA``. The whole
+    reasoning is in the ``LLM_COMPLETE`` that follows (``parts``)."""
+
+    type: Literal[E.LLM_REASONING_DELTA] = E.LLM_REASONING_DELTA
+    delta: str = ""
+    KEYS: ClassVar[dict[str, str]] = {"delta": "text"}
 
 
 @_payload
@@ -812,6 +825,7 @@ EVENT_CLASSES: dict[EventType, type[AgentEvent]] = {
         PatternsMatched,
         LlmStart,
         LlmDelta,
+        LlmReasoningDelta,
         LlmToolCalls,
         LlmComplete,
         LlmRetry,

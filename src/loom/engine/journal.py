@@ -5,13 +5,12 @@ representable (lone surrogates from undecodable bytes become visible escapes), c
 step (events, the messages those events put into the transcript, ledger rows, run records)
 in one ``Store.append`` under the session's lease, and only then emits the events: persist
 before you announce. Events that are not steps (``ITERATION_START``, ``STATE_CHANGE``, …) are
-emitted at once and journaled with the next commit; ``LLM_DELTA`` and ``OUTPUT_PARTIAL`` are
-never journaled (the ``LLM_COMPLETE`` that follows carries the whole answer), and in a run
-nobody watches live the progress notices (:data:`PROGRESS_TYPES`) are not even built
-(``Journal.notices``). :data:`STEP_TYPES`
-names the types that are only ever emitted after their commit: a stream that lets a client
-resume by event id gives ids to those alone, so every id a client received is in the journal
-after a crash. A step may be held
+emitted at once and journaled with the next commit; ``LLM_DELTA``, ``LLM_REASONING_DELTA`` and
+``OUTPUT_PARTIAL`` are never journaled (the ``LLM_COMPLETE`` that follows carries the whole
+answer), and in a run nobody watches live the progress notices (:data:`PROGRESS_TYPES`) are
+not even built (``Journal.notices``). :data:`STEP_TYPES` names the types that are only ever
+emitted after their commit: a stream that lets a client resume by event id gives ids to those
+alone, so every id a client received is in the journal after a crash. A step may be held
 (``commit(..., hold=True)``) into the next commit: one transaction (one fsync) for both, its
 events emitted after that commit. The loop holds a model answer with tool calls until its
 calls' ``started`` rows are committed; and, in a run nobody watches live (no stream, no
@@ -37,7 +36,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic_core import to_json
 
-from loom.events import AgentEvent, EventType, LlmDelta, OutputPartial, make_event
+from loom.events import (
+    AgentEvent,
+    EventType,
+    LlmDelta,
+    LlmReasoningDelta,
+    OutputPartial,
+    make_event,
+)
 from loom.messages import Message
 from loom.store.base import LedgerEntry, RunRecord
 from loom.text import representable
@@ -89,6 +95,7 @@ PROGRESS_TYPES: frozenset[EventType] = frozenset(
         EventType.RECURSION,
         EventType.LLM_TOOL_CALLS,
         EventType.LLM_DELTA,
+        EventType.LLM_REASONING_DELTA,
         EventType.OUTPUT_PARTIAL,
     }
 )
@@ -162,7 +169,7 @@ def _all_ascii(events: Sequence[AgentEvent]) -> bool:
         return False
 
 
-_EPHEMERAL = (LlmDelta, OutputPartial)  # shown as they stream, never journaled
+_EPHEMERAL = (LlmDelta, LlmReasoningDelta, OutputPartial)  # shown as they stream, never journaled
 
 
 class Journal:

@@ -40,7 +40,13 @@ from loom.errors import (
 from loom.guardrails.engine import Tripped
 from loom.hooks import HookContext, HookRunner
 from loom.messages import Message, ModelResponse, RunResult, StopReason, Usage, new_id
-from loom.models.base import ModelSettings, RetryNotice, TextDelta, reports_real_usage
+from loom.models.base import (
+    ModelSettings,
+    ReasoningDelta,
+    RetryNotice,
+    TextDelta,
+    reports_real_usage,
+)
 from loom.output import Accept, GiveUp, OutputSpec, check_answer
 from loom.policy import approval
 from loom.queries import format_answer
@@ -491,13 +497,20 @@ class Turn:
         final: ModelResponse | None = None
         partial = self.typed.partial_reader() if self.typed is not None else None
         settings = self.settings.for_messages(messages) if self.settings else None
-        if any(m.parts for m in messages):  # stored media's bytes, read only for a request
+        # Stored media's bytes, read only for a request, and only for a model that reads media
+        # (one that reads none shows them as placeholders: nothing to load).
+        if (
+            any(m.parts for m in messages)
+            and getattr(d.model, "accepts_media", None) != frozenset()
+        ):
             messages = await hydrate(messages, d.store)
         async for part in d.model.stream(messages, ctx.tools, settings):
             if type(part) is TextDelta:
                 j.notice(ev.LlmDelta, delta=part.text)
                 if partial is not None and (value := partial.feed(part.text)) is not None:
                     j.notice(ev.OutputPartial, output=value)
+            elif type(part) is ReasoningDelta:  # its own event, never the answer's text
+                j.notice(ev.LlmReasoningDelta, delta=part.text)
             elif type(part) is RetryNotice:
                 j.announce(ev.LlmRetry, attempt=part.attempt, delay=part.delay, error=part.error)
             elif isinstance(part, ModelResponse):

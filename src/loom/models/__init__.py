@@ -14,6 +14,7 @@ from loom.errors import AgentDefinitionError, ConfigurationError
 from loom.models.base import (
     Model,
     ModelSettings,
+    ReasoningDelta,
     RetryNotice,
     StreamPart,
     TextDelta,
@@ -25,6 +26,7 @@ __all__ = [
     "PROVIDERS",
     "Model",
     "ModelSettings",
+    "ReasoningDelta",
     "RetryNotice",
     "StreamPart",
     "TextDelta",

@@ -15,19 +15,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import importlib
 import os
 import weakref
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
+from loom.content import MEDIA_MODELS
 from loom.errors import (
     ConfigurationError,
     MissingDependencyError,
     ModelAuthError,
+    ModelRequestError,
     ModelResponseError,
 )
 from loom.messages import Message, ToolSpec
+from loom.models._media import media_labels
 from loom.models.base import ModelSettings, StreamPart
 from loom.models.resilience import (
     CircuitBreaker,
@@ -177,9 +182,10 @@ class RemoteModel:
     ) -> AsyncIterator[StreamPart]:
         """Stream one answer; retried before the first delta on transient failures."""
         s = settings or ModelSettings()
+        media = media_labels(messages)
         return resilient_stream(
             lambda: self._attempt(messages, tools, s),
-            self._classify,
+            functools.partial(self._classify_with_media, media) if media else self._classify,
             policy=self.retry,
             breaker=self.breaker,
             timeout=s.timeout if s.timeout is not None else self.timeout,
@@ -194,6 +200,21 @@ class RemoteModel:
     def _status(self, exc: Any, kind: str) -> int:
         """The HTTP status to classify ``exc`` by (a provider may map error events)."""
         return int(exc.status_code)
+
+    def _classify_with_media(self, media: list[str], exc: BaseException) -> Failure | None:
+        """A refused request that held media names them: a server that cannot read an image
+        (or a file, or audio) answers with an error of its own wording."""
+        failure = self._classify(exc)
+        if failure is None or type(failure.error) is not ModelRequestError:
+            return failure
+        if getattr(exc, "status_code", None) not in (400, 415, 422):  # a 404 is the URL's
+            return failure
+        held = ", ".join(media[:5]) + (f" and {len(media) - 5} more" if len(media) > 5 else "")
+        error = ModelRequestError(
+            f"{failure.error}. The request held {held}: if {self.name} cannot read that "
+            f"input, send it to a model that does ({MEDIA_MODELS}), or send text"
+        )
+        return dataclasses.replace(failure, error=error)
 
     def _classify(self, exc: BaseException) -> Failure | None:
         sdk, where = self._sdk, self.where

@@ -12,6 +12,12 @@ An agent's ``output_type`` becomes a forced output tool (:data:`OUTPUT_TOOL`) wh
 schema is the output schema: ``tool_choice`` makes the model call it (or, when the agent has
 tools, call some tool). Its input JSON streams as text deltas and becomes the answer's text;
 the tool call itself is never shown to the loop.
+
+Media are ``image`` and ``document`` blocks (:func:`anthropic_media`), also inside a
+``tool_result``. Extended thinking (``ModelSettings.thinking_budget``) streams as
+``ReasoningDelta`` parts; ``thinking`` and ``redacted_thinking`` blocks are kept as
+``Reasoning(provider="anthropic")`` parts (text and signature, or the encrypted data) and
+sent back first in their assistant message, byte for byte, on the next request.
 """
 
 from __future__ import annotations
@@ -21,7 +27,13 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loom.errors import ConfigurationError, ModelResponseError, ModelUnavailable
+from loom.content import Audio, Image, Media, Reasoning, describe
+from loom.errors import (
+    ConfigurationError,
+    ModelResponseError,
+    ModelUnavailable,
+    UnsupportedContent,
+)
 from loom.messages import Message, ModelResponse, ToolCall, ToolSpec, Usage
 from loom.models._client import (
     DEFAULT_TIMEOUT,
@@ -31,10 +43,19 @@ from loom.models._client import (
     read_api_key,
     sdk_events,
 )
-from loom.models.base import ModelSettings, StreamPart, TextDelta
+from loom.models._media import base64_of, bytes_of, media_of, reasoning_of
+from loom.models.base import ModelSettings, ReasoningDelta, StreamPart, TextDelta
 from loom.models.resilience import CircuitBreaker, RetryPolicy
 
-__all__ = ["OUTPUT_TOOL", "AnthropicModel", "from_spec", "to_anthropic_messages"]
+__all__ = [
+    "ANTHROPIC_IMAGE_TYPES",
+    "OUTPUT_TOOL",
+    "AnthropicModel",
+    "anthropic_media",
+    "anthropic_reasoning",
+    "from_spec",
+    "to_anthropic_messages",
+]
 
 OUTPUT_TOOL = "final_result"
 """The name of the forced output tool an ``output_type`` becomes."""
@@ -49,8 +70,68 @@ _STOP = {
 }
 
 
+ANTHROPIC_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+"""The image media types the Messages API reads."""
+
+
+def anthropic_media(part: Media) -> dict[str, Any]:
+    """One media part as a Messages API content block: an ``image`` block (base64 or URL
+    source), a ``document`` block for a PDF (base64 or URL) or a plain-text file (a text
+    document). Audio, which the API does not read, is a short text placeholder (an earlier
+    model's input in the history; a new message's audio is refused before the run, see
+    ``AnthropicModel.accepts_media``). ``UnsupportedContent`` for a type the API cannot read."""
+    if isinstance(part, Image):
+        if part.url is not None:
+            return {"type": "image", "source": {"type": "url", "url": part.url}}
+        if part.media_type not in ANTHROPIC_IMAGE_TYPES:
+            raise UnsupportedContent(
+                f"{part.label} is {part.media_type or 'of unknown type'}: Anthropic reads PNG, "
+                "JPEG, GIF and WebP images; convert it",
+                part=part.label,
+            )
+        source = {"type": "base64", "media_type": part.media_type, "data": base64_of(part)}
+        return {"type": "image", "source": source}
+    if isinstance(part, Audio):
+        return {"type": "text", "text": describe(part)}
+    block: dict[str, Any]
+    if part.url is not None:
+        block = {"type": "document", "source": {"type": "url", "url": part.url}}
+    elif part.media_type == "application/pdf":
+        source = {"type": "base64", "media_type": "application/pdf", "data": base64_of(part)}
+        block = {"type": "document", "source": source}
+    elif part.media_type.startswith("text/"):
+        text = bytes_of(part).decode("utf-8", errors="replace")
+        block = {
+            "type": "document",
+            "source": {"type": "text", "media_type": "text/plain", "data": text},
+        }
+    else:
+        raise UnsupportedContent(
+            f"{part.label} is {part.media_type or 'of unknown type'}: Anthropic reads PDF and "
+            "plain-text documents; convert it to PDF or text",
+            part=part.label,
+        )
+    if part.name:
+        block["title"] = part.name
+    return block
+
+
+def anthropic_reasoning(part: Reasoning) -> dict[str, Any]:
+    """An Anthropic reasoning part as the block it came from, byte for byte: ``thinking``
+    (its text and signature) or ``redacted_thinking`` (its encrypted data)."""
+    if part.encrypted is not None:
+        return {"type": "redacted_thinking", "data": part.encrypted}
+    return {"type": "thinking", "thinking": part.text, "signature": part.signature or ""}
+
+
 def to_anthropic_messages(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
-    """(system prompt, messages) in the Messages API's shape."""
+    """(system prompt, messages) in the Messages API's shape.
+
+    A user message's media follow its text as ``image`` and ``document`` blocks
+    (:func:`anthropic_media`); a tool result with media is a ``tool_result`` whose content is
+    an array of its text and those blocks. An assistant message's Anthropic reasoning goes
+    back first in its content, unchanged (the API checks the signatures while a tool loop
+    goes on); reasoning from another provider is left out."""
     system: list[str] = []
     out: list[dict[str, Any]] = []
 
@@ -63,15 +144,20 @@ def to_anthropic_messages(messages: Sequence[Message]) -> tuple[str, list[dict[s
             out.append({"role": role, "content": blocks})
 
     for m in messages:
+        media = media_of(m) if m.parts else []
         if m.role == "system":
             if m.content:
                 system.append(m.content)
         elif m.role == "user":
-            add("user", [{"type": "text", "text": m.content}] if m.content else [])
-        elif m.role == "assistant":
             blocks: list[dict[str, Any]] = (
                 [{"type": "text", "text": m.content}] if m.content else []
             )
+            add("user", blocks + [anthropic_media(p) for p in media])
+        elif m.role == "assistant":
+            blocks = [anthropic_reasoning(r) for r in reasoning_of(m, "anthropic")]
+            if m.content:
+                blocks.append({"type": "text", "text": m.content})
+            blocks.extend({"type": "text", "text": describe(p)} for p in media)
             for c in m.tool_calls:
                 # Arguments that were not JSON cannot be replayed as ``input``; the tool result
                 # that follows tells the model what was wrong with them.
@@ -85,6 +171,9 @@ def to_anthropic_messages(messages: Sequence[Message]) -> tuple[str, list[dict[s
                 "tool_use_id": m.tool_call_id or "",
                 "content": m.content,
             }
+            if media:
+                text = [{"type": "text", "text": m.content}] if m.content else []
+                block["content"] = text + [anthropic_media(p) for p in media]
             if m.metadata.get("success") is False:
                 block["is_error"] = True
             add("user", [block])
@@ -107,6 +196,8 @@ class _Block:
     id: str | None = None
     name: str = ""
     parts: list[str] = field(default_factory=list)
+    signature: list[str] = field(default_factory=list)  # a thinking block's
+    data: str | None = None  # a redacted_thinking block's encrypted payload
 
 
 class AnthropicModel(RemoteModel):
@@ -118,9 +209,18 @@ class AnthropicModel(RemoteModel):
         base_url: The API root; ``None`` reads ``ANTHROPIC_BASE_URL``, then Anthropic's own.
         max_tokens: Default answer length (the API requires one).
         timeout / retry / breaker / http_client: as for :class:`loom.models.openai.OpenAIModel`.
+
+    ``ModelSettings.thinking_budget`` turns on extended thinking (``thinking={"type":
+    "enabled", "budget_tokens": N}``): ``max_tokens`` is raised above the budget when it is
+    not, and ``temperature`` is left out (the API allows no other with thinking). The thinking
+    streams as ``ReasoningDelta`` parts and is kept in the answer's ``parts``; within a tool
+    loop it goes back unchanged, as the API requires.
     """
 
     client_class = "AsyncAnthropic"
+    accepts_media: frozenset[str] = frozenset({"image", "file"})
+    """What a request may carry (``loom.content.check_parts``): images and documents; the
+    Messages API reads no audio."""
 
     def __init__(
         self,
@@ -182,10 +282,19 @@ class AnthropicModel(RemoteModel):
             choice = _tool_choice(s.tool_choice)
             if choice is not None:
                 body["tool_choice"] = choice
-        if s.temperature is not None:
+        self._sampling(body, s)
+        return body
+
+    def _sampling(self, body: dict[str, Any], s: ModelSettings) -> None:
+        """``body``'s temperature, thinking and extra settings."""
+        if s.thinking_budget is not None:
+            budget = s.thinking_budget
+            body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+            if body["max_tokens"] <= budget:  # the answer needs room after the thinking
+                body["max_tokens"] = budget + (s.max_tokens or self.max_tokens)
+        elif s.temperature is not None:
             body["temperature"] = s.temperature
         body.update(s.extra)
-        return body
 
     def _with_output(
         self, body: dict[str, Any], tools: Sequence[ToolSpec], s: ModelSettings
@@ -211,10 +320,13 @@ class AnthropicModel(RemoteModel):
             },
         ]
         real = len(body["tools"]) > 1
-        body["tool_choice"] = {"type": "any"} if real else {"type": "tool", "name": OUTPUT_TOOL}
-        if s.temperature is not None:
-            body["temperature"] = s.temperature
-        body.update(s.extra)
+        if s.thinking_budget is not None:
+            # The API forces no tool while thinking: the model is asked, not forced, and an
+            # answer that is not a call is corrected by the loop like any invalid answer.
+            body["tool_choice"] = {"type": "auto"}
+        else:
+            body["tool_choice"] = {"type": "any"} if real else {"type": "tool", "name": OUTPUT_TOOL}
+        self._sampling(body, s)
         return body
 
     async def _attempt(
@@ -225,9 +337,9 @@ class AnthropicModel(RemoteModel):
         async with stream:
             async for event in sdk_events(stream, self.name):
                 with malformed_chunk(self.name, event):
-                    text = read.event(event)
-                if text:
-                    yield TextDelta(text)
+                    part = read.event(event)
+                if part is not None:
+                    yield part
         if not read.finished:
             raise ModelUnavailable(f"{self.name}: the stream ended before message_stop")
         with malformed_chunk(self.name, read):  # names, ids, reasons of the wrong type
@@ -256,8 +368,9 @@ class _Reading:
     finished: bool = False
     output_tool: str | None = None  # the forced output tool's name, when there is one
 
-    def event(self, event: Any) -> str:
-        """Take in one event; return its new text (tool input JSON is assembled, not shown)."""
+    def event(self, event: Any) -> TextDelta | ReasoningDelta | None:
+        """Take in one event; return its new text or thinking (tool input JSON and thinking
+        signatures are assembled, not shown)."""
         kind = event.type
         if kind == "message_start":
             self.model = event.message.model or self.model
@@ -270,30 +383,36 @@ class _Reading:
             cb = event.content_block
             name = getattr(cb, "name", "") or ""
             kind = "output" if cb.type == "tool_use" and name == self.output_tool else cb.type
-            self.blocks[event.index] = _Block(kind, getattr(cb, "id", None), name)
+            started = self.blocks[event.index] = _Block(kind, getattr(cb, "id", None), name)
+            if kind == "thinking":  # its text and signature usually arrive as deltas
+                started.parts.append(_string(cb.thinking or "", "thinking"))
+                started.signature.append(_string(cb.signature or "", "signature"))
+            elif kind == "redacted_thinking":
+                started.data = _string(cb.data, "redacted_thinking data")
         elif kind == "content_block_delta":
             block = self.blocks.get(event.index)
             d = event.delta
             if block is None:
-                return ""
+                return None
             if d.type == "text_delta":
-                if not isinstance(d.text, str):
-                    raise TypeError("text_delta text is not a string")
-                block.parts.append(d.text)
-                return d.text
+                block.parts.append(_string(d.text, "text_delta text"))
+                return TextDelta(d.text)
+            if d.type == "thinking_delta":
+                block.parts.append(_string(d.thinking, "thinking_delta thinking"))
+                return ReasoningDelta(d.thinking) if d.thinking else None
+            if d.type == "signature_delta":
+                block.signature.append(_string(d.signature, "signature_delta signature"))
             if d.type == "input_json_delta":
-                if not isinstance(d.partial_json, str):
-                    raise TypeError("input_json_delta partial_json is not a string")
-                block.parts.append(d.partial_json)
+                block.parts.append(_string(d.partial_json, "input_json_delta partial_json"))
                 if block.kind == "output":  # the typed answer, streamed as its JSON text
-                    return d.partial_json
+                    return TextDelta(d.partial_json)
         elif kind == "message_delta":
             self.stop = event.delta.stop_reason or self.stop
             if event.usage is not None:
                 self.output_tokens = event.usage.output_tokens or self.output_tokens
         elif kind == "message_stop":
             self.finished = True
-        return ""
+        return None
 
     def response(self, name: str) -> ModelResponse:
         """The whole answer, once ``message_stop`` has arrived."""
@@ -311,6 +430,13 @@ class _Reading:
         # (called together with real tools it is dropped: the model answers after their results)
         if not text and not calls and self.stop is None:
             raise ModelResponseError(f"{name} returned no content")
+        reasoning = [
+            Reasoning(provider="anthropic", text="".join(b.parts), signature="".join(b.signature))
+            if b.kind == "thinking"
+            else Reasoning(provider="anthropic", encrypted=b.data)
+            for b in ordered
+            if b.kind in ("thinking", "redacted_thinking")
+        ]
         return ModelResponse(
             text=text,
             tool_calls=calls,
@@ -323,7 +449,15 @@ class _Reading:
             ),
             finish_reason=finish,
             model=self.model,
+            parts=list(reasoning),
         )
+
+
+def _string(value: Any, what: str) -> str:
+    """``value``, checked: a server's field of the wrong type is a malformed event."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} is {type(value).__name__}, not a string")
+    return value
 
 
 def _tokens_in(usage: Any) -> int:

@@ -14,6 +14,7 @@ __all__ = [
     "Model",
     "ModelSettings",
     "OutputSchema",
+    "ReasoningDelta",
     "RetryNotice",
     "StreamPart",
     "TextDelta",
@@ -52,6 +53,13 @@ class ModelSettings:
 
     ``output`` is set by the loop for an agent with an ``output_type``: a provider that can
     constrain its answer to that schema does so (see :class:`OutputSchema`).
+
+    ``thinking_budget`` (tokens) turns on a reasoning model's thinking where the provider
+    takes a budget: Anthropic's ``thinking={"type": "enabled", "budget_tokens": N}`` (its
+    minimum is 1024; ``max_tokens`` is raised above the budget when it is not, and
+    ``temperature`` is not sent, as the API requires). ``reasoning_effort`` (``"low"``,
+    ``"medium"``, ``"high"``, ...) is OpenAI's setting of the same name, sent as is to
+    OpenAI-style servers.
     """
 
     temperature: float | None = None
@@ -61,6 +69,8 @@ class ModelSettings:
     reset_tool_choice: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
     output: OutputSchema | None = None
+    thinking_budget: int | None = None
+    reasoning_effort: str | None = None
 
     def for_messages(self, messages: Sequence[Message]) -> ModelSettings:
         """These settings for a call on ``messages``: a forced ``tool_choice`` becomes
@@ -84,6 +94,15 @@ class TextDelta:
 
 
 @dataclass(slots=True)
+class ReasoningDelta:
+    """A chunk of the model's reasoning (Anthropic's thinking, an OpenAI-compatible server's
+    ``reasoning_content``), as it streams: never part of the answer's text. The whole
+    reasoning arrives in the final response's ``parts`` (``loom.content.Reasoning``)."""
+
+    text: str
+
+
+@dataclass(slots=True)
 class RetryNotice:
     """A failed attempt that will be retried after ``delay`` seconds (the loop emits LLM_RETRY).
 
@@ -96,7 +115,7 @@ class RetryNotice:
     error: str
 
 
-StreamPart = TextDelta | RetryNotice | ModelResponse
+StreamPart = TextDelta | ReasoningDelta | RetryNotice | ModelResponse
 """What ``Model.stream`` yields. The last item must be the complete ``ModelResponse``.
 
 Tool calls arrive only in the final response: nothing consumes partial call arguments, so
@@ -107,10 +126,16 @@ providers assemble them and do not stream them."""
 class Model(Protocol):
     """A language model. Implement ``stream``; ``loom.models.complete`` gives the one-shot form.
 
-    ``stream`` yields ``TextDelta`` parts as they arrive (and ``RetryNotice`` before a retry)
-    and finally exactly one ``ModelResponse`` holding the whole answer (text, tool calls,
-    usage). A stream that ends without a ``ModelResponse`` was cut off, and the loop treats it
-    as a failed call.
+    ``stream`` yields ``TextDelta`` parts as they arrive (``ReasoningDelta`` for a reasoning
+    model's thinking, ``RetryNotice`` before a retry) and finally exactly one
+    ``ModelResponse`` holding the whole answer (text, tool calls, usage, reasoning parts). A
+    stream that ends without a ``ModelResponse`` was cut off, and the loop treats it as a
+    failed call.
+
+    A model may say which kinds of media it reads with ``accepts_media`` (a set of
+    ``"image"``, ``"file"``, ``"audio"``; see ``loom.content.check_parts``): a run whose new
+    message holds another kind is refused with ``UnsupportedContent`` before it starts. A
+    model that does not say is sent every kind, and its provider answers.
 
     A model may set ``reports_real_usage = False`` (the test models do): the usage it reports,
     if any, is then not the provider's token count, and token estimators must not learn from

@@ -227,7 +227,14 @@ class LocalModel:
         seed: Sampling seed, for repeatable runs when ``temperature > 0``.
         n_threads: Threads for generation (llama.cpp's default when ``None``).
         n_threads_batch: Threads for prompt evaluation (llama.cpp's default when ``None``).
+
+    It reads text only (``accepts_media`` is empty): a run whose new message holds an image,
+    a file or audio is refused with ``UnsupportedContent`` naming models that can read it,
+    and media already in the history are shown to it as short placeholders
+    (:func:`loom.models.local_prompt.text_with_placeholders`).
     """
+
+    accepts_media: frozenset[str] = frozenset()
 
     def __init__(
         self,

@@ -8,7 +8,9 @@ grammar allows: every call is valid JSON and names a real tool.
 
 Tool results are shown to the model as ``add(a=17, b=25) = 42`` in its own turn, followed by a
 short request to state the answer: small chat models answer that far more reliably than a
-``tool`` role message their template was never trained on.
+``tool`` role message their template was never trained on. Media in the history (the embedded
+model reads none) are shown as a short placeholder each, such as ``[image chart.png:
+image/png, 640x480]``.
 
 With an ``output_type`` (``ModelSettings.output``) the answer branch is ``{"answer": <the
 output schema>}`` and, when no tool may be called, the whole answer decodes under the output
@@ -23,6 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from loom.content import Media, describe
 from loom.messages import Message, ToolCall, ToolSpec
 
 __all__ = [
@@ -30,6 +33,7 @@ __all__ = [
     "ToolMode",
     "parse_constrained",
     "render_messages",
+    "text_with_placeholders",
     "tool_rounds_since_user",
     "tools_schema",
 ]
@@ -105,6 +109,17 @@ def tool_rounds_since_user(messages: Sequence[Message]) -> int:
     return rounds
 
 
+def text_with_placeholders(message: Message) -> str:
+    """``message``'s text followed by a short placeholder for each of its media
+    (``loom.content.describe``): the embedded model reads no media, but a history that holds
+    some (an image an earlier model was shown, a tool's screenshot) must not lose them
+    silently. Reasoning parts are left out: they belong to the provider that made them."""
+    media = [describe(p) for p in message.parts if isinstance(p, Media)]
+    if not media:
+        return message.content
+    return "\n".join([message.content, *media]) if message.content else "\n".join(media)
+
+
 def render_messages(
     messages: Sequence[Message],
     tools: Sequence[ToolSpec],
@@ -113,7 +128,11 @@ def render_messages(
 ) -> list[dict[str, str]]:
     """Loom messages as plain chat messages for the GGUF's chat template (``output``: the
     answer's JSON schema, when the agent has an output type)."""
-    results = {m.tool_call_id: m.content for m in messages if m.role == "tool" and m.tool_call_id}
+    results = {
+        m.tool_call_id: text_with_placeholders(m)
+        for m in messages
+        if m.role == "tool" and m.tool_call_id
+    }
     system = [m.content for m in messages if m.role == "system" and m.content]
     if mode != ToolMode.TEXT:
         system.append(describe_tools(tools, mode, output))
@@ -124,7 +143,7 @@ def render_messages(
         out.append({"role": "system", "content": "\n\n".join(system)})
     for m in messages:
         if m.role == "user":
-            out.append({"role": "user", "content": m.content})
+            out.append({"role": "user", "content": text_with_placeholders(m)})
         elif m.role == "assistant":
             lines = [m.content] if m.content else []
             for call in m.tool_calls:

@@ -14,18 +14,31 @@ An agent's ``output_type`` goes out as ``response_format``: ``{"type": "json_sch
 (strict when the schema fits OpenAI's strict mode: every property required, no open-ended
 objects), or, with ``structured_output="json_object"``, as ``{"type": "json_object",
 "schema": ...}``, the form llama-cpp-python's server takes (it rejects ``json_schema``).
+
+Media go out as content arrays (:func:`to_openai_messages`); a tool result's media follow its
+tool message in a user message, since a tool message takes text only. What a server streams
+as ``reasoning_content`` (or ``reasoning``) is a ``ReasoningDelta`` and, in the answer, one
+``Reasoning(provider="openai-compatible")`` part: never part of the answer's text, and sent
+back only by a model built with ``send_reasoning=True``.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import mimetypes
 import os
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from loom.errors import ConfigurationError, ModelResponseError, ModelUnavailable
+from loom.content import Audio, Image, Media, Reasoning, describe
+from loom.errors import (
+    ConfigurationError,
+    ModelResponseError,
+    ModelUnavailable,
+    UnsupportedContent,
+)
 from loom.messages import Message, ModelResponse, ToolCall, ToolSpec, Usage
 from loom.models._client import (
     DEFAULT_TIMEOUT,
@@ -35,14 +48,23 @@ from loom.models._client import (
     read_api_key,
     sdk_events,
 )
-from loom.models.base import ModelSettings, OutputSchema, StreamPart, TextDelta
+from loom.models._media import base64_of, data_url, media_of, reasoning_of
+from loom.models.base import (
+    ModelSettings,
+    OutputSchema,
+    ReasoningDelta,
+    StreamPart,
+    TextDelta,
+)
 from loom.models.resilience import CircuitBreaker, RetryPolicy
 
 __all__ = [
+    "OPENAI_AUDIO_FORMATS",
     "OpenAIModel",
     "from_compatible_spec",
     "from_ollama_spec",
     "from_spec",
+    "openai_media",
     "response_format",
     "strict_schema",
     "to_openai_messages",
@@ -52,13 +74,94 @@ OPENAI_URL = "https://api.openai.com/v1"
 OLLAMA_URL = "http://localhost:11434/v1"
 
 
-def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Loom messages as Chat Completions messages."""
+OPENAI_AUDIO_FORMATS = {
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/mpeg": "mp3",
+    "audio/mp3": "mp3",
+}
+"""The audio media types Chat Completions' ``input_audio`` takes, and its ``format`` name."""
+
+
+def openai_media(part: Media) -> dict[str, Any]:
+    """One media part as a Chat Completions content part: ``image_url`` (a data URL of its
+    bytes, or its URL as is), ``input_audio`` (base64, wav or mp3) or ``file`` (a data URL and
+    its file name). ``UnsupportedContent`` for what the API cannot take (audio of another
+    format, audio or a file given as a URL)."""
+    if isinstance(part, Image):
+        image: dict[str, Any] = {"url": part.url if part.url is not None else data_url(part)}
+        if part.detail is not None:
+            image["detail"] = part.detail
+        return {"type": "image_url", "image_url": image}
+    if isinstance(part, Audio):
+        fmt = OPENAI_AUDIO_FORMATS.get(part.media_type)
+        if fmt is None or part.url is not None:
+            what = "a URL" if part.url is not None else part.media_type or "an unknown type"
+            raise UnsupportedContent(
+                f"{part.label} is {what}: the Chat Completions API takes audio as WAV or MP3 "
+                "bytes; convert it (Audio.from_path on a .wav or .mp3 file)",
+                part=part.label,
+            )
+        return {"type": "input_audio", "input_audio": {"data": base64_of(part), "format": fmt}}
+    if part.url is not None:
+        raise UnsupportedContent(
+            f"{part.label} is a URL: the Chat Completions API takes a file's bytes, not a "
+            "link; send the bytes (File.from_path or File.from_bytes)",
+            part=part.label,
+        )
+    filename = part.name or "file" + (mimetypes.guess_extension(part.media_type) or "")
+    return {"type": "file", "file": {"file_data": data_url(part), "filename": filename}}
+
+
+def _user_content(text: str, media: Sequence[Media]) -> str | list[dict[str, Any]]:
+    if not media:
+        return text
+    content = [{"type": "text", "text": text}] if text else []
+    return content + [openai_media(p) for p in media]
+
+
+def _attachments(results: list[tuple[Message, Sequence[Media]]]) -> dict[str, Any]:
+    """The user message that carries tool results' media (a tool message takes text only)."""
+    content: list[dict[str, Any]] = []
+    for m, media in results:
+        content.append(
+            {
+                "type": "text",
+                "text": f"Attached to the result of {m.name or 'the tool'} "
+                f"({m.tool_call_id or 'no id'}):",
+            }
+        )
+        content.extend(openai_media(p) for p in media)
+    return {"role": "user", "content": content}
+
+
+def to_openai_messages(
+    messages: Sequence[Message], *, send_reasoning: bool = False
+) -> list[dict[str, Any]]:
+    """Loom messages as Chat Completions messages.
+
+    A user message with media is a content array: its text, then ``image_url``,
+    ``input_audio`` and ``file`` parts (:func:`openai_media`). A tool message takes text only:
+    a tool result's media are named in its text, and a user message right after the run of
+    tool messages carries them. Reasoning parts are not sent (OpenAI takes none back), unless
+    ``send_reasoning``: then an assistant message's ``openai-compatible`` reasoning goes back
+    as its ``reasoning_content`` (what DeepSeek's thinking mode asks for within a tool
+    loop)."""
     out: list[dict[str, Any]] = []
+    attached: list[tuple[Message, Sequence[Media]]] = []  # tool results' media, not yet sent
     for m in messages:
+        if attached and m.role != "tool":
+            out.append(_attachments(attached))
+            attached = []
+        media = media_of(m) if m.parts else []
         if m.role == "assistant":
             # "" rather than null: OpenAI accepts both, stricter servers (llama.cpp's) only "".
-            item: dict[str, Any] = {"role": "assistant", "content": m.content}
+            text = "\n".join([m.content, *(describe(p) for p in media)]) if media else m.content
+            item: dict[str, Any] = {"role": "assistant", "content": text}
+            if send_reasoning:
+                thought = "".join(r.text for r in reasoning_of(m, "openai-compatible"))
+                if thought:
+                    item["reasoning_content"] = thought
             if m.tool_calls:
                 item["tool_calls"] = [
                     {
@@ -75,9 +178,18 @@ def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
                 ]
             out.append(item)
         elif m.role == "tool":
-            out.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content})
+            text = m.content
+            if media:
+                named = ", ".join(describe(p) for p in media)
+                text = f"{text}\n(attached in the next user message: {named})"
+                attached.append((m, media))
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": text})
+        elif m.role == "user":
+            out.append({"role": "user", "content": _user_content(m.content, media)})
         else:
             out.append({"role": m.role, "content": m.content})
+    if attached:
+        out.append(_attachments(attached))
     return out
 
 
@@ -171,9 +283,16 @@ class OpenAIModel(RemoteModel):
         structured_output: How an ``output_type`` is asked for: ``"json_schema"`` (OpenAI,
             vLLM, Ollama, llama.cpp's C++ server) or ``"json_object"`` (llama-cpp-python's
             server).
+        send_reasoning: Send an answer's ``reasoning_content`` back with it on later calls
+            (off: OpenAI and most servers take none, some refuse it; DeepSeek's thinking mode
+            wants it back within a tool loop).
     """
 
     client_class = "AsyncOpenAI"
+    accepts_media: frozenset[str] = frozenset({"image", "file", "audio"})
+    """What a request may carry (``loom.content.check_parts``). A compatible server that
+    cannot read a kind answers with an error of its own: ``ModelRequestError`` naming the
+    parts the request held."""
 
     def __init__(
         self,
@@ -189,6 +308,7 @@ class OpenAIModel(RemoteModel):
         breaker: CircuitBreaker | None = None,
         http_client: Any = None,
         structured_output: Literal["json_schema", "json_object"] = "json_schema",
+        send_reasoning: bool = False,
     ) -> None:
         sdk = import_sdk("openai", "openai", "The OpenAI provider")
         if structured_output not in ("json_schema", "json_object"):
@@ -197,6 +317,7 @@ class OpenAIModel(RemoteModel):
                 f"{structured_output!r}"
             )
         self.structured_output = structured_output
+        self.send_reasoning = send_reasoning
         key = read_api_key(
             api_key,
             api_key_var,
@@ -227,7 +348,7 @@ class OpenAIModel(RemoteModel):
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": to_openai_messages(messages),
+            "messages": to_openai_messages(messages, send_reasoning=self.send_reasoning),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -240,6 +361,8 @@ class OpenAIModel(RemoteModel):
             body["temperature"] = s.temperature
         if s.max_tokens is not None:
             body["max_tokens"] = s.max_tokens
+        if s.reasoning_effort is not None:
+            body["reasoning_effort"] = s.reasoning_effort
         if s.output is not None:
             body["response_format"] = response_format(s.output, self.structured_output)
         body.update(s.extra)
@@ -253,7 +376,9 @@ class OpenAIModel(RemoteModel):
         async with stream:
             async for chunk in sdk_events(stream, self.name):
                 with malformed_chunk(self.name, chunk):
-                    text = read.chunk(chunk)
+                    text, reasoning = read.chunk(chunk)
+                if reasoning:
+                    yield ReasoningDelta(reasoning)
                 if text:
                     yield TextDelta(text)
         if read.finish is None:
@@ -270,13 +395,16 @@ class _Reading:
     """What the chunks of one streamed answer have said so far."""
 
     text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
     calls: dict[int, _PendingCall] = field(default_factory=dict)
     usage: Usage | None = None
     finish: str | None = None
     model: str | None = None
 
-    def chunk(self, chunk: Any) -> str:
-        """Take in one chunk; return its new text (tool-call deltas are assembled, not shown)."""
+    def chunk(self, chunk: Any) -> tuple[str, str]:
+        """Take in one chunk; return its new (text, reasoning). Tool-call deltas are assembled,
+        not shown; reasoning is what OpenAI-compatible servers (DeepSeek, Qwen, vLLM) stream as
+        ``reasoning_content`` (or ``reasoning``) beside the answer."""
         self.model = chunk.model or self.model
         if chunk.usage is not None:
             self.usage = Usage(
@@ -286,6 +414,7 @@ class _Reading:
                 cache_read_tokens=_cached(chunk.usage),
             )
         new: list[str] = []
+        thought: list[str] = []
         for choice in chunk.choices or ():
             if choice.finish_reason:
                 self.finish = choice.finish_reason
@@ -296,6 +425,9 @@ class _Reading:
                 if not isinstance(delta.content, str):
                     raise TypeError(f"content is {type(delta.content).__name__}, not a string")
                 new.append(delta.content)
+            reasoning = _reasoning_of(delta)
+            if reasoning:
+                thought.append(reasoning)
             for tc in delta.tool_calls or ():
                 # Parallel calls interleave; each is keyed by its index. The SDK does not
                 # validate chunks, so a field of the wrong type is caught here, not later.
@@ -315,7 +447,8 @@ class _Reading:
                         raise TypeError("tool call arguments are not a string")
                     pending.arguments.append(fn.arguments)
         self.text.extend(new)
-        return "".join(new)
+        self.reasoning.extend(thought)
+        return "".join(new), "".join(thought)
 
     def response(self, name: str, model: str) -> ModelResponse:
         """The whole answer, once the stream has finished."""
@@ -331,7 +464,23 @@ class _Reading:
             usage=self.usage or Usage(requests=1),
             finish_reason=self.finish,
             model=self.model or model,
+            parts=[Reasoning(text="".join(self.reasoning), provider="openai-compatible")]
+            if self.reasoning
+            else [],
         )
+
+
+def _reasoning_of(delta: Any) -> str:
+    """A delta's reasoning text: ``reasoning_content`` (DeepSeek, Qwen, vLLM, llama.cpp's
+    server) or ``reasoning`` (Ollama, OpenRouter, newer vLLM); the SDK keeps such fields that
+    it does not declare as extra attributes."""
+    for key in ("reasoning_content", "reasoning"):
+        value = getattr(delta, key, None)
+        if value:
+            if not isinstance(value, str):
+                raise TypeError(f"{key} is {type(value).__name__}, not a string")
+            return value
+    return ""
 
 
 def _cached(usage: Any) -> int:

@@ -1,0 +1,117 @@
+"""Files over A2A on a real ``loom serve``, sent by the ``a2a-sdk`` Python client: raw bytes
+and URL parts reach the model as Loom media (the test model reports the digests of the bytes
+it was given), a data part reaches it as fenced JSON, and an answer with an image comes back
+as a raw part with its media type and filename.
+
+The server keeps its sessions in memory (``--store :memory:``): ``MemoryStore`` keeps media
+(``BlobStore``); the SQLite store gets it in its own change."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from tests.interop.a2a_agents import CHART, png
+from tests.server.conftest import Server, start_server, stop_server
+
+pytest.importorskip("a2a.client")
+
+from a2a.client import ClientConfig, create_client
+from a2a.helpers.proto_helpers import new_data_part, new_raw_part, new_text_part, new_url_part
+from a2a.types.a2a_pb2 import GetTaskRequest, Message, Part, Role, SendMessageRequest, TaskState
+
+AGENTS = (Path(__file__).parent / "a2a_agents.py").read_text()
+KEY = "media-key-000001"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+PDF = b"%PDF-1.4\n1 0 obj <<>> endobj\ntrailer <<>>\n%%EOF\n"
+
+session_loop = pytest.mark.asyncio(loop_scope="session")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(
+        tmp_path_factory.mktemp("a2a-media"),
+        app="a2a_agents:registry",
+        source=AGENTS,
+        store=":memory:",
+        env={"LOOM_API_KEYS": KEY},
+    )
+    yield srv
+    stop_server(srv)
+
+
+@pytest.fixture
+async def looker(server: Server) -> AsyncIterator[Any]:
+    async with httpx.AsyncClient(headers=AUTH, timeout=30) as http:
+        yield await create_client(
+            f"{server.url}/agents/looker",
+            ClientConfig(httpx_client=http, streaming=False),
+            resolver_http_kwargs={"headers": AUTH},
+        )
+
+
+async def _send(client: Any, parts: list[Part]) -> Any:
+    message = Message(role=Role.ROLE_USER, message_id=f"m-{time.monotonic_ns()}", parts=parts)
+    [response] = [r async for r in client.send_message(SendMessageRequest(message=message))]
+    task = await client.get_task(GetTaskRequest(id=response.task.id))
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED, task
+    return task
+
+
+def _text(parts: Any) -> str:
+    return "".join(p.text for p in parts if p.HasField("text"))
+
+
+@session_loop
+async def test_files_sent_by_the_sdk_client_reach_the_model_as_media(looker: Any) -> None:
+    photo = png(8, 6)
+    task = await _send(
+        looker,
+        [
+            new_text_part("what are these?"),
+            new_raw_part(photo, "image/png", "photo.png"),
+            new_raw_part(PDF, "application/pdf", "report.pdf"),
+            new_url_part("https://example.com/cat.jpg", "image/jpeg", "cat.jpg"),
+            new_data_part({"unit": "cm", "rows": 3}),
+        ],
+    )
+    seen = _text(task.artifacts[-1].parts)
+    # the model got the very bytes, typed and named; the URL as a URL (Loom fetched nothing)
+    assert f"image image/png photo.png {len(photo)} {hashlib.sha256(photo).hexdigest()}" in seen
+    assert f"file application/pdf report.pdf {len(PDF)} {hashlib.sha256(PDF).hexdigest()}" in seen
+    assert "image image/jpeg cat.jpg None url=https://example.com/cat.jpg" in seen
+    # the data part as fenced JSON after the text, keys sorted, whole numbers as integers
+    fenced = '```json\n{\n  "rows": 3,\n  "unit": "cm"\n}\n```'
+    assert f"text={'what are these?' + chr(10) + fenced!r}" in seen
+
+
+@session_loop
+async def test_a_file_alone_is_a_message(looker: Any) -> None:
+    task = await _send(looker, [new_raw_part(PDF, filename="notes.pdf")])  # no media type
+    seen = _text(task.artifacts[-1].parts)
+    assert seen.startswith("text=''; file application/pdf notes.pdf")
+
+
+@session_loop
+async def test_an_answer_with_an_image_comes_back_as_a_raw_part(looker: Any) -> None:
+    task = await _send(looker, [new_text_part("draw me a chart")])
+    answer = task.artifacts[-1].parts
+    assert _text(answer) == "here is your chart"
+    [image] = [p for p in answer if p.HasField("raw")]
+    assert image.raw == CHART
+    assert image.media_type == "image/png" and image.filename == "chart.png"
+    # the task's final status message carries it too
+    assert [p.raw for p in task.status.message.parts if p.HasField("raw")] == [CHART]
+
+
+def test_the_card_lists_the_media_the_agent_takes(server: Server) -> None:
+    card = httpx.get(f"{server.url}/agents/looker/.well-known/agent-card.json", headers=AUTH).json()
+    modes = card["defaultInputModes"]
+    assert modes[:2] == ["text/plain", "application/json"]
+    assert {"image/png", "application/pdf", "audio/wav"} <= set(modes)

@@ -115,3 +115,17 @@ def test_the_card_lists_the_media_the_agent_takes(server: Server) -> None:
     modes = card["defaultInputModes"]
     assert modes[:2] == ["text/plain", "application/json"]
     assert {"image/png", "application/pdf", "audio/wav"} <= set(modes)
+
+
+@session_loop
+async def test_the_a2a_agent_tool_names_the_files_a_remote_agent_sent(server: Server) -> None:
+    from loom.tools import a2a_agent
+    from loom.tools.a2a import exchange
+
+    remote = a2a_agent(f"{server.url}/agents/looker", headers=AUTH)
+    try:
+        ex = await exchange(await remote.client(), "draw me a chart", {})
+    finally:
+        await remote.aclose()
+    # the tool's result is text: the file is named in it (its bytes stay with the remote)
+    assert ex.answer == f"here is your chart\n[image chart.png: image/png, {len(CHART):,} bytes]"

@@ -3,18 +3,21 @@
 ``calc`` adds two numbers with a tool, ``ops`` deploys after a human approves, ``waiter``
 waits for a file the test creates (so a test holds a task in ``working`` as long as it likes),
 ``looker`` says what media it was given (their bytes' digests) and answers with a chart when
-asked to draw, and ``boss`` (on a second server) asks a remote agent through ``a2a_agent``.
+asked to draw (with a chart, a PDF and a sound when asked for everything), and ``boss`` (on
+a second server) asks a remote agent through ``a2a_agent``.
 """
 
 import asyncio
 import hashlib
+import io
 import os
 import struct
+import wave
 import zlib
 from pathlib import Path
 
 from loom import Agent, ModelResponse, ToolCall, tool
-from loom.content import Image
+from loom.content import Audio, File, Image
 from loom.server import AgentRegistry
 from loom.testing import FunctionModel
 
@@ -87,6 +90,21 @@ def png(width: int, height: int) -> bytes:
 
 
 CHART = png(24, 16)
+REPORT = b"%PDF-1.4\n1 0 obj <<>> endobj\ntrailer <<>>\n%%EOF\n"
+
+
+def wav() -> bytes:
+    """A tenth of a second of silence as a WAV file."""
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(8000)
+        w.writeframes(b"\x00\x00" * 800)
+    return out.getvalue()
+
+
+BEEP = wav()
 
 
 def looker(messages, tools):
@@ -98,6 +116,15 @@ def looker(messages, tools):
         what = hashlib.sha256(p.data).hexdigest() if p.data is not None else f"url={p.url}"
         seen.append(f"{p.kind} {p.media_type} {p.name} {p.size} {what}")
     text = f"text={last.content!r}; " + "; ".join(seen)
+    if "everything" in last.content:  # an image, a document and a sound
+        return ModelResponse(
+            text="all of it",
+            parts=[
+                Image.from_bytes(CHART, name="chart.png"),
+                File.from_bytes(REPORT, name="report.pdf"),
+                Audio.from_bytes(BEEP, name="beep.wav"),
+            ],
+        )
     if "draw" in last.content:
         chart = Image.from_bytes(CHART, name="chart.png")
         return ModelResponse(text="here is your chart", parts=[chart])

@@ -3,21 +3,20 @@ and URL parts reach the model as Loom media (the test model reports the digests 
 it was given), a data part reaches it as fenced JSON, and an answer with an image comes back
 as a raw part with its media type and filename.
 
-The server keeps its sessions in memory (``--store :memory:``): ``MemoryStore`` keeps media
-(``BlobStore``); the SQLite store gets it in its own change."""
+The server (``media_server``, tests/interop/conftest.py) keeps its sessions in memory."""
 
 from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 from tests.interop.a2a_agents import CHART, png
-from tests.server.conftest import Server, start_server, stop_server
+from tests.interop.conftest import MEDIA_KEY
+from tests.server.conftest import Server
 
 pytest.importorskip("a2a.client")
 
@@ -25,25 +24,15 @@ from a2a.client import ClientConfig, create_client
 from a2a.helpers.proto_helpers import new_data_part, new_raw_part, new_text_part, new_url_part
 from a2a.types.a2a_pb2 import GetTaskRequest, Message, Part, Role, SendMessageRequest, TaskState
 
-AGENTS = (Path(__file__).parent / "a2a_agents.py").read_text()
-KEY = "media-key-000001"
-AUTH = {"Authorization": f"Bearer {KEY}"}
+AUTH = {"Authorization": f"Bearer {MEDIA_KEY}"}
 PDF = b"%PDF-1.4\n1 0 obj <<>> endobj\ntrailer <<>>\n%%EOF\n"
 
 session_loop = pytest.mark.asyncio(loop_scope="session")
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(
-        tmp_path_factory.mktemp("a2a-media"),
-        app="a2a_agents:registry",
-        source=AGENTS,
-        store=":memory:",
-        env={"LOOM_API_KEYS": KEY},
-    )
-    yield srv
-    stop_server(srv)
+@pytest.fixture
+def server(media_server: Server) -> Server:
+    return media_server
 
 
 @pytest.fixture

@@ -54,7 +54,7 @@ from loom.messages import ToolCall, new_id
 from loom.server.app import ServerState, error_body, state_of
 from loom.server.openai_api import EventStream, close_quietly
 from loom.server.ownership import check_client_id, header_value
-from loom.server.surface_media import decode_base64, media_part
+from loom.server.surface_media import MediaKind, decode_base64, media_part
 
 if TYPE_CHECKING:
     from ag_ui.core import BaseEvent, RunAgentInput
@@ -147,7 +147,12 @@ def _content(content: Any) -> tuple[str, list[Part]]:
 
     texts: list[str] = []
     parts: list[Part] = []
-    kinds = {"image": Image, "audio": Audio, "document": File, "video": File}
+    kinds: dict[str, MediaKind] = {
+        "image": Image,
+        "audio": Audio,
+        "document": File,
+        "video": File,
+    }
     for i, part in enumerate(content or []):
         kind = getattr(part, "type", None)
         if kind == "text":

@@ -26,13 +26,17 @@ if TYPE_CHECKING:
     from loom.messages import Message
     from loom.store.base import Store
 
-__all__ = ["answer_media", "decode_base64", "fenced_json", "media_part"]
+__all__ = ["MediaKind", "answer_media", "decode_base64", "fenced_json", "media_part"]
 
 FETCHED_SCHEMES = ("http://", "https://")
 """URL schemes passed through to the model's provider (it fetches them; Loom never does)."""
 
 
-def _kind(media_type: str) -> type[Media]:
+MediaKind = type[Image] | type[Audio] | type[File]
+"""Which kind of medium a part is made as."""
+
+
+def _kind(media_type: str) -> MediaKind:
     if media_type.startswith("image/"):
         return Image
     if media_type.startswith("audio/"):
@@ -71,8 +75,8 @@ def media_part(
     data: bytes | None = None,
     url: str | None = None,
     name: str | None = None,
-    kind: type[Media] | None = None,
-) -> Media:
+    kind: MediaKind | None = None,
+) -> Image | Audio | File:
     """The Loom part (``Image``, ``Audio`` or ``File``, by media type unless ``kind`` says)
     for a protocol's file: its bytes, or a URL. An ``http(s)`` URL is passed to the model's
     provider as it is; a ``data:`` URL's bytes are decoded here; any other scheme (``file:``,
@@ -142,7 +146,7 @@ async def answer_media(messages: Sequence[Message], store: Store) -> list[Media]
     answer = next((m for m in reversed(messages) if m.role == "assistant"), None)
     if answer is None:
         return []
-    media = [p for p in answer.parts if isinstance(p, Media)]
+    media: list[Media] = [p for p in answer.parts if isinstance(p, Media)]
     if any(p.data is None and p.url is None for p in media):
         await hydrate([answer], store)
     return media

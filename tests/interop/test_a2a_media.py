@@ -118,3 +118,52 @@ async def test_the_a2a_agent_tool_names_the_files_a_remote_agent_sent(server: Se
         await remote.aclose()
     # the tool's result is text: the file is named in it (its bytes stay with the remote)
     assert ex.answer == f"here is your chart\n[image chart.png: image/png, {len(CHART):,} bytes]"
+
+
+def test_a_v03_file_part_is_taken_too(server: Server) -> None:
+    """A2A 0.3's ``FilePart`` (``kind: "file"``, base64 ``bytes``) and ``DataPart``, over the
+    0.3 method name: the SDK's adapter makes them 1.0 parts, and they reach the model."""
+    import base64
+
+    photo = png(3, 2)
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "message/send",
+        "params": {
+            "message": {
+                "kind": "message",
+                "messageId": f"v03-{time.monotonic_ns()}",
+                "role": "user",
+                "parts": [
+                    {"kind": "text", "text": "old style"},
+                    {
+                        "kind": "file",
+                        "file": {
+                            "bytes": base64.b64encode(photo).decode(),
+                            "mimeType": "image/png",
+                            "name": "old.png",
+                        },
+                    },
+                    {"kind": "data", "data": {"n": 1}},
+                ],
+            }
+        },
+    }
+    r = httpx.post(f"{server.url}/agents/looker/a2a", json=body, headers=AUTH, timeout=30)
+    result = r.json()["result"]
+    assert result["status"]["state"] == "completed", result
+    seen = "".join(p.get("text", "") for p in result["artifacts"][-1]["parts"])
+    assert f"image image/png old.png {len(photo)} {hashlib.sha256(photo).hexdigest()}" in seen
+    assert '"n": 1' in seen
+    # and an answer's image comes back to a 0.3 client as a FilePart with its bytes
+    body["params"]["message"] = {  # type: ignore[index]
+        "kind": "message",
+        "messageId": f"v03-{time.monotonic_ns()}",
+        "role": "user",
+        "parts": [{"kind": "text", "text": "draw"}],
+    }
+    r = httpx.post(f"{server.url}/agents/looker/a2a", json=body, headers=AUTH, timeout=30)
+    [file] = [p["file"] for p in r.json()["result"]["artifacts"][-1]["parts"] if "file" in p]
+    assert base64.b64decode(file["bytes"]) == CHART
+    assert file["mimeType"] == "image/png" and file["name"] == "chart.png"

@@ -37,7 +37,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from loom.errors import InputError, UnsupportedContent
-from loom.server.a2a.executor import CANCEL_WAIT, decision_of
+from loom.server.a2a.executor import CANCEL_WAIT, decision_of, text_of
 from loom.server.a2a.parts import content_of
 
 __all__ = [
@@ -139,7 +139,9 @@ class LoomRequestHandler(DefaultRequestHandlerV2):
         try:
             if deciding:
                 decision_of(message)
-            elif not answering:
+            elif answering:
+                self.loom_state.registry[self.agent_name].check_message(text_of(message))
+            else:
                 self._check_content(message)
         except UnsupportedContent as exc:
             raise ContentTypeNotSupportedError(str(exc)) from None

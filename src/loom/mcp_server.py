@@ -1,7 +1,9 @@
 """Loom agents as MCP tools (the official ``mcp`` SDK, v2 API; the ``mcp`` extra pins ``<3``).
 
 Every agent of a registry is one tool: its name, its description, the input schema
-``{message, session_id?}``; the result is the answer's text plus structured content
+``{message, session_id?}``; the result is the answer's text (then its images as
+``ImageContent``, audio as ``AudioContent``, other files as an ``EmbeddedResource`` blob:
+:func:`media_content`; its reasoning is not sent) plus structured content
 ``{session_id, run_id, stop_reason, usage}``. One ``tools/call`` is one Loom run on the
 given ``Runtime`` (the server's, so a session started over MCP continues over any protocol).
 
@@ -25,9 +27,10 @@ calls: what a call needs lives in the Loom session it names.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from loom.engine.run_inputs import Resume
@@ -46,10 +49,19 @@ if TYPE_CHECKING:
     from mcp.server import Server, ServerRequestContext
 
     from loom.agent import Agent
+    from loom.content import Media
     from loom.engine.loop import Turn
     from loom.engine.runtime import Runtime
 
-__all__ = ["INPUT_SCHEMA", "Resolver", "build_server", "progress_note", "serve_stdio"]
+__all__ = [
+    "INPUT_SCHEMA",
+    "MEDIA_URI",
+    "Resolver",
+    "build_server",
+    "media_content",
+    "progress_note",
+    "serve_stdio",
+]
 
 INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -205,7 +217,42 @@ async def _run(ctx: ServerRequestContext[Any, Any], turn: Turn) -> RunResult:
     return turn.result
 
 
-def _answer(result: RunResult, over_http: bool) -> Any:
+MEDIA_URI = "loom://media/{ref}"
+"""The URI of an answer's file embedded in a tool result (its bytes travel in the result)."""
+
+
+def media_content(media: Sequence[Media]) -> list[Any]:
+    """An answer's media (bytes loaded) as MCP content: an image as ``ImageContent``, audio as
+    ``AudioContent``, any other file as an ``EmbeddedResource`` with a blob (its name in
+    ``_meta["loom/filename"]``); a medium held as a URL as a ``ResourceLink``."""
+    import mcp_types as t
+
+    from loom.content import Audio, Image
+
+    out: list[Any] = []
+    for m in media:
+        if m.data is None:
+            if m.url is not None:
+                name = m.name or m.url.rsplit("/", 1)[-1] or m.url
+                out.append(t.ResourceLink(name=name, uri=m.url, mime_type=m.media_type or None))
+            continue
+        data = base64.b64encode(m.data).decode("ascii")
+        if isinstance(m, Image):
+            out.append(t.ImageContent(type="image", data=data, mime_type=m.media_type))
+        elif isinstance(m, Audio):
+            out.append(t.AudioContent(type="audio", data=data, mime_type=m.media_type))
+        else:
+            blob = t.BlobResourceContents(
+                uri=MEDIA_URI.format(ref=m.ref),
+                mime_type=m.media_type or None,
+                blob=data,
+                meta={"loom/filename": m.name} if m.name else None,
+            )
+            out.append(t.EmbeddedResource(type="resource", resource=blob))
+    return out
+
+
+def _answer(result: RunResult, over_http: bool, media: Sequence[Media] = ()) -> Any:
     import mcp_types as t
 
     from loom.server.parked import describe_query
@@ -225,7 +272,7 @@ def _answer(result: RunResult, over_http: bool) -> Any:
         asked = describe_query(result.session_id, result.pending_query, over_http=over_http)
         text = f"{text}\n\n{asked}" if text else asked
     return t.CallToolResult(
-        content=[t.TextContent(type="text", text=text)],
+        content=[t.TextContent(type="text", text=text), *media_content(media)],
         structured_content=structured,
         is_error=failed,
     )
@@ -342,6 +389,7 @@ def build_server(resolve: Resolver, name: str = "loom", *, over_http: bool = Tru
     from mcp.server import Server
 
     from loom import __version__
+    from loom.server.surface_media import answer_media
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> t.ListToolsResult:
         agents, _ = resolve(ctx)
@@ -373,7 +421,9 @@ def build_server(resolve: Resolver, name: str = "loom", *, over_http: bool = Tru
             while True:
                 result = await _run(ctx, turn)
                 if result.stop_reason != "awaiting_approval":
-                    return _answer(result, over_http)
+                    # the answer's images and files beside its text (its reasoning stays)
+                    media = await answer_media(result.messages, runtime.store)
+                    return _answer(result, over_http, media)
                 if not _elicits(ctx):
                     return _pending(
                         result, "this client does not take elicitation requests", over_http

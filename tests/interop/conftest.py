@@ -1,4 +1,5 @@
-"""A real ``loom serve`` for the interop tests (MCP, AG-UI), and the npm clients' folder."""
+"""A real ``loom serve`` for the interop tests (MCP, AG-UI), one whose agents take and give
+media, and the npm clients' folder."""
 
 from __future__ import annotations
 
@@ -97,6 +98,25 @@ def interop_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]
 def query_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A ``loom serve`` whose ``reader`` agent asks the client for a file (a server query)."""
     srv = start_server(tmp_path_factory.mktemp("interop-query"), app="server_agents:query_registry")
+    yield srv
+    stop_server(srv)
+
+
+MEDIA_KEY = "media-key-000001"
+
+
+@pytest.fixture(scope="session")
+def media_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A ``loom serve`` of ``a2a_agents.py`` (``looker``: media in, media out) keeping its
+    sessions in memory: ``MemoryStore`` keeps media (``BlobStore``); the SQLite store gets it
+    in its own change, then this may use the default store."""
+    srv = start_server(
+        tmp_path_factory.mktemp("media"),
+        app="a2a_agents:registry",
+        source=(Path(__file__).parent / "a2a_agents.py").read_text(),
+        store=":memory:",
+        env={"LOOM_API_KEYS": MEDIA_KEY},
+    )
     yield srv
     stop_server(srv)
 

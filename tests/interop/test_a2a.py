@@ -301,13 +301,14 @@ def test_malformed_json_and_unknown_methods_get_json_rpc_errors(
     assert ok["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
 
 
-def test_file_and_data_parts_are_refused_with_content_type_errors(
-    served: tuple[Server, Path],
-) -> None:
-    for part, kind in (
-        ({"url": "https://x/a.png", "mediaType": "image/png"}, "file url"),
-        ({"data": {"a": 1}}, "data"),
-        ({"text": "<b>hi</b>", "mediaType": "text/html"}, "text"),
+def test_parts_loom_cannot_use_are_refused_saying_why(served: tuple[Server, Path]) -> None:
+    """File and data parts are taken (tests/interop/test_a2a_media.py); what is refused is what
+    Loom cannot use: a URL no provider fetches, text that claims to be an image, bytes that are
+    not the type they claim."""
+    for part, code, says in (
+        ({"url": "file:///etc/passwd", "mediaType": "text/plain"}, -32005, "a file URL is not"),
+        ({"text": "<b>hi</b>", "mediaType": "image/png"}, -32602, "text that says it is image/png"),
+        ({"raw": "bm90IGEgcG5n", "mediaType": "image/png"}, -32602, "claims image/png"),
     ):
         body = {
             "jsonrpc": "2.0",
@@ -315,16 +316,15 @@ def test_file_and_data_parts_are_refused_with_content_type_errors(
             "method": "SendMessage",
             "params": {
                 "message": {
-                    "messageId": f"f-{kind}",
+                    "messageId": f"f-{code}-{says}",
                     "role": "ROLE_USER",
                     "parts": [{"text": "look"}, part],
                 }
             },
         }
         out = _rpc(served[0], "calc", body)
-        assert out["error"]["code"] == -32005, out
-        assert f"part 1 is {kind}" in out["error"]["message"]
-        assert "text parts (text/plain) only" in out["error"]["message"]
+        assert out["error"]["code"] == code, out
+        assert "message part 1" in out["error"]["message"] and says in out["error"]["message"]
 
 
 @session_loop

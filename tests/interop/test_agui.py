@@ -162,3 +162,89 @@ def test_a_server_query_is_an_interrupt_and_resume_answers_it(query_server: Serv
     text = "".join(e["delta"] for e in second if e["type"] == "TEXT_MESSAGE_CONTENT")
     assert text.startswith("The file begins with:")
     assert second[-1]["result"]["stop_reason"] == "completed"
+
+
+# -- media in a user message's content ------------------------------------------------------------
+def test_media_content_parts_reach_the_model(media_server: Server, js: Path) -> None:
+    """@ag-ui/client sends a content array (text, an inline PNG, an inline PDF named in its
+    metadata, an image URL): the model gets the very bytes, typed and named, and the URL."""
+    import base64
+    import hashlib
+    import os
+
+    from tests.interop.a2a_agents import REPORT, png
+    from tests.interop.conftest import MEDIA_KEY
+
+    photo = png(5, 5)
+    env = {
+        "AGUI_PNG": base64.b64encode(photo).decode(),
+        "AGUI_PDF": base64.b64encode(REPORT).decode(),
+    }
+    out = subprocess.run(
+        ["node", str(js / "agui_client.mjs"), f"{media_server.url}/agui/looker", "media"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env, "LOOM_KEY": MEDIA_KEY},
+    )
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["ok"], report
+    [answer] = report["runs"][0]["newMessages"]
+    seen = answer["content"]
+    assert seen.startswith("text='what are these?'; ")
+    assert f"image image/png None {len(photo)} {hashlib.sha256(photo).hexdigest()}" in seen
+    assert (
+        f"file application/pdf report.pdf {len(REPORT)} {hashlib.sha256(REPORT).hexdigest()}"
+        in seen
+    )
+    assert "image image/jpeg None None url=https://example.com/cat.jpg" in seen
+
+
+def test_media_content_loom_cannot_use_is_a_422_saying_why(media_server: Server) -> None:
+    """Built with the protocol's own types (``ag_ui.core``): a provider's file handle, bytes
+    that are not the image they claim, a document sent as an image."""
+    from ag_ui.core import (
+        DataSource,
+        DocumentPart,
+        FileSource,
+        ImagePart,
+        RunAgentInput,
+        TextPart,
+        UserMessage,
+    )
+    from tests.interop.conftest import MEDIA_KEY
+
+    cases = [
+        (
+            ImagePart(source=FileSource(value="file-abc123", provider="openai")),
+            "file handle of openai",
+        ),
+        (
+            ImagePart(source=DataSource(value="bm90IGEgcG5n", mime_type="image/png")),
+            "claims image/png",
+        ),
+        (
+            ImagePart(source=DataSource(value="JVBERi0xLjQK", mime_type="application/pdf")),
+            "not an image",
+        ),
+        (DocumentPart(source=DataSource(value="%%%", mime_type="application/pdf")), "not base64"),
+    ]
+    for i, (part, says) in enumerate(cases):
+        body = RunAgentInput(
+            thread_id=f"t-bad-media-{i}",
+            run_id=f"r{i}",
+            state={},
+            messages=[UserMessage(id=f"u{i}", content=[TextPart(text="look"), part])],
+            tools=[],
+            context=[],
+            forwarded_props={},
+        )
+        r = httpx.post(
+            f"{media_server.url}/agui/looker",
+            content=body.model_dump_json(by_alias=True, exclude_none=True),
+            headers={"content-type": "application/json", "x-api-key": MEDIA_KEY},
+            timeout=30,
+        )
+        assert r.status_code == 422, r.text
+        message = r.json()["error"]["message"]
+        assert "content part 1" in message and says in message, message

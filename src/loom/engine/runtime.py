@@ -432,8 +432,8 @@ class Runtime:
             parts = input.parts
             if parts:
                 check_parts(self.model_for(agent, options.model), parts)
-            message = agent.check_message(input.text or ("" if not parts else " "))
-            message = input.text if parts else message
+            # media alone are a message (check_message refuses empty text, " " too)
+            message = agent.check_message(input.text) if input.text or not parts else ""
         elif isinstance(input, Resume):
             assert session_id is not None  # start() checked it
             resume = await self._check_resume(session_id, input.decisions)

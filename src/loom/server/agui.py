@@ -3,7 +3,11 @@ take a ``RunAgentInput`` and stream AG-UI events over SSE, mapped from the run's
 
 Terms: ``threadId`` is the Loom session; the AG-UI ``runId`` names the stream (the Loom run id
 is in ``RUN_FINISHED.result``); Loom keeps the transcript, so of ``messages`` only what is new
-is read: the last user message starts a turn, tool messages answer frontend tool calls.
+is read: the last user message starts a turn, tool messages answer frontend tool calls. A user
+message's content may be an array of parts: text parts are its text; image, audio, document
+(and video) parts are Loom media of the run's message (``loom.content``), their source inline
+bytes (``data``) or a URL the model's provider fetches (``url``; Loom never fetches it); a
+provider's file handle (``file``) is refused (422), as Loom cannot read it.
 
 Order (what ``@ag-ui/client`` verifies): ``RUN_STARTED``; per model answer the text as
 ``TEXT_MESSAGE_START/CONTENT/END`` (deltas as they stream) then each tool call as
@@ -35,8 +39,8 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from loom.engine.run_inputs import Answer, Resume
-from loom.errors import InputError
+from loom.engine.run_inputs import Answer, NewMessage, Resume
+from loom.errors import ContentError, InputError, UnsupportedContent
 from loom.events import (
     AgentEvent,
     AgentFinish,
@@ -50,11 +54,13 @@ from loom.messages import ToolCall, new_id
 from loom.server.app import ServerState, error_body, state_of
 from loom.server.openai_api import EventStream, close_quietly
 from loom.server.ownership import check_client_id, header_value
+from loom.server.surface_media import MediaKind, decode_base64, media_part
 
 if TYPE_CHECKING:
     from ag_ui.core import BaseEvent, RunAgentInput
 
     from loom.agent import Agent
+    from loom.content import Part
     from loom.engine.loop import Turn
     from loom.tools.base import RunContext
 
@@ -130,12 +136,61 @@ def _text(content: Any) -> str:
     return "".join(parts)
 
 
+def _content(content: Any) -> tuple[str, list[Part]]:
+    """A user message's content as (text, media): its text parts joined, each image, audio,
+    document or video part a Loom medium (``loom.server.surface_media.media_part``; a video
+    is a ``File``: Loom has no video kind, and the model's provider says whether it reads
+    one). A source that is a provider's file handle is refused: Loom cannot resolve it."""
+    if isinstance(content, str):
+        return content, []
+    from loom.content import Audio, File, Image
+
+    texts: list[str] = []
+    parts: list[Part] = []
+    kinds: dict[str, MediaKind] = {
+        "image": Image,
+        "audio": Audio,
+        "document": File,
+        "video": File,
+    }
+    for i, part in enumerate(content or []):
+        kind = getattr(part, "type", None)
+        if kind == "text":
+            texts.append(part.text)
+            continue
+        if kind not in kinds:
+            raise InputError(f"content part {i} is {kind!r}: a message takes text and media")
+        source, meta = part.source, part.metadata if isinstance(part.metadata, Mapping) else {}
+        name = meta.get("filename") or meta.get("name")
+        name = name if isinstance(name, str) and name else None
+        label = f"content part {i} ({kind}{', ' + name if name else ''})"
+        try:
+            if source.type == "data":
+                data = decode_base64(source.value, label)
+                parts.append(media_part(source.mime_type, data=data, name=name, kind=kinds[kind]))
+            elif source.type == "url":
+                parts.append(
+                    media_part(source.mime_type, url=source.value, name=name, kind=kinds[kind])
+                )
+            else:
+                raise UnsupportedContent(
+                    f"its source is a file handle of {source.provider or 'a provider'}, which "
+                    "Loom cannot read; send the bytes (a data source) or an http(s) URL"
+                )
+        except UnsupportedContent as exc:
+            raise UnsupportedContent(f"{label}: {exc}", part=str(i)) from None
+        except ContentError as exc:
+            raise ContentError(f"{label}: {exc}", part=str(i)) from None
+    return "".join(texts), parts
+
+
 class _Plan:
     """What one input asks for: a new turn (``message``), a resume (``decisions``) or the
     answer to a server query (``answer``, to ``query_id``)."""
 
     def __init__(self) -> None:
         self.message: str | None = None
+        self.parts: list[Part] = []  # the new message's media
         self.decisions: dict[str, Any] = {}
         self.answer: str | None = None
         self.query_id: str | None = None
@@ -186,7 +241,7 @@ async def _plan(
         return plan
     if last is not None and getattr(last, "role", None) == "user":
         plan.decisions = {}  # a new message: Loom rejects what is still parked
-        plan.message = _text(last.content)
+        plan.message, plan.parts = _content(last.content)
         return plan
     if query is not None:
         raise InputError(
@@ -357,7 +412,8 @@ async def _start(state: ServerState, agent: Agent, body: RunAgentInput) -> tuple
     served, frontend = _with_frontend(agent, body.tools or [])
     plan = await _plan(state, body, frontend)
     if plan.message is not None:
-        turn = await state.runtime.start(served, plan.message, session_id=body.thread_id)
+        new = NewMessage(plan.message, tuple(plan.parts))
+        turn = await state.runtime.start(served, new, session_id=body.thread_id)
     elif plan.answer is not None:
         answer = Answer(plan.answer, query_id=plan.query_id)
         turn = await state.runtime.start(served, answer, session_id=body.thread_id)

@@ -367,7 +367,20 @@ async def exchange(
 
 
 def _text(parts: Any) -> str:
-    return "\n".join(p.text for p in parts if p.HasField("text"))
+    """The text of ``parts``; each file part named in a placeholder line (``[file chart.png:
+    image/png, 1,234 bytes]``): the tool result is text, so the model learns a file came
+    back, not its bytes."""
+    lines = []
+    for p in parts:
+        if p.HasField("text"):
+            lines.append(p.text)
+        elif p.HasField("raw") or p.HasField("url"):
+            kind = p.media_type.partition("/")[0] if p.media_type else "file"
+            kind = kind if kind in ("image", "audio") else "file"
+            name = f" {p.filename}" if p.filename else ""
+            where = f", {len(p.raw):,} bytes" if p.HasField("raw") else f", at {p.url}"
+            lines.append(f"[{kind}{name}: {p.media_type or 'unknown type'}{where}]")
+    return "\n".join(lines)
 
 
 async def _cancel_remote(

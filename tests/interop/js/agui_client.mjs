@@ -1,7 +1,8 @@
 // Drives a Loom server's AG-UI endpoint with @ag-ui/client's HttpAgent, which verifies the
 // event order itself (a stream out of order rejects the run). Prints one JSON line per run:
 // the event types seen, the run's result, its new messages; exits 1 with the error otherwise.
-// usage: node agui_client.mjs <url> <scenario>   (scenarios: text, tools, frontend, bad)
+// usage: node agui_client.mjs <url> <scenario>   (scenarios: text, tools, frontend, bad, media)
+// (media: the base64 of a PNG and a PDF in the env vars AGUI_PNG and AGUI_PDF)
 import { HttpAgent } from "@ag-ui/client";
 
 const [url, scenario] = process.argv.slice(2);
@@ -44,6 +45,24 @@ try {
       agent.addMessage({ id: `tool-${id}`, role: "tool", toolCallId: id, content: "teal" });
     }
     out.push(await run(agent, { tools }));
+  } else if (scenario === "media") {
+    const headers = process.env.LOOM_KEY ? { "x-api-key": process.env.LOOM_KEY } : {};
+    const agent = new HttpAgent({ url, headers, threadId: `t-media-${Date.now()}` });
+    agent.addMessage({
+      id: `u${Math.random().toString(36).slice(2)}`,
+      role: "user",
+      content: [
+        { type: "text", text: "what are these?" },
+        { type: "image", source: { type: "data", value: process.env.AGUI_PNG, mimeType: "image/png" } },
+        {
+          type: "document",
+          source: { type: "data", value: process.env.AGUI_PDF, mimeType: "application/pdf" },
+          metadata: { filename: "report.pdf" },
+        },
+        { type: "image", source: { type: "url", value: "https://example.com/cat.jpg" } },
+      ],
+    });
+    out.push(await run(agent, {}));
   } else if (scenario === "bad") {
     const agent = new HttpAgent({ url, threadId: `t-bad-${Date.now()}` });
     out.push(await run(agent, {})); // no user message at all

@@ -18,11 +18,26 @@ from a2a.types.a2a_pb2 import (
 
 from loom.agent import Agent
 
-__all__ = ["JSONRPC_PATH", "REST_PATH", "agent_card", "describe"]
+__all__ = ["JSONRPC_PATH", "MEDIA_MODES", "REST_PATH", "agent_card", "describe", "input_modes"]
 
 JSONRPC_PATH = "/agents/{name}/a2a"
 REST_PATH = "/agents/{name}/a2a/rest"
 TEXT_MODES = ["text/plain"]
+MEDIA_MODES = {
+    "image": ["image/png", "image/jpeg", "image/gif", "image/webp"],
+    "file": ["application/pdf"],
+    "audio": ["audio/wav", "audio/mpeg"],
+}
+"""The media types a card lists per kind of medium its agent's model reads (any other type is
+taken as a file too, and its model's provider says whether it reads it)."""
+
+
+def input_modes(agent: Agent) -> list[str]:
+    """What the agent takes: text, JSON (data parts, read as text) and the media its model
+    reads (its ``accepts_media``; a model string or a model that does not say: all of them)."""
+    accepts = getattr(agent.model_spec, "accepts_media", None)
+    kinds = MEDIA_MODES if accepts is None else [k for k in MEDIA_MODES if k in accepts]
+    return [*TEXT_MODES, "application/json", *(t for k in kinds for t in MEDIA_MODES[k])]
 
 
 def describe(agent: Agent) -> str:
@@ -43,7 +58,7 @@ def agent_card(agent: Agent, base_url: str, version: str, *, keys: bool) -> Agen
             name=name,
             description=describe(agent),
             tags=["loom", *sorted(agent.tools)],
-            input_modes=TEXT_MODES,
+            input_modes=input_modes(agent),
             output_modes=TEXT_MODES,
         )
     ]
@@ -74,7 +89,7 @@ def agent_card(agent: Agent, base_url: str, version: str, *, keys: bool) -> Agen
             ),
         ],
         capabilities=AgentCapabilities(streaming=True, push_notifications=False),
-        default_input_modes=TEXT_MODES,
+        default_input_modes=input_modes(agent),
         default_output_modes=TEXT_MODES,
         skills=skills,
     )

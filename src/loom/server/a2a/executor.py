@@ -29,9 +29,11 @@ from a2a.types.a2a_pb2 import Message, Part, Task, TaskState
 from google.protobuf.json_format import MessageToDict
 
 from loom.engine.driving import drive
-from loom.engine.run_inputs import Answer, Resume
+from loom.engine.run_inputs import Answer, NewMessage, Resume
 from loom.errors import InputError
 from loom.events import AgentEvent, ToolErrorEvent, ToolExecutionStart, ToolResultEvent
+from loom.server.a2a.parts import content_of, media_parts
+from loom.server.surface_media import answer_media
 
 if TYPE_CHECKING:
     from loom.engine.loop import Turn
@@ -134,8 +136,10 @@ class LoomExecutor(AgentExecutor):
                 answer = Answer(text_of(message))
                 turn = await runtime.start(agent, answer, session_id=session_id)
                 return turn, {"message": None, "command": {"answer": answer.text}}
-        turn = await runtime.start(agent, text_of(message), session_id=session_id)
-        return turn, {"message": text_of(message), "command": None}
+        text, parts = content_of(message)
+        turn = await runtime.start(agent, NewMessage(text, tuple(parts)), session_id=session_id)
+        # a message with media is rebuilt from the task's history if its run must be carried on
+        return turn, {"message": text, "command": None, "media": bool(parts)}
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Run the message as a Loom turn and publish the task's updates. A task sent with
@@ -247,12 +251,15 @@ class LoomExecutor(AgentExecutor):
         meta = {**meta, "loomStopReason": result.stop_reason}
         stop = result.stop_reason
         if stop == "completed":
+            # the answer's images and files as raw parts beside its text (its reasoning stays)
+            media = media_parts(await answer_media(result.messages, self.runtime.store))
             await updater.add_artifact(
-                [new_text_part(result.text)], name="answer", metadata={"loomRunId": result.run_id}
+                [new_text_part(result.text), *media],
+                name="answer",
+                metadata={"loomRunId": result.run_id},
             )
-            await updater.update_status(
-                TaskState.TASK_STATE_COMPLETED, _agent_message(updater, result.text), metadata=meta
-            )
+            done = updater.new_agent_message([new_text_part(result.text), *media])
+            await updater.update_status(TaskState.TASK_STATE_COMPLETED, done, metadata=meta)
         elif stop == "awaiting_approval":
             pending = list(result.pending_approvals)
             calls = ", ".join(

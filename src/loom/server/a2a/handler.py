@@ -20,6 +20,7 @@ from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
     GetTaskRequest,
+    Message,
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
@@ -35,8 +36,9 @@ from a2a.utils.errors import (
 from starlette.requests import Request
 from starlette.responses import Response
 
-from loom.errors import InputError
+from loom.errors import InputError, UnsupportedContent
 from loom.server.a2a.executor import CANCEL_WAIT, decision_of, text_of
+from loom.server.a2a.parts import content_of
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -48,7 +50,6 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION = "1.0"
-TEXT_MEDIA = "text/plain"
 
 
 def requested_version(request: Request) -> str | None:
@@ -87,13 +88,10 @@ def _part_kind(part: Any) -> str:
     return "of no kind this server knows (a part is text, raw, url or data)"
 
 
-def _media_type(media: str) -> str:
-    return media.partition(";")[0].strip().lower()
-
-
 class LoomRequestHandler(DefaultRequestHandlerV2):
-    """Checks a message before the SDK makes a task of it: text parts only (a data part only as
-    an approval decision), a message the agent accepts, a context this key may use; and names
+    """Checks a message before the SDK makes a task of it: parts Loom can use
+    (``loom.server.a2a.parts``; text only for an answer, text or data for an approval
+    decision), a message the agent and its model accept, a context this key may use; and names
     the task in not-found errors."""
 
     def __init__(self, *args: Any, loom_state: Any, agent_name: str, **kw: Any) -> None:
@@ -123,23 +121,30 @@ class LoomRequestHandler(DefaultRequestHandlerV2):
             and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
             and bool(await self.loom_state.runtime.pending_approvals(task.context_id))
         )
-        for i, part in enumerate(message.parts):
-            if deciding and part.HasField("data"):
-                continue
-            plain = not part.media_type or _media_type(part.media_type) == TEXT_MEDIA
-            if part.HasField("text") and plain:
-                continue
-            kind = "text" if part.HasField("text") else _part_kind(part)
-            media = f" ({part.media_type})" if part.media_type else ""
-            raise ContentTypeNotSupportedError(
-                f"message part {i} is {kind}{media}; agent {self.agent_name!r} "
-                "takes text parts (text/plain) only"
-            )
+        answering = (
+            task is not None
+            and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+            and not deciding
+            and await self.loom_state.runtime.pending_query(task.context_id) is not None
+        )
+        if deciding or answering:  # a decision or an answer: text (a decision: data too)
+            for i, part in enumerate(message.parts):
+                if part.HasField("text") or (deciding and part.HasField("data")):
+                    continue
+                what = "an approval decision" if deciding else "the answer to the agent's question"
+                raise ContentTypeNotSupportedError(
+                    f"message part {i} is {_part_kind(part)}; this task waits for {what}, "
+                    "which is text" + (" or a data part" if deciding else "")
+                )
         try:
             if deciding:
                 decision_of(message)
-            else:
+            elif answering:
                 self.loom_state.registry[self.agent_name].check_message(text_of(message))
+            else:
+                self._check_content(message)
+        except UnsupportedContent as exc:
+            raise ContentTypeNotSupportedError(str(exc)) from None
         except InputError as exc:
             raise InvalidParamsError(str(exc)) from None
         owners = self.loom_state.extra.get("owners")
@@ -167,6 +172,18 @@ class LoomRequestHandler(DefaultRequestHandlerV2):
     ) -> Any:
         await self._screen(params, call_context)
         return await super()._setup_active_task(params, call_context)
+
+    def _check_content(self, message: Message) -> None:
+        """The message as the agent takes it (``loom.server.a2a.parts``): its media usable and
+        readable by the agent's model, its text within the agent's limits."""
+        from loom.content import check_parts
+
+        text, parts = content_of(message)
+        agent = self.loom_state.registry[self.agent_name]
+        if parts:
+            check_parts(self.loom_state.runtime.model_for(agent), parts)
+        if text or not parts:  # media alone are a message; an empty message is not
+            agent.check_message(text)
 
     def _missing(self, task_id: str) -> TaskNotFoundError:
         return TaskNotFoundError(

@@ -24,7 +24,7 @@ from a2a.types.a2a_pb2 import TaskState
 
 from loom.agent import Agent
 from loom.engine.loop import Turn
-from loom.engine.run_inputs import Answer, CarryOn, Resume, RunOptions
+from loom.engine.run_inputs import Answer, CarryOn, NewMessage, Resume, RunOptions
 from loom.events import AgentFinish, EventType
 from loom.messages import RunResult, StopReason, Usage
 from loom.server.a2a.executor import LoomExecutor
@@ -84,6 +84,21 @@ async def _settle(
     await executor.finish(result, updater, meta)
 
 
+async def _with_media(store: LoomTaskStore, task_id: str, new: NewMessage) -> NewMessage:
+    """The message of task ``task_id`` with its media, read back from the task's stored
+    history (the user's message, as the task was created with it)."""
+    from a2a.types.a2a_pb2 import Role
+
+    from loom.server.a2a.parts import content_of
+
+    task = await store.get(task_id, ServerCallContext())
+    first = next((m for m in task.history if m.role == Role.ROLE_USER), None) if task else None
+    if first is None:
+        return new
+    text, parts = content_of(first)
+    return NewMessage(text, tuple(parts))
+
+
 async def carry_on_task(state: ServerState, run_id: str, record: dict[str, Any]) -> bool:
     """Start what is left of the acknowledged run ``run_id`` of an A2A task (``record``: its
     stored run record) and follow it into the task; False when nothing is left (it ended, or
@@ -118,7 +133,10 @@ async def carry_on_task(state: ServerState, run_id: str, record: dict[str, Any])
     elif "answer" in command:
         turn = await runtime.start(agent, Answer(command["answer"]), session_id=session_id)
     elif isinstance(message, str):
-        turn = await runtime.start(agent, message, session_id=session_id, options=options)
+        new = NewMessage(message)
+        if record.get("media"):  # its files are in the task's history, not in the record
+            new = await _with_media(store, task_id, new)
+        turn = await runtime.start(agent, new, session_id=session_id, options=options)
     else:
         return False
     if turn.run_id not in attempts:

@@ -25,7 +25,7 @@ from loom.errors import LoomError, SessionBusy, SessionNotFound
 from loom.events import AgentEvent, AgentFinish, AgentStart, ApprovalDecisionEvent, ApprovalRequired
 from loom.server.app import ServerState, state_of
 from loom.server.console import auth
-from loom.server.console.timeline import Change, Timeline, cost_of
+from loom.server.console.timeline import MEDIA_REF, Change, Timeline, cost_of, part_views
 from loom.server.ownership import unscoped_session_id
 from loom.server.session_events import Lagged, event_id, session_events, sse_id
 
@@ -100,6 +100,7 @@ def templates() -> Environment:
     env.filters["cost"] = _cost
     env.filters["pretty"] = _pretty
     env.filters["sid"] = unscoped_session_id  # a key's own session by the id it gave it
+    env.filters["part_views"] = part_views  # a message's media and reasoning as shown
     return env
 
 
@@ -388,7 +389,7 @@ async def render_session(request: Request, session_id: str, page_no: int = 0) ->
         return problem(request, 404, "Not found", f"no session {session_id!r}")
     records = await _runs_of(state, session_id)
     shown, page_no, pages, after = await _shown_events(state, session_id, page_no, records)
-    timeline = Timeline().extend(shown)
+    timeline = Timeline(session_id).extend(shown)
     messages: list[Message] = [m for e in shown if (m := e.message()) is not None]
     status = await _status(state, session_id, records)
     # calls wait for a decision only after a run stopped for them (a new message expires them)
@@ -487,7 +488,7 @@ async def session_live(
     module = templates().get_template("_nodes.html").module
 
     async def sse() -> AsyncIterator[bytes]:
-        timeline = Timeline()
+        timeline = Timeline(session_id)
         sending = not after
         count = 0  # the session's messages so far: the header's count follows them
         try:
@@ -500,7 +501,7 @@ async def session_live(
                 if sending:
                     parts = [_fragment(c, timeline) for c in changes]
                     if m is not None:
-                        html = str(module.message(m))  # type: ignore[attr-defined]
+                        html = str(module.message(m, session_id))  # type: ignore[attr-defined]
                         parts.append(
                             {"mode": "new", "node": "", "parent": "transcript", "html": html}
                         )
@@ -545,6 +546,59 @@ async def session_live(
     from loom.server.openai_api import EventStream
 
     return EventStream(sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+INLINE_MEDIA = frozenset(
+    {"image/png", "image/jpeg", "image/gif", "image/webp", "audio/wav", "audio/x-wav"}
+    | {"audio/mpeg", "audio/mp3", "audio/ogg", "audio/flac"}
+)
+"""Media types the console shows in the page (raster images, sound); anything else (a PDF, an
+SVG, HTML: bytes a browser could run as the console's own page) is only downloaded."""
+
+
+def _disposition(kind: str, name: str) -> str:
+    """A ``Content-Disposition`` naming ``name`` (RFC 6266: an ASCII fallback and the UTF-8
+    name)."""
+    cleaned = "".join(c for c in name if c.isprintable() and c not in '\\/"') or "media"
+    ascii_name = cleaned.encode("ascii", "replace").decode().replace("?", "_")
+    return f"{kind}; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(cleaned, safe='')}"
+
+
+@router.get("/sessions/{session_id:path}/media/{ref}")
+async def session_media(request: Request, session_id: str, ref: str, name: str = "") -> Response:
+    """The bytes of medium ``ref`` of the session (an image in its timeline, a file to
+    download): only a medium the session names, to a key that sees the session. Raster
+    images and sound are shown inline, anything else is an attachment (``?name=`` names the
+    file)."""
+    state = state_of(request)
+    store = state.runtime.store
+    try:
+        info = await store.get_session(session_id)
+    except SessionNotFound:
+        info = None
+    if info is None:
+        return problem(request, 404, "Not found", f"no session {session_id!r}")
+    blobs = state.runtime.capabilities.blobs
+    missing = f"session {unscoped_session_id(session_id)!r} has no medium {ref!r}"
+    if blobs is None or not MEDIA_REF.fullmatch(ref):
+        return problem(request, 404, "Not found", missing)
+    named = {r: media_type for r, media_type, _ in await blobs.session_blobs(session_id)}
+    if ref not in named:  # bytes another session holds are not this one's to show
+        return problem(request, 404, "Not found", missing)
+    data = (await blobs.load_blobs([ref])).get(ref)
+    if data is None:
+        return problem(request, 404, "Not found", missing + " (its bytes are gone)")
+    media_type = named[ref] or "application/octet-stream"
+    inline = media_type in INLINE_MEDIA and not name
+    filename = name or ref.replace(":", "-")
+    headers = {
+        "Content-Disposition": _disposition("inline" if inline else "attachment", filename),
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": "default-src 'none'; sandbox",
+        # the bytes of a reference never change; the key that may see them might
+        "Cache-Control": "private, max-age=86400, immutable",
+    }
+    return Response(data, media_type=media_type, headers=headers)
 
 
 @router.post("/sessions/{session_id:path}/approvals/{call_id}")

@@ -9,8 +9,11 @@ nodes with the same code and render them with the same templates.
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import quote
 
 from loom.events import (
     AgentEvent,
@@ -30,18 +33,79 @@ from loom.events import (
     ToolResultEvent,
     UserMessage,
     Warning,
+    parts_of,
 )
 
 __all__ = [
+    "MEDIA_REF",
     "Change",
     "LlmNode",
     "MemberNode",
     "NoteNode",
+    "PartView",
     "RunNode",
     "Timeline",
     "ToolNode",
     "cost_of",
+    "media_url",
+    "part_views",
 ]
+
+MEDIA_REF = re.compile(r"sha256:[0-9a-f]{64}")
+"""What a stored medium's reference looks like (``loom.content.media_ref``)."""
+
+
+def media_url(session_id: str, ref: str) -> str:
+    """The console's address of medium ``ref`` of session ``session_id`` (as the current key
+    names the session)."""
+    from loom.server.ownership import unscoped_session_id
+
+    return f"/console/sessions/{quote(unscoped_session_id(session_id), safe='')}/media/{ref}"
+
+
+@dataclass(frozen=True, slots=True)
+class PartView:
+    """One part of a message as the console shows it: an ``image`` (inline), ``audio`` (a
+    player), a ``file`` (a download link), a ``link`` (a medium the provider fetches from its
+    URL, shown as that URL) or ``reasoning`` (folded)."""
+
+    kind: Literal["image", "audio", "file", "link", "reasoning"]
+    label: str
+    media_type: str = ""
+    size: int | None = None
+    url: str = ""
+    text: str = ""
+
+    @property
+    def download(self) -> str:
+        """The address that downloads the medium under its name."""
+        return f"{self.url}?name={quote(self.label)}"
+
+
+_SHOWN_AS: dict[str, Literal["image", "audio", "file"]] = {"image": "image", "audio": "audio"}
+
+
+def part_views(parts: Sequence[Any], session_id: str) -> list[PartView]:
+    """``parts`` (a message's or an event's, objects or their stored dicts) as the console
+    shows them."""
+    from loom.content import Media, Reasoning
+
+    views: list[PartView] = []
+    for p in parts_of(list(parts)):
+        if isinstance(p, Reasoning):
+            label = "reasoning" if p.text else "reasoning (redacted)"
+            views.append(PartView("reasoning", label, text=p.text))
+        elif isinstance(p, Media):
+            label = p.name or f"{p.kind} ({p.media_type or 'unknown type'})"
+            if p.ref is not None and MEDIA_REF.fullmatch(p.ref):
+                kind = _SHOWN_AS.get(p.kind, "file")
+                url = media_url(session_id, p.ref)
+                views.append(PartView(kind, label, p.media_type, p.size, url))
+            elif p.url is not None and p.url.lower().startswith(("http://", "https://")):
+                views.append(PartView("link", label, p.media_type, None, p.url))
+            else:  # a URL of another scheme is never made a link (javascript:, data:)
+                views.append(PartView("link", label, p.media_type))
+    return views
 
 
 def cost_of(usage: Any) -> float | None:
@@ -77,6 +141,7 @@ class ToolNode:
     decided_by: str = ""  # who decided (the API key's name), when the decision says
     decided_at: float | None = None  # when the decision was committed
     reason: str = ""  # a rejection's reason
+    parts: list[PartView] = field(default_factory=list)  # media the tool returned
 
     @property
     def dom_id(self) -> str:
@@ -92,6 +157,7 @@ class NoteNode:
     timestamp: float
     sequence: int
     run_id: str
+    parts: list[PartView] = field(default_factory=list)  # the user message's media
 
     @property
     def dom_id(self) -> str:
@@ -145,6 +211,7 @@ class LlmNode:
     answer: str = ""
     finish_reason: str | None = None
     tools: list[ToolNode] = field(default_factory=list)
+    parts: list[PartView] = field(default_factory=list)  # the answer's reasoning and media
 
     @property
     def dom_id(self) -> str:
@@ -191,9 +258,11 @@ class Change:
 
 
 class Timeline:
-    """The tree of one session's runs, built event by event."""
+    """The tree of one session's runs, built event by event (``session_id``: whose media the
+    nodes link to)."""
 
-    def __init__(self) -> None:
+    def __init__(self, session_id: str = "") -> None:
+        self.session_id = session_id
         self.runs: list[RunNode] = []
         self._runs: dict[str, RunNode] = {}
         self._llm: dict[tuple[str, int], LlmNode] = {}
@@ -225,9 +294,17 @@ class Timeline:
             changes.append(Change("new", node, run))
         return node
 
-    def _note(self, ev: AgentEvent, kind: str, text: str, changes: list[Change]) -> None:
+    def _note(
+        self,
+        ev: AgentEvent,
+        kind: str,
+        text: str,
+        changes: list[Change],
+        parts: Sequence[Any] = (),
+    ) -> None:
         run = self._run(ev, changes)
-        note = NoteNode(kind, text, ev.timestamp, ev.sequence, ev.run_id)
+        views = part_views(parts, self.session_id) if parts else []
+        note = NoteNode(kind, text, ev.timestamp, ev.sequence, ev.run_id, views)
         run.items.append(note)
         changes.append(Change("new", note, run))
 
@@ -249,7 +326,7 @@ class Timeline:
         elif isinstance(ev, CrewMemberStart | CrewMemberFinish):
             self._member(ev, changes)
         elif isinstance(ev, UserMessage):
-            self._note(ev, "user", ev.content, changes)
+            self._note(ev, "user", ev.content, changes, ev.parts)
         elif isinstance(ev, LlmStart):
             self._llm_node(ev, changes)
         elif isinstance(ev, LlmComplete):
@@ -259,6 +336,7 @@ class Timeline:
             node.input_tokens, node.output_tokens = _tokens(ev.usage)
             node.cost = cost_of(ev.usage)
             node.model, node.answer, node.finish_reason = ev.model, ev.answer, ev.finish_reason
+            node.parts = part_views(ev.parts, self.session_id) if ev.parts else []
             changes.append(Change("update", node))
         elif isinstance(ev, ToolExecutionStart | ApprovalRequired):
             call = self._tools.get(ev.tool_call_id)
@@ -286,6 +364,7 @@ class Timeline:
                 changes.append(Change("update", call))
             call.done, call.success, call.content = True, ev.success, ev.content
             call.error_code, call.duration_ms = ev.error_code, ev.duration_ms
+            call.parts = part_views(ev.parts, self.session_id) if ev.parts else []
         elif isinstance(ev, ApprovalDecisionEvent):
             call = self._tools.get(ev.tool_call_id)
             if call is not None:

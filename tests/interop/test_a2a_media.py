@@ -1,0 +1,169 @@
+"""Files over A2A on a real ``loom serve``, sent by the ``a2a-sdk`` Python client: raw bytes
+and URL parts reach the model as Loom media (the test model reports the digests of the bytes
+it was given), a data part reaches it as fenced JSON, and an answer with an image comes back
+as a raw part with its media type and filename.
+
+The server (``media_server``, tests/interop/conftest.py) keeps its sessions in memory."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from tests.interop.a2a_agents import CHART, png
+from tests.interop.conftest import MEDIA_KEY
+from tests.server.conftest import Server
+
+pytest.importorskip("a2a.client")
+
+from a2a.client import ClientConfig, create_client
+from a2a.helpers.proto_helpers import new_data_part, new_raw_part, new_text_part, new_url_part
+from a2a.types.a2a_pb2 import GetTaskRequest, Message, Part, Role, SendMessageRequest, TaskState
+
+AUTH = {"Authorization": f"Bearer {MEDIA_KEY}"}
+PDF = b"%PDF-1.4\n1 0 obj <<>> endobj\ntrailer <<>>\n%%EOF\n"
+
+session_loop = pytest.mark.asyncio(loop_scope="session")
+
+
+@pytest.fixture
+def server(media_server: Server) -> Server:
+    return media_server
+
+
+@pytest.fixture
+async def looker(server: Server) -> AsyncIterator[Any]:
+    async with httpx.AsyncClient(headers=AUTH, timeout=30) as http:
+        yield await create_client(
+            f"{server.url}/agents/looker",
+            ClientConfig(httpx_client=http, streaming=False),
+            resolver_http_kwargs={"headers": AUTH},
+        )
+
+
+async def _send(client: Any, parts: list[Part]) -> Any:
+    message = Message(role=Role.ROLE_USER, message_id=f"m-{time.monotonic_ns()}", parts=parts)
+    [response] = [r async for r in client.send_message(SendMessageRequest(message=message))]
+    task = await client.get_task(GetTaskRequest(id=response.task.id))
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED, task
+    return task
+
+
+def _text(parts: Any) -> str:
+    return "".join(p.text for p in parts if p.HasField("text"))
+
+
+@session_loop
+async def test_files_sent_by_the_sdk_client_reach_the_model_as_media(looker: Any) -> None:
+    photo = png(8, 6)
+    task = await _send(
+        looker,
+        [
+            new_text_part("what are these?"),
+            new_raw_part(photo, "image/png", "photo.png"),
+            new_raw_part(PDF, "application/pdf", "report.pdf"),
+            new_url_part("https://example.com/cat.jpg", "image/jpeg", "cat.jpg"),
+            new_data_part({"unit": "cm", "rows": 3}),
+        ],
+    )
+    seen = _text(task.artifacts[-1].parts)
+    # the model got the very bytes, typed and named; the URL as a URL (Loom fetched nothing)
+    assert f"image image/png photo.png {len(photo)} {hashlib.sha256(photo).hexdigest()}" in seen
+    assert f"file application/pdf report.pdf {len(PDF)} {hashlib.sha256(PDF).hexdigest()}" in seen
+    assert "image image/jpeg cat.jpg None url=https://example.com/cat.jpg" in seen
+    # the data part as fenced JSON after the text, keys sorted, whole numbers as integers
+    fenced = '```json\n{\n  "rows": 3,\n  "unit": "cm"\n}\n```'
+    assert f"text={'what are these?' + chr(10) + fenced!r}" in seen
+
+
+@session_loop
+async def test_a_file_alone_is_a_message(looker: Any) -> None:
+    task = await _send(looker, [new_raw_part(PDF, filename="notes.pdf")])  # no media type
+    seen = _text(task.artifacts[-1].parts)
+    assert seen.startswith("text=''; file application/pdf notes.pdf")
+
+
+@session_loop
+async def test_an_answer_with_an_image_comes_back_as_a_raw_part(looker: Any) -> None:
+    task = await _send(looker, [new_text_part("draw me a chart")])
+    answer = task.artifacts[-1].parts
+    assert _text(answer) == "here is your chart"
+    [image] = [p for p in answer if p.HasField("raw")]
+    assert image.raw == CHART
+    assert image.media_type == "image/png" and image.filename == "chart.png"
+    # the task's final status message carries it too
+    assert [p.raw for p in task.status.message.parts if p.HasField("raw")] == [CHART]
+
+
+def test_the_card_lists_the_media_the_agent_takes(server: Server) -> None:
+    card = httpx.get(f"{server.url}/agents/looker/.well-known/agent-card.json", headers=AUTH).json()
+    modes = card["defaultInputModes"]
+    assert modes[:2] == ["text/plain", "application/json"]
+    assert {"image/png", "application/pdf", "audio/wav"} <= set(modes)
+
+
+@session_loop
+async def test_the_a2a_agent_tool_names_the_files_a_remote_agent_sent(server: Server) -> None:
+    from loom.tools import a2a_agent
+    from loom.tools.a2a import exchange
+
+    remote = a2a_agent(f"{server.url}/agents/looker", headers=AUTH)
+    try:
+        ex = await exchange(await remote.client(), "draw me a chart", {})
+    finally:
+        await remote.aclose()
+    # the tool's result is text: the file is named in it (its bytes stay with the remote)
+    assert ex.answer == f"here is your chart\n[image chart.png: image/png, {len(CHART):,} bytes]"
+
+
+def test_a_v03_file_part_is_taken_too(server: Server) -> None:
+    """A2A 0.3's ``FilePart`` (``kind: "file"``, base64 ``bytes``) and ``DataPart``, over the
+    0.3 method name: the SDK's adapter makes them 1.0 parts, and they reach the model."""
+    import base64
+
+    photo = png(3, 2)
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "message/send",
+        "params": {
+            "message": {
+                "kind": "message",
+                "messageId": f"v03-{time.monotonic_ns()}",
+                "role": "user",
+                "parts": [
+                    {"kind": "text", "text": "old style"},
+                    {
+                        "kind": "file",
+                        "file": {
+                            "bytes": base64.b64encode(photo).decode(),
+                            "mimeType": "image/png",
+                            "name": "old.png",
+                        },
+                    },
+                    {"kind": "data", "data": {"n": 1}},
+                ],
+            }
+        },
+    }
+    r = httpx.post(f"{server.url}/agents/looker/a2a", json=body, headers=AUTH, timeout=30)
+    result = r.json()["result"]
+    assert result["status"]["state"] == "completed", result
+    seen = "".join(p.get("text", "") for p in result["artifacts"][-1]["parts"])
+    assert f"image image/png old.png {len(photo)} {hashlib.sha256(photo).hexdigest()}" in seen
+    assert '"n": 1' in seen
+    # and an answer's image comes back to a 0.3 client as a FilePart with its bytes
+    body["params"]["message"] = {  # type: ignore[index]
+        "kind": "message",
+        "messageId": f"v03-{time.monotonic_ns()}",
+        "role": "user",
+        "parts": [{"kind": "text", "text": "draw"}],
+    }
+    r = httpx.post(f"{server.url}/agents/looker/a2a", json=body, headers=AUTH, timeout=30)
+    [file] = [p["file"] for p in r.json()["result"]["artifacts"][-1]["parts"] if "file" in p]
+    assert base64.b64decode(file["bytes"]) == CHART
+    assert file["mimeType"] == "image/png" and file["name"] == "chart.png"

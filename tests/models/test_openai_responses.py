@@ -15,11 +15,14 @@ import pytest
 
 from loom import Agent
 from loom.content import File, Image, Reasoning
+from loom.engine.runtime import Runtime
 from loom.errors import ModelAuthError, UnsupportedContent
+from loom.events import EventType
 from loom.messages import Message
 from loom.models import resolve_model
 from loom.models.openai_responses import OpenAIResponsesModel, to_responses_input
 from loom.models.resilience import CircuitBreaker, RetryPolicy
+from loom.store.memory import MemoryStore
 from loom.tools.basic import add
 
 RECORDINGS = Path(__file__).parent / "recordings"
@@ -77,8 +80,15 @@ class Replay:
 async def test_reasoning_goes_back_unchanged_within_the_tool_loop() -> None:
     replay = Replay(recording("reasoning_tool"), recording("answer"))
     agent = Agent(name="calc", model=replay.model(reasoning_effort="low"), tools=[add])
-    result = await agent.run("What is 17 + 25?")
-    assert result.text == "17 + 25 = 42."
+    store = MemoryStore()
+    runtime = Runtime(store=store)
+    events = [e async for e in runtime.stream(agent, "What is 17 + 25?", session_id="s")]
+    reasoning = [e.data["text"] for e in events if e.type is EventType.LLM_REASONING_DELTA]
+    answer = [e.text for e in events if e.type is EventType.LLM_DELTA]
+    assert reasoning == ["**Adding numbers**\n\nI should call add with 17 and 25."]
+    assert answer == ["17 + 25", " = 42."]  # reasoning never in the answer's text
+    finish = events[-1].data
+    assert finish["output"] == "17 + 25 = 42."
     first, second = replay.requests
     assert first["store"] is False and first["include"] == ["reasoning.encrypted_content"]
     assert first["reasoning"] == {"effort": "low", "summary": "auto"}
@@ -96,7 +106,7 @@ async def test_reasoning_goes_back_unchanged_within_the_tool_loop() -> None:
         "output": "42",
     }
     # the transcript keeps the reasoning as a part of the assistant message, not its text
-    thought = result.messages[1]
+    thought = (await store.load_messages("s"))[1]
     assert thought.role == "assistant" and thought.content == ""
     assert thought.parts == [
         Reasoning(
@@ -106,7 +116,8 @@ async def test_reasoning_goes_back_unchanged_within_the_tool_loop() -> None:
             encrypted=ENCRYPTED,
         )
     ]
-    assert result.usage.input_tokens == 81 + 260 and result.usage.cache_read_tokens == 128
+    assert finish["usage"]["input_tokens"] == 81 + 260
+    assert finish["usage"]["cache_read_tokens"] == 128
 
 
 def test_media_and_foreign_reasoning_in_the_request() -> None:

@@ -14,7 +14,6 @@ part as its URL.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 from collections.abc import AsyncIterator, Sequence
@@ -32,7 +31,8 @@ from loom.models._client import (
     read_api_key,
     sdk_events,
 )
-from loom.models.base import ModelSettings, StreamPart, TextDelta
+from loom.models._media import data_url
+from loom.models.base import ModelSettings, ReasoningDelta, StreamPart, TextDelta
 from loom.models.resilience import CircuitBreaker, RetryPolicy
 
 __all__ = ["OpenAIResponsesModel", "from_spec", "to_responses_input"]
@@ -41,21 +41,14 @@ OPENAI_URL = "https://api.openai.com/v1"
 PROVIDER = "openai"  # the provider name Reasoning parts carry: only OpenAI gets them back
 
 
-def data_url(part: Media) -> str:
+def _url_or_data(part: Media) -> str:
     """The part as the API takes it: its URL, else its bytes as a ``data:`` URL."""
-    if part.url is not None:
-        return part.url
-    if part.data is None:
-        raise UnsupportedContent(
-            f"{part.label} has neither bytes nor a URL (its stored bytes were not loaded)",
-            part=part.label,
-        )
-    return f"data:{part.media_type};base64,{base64.b64encode(part.data).decode('ascii')}"
+    return part.url if part.url is not None else data_url(part)
 
 
 def _media_item(part: Media) -> dict[str, Any]:
     if isinstance(part, Image):
-        item: dict[str, Any] = {"type": "input_image", "image_url": data_url(part)}
+        item: dict[str, Any] = {"type": "input_image", "image_url": _url_or_data(part)}
         item["detail"] = part.detail or "auto"
         return item
     if part.kind == "file":
@@ -145,8 +138,8 @@ class OpenAIResponsesModel(RemoteModel):
         api_key: The key; ``None`` reads ``OPENAI_API_KEY``.
         base_url: The API root; ``None`` reads ``OPENAI_BASE_URL``, then OpenAI's own.
         reasoning_effort: ``"minimal"``, ``"low"``, ``"medium"`` or ``"high"`` for a reasoning
-            model (``None``: the model's default). ``ModelSettings.extra`` may set any other
-            request field.
+            model (``None``: the model's default; ``ModelSettings.reasoning_effort`` overrides
+            it per call). ``ModelSettings.extra`` may set any other request field.
         timeout, retry, breaker, http_client: as for ``OpenAIModel``.
     """
 
@@ -213,8 +206,9 @@ class OpenAIResponsesModel(RemoteModel):
             body["temperature"] = s.temperature
         if s.max_tokens is not None:
             body["max_output_tokens"] = s.max_tokens
-        if self.reasoning_effort is not None:
-            body["reasoning"] = {"effort": self.reasoning_effort, "summary": "auto"}
+        effort = s.reasoning_effort or self.reasoning_effort
+        if effort is not None:
+            body["reasoning"] = {"effort": effort, "summary": "auto"}
         if s.output is not None:
             body["text"] = {
                 "format": {
@@ -235,9 +229,9 @@ class OpenAIResponsesModel(RemoteModel):
         async with stream:
             async for event in sdk_events(stream, self.name):
                 with malformed_chunk(self.name, event):
-                    text = read.event(event)
-                if text:
-                    yield TextDelta(text)
+                    part = read.event(event)
+                if part is not None:
+                    yield part
         if read.status is None:
             raise ModelUnavailable(f"{self.name}: the stream ended before the answer was finished")
         with malformed_chunk(self.name, read):
@@ -255,15 +249,20 @@ class ResponsesReading:
     status: str | None = None
     model: str | None = None
 
-    def event(self, event: Any) -> str:
-        """Take in one event; return its new answer text."""
+    def event(self, event: Any) -> TextDelta | ReasoningDelta | None:
+        """Take in one event; return its new answer text or reasoning, if it has some."""
         kind = event.type
         if kind == "response.output_text.delta":
             delta = event.delta
             if not isinstance(delta, str):
                 raise TypeError(f"output_text delta is {type(delta).__name__}, not a string")
             self.text.append(delta)
-            return delta
+            return TextDelta(delta) if delta else None
+        if kind == "response.reasoning_summary_text.delta":
+            delta = event.delta
+            if not isinstance(delta, str):
+                raise TypeError(f"reasoning delta is {type(delta).__name__}, not a string")
+            return ReasoningDelta(delta) if delta else None  # kept whole in the item's end
         if kind == "response.output_item.done":
             self._item(event.item)
         elif kind in ("response.completed", "response.incomplete"):
@@ -272,7 +271,7 @@ class ResponsesReading:
             error = getattr(getattr(event, "response", None), "error", None) or event
             message = getattr(error, "message", None) or str(error)
             raise ModelResponseError(f"the Responses API failed the answer: {message}")
-        return ""
+        return None
 
     def _item(self, item: Any) -> None:
         if item.type == "function_call":

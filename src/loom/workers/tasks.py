@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from loom.engine.runtime import Runtime
 
-__all__ = ["JobFailed", "ServedAgent", "WorkerContext", "run_turn", "set_context"]
+__all__ = ["JobFailed", "ServedAgent", "WorkerContext", "new_message", "run_turn", "set_context"]
 
 
 class JobFailed(LoomError):
@@ -151,7 +151,7 @@ async def run_turn(
     # a retry whose message is committed carries the dead attempt on, with no new message
     turn = await ctx.runtime.start(
         a,
-        CarryOn() if committed else _new_message(message, parts),
+        CarryOn() if committed else new_message(message, parts),
         session_id=session_id,
         # a retry may wait for a dead worker's lease to expire: let this run wait that long
         # the server streams this run from the journal: it keeps the progress notices too
@@ -208,7 +208,7 @@ async def run_turn(
     return record
 
 
-def _new_message(message: str, parts: list[dict[str, Any]] | None) -> str | NewMessage:
+def new_message(message: str, parts: list[dict[str, Any]] | None) -> str | NewMessage:
     """The queued message, with its media (references the run's model request loads)."""
     if not parts:
         return message

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from loom.errors import (
     ContentError,
@@ -105,6 +105,16 @@ class Media(BaseModel):
     ref: str | None = None
     size: int | None = None
     name: str | None = None
+
+    def __init__(self, **fields: Any) -> None:
+        try:
+            super().__init__(**fields)
+        except ValidationError as exc:  # pydantic wraps the validator's ContentError: unwrap it
+            for problem in exc.errors():
+                cause = (problem.get("ctx") or {}).get("error")
+                if isinstance(cause, ContentError):
+                    raise cause from None
+            raise
 
     @model_validator(mode="after")
     def _checked(self) -> Self:

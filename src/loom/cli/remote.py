@@ -113,8 +113,11 @@ class Remote:
             )
         return session
 
-    async def turn(self, agent: str, thread_id: str, message: str, as_json: bool) -> dict[str, Any]:
-        """Run one turn on the server and print its events; the AGENT_FINISH data."""
+    async def turn(
+        self, agent: str, thread_id: str, message: str | list[dict[str, Any]], as_json: bool
+    ) -> dict[str, Any]:
+        """Run one turn on the server and print its events; the AGENT_FINISH data.
+        ``message``: text, or LangChain content blocks (text and attached files)."""
         import httpx
 
         from loom.cli.turn_output import Renderer
@@ -161,8 +164,10 @@ def run_remote(
     as_json: bool,
     *,
     api_key: str | None = None,
+    content: list[dict[str, Any]] | None = None,
 ) -> None:
-    """``loom run --server URL``."""
+    """``loom run --server URL`` (``content``: the message as content blocks, with the files
+    ``--attach`` gave)."""
     from loom.cli.turn_output import end_of_turn, interrupted
 
     async def main() -> tuple[dict[str, Any], str]:
@@ -170,7 +175,7 @@ def run_remote(
         try:
             name = await remote.agent(agent)
             thread_id = await remote.session(session, new)
-            return await remote.turn(name, thread_id, message, as_json), thread_id
+            return await remote.turn(name, thread_id, content or message, as_json), thread_id
         finally:
             await remote.aclose()
 

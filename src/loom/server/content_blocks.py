@@ -20,10 +20,8 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import quote, unquote_to_bytes
-
-from pydantic import ValidationError
 
 from loom.content import MAX_MEDIA_BYTES, Audio, File, Image, Media, Part, Reasoning, jsonable
 from loom.engine.run_inputs import NewMessage
@@ -32,8 +30,6 @@ from loom.events import parts_of
 from loom.messages import Message
 from loom.store.base import Store, capabilities_of
 from loom.store.media import blobs_of
-
-M = TypeVar("M", bound=Media)
 
 __all__ = [
     "AUDIO_FORMATS",
@@ -60,19 +56,6 @@ AUDIO_TYPES = frozenset(
 """The audio types a LangChain ``audio`` block may name."""
 
 _ALIASES = {"image/jpg": "image/jpeg"}
-
-
-def _made(cls: type[M], **fields: Any) -> M:
-    """``cls(**fields)``, raising the ``ContentError`` its validator raised (pydantic wraps
-    it in a ``ValidationError``, which would lose its type and its ``part``)."""
-    try:
-        return cls(**fields)
-    except ValidationError as exc:
-        for problem in exc.errors():
-            cause = (problem.get("ctx") or {}).get("error")
-            if isinstance(cause, ContentError):
-                raise cause from None
-        raise
 
 
 def located(exc: ContentError, where: str) -> ContentError:
@@ -127,7 +110,7 @@ def _image(
             "or WebP",
             part=where,
         )
-    return _made(Image, data=data, media_type=media_type, detail=_detail(detail), name=name)
+    return Image(data=data, media_type=media_type, detail=_detail(detail), name=name)
 
 
 def _detail(detail: Any) -> Any:
@@ -145,11 +128,11 @@ def _url_or_data(
         media_type, data = data_url(url, where)
         if kind == "image":
             return _image(media_type, data, where, detail, name)
-        return _made(File, data=data, media_type=media_type, name=name)
+        return File(data=data, media_type=media_type, name=name)
     if url.startswith(("https://", "http://")):
         if kind == "image":
-            return _made(Image, url=url, detail=_detail(detail), name=name)
-        return _made(File, url=url, name=name)
+            return Image(url=url, detail=_detail(detail), name=name)
+        return File(url=url, name=name)
     raise ContentError(
         f"{where}: {url[:40]!r} is neither a data: URL nor an http(s) URL; send the bytes as a "
         "data URL or a URL the provider can fetch",
@@ -192,7 +175,7 @@ def _openai_block(block: dict[str, Any], where: str) -> str | Part | None:
         data = spec.get("data")
         if not isinstance(data, str):
             raise ContentError(f"{where}: input_audio needs data (base64)", part=where)
-        return _made(Audio, data=_b64(data, where), media_type=AUDIO_FORMATS[str(fmt)])
+        return Audio(data=_b64(data, where), media_type=AUDIO_FORMATS[str(fmt)])
     if kind in ("file", "input_file"):
         spec = block.get("file") if kind == "file" else block
         spec = spec if isinstance(spec, dict) else {}
@@ -203,9 +186,8 @@ def _openai_block(block: dict[str, Any], where: str) -> str | Part | None:
         if isinstance(data, str) and data:
             if data.startswith("data:"):
                 return _url_or_data(data, "file", where, name=name)
-            return _made(
-                File, data=_b64(data, where), name=name
-            )  # bare base64: type from its bytes
+            # bare base64: the type from its bytes
+            return File(data=_b64(data, where), name=name)
         if kind == "input_file" and isinstance(spec.get("file_url"), str):
             return _url_or_data(spec["file_url"], "file", where, name=name)
         raise ContentError(f"{where}: a file part needs file_data (a data URL)", part=where)
@@ -282,10 +264,10 @@ def _lc_block(block: dict[str, Any], where: str) -> str | Part | None:
                 part=where,
             )
         if kind == "image":
-            return _made(Image, url=url, media_type=media_type, name=name)
+            return Image(url=url, media_type=media_type, name=name)
         if kind == "audio":
-            return _made(Audio, url=url, media_type=media_type, name=name)
-        return _made(File, url=url, media_type=media_type, name=name)
+            return Audio(url=url, media_type=media_type, name=name)
+        return File(url=url, media_type=media_type, name=name)
     if source == "text" and isinstance(block.get("text"), str):  # a text file given inline
         return str(block["text"])
     raise ContentError(
@@ -304,8 +286,8 @@ def _lc_bytes(kind: str, media_type: str, raw: bytes, name: str | None, where: s
                 "FLAC or OGG",
                 part=where,
             )
-        return _made(Audio, data=raw, media_type=media_type, name=name)
-    return _made(File, data=raw, media_type=media_type, name=name)
+        return Audio(data=raw, media_type=media_type, name=name)
+    return File(data=raw, media_type=media_type, name=name)
 
 
 def langchain_parts(content: Any, where: str) -> tuple[str, list[Part]]:

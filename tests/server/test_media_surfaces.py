@@ -469,3 +469,28 @@ def test_parse_errors_name_the_part_offline() -> None:
         )
     assert caught.value.part == "messages[0].content[0]"
     assert "over the" in str(caught.value)
+
+
+async def test_langgraph_streams_never_carry_the_bytes(media_server: Server) -> None:
+    client = lg(media_server)
+    thread = await client.threads.create()
+    content = [
+        {"type": "text", "text": "look"},
+        {"type": "image", "base64": PNG_B64, "mime_type": "image/png"},
+    ]
+    frames = [
+        part
+        async for part in client.runs.stream(
+            thread["thread_id"],
+            "looker",
+            input={"messages": [{"role": "user", "content": content}]},
+            stream_mode=["values", "messages-tuple", "updates", "events"],
+        )
+    ]
+    assert PNG_B64 not in str([f.data for f in frames])
+    user = next(
+        f.data["data"] for f in frames if f.event == "events" and f.data["type"] == "user_message"
+    )
+    assert user["parts"][0]["ref"] == f"sha256:{PNG_SHA}", user
+    last_values = [f.data for f in frames if f.event == "values"][-1]
+    assert last_values["messages"][0]["content"][1]["url"].endswith(f"/media/sha256:{PNG_SHA}")

@@ -54,6 +54,7 @@ __all__ = [
     "media_ref",
     "sniff_media_type",
     "split_content",
+    "typed_error",
 ]
 
 MAX_MEDIA_BYTES = 32 * 1024 * 1024
@@ -106,15 +107,13 @@ class Media(BaseModel):
     size: int | None = None
     name: str | None = None
 
-    def __init__(self, **fields: Any) -> None:
+    def __init__(self, **values: Any) -> None:
+        # pydantic wraps what a validator raises in a ValidationError: callers get the typed
+        # error the check raised (or a ContentError with pydantic's words for a wrong type).
         try:
-            super().__init__(**fields)
-        except ValidationError as exc:  # pydantic wraps the validator's ContentError: unwrap it
-            for problem in exc.errors():
-                cause = (problem.get("ctx") or {}).get("error")
-                if isinstance(cause, ContentError):
-                    raise cause from None
-            raise
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise typed_error(exc, values.get("kind") or type(self).__name__) from None
 
     @model_validator(mode="after")
     def _checked(self) -> Self:
@@ -193,6 +192,18 @@ class Media(BaseModel):
         if not media_type and sniff_media_type(data) is None:
             media_type = mimetypes.guess_type(p.name)[0] or ""
         return cls(data=data, media_type=media_type, name=p.name)
+
+
+def typed_error(exc: ValidationError, what: str) -> ContentError:
+    """The ``ContentError`` a part's validation raised inside ``exc``, else one that says, in
+    pydantic's words, which field was wrong."""
+    for err in exc.errors():
+        raised = (err.get("ctx") or {}).get("error")
+        if isinstance(raised, ContentError):
+            return raised
+    first = exc.errors()[0]
+    where = ".".join(str(x) for x in first["loc"]) or what
+    return ContentError(f"{what}: {where}: {first['msg']}", part=what)
 
 
 def _canonical(media_type: str) -> str:

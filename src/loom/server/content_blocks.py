@@ -237,14 +237,18 @@ def openai_parts(content: Any, where: str) -> tuple[str, list[Part]]:
     return _collect(content, where, _openai_block)
 
 
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _lc_block(block: dict[str, Any], where: str) -> str | Part | None:
     """One LangChain content block (OpenAI style or standard, v0 and v1)."""
     kind = block.get("type")
     if kind not in ("image", "file", "audio"):
         return _openai_block(block, where)
     _no_file_ids(block, where)
-    extras = block.get("extras") if isinstance(block.get("extras"), dict) else {}
-    metadata = block.get("metadata") if isinstance(block.get("metadata"), dict) else {}
+    extras = _mapping(block.get("extras"))
+    metadata = _mapping(block.get("metadata"))
     name = block.get("filename") or block.get("name") or extras.get("filename")
     name = name or metadata.get("filename") or metadata.get("name")
     name = str(name) if name else None

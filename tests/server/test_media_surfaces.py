@@ -42,9 +42,14 @@ def thinker(messages, tools):
     return ModelResponse(text="42", parts=[Reasoning(text="six times seven", provider="test")])
 
 
+from loom.crew import Crew, Sequential
+
+PAIR = Crew("pair", members={"eye": Agent(name="eye", model=FunctionModel(looker))},
+            plan=Sequential("eye"))
 registry = AgentRegistry([
     Agent(name="looker", instructions="Describe.", model=FunctionModel(looker)),
     Agent(name="thinker", instructions="Think.", model=FunctionModel(thinker)),
+    PAIR,
 ])
 """
 
@@ -225,6 +230,18 @@ async def test_chat_returns_reasoning_content(media_server: Server) -> None:
         text += delta.content or ""
         reasoning += (delta.model_extra or {}).get("reasoning_content") or ""
     assert (reasoning, text) == ("six times seven", "42")
+
+
+async def test_a_crew_refuses_media_rather_than_dropping_them(media_server: Server) -> None:
+    image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG_B64}"}}
+    with pytest.raises(openai.BadRequestError) as caught:
+        await oai(media_server).chat.completions.create(
+            model="pair",
+            messages=[{"role": "user", "content": [{"type": "text", "text": "see"}, image]}],
+        )
+    body = caught.value.body
+    assert isinstance(body, dict) and body["type"] == "UnsupportedContent"
+    assert "a crew's task is text" in body["message"]
 
 
 # -- OpenAI Responses ---------------------------------------------------------------------------

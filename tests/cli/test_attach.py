@@ -127,3 +127,12 @@ def test_run_on_a_server_attaches_files(media_server: Server, here: Path) -> Non
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"text='look' parts=image image/png {PNG_SHA}"
+
+
+def test_chat_on_a_server_attaches_files(media_server: Server, here: Path) -> None:
+    typed = "/attach dot.png\nlook\nagain\n"
+    done = loom(here, "chat", "--server", media_server.url, "-a", "looker", stdin=typed)
+    assert done.returncode == 0, done.stderr
+    answers = [line.split("text=", 1)[1] for line in done.stdout.splitlines() if "text=" in line]
+    assert answers == [f"'look' parts=image image/png {PNG_SHA}", "'again' parts="]
+    assert "attached dot.png (image/png" in done.stderr

@@ -733,7 +733,7 @@ def chat(
                 if not line.strip():
                     continue
                 if line.startswith("/attach"):
-                    _attach_command(line, attached)
+                    attach_command(line, attached)
                     continue
                 given: str | NewMessage = line
                 if attached:
@@ -753,7 +753,7 @@ def chat(
             runner.run(agent.aclose())
 
 
-def _attach_command(line: str, attached: list[Image | File | Audio]) -> None:
+def attach_command(line: str, attached: list[Image | File | Audio]) -> None:
     """``/attach PATH`` in ``loom chat``: attach the file to the next message, and say so
     (or say why not: a missing file, one too large, one of an unknown type)."""
     from loom.errors import LoomError

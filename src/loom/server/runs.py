@@ -245,14 +245,13 @@ def last_human_input(payload: dict[str, Any] | str | None) -> str | NewMessage |
 
 
 async def _given(
-    state: ServerState, thread_id: str, given: str | NewMessage, kept: bool
+    state: ServerState, thread_id: str, given: str | NewMessage
 ) -> tuple[str, list[dict[str, Any]] | None]:
-    """A run's message as its record keeps it: the text, and (``kept``: a run that may start
-    after this request, queued or carried on) its parts stored now and named by reference."""
+    """A run's message as a record or a job keeps it (for a run that may start after this
+    request: queued, or carried on after a restart): its text, and its parts stored now and
+    named by reference (``keep_parts``)."""
     if isinstance(given, str):
         return given, None
-    if not kept:
-        return given.text, None
     return given.text, await keep_parts(state.runtime.store, thread_id, given.parts)
 
 
@@ -475,16 +474,16 @@ async def _store_record(
     run: LgRun,
     body: RunFields | None,
     message: str | NewMessage | None,
+    kept: list[dict[str, Any]] | None = None,
 ) -> None:
     """Commit ``run``'s record (and, for a background run, its open mark) before anyone is
-    told of it (a background run's media stored first: its record names them)."""
+    told of it; ``kept``: a background run's media, already stored (``keep_parts``)."""
     kv = state.runtime.capabilities.kv
     if kv is None:  # an in-memory store: nothing outlives the process anyway
         return
-    parts = None
     if isinstance(message, NewMessage):
-        message, parts = await _given(state, run.thread_id, message, run.background)
-    await kv.put_value(RUNS_NAMESPACE, run.run_id, _record(run, body, message, parts))
+        message = message.text
+    await kv.put_value(RUNS_NAMESPACE, run.run_id, _record(run, body, message, kept))
     if run.background:
         await kv.put_value(OPEN_RUNS_NAMESPACE, run.run_id, {"thread_id": run.thread_id})
 
@@ -575,6 +574,7 @@ async def start_run(
         )
     runtime = state.runtime
     message: str | NewMessage | None = None
+    kept: list[dict[str, Any]] | None = None
     shown = RunOptions(progress=None if shows_progress(modes) else False)
     if body.command and "answer" in body.command:  # the client answers a server query
         answer = Answer(body.command["answer"], body.command.get("query_id"))
@@ -590,6 +590,10 @@ async def start_run(
         message = last_human_input(body.input)
         if message is None:
             raise InputError('a run needs input {"messages": [...]} or command {"resume": ...}')
+        if background and runtime.capabilities.kv is not None and isinstance(message, NewMessage):
+            # its media stored before its turn starts (a store that cannot keep them refuses
+            # here): a start-up that carries the run on finds them by its record's references
+            kept = (await _given(state, thread_id, message))[1]
         options = RunOptions(on_busy=BUSY[body.multitask_strategy], progress=shown.progress)
         turn = await runtime.start(agent, message, session_id=thread_id, options=options)
     # the turn names an unnamed session after its agent (loom.engine.loop, at its intake)
@@ -607,7 +611,7 @@ async def start_run(
         # run is not announced as carried on
         background=background and state.runtime.capabilities.kv is not None,
     )
-    await _store_record(state, run, body, message)
+    await _store_record(state, run, body, message, kept)
     manager.start(run, turn)
     return run
 
@@ -707,7 +711,7 @@ async def _enqueue(
         on_disconnect=body.on_disconnect,
         background=True,
     )
-    message, parts = await _given(state, thread_id, given, True)
+    message, parts = await _given(state, thread_id, given)
     run.job_id = await queue.enqueue(agent.name, thread_id, message, run.run_id, parts=parts)
     # before the client hears of the run id: any server it asks finds the job by it
     await _kv(state).put_value(RUNS_NAMESPACE, run.run_id, _record(run, body, message, parts))

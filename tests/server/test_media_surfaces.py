@@ -46,7 +46,11 @@ from loom.crew import Crew, Sequential
 
 PAIR = Crew("pair", members={"eye": Agent(name="eye", model=FunctionModel(looker))},
             plan=Sequential("eye"))
+BLIND = FunctionModel(looker, name="blind-model")
+BLIND.accepts_media = frozenset({"file"})  # a model that reads documents, not images
+
 registry = AgentRegistry([
+    Agent(name="blind", instructions="Describe.", model=BLIND),
     Agent(name="looker", instructions="Describe.", model=FunctionModel(looker)),
     Agent(name="thinker", instructions="Think.", model=FunctionModel(thinker)),
     PAIR,
@@ -230,6 +234,22 @@ async def test_chat_returns_reasoning_content(media_server: Server) -> None:
         text += delta.content or ""
         reasoning += (delta.model_extra or {}).get("reasoning_content") or ""
     assert (reasoning, text) == ("six times seven", "42")
+
+
+async def test_a_model_that_cannot_read_images_is_a_400_before_it_runs(
+    media_server: Server,
+) -> None:
+    image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG_B64}"}}
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as caught:
+            await oai(media_server).chat.completions.create(
+                model="blind",
+                messages=[{"role": "user", "content": [{"type": "text", "text": "see"}, image]}],
+                stream=stream,
+            )
+        body = caught.value.body
+        assert isinstance(body, dict) and body["type"] == "UnsupportedContent"
+        assert "'blind-model' cannot read image input" in body["message"]
 
 
 async def test_a_crew_refuses_media_rather_than_dropping_them(media_server: Server) -> None:

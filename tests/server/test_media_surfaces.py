@@ -531,3 +531,19 @@ async def test_langgraph_streams_never_carry_the_bytes(media_server: Server) -> 
     assert user["parts"][0]["ref"] == f"sha256:{PNG_SHA}", user
     last_values = [f.data for f in frames if f.event == "values"][-1]
     assert last_values["messages"][0]["content"][1]["url"].endswith(f"/media/sha256:{PNG_SHA}")
+
+
+async def test_a_cron_refuses_media_rather_than_dropping_them(media_server: Server) -> None:
+    from langgraph_sdk.errors import UnprocessableEntityError
+
+    content = [
+        {"type": "text", "text": "every morning"},
+        {"type": "image", "base64": PNG_B64, "mime_type": "image/png"},
+    ]
+    with pytest.raises(UnprocessableEntityError) as caught:
+        await lg(media_server).crons.create(
+            "looker",
+            schedule="0 9 * * *",
+            input={"messages": [{"role": "user", "content": content}]},
+        )
+    assert "cannot keep images" in str(caught.value.body)

@@ -53,7 +53,7 @@ from loom.agent import Agent
 from loom.crew import Crew
 from loom.engine.gates import OnBusy
 from loom.engine.run_inputs import Answer, CarryOn, NewMessage, Resume, RunOptions
-from loom.errors import ConfigurationError, InputError, SessionBusy
+from loom.errors import ConfigurationError, InputError, SessionBusy, UnsupportedContent
 from loom.events import AgentFinish, EventType
 from loom.server.app import ServerState
 from loom.server.content_blocks import keep_parts, langchain_parts, parts_from_json, run_input
@@ -215,9 +215,17 @@ def agent_named(state: ServerState, assistant_id: str) -> Agent:
 
 
 def last_human(payload: dict[str, Any] | str | None) -> str | None:
-    """The text of the newest human message of a LangGraph input (``{"messages": [...]}``)."""
+    """The text of the newest human message of a LangGraph input (``{"messages": [...]}``),
+    for what keeps text only (a cron's message): ``UnsupportedContent`` when the message has
+    images, files or audio (refused, never dropped)."""
     given = last_human_input(payload)
-    return given.text if isinstance(given, NewMessage) else given
+    if isinstance(given, NewMessage):
+        raise UnsupportedContent(
+            "a scheduled run's message is text: it cannot keep images, files or audio; send "
+            "them in a run on the thread instead",
+            part=f"input.messages content ({len(given.parts)} media)",
+        )
+    return given
 
 
 def last_human_input(payload: dict[str, Any] | str | None) -> str | NewMessage | None:

@@ -155,7 +155,15 @@ class AgentEvent:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        """The stable JSON form (``schema_version`` 1)."""
+        """The stable JSON form (``schema_version`` 1); content parts in their JSON form (a
+        media part's reference, never its bytes)."""
+        data = self.data
+        parts = data.get("parts")
+        if parts and not all(type(p) is dict for p in parts):
+            data["parts"] = [
+                p if type(p) is dict else p.model_dump(mode="json", exclude_none=True)
+                for p in parts
+            ]
         return {
             "schema_version": SCHEMA_VERSION,
             "type": str(self.type),
@@ -165,7 +173,7 @@ class AgentEvent:
             "iteration": self.iteration,
             "sequence": self.sequence,
             "timestamp": self.timestamp,
-            "data": self.data,
+            "data": data,
         }
 
     @classmethod

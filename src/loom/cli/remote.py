@@ -113,8 +113,11 @@ class Remote:
             )
         return session
 
-    async def turn(self, agent: str, thread_id: str, message: str, as_json: bool) -> dict[str, Any]:
-        """Run one turn on the server and print its events; the AGENT_FINISH data."""
+    async def turn(
+        self, agent: str, thread_id: str, message: str | list[dict[str, Any]], as_json: bool
+    ) -> dict[str, Any]:
+        """Run one turn on the server and print its events; the AGENT_FINISH data.
+        ``message``: text, or LangChain content blocks (text and attached files)."""
         import httpx
 
         from loom.cli.turn_output import Renderer
@@ -161,8 +164,10 @@ def run_remote(
     as_json: bool,
     *,
     api_key: str | None = None,
+    content: list[dict[str, Any]] | None = None,
 ) -> None:
-    """``loom run --server URL``."""
+    """``loom run --server URL`` (``content``: the message as content blocks, with the files
+    ``--attach`` gave)."""
     from loom.cli.turn_output import end_of_turn, interrupted
 
     async def main() -> tuple[dict[str, Any], str]:
@@ -170,7 +175,7 @@ def run_remote(
         try:
             name = await remote.agent(agent)
             thread_id = await remote.session(session, new)
-            return await remote.turn(name, thread_id, message, as_json), thread_id
+            return await remote.turn(name, thread_id, content or message, as_json), thread_id
         finally:
             await remote.aclose()
 
@@ -187,7 +192,12 @@ def chat_remote(
     url: str, agent: str | None, session: str | None, new: bool, *, api_key: str | None = None
 ) -> None:
     """``loom chat --server URL``."""
+    from loom.cli.run_cmd import attach_command, content_blocks
     from loom.cli.turn_output import enable_line_editing, interrupted, print_summary
+    from loom.content import Audio, File, Image
+    from loom.engine.run_inputs import NewMessage
+
+    attached: list[Image | File | Audio] = []  # what /attach gave, for the next message
 
     with asyncio.Runner() as runner:
         remote = Remote(url, api_key)
@@ -201,7 +211,8 @@ def chat_remote(
                 raise interrupted("stopped while starting") from None
             err.print(
                 f"[dim]session {escape(thread_id)} on {escape(remote.url)} ({escape(name)}); "
-                "Ctrl-C stops an answer or clears the line, Ctrl-D quits[/]"
+                "Ctrl-C stops an answer or clears the line, Ctrl-D quits; /attach FILE attaches "
+                "a file to your next message[/]"
             )
             enable_line_editing()
             while True:
@@ -215,8 +226,15 @@ def chat_remote(
                     return
                 if not line.strip():
                     continue
+                if line.startswith("/attach"):  # for the next message, as in a local chat
+                    attach_command(line, attached)
+                    continue
+                given: str | list[dict[str, Any]] = line
+                if attached:
+                    given = content_blocks(NewMessage(line, tuple(attached))) or line
+                    attached.clear()
                 try:
-                    result = runner.run(remote.turn(name, thread_id, line, False))
+                    result = runner.run(remote.turn(name, thread_id, given, False))
                 except KeyboardInterrupt:
                     err.print("[yellow]stopped[/]")
                     continue

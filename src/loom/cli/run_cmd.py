@@ -31,9 +31,11 @@ from loom.cli.turn_output import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Sequence
 
     from loom.agent import Agent
+    from loom.content import Audio, File, Image
+    from loom.engine.run_inputs import NewMessage
     from loom.events import AgentEvent
     from loom.policy.approval import PendingApproval
 
@@ -93,6 +95,15 @@ ApiKeyOpt = Annotated[
         show_envvar=True,
     ),
 ]
+AttachOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--attach",
+        metavar="FILE",
+        help="Attach a file to the message (repeatable): an image (PNG, JPEG, GIF, WebP), a PDF "
+        "or other document, audio (WAV, MP3, FLAC, OGG).",
+    ),
+]
 ToolsOpt = Annotated[
     str | None,
     typer.Option(
@@ -132,6 +143,88 @@ def open_store(path: str | None) -> Any:
 _DEFINITION_SUFFIXES = (".md", ".yaml", ".yml")
 # module:attr (a dotted module name) or path/to/file.py[:attr].
 _PYTHON_SPEC = re.compile(r"^(?P<target>[\w.]+|.+\.py)(?::(?P<attr>[A-Za-z_]\w*))?$")
+
+
+def attachment(path: str | Path) -> Image | File | Audio:
+    """The file at ``path`` as a part of a message: an ``Image``, ``Audio`` or ``File`` by
+    what its bytes (else its extension) show. ``ContentError`` for a file that is missing or
+    of a type nothing tells, ``MediaTooLarge`` past the size limit (``loom.content``)."""
+    import mimetypes
+
+    from loom.content import MAX_MEDIA_BYTES, Audio, File, Image, sniff_media_type
+    from loom.errors import ContentError, MediaTooLarge
+
+    p = Path(path).expanduser()
+    if not p.is_file():
+        what = "is a folder" if p.is_dir() else "does not exist"
+        raise ContentError(f"cannot attach {p}: it {what}; give the path of a file", part=str(p))
+    size = p.stat().st_size
+    if size > MAX_MEDIA_BYTES:
+        raise MediaTooLarge(
+            f"cannot attach {p}: it is {size:,} bytes, over the {MAX_MEDIA_BYTES:,}-byte limit; "
+            "attach a smaller file (downscale the image, split the document)",
+            size=size,
+            limit=MAX_MEDIA_BYTES,
+            part=str(p),
+        )
+    with p.open("rb") as f:
+        head = f.read(64)
+    media_type = sniff_media_type(head) or mimetypes.guess_type(p.name)[0]
+    if media_type is None:
+        raise ContentError(
+            f"cannot attach {p}: its type is unknown (its bytes are no image, PDF or audio Loom "
+            "recognises, and its name has no known extension); attach PNG, JPEG, GIF, WebP, "
+            "PDF, WAV, MP3, FLAC, OGG or a file named with its type's extension (.txt, .csv)",
+            part=str(p),
+        )
+    kind: type[Image | File | Audio] = (
+        Image
+        if media_type.startswith("image/")
+        else Audio
+        if media_type.startswith("audio/")
+        else File
+    )
+    return kind.from_path(p, media_type)
+
+
+def described(part: Image | File | Audio) -> str:
+    """How the CLI names an attached part: its name, type and size."""
+    return f"{part.name} ({part.media_type}, {part.size or 0:,} bytes)"
+
+
+def with_attachments(message: str, files: Sequence[Path] | None) -> str | NewMessage:
+    """``message`` with ``files`` attached (``NewMessage(text, parts)``), said on stderr."""
+    if not files:
+        return message
+    from loom.engine.run_inputs import NewMessage
+
+    parts = tuple(attachment(f) for f in files)
+    for part in parts:
+        err.print(f"[dim]attached {escape(described(part))}[/]")
+    return NewMessage(message, parts)
+
+
+def content_blocks(given: str | NewMessage) -> list[dict[str, Any]] | None:
+    """A message with attachments as the LangChain content blocks a server's run API takes
+    (None for text alone): its text, then each file's bytes in base64."""
+    if isinstance(given, str):
+        return None
+    import base64
+
+    from loom.content import Media
+
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": given.text}]
+    for p in given.parts:
+        if isinstance(p, Media) and p.data is not None:
+            block: dict[str, Any] = {
+                "type": p.kind,
+                "base64": base64.b64encode(p.data).decode(),
+                "mime_type": p.media_type,
+            }
+            if p.name:
+                block["extras"] = {"filename": p.name}
+            blocks.append(block)
+    return blocks
 
 
 def is_python_agent(spec: str) -> bool:
@@ -470,7 +563,9 @@ async def _render(
     return render.result
 
 
-async def _turn(agent: Agent, message: str, session: str | None, as_json: bool) -> dict[str, Any]:
+async def _turn(
+    agent: Agent, message: str | NewMessage, session: str | None, as_json: bool
+) -> dict[str, Any]:
     asks = agent.approval_handler is ask_approval
     return await _render(agent.stream(message, session_id=session), as_json, asks_here=asks)
 
@@ -497,6 +592,7 @@ def run(
     as_json: Annotated[bool, typer.Option("--json", help="Print every event as JSON.")] = False,
     server: ServerOpt = None,
     api_key: ApiKeyOpt = None,
+    attach: AttachOpt = None,
     crew: Annotated[
         Path | None,
         typer.Option("--crew", help="Run a crew file (YAML) instead of one agent."),
@@ -527,6 +623,8 @@ def run(
                 "--server": server,
             }
             bad = [k for k, v in clash.items() if v is not None]
+            if attach:
+                bad.append("--attach")
             if bad:
                 raise InputError(
                     f"{', '.join(bad)} cannot be used with --crew: the crew file "
@@ -544,16 +642,23 @@ def run(
         from loom.cli.remote import run_remote
 
         _local_only(model=model, store=store, tools=tools, workspace=workspace)
-        return run_remote(server, message, agent_file, session, new, as_json, api_key=api_key)
+        try:
+            content = content_blocks(with_attachments(message, attach))
+        except LoomError as exc:
+            raise fail(exc, 2) from None
+        return run_remote(
+            server, message, agent_file, session, new, as_json, api_key=api_key, content=content
+        )
 
     try:
+        given = with_attachments(message, attach)  # a bad file stops here, before any work
         the_store = open_store(store)
         agent = build_agent(agent_file, model, the_store, tools, workspace, ask_approval)
         if backend:
             agent = with_backends(agent, backend, only=agent_file is None and tools is None)
         session_id = choose_session(the_store, session, new)
         _load_model(agent)
-        events = agent.stream(message, session_id=session_id)
+        events = agent.stream(given, session_id=session_id)
         result = asyncio.run(_render_and_close(agent, events, as_json))
     except LoomError as exc:
         raise fail(exc, 2) from None
@@ -607,8 +712,9 @@ def chat(
         raise interrupted("stopped while starting") from None
     err.print(
         f"[dim]session {escape(session_id)}; Ctrl-C stops an answer or clears the line, "
-        "Ctrl-D quits[/]"
+        "Ctrl-D quits; /attach FILE attaches a file to your next message[/]"
     )
+    attached: list[Image | File | Audio] = []  # what /attach gave, for the next message
     enable_line_editing()
     # One event loop for the whole chat, and input() read outside it: between turns Ctrl-C is
     # an ordinary KeyboardInterrupt at the prompt; during a turn the Runner turns it into a
@@ -626,8 +732,16 @@ def chat(
                     return
                 if not line.strip():
                     continue
+                if line.startswith("/attach"):
+                    attach_command(line, attached)
+                    continue
+                given: str | NewMessage = line
+                if attached:
+                    from loom.engine.run_inputs import NewMessage
+
+                    given, attached = NewMessage(line, tuple(attached)), []
                 try:
-                    result = runner.run(_turn(agent, line, session_id, False))
+                    result = runner.run(_turn(agent, given, session_id, False))
                 except KeyboardInterrupt:
                     err.print("[yellow]stopped[/]")
                     continue
@@ -637,6 +751,26 @@ def chat(
                 print_summary(result, session_id)
         finally:
             runner.run(agent.aclose())
+
+
+def attach_command(line: str, attached: list[Image | File | Audio]) -> None:
+    """``/attach PATH`` in ``loom chat``: attach the file to the next message, and say so
+    (or say why not: a missing file, one too large, one of an unknown type)."""
+    from loom.errors import LoomError
+
+    command, _, path = line.partition(" ")
+    path = path.strip().strip("\"'")
+    if command != "/attach" or not path:
+        err.print("[yellow]usage: /attach PATH[/] (the file goes with your next message)")
+        return
+    try:
+        part = attachment(path)
+    except LoomError as exc:
+        say_error(exc)
+        return
+    attached.append(part)
+    names = ", ".join(escape(described(p)) for p in attached)
+    err.print(f"[dim]attached {names}; it goes with your next message[/]")
 
 
 async def _known_tools(agent: Agent) -> set[str]:

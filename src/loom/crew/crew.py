@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from loom.content import Media
 from loom.crew.budget import Budget, BudgetScope
 from loom.crew.log import CrewLog, unfinished_run
 from loom.crew.plan import Node, validate
@@ -37,7 +38,14 @@ from loom.crew.turn import as_crew_session
 from loom.engine import gates
 from loom.engine.driving import drive
 from loom.engine.run_inputs import Answer, CarryOn, NewMessage, Resume, RunInput, RunOptions
-from loom.errors import BudgetExceeded, CrewDefinitionError, InputError, LeaseLost, RunCancelled
+from loom.errors import (
+    BudgetExceeded,
+    CrewDefinitionError,
+    InputError,
+    LeaseLost,
+    RunCancelled,
+    UnsupportedContent,
+)
 from loom.events import AgentEvent
 from loom.messages import StopReason, Usage, new_id
 
@@ -230,6 +238,12 @@ class Crew:
             "parent_run_id": options.parent_run_id,
         }
         if isinstance(input, NewMessage):
+            if input.parts:  # refused, not dropped: a crew's task is text
+                raise UnsupportedContent(
+                    f"{self.name!r} is a crew, and a crew's task is text: it cannot take images, "
+                    "files or audio yet; send them to one of its agents, or send text",
+                    part=input.parts[0].label if isinstance(input.parts[0], Media) else None,
+                )
             return CrewTurn(self, runtime, input.text, session_id, **common)
         if isinstance(input, Answer):
             raise InputError(f"{self.name!r} is a crew; a crew asks no server queries to answer")

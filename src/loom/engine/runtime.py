@@ -430,10 +430,13 @@ class Runtime:
         parts: tuple[Part, ...] = ()
         if isinstance(input, NewMessage):
             parts = input.parts
-            if parts:
+            if parts:  # media alone are a message: only the text's length is checked
                 check_parts(self.model_for(agent, options.model), parts)
-            # media alone are a message (check_message refuses empty text, " " too)
-            message = agent.check_message(input.text) if input.text or not parts else ""
+                if input.text.strip():
+                    agent.check_message(input.text)
+                message = input.text
+            else:
+                message = agent.check_message(input.text)
         elif isinstance(input, Resume):
             assert session_id is not None  # start() checked it
             resume = await self._check_resume(session_id, input.decisions)

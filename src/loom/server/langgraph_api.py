@@ -334,6 +334,39 @@ async def get_thread(request: Request, thread_id: str) -> dict[str, Any]:
     return await _thread(state, await _session(state, thread_id))
 
 
+@router.get(
+    "/threads/{thread_id}/media/{ref}",
+    summary="The bytes of an image, file or audio the thread's messages name",
+    response_model=None,
+)
+async def thread_media(request: Request, thread_id: str, ref: str) -> Response:
+    """The bytes a thread's message names by ``ref`` (``sha256:<hex>``, what its content
+    blocks' ``url`` points at), with their media type. 404 for a thread this key does not see
+    (the same check as every thread route) and for a ref the thread does not name."""
+    state = state_of(request)
+    await _session(state, thread_id)
+    blobs = state.runtime.capabilities.blobs
+    named = {} if blobs is None else {r: t for r, t, _ in await blobs.session_blobs(thread_id)}
+    data = None
+    if ref in named and blobs is not None:
+        data = (await blobs.load_blobs([ref])).get(ref)
+    if data is None:
+        raise _not_found(
+            f"thread {thread_id!r} names no media {ref!r}; its messages' content blocks give "
+            "the URLs of the media it has"
+        )
+    media_type = named[ref] or "application/octet-stream"
+    headers = {
+        # the bytes under a content hash never change; a user's upload must not run as a page
+        "Cache-Control": "private, max-age=31536000, immutable",
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": "sandbox",
+    }
+    if not media_type.startswith(("image/", "audio/")):
+        headers["Content-Disposition"] = "attachment"
+    return Response(data, media_type=media_type, headers=headers)
+
+
 @router.patch("/threads/{thread_id}", summary="Merge metadata into a thread's")
 async def patch_thread(request: Request, thread_id: str, body: ThreadPatch) -> dict[str, Any]:
     state = state_of(request)

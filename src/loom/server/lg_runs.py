@@ -50,6 +50,7 @@ from loom.events import (
     OutputPartial,
 )
 from loom.messages import Message, RunResult
+from loom.server.content_blocks import langchain_content
 from loom.store.base import Store
 
 __all__ = [
@@ -109,11 +110,13 @@ def _iso(ts: float | datetime) -> str:
 
 
 def lc_message(m: Message, msg_id: str) -> dict[str, Any]:
-    """A Loom message in LangChain's serialized form (what LangGraph clients expect)."""
+    """A Loom message in LangChain's serialized form (what LangGraph clients expect). A message
+    with parts has a list of content blocks, its media as references to the thread's media
+    route (``msg_id`` is ``<thread id>:<index>``), never their bytes."""
     kind = {"user": "human", "assistant": "ai", "tool": "tool", "system": "system"}[m.role]
     out: dict[str, Any] = {
         "type": kind,
-        "content": m.content,
+        "content": langchain_content(m, msg_id.rpartition(":")[0]) if m.parts else m.content,
         "id": msg_id,
         "name": m.name,
         "additional_kwargs": {},

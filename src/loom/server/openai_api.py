@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import anyio
@@ -33,11 +33,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import Receive, Scope, Send
 
 from loom.agent import Agent
+from loom.content import Reasoning
 from loom.crew import Crew
-from loom.errors import InputError, SessionNotFound
-from loom.events import AgentEvent, AgentFinish, AgentStart, LlmDelta
+from loom.engine.run_inputs import NewMessage
+from loom.errors import ContentError, InputError, SessionNotFound
+from loom.events import AgentEvent, AgentFinish, AgentStart, LlmComplete, LlmDelta, parts_of
 from loom.messages import RunResult, Usage, new_id
 from loom.server.app import error_body, state_of
+from loom.server.content_blocks import openai_parts, reasoning_text, run_input
 from loom.server.ownership import client_session_id, header_value, unscoped_session_id
 from loom.server.parked import describe_parked
 from loom.server.served import run_served, stream_served
@@ -115,24 +118,21 @@ def _unknown_model(request: Request, name: str) -> JSONResponse:
     )
 
 
-def _text_of(content: Any) -> str:
-    """The text of an OpenAI message content: a string or a list of text parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(p.get("text", ""))
-            for p in content
-            if isinstance(p, dict) and p.get("type") in ("text", "input_text", "output_text")
-        )
-    return ""
-
-
-def _last_user_text(items: list[dict[str, Any]], field: str) -> str:
-    for item in reversed(items):
-        if item.get("role") == "user":
-            return _text_of(item.get("content"))
+def _last_user_input(items: list[dict[str, Any]], field: str) -> str | NewMessage:
+    """The turn's input: the last user message's text, with its images, files and audio as
+    ``NewMessage(text, parts)`` (``ContentError`` names a part that cannot be used)."""
+    for i in range(len(items) - 1, -1, -1):
+        if items[i].get("role") == "user":
+            text, parts = openai_parts(items[i].get("content"), f"{field}[{i}].content")
+            return run_input(text, parts)
     raise InputError(f"{field} holds no user message; the last user message is the turn's input")
+
+
+def _content_error(exc: ContentError) -> JSONResponse:
+    """A part the request cannot use: 400 in OpenAI's error shape, ``param`` naming it."""
+    body = error_body(type(exc).__name__, str(exc))
+    body["error"].update(code="invalid_content", param=exc.part)
+    return JSONResponse(body, status_code=400)
 
 
 def _session(header: str | None, user: str | None, metadata: dict[str, Any] | None) -> str:
@@ -299,11 +299,20 @@ async def chat_completions(
     body: ChatCompletionRequest,
     x_loom_session: str | None = Header(None, description="The Loom session to continue."),
 ) -> Response:
+    try:
+        return await _chat(request, body, x_loom_session)
+    except ContentError as exc:
+        return _content_error(exc)
+
+
+async def _chat(
+    request: Request, body: ChatCompletionRequest, x_loom_session: str | None
+) -> Response:
     state = state_of(request)
     agent = state.registry.served(body.model)
     if agent is None:
         return _unknown_model(request, body.model)
-    message = _last_user_text(body.messages, "messages")
+    message = _last_user_input(body.messages, "messages")
     session_id = _session(x_loom_session, body.user, body.metadata)
     if body.stream:
         include_usage = bool((body.stream_options or {}).get("include_usage"))
@@ -319,6 +328,10 @@ async def chat_completions(
         result.pending_approvals,
         result.pending_query,
     )
+    said: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+    reasoning = reasoning_text(result.messages)
+    if reasoning:  # as OpenAI-compatible reasoning servers (DeepSeek, vLLM) return it
+        said["reasoning_content"] = reasoning
     reply = {
         "id": f"chatcmpl-{result.run_id}",
         "object": "chat.completion",
@@ -327,7 +340,7 @@ async def chat_completions(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": content, "refusal": None},
+                "message": said,
                 "finish_reason": _FINISH.get(result.stop_reason, "stop"),
                 "logprobs": None,
             }
@@ -371,6 +384,12 @@ async def _chat_chunks(
         if isinstance(event, LlmDelta) and event.delta:
             streamed = True
             yield chunk({"content": event.delta})
+        elif isinstance(event, LlmComplete) and event.parts:
+            # TODO(issue 27): stream LLM_REASONING_DELTA events as they come once the engine
+            # emits them; until then a step's reasoning comes whole, with its LLM_COMPLETE
+            thought = _reasoning_of(event)
+            if thought:
+                yield chunk({"reasoning_content": thought})
         elif isinstance(event, AgentFinish):
             if event.stop_reason in _FAILED:
                 message = f"the agent's run ended with {event.stop_reason}: {event.error}"
@@ -405,6 +424,11 @@ async def _chat_chunks(
                     }
                 )
     yield _sse("[DONE]")
+
+
+def _reasoning_of(event: LlmComplete) -> str:
+    """The readable reasoning an ``LLM_COMPLETE`` carries (empty when none)."""
+    return "\n\n".join(p.text for p in parts_of(event.parts) if isinstance(p, Reasoning) and p.text)
 
 
 # -- responses ----------------------------------------------------------------------------------
@@ -450,6 +474,8 @@ class RunEnd:
     pending_approvals: list[dict[str, Any]]
     pending_query: dict[str, Any] | None
     error: str | None
+    reasoning: str = ""
+    """The answer's readable reasoning (a ``reasoning`` output item before the message)."""
 
     @classmethod
     def of_result(cls, r: RunResult) -> RunEnd:
@@ -463,6 +489,7 @@ class RunEnd:
             list(r.pending_approvals),
             r.pending_query,
             r.error,
+            reasoning_text(r.messages),
         )
 
     @classmethod
@@ -516,9 +543,17 @@ class RunEnd:
 
 
 def response_object(
-    model: str, rid: str, created: float, previous: str | None, end: RunEnd | None
+    model: str,
+    rid: str,
+    created: float,
+    previous: str | None,
+    end: RunEnd | None,
+    *,
+    reasoning_after: bool = False,
 ) -> dict[str, Any]:
-    """A Responses API ``response`` object: ``in_progress`` without an end, else as it ended."""
+    """A Responses API ``response`` object: ``in_progress`` without an end, else as it ended
+    (its reasoning, if any, as a ``reasoning`` item before the message; after it when
+    ``reasoning_after``: a stream that opened the message before the reasoning came)."""
     status: ResponseStatus = "in_progress"
     reason: IncompleteReason | None = None
     output: list[dict[str, Any]] = []
@@ -532,6 +567,9 @@ def response_object(
         else:
             text = end.reply_text()
             output.append(_output_message(rid, text, "completed"))
+            if end.reasoning:
+                at = len(output) if reasoning_after else 0
+                output.insert(at, _reasoning_item(rid, end.reasoning))
     out: dict[str, Any] = {
         "id": rid,
         "object": "response",
@@ -562,6 +600,17 @@ def _output_text(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
+def _reasoning_item(rid: str, text: str) -> dict[str, Any]:
+    """A ``reasoning`` output item: the answer's reasoning, readable (``reasoning_text``)."""
+    return {
+        "type": "reasoning",
+        "id": f"rs_{rid[5:]}",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+        "status": "completed",
+    }
+
+
 def _output_message(rid: str, text: str, status: str) -> dict[str, Any]:
     return {
         "type": "message",
@@ -572,10 +621,10 @@ def _output_message(rid: str, text: str, status: str) -> dict[str, Any]:
     }
 
 
-def _responses_input(body: ResponsesRequest) -> str:
+def _responses_input(body: ResponsesRequest) -> str | NewMessage:
     if isinstance(body.input, str):
         return body.input
-    return _last_user_text(body.input, "input")
+    return _last_user_input(body.input, "input")
 
 
 def _no_response(rid: str, param: str, code: str, hint: str) -> JSONResponse:
@@ -591,6 +640,15 @@ async def responses(
     request: Request,
     body: ResponsesRequest,
     x_loom_session: str | None = Header(None, description="The Loom session to continue."),
+) -> Response:
+    try:
+        return await _respond(request, body, x_loom_session)
+    except ContentError as exc:
+        return _content_error(exc)
+
+
+async def _respond(
+    request: Request, body: ResponsesRequest, x_loom_session: str | None
 ) -> Response:
     state = state_of(request)
     agent = state.registry.served(body.model)
@@ -645,7 +703,12 @@ async def get_response(request: Request, response_id: str) -> Response:
     if start is None:
         return _no_response(response_id, "response_id", "response_not_found", hint)
     finish = next((e for e in reversed(events) if isinstance(e, AgentFinish)), None)
-    end = None if finish is None else RunEnd.of_event(finish)
+    end = None
+    if finish is not None:
+        thought = "\n\n".join(
+            _reasoning_of(e) for e in events if isinstance(e, LlmComplete) and e.parts
+        )
+        end = replace(RunEnd.of_event(finish), reasoning=thought.strip())
     # the previous response is not journaled with the run: null, as for a first response
     reply = response_object(start.agent, response_id, start.timestamp, None, end)
     return JSONResponse(reply, headers={SESSION_HEADER: header_value(session_id)})
@@ -659,6 +722,7 @@ async def _response_events(
     rid = ""
     opened = False
     streamed = False
+    thoughts: list[str] = []
 
     def emit(kind: str, **data: Any) -> bytes:
         nonlocal seq
@@ -702,12 +766,13 @@ async def _response_events(
                     yield frame
             streamed = True
             yield delta(event.delta)
+        elif isinstance(event, LlmComplete) and event.parts:
+            # TODO(issue 27): stream LLM_REASONING_DELTA events once the engine emits them
+            thought = _reasoning_of(event)
+            if thought:
+                thoughts.append(thought)
         elif isinstance(event, AgentFinish):
-            end = RunEnd.of_event(event)
-            final = response_object(model, rid, created, previous, end)
-            if final["status"] == "failed":
-                yield emit("response.failed", response=final)
-                return
+            end = replace(RunEnd.of_event(event), reasoning="\n\n".join(thoughts))
             added = _parked_note(
                 streamed,
                 end.stop_reason,
@@ -715,6 +780,14 @@ async def _response_events(
                 end.pending_approvals,
                 end.pending_query,
             )
+            # the message item streamed first: the reasoning item follows it (index 1)
+            message_first = opened or bool(added)
+            final = response_object(
+                model, rid, created, previous, end, reasoning_after=message_first
+            )
+            if final["status"] == "failed":
+                yield emit("response.failed", response=final)
+                return
             if added:  # a parked run: what it waits for, as text like the rest of the answer
                 if not opened:
                     opened = True
@@ -744,4 +817,9 @@ async def _response_events(
                     output_index=0,
                     item=_output_message(rid, output, "completed"),
                 )
+            if end.reasoning:
+                item = _reasoning_item(rid, end.reasoning)
+                at = 1 if message_first else 0
+                yield emit("response.output_item.added", output_index=at, item=item)
+                yield emit("response.output_item.done", output_index=at, item=item)
             yield emit(f"response.{final['status']}", response=final)

@@ -32,7 +32,7 @@ import os
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from loom.engine.journal import transcript
 from loom.errors import ConfigurationError
@@ -97,10 +97,21 @@ class RunQueue:
         await self._stack.aclose()
         self._app = None
 
-    async def enqueue(self, agent: str, thread_id: str, message: str, run_id: str) -> int:
+    async def enqueue(
+        self,
+        agent: str,
+        thread_id: str,
+        message: str,
+        run_id: str,
+        *,
+        parts: list[dict[str, Any]] | None = None,
+    ) -> int:
+        """Queue the run; ``parts``: its media in JSON form, naming bytes already stored."""
         from loom.workers import enqueue_run
 
-        return await enqueue_run(self.app, agent, thread_id, message, run_id=run_id)
+        return await enqueue_run(
+            self.app, agent, thread_id, message, run_id=run_id, parts=parts or None
+        )
 
     async def abort(self, job_id: int) -> bool:
         from loom.workers import abort_run

@@ -52,10 +52,11 @@ from starlette.responses import Response
 from loom.agent import Agent
 from loom.crew import Crew
 from loom.engine.gates import OnBusy
-from loom.engine.run_inputs import Answer, CarryOn, Resume, RunOptions
-from loom.errors import ConfigurationError, InputError, SessionBusy
+from loom.engine.run_inputs import Answer, CarryOn, NewMessage, Resume, RunOptions
+from loom.errors import ConfigurationError, InputError, SessionBusy, UnsupportedContent
 from loom.events import AgentFinish, EventType
 from loom.server.app import ServerState
+from loom.server.content_blocks import keep_parts, langchain_parts, parts_from_json, run_input
 from loom.server.lg_runs import (
     ALL_MODES,
     LgRun,
@@ -95,6 +96,7 @@ __all__ = [
     "forget_run",
     "held_run",
     "last_human",
+    "last_human_input",
     "metadata_patch",
     "not_found",
     "note_attempt",
@@ -213,7 +215,23 @@ def agent_named(state: ServerState, assistant_id: str) -> Agent:
 
 
 def last_human(payload: dict[str, Any] | str | None) -> str | None:
-    """The newest human message of a LangGraph input (``{"messages": [...]}``)."""
+    """The text of the newest human message of a LangGraph input (``{"messages": [...]}``),
+    for what keeps text only (a cron's message): ``UnsupportedContent`` when the message has
+    images, files or audio (refused, never dropped)."""
+    given = last_human_input(payload)
+    if isinstance(given, NewMessage):
+        raise UnsupportedContent(
+            "a scheduled run's message is text: it cannot keep images, files or audio; send "
+            "them in a run on the thread instead",
+            part=f"input.messages content ({len(given.parts)} media)",
+        )
+    return given
+
+
+def last_human_input(payload: dict[str, Any] | str | None) -> str | NewMessage | None:
+    """The newest human message of a LangGraph input: its text, or ``NewMessage(text,
+    parts)`` when its content blocks hold images, files or audio (``ContentError`` names a
+    block that cannot be used)."""
     if payload is None:
         return None
     if isinstance(payload, str):
@@ -223,17 +241,26 @@ def last_human(payload: dict[str, Any] | str | None) -> str | None:
         messages = [messages]
     if not isinstance(messages, list):
         raise InputError('input must be {"messages": [{"role": "user", "content": "..."}]}')
-    for m in reversed(messages):
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
         if isinstance(m, str):
             return m
         if isinstance(m, dict) and (m.get("role") or m.get("type")) in ("human", "user"):
-            content = m.get("content", "")
-            if isinstance(content, list):  # content blocks
-                content = "".join(
-                    b.get("text", "") if isinstance(b, dict) else str(b) for b in content
-                )
-            return str(content)
+            where = f"input.messages[{i}].content"
+            text, parts = langchain_parts(m.get("content", ""), where)
+            return run_input(text, parts)
     raise InputError("input.messages holds no human message to run the agent on")
+
+
+async def _given(
+    state: ServerState, thread_id: str, given: str | NewMessage
+) -> tuple[str, list[dict[str, Any]] | None]:
+    """A run's message as a record or a job keeps it (for a run that may start after this
+    request: queued, or carried on after a restart): its text, and its parts stored now and
+    named by reference (``keep_parts``)."""
+    if isinstance(given, str):
+        return given, None
+    return given.text, await keep_parts(state.runtime.store, thread_id, given.parts)
 
 
 PROGRESS_MODES = frozenset({"events", "messages", "messages-tuple"})
@@ -388,7 +415,12 @@ async def _note_assistant(
 
 
 # -- the run record ---------------------------------------------------------------------------
-def _record(run: LgRun, body: RunFields | None, message: str | None) -> dict[str, Any]:
+def _record(
+    run: LgRun,
+    body: RunFields | None,
+    message: str | None,
+    parts: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The run's record, without what a reader assumes when a field is absent (the defaults
     of ``_from_record``) and, for a run nobody carries on (not a background one), without its
     message, which its journal holds: a 1-step run's record is about 130 bytes, not 330."""
@@ -404,6 +436,7 @@ def _record(run: LgRun, body: RunFields | None, message: str | None) -> dict[str
         "on_disconnect": run.on_disconnect,
         "background": run.background,
         "message": message if run.background else None,
+        "parts": parts if run.background else None,  # references: the bytes are stored
         "command": body.command if body is not None and run.background else None,
         "attempts": run.attempt_ids(),
         "job": run.job_id,
@@ -420,6 +453,7 @@ _RECORD_DEFAULTS: dict[str, Any] = {
     "on_disconnect": "continue",
     "background": False,
     "message": None,
+    "parts": None,
     "command": None,
     "job": None,
 }
@@ -444,14 +478,20 @@ def _from_record(run_id: str, record: dict[str, Any]) -> LgRun:
 
 
 async def _store_record(
-    state: ServerState, run: LgRun, body: RunFields | None, message: str | None
+    state: ServerState,
+    run: LgRun,
+    body: RunFields | None,
+    message: str | NewMessage | None,
+    kept: list[dict[str, Any]] | None = None,
 ) -> None:
     """Commit ``run``'s record (and, for a background run, its open mark) before anyone is
-    told of it."""
+    told of it; ``kept``: a background run's media, already stored (``keep_parts``)."""
     kv = state.runtime.capabilities.kv
     if kv is None:  # an in-memory store: nothing outlives the process anyway
         return
-    await kv.put_value(RUNS_NAMESPACE, run.run_id, _record(run, body, message))
+    if isinstance(message, NewMessage):
+        message = message.text
+    await kv.put_value(RUNS_NAMESPACE, run.run_id, _record(run, body, message, kept))
     if run.background:
         await kv.put_value(OPEN_RUNS_NAMESPACE, run.run_id, {"thread_id": run.thread_id})
 
@@ -541,7 +581,8 @@ async def start_run(
             'or use multitask_strategy "enqueue" or "interrupt"'
         )
     runtime = state.runtime
-    message: str | None = None
+    message: str | NewMessage | None = None
+    kept: list[dict[str, Any]] | None = None
     shown = RunOptions(progress=None if shows_progress(modes) else False)
     if body.command and "answer" in body.command:  # the client answers a server query
         answer = Answer(body.command["answer"], body.command.get("query_id"))
@@ -554,9 +595,13 @@ async def start_run(
             resume = Resume(body.command["resume"])
             turn = await runtime.start(agent, resume, session_id=thread_id, options=shown)
     else:
-        message = last_human(body.input)
+        message = last_human_input(body.input)
         if message is None:
             raise InputError('a run needs input {"messages": [...]} or command {"resume": ...}')
+        if background and runtime.capabilities.kv is not None and isinstance(message, NewMessage):
+            # its media stored before its turn starts (a store that cannot keep them refuses
+            # here): a start-up that carries the run on finds them by its record's references
+            kept = (await _given(state, thread_id, message))[1]
         options = RunOptions(on_busy=BUSY[body.multitask_strategy], progress=shown.progress)
         turn = await runtime.start(agent, message, session_id=thread_id, options=options)
     # the turn names an unnamed session after its agent (loom.engine.loop, at its intake)
@@ -574,7 +619,7 @@ async def start_run(
         # run is not announced as carried on
         background=background and state.runtime.capabilities.kv is not None,
     )
-    await _store_record(state, run, body, message)
+    await _store_record(state, run, body, message, kept)
     manager.start(run, turn)
     return run
 
@@ -603,11 +648,11 @@ async def _start_crew_run(
         )
     if body.command and "answer" in body.command:
         raise InputError(f"{crew.name!r} is a crew; a crew asks no server queries to answer")
-    message: str | None = None
+    message: str | NewMessage | None = None
     if body.command and "resume" in body.command:
         turn = await runtime.start(crew, Resume(body.command["resume"]), session_id=thread_id)
     else:
-        message = last_human(body.input)
+        message = last_human_input(body.input)
         if message is None:
             raise InputError('a run needs input {"messages": [...]} or command {"resume": ...}')
         turn = await runtime.start(crew, message, session_id=thread_id)
@@ -643,9 +688,10 @@ async def _enqueue(
     body: RunFields,
     modes: list[str],
 ) -> LgRun:
-    """A background run as a job of the queue; this server tails it like any other."""
-    message = last_human(body.input)
-    if message is None:
+    """A background run as a job of the queue; this server tails it like any other. Its
+    media are stored now and the job names them by reference (``keep_parts``)."""
+    given = last_human_input(body.input)
+    if given is None:
         raise InputError('a run needs input {"messages": [...]} or command {"resume": ...}')
     manager = run_manager(state)
     strategy = body.multitask_strategy
@@ -673,9 +719,10 @@ async def _enqueue(
         on_disconnect=body.on_disconnect,
         background=True,
     )
-    run.job_id = await queue.enqueue(agent.name, thread_id, message, run.run_id)
+    message, parts = await _given(state, thread_id, given)
+    run.job_id = await queue.enqueue(agent.name, thread_id, message, run.run_id, parts=parts)
     # before the client hears of the run id: any server it asks finds the job by it
-    await _kv(state).put_value(RUNS_NAMESPACE, run.run_id, _record(run, body, message))
+    await _kv(state).put_value(RUNS_NAMESPACE, run.run_id, _record(run, body, message, parts))
     _tail(state, queue, run)
     return run
 
@@ -995,7 +1042,9 @@ async def _carry_on(state: ServerState, run_id: str, record: dict[str, Any]) -> 
         turn = await runtime.start(target, Resume(command["resume"]), session_id=run.thread_id)
     elif isinstance(message, str):
         options = RunOptions(run_id=attempt)
-        turn = await runtime.start(target, message, session_id=run.thread_id, options=options)
+        parts = parts_from_json(record.get("parts"))  # stored with the record: references
+        again = NewMessage(message, parts) if parts else message
+        turn = await runtime.start(target, again, session_id=run.thread_id, options=options)
     else:
         return False
     if turn.run_id not in attempts:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from loom.agent import Agent
     from loom.crew import Crew
     from loom.crew.turn import CrewTurn
+    from loom.engine.run_inputs import NewMessage
     from loom.engine.runtime import Runtime
     from loom.messages import RunResult
 
@@ -26,15 +27,16 @@ __all__ = ["run_served", "stream_served"]
 
 
 async def _crew_turn(
-    runtime: Runtime, crew: Crew, message: str, session_id: str | None
+    runtime: Runtime, crew: Crew, message: str | NewMessage, session_id: str | None
 ) -> CrewTurn:
     return await runtime.start(crew, message, session_id=session_id)
 
 
 async def run_served(
-    runtime: Runtime, target: Agent | Crew, message: str, session_id: str | None
+    runtime: Runtime, target: Agent | Crew, message: str | NewMessage, session_id: str | None
 ) -> RunResult:
-    """One turn of ``target`` on ``message``, to its end."""
+    """One turn of ``target`` on ``message`` (text, or ``NewMessage(text, parts)``), to its
+    end."""
     from loom.crew import Crew
 
     if not isinstance(target, Crew):
@@ -46,7 +48,7 @@ async def run_served(
 
 
 async def stream_served(
-    runtime: Runtime, target: Agent | Crew, message: str, session_id: str | None
+    runtime: Runtime, target: Agent | Crew, message: str | NewMessage, session_id: str | None
 ) -> AsyncGenerator[AgentEvent, None]:
     """The events of one turn of ``target`` (a crew's as in the module docstring)."""
     from loom.crew import Crew

@@ -79,6 +79,7 @@ async def enqueue_run(
     priority: int = 0,
     run_id: str | None = None,
     queueing_lock: str | None = None,
+    parts: list[dict[str, Any]] | None = None,
 ) -> int:
     """Queue one turn of ``agent`` on ``session_id`` with ``message``; return the job id.
 
@@ -86,7 +87,10 @@ async def enqueue_run(
     ``lock`` is the session), on whichever worker is free. ``run_id`` names the run its first
     attempt makes (a retry's is ``<run_id>-a<attempt>``), so a server can hand the id out
     before any worker took the job; without it, attempts are ``run_j<job>a<attempt>``.
-    ``queueing_lock``: procrastinate refuses (``AlreadyEnqueued``) a second waiting job with it."""
+    ``queueing_lock``: procrastinate refuses (``AlreadyEnqueued``) a second waiting job with it.
+    ``parts``: the message's images, files and audio in their JSON form (``loom.content``),
+    naming bytes already in the store by reference (``BlobStore.put_blobs`` first): the job's
+    arguments never hold the bytes."""
     deferrer = app.configure_task(
         RUN_TASK,
         lock=session_lock(session_id),
@@ -94,7 +98,9 @@ async def enqueue_run(
         priority=priority,
         queueing_lock=queueing_lock,
     )
-    extra = {} if run_id is None else {"run_id": run_id}
+    extra: dict[str, Any] = {} if run_id is None else {"run_id": run_id}
+    if parts:
+        extra["parts"] = parts
     return int(
         await deferrer.defer_async(agent=agent, session_id=session_id, message=message, **extra)
     )

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loom.engine.driving import discard
-from loom.engine.run_inputs import CarryOn, Drivable, RunOptions
+from loom.engine.run_inputs import CarryOn, Drivable, NewMessage, RunOptions
 from loom.engine.runtime import NamedRunnable
 from loom.engine.turn_spec import TurnSpec
 from loom.errors import ConfigurationError, LeaseLost, LoomError
-from loom.events import AgentFinish, EventType
+from loom.events import AgentFinish, EventType, parts_of
 from loom.workers.failover import take_over
 from loom.workers.records import JOB_NAMESPACE, kv_of
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from loom.engine.runtime import Runtime
 
-__all__ = ["JobFailed", "ServedAgent", "WorkerContext", "run_turn", "set_context"]
+__all__ = ["JobFailed", "ServedAgent", "WorkerContext", "new_message", "run_turn", "set_context"]
 
 
 class JobFailed(LoomError):
@@ -83,10 +83,16 @@ async def _save(ctx: WorkerContext, job_id: int, record: dict[str, Any]) -> None
 
 
 async def run_turn(
-    context: JobContext, agent: str, session_id: str, message: str, run_id: str | None = None
+    context: JobContext,
+    agent: str,
+    session_id: str,
+    message: str,
+    run_id: str | None = None,
+    parts: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Run (or, on a retry, finish) one queued turn; returns the job's record. ``run_id`` (a
-    server's queued run) names the first attempt's run; later attempts derive from it."""
+    server's queued run) names the first attempt's run; later attempts derive from it.
+    ``parts``: the message's media, as references to bytes stored at enqueue."""
     ctx = _CONTEXT
     if ctx is None:
         raise ConfigurationError("loom.run_turn runs only in a `loom worker` process")
@@ -145,7 +151,7 @@ async def run_turn(
     # a retry whose message is committed carries the dead attempt on, with no new message
     turn = await ctx.runtime.start(
         a,
-        CarryOn() if committed else message,
+        CarryOn() if committed else new_message(message, parts),
         session_id=session_id,
         # a retry may wait for a dead worker's lease to expire: let this run wait that long
         # the server streams this run from the journal: it keeps the progress notices too
@@ -200,3 +206,10 @@ async def run_turn(
     )
     await _save(ctx, job_id, record)
     return record
+
+
+def new_message(message: str, parts: list[dict[str, Any]] | None) -> str | NewMessage:
+    """The queued message, with its media (references the run's model request loads)."""
+    if not parts:
+        return message
+    return NewMessage(message, tuple(parts_of(parts)))

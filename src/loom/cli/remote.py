@@ -192,7 +192,7 @@ def chat_remote(
     url: str, agent: str | None, session: str | None, new: bool, *, api_key: str | None = None
 ) -> None:
     """``loom chat --server URL``."""
-    from loom.cli.run_cmd import attach_command, content_blocks
+    from loom.cli.attach import attach_command, content_blocks
     from loom.cli.turn_output import enable_line_editing, interrupted, print_summary
     from loom.content import Audio, File, Image
     from loom.engine.run_inputs import NewMessage

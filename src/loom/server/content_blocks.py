@@ -17,17 +17,16 @@ Out: a message with parts shows as a list of blocks: reasoning first (``{"type":
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import quote, unquote_to_bytes
+from urllib.parse import quote
 
-from loom.content import MAX_MEDIA_BYTES, Audio, File, Image, Media, Part, Reasoning, jsonable
+from loom.content import Audio, File, Image, Media, Part, Reasoning, jsonable
 from loom.engine.run_inputs import NewMessage
-from loom.errors import ContentError, MediaTooLarge, UnsupportedContent
+from loom.errors import ContentError, UnsupportedContent
 from loom.events import parts_of
 from loom.messages import Message
+from loom.server.surface_media import decode_base64, parse_data_url
 from loom.store.base import Store, capabilities_of
 from loom.store.media import blobs_of
 
@@ -67,37 +66,13 @@ def located(exc: ContentError, where: str) -> ContentError:
 
 def _b64(data: str, where: str) -> bytes:
     """Base64 text as bytes; ``MediaTooLarge`` before decoding what would be too large."""
-    decoded_size = len(data) * 3 // 4
-    if decoded_size > MAX_MEDIA_BYTES:
-        raise MediaTooLarge(
-            f"{where} is about {decoded_size:,} bytes, over the {MAX_MEDIA_BYTES:,}-byte limit: "
-            "send a smaller file (downscale the image, split the document) or a URL",
-            size=decoded_size,
-            limit=MAX_MEDIA_BYTES,
-            part=where,
-        )
-    try:
-        return base64.b64decode(data.strip(), validate=True)
-    except (binascii.Error, ValueError):
-        raise ContentError(
-            f"{where}: its data is not valid base64; encode the bytes with standard base64",
-            part=where,
-        ) from None
+    return decode_base64(data, where)
 
 
 def data_url(url: str, where: str) -> tuple[str, bytes]:
     """A ``data:`` URL's (media type, bytes); ``ContentError`` for a malformed one."""
-    head, comma, payload = url.partition(",")
-    if not url.startswith("data:") or not comma:
-        raise ContentError(
-            f"{where}: a malformed data URL (expected data:<media type>;base64,<data>)",
-            part=where,
-        )
-    params = head[5:].split(";")
-    media_type = params[0].strip().lower()
-    if "base64" in (p.strip().lower() for p in params[1:]):
-        return media_type, _b64(payload, where)
-    return media_type, unquote_to_bytes(payload)
+    data, media_type = parse_data_url(url, where)
+    return media_type, data
 
 
 def _image(

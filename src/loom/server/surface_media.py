@@ -17,16 +17,21 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes
 
-from pydantic import ValidationError
-
-from loom.content import Audio, File, Image, Media
-from loom.errors import ContentError, UnsupportedContent
+from loom.content import MAX_MEDIA_BYTES, Audio, File, Image, Media
+from loom.errors import ContentError, MediaTooLarge, UnsupportedContent
 
 if TYPE_CHECKING:
     from loom.messages import Message
     from loom.store.base import Store
 
-__all__ = ["MediaKind", "answer_media", "decode_base64", "fenced_json", "media_part"]
+__all__ = [
+    "MediaKind",
+    "answer_media",
+    "decode_base64",
+    "fenced_json",
+    "media_part",
+    "parse_data_url",
+]
 
 FETCHED_SCHEMES = ("http://", "https://")
 """URL schemes passed through to the model's provider (it fetches them; Loom never does)."""
@@ -45,24 +50,39 @@ def _kind(media_type: str) -> MediaKind:
 
 
 def decode_base64(text: str, label: str) -> bytes:
-    """``text``'s bytes (base64, standard or URL-safe alphabet), else ``ContentError``."""
+    """``text``'s bytes (base64, standard or URL-safe alphabet), else ``ContentError``;
+    ``MediaTooLarge`` before decoding what would be over the size limit."""
     cleaned = "".join(text.split())
+    decoded_size = len(cleaned) * 3 // 4
+    if decoded_size > MAX_MEDIA_BYTES:
+        raise MediaTooLarge(
+            f"{label} is about {decoded_size:,} bytes, over the {MAX_MEDIA_BYTES:,}-byte limit: "
+            "send a smaller file (downscale the image, split the document) or a URL",
+            size=decoded_size,
+            limit=MAX_MEDIA_BYTES,
+            part=label,
+        )
     try:
         if "-" in cleaned or "_" in cleaned:
             return base64.urlsafe_b64decode(cleaned + "=" * (-len(cleaned) % 4))
         return base64.b64decode(cleaned + "=" * (-len(cleaned) % 4), validate=True)
     except (binascii.Error, ValueError):
         raise ContentError(
-            f"{label}: its data is not base64; send the file's bytes base64-encoded", part=label
+            f"{label}: its data is not valid base64; send the file's bytes base64-encoded",
+            part=label,
         ) from None
 
 
-def _data_url(url: str, label: str) -> tuple[bytes, str]:
-    """A ``data:`` URL's bytes and media type (RFC 2397)."""
-    head, comma, body = url[5:].partition(",")
-    if not comma:
-        raise ContentError(f"{label}: a data: URL needs a comma before its data", part=label)
-    fields = head.split(";")
+def parse_data_url(url: str, label: str) -> tuple[bytes, str]:
+    """A ``data:`` URL's bytes and media type (RFC 2397); ``ContentError`` for a malformed
+    one."""
+    head, comma, body = url.partition(",")
+    if not url.startswith("data:") or not comma:
+        raise ContentError(
+            f"{label}: a malformed data URL (expected data:<media type>;base64,<data>)",
+            part=label,
+        )
+    fields = head[5:].split(";")
     media_type = fields[0].strip().lower()
     if "base64" in (f.strip().lower() for f in fields[1:]):
         return decode_base64(body, label), media_type
@@ -87,7 +107,7 @@ def media_part(
     label = name or (f"a {media_type} part" if media_type else "a file part")
     if url is not None and data is None:
         if url.startswith("data:"):
-            data, said = _data_url(url, label)
+            data, said = parse_data_url(url, label)
             media_type = media_type or said
         elif not url.lower().startswith(FETCHED_SCHEMES):
             scheme = url.partition(":")[0] if ":" in url else "(no scheme)"
@@ -107,16 +127,9 @@ def media_part(
     if not media_type and url is not None:
         media_type = mimetypes.guess_type(url.split("?", 1)[0])[0] or ""
     cls = kind or _kind(media_type)
-    try:
-        if data is not None:
-            return cls(data=data, media_type=media_type, name=name or None)
-        return cls(url=url, media_type=media_type, name=name or None)
-    except ValidationError as exc:  # pydantic wraps the part's own ContentError: unwrap it
-        for error in exc.errors():
-            cause = (error.get("ctx") or {}).get("error")
-            if isinstance(cause, ContentError):
-                raise cause from None
-        raise ContentError(f"{label}: {exc}", part=label) from None
+    if data is not None:  # a part's checks raise their own ContentError (loom.content)
+        return cls(data=data, media_type=media_type, name=name or None)
+    return cls(url=url, media_type=media_type, name=name or None)
 
 
 def fenced_json(value: Any) -> str:

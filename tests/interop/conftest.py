@@ -107,14 +107,12 @@ MEDIA_KEY = "media-key-000001"
 
 @pytest.fixture(scope="session")
 def media_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A ``loom serve`` of ``a2a_agents.py`` (``looker``: media in, media out) keeping its
-    sessions in memory: ``MemoryStore`` keeps media (``BlobStore``); the SQLite store gets it
-    in its own change, then this may use the default store."""
+    """A ``loom serve`` of ``a2a_agents.py`` (``looker``: media in, media out) on the default
+    durable store (SQLite keeps media once: ``BlobStore``)."""
     srv = start_server(
         tmp_path_factory.mktemp("media"),
         app="a2a_agents:registry",
         source=(Path(__file__).parent / "a2a_agents.py").read_text(),
-        store=":memory:",
         env={"LOOM_API_KEYS": MEDIA_KEY},
     )
     yield srv

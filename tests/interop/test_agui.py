@@ -227,7 +227,10 @@ def test_media_content_loom_cannot_use_is_a_422_saying_why(media_server: Server)
             ImagePart(source=DataSource(value="JVBERi0xLjQK", mime_type="application/pdf")),
             "not an image",
         ),
-        (DocumentPart(source=DataSource(value="%%%", mime_type="application/pdf")), "not valid base64"),
+        (
+            DocumentPart(source=DataSource(value="%%%", mime_type="application/pdf")),
+            "not valid base64",
+        ),
     ]
     for i, (part, says) in enumerate(cases):
         body = RunAgentInput(

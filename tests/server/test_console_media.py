@@ -82,7 +82,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         tmp,
         app="console_media_agents:registry",
         source=AGENTS,
-        store=":memory:",
         env={"LOOM_API_KEYS": f"{KEY},{OTHER_KEY}"},
     )
     yield srv

@@ -42,6 +42,20 @@ def thinker(messages, tools):
     return ModelResponse(text="42", parts=[Reasoning(text="six times seven", provider="test")])
 
 
+class LiveThinker:  # streams its reasoning before its answer, as reasoning models do
+
+    name = "live-thinker"
+    reports_real_usage = False
+
+    async def stream(self, messages, tools, settings=None):
+        from loom.models.base import ReasoningDelta, TextDelta
+
+        yield ReasoningDelta("six ")
+        yield ReasoningDelta("times seven")
+        yield TextDelta("42")
+        yield ModelResponse(text="42", parts=[Reasoning(text="six times seven", provider="test")])
+
+
 from loom.crew import Crew, Sequential
 
 PAIR = Crew("pair", members={"eye": Agent(name="eye", model=FunctionModel(looker))},
@@ -53,6 +67,7 @@ registry = AgentRegistry([
     Agent(name="blind", instructions="Describe.", model=BLIND),
     Agent(name="looker", instructions="Describe.", model=FunctionModel(looker)),
     Agent(name="thinker", instructions="Think.", model=FunctionModel(thinker)),
+    Agent(name="live-thinker", instructions="Think.", model=LiveThinker()),
     PAIR,
 ])
 """
@@ -84,12 +99,11 @@ WAV = b"RIFF\x24\x00\x00\x00WAVEfmt " + b"\x00" * 24
 
 @pytest.fixture(scope="module")
 def media_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A server whose store keeps media (MemoryStore: ``--store :memory:``)."""
+    """A server on the default durable store (SQLite, which keeps media once)."""
     srv = start_server(
         tmp_path_factory.mktemp("media"),
         app="media_agents:registry",
         source=MEDIA_AGENTS,
-        store=":memory:",
     )
     yield srv
     stop_server(srv)
@@ -234,6 +248,23 @@ async def test_chat_returns_reasoning_content(media_server: Server) -> None:
         text += delta.content or ""
         reasoning += (delta.model_extra or {}).get("reasoning_content") or ""
     assert (reasoning, text) == ("six times seven", "42")
+
+
+async def test_chat_streams_reasoning_as_it_comes_and_once(media_server: Server) -> None:
+    stream = await oai(media_server).chat.completions.create(
+        model="live-thinker", messages=[{"role": "user", "content": "6*7?"}], stream=True
+    )
+    pieces, text = [], ""
+    async for chunk in stream:
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        text += delta.content or ""
+        piece = (delta.model_extra or {}).get("reasoning_content")
+        if piece:
+            pieces.append(piece)
+    # each delta as the model streamed it, never the whole again at the step's end
+    assert (pieces, text) == (["six ", "times seven"], "42")
 
 
 async def test_a_model_that_cannot_read_images_is_a_400_before_it_runs(
@@ -470,7 +501,6 @@ def keyed_media(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         str(tmp / "keys.yaml"),
         app="media_agents:registry",
         source=MEDIA_AGENTS,
-        store=":memory:",
     )
     yield srv
     stop_server(srv)

@@ -37,7 +37,15 @@ from loom.content import Reasoning
 from loom.crew import Crew
 from loom.engine.run_inputs import NewMessage
 from loom.errors import ContentError, InputError, SessionNotFound
-from loom.events import AgentEvent, AgentFinish, AgentStart, LlmComplete, LlmDelta, parts_of
+from loom.events import (
+    AgentEvent,
+    AgentFinish,
+    AgentStart,
+    LlmComplete,
+    LlmDelta,
+    LlmReasoningDelta,
+    parts_of,
+)
 from loom.messages import RunResult, Usage, new_id
 from loom.server.app import error_body, state_of
 from loom.server.content_blocks import openai_parts, reasoning_text, run_input
@@ -377,6 +385,7 @@ async def _chat_chunks(
         )
 
     streamed = False
+    reasoned = False  # this step's reasoning went out live (LLM_REASONING_DELTA)
     async for event in events:
         if chunk_id is None:
             chunk_id = f"chatcmpl-{event.run_id}"
@@ -384,10 +393,13 @@ async def _chat_chunks(
         if isinstance(event, LlmDelta) and event.delta:
             streamed = True
             yield chunk({"content": event.delta})
-        elif isinstance(event, LlmComplete) and event.parts:
-            # TODO(issue 27): stream LLM_REASONING_DELTA events as they come once the engine
-            # emits them; until then a step's reasoning comes whole, with its LLM_COMPLETE
-            thought = _reasoning_of(event)
+        elif isinstance(event, LlmReasoningDelta) and event.delta:
+            reasoned = True
+            yield chunk({"reasoning_content": event.delta})
+        elif isinstance(event, LlmComplete):
+            # a provider that streams no reasoning deltas: the step's reasoning comes whole
+            thought = _reasoning_of(event) if event.parts and not reasoned else ""
+            reasoned = False
             if thought:
                 yield chunk({"reasoning_content": thought})
         elif isinstance(event, AgentFinish):
@@ -767,7 +779,8 @@ async def _response_events(
             streamed = True
             yield delta(event.delta)
         elif isinstance(event, LlmComplete) and event.parts:
-            # TODO(issue 27): stream LLM_REASONING_DELTA events once the engine emits them
+            # the reasoning item is sent whole, with the response's end (its deltas are not
+            # streamed: the message item holds output index 0 as soon as text streams)
             thought = _reasoning_of(event)
             if thought:
                 thoughts.append(thought)

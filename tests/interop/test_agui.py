@@ -308,7 +308,19 @@ def drawer(messages, tools):  # an answer that is an image
                          parts=[Image.from_bytes(SHOT, name="chart.png")])
 
 
+def screen(messages, tools):  # asks the page (a frontend tool) for a screenshot
+    last = messages[-1]
+    if last.role == "tool":
+        import hashlib
+
+        seen = [f"{p.kind} {p.media_type} {p.name} {hashlib.sha256(p.data).hexdigest()}"
+                for p in last.parts]
+        return f"text={last.content.splitlines()[0]!r}; " + "; ".join(seen)
+    return ModelResponse(tool_calls=[ToolCall(name="screenshot", arguments={})])
+
+
 registry = AgentRegistry([
+    Agent(name="screen", instructions="Look at the page.", model=FunctionModel(screen)),
     Agent(name="live-thinker", instructions="Think.", model=LiveThinker()),
     Agent(name="thinker", instructions="Think.", model=FunctionModel(thinker)),
     Agent(name="photographer", instructions="Take pictures.", model=FunctionModel(photographer),
@@ -464,3 +476,62 @@ def test_agui_client_reads_reasoning_and_a_tools_image(out_server: Server, js: P
     assert image["type"] == "image" and image["source"]["type"] == "url"
     assert image["source"]["value"].startswith(f"{out_server.url}/threads/")
     assert answer["content"] == "Here it is."
+
+
+def test_a_frontend_tools_result_may_carry_media(out_server: Server) -> None:
+    """The client answers a frontend call with a tool message whose content is text and an
+    image (AG-UI 1.0 allows media parts on tool messages): the model reads the very bytes; a
+    part Loom cannot use is a 422 naming the tool message."""
+    from ag_ui.core import (
+        DataSource,
+        ImagePart,
+        RunAgentInput,
+        TextPart,
+        Tool,
+        ToolMessage,
+        UserMessage,
+    )
+
+    url, thread = f"{out_server.url}/agui/screen", "t-frontend-media"
+    tools = [Tool(name="screenshot", description="Screenshot the page.", parameters={})]
+    user = UserMessage(id="u1", content="what is on my page?")
+
+    def post(run_id: str, messages: list[Any]) -> httpx.Response:
+        body = RunAgentInput(
+            thread_id=thread,
+            run_id=run_id,
+            state={},
+            messages=messages,
+            tools=tools,
+            context=[],
+            forwarded_props={},
+        )
+        return httpx.post(
+            url,
+            content=body.model_dump_json(by_alias=True, exclude_none=True),
+            headers={"content-type": "application/json", "x-api-key": OUT_KEY},
+            timeout=30,
+        )
+
+    first = [json.loads(ln[5:]) for ln in post("r1", [user]).text.splitlines() if ln[:5] == "data:"]
+    [call_id] = first[-1]["outcome"]["pendingToolCallIds"]
+
+    def answer(part: Any) -> ToolMessage:
+        return ToolMessage(id="t1", tool_call_id=call_id, content=[TextPart(text="the page"), part])
+
+    bad = ImagePart(source=DataSource(value="bm90IGEgcG5n", mime_type="image/png"))
+    r = post("r2", [user, answer(bad)])
+    assert r.status_code == 422, r.text
+    message = r.json()["error"]["message"]
+    assert f"the tool message answering {call_id!r}: content part 1" in message, message
+
+    shot = ImagePart(
+        source=DataSource(value=base64.b64encode(SHOT).decode(), mime_type="image/png"),
+        metadata={"filename": "page.png"},
+    )
+    r = post("r3", [user, answer(shot)])
+    assert r.status_code == 200, r.text
+    events = [json.loads(ln[5:]) for ln in r.text.splitlines() if ln[:5] == "data:"]
+    said = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+    assert said == (f"text='the page'; image image/png page.png {hashlib.sha256(SHOT).hexdigest()}")
+    assert events[-1]["outcome"] == {"type": "success"}

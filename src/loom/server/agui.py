@@ -31,8 +31,9 @@ call to one parks through Loom's approval seam (a hook asks for approval, nobody
 the run): the stream ends with the call's ``TOOL_CALL`` events and ``RUN_FINISHED`` whose
 success outcome names it in ``pendingToolCallIds``. The client runs the tool and sends the
 next ``RunAgentInput`` with a tool message for that call: the parked call is approved, and
-"running" it returns the client's content, so the result enters the journal as that call's
-result and the turn goes on. A server-side call that needs a human ends the run with an
+"running" it returns the client's content (its text, and its media parts read as a user
+message's), so the result enters the journal as that call's result and the turn goes on. A
+server-side call that needs a human ends the run with an
 ``interrupt`` outcome (one interrupt per call, ``id`` = the tool call id); a ``resume`` entry
 (``payload: {"approved": bool, "reason"?}``, or ``status: "cancelled"`` to reject) answers it.
 A run whose model asked the client something (a server query, ``awaiting_input``) also ends
@@ -101,7 +102,8 @@ class FrontendTool:
             if isinstance(parameters, Mapping)
             else {"type": "object", "properties": {}}
         )
-        self.answers: dict[str, str] = {}  # tool_call_id -> the client's result (this request)
+        # tool_call_id -> the client's result (this request): its text, or its text and media
+        self.answers: dict[str, str | list[str | Part]] = {}
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
         return arguments  # the client validates what it runs
@@ -140,19 +142,8 @@ def _with_frontend(agent: Agent, tools: Sequence[Any]) -> tuple[Agent, dict[str,
     return changed, frontend
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    parts = []
-    for part in content or []:
-        if getattr(part, "type", None) != "text":
-            raise InputError(f"this agent takes text only; a message has a {part.type!r} part")
-        parts.append(part.text)
-    return "".join(parts)
-
-
-def _content(content: Any) -> tuple[str, list[Part]]:
-    """A user message's content as (text, media): its text parts joined, each image, audio,
+def _content(content: Any, where: str = "") -> tuple[str, list[Part]]:
+    """A user or tool message's content as (text, media): its text parts joined, each image, audio,
     document or video part a Loom medium (``loom.server.surface_media.media_part``; a video
     is a ``File``: Loom has no video kind, and the model's provider says whether it reads
     one). A source that is a provider's file handle is refused: Loom cannot resolve it."""
@@ -172,11 +163,11 @@ def _content(content: Any) -> tuple[str, list[Part]]:
             texts.append(part.text)
             continue
         if kind not in kinds:
-            raise InputError(f"content part {i} is {kind!r}: a message takes text and media")
+            raise InputError(f"{where}content part {i} is {kind!r}: a message takes text and media")
         source, meta = part.source, part.metadata if isinstance(part.metadata, Mapping) else {}
         name = meta.get("filename") or meta.get("name")
         name = name if isinstance(name, str) and name else None
-        label = f"content part {i} ({kind}{', ' + name if name else ''})"
+        label = f"{where}content part {i} ({kind}{', ' + name if name else ''})"
         try:
             if source.type == "data":
                 data = decode_base64(source.value, label)
@@ -239,7 +230,9 @@ async def _plan(
                     f"the answered call {p.tool_call_id!r} is of frontend tool "
                     f"{p.tool_name!r}; send that tool in tools again"
                 )
-            tool.answers[p.tool_call_id] = _text(tool_message.content)
+            where = f"the tool message answering {p.tool_call_id!r}: "
+            text, media = _content(tool_message.content, where)  # a result may carry media
+            tool.answers[p.tool_call_id] = [text, *media] if media else text
             plan.decisions[p.tool_call_id] = {"decision": "approve"}
         elif p.tool_call_id in resumes:
             entry = resumes[p.tool_call_id]
@@ -282,7 +275,7 @@ class _Mapper:
     media route under it."""
 
     def __init__(
-        self, body: RunAgentInput, frontend: Mapping[str, FrontendTool], media_root: str = ""
+        self, body: RunAgentInput, frontend: Mapping[str, FrontendTool], media_root: str
     ) -> None:
         self.body, self.frontend = body, frontend
         self.media_root = media_root.rstrip("/")
@@ -506,9 +499,10 @@ def _agent_for(state: ServerState, name: str | None) -> Agent | JSONResponse:
 
 
 async def _start(
-    state: ServerState, agent: Agent, body: RunAgentInput, media_root: str = ""
+    state: ServerState, agent: Agent, body: RunAgentInput, media_root: str
 ) -> tuple[Turn, _Mapper]:
-    """The turn this input asks for (InputError → 422 before the stream starts)."""
+    """The turn this input asks for (InputError → 422 before the stream starts); its media
+    URLs are under ``media_root`` (the request's base URL)."""
     served, frontend = _with_frontend(agent, body.tools or [])
     plan = await _plan(state, body, frontend)
     if plan.message is not None:

@@ -9,19 +9,31 @@ message's content may be an array of parts: text parts are its text; image, audi
 bytes (``data``) or a URL the model's provider fetches (``url``; Loom never fetches it); a
 provider's file handle (``file``) is refused (422), as Loom cannot read it.
 
-Order (what ``@ag-ui/client`` verifies): ``RUN_STARTED``; per model answer the text as
+Order (what ``@ag-ui/client`` verifies): ``RUN_STARTED``; per model answer its reasoning as
+``REASONING_START``, ``REASONING_MESSAGE_START/CONTENT/END``, ``REASONING_END`` (a message of
+its own, role ``reasoning``: deltas as they stream, else the step's whole reasoning from its
+``LLM_COMPLETE``, never both and never in the answer's text), the text as
 ``TEXT_MESSAGE_START/CONTENT/END`` (deltas as they stream) then each tool call as
 ``TOOL_CALL_START/ARGS/END``; each server-side result as ``TOOL_CALL_RESULT``; a
 ``STATE_SNAPSHOT`` (the input state plus ``loom``: session, run, stop reason, usage); then
 ``RUN_FINISHED`` or ``RUN_ERROR`` last.
+
+Media out: a tool result's images, audio and files are content parts of its
+``TOOL_CALL_RESULT`` (after its text; ``image``, ``audio``, ``document``, or ``video`` for a
+``video/*`` file) whose ``url`` source is the thread's media route
+``GET /threads/{threadId}/media/{ref}`` (absolute, on the host the request came to; checked
+like every thread route), or the part's own URL; never the bytes, which the client would
+send back in every later ``RunAgentInput``. AG-UI's assistant message is text only, so the
+media of an answer are lines of its text: ``[image chart.png: image/png, ...](<url>)``.
 
 Frontend tools (``RunAgentInput.tools``) are offered to the model beside the agent's own. A
 call to one parks through Loom's approval seam (a hook asks for approval, nobody answers in
 the run): the stream ends with the call's ``TOOL_CALL`` events and ``RUN_FINISHED`` whose
 success outcome names it in ``pendingToolCallIds``. The client runs the tool and sends the
 next ``RunAgentInput`` with a tool message for that call: the parked call is approved, and
-"running" it returns the client's content, so the result enters the journal as that call's
-result and the turn goes on. A server-side call that needs a human ends the run with an
+"running" it returns the client's content (its text, and its media parts read as a user
+message's), so the result enters the journal as that call's result and the turn goes on. A
+server-side call that needs a human ends the run with an
 ``interrupt`` outcome (one interrupt per call, ``id`` = the tool call id); a ``resume`` entry
 (``payload: {"approved": bool, "reason"?}``, or ``status: "cancelled"`` to reject) answers it.
 A run whose model asked the client something (a server query, ``awaiting_input``) also ends
@@ -39,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from loom.content import Audio, File, Image, Reasoning, describe
 from loom.engine.run_inputs import Answer, NewMessage, Resume
 from loom.errors import ContentError, InputError, UnsupportedContent
 from loom.events import (
@@ -46,18 +59,21 @@ from loom.events import (
     AgentFinish,
     LlmComplete,
     LlmDelta,
+    LlmReasoningDelta,
     ToolErrorEvent,
     ToolResultEvent,
+    parts_of,
 )
 from loom.hooks import RequireApproval
 from loom.messages import ToolCall, new_id
 from loom.server.app import ServerState, error_body, state_of
+from loom.server.content_blocks import media_path
 from loom.server.openai_api import EventStream, close_quietly
 from loom.server.ownership import check_client_id, header_value
 from loom.server.surface_media import MediaKind, decode_base64, media_part
 
 if TYPE_CHECKING:
-    from ag_ui.core import BaseEvent, RunAgentInput
+    from ag_ui.core import BaseEvent, ContentPart, RunAgentInput
 
     from loom.agent import Agent
     from loom.content import Part
@@ -86,7 +102,8 @@ class FrontendTool:
             if isinstance(parameters, Mapping)
             else {"type": "object", "properties": {}}
         )
-        self.answers: dict[str, str] = {}  # tool_call_id -> the client's result (this request)
+        # tool_call_id -> the client's result (this request): its text, or its text and media
+        self.answers: dict[str, str | list[str | Part]] = {}
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
         return arguments  # the client validates what it runs
@@ -125,26 +142,13 @@ def _with_frontend(agent: Agent, tools: Sequence[Any]) -> tuple[Agent, dict[str,
     return changed, frontend
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    parts = []
-    for part in content or []:
-        if getattr(part, "type", None) != "text":
-            raise InputError(f"this agent takes text only; a message has a {part.type!r} part")
-        parts.append(part.text)
-    return "".join(parts)
-
-
-def _content(content: Any) -> tuple[str, list[Part]]:
-    """A user message's content as (text, media): its text parts joined, each image, audio,
+def _content(content: Any, where: str = "") -> tuple[str, list[Part]]:
+    """A user or tool message's content as (text, media): its text parts joined, each image, audio,
     document or video part a Loom medium (``loom.server.surface_media.media_part``; a video
     is a ``File``: Loom has no video kind, and the model's provider says whether it reads
     one). A source that is a provider's file handle is refused: Loom cannot resolve it."""
     if isinstance(content, str):
         return content, []
-    from loom.content import Audio, File, Image
-
     texts: list[str] = []
     parts: list[Part] = []
     kinds: dict[str, MediaKind] = {
@@ -159,11 +163,11 @@ def _content(content: Any) -> tuple[str, list[Part]]:
             texts.append(part.text)
             continue
         if kind not in kinds:
-            raise InputError(f"content part {i} is {kind!r}: a message takes text and media")
+            raise InputError(f"{where}content part {i} is {kind!r}: a message takes text and media")
         source, meta = part.source, part.metadata if isinstance(part.metadata, Mapping) else {}
         name = meta.get("filename") or meta.get("name")
         name = name if isinstance(name, str) and name else None
-        label = f"content part {i} ({kind}{', ' + name if name else ''})"
+        label = f"{where}content part {i} ({kind}{', ' + name if name else ''})"
         try:
             if source.type == "data":
                 data = decode_base64(source.value, label)
@@ -226,7 +230,9 @@ async def _plan(
                     f"the answered call {p.tool_call_id!r} is of frontend tool "
                     f"{p.tool_name!r}; send that tool in tools again"
                 )
-            tool.answers[p.tool_call_id] = _text(tool_message.content)
+            where = f"the tool message answering {p.tool_call_id!r}: "
+            text, media = _content(tool_message.content, where)  # a result may carry media
+            tool.answers[p.tool_call_id] = [text, *media] if media else text
             plan.decisions[p.tool_call_id] = {"decision": "approve"}
         elif p.tool_call_id in resumes:
             entry = resumes[p.tool_call_id]
@@ -263,27 +269,56 @@ async def _plan(
 
 
 class _Mapper:
-    """Loom events → AG-UI events for one run, keeping what the protocol's order needs."""
+    """Loom events → AG-UI events for one run, keeping what the protocol's order needs.
 
-    def __init__(self, body: RunAgentInput, frontend: Mapping[str, FrontendTool]) -> None:
+    ``media_root`` is the server's absolute base URL: a stored medium's URL is the thread's
+    media route under it."""
+
+    def __init__(
+        self, body: RunAgentInput, frontend: Mapping[str, FrontendTool], media_root: str
+    ) -> None:
         self.body, self.frontend = body, frontend
+        self.media_root = media_root.rstrip("/")
         self.text_id: str | None = None  # the open text message
+        self.reasoning_id: str | None = None  # the open reasoning span and message
+        self.reasoned = False  # this step's reasoning went out live (LLM_REASONING_DELTA)
 
     def map(self, ev: AgentEvent) -> list[BaseEvent]:
         from ag_ui import core as c
 
         out: list[BaseEvent] = []
-        if isinstance(ev, LlmDelta) and ev.delta:
+        if isinstance(ev, LlmReasoningDelta) and ev.delta:
+            self.reasoned = True
+            out += self._reasoning(ev.delta)
+        elif isinstance(ev, LlmDelta) and ev.delta:
+            out += self._close_reasoning()  # the model thought, now it answers
             if self.text_id is None:
                 self.text_id = new_id("msg")
                 out.append(c.TextMessageStartEvent(message_id=self.text_id, role="assistant"))
             out.append(c.TextMessageContentEvent(message_id=self.text_id, delta=ev.delta))
         elif isinstance(ev, LlmComplete):
+            out += self._close_reasoning()
+            parts = parts_of(ev.parts) if ev.parts else []
+            if not self.reasoned:  # a model that streams no reasoning: the step's, whole
+                thought = "\n\n".join(p.text for p in parts if isinstance(p, Reasoning) and p.text)
+                if thought:
+                    out += self._reasoning(thought) + self._close_reasoning()
+            self.reasoned = False
             message_id = self.text_id
             if message_id is None and ev.answer:  # a model that does not stream deltas
                 message_id = new_id("msg")
                 out.append(c.TextMessageStartEvent(message_id=message_id, role="assistant"))
                 out.append(c.TextMessageContentEvent(message_id=message_id, delta=ev.answer))
+            media = _media_of(parts)
+            if media:  # AG-UI's assistant message is text: each medium a line with its URL
+                lines = "\n".join(f"{describe(p)}({self.media_url(p)})" for p in media)
+                if message_id is None:
+                    message_id = new_id("msg")
+                    out.append(c.TextMessageStartEvent(message_id=message_id, role="assistant"))
+                    delta = lines
+                else:
+                    delta = "\n\n" + lines if ev.answer else lines
+                out.append(c.TextMessageContentEvent(message_id=message_id, delta=delta))
             if message_id is not None:
                 out.append(c.TextMessageEndEvent(message_id=message_id))
             self.text_id = None
@@ -303,10 +338,15 @@ class _Mapper:
                 ]
         elif isinstance(ev, ToolResultEvent | ToolErrorEvent):
             if ev.tool_name not in self.frontend:  # the client has its own tool's result
+                media = _media_of(parts_of(ev.parts) if ev.parts else [])
+                content: str | list[c.ContentPart] = ev.content or ""
+                if media:  # text first, then each medium (as the tool returned them)
+                    content = [c.TextPart(text=ev.content)] if ev.content else []
+                    content += [self.content_part(p) for p in media]
                 result = c.ToolCallResultEvent(
                     message_id=new_id("msg"),
                     tool_call_id=ev.tool_call_id,
-                    content=ev.content or "",
+                    content=content,
                     role="tool",
                 )
                 out.append(result)
@@ -314,10 +354,56 @@ class _Mapper:
             out += self.finish(ev)
         return out
 
-    def finish(self, ev: AgentFinish) -> list[BaseEvent]:
+    def _reasoning(self, text: str) -> list[BaseEvent]:
+        """``text`` added to the open reasoning message (opened first when none is: a span of
+        one message, both named by the same id)."""
         from ag_ui import core as c
 
         out: list[BaseEvent] = []
+        rid = self.reasoning_id
+        if rid is None:
+            self.reasoning_id = rid = new_id("reasoning")
+            out += [
+                c.ReasoningStartEvent(message_id=rid),
+                c.ReasoningMessageStartEvent(message_id=rid, role="reasoning"),
+            ]
+        out.append(c.ReasoningMessageContentEvent(message_id=rid, delta=text))
+        return out
+
+    def _close_reasoning(self) -> list[BaseEvent]:
+        from ag_ui import core as c
+
+        rid, self.reasoning_id = self.reasoning_id, None
+        if rid is None:
+            return []
+        return [c.ReasoningMessageEndEvent(message_id=rid), c.ReasoningEndEvent(message_id=rid)]
+
+    def media_url(self, part: Image | File | Audio) -> str:
+        """Where the client reads a medium: the thread's media route for stored bytes (an
+        absolute URL), else the part's own URL."""
+        if part.ref is not None:
+            return self.media_root + media_path(self.body.thread_id, part.ref)
+        return part.url or ""
+
+    def content_part(self, part: Image | File | Audio) -> ContentPart:
+        """A medium as AG-UI's content part of its kind, its source a URL (never the bytes:
+        a client sends its whole history back with every run)."""
+        from ag_ui import core as c
+
+        source = c.UrlSource(value=self.media_url(part), mime_type=part.media_type or None)
+        meta = {"filename": part.name} if part.name else None
+        if part.kind == "image":
+            return c.ImagePart(source=source, metadata=meta)
+        if part.kind == "audio":
+            return c.AudioPart(source=source, metadata=meta)
+        if (part.media_type or "").startswith("video/"):
+            return c.VideoPart(source=source, metadata=meta)
+        return c.DocumentPart(source=source, metadata=meta)
+
+    def finish(self, ev: AgentFinish) -> list[BaseEvent]:
+        from ag_ui import core as c
+
+        out: list[BaseEvent] = self._close_reasoning()
         if self.text_id is not None:
             out.append(c.TextMessageEndEvent(message_id=self.text_id))
             self.text_id = None
@@ -381,6 +467,11 @@ class _Mapper:
         return out
 
 
+def _media_of(parts: Sequence[Any]) -> list[Image | File | Audio]:
+    """The media (images, files, audio) among an event's parts, in order."""
+    return [p for p in parts if isinstance(p, Image | File | Audio)]
+
+
 _RESUME_SCHEMA = {
     "type": "object",
     "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"}},
@@ -407,8 +498,11 @@ def _agent_for(state: ServerState, name: str | None) -> Agent | JSONResponse:
     return agent
 
 
-async def _start(state: ServerState, agent: Agent, body: RunAgentInput) -> tuple[Turn, _Mapper]:
-    """The turn this input asks for (InputError → 422 before the stream starts)."""
+async def _start(
+    state: ServerState, agent: Agent, body: RunAgentInput, media_root: str
+) -> tuple[Turn, _Mapper]:
+    """The turn this input asks for (InputError → 422 before the stream starts); its media
+    URLs are under ``media_root`` (the request's base URL)."""
     served, frontend = _with_frontend(agent, body.tools or [])
     plan = await _plan(state, body, frontend)
     if plan.message is not None:
@@ -420,7 +514,7 @@ async def _start(state: ServerState, agent: Agent, body: RunAgentInput) -> tuple
     else:
         resume = Resume(plan.decisions)
         turn = await state.runtime.start(served, resume, session_id=body.thread_id)
-    return turn, _Mapper(body, frontend)
+    return turn, _Mapper(body, frontend, media_root)
 
 
 async def _run(request: Request, name: str | None) -> Response:
@@ -454,7 +548,7 @@ async def _run(request: Request, name: str | None) -> Response:
     agent = _agent_for(state, name)
     if isinstance(agent, JSONResponse):
         return agent
-    turn, mapper = await _start(state, agent, body)
+    turn, mapper = await _start(state, agent, body, str(request.base_url))
     events = drive(turn)
     encoder = EventEncoder(accept=request.headers.get("accept", "text/event-stream"))
 

@@ -1,8 +1,10 @@
 // Drives a Loom server's AG-UI endpoint with @ag-ui/client's HttpAgent, which verifies the
 // event order itself (a stream out of order rejects the run). Prints one JSON line per run:
 // the event types seen, the run's result, its new messages; exits 1 with the error otherwise.
-// usage: node agui_client.mjs <url> <scenario>   (scenarios: text, tools, frontend, bad, media)
-// (media: the base64 of a PNG and a PDF in the env vars AGUI_PNG and AGUI_PDF)
+// usage: node agui_client.mjs <url> <scenario>
+//   (scenarios: text, tools, frontend, bad, media, reasoning, toolmedia)
+// (media: the base64 of a PNG and a PDF in the env vars AGUI_PNG and AGUI_PDF; media,
+// reasoning and toolmedia send the API key in LOOM_KEY, if set, as x-api-key)
 import { HttpAgent } from "@ag-ui/client";
 
 const [url, scenario] = process.argv.slice(2);
@@ -62,6 +64,12 @@ try {
         { type: "image", source: { type: "url", value: "https://example.com/cat.jpg" } },
       ],
     });
+    out.push(await run(agent, {}));
+  } else if (scenario === "reasoning" || scenario === "toolmedia") {
+    // an answer's reasoning (its own message, role "reasoning") and a tool's image
+    const headers = process.env.LOOM_KEY ? { "x-api-key": process.env.LOOM_KEY } : {};
+    const agent = new HttpAgent({ url, headers, threadId: `t-${scenario}-${Date.now()}` });
+    say(agent, scenario === "reasoning" ? "what is six times seven?" : "take a picture of the sea");
     out.push(await run(agent, {}));
   } else if (scenario === "bad") {
     const agent = new HttpAgent({ url, threadId: `t-bad-${Date.now()}` });

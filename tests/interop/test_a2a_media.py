@@ -206,28 +206,49 @@ async def test_a_remote_agents_image_file_and_sound_all_reach_the_local_model(
     assert tool_message.content.splitlines()[0] == "all of it"
 
 
-def test_a_remote_file_loom_cannot_use_is_named_and_left_out() -> None:
-    """Bytes that are not what they claim, and a URL no provider fetches, from a remote agent:
-    the call still answers, with a line naming each file and why it was left out."""
-    from loom.tools.a2a import Exchange, Item
+def test_a_remote_answers_files_as_loom_parts_and_unusable_ones_as_lines() -> None:
+    """The parts of a remote answer as the tool's result: an http(s) URL stays a URL (the
+    local model's provider fetches it), a ``data:`` URL is decoded; bytes that are not what
+    they claim, and a URL no provider fetches, leave the call answering, with a line naming
+    each such file and why it was left out."""
+    import base64
 
+    from loom.content import File, Image, describe
+    from loom.tools.a2a import Exchange
+
+    photo = png(4, 4)
     ex = Exchange(state=TaskState.TASK_STATE_COMPLETED)
     ex.artifacts = [
         _items(
             [
-                new_text_part("two files"),
+                new_text_part("four files"),
                 new_raw_part(b"not a png", "image/png", "fake.png"),
                 new_url_part("file:///etc/passwd", "text/plain", "passwd"),
                 new_raw_part(PDF, "application/pdf", "ok.pdf"),
+                new_url_part("https://example.com/cat.jpg", "image/jpeg", "cat.jpg"),
+                new_url_part("data:image/png;base64," + base64.b64encode(photo).decode()),
             ]
         )
     ]
-    content: list[Item] = ex.content
-    assert content[0].startswith("two files\n[image fake.png: image/png, 9 bytes; left out: ")
-    assert "MediaTypeMismatch" not in content[0] and "are not that" in content[0]
-    assert "[file passwd: text/plain, at file:///etc/passwd; left out: " in content[0]
-    [pdf] = ex.media
-    assert pdf.data == PDF and pdf.name == "ok.pdf"
+    first, pdf, cat, inline = ex.content
+    assert isinstance(first, str)
+    assert first.startswith("four files\n[image fake.png: image/png, 9 bytes; left out: ")
+    assert "are not that" in first  # the MediaTypeMismatch's words
+    assert "\n[file passwd: text/plain, at file:///etc/passwd; left out: " in first
+    assert isinstance(pdf, File) and pdf.data == PDF and pdf.name == "ok.pdf"
+    assert isinstance(cat, Image) and cat.url == "https://example.com/cat.jpg" and cat.data is None
+    assert isinstance(inline, Image) and inline.data == photo and inline.media_type == "image/png"
+    assert ex.media == [pdf, cat, inline]
+    assert ex.result() == [first, pdf, cat, inline]
+    assert ex.answer == "\n".join([first, describe(pdf), describe(cat), describe(inline)])
+
+
+def test_a_remote_answer_of_text_alone_is_text() -> None:
+    from loom.tools.a2a import Exchange
+
+    ex = Exchange(state=TaskState.TASK_STATE_COMPLETED)
+    ex.set_status([new_text_part("only words")])
+    assert ex.result() == "only words" == ex.answer
 
 
 def _items(parts: list[Part]) -> list[Any]:

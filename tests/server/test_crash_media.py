@@ -6,7 +6,9 @@ each task's model is given the very bytes it was sent (the model reports their S
 Both ways a run is carried on are covered: the task whose message was committed before the
 kill goes on from the journal (its media read back from the store's blobs), and the task that
 was acknowledged but still queued behind the first on the same context (nothing of it
-committed) runs with its message rebuilt from the task's stored history."""
+committed) runs with its message from its run's record, which names its media (stored at the
+acknowledgement) by reference. So does a follow-up message on a task still open, which is not
+the task's first message."""
 
 from __future__ import annotations
 
@@ -32,12 +34,25 @@ AGENTS = """
 import asyncio
 import hashlib
 from pathlib import Path
-from loom import Agent
+from loom import Agent, ModelResponse, ToolCall, tool
 from loom.server import AgentRegistry
 from loom.testing import FunctionModel
 
 
+@tool
+def ship() -> str:
+    "Ship the release (needs approval)."
+    return "shipped"
+
+
 async def held(messages, tools):
+    if messages[-1].role == "user" and messages[-1].content.startswith("ship"):
+        return ModelResponse(tool_calls=[ToolCall(name="ship", arguments={})])
+    if messages[-1].role == "tool":  # the answer after the approved call waits for the test
+        Path("called-shipped").touch()
+        while Path("hold").exists():
+            await asyncio.sleep(0.02)
+        return "done: " + messages[-1].content
     last = [m for m in messages if m.role == "user"][-1]
     Path("called-" + last.content.split()[-1]).touch()  # the test waits for the model call
     while Path("hold").exists():
@@ -50,7 +65,15 @@ async def held(messages, tools):
     return "done: " + last.content + "; " + "; ".join(seen)
 
 
-registry = AgentRegistry([Agent(name="held", instructions="Wait.", model=FunctionModel(held))])
+registry = AgentRegistry([
+    Agent(
+        name="held",
+        instructions="Wait.",
+        model=FunctionModel(held),
+        tools=[ship],
+        permissions={"ask": ["ship"]},
+    )
+])
 """
 
 REST = "/agents/held/a2a/rest/message:send"
@@ -62,22 +85,23 @@ def start(tmp: Path, db: Path) -> Server:
     return start_server(tmp, app="media_agents:registry", source=AGENTS, db=db)
 
 
-def _send(text: str, photo: bytes, context_id: str = "") -> dict[str, Any]:
+def _send(
+    text: str, photo: bytes | None, context_id: str = "", task_id: str = "", *, wait: bool = False
+) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = [{"text": text}]
+    if photo is not None:
+        raw = base64.b64encode(photo).decode()
+        parts.append({"raw": raw, "mediaType": "image/png", "filename": "p.png"})
     message: dict[str, Any] = {
         "messageId": f"m-{text}-{time.monotonic_ns()}",
         "role": "ROLE_USER",
-        "parts": [
-            {"text": text},
-            {
-                "raw": base64.b64encode(photo).decode(),
-                "mediaType": "image/png",
-                "filename": "p.png",
-            },
-        ],
+        "parts": parts,
     }
     if context_id:
         message["contextId"] = context_id
-    return {"message": message, "configuration": {"returnImmediately": True}}
+    if task_id:
+        message["taskId"] = task_id
+    return {"message": message, "configuration": {"returnImmediately": not wait}}
 
 
 async def _task(http: httpx.AsyncClient, task_id: str) -> dict[str, Any]:
@@ -122,11 +146,15 @@ async def test_an_acknowledged_a2a_task_with_a_file_survives_a_kill_9(tmp_path: 
         first.process.wait(timeout=10)
     assert not (tmp_path / "called-two").exists()  # nothing of the queued run had started
     store = SQLiteStore(str(db))
-    try:  # between the two servers: the first message is committed, its image stored once
+    try:  # between the two servers: the first message is committed; both images are stored
+        # (the queued one with its run's record, named by reference), each once
         events = await store.load_events(context_id)
         assert [e.content for e in events if e.type == EventType.USER_MESSAGE] == ["look at one"]
         refs = [ref for ref, _, _ in await store.session_blobs(context_id)]
-        assert refs == ["sha256:" + hashlib.sha256(first_photo).hexdigest()]
+        assert refs == [
+            "sha256:" + hashlib.sha256(first_photo).hexdigest(),
+            "sha256:" + hashlib.sha256(queued_photo).hexdigest(),
+        ]
     finally:
         await store.close()
     (tmp_path / "hold").unlink()
@@ -163,5 +191,67 @@ async def test_an_acknowledged_a2a_task_with_a_file_survives_a_kill_9(tmp_path: 
             "sha256:" + hashlib.sha256(first_photo).hexdigest(),
             "sha256:" + hashlib.sha256(queued_photo).hexdigest(),
         }
+    finally:
+        await store.close()
+
+
+async def test_a_follow_up_with_a_file_on_an_open_task_survives_a_kill_9(tmp_path: Path) -> None:
+    """A follow-up message with a file, sent without blocking on a task still open
+    (``input-required``, its approval given over another surface), queued behind a run of its
+    context when the server is killed: after the restart the follow-up runs with its own text
+    and file, not the task's first message."""
+    (tmp_path / "hold").touch()
+    db = tmp_path / "follow.db"
+    photo = png(6, 6)
+    first = start(tmp_path, db)
+    try:
+        async with httpx.AsyncClient(base_url=first.url, timeout=10) as http:
+            r = await http.post(REST, json=_send("ship it", None, wait=True), headers=V1)
+            task = r.json()["task"]
+            assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", task
+            task_id, context_id = task["id"], task["contextId"]
+            # approved over the LangGraph API: its run holds the context (and the A2A task
+            # stays input-required: the decision came from elsewhere)
+            body = {"assistant_id": "held", "command": {"resume": "approve"}}
+            r = await http.post(f"/threads/{context_id}/runs", json=body)
+            assert r.status_code == 200, r.text
+
+            async def shipped() -> bool:
+                return (tmp_path / "called-shipped").exists()
+
+            await _until("the approved call ran", shipped)
+            follow_up = _send("look at three", photo, context_id, task_id)
+            r = await http.post(REST, json=follow_up, headers=V1)
+            assert r.status_code == 200, r.text
+            status = (await _task(http, task_id))["status"]
+            assert status["state"] == "TASK_STATE_WORKING", status  # taken, not yet run
+    finally:
+        first.process.send_signal(signal.SIGKILL)
+        first.process.wait(timeout=10)
+    assert not (tmp_path / "called-three").exists()  # queued: nothing of it had started
+    (tmp_path / "hold").unlink()
+
+    second = start(tmp_path, db)
+    try:
+        async with httpx.AsyncClient(base_url=second.url, timeout=30) as http:
+            got: dict[str, Any] = {}
+
+            async def completed() -> bool:
+                got.update(await _task(http, task_id))
+                state = got["status"]["state"]
+                # the task's first message run again would stop on its approval once more
+                assert "pendingApprovals" not in str(got["status"]), got["status"]
+                return bool(state == "TASK_STATE_COMPLETED")
+
+            await _until("the follow-up's task completed", completed)
+    finally:
+        stop_server(second)
+    answer = got["artifacts"][-1]["parts"][0]["text"]
+    assert answer == f"done: look at three; p.png image/png {hashlib.sha256(photo).hexdigest()}"
+    store = SQLiteStore(str(db))
+    try:
+        events = await store.load_events(context_id)
+        asked = [e.content for e in events if e.type == EventType.USER_MESSAGE]
+        assert asked == ["ship it", "look at three"], asked
     finally:
         await store.close()

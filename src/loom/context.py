@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from loom.content_tokens import media_rule_for, part_tokens
 from loom.events import EventType
 from loom.messages import Message, ToolSpec
 
@@ -68,7 +69,10 @@ def system_prompt(request: ContextRequest) -> str:
 
 
 class FullHistoryBuilder:
-    """Sends the system prompt and the whole history, with a character-based token estimate."""
+    """Sends the system prompt and the whole history, with a rough token estimate: text at
+    4 characters a token, and each image, file, audio and reasoning part by the rules of the
+    model it goes to (``loom.content_tokens``, the memory layer's rules too), so a history
+    with a 5 MB image is not estimated as its caption."""
 
     async def build(self, request: ContextRequest) -> AssembledContext:
         system = system_prompt(request)
@@ -78,8 +82,19 @@ class FullHistoryBuilder:
             else list(request.history)
         )
         chars = sum(len(m.content) for m in messages)
+        rule = media_rule_for(request.model)
+        media = sum(
+            part_tokens(part, rule, text_tokens) for m in messages if m.parts for part in m.parts
+        )
         return AssembledContext(
             messages=messages,
             tools=request.tool_specs,
-            token_estimate=chars // 4 + 4 * len(messages),
+            token_estimate=chars // 4 + 4 * len(messages) + media,
         )
+
+
+def text_tokens(text: str) -> int:
+    """``text``'s tokens at 4 characters a token, rounded up: the estimate of
+    ``FullHistoryBuilder``, for the text it counts apart from a message's (a reasoning part's,
+    a placeholder's)."""
+    return -(-len(text) // 4)

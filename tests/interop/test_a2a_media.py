@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from tests.interop.a2a_agents import CHART, png
+from tests.interop.a2a_agents import BEEP, CHART, REPORT, png
 from tests.interop.conftest import MEDIA_KEY
 from tests.server.conftest import Server
 
@@ -23,6 +24,10 @@ pytest.importorskip("a2a.client")
 from a2a.client import ClientConfig, create_client
 from a2a.helpers.proto_helpers import new_data_part, new_raw_part, new_text_part, new_url_part
 from a2a.types.a2a_pb2 import GetTaskRequest, Message, Part, Role, SendMessageRequest, TaskState
+
+from loom import ModelResponse, ToolCall
+from loom.messages import Message as LoomMessage
+from loom.testing import FunctionModel
 
 AUTH = {"Authorization": f"Bearer {MEDIA_KEY}"}
 PDF = b"%PDF-1.4\n1 0 obj <<>> endobj\ntrailer <<>>\n%%EOF\n"
@@ -107,7 +112,8 @@ def test_the_card_lists_the_media_the_agent_takes(server: Server) -> None:
 
 
 @session_loop
-async def test_the_a2a_agent_tool_names_the_files_a_remote_agent_sent(server: Server) -> None:
+async def test_the_a2a_agent_tool_takes_the_files_a_remote_agent_sent(server: Server) -> None:
+    from loom.content import Image, describe
     from loom.tools import a2a_agent
     from loom.tools.a2a import exchange
 
@@ -116,8 +122,141 @@ async def test_the_a2a_agent_tool_names_the_files_a_remote_agent_sent(server: Se
         ex = await exchange(await remote.client(), "draw me a chart", {})
     finally:
         await remote.aclose()
-    # the tool's result is text: the file is named in it (its bytes stay with the remote)
-    assert ex.answer == f"here is your chart\n[image chart.png: image/png, {len(CHART):,} bytes]"
+    # the remote's raw part is a Loom image with its bytes, type and name (once: the answer
+    # artifact and the final status message both carry it)
+    [image] = ex.media
+    assert isinstance(image, Image) and image.data == CHART
+    assert (image.media_type, image.name, image.width, image.height) == (
+        "image/png",
+        "chart.png",
+        24,
+        16,
+    )
+    assert ex.content == ["here is your chart", image]
+    # the text names it where it was
+    assert ex.answer == f"here is your chart\n{describe(image)}"
+    assert describe(image) == f"[image chart.png: image/png, 24x16, {len(CHART):,} bytes]"
+
+
+def _asker(tool: str, question: str, seen: list[LoomMessage]) -> FunctionModel:
+    """Calls ``tool`` with ``question``, then keeps the request that carries its result."""
+
+    def model(messages: list[LoomMessage], tools: object) -> ModelResponse | str:
+        if messages[-1].role == "user":
+            return ModelResponse(tool_calls=[ToolCall(name=tool, arguments={"message": question})])
+        seen.extend(messages)
+        return "thanks"
+
+    return FunctionModel(model)
+
+
+@session_loop
+async def test_a_remote_agents_image_reaches_the_local_model_through_the_tool(
+    server: Server, tmp_path: Path
+) -> None:
+    """A local agent calls the ``looker`` over A2A with ``a2a_agent``: the next model request
+    holds the image's bytes as the tool message's part, and the store holds them once."""
+    from loom import Agent, EventType, Runtime
+    from loom.content import Image, describe, media_ref
+    from loom.store import SQLiteStore
+    from loom.tools import a2a_agent
+
+    seen: list[LoomMessage] = []
+    remote = a2a_agent(f"{server.url}/agents/looker", headers=AUTH, name="looker")
+    agent = Agent("boss", model=_asker("looker", "draw me a chart", seen), tools=[remote])
+    store = SQLiteStore(tmp_path / "local.db")
+    try:
+        result = await Runtime(store).run(agent, "get me a chart", session_id="s")
+        assert result.output == "thanks"
+        [tool_message] = [m for m in seen if m.role == "tool"]
+        [image] = tool_message.parts
+        assert isinstance(image, Image) and image.data == CHART  # the bytes, loaded for the call
+        assert (image.media_type, image.name) == ("image/png", "chart.png")
+        assert tool_message.content == f"here is your chart\n{describe(image)}"
+        # stored once, by hash, named by the TOOL_RESULT event
+        assert await store.session_blobs("s") == [(media_ref(CHART), "image/png", len(CHART))]
+        [done] = [e for e in await store.load_events("s") if e.type == EventType.TOOL_RESULT]
+        assert [p["ref"] for p in done.data["parts"]] == [media_ref(CHART)]
+        # the stored tool message holds the reference, not the bytes
+        [stored] = [m for m in await store.load_messages("s") if m.role == "tool"]
+        assert [(p.ref, p.data) for p in stored.parts] == [(media_ref(CHART), None)]
+    finally:
+        await store.close()
+
+
+@session_loop
+async def test_a_remote_agents_image_file_and_sound_all_reach_the_local_model(
+    server: Server,
+) -> None:
+    from loom import Agent
+    from loom.content import Audio, File, Image
+    from loom.tools import a2a_agent
+
+    seen: list[LoomMessage] = []
+    remote = a2a_agent(f"{server.url}/agents/looker", headers=AUTH, name="looker")
+    agent = Agent("boss", model=_asker("looker", "send me everything", seen), tools=[remote])
+    result = await agent.run("what does the looker have?")
+    assert result.output == "thanks"
+    [tool_message] = [m for m in seen if m.role == "tool"]
+    assert [(type(p), p.data, p.name) for p in tool_message.parts] == [
+        (Image, CHART, "chart.png"),
+        (File, REPORT, "report.pdf"),
+        (Audio, BEEP, "beep.wav"),
+    ]
+    assert tool_message.content.splitlines()[0] == "all of it"
+
+
+def test_a_remote_answers_files_as_loom_parts_and_unusable_ones_as_lines() -> None:
+    """The parts of a remote answer as the tool's result: an http(s) URL stays a URL (the
+    local model's provider fetches it), a ``data:`` URL is decoded; bytes that are not what
+    they claim, and a URL no provider fetches, leave the call answering, with a line naming
+    each such file and why it was left out."""
+    import base64
+
+    from loom.content import File, Image, describe
+    from loom.tools.a2a import Exchange
+
+    photo = png(4, 4)
+    ex = Exchange(state=TaskState.TASK_STATE_COMPLETED)
+    ex.artifacts = [
+        _items(
+            [
+                new_text_part("four files"),
+                new_raw_part(b"not a png", "image/png", "fake.png"),
+                new_url_part("file:///etc/passwd", "text/plain", "passwd"),
+                new_raw_part(PDF, "application/pdf", "ok.pdf"),
+                new_url_part("https://example.com/cat.jpg", "image/jpeg", "cat.jpg"),
+                new_url_part("data:image/png;base64," + base64.b64encode(photo).decode()),
+            ]
+        )
+    ]
+    first, pdf, cat, inline = ex.content
+    assert isinstance(first, str)
+    assert first.startswith("four files\n[image fake.png: image/png, 9 bytes; left out: ")
+    assert "are not that" in first  # the MediaTypeMismatch's words
+    assert "\n[file passwd: text/plain, at file:///etc/passwd; left out: " in first
+    assert isinstance(pdf, File) and pdf.data == PDF and pdf.name == "ok.pdf"
+    assert isinstance(cat, Image) and cat.url == "https://example.com/cat.jpg" and cat.data is None
+    assert isinstance(inline, Image) and inline.data == photo and inline.media_type == "image/png"
+    assert ex.media == [pdf, cat, inline]
+    assert ex.result() == [first, pdf, cat, inline]
+    assert ex.answer == "\n".join([first, describe(pdf), describe(cat), describe(inline)])
+
+
+def test_a_remote_answer_of_text_alone_is_text() -> None:
+    from loom.tools.a2a import Exchange
+
+    ex = Exchange(state=TaskState.TASK_STATE_COMPLETED)
+    ex.set_status([new_text_part("only words")])
+    assert ex.result() == "only words" == ex.answer
+
+
+def _items(parts: list[Part]) -> list[Any]:
+    from loom.tools.a2a import Exchange
+
+    ex = Exchange()
+    ex.set_status(parts)
+    return ex.status
 
 
 def test_a_v03_file_part_is_taken_too(server: Server) -> None:

@@ -23,6 +23,10 @@ that task. Status updates arrive over ``SendStreamingMessage`` and are logged on
 call is cancelled (the run cancelled or interrupted). A remote task that failed, was rejected
 or cancelled is an error result with code ``a2a_task_failed``; an unreachable agent
 ``a2a_unavailable``.
+
+Files in the remote answer (``raw`` bytes or ``url`` parts) are ``Image``, ``File`` and
+``Audio`` parts of the tool's result (``loom.tools.media``): stored once with it and shown to
+the model as its provider allows, each named in the text where it was.
 """
 
 from __future__ import annotations
@@ -36,10 +40,19 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from loom.errors import ConfigurationError, MissingDependencyError, ToolArgumentsError, ToolError
+from loom.content import describe
+from loom.errors import (
+    ConfigurationError,
+    ContentError,
+    MissingDependencyError,
+    ToolArgumentsError,
+    ToolError,
+)
+from loom.media_input import media_part
 from loom.tools.base import Effect, RunContext
+from loom.tools.media import MediaPart
 
-__all__ = ["A2AAgent", "A2ATool", "Exchange", "a2a_agent", "exchange"]
+__all__ = ["A2AAgent", "A2ATool", "Exchange", "Item", "a2a_agent", "exchange"]
 
 log = logging.getLogger("loom.tools.a2a")
 REMOTE_NS = "loom.a2a.remote"
@@ -224,7 +237,9 @@ class A2ATool:
             raise ToolArgumentsError(f"{self.name} takes only 'message'; got also {extra}")
         return {"message": message}
 
-    async def run(self, ctx: RunContext, arguments: dict[str, Any]) -> str:
+    async def run(self, ctx: RunContext, arguments: dict[str, Any]) -> str | list[str | MediaPart]:
+        """The remote agent's answer: its text, or its text and the images, files and audio
+        it sent (``Exchange.result``), which become the tool message's parts."""
         from a2a.types.a2a_pb2 import TaskState
 
         client = await self.owner.client()
@@ -246,7 +261,7 @@ class A2ATool:
             ) from exc
         await self.owner.remember(ctx, ex.remembered())
         if ex.state == TaskState.TASK_STATE_COMPLETED:
-            return ex.answer
+            return ex.result()
         if ex.waiting:
             return f"[the remote agent waits for your reply] {ex.status_text or ex.answer}"
         raise ToolError(
@@ -256,20 +271,69 @@ class A2ATool:
         )
 
 
+Item = str | MediaPart
+"""One piece of a remote answer, in order: a text part's text, or a file part as a Loom part."""
+
+
 @dataclass(slots=True)
 class Exchange:
     """One message sent to a remote agent and what came back, filled in as events arrive (so a
-    cancelled exchange still says which remote task it was)."""
+    cancelled exchange still says which remote task it was).
+
+    ``artifacts`` holds each artifact's text and files in their order, ``status`` the latest
+    status message's: a file part (bytes, or a URL) as an ``Image``, ``File`` or ``Audio`` by
+    its media type (``loom.media_input.media_part``); one Loom cannot use (bytes that are not
+    what they claim, over the size limit, a URL scheme no provider fetches) as a line naming
+    it and why."""
 
     task_id: str = ""
     context_id: str = ""
     state: int | None = None  # a2a TaskState
-    texts: list[str] = field(default_factory=list)  # artifact text
-    status_text: str = ""
+    artifacts: list[list[Item]] = field(default_factory=list)
+    status: list[Item] = field(default_factory=list)
+
+    @property
+    def texts(self) -> list[str]:
+        """Each artifact's text, its files named by placeholder lines where they were."""
+        return [_joined(items) for items in self.artifacts]
+
+    @property
+    def status_text(self) -> str:
+        """The latest status message's text, its files named the same way."""
+        return _joined(self.status)
 
     @property
     def answer(self) -> str:
+        """The answer as text: the artifacts' (else the status message's), each file named
+        by its placeholder line (``[image chart.png: image/png, 24x16, 1,234 bytes]``)."""
         return "\n".join(t for t in self.texts if t) or self.status_text
+
+    @property
+    def content(self) -> list[Item]:
+        """The answer's text and files in order: the artifacts' (else the status message's,
+        where a remote agent that sends no artifact puts its answer)."""
+        items = [i for items in self.artifacts for i in items if i != ""]
+        return items or [i for i in self.status if i != ""]
+
+    @property
+    def media(self) -> list[MediaPart]:
+        """The files of the answer (``content``'s parts)."""
+        return [i for i in self.content if not isinstance(i, str)]
+
+    def result(self) -> str | list[Item]:
+        """What the tool returns: the answer's text when it has no file, else its text and
+        files in order (the executor makes the files the tool message's parts, stored once,
+        and names each in the text the model reads: ``loom.tools.media``)."""
+        content = self.content
+        if all(isinstance(i, str) for i in content):
+            return self.answer
+        return content
+
+    def set_status(self, parts: Any) -> None:
+        """Keep a status message's content (an empty one keeps what came before)."""
+        items = _items(parts)
+        if items:
+            self.status = items
 
     @property
     def waiting(self) -> bool:
@@ -329,28 +393,28 @@ async def exchange(
         async for response in client.send_message(SendMessageRequest(message=message)):
             if response.HasField("message"):  # a message-only answer
                 ex.context_id = response.message.context_id or ex.context_id
-                ex.status_text = _text(response.message.parts)
+                ex.status = _items(response.message.parts)
                 ex.state = TaskState.TASK_STATE_COMPLETED
                 continue
             if response.HasField("task"):
                 task = response.task
                 ex.task_id, ex.context_id, ex.state = task.id, task.context_id, task.status.state
-                ex.texts = [_text(a.parts) for a in task.artifacts]
-                ex.status_text = _text(task.status.message.parts) or ex.status_text
+                ex.artifacts = [_items(a.parts) for a in task.artifacts]
+                ex.set_status(task.status.message.parts)
             elif response.HasField("status_update"):
                 update = response.status_update
                 ex.task_id, ex.context_id = update.task_id, update.context_id
                 ex.state = update.status.state
-                ex.status_text = _text(update.status.message.parts) or ex.status_text
+                ex.set_status(update.status.message.parts)
                 log.info(
                     "%s: task %s %s %s", label, ex.task_id, TaskState.Name(ex.state), ex.status_text
                 )
             elif response.HasField("artifact_update"):
-                part = _text(response.artifact_update.artifact.parts)
-                if response.artifact_update.append and ex.texts:
-                    ex.texts[-1] += part
+                items = _items(response.artifact_update.artifact.parts)
+                if response.artifact_update.append and ex.artifacts:
+                    _append(ex.artifacts[-1], items)
                 else:
-                    ex.texts.append(part)
+                    ex.artifacts.append(items)
             if ex.task_id and not named.done():
                 named.set_result(ex.task_id)
             if ex.task_id and not told and on_context is not None:
@@ -366,21 +430,50 @@ async def exchange(
     return ex
 
 
-def _text(parts: Any) -> str:
-    """The text of ``parts``; each file part named in a placeholder line (``[file chart.png:
-    image/png, 1,234 bytes]``): the tool result is text, so the model learns a file came
-    back, not its bytes."""
-    lines = []
+def _items(parts: Any) -> list[Item]:
+    """A2A parts as the answer's items: text parts' text (consecutive ones joined by newlines,
+    as one text), file parts (``raw`` bytes or a ``url``) as Loom parts. A file Loom cannot
+    use is a line naming it and why, so the model learns a file came back and was left out."""
+    items: list[Item] = []
     for p in parts:
         if p.HasField("text"):
-            lines.append(p.text)
+            item: Item = p.text
         elif p.HasField("raw") or p.HasField("url"):
-            kind = p.media_type.partition("/")[0] if p.media_type else "file"
-            kind = kind if kind in ("image", "audio") else "file"
-            name = f" {p.filename}" if p.filename else ""
-            where = f", {len(p.raw):,} bytes" if p.HasField("raw") else f", at {p.url}"
-            lines.append(f"[{kind}{name}: {p.media_type or 'unknown type'}{where}]")
-    return "\n".join(lines)
+            item = _medium(p)
+        else:
+            continue
+        if isinstance(item, str) and items and isinstance(items[-1], str):
+            items[-1] = f"{items[-1]}\n{item}"
+        else:
+            items.append(item)
+    return items
+
+
+def _medium(p: Any) -> Item:
+    name = p.filename or None
+    try:
+        if p.HasField("raw"):
+            return media_part(p.media_type, data=p.raw, name=name)
+        return media_part(p.media_type, url=p.url, name=name)
+    except ContentError as exc:  # the remote's file is unusable: say so, lose nothing else
+        kind = p.media_type.partition("/")[0] if p.media_type else "file"
+        kind = kind if kind in ("image", "audio") else "file"
+        label = f" {p.filename}" if p.filename else ""
+        where = f", {len(p.raw):,} bytes" if p.HasField("raw") else f", at {p.url}"
+        return f"[{kind}{label}: {p.media_type or 'unknown type'}{where}; left out: {exc}]"
+
+
+def _append(items: list[Item], more: list[Item]) -> None:
+    """An artifact update that appends to the last artifact: text runs on (a streamed text
+    is cut anywhere, so no separator), files follow."""
+    if more and items and isinstance(items[-1], str) and isinstance(more[0], str):
+        items[-1] += more[0]
+        more = more[1:]
+    items.extend(more)
+
+
+def _joined(items: list[Item]) -> str:
+    return "\n".join(i if isinstance(i, str) else describe(i) for i in items if i != "")
 
 
 async def _cancel_remote(

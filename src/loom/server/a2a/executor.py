@@ -33,9 +33,11 @@ from loom.engine.run_inputs import Answer, NewMessage, Resume
 from loom.errors import InputError
 from loom.events import AgentEvent, ToolErrorEvent, ToolExecutionStart, ToolResultEvent
 from loom.server.a2a.parts import content_of, media_parts
+from loom.server.content_blocks import keep_parts
 from loom.server.surface_media import answer_media
 
 if TYPE_CHECKING:
+    from loom.content import Part as LoomPart
     from loom.engine.loop import Turn
     from loom.engine.runtime import Runtime
     from loom.messages import RunResult
@@ -122,24 +124,23 @@ class LoomExecutor(AgentExecutor):
 
     async def _turn(
         self, task: Task | None, session_id: str, message: Message
-    ) -> tuple[Turn, dict[str, Any]]:
-        """The turn ``message`` asks for, and what it is for as a run record holds it
-        (``message``, or a ``command``: ``resume`` / ``answer``)."""
+    ) -> tuple[Turn, dict[str, Any], list[LoomPart]]:
+        """The turn ``message`` asks for, what it is for as a run record holds it
+        (``message``, or a ``command``: ``resume`` / ``answer``), and the message's media."""
         agent = self.state.registry[self.agent_name]
         runtime = self.runtime
         if task is not None and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
             if await runtime.pending_approvals(session_id):
                 decisions = decision_of(message)
                 turn = await runtime.start(agent, Resume(decisions), session_id=session_id)
-                return turn, {"message": None, "command": {"resume": _as_json(decisions)}}
+                return turn, {"message": None, "command": {"resume": _as_json(decisions)}}, []
             if await runtime.pending_query(session_id) is not None:
                 answer = Answer(text_of(message))
                 turn = await runtime.start(agent, answer, session_id=session_id)
-                return turn, {"message": None, "command": {"answer": answer.text}}
+                return turn, {"message": None, "command": {"answer": answer.text}}, []
         text, parts = content_of(message)
         turn = await runtime.start(agent, NewMessage(text, tuple(parts)), session_id=session_id)
-        # a message with media is rebuilt from the task's history if its run must be carried on
-        return turn, {"message": text, "command": None, "media": bool(parts)}
+        return turn, {"message": text, "command": None}, parts
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Run the message as a Loom turn and publish the task's updates. A task sent with
@@ -151,7 +152,7 @@ class LoomExecutor(AgentExecutor):
 
         task_id, session_id, message = context.task_id, context.context_id, context.message
         assert task_id and session_id and message is not None  # the SDK fills them in
-        turn, what = await self._turn(context.current_task, session_id, message)
+        turn, what, parts = await self._turn(context.current_task, session_id, message)
         durable = False
         if context.configuration is not None and context.configuration.return_immediately:
             record = {
@@ -162,6 +163,10 @@ class LoomExecutor(AgentExecutor):
                 "created_at": datetime.now(UTC).isoformat(),
                 "attempts": [turn.run_id],
                 **what,
+                # its media stored now and named by reference, as for every background run:
+                # a run carried on after a crash gets this message's files (a follow-up's on
+                # an open task too), whatever the task's history holds
+                "parts": await keep_parts(self.runtime.store, session_id, parts) or None,
             }
             # before the first task event: the client's acknowledgement waits for that event
             durable = await store_open_run(self.state, turn.run_id, record)

@@ -5,7 +5,8 @@ while its run goes on; ``LoomExecutor.execute`` stores the run's record and list
 (``loom.server.runs.store_open_run``). If the process dies before the run ends, the next start
 (``loom.server.runs.recover_runs``) hands the record here: the run goes on from the journal as a
 ``CarryOn`` turn when its message was committed (the message is never sent twice), or runs with
-its message when nothing was; the task's status updates and its answer are written to the task
+its message when nothing was (its media named by reference in the record, their bytes stored
+before the acknowledgement); the task's status updates and its answer are written to the task
 store as they would have been, so ``GetTask`` reads the task ``completed`` (or wherever the run
 ends). ``CancelTask`` stops a carried-on task like any other.
 """
@@ -30,6 +31,7 @@ from loom.messages import RunResult, StopReason, Usage
 from loom.server.a2a.executor import LoomExecutor
 from loom.server.a2a.store import LoomTaskStore
 from loom.server.app import ServerState
+from loom.server.content_blocks import parts_from_json
 from loom.server.runs import attempt_events, close_open_run, ended_for_good, note_attempt
 
 __all__ = ["carry_on_task"]
@@ -86,7 +88,8 @@ async def _settle(
 
 async def _with_media(store: LoomTaskStore, task_id: str, new: NewMessage) -> NewMessage:
     """The message of task ``task_id`` with its media, read back from the task's stored
-    history (the user's message, as the task was created with it)."""
+    history (the user's message, as the task was created with it): for a run record written
+    before records named their media by reference."""
     from a2a.types.a2a_pb2 import Role
 
     from loom.server.a2a.parts import content_of
@@ -133,9 +136,9 @@ async def carry_on_task(state: ServerState, run_id: str, record: dict[str, Any])
     elif "answer" in command:
         turn = await runtime.start(agent, Answer(command["answer"]), session_id=session_id)
     elif isinstance(message, str):
-        new = NewMessage(message)
-        if record.get("media"):  # its files are in the task's history, not in the record
-            new = await _with_media(store, task_id, new)
+        new = NewMessage(message, parts_from_json(record.get("parts")))  # stored: references
+        if record.get("media") and not new.parts:  # a record an older server wrote: its
+            new = await _with_media(store, task_id, new)  # files are in the task's history
         turn = await runtime.start(agent, new, session_id=session_id, options=options)
     else:
         return False

@@ -255,6 +255,7 @@ def test_media_content_loom_cannot_use_is_a_422_saying_why(media_server: Server)
         assert r.status_code == 422, r.text
         message = r.json()["error"]["message"]
         assert "content part 1" in message and says in message, message
+        assert message.count("content part 1") == 1, message  # named once, not twice
 
 
 # -- what an answer gives out: reasoning, media ----------------------------------------------------

@@ -181,10 +181,10 @@ def _content(content: Any, where: str = "") -> tuple[str, list[Part]]:
                     f"its source is a file handle of {source.provider or 'a provider'}, which "
                     "Loom cannot read; send the bytes (a data source) or an http(s) URL"
                 )
-        except UnsupportedContent as exc:
-            raise UnsupportedContent(f"{label}: {exc}", part=str(i)) from None
-        except ContentError as exc:
-            raise ContentError(f"{label}: {exc}", part=str(i)) from None
+        except ContentError as exc:  # named once, by its place in the message
+            said = str(exc).removeprefix(f"{label}: ")
+            kind_of = UnsupportedContent if isinstance(exc, UnsupportedContent) else ContentError
+            raise kind_of(f"{label}: {said}", part=str(i)) from None
     return "".join(texts), parts
 
 

@@ -43,8 +43,10 @@ GATE = os.environ["LOOM_GATE_DIR"]
 @tool(effect="idempotent")
 async def wait_gate(name: str) -> str:
     """Wait until the test opens the gate NAME."""
-    with open(os.path.join(GATE, f"ran-{name}"), "w") as f:
+    mark = os.path.join(GATE, f"ran-{name}")
+    with open(mark + ".tmp", "w") as f:
         f.write(str(os.getpid()))
+    os.replace(mark + ".tmp", mark)  # whole when it appears: the test reads it at once
     while not os.path.exists(os.path.join(GATE, name)):  # the test's condition, not a timer
         await asyncio.sleep(0.02)
     with open(os.path.join(GATE, f"done-{name}"), "w") as f:
@@ -296,6 +298,8 @@ async def test_a_run_whose_worker_dies_is_retried_and_streams_on_without_reused_
             break
     await stream.aclose()
     first = deployment.worker
+    # TOOL_EXECUTION_START is committed before the tool runs: wait for the tool itself
+    await until(deployment.gate / "ran-g6")
     assert (deployment.gate / "ran-g6").read_text() == str(first.pid)
     first.send_signal(signal.SIGKILL)  # the worker dies mid-tool
     first.wait(10)

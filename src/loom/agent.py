@@ -15,7 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from loom.engine.run_inputs import Input, RunInput, RunOptions, with_overrides
+from loom.engine.run_inputs import Input, Point, RunInput, RunOptions, with_overrides
 from loom.errors import AgentDefinitionError, ConfigurationError, InputError
 from loom.hooks import compile_hooks
 from loom.messages import Effect, RunResult, ToolSpec
@@ -27,8 +27,10 @@ from loom.tools.registry import resolve_tool
 if TYPE_CHECKING:  # events, stores: loaded by the first run, not by `from loom import Agent`
     import asyncio
 
+    from loom.content import Part
     from loom.context import ContextBuilder
     from loom.definition import AgentDefinition
+    from loom.engine.branching import BranchPolicy
     from loom.engine.gates import OnBusy
     from loom.engine.loop import Turn
     from loom.engine.runtime import Runtime
@@ -206,6 +208,11 @@ class Agent:
         output_retries: How many times a final answer that does not fit ``output_type`` is
             sent back with its validation errors before the run stops with
             ``stop_reason="output_invalid"``.
+        branch_effects: What a rewind, regenerate or edit does about dropped turns whose
+            tool calls had effects (``loom.engine.branching``): ``"note"`` (the default: the
+            new branch's transcript gets a note naming them), ``"refuse"`` (the operation
+            fails with ``BranchRefused``) or ``"allow"`` (no note). A new call that repeats a
+            dropped ``at_most_once`` call waits for approval unless ``"allow"``.
     """
 
     __slots__ = (
@@ -213,6 +220,7 @@ class Agent:
         "_given",
         "approval_handler",
         "backends",
+        "branch_effects",
         "compiled_hooks",
         "context_builder",
         "context_window",
@@ -251,6 +259,7 @@ class Agent:
     _given: Mapping[str, Any]
     approval_handler: Any
     backends: tuple[Any, ...]
+    branch_effects: BranchPolicy
     compiled_hooks: dict[str, list[Any]]
     context_builder: ContextBuilder | None
     context_window: int | None
@@ -321,6 +330,7 @@ class Agent:
         output_retries: int = 2,
         backends: Sequence[Any] = (),
         description: str = "",
+        branch_effects: BranchPolicy = "note",
     ) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         put = object.__setattr__
@@ -335,6 +345,12 @@ class Agent:
             raise AgentDefinitionError("must be a string", field="description")
         put(self, "description", description.strip())
         put(self, "model_spec", check_model_spec(model))
+        if branch_effects not in ("refuse", "note", "allow"):
+            raise AgentDefinitionError(
+                f"must be 'refuse', 'note' or 'allow', got {branch_effects!r}",
+                field="branch_effects",
+            )
+        put(self, "branch_effects", branch_effects)
         for field_name, value, integer in (
             ("max_iterations", max_iterations, True),
             ("max_tool_calls", max_tool_calls, True),
@@ -596,6 +612,39 @@ class Agent:
         )
         return await self.runtime.run(
             self, message, session_id=session_id, cancel=cancel, options=opts
+        )
+
+    async def rewind(self, session_id: str, to: Point) -> RunResult:
+        """Move ``session_id`` back to ``to`` (``AtTurn(n)`` or an int: after its first ``n``
+        turns; ``AtEvent(run_id, sequence)``: just after a stored event): the later turns leave
+        the transcript and stay in the journal (``loom.engine.branching``, ``branch_effects``).
+        The result's ``stop_reason`` is ``"rewound"``."""
+        from loom.engine.run_inputs import Rewind
+
+        return await self.runtime.run(self, Rewind(to), session_id=session_id)
+
+    async def regenerate(self, session_id: str, *, options: RunOptions | None = None) -> RunResult:
+        """Answer ``session_id``'s last user message again (its last answer leaves the
+        transcript and stays in the journal)."""
+        from loom.engine.run_inputs import Regenerate
+
+        return await self.runtime.run(self, Regenerate(), session_id=session_id, options=options)
+
+    async def edit(
+        self,
+        session_id: str,
+        turn: int,
+        text: str,
+        *,
+        parts: Sequence[Part] = (),
+        options: RunOptions | None = None,
+    ) -> RunResult:
+        """Replace the user message of ``turn`` (0-based) with ``text`` and answer it: the
+        session goes back to just before that message (what followed stays in the journal)."""
+        from loom.engine.run_inputs import Edit
+
+        return await self.runtime.run(
+            self, Edit(turn, text, tuple(parts)), session_id=session_id, options=options
         )
 
     def run_sync(

@@ -21,6 +21,8 @@ LoomError
 │       ├── DuplicatePatternName  two pattern files use the same name
 │       └── EmptyPatternLibrary   a directory holds no valid pattern
 ├── InputError                    a message or argument the caller passed is unusable
+│   ├── BranchError               a session point does not exist or lies inside a step
+│   │   └── BranchRefused         the agent's branch_effects="refuse" and the branch drops effects
 │   ├── ContentError              an image, file, audio or reasoning part is unusable (has .part)
 │   │   ├── MediaTooLarge         a part's bytes are over the size limit (has .size, .limit)
 │   │   ├── MediaTypeMismatch     the bytes are not the media type they claim to be
@@ -76,6 +78,8 @@ __all__ = [
     "BackendConfigError",
     "BackendRefused",
     "BlobNotFound",
+    "BranchError",
+    "BranchRefused",
     "BudgetExceeded",
     "ConfigurationError",
     "ContentError",
@@ -248,6 +252,22 @@ class EmptyPatternLibrary(PatternError):
 
 class InputError(LoomError, ValueError):
     """An argument passed to a public entry point is unusable."""
+
+
+class BranchError(InputError):
+    """A rewind, regenerate, edit or fork cannot be done as asked: the point does not exist,
+    lies inside a step (between a tool call and its result), or the message to edit is not a
+    user's. Nothing was changed."""
+
+
+class BranchRefused(BranchError):
+    """The branch would drop turns whose tool calls had effects in the world, and the agent's
+    ``branch_effects`` is ``"refuse"``; ``calls`` names them (tool, arguments). Nothing was
+    changed."""
+
+    def __init__(self, message: str, *, calls: list[dict[str, object]]):
+        self.calls = calls
+        super().__init__(message)
 
 
 class ContentError(InputError):

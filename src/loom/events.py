@@ -97,6 +97,7 @@ class EventType(StrEnum):
     SERVER_QUERY = "server_query"
     QUERY_ANSWER = "query_answer"
     RUN_RECOVERED = "run_recovered"
+    SESSION_BRANCH = "session_branch"
     GUARDRAIL = "guardrail"
     WARNING = "warning"
     PERSIST_START = "persist_start"
@@ -806,6 +807,46 @@ class CrewMemberFinish(AgentEvent):
 
 @_payload
 @dataclass(slots=True, kw_only=True)
+class SessionBranch(AgentEvent):
+    """The session continues from another point (``loom.engine.branching``): the transcript
+    keeps its first ``at`` messages, then ``restored`` (messages of an abandoned branch the
+    point brings back, as stored), then the ``note`` of what the dropped turns did in the world
+    (a system message; none when empty). The ``abandoned`` messages after ``at`` stay in the
+    journal, outside the transcript. ``reason`` is ``"rewind"``, ``"regenerate"`` or
+    ``"edit"``; ``point`` what was asked; ``effects`` the dropped calls with effects (tool,
+    arguments, result, effect, tool_call_id)."""
+
+    type: Literal[E.SESSION_BRANCH] = E.SESSION_BRANCH
+    at: int = 0
+    restored: list[dict[str, Any]] = field(default_factory=list)
+    abandoned: int = 0
+    reason: str = ""
+    point: dict[str, Any] = field(default_factory=dict)
+    effects: list[dict[str, Any]] = field(default_factory=list)
+    note: str = ""
+
+    def message(self) -> Message | None:
+        """The note (what the transcript adds after its kept and restored messages)."""
+        if not self.note:
+            return None
+        from loom.messages import Message
+
+        return Message(
+            role="system",
+            content=self.note,
+            timestamp=_at(self.timestamp),
+            metadata={"branch_note": True},
+        )
+
+    def restored_messages(self) -> list[Message]:
+        """``restored`` as messages."""
+        from loom.messages import Message
+
+        return [Message.model_validate(m) for m in self.restored]
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
 class UnknownEvent(AgentEvent):
     """An event of a type this Loom does not know (written by a newer one); payload in extra."""
 
@@ -851,6 +892,7 @@ EVENT_CLASSES: dict[EventType, type[AgentEvent]] = {
         ServerQueryEvent,
         QueryAnswer,
         RunRecovered,
+        SessionBranch,
         GuardrailEvent,
         Warning,
         PersistStart,

@@ -42,6 +42,7 @@ StopReason = Literal[
     "guardrail",  # a guardrail tripped; see the GUARDRAIL event and RunResult.error
     "output_invalid",  # the answer did not fit the output_type after output_retries corrections
     "budget",  # a crew's tree-wide budget refused a model call or a spawn; see ``error``
+    "rewound",  # the run moved the session to an earlier point (Rewind) and called no model
     "cost_limit",  # the run's model calls cost more than its max_cost (loom.pricing)
     "error",  # a fatal hook or an internal error; see the ERROR event
 ]

@@ -169,7 +169,12 @@ async def test_capabilities_checked_once_per_store(tmp_path: Path) -> None:
     memory = MemoryStore()
     caps = capabilities_of(memory)
     assert caps == StoreCapabilities(
-        runs=memory, typed_events=memory, windows=memory, latest_events=memory, blobs=memory
+        runs=memory,
+        typed_events=memory,
+        windows=memory,
+        latest_events=memory,
+        blobs=memory,
+        branches=memory,
     )
     assert capabilities_of(memory) is caps  # cached
     sqlite = SQLiteStore(tmp_path / "l.db")

@@ -247,6 +247,11 @@ class Crew:
             return CrewTurn(self, runtime, input.text, session_id, **common)
         if isinstance(input, Answer):
             raise InputError(f"{self.name!r} is a crew; a crew asks no server queries to answer")
+        if not isinstance(input, Resume | CarryOn):
+            raise InputError(
+                f"{self.name!r} is a crew: a crew's session cannot be rewound, regenerated or "
+                f"edited ({type(input).__name__}); start the crew again with a new task"
+            )
         assert session_id is not None  # Runtime.start checked it
         prior = await unfinished_run(runtime.store, session_id)
         if isinstance(input, CarryOn):

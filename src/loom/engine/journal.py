@@ -42,6 +42,7 @@ from loom.events import (
     LlmDelta,
     LlmReasoningDelta,
     OutputPartial,
+    SessionBranch,
     make_event,
 )
 from loom.messages import Message
@@ -72,6 +73,7 @@ STEP_TYPES: frozenset[EventType] = frozenset(
         EventType.APPROVAL_REQUIRED,
         EventType.APPROVAL_DECISION,
         EventType.RUN_RECOVERED,
+        EventType.SESSION_BRANCH,
         EventType.CREW_MEMBER_START,
         EventType.CREW_MEMBER_FINISH,
         EventType.AGENT_FINISH,
@@ -110,9 +112,14 @@ them at all (``Journal.notices``): a tool step then stores its steps (``LLM_COMP
 
 
 def transcript(events: Iterable[AgentEvent]) -> list[Message]:
-    """The session's messages, derived from its journal (events in journal order)."""
+    """The session's messages, derived from its journal (events in journal order). A
+    ``SESSION_BRANCH`` keeps the first ``at`` messages, then its restored messages and its
+    note: the turns it abandoned stay in the journal, outside the transcript."""
     out: list[Message] = []
     for event in events:
+        if type(event) is SessionBranch:
+            del out[event.at :]
+            out.extend(event.restored_messages())
         m = event.message()
         if m is not None:
             out.append(m)
@@ -355,6 +362,39 @@ class Journal:
         for ev in out:
             self._out(ev)
         return messages
+
+    async def branch(self, event: SessionBranch) -> list[Message]:
+        """Commit a ``SESSION_BRANCH`` (``loom.engine.branching``), then emit it: in one store
+        transaction the derived transcript drops its messages after ``event.at`` and gains the
+        restored ones and the note (``BranchStore.rewind``), the journal gains the event, so a
+        crash leaves the old state or the new one. ``history`` follows. Returns what the
+        transcript gained. Nothing may be held (a branch starts a turn's INTAKE)."""
+        from loom.errors import StoreError
+        from loom.store.base import capabilities_of
+
+        if self.held is not None:
+            raise RuntimeError("a branch cannot follow a held step")  # the loop never does
+        store = capabilities_of(self.store).branches
+        if store is None:
+            raise StoreError(
+                f"{type(self.store).__name__} cannot move a session to another point (it has "
+                "no BranchStore capability); use MemoryStore, SQLiteStore or PostgresStore"
+            )
+        gained = event.restored_messages()
+        note = event.message()
+        if note is not None:
+            gained.append(note)
+        journal, self.pending = [*self.pending, event], []
+        if any(m.parts for m in gained):
+            await self._store_media(gained)
+        await store.rewind(
+            self.session_id, event.at, messages=gained, events=journal, lease=self.lease
+        )
+        del self.history[event.at :]
+        self.history.extend(gained)
+        self.added.extend(gained)
+        self._out(event)
+        return gained
 
     async def _store_media(self, messages: Sequence[Message]) -> None:
         from loom.errors import UnsupportedContent

@@ -27,6 +27,7 @@ from loom.engine.calls import CallRunner
 from loom.engine.driving import discard
 from loom.engine.journal import PROGRESS_TYPES, Journal
 from loom.engine.recovery import find_loose_ends
+from loom.engine.run_inputs import Edit, Regenerate, Rewind
 from loom.errors import (
     ApprovalHandlerError,
     BudgetExceeded,
@@ -56,7 +57,7 @@ from loom.store.media import hydrate
 if TYPE_CHECKING:
     from loom.content import Part
     from loom.engine.run_deps import RunDeps, TurnHost
-    from loom.engine.run_inputs import RunOptions
+    from loom.engine.run_inputs import BranchInput, RunOptions
     from loom.engine.turn_spec import TurnSpec
 
 __all__ = ["AgentState", "Turn"]
@@ -114,6 +115,7 @@ class Turn:
         self.run_id = run_id or new_id("run")
         self.message, self.resume, self.answer = message or "", resume, answer
         self.parts: list[Part] = []  # the new message's media (loom.content), set by the runtime
+        self.branch: BranchInput | None = None  # a rewind, regenerate or edit (the runtime's)
         self.carry_on = carry_on  # a retry whose message is already committed: recover, go on
         self.pending_query: dict[str, Any] | None = None  # a server query waiting (awaiting_input)
         self.on_busy, self.user_deps, self.parent_run_id = on_busy, deps, parent_run_id
@@ -292,6 +294,11 @@ class Turn:
         )
         if ends:  # what dead runs of the session left open (loom.engine.recovery)
             await self.calls.recover(ends)
+        if self.branch is not None:
+            await self._branch(pending)
+            if not isinstance(self.branch, Edit):  # an edit goes on as a new message
+                return
+            self.message, self.parts, pending = self.branch.text, list(self.branch.parts), []
         if self.resume is not None:
             return await self._settle(pending)
         if self.answer is not None:  # the client answered a server query: the turn goes on
@@ -327,6 +334,31 @@ class Turn:
             ctx = self.calls.context(self.message)
             check = guards.check_parallel(self.message, ctx)
             self._parallel = asyncio.ensure_future(_settle(check, self.calls.note))
+
+    async def _branch(self, pending: list[approval.PendingApproval]) -> None:
+        """Move the session to the branch's point (``loom.engine.branching``): calls parked for
+        approval are denied first (as a new message denies them), then the branch is planned
+        on the leased transcript and committed as one ``SESSION_BRANCH``. A rewind ends here;
+        a regenerate answers the last user message again."""
+        from loom.engine.branching import needs_journal, plan_branch
+
+        assert self.branch is not None
+        rt, j, sid = self.runtime, self.j, self.session_id
+        for p in pending:
+            await self.calls.decide(p, None, "branch")
+            await self.calls.record(p.call, approval.expired_result(p.call), started=False)
+        store = rt.capabilities.branches
+        assert store is not None  # the runtime checked it before the run
+        events = await rt.store.load_events(sid) if needs_journal(self.branch) else None
+        plan = plan_branch(
+            self.branch, j.history, await store.ledger(sid), self.agent.branch_effects, events
+        )
+        if plan.changes:
+            await j.branch(j.event(ev.SessionBranch, **plan.event_payload()))
+        if isinstance(self.branch, Rewind):
+            raise _Stop("rewound")
+        if isinstance(self.branch, Regenerate):
+            self.message = next((m.content for m in reversed(j.history) if m.role == "user"), "")
 
     async def _trace(self, model: str) -> dict[str, Any]:
         """Start the run's span in each tracer (``loom.observability``). A carried-on run (a

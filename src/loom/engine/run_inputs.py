@@ -5,8 +5,11 @@ Every run, of an agent or of a crew, from every surface, starts through one call
 
 - ``input`` says what the run is for: ``NewMessage(text)`` (a plain ``str`` means the same),
   ``Resume(decisions)`` for calls parked on a human's approval, ``Answer(text, query_id)`` for
-  a server query the run stopped on (``loom.queries``), or ``CarryOn()``: recover what a dead
-  run of the session left open and go on from the committed transcript, with no new message.
+  a server query the run stopped on (``loom.queries``), ``CarryOn()``: recover what a dead
+  run of the session left open and go on from the committed transcript, with no new message,
+  or a branch (``loom.engine.branching``): ``Rewind(to)`` moves the session back to a point,
+  ``Regenerate()`` answers the last user message again, ``Edit(turn, text)`` replaces a user
+  message and answers it.
 - ``target`` is anything ``loom.engine.runtime.Runnable``: an ``Agent`` or a ``Crew``.
 - ``options`` (``RunOptions``) varies this one run without building a changed ``Agent``:
   another model, extra tools, an output type, a cost budget, tighter limits, the tools'
@@ -36,11 +39,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Answer",
+    "AtEvent",
+    "AtTurn",
+    "BranchInput",
     "CarryOn",
     "Drivable",
+    "Edit",
     "Input",
     "NewMessage",
+    "Point",
+    "Regenerate",
     "Resume",
+    "Rewind",
     "RunInput",
     "RunOptions",
     "as_run_input",
@@ -85,14 +95,64 @@ class CarryOn:
     from the committed transcript (a worker's retry of a run whose message was committed)."""
 
 
-RunInput = NewMessage | Resume | Answer | CarryOn
+@dataclass(frozen=True, slots=True)
+class AtTurn:
+    """A point in a session: after its first ``turns`` turns (a turn is a user message and
+    everything that answered it). ``AtTurn(0)`` is the empty session."""
+
+    turns: int
+
+
+@dataclass(frozen=True, slots=True)
+class AtEvent:
+    """A point in a session: just after the stored event ``sequence`` of run ``run_id`` (the
+    ids a stream gives each event; on the LangGraph API a checkpoint id ``"<run_id>.<seq>"``).
+    An event of an abandoned branch is a valid point too: its branch's state comes back."""
+
+    run_id: str
+    sequence: int
+
+
+Point = AtTurn | AtEvent | int
+"""Where a session continues from (``loom.engine.branching``); an ``int`` means ``AtTurn``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rewind:
+    """Move the session back to ``to``: its later turns leave the transcript (they stay in
+    the journal, as an abandoned branch). The run ends with ``stop_reason="rewound"``; no
+    model is called."""
+
+    to: Point
+
+
+@dataclass(frozen=True, slots=True)
+class Regenerate:
+    """The last answer again: the session goes back to just after its last user message and
+    the agent answers it anew."""
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """Replace the user message of turn ``turn`` (0-based) with ``text`` (and ``parts``): the
+    session goes back to just before it, and the agent answers the new message."""
+
+    turn: int
+    text: str
+    parts: tuple[Part, ...] = ()
+
+
+BranchInput = Rewind | Regenerate | Edit
+"""The inputs that move a session to another point before (or instead of) a new answer."""
+
+RunInput = NewMessage | Resume | Answer | CarryOn | Rewind | Regenerate | Edit
 """What a run is started for (see the module docstring)."""
 
 Input = RunInput | str | Sequence["UserContent"]
 """What the public run methods take: a ``RunInput``, or what ``as_run_input`` turns into a
 ``NewMessage`` (a ``str``, or a list of text and media parts)."""
 
-_INPUT_KINDS = (NewMessage, Resume, Answer, CarryOn)
+_INPUT_KINDS = (NewMessage, Resume, Answer, CarryOn, Rewind, Regenerate, Edit)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,24 +28,31 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from loom.content import check_parts
+from loom.engine.branching import needs_journal
 from loom.engine.driving import discard, drive, watch
 from loom.engine.gates import OnBusy, SessionGate
 from loom.engine.run_deps import RunDeps, SessionView
 from loom.engine.run_inputs import (
     Answer,
+    BranchInput,
     CarryOn,
     Drivable,
+    Edit,
     Input,
     NewMessage,
+    Point,
+    Regenerate,
     Resume,
+    Rewind,
     RunInput,
     RunOptions,
     as_run_input,
     with_overrides,
 )
-from loom.errors import AgentDefinitionError, ConfigurationError, InputError
+from loom.errors import AgentDefinitionError, ConfigurationError, InputError, SessionNotFound
 from loom.events import AgentEvent, ApprovalDecisionEvent, EventType
 from loom.messages import Message, RunResult, ToolSpec, Usage, new_id
+from loom.messages import new_id as new_id_of
 from loom.store.base import Store, capabilities_of
 from loom.store.transcript import TranscriptWindow
 from loom.tools.base import Tool, spec_of
@@ -437,6 +444,14 @@ class Runtime:
                 message = input.text
             else:
                 message = agent.check_message(input.text)
+        elif isinstance(input, Edit | Regenerate | Rewind):
+            assert session_id is not None  # start() checked it
+            await self._check_branch(agent, session_id, input)
+            if isinstance(input, Edit):
+                parts = input.parts
+                if parts:
+                    check_parts(self.model_for(agent, options.model), parts)
+                message = agent.check_message(input.text) if input.text.strip() or not parts else ""
         elif isinstance(input, Resume):
             assert session_id is not None  # start() checked it
             resume = await self._check_resume(session_id, input.decisions)
@@ -459,8 +474,27 @@ class Runtime:
             options=options,
         )
         turn.parts = list(parts)
+        if isinstance(input, Edit | Regenerate | Rewind):
+            turn.branch = input
         turn.max_cost = options.max_cost
         return turn
+
+    async def _check_branch(self, agent: Agent, session_id: str, input: BranchInput) -> None:
+        """A branch's point and policy, checked before the run starts (``BranchError``,
+        ``BranchRefused``); the turn plans it again under the session's lease."""
+        from loom.engine.branching import plan_branch
+
+        store = self.capabilities.branches
+        if store is None:
+            raise InputError(
+                f"{type(self.store).__name__} cannot move a session to another point (no "
+                "BranchStore capability); use MemoryStore, SQLiteStore or PostgresStore"
+            )
+        if await self.store.get_session(session_id) is None:
+            raise SessionNotFound(f"no session {session_id!r} to {type(input).__name__.lower()}")
+        history = await self.store.load_messages(session_id)
+        events = await self.store.load_events(session_id) if needs_journal(input) else None
+        plan_branch(input, history, await store.ledger(session_id), agent.branch_effects, events)
 
     async def _check_resume(self, session_id: str, decisions: Any) -> Any:
         """The decisions, once they fit the calls the session waits on."""
@@ -586,6 +620,58 @@ class Runtime:
         )
         turn = await self.start(agent, message, session_id=session_id, options=opts)
         return await run_to_end(turn, cancel)
+
+    async def fork(
+        self,
+        agent: Agent,
+        session_id: str,
+        to: Point | None = None,
+        *,
+        new_session_id: str | None = None,
+    ) -> str:
+        """A new session that continues ``session_id`` from ``to`` (``None``: its end, a copy),
+        sharing the source's history up to there instead of copying it; the source is not
+        changed. The new session's journal starts with a ``SESSION_BRANCH`` (reason
+        ``"fork"``) and, under the agent's ``branch_effects``, a note of the source's later
+        calls with effects (``loom.engine.branching``). Returns the new session's id."""
+        from loom.engine.branching import fork_plan
+
+        store = self.capabilities.branches
+        if store is None:
+            raise InputError(
+                f"{type(self.store).__name__} cannot fork a session (no BranchStore "
+                "capability); use MemoryStore, SQLiteStore or PostgresStore"
+            )
+        if await self.store.get_session(session_id) is None:
+            raise SessionNotFound(f"no session {session_id!r} to fork")
+        new_id = new_session_id or new_id_of("session")
+        if await self.store.get_session(new_id) is not None:
+            raise InputError(f"session {new_id!r} exists; give another new_session_id")
+        history = await self.store.load_messages(session_id)
+        events = await self.store.load_events(session_id)
+        plan, upto = fork_plan(
+            session_id, to, history, events, await store.ledger(session_id), agent.branch_effects
+        )
+        from loom.events import SessionBranch, make_event
+
+        event = make_event(
+            EventType.SESSION_BRANCH, new_id_of("fork"), new_id, 0, 0, plan.event_payload()
+        )
+        assert isinstance(event, SessionBranch)
+        gained = event.restored_messages()
+        note = event.message()
+        if note is not None:
+            gained.append(note)
+        await store.fork(
+            session_id,
+            new_id,
+            plan.at,
+            upto,
+            messages=gained,
+            events=[event],
+            agent_name=agent.name,
+        )
+        return new_id
 
     async def pending_approvals(self, session_id: str) -> list[PendingApproval]:
         """The calls of ``session_id`` waiting for a human decision."""

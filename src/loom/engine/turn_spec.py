@@ -14,6 +14,7 @@ from loom.spec import AgentSpec
 
 if TYPE_CHECKING:
     from loom.context import ContextBuilder
+    from loom.engine.branching import BranchPolicy
     from loom.guardrails.engine import Guardrails
     from loom.judge.panel import JudgePanel
     from loom.patterns.library import PatternLibrary
@@ -93,6 +94,11 @@ class TurnSpec(AgentSpec, Protocol):
     @property
     def max_message_chars(self) -> int:
         """Longest user message accepted."""
+        ...
+
+    @property
+    def branch_effects(self) -> BranchPolicy:
+        """What a branch does about dropped turns' effects (``loom.engine.branching``)."""
         ...
 
     @property

@@ -23,6 +23,7 @@ from loom.messages import Effect, Message, ToolResult, Usage, utcnow
 __all__ = [
     "Blob",
     "BlobStore",
+    "BranchStore",
     "ErrorStore",
     "EventTypeStore",
     "KVStore",
@@ -357,6 +358,52 @@ class BlobStore(Protocol):
 
 
 @runtime_checkable
+class BranchStore(Protocol):
+    """Moves a session to another point of its history (``loom.engine.branching``). The
+    journal is append-only: a ``SESSION_BRANCH`` event records the move, and the derived
+    transcript (what ``load_messages`` reads) is rewritten to match ``transcript(events)``,
+    in the same transaction."""
+
+    async def rewind(
+        self,
+        session_id: str,
+        at: int,
+        *,
+        messages: Sequence[Message],
+        events: Sequence[AgentEvent],
+        lease: Lease | None = None,
+    ) -> None:
+        """In one transaction: drop the transcript's messages at positions ``>= at``, append
+        ``messages`` from position ``at`` and ``events`` to the journal, under ``lease`` as
+        ``append`` does (``LeaseLost`` and nothing written when it is stale)."""
+        ...
+
+    async def ledger(self, session_id: str) -> list[LedgerEntry]:
+        """Every tool call the session recorded (started, ended), oldest first: what a branch
+        reads to know which dropped calls had effects."""
+        ...
+
+    async def fork(
+        self,
+        source_id: str,
+        new_id: str,
+        at: int,
+        upto: int,
+        *,
+        messages: Sequence[Message],
+        events: Sequence[AgentEvent],
+        agent_name: str = "",
+    ) -> None:
+        """Create session ``new_id`` whose transcript starts with ``source_id``'s first ``at``
+        messages and whose journal starts with its first ``upto`` events, shared with the
+        source, not copied (a fork adds rows for its own branch only), then gains
+        ``messages`` and ``events`` (its ``SESSION_BRANCH``). Every read of the new session
+        (messages, ranges, system messages, events, counts) sees the shared part first.
+        ``InputError`` when ``new_id`` exists or ``source_id`` has fewer messages or events."""
+        ...
+
+
+@runtime_checkable
 class KVStore(Protocol):
     """A small namespaced key-value store (memory tiers, pattern state, ...); values are JSON."""
 
@@ -416,6 +463,7 @@ class StoreCapabilities:
     windows: TranscriptWindowStore | None = None
     latest_events: LatestEventStore | None = None
     blobs: BlobStore | None = None
+    branches: BranchStore | None = None
 
 
 _capabilities: weakref.WeakKeyDictionary[Any, StoreCapabilities] = weakref.WeakKeyDictionary()
@@ -441,6 +489,7 @@ def capabilities_of(store: Store) -> StoreCapabilities:
         windows=store if isinstance(store, TranscriptWindowStore) else None,
         latest_events=store if isinstance(store, LatestEventStore) else None,
         blobs=store if isinstance(store, BlobStore) else None,
+        branches=store if isinstance(store, BranchStore) else None,
     )
     with contextlib.suppress(TypeError):
         _capabilities[store] = caps

@@ -238,6 +238,74 @@ class MemoryStore:
         if messages or run is not None:
             data.info.updated_at = utcnow()
 
+    async def rewind(
+        self,
+        session_id: str,
+        at: int,
+        *,
+        messages: Sequence[Message],
+        events: Sequence[AgentEvent],
+        lease: Lease | None = None,
+    ) -> None:
+        data = self._sessions.get(session_id)
+        count = data.message_count if data is not None else 0
+        if data is None or not 0 <= at <= count:
+            raise InputError(
+                f"rewind: session {session_id!r} has {count} messages; cannot keep {at}"
+            )
+        if lease is not None:
+            _check_lease(self._leases.get(session_id), lease, session_id)
+        # everything is encoded before anything changes: a refusal rewinds nothing
+        if messages:
+            _encode_messages(messages)
+        if events:
+            codec.pack_commit(events, ())
+        kept = _decode_range(data, 0, at)
+        data.messages = [(len(kept), _encode_messages(kept))] if kept else []
+        data.message_count = data.info.message_count = at
+        await self.append(session_id, messages=messages, events=events, lease=lease)
+
+    async def fork(
+        self,
+        source_id: str,
+        new_id: str,
+        at: int,
+        upto: int,
+        *,
+        messages: Sequence[Message],
+        events: Sequence[AgentEvent],
+        agent_name: str = "",
+    ) -> None:
+        """As ``BranchStore.fork``; in memory the shared part is copied (the SQL stores share
+        it: a fork adds rows for its own branch only)."""
+        src = self._sessions.get(source_id)
+        if src is None:
+            raise InputError(f"fork: no session {source_id!r}")
+        if new_id in self._sessions:
+            raise InputError(f"fork: session {new_id!r} exists; give a new id")
+        journal = await self.load_events(source_id)
+        if not 0 <= at <= src.message_count or not 0 <= upto <= len(journal):
+            raise InputError(
+                f"fork: session {source_id!r} has {src.message_count} messages and "
+                f"{len(journal)} events; cannot share {at} and {upto}"
+            )
+        if messages:
+            _encode_messages(messages)  # a refusal creates nothing
+        kept = _decode_range(src, 0, at)
+        answered = {m.tool_call_id for m in kept if m.role == "tool"}
+        ledger = [
+            replace(e, session_id=new_id)
+            for e in await self.ledger(source_id)
+            if e.tool_call_id in answered
+        ]
+        info = SessionInfo(id=new_id, agent_name=agent_name or src.info.agent_name)
+        data = self._sessions[new_id] = _SessionData(info)
+        if kept:
+            data.messages = [(len(kept), _encode_messages(kept))]
+            data.message_count = data.info.message_count = at
+        data.events = [codec.encode_event(e) for e in journal[:upto]]
+        await self.append(new_id, messages=messages, events=events, ledger=ledger)
+
     async def open_tool_calls(self, session_id: str) -> list[LedgerEntry]:
         data = self._sessions.get(session_id)
         if data is None:

@@ -104,10 +104,16 @@ def point_of(inp: BranchInput) -> dict[str, Any]:
     return {}
 
 
-def _kept_turns(history: Sequence[Message], turns: int, what: str) -> list[Message]:
+def _kept_turns(
+    history: Sequence[Message], turns: int, what: str, *, upto_end: bool = False
+) -> list[Message]:
+    """The transcript before turn ``turns`` (``upto_end``: the number of turns itself is a
+    point too, the session's end)."""
     starts = turn_starts(history)
     if isinstance(turns, bool) or not isinstance(turns, int) or turns < 0:
         raise BranchError(f"{what} must be a turn number >= 0, got {turns!r}")
+    if upto_end and turns == len(starts):
+        return list(history)
     if turns >= len(starts):
         raise BranchError(
             f"{what} {turns} does not exist: the session has {len(starts)} turn"
@@ -159,7 +165,7 @@ def _target(
             _check_whole_steps(target, f"event {to.sequence} of run {to.run_id!r}")
             return target, "rewind"
         turns = to.turns if isinstance(to, AtTurn) else to
-        return _kept_turns(history, turns, "turn"), "rewind"
+        return _kept_turns(history, turns, "turn", upto_end=True), "rewind"
     if isinstance(inp, Edit):
         if not isinstance(inp.text, str):
             raise BranchError(f"an edit's text must be a string, got {type(inp.text).__name__}")

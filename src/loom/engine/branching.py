@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from loom.engine.run_inputs import AtEvent, AtTurn, BranchInput, Edit, Point, Rewind
@@ -46,6 +47,7 @@ __all__ = [
     "note_of",
     "plan_branch",
     "point_of",
+    "repeat_reason",
     "repeats_of",
     "turn_starts",
 ]
@@ -202,6 +204,7 @@ def _effects(
                 "effect": entry.effect,
                 "status": entry.status,
                 "tool_call_id": call_id,
+                "at": entry.timestamp.isoformat(timespec="seconds"),
             }
         )
     return out
@@ -349,3 +352,23 @@ def repeats_of(
             if same and e.get("effect") == "at_most_once":
                 return e
     return None
+
+
+def repeat_reason(events: Sequence[AgentEvent], repeated: dict[str, Any]) -> str:
+    """Why a call that repeats ``repeated`` (what ``repeats_of`` found in ``events``) waits for
+    approval: which call of which undone turn, when it ran and when its turn was undone."""
+    undone = next(
+        (e for e in reversed(events) if type(e) is SessionBranch and repeated in e.effects), None
+    )
+    args = _short(json.dumps(repeated.get("arguments"), ensure_ascii=False, sort_keys=True))
+    ran = f" at {repeated['at']}" if repeated.get("at") else ""
+    how = ""
+    if undone is not None:
+        what = "a fork" if undone.reason == "fork" else f"a {undone.reason or 'branch'}"
+        when = datetime.fromtimestamp(undone.timestamp, UTC).isoformat(timespec="seconds")
+        how = f", undone by {what} at {when}"
+    return (
+        f"{repeated.get('tool')}({args}) repeats an at_most_once call of an undone turn "
+        f"(it ran{ran}{how}, result: {_short(str(repeated.get('result', '')))}); its effect "
+        "was not undone: approve to run it again"
+    )

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 __all__ = [
     "BranchPlan",
     "BranchPolicy",
+    "Branching",
+    "branches_of",
     "fork_plan",
     "journal_prefix",
     "needs_journal",
@@ -372,3 +374,29 @@ def repeat_reason(events: Sequence[AgentEvent], repeated: dict[str, Any]) -> str
         f"(it ran{ran}{how}, result: {_short(str(repeated.get('result', '')))}); its effect "
         "was not undone: approve to run it again"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Branching:
+    """One ``SESSION_BRANCH`` of a session's journal and the messages it took out of the
+    transcript (what the console and ``loom sessions branches`` show as an abandoned
+    branch)."""
+
+    event: SessionBranch
+    abandoned: list[Message]
+
+
+def branches_of(events: Sequence[AgentEvent]) -> list[Branching]:
+    """The session's branches in journal order, each with the messages it abandoned (derived
+    as ``transcript()`` derives the transcript)."""
+    out: list[Message] = []
+    found: list[Branching] = []
+    for event in events:
+        if type(event) is SessionBranch:
+            found.append(Branching(event, out[event.at :]))
+            del out[event.at :]
+            out.extend(event.restored_messages())
+        m = event.message()
+        if m is not None:
+            out.append(m)
+    return found

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.cli.conftest import SRC
 from typer.testing import CliRunner
 
 from loom import Agent, tool
@@ -22,11 +23,10 @@ from loom.store.base import BranchStore
 from loom.store.memory import MemoryStore
 from loom.store.sqlite import SQLiteStore
 from loom.testing import FunctionModel
-from tests.cli.conftest import SRC
 
 runner = CliRunner()
 
-AGENT = '''
+AGENT = """
 from loom import Agent
 from loom.testing import FunctionModel
 
@@ -38,7 +38,7 @@ def answer(messages, tools):
 
 def echo(**settings):
     return Agent(name="echo", model=FunctionModel(answer), **settings)
-'''
+"""
 
 
 def test_chat_undo_retry_edit(tmp_path: Path) -> None:
@@ -139,9 +139,7 @@ def test_fork_at_a_turn_and_at_an_event(mailed: KeptOpen) -> None:
     forked = messages_of(mailed, "f1")
     assert forked[:2] == before[:2] and forked[2].metadata == {"branch_note": True}
     assert messages_of(mailed, "s") == before  # the source is unchanged
-    first_end = next(
-        e for e in asyncio.run(mailed.load_events("s")) if e.type == "agent_finish"
-    )
+    first_end = next(e for e in asyncio.run(mailed.load_events("s")) if e.type == "agent_finish")
     point = f"{first_end.run_id}.{first_end.sequence}"
     r = runner.invoke(app, ["sessions", "fork", "s", "--event", point, "--id", "f2"])
     assert r.exit_code == 0, r.output

@@ -217,6 +217,9 @@ async def _scenario(policy: str, first: list[list[tuple[str, int]]], data: st.Da
                 assert await w.consistent(sid) == old
                 continue
             assert not (policy == "refuse" and effects)
+            # a copy of a session waiting on a human waits too (the parked call comes along,
+            # with its APPROVAL_REQUIRED in the shared journal)
+            w.waiting[fork] = at is None and w.waiting.get(sid, False)
             forked = await w.consistent(fork)
             expect_branch(old, forked, target, policy)
             assert await w.consistent(sid) == old  # the source is unchanged

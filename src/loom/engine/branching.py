@@ -388,14 +388,15 @@ class Branching:
 
 def branches_of(events: Sequence[AgentEvent]) -> list[Branching]:
     """The session's branches in journal order, each with the messages it abandoned (derived
-    as ``transcript()`` derives the transcript)."""
+    as ``transcript()`` derives the transcript; what the branch restored is not abandoned)."""
     out: list[Message] = []
     found: list[Branching] = []
     for event in events:
         if type(event) is SessionBranch:
-            found.append(Branching(event, out[event.at :]))
+            restored = event.restored_messages()  # a carried note is not abandoned
+            found.append(Branching(event, [m for m in out[event.at :] if m not in restored]))
             del out[event.at :]
-            out.extend(event.restored_messages())
+            out.extend(restored)
         m = event.message()
         if m is not None:
             out.append(m)

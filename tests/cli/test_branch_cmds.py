@@ -168,6 +168,15 @@ def test_bad_points_and_refusals_exit_2_saying_what_to_do(mailed: KeptOpen) -> N
     assert messages_of(mailed, "s") == before
 
 
+def test_a_session_a_run_holds_is_refused(mailed: KeptOpen) -> None:
+    before = messages_of(mailed, "s")
+    assert asyncio.run(mailed.acquire_lease("s", "run_elsewhere", 60.0)) is not None
+    r = runner.invoke(app, ["sessions", "rewind", "s", "--to", "1"])
+    assert r.exit_code == 2, r.output
+    assert "SessionBusy" in r.output
+    assert messages_of(mailed, "s") == before
+
+
 @pytest.mark.skipif(
     not issubclass(SQLiteStore, BranchStore),
     reason="SQLiteStore's BranchStore capability comes with the SQL stores' part of issue 28",

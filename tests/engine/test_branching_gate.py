@@ -5,6 +5,7 @@ agent's ``branch_effects`` is ``"allow"``; approved, it runs once."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from loom import Agent, tool
 from loom.engine.run_inputs import Resume, Rewind
@@ -96,3 +97,46 @@ async def test_a_fork_gates_the_source_s_later_calls_too() -> None:
     result = await rt.run(a, "mail bob", session_id=fork)
     assert result.stop_reason == "awaiting_approval" and SENT == ["bob"]
     assert "undone by a fork" in result.pending_approvals[0]["reason"]
+
+
+class CountingStore(MemoryStore):
+    """Counts the reads of the session's SESSION_BRANCH events."""
+
+    branch_reads = 0
+
+    async def load_events_of_type(self, session_id: str, types: Sequence[EventType]) -> list[Any]:
+        if EventType.SESSION_BRANCH in types:
+            self.branch_reads += 1
+        return await super().load_events_of_type(session_id, types)
+
+
+def multi(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> str | ModelResponse:
+    """``mail A B ...`` sends to each, in one answer; ``twice`` does it over two answers."""
+    last = messages[-1]
+    words = last.content.split()
+    if last.role == "user" and words[:1] == ["mail"]:
+        calls = [ToolCall(name="send", arguments={"to": w}) for w in words[1:]]
+        return ModelResponse(tool_calls=calls)
+    if last.role == "user" and words == ["twice"]:
+        return ModelResponse(tool_calls=[ToolCall(name="send", arguments={"to": "x"})])
+    if last.role == "tool" and last.content == "sent to x":
+        return ModelResponse(tool_calls=[ToolCall(name="send", arguments={"to": "y"})])
+    return "ok" if last.role == "tool" else "hi"
+
+
+async def test_the_branch_events_are_read_once_per_turn_and_only_for_at_most_once_calls() -> None:
+    store = CountingStore()
+    rt = Runtime(store=store)
+    a = Agent(name="multi", model=FunctionModel(multi), tools=[send])
+    await rt.run(a, "hello", session_id="s")
+    assert store.branch_reads == 0  # no call: nothing read
+    await rt.run(a, "mail a b c", session_id="s")
+    assert store.branch_reads == 1  # three calls, one read
+    await rt.run(a, "twice", session_id="s")
+    assert store.branch_reads == 2  # two model answers with calls, one read
+    await rt.run(
+        Agent(name="multi", model=FunctionModel(multi), tools=[send], branch_effects="allow"),
+        "mail d",
+        session_id="s",
+    )
+    assert store.branch_reads == 2  # the gate is off: nothing read

@@ -515,7 +515,7 @@ def rewind(
 ) -> None:
     """Move SESSION back to a point: the later turns leave its transcript and stay in its
     journal (`loom sessions branches` shows them)."""
-    from loom.engine.run_inputs import Rewind
+    from loom.engine.run_inputs import Rewind, RunOptions
     from loom.engine.runtime import Runtime
 
     point = _checked(lambda: parse_point(to, event, required=True))
@@ -523,7 +523,11 @@ def rewind(
     async def go(s: SQLiteStore) -> Any:
         info = await _require(s, session_id)
         agent = branch_agent(info, agent_file, effects)
-        result = await Runtime(store=s).run(agent, Rewind(point), session_id=session_id)
+        # a session a run holds (here or in another process) is refused, not waited for
+        busy = RunOptions(on_busy="drop")
+        result = await Runtime(store=s).run(
+            agent, Rewind(point), session_id=session_id, options=busy
+        )
         return result, await s.load_events_of_type(session_id, [_branch_type()])
 
     result, branched = run_with_store(store, go)

@@ -185,8 +185,8 @@ def test_rewind_and_fork_on_the_sqlite_database(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    for said in ("what is 2 + 3", "what is 4 + 5"):
-        r = runner.invoke(app, ["run", "--model", "demo", "--session", "m", "--new", said])
+    for said, new in (("what is 2 + 3", ["--new"]), ("what is 4 + 5", [])):
+        r = runner.invoke(app, ["run", "--model", "demo", "--session", "m", *new, said])
         assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["sessions", "fork", "m", "--at", "1", "--id", "copy"])
     assert r.exit_code == 0, r.output
@@ -194,3 +194,5 @@ def test_rewind_and_fork_on_the_sqlite_database(
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["sessions", "branches", "m"])
     assert "branch 1 rewind" in r.stdout and "what is 4 + 5" in r.stdout
+    r = runner.invoke(app, ["sessions", "branches", "copy"])
+    assert "branch 1 fork" in r.stdout

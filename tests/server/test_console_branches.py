@@ -60,13 +60,14 @@ registry = AgentRegistry([Agent(name="brancher", model=FunctionModel(answer), to
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("console-branches")
-    # a store that can branch sessions (the SQL stores gain it with their part of issue 28)
+    # the default SQLite file once it can branch sessions (the SQL stores' part of issue 28),
+    # else the in-memory store
+    from loom.store.base import BranchStore
+    from loom.store.sqlite import SQLiteStore
+
+    store = None if issubclass(SQLiteStore, BranchStore) else ":memory:"
     srv = start_server(
-        tmp,
-        app="branch_agents:registry",
-        source=AGENTS,
-        env={"LOOM_API_KEYS": KEY},
-        store=":memory:",
+        tmp, app="branch_agents:registry", source=AGENTS, env={"LOOM_API_KEYS": KEY}, store=store
     )
     yield srv
     stop_server(srv)

@@ -74,11 +74,19 @@ def test_bad_requests_exit_2(served: Server, tmp_path: Path) -> None:
 
 def test_chat_on_a_server(served: Server, tmp_path: Path) -> None:
     done = loom(
-        tmp_path, "chat", "--server", served.url, "-a", "calc", stdin="add 1 and 2\nhello\n"
+        tmp_path,
+        "chat",
+        "--server",
+        served.url,
+        "-a",
+        "calc",
+        stdin="add 1 and 2\n/undo\nhello\n",
     )
     assert done.returncode == 0, done.stderr
     assert "The sum is 3." in done.stdout and "echo: hello" in done.stdout
     assert done.stderr.count("completed") == 2
+    # not over a server yet: said, and nothing is sent
+    assert "/undo, /retry and /edit work in a local chat only for now" in done.stderr
 
 
 def test_a_server_with_keys_takes_api_key_and_loom_api_key(tmp_path: Path) -> None:

@@ -193,6 +193,7 @@ def chat_remote(
 ) -> None:
     """``loom chat --server URL``."""
     from loom.cli.attach import attach_command, content_blocks
+    from loom.cli.chat_branch import is_branch_command
     from loom.cli.turn_output import enable_line_editing, interrupted, print_summary
     from loom.content import Audio, File, Image
     from loom.engine.run_inputs import NewMessage
@@ -228,6 +229,12 @@ def chat_remote(
                     continue
                 if line.startswith("/attach"):  # for the next message, as in a local chat
                     attach_command(line, attached)
+                    continue
+                if is_branch_command(line):
+                    err.print(
+                        "[yellow]/undo, /retry and /edit work in a local chat only for now; "
+                        "over --server, use the console's regenerate and edit[/]"
+                    )
                     continue
                 given: str | list[dict[str, Any]] = line
                 if attached:

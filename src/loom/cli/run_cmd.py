@@ -23,6 +23,7 @@ from rich.markup import escape
 
 from loom.cli._console import err, fail, out, say_error
 from loom.cli.attach import attach_command, content_blocks, with_attachments
+from loom.cli.chat_branch import HELP, branch_input, is_branch_command
 from loom.cli.turn_output import (
     Renderer,
     enable_line_editing,
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
     from loom.agent import Agent
     from loom.content import Audio, File, Image
-    from loom.engine.run_inputs import NewMessage
+    from loom.engine.run_inputs import Input
     from loom.events import AgentEvent
     from loom.policy.approval import PendingApproval
 
@@ -482,9 +483,7 @@ async def _render(
     return render.result
 
 
-async def _turn(
-    agent: Agent, message: str | NewMessage, session: str | None, as_json: bool
-) -> dict[str, Any]:
+async def _turn(agent: Agent, message: Input, session: str | None, as_json: bool) -> dict[str, Any]:
     asks = agent.approval_handler is ask_approval
     return await _render(agent.stream(message, session_id=session), as_json, asks_here=asks)
 
@@ -631,7 +630,8 @@ def chat(
         raise interrupted("stopped while starting") from None
     err.print(
         f"[dim]session {escape(session_id)}; Ctrl-C stops an answer or clears the line, "
-        "Ctrl-D quits; /attach FILE attaches a file to your next message[/]"
+        "Ctrl-D quits; /attach FILE attaches a file to your next message; "
+        f"{escape(HELP)}[/]"
     )
     attached: list[Image | File | Audio] = []  # what /attach gave, for the next message
     enable_line_editing()
@@ -654,8 +654,14 @@ def chat(
                 if line.startswith("/attach"):
                     attach_command(line, attached)
                     continue
-                given: str | NewMessage = line
-                if attached:
+                given: Input = line
+                if is_branch_command(line):  # /undo, /retry, /edit TEXT (loom.cli.chat_branch)
+                    try:
+                        given = branch_input(line, runner.run(the_store.load_messages(session_id)))
+                    except LoomError as exc:
+                        say_error(exc)
+                        continue
+                elif attached:
                     from loom.engine.run_inputs import NewMessage
 
                     given, attached = NewMessage(line, tuple(attached)), []

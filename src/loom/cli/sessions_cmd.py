@@ -412,3 +412,211 @@ def _cost(runs: list[Any]) -> str:
             return "unknown"
         total += cost
     return f"${total:.6g}"
+
+
+# -- branches: fork, rewind, branches (loom.engine.branching) ------------------------------------
+AtOpt = Annotated[
+    int | None,
+    typer.Option("--at", help="After the session's first TURN turns (0: the empty session)."),
+]
+EventOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--event", help="Just after the stored event RUN.SEQ (see `loom sessions events`)."
+    ),
+]
+EffectsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--effects",
+        help="What to do about dropped calls with effects: note, refuse or allow (default: "
+        "the agent's branch_effects, else note).",
+    ),
+]
+AgentFileOpt = Annotated[
+    Path | None,
+    typer.Option("--agent", "-a", help="Agent definition whose branch_effects applies."),
+]
+
+
+def parse_point(at: int | None, event: str | None, *, required: bool) -> Any:
+    """``AtTurn`` from ``--at``, ``AtEvent`` from ``--event RUN.SEQ``; None when neither is
+    given and none is ``required``. ``InputError`` saying what to give otherwise."""
+    from loom.engine.run_inputs import AtEvent, AtTurn
+    from loom.errors import InputError
+
+    if at is not None and event is not None:
+        raise InputError("give --at TURN or --event RUN.SEQ, not both")
+    if at is not None:
+        return AtTurn(at)
+    if event is not None:
+        run_id, dot, seq = event.rpartition(".")
+        if not dot or not run_id or not seq.isdigit():
+            raise InputError(
+                f"--event {event!r}: give RUN.SEQ, a run id and an event's sequence number "
+                "(as `loom sessions events SESSION` lists them, e.g. run_1a2b3c.7)"
+            )
+        return AtEvent(run_id, int(seq))
+    if required:
+        raise InputError("give the point: --at TURN or --event RUN.SEQ")
+    return None
+
+
+def branch_agent(info: Any, agent_file: Path | None, effects: str | None) -> Any:
+    """The agent a branch runs as: the definition given (its ``branch_effects``), else one
+    named as the session's; ``--effects`` overrides. Its model is never called (``demo``
+    unless the definition names one)."""
+    from loom.agent import Agent
+
+    overrides: dict[str, Any] = {"branch_effects": effects} if effects is not None else {}
+    if agent_file is not None:
+        return Agent.from_file(agent_file, **overrides)
+    return Agent(name=info.agent_name or "loom", model="demo", **overrides)
+
+
+@app.command("fork")
+def fork(
+    session_id: SessionArg,
+    at: AtOpt = None,
+    event: EventOpt = None,
+    new_id: Annotated[
+        str | None, typer.Option("--id", help="The new session's id (default: a fresh one).")
+    ] = None,
+    store: StoreOpt = None,
+    agent_file: AgentFileOpt = None,
+    effects: EffectsOpt = None,
+) -> None:
+    """Start a new session from a point of SESSION (its end when no point is given). The new
+    session shares the history up to there; SESSION is not changed."""
+    from loom.engine.runtime import Runtime
+
+    point = _checked(lambda: parse_point(at, event, required=False))
+
+    async def go(s: SQLiteStore) -> str:
+        info = await _require(s, session_id)
+        agent = branch_agent(info, agent_file, effects)
+        return await Runtime(store=s).fork(agent, session_id, point, new_session_id=new_id)
+
+    made = run_with_store(store, go)
+    out.print(made)
+    err.print(f"[dim]forked {escape(session_id)} into {escape(made)}[/]")
+
+
+@app.command("rewind")
+def rewind(
+    session_id: SessionArg,
+    to: Annotated[
+        int | None, typer.Option("--to", help="Keep the session's first TURN turns.")
+    ] = None,
+    event: EventOpt = None,
+    store: StoreOpt = None,
+    agent_file: AgentFileOpt = None,
+    effects: EffectsOpt = None,
+) -> None:
+    """Move SESSION back to a point: the later turns leave its transcript and stay in its
+    journal (`loom sessions branches` shows them)."""
+    from loom.engine.run_inputs import Rewind, RunOptions
+    from loom.engine.runtime import Runtime
+
+    point = _checked(lambda: parse_point(to, event, required=True))
+
+    async def go(s: SQLiteStore) -> Any:
+        info = await _require(s, session_id)
+        agent = branch_agent(info, agent_file, effects)
+        # a session a run holds (here or in another process) is refused, not waited for
+        busy = RunOptions(on_busy="drop")
+        result = await Runtime(store=s).run(
+            agent, Rewind(point), session_id=session_id, options=busy
+        )
+        return result, await s.load_events_of_type(session_id, [_branch_type()])
+
+    result, branched = run_with_store(store, go)
+    if result.stop_reason != "rewound":
+        say_error(RuntimeError(f"the rewind stopped ({result.stop_reason}): {result.error}"))
+        raise typer.Exit(code=1)
+    last = branched[-1] if branched else None
+    dropped = last.data.get("abandoned", 0) if last is not None else 0
+    out.print(f"rewound {escape(session_id)}: {dropped} messages left the transcript")
+    for e in last.data.get("effects", []) if last is not None else []:
+        err.print(
+            f"[yellow]note:[/] {escape(e['tool'])}"
+            f"({escape(json.dumps(e['arguments'], ensure_ascii=False))}) had run "
+            f"\\[{escape(str(e['effect']))}]; its effect stays in the world"
+        )
+
+
+def _branch_type() -> Any:
+    from loom.events import EventType
+
+    return EventType.SESSION_BRANCH
+
+
+def _checked(fn: Callable[[], T]) -> T:
+    """``fn()``, a LoomError printed with exit code 2 (bad options, before any store opens)."""
+    from loom.errors import LoomError
+
+    try:
+        return fn()
+    except LoomError as exc:
+        say_error(exc)
+        raise typer.Exit(code=2) from None
+
+
+@app.command("branches")
+def branches(session_id: SessionArg, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """The session's branches from its journal: each rewind, regenerate, edit or fork, with
+    its point, the messages it abandoned and the effects it noted."""
+    from loom.engine.branching import branches_of
+
+    async def load(s: SQLiteStore) -> Any:
+        await _require(s, session_id)
+        return branches_of(await s.load_events(session_id))
+
+    found = run_with_store(store, load)
+    rows = [
+        {
+            "run_id": b.event.run_id,
+            "sequence": b.event.sequence,
+            "timestamp": b.event.timestamp,
+            "reason": b.event.reason,
+            "point": b.event.point,
+            "kept": b.event.at,
+            "abandoned": [m.model_dump(mode="json") for m in b.abandoned],
+            "effects": b.event.effects,
+            "noted": bool(b.event.note),
+        }
+        for b in found
+    ]
+    if as_json:
+        emit_json(rows)
+        return
+    if not found:
+        out.print(f"{escape(session_id)} has no branches")
+        return
+    from datetime import UTC, datetime
+
+    for n, b in enumerate(found, start=1):
+        e = b.event
+        when = datetime.fromtimestamp(e.timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        point = ", ".join(f"{k}={v}" for k, v in e.point.items()) or "-"
+        out.print(
+            f"[bold]branch {n}[/] {escape(e.reason)} at {when} (event {escape(e.run_id)}."
+            f"{e.sequence}); point {escape(point)}; kept {e.at} messages, abandoned "
+            f"{len(b.abandoned)}"
+        )
+        for m in b.abandoned:
+            content = m.content
+            if m.tool_calls:
+                calls = ", ".join(
+                    f"{c.name}({json.dumps(c.arguments, ensure_ascii=False)})" for c in m.tool_calls
+                )
+                content = (content + " " if content else "") + f"→ {calls}"
+            out.print(f"  [dim]abandoned[/] {m.role}: {escape(_clip(content))}")
+        for eff in e.effects:
+            args = json.dumps(eff.get("arguments"), ensure_ascii=False)
+            result = _clip(str(eff.get("result", "")), 60)
+            out.print(
+                f"  [yellow]effect[/] {escape(str(eff.get('tool')))}({escape(args)}) -> "
+                f"{escape(result)} \\[{escape(str(eff.get('effect')))}]"
+                + ("; noted" if e.note else "")
+            )

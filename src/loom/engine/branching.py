@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from loom.engine.run_inputs import AtEvent, AtTurn, BranchInput, Edit, Point, Rewind
@@ -40,12 +41,15 @@ if TYPE_CHECKING:
 __all__ = [
     "BranchPlan",
     "BranchPolicy",
+    "Branching",
+    "branches_of",
     "fork_plan",
     "journal_prefix",
     "needs_journal",
     "note_of",
     "plan_branch",
     "point_of",
+    "repeat_reason",
     "repeats_of",
     "turn_starts",
 ]
@@ -202,6 +206,7 @@ def _effects(
                 "effect": entry.effect,
                 "status": entry.status,
                 "tool_call_id": call_id,
+                "at": entry.timestamp.isoformat(timespec="seconds"),
             }
         )
     return out
@@ -349,3 +354,50 @@ def repeats_of(
             if same and e.get("effect") == "at_most_once":
                 return e
     return None
+
+
+def repeat_reason(events: Sequence[AgentEvent], repeated: dict[str, Any]) -> str:
+    """Why a call that repeats ``repeated`` (what ``repeats_of`` found in ``events``) waits for
+    approval: which call of which undone turn, when it ran and when its turn was undone."""
+    undone = next(
+        (e for e in reversed(events) if type(e) is SessionBranch and repeated in e.effects), None
+    )
+    args = _short(json.dumps(repeated.get("arguments"), ensure_ascii=False, sort_keys=True))
+    ran = f" at {repeated['at']}" if repeated.get("at") else ""
+    how = ""
+    if undone is not None:
+        what = "a fork" if undone.reason == "fork" else f"a {undone.reason or 'branch'}"
+        when = datetime.fromtimestamp(undone.timestamp, UTC).isoformat(timespec="seconds")
+        how = f", undone by {what} at {when}"
+    return (
+        f"{repeated.get('tool')}({args}) repeats an at_most_once call of an undone turn "
+        f"(it ran{ran}{how}, result: {_short(str(repeated.get('result', '')))}); its effect "
+        "was not undone: approve to run it again"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Branching:
+    """One ``SESSION_BRANCH`` of a session's journal and the messages it took out of the
+    transcript (what the console and ``loom sessions branches`` show as an abandoned
+    branch)."""
+
+    event: SessionBranch
+    abandoned: list[Message]
+
+
+def branches_of(events: Sequence[AgentEvent]) -> list[Branching]:
+    """The session's branches in journal order, each with the messages it abandoned (derived
+    as ``transcript()`` derives the transcript; what the branch restored is not abandoned)."""
+    out: list[Message] = []
+    found: list[Branching] = []
+    for event in events:
+        if type(event) is SessionBranch:
+            restored = event.restored_messages()  # a carried note is not abandoned
+            found.append(Branching(event, [m for m in out[event.at :] if m not in restored]))
+            del out[event.at :]
+            out.extend(restored)
+        m = event.message()
+        if m is not None:
+            out.append(m)
+    return found

@@ -15,6 +15,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from loom.engine.branching import repeat_reason, repeats_of
 from loom.engine.recovery import CRASHED, LooseEnds, call_of, never_started, outcome_unknown
 from loom.events import (
     ApprovalDecisionEvent,
@@ -44,6 +45,7 @@ from loom.tools.executor import error_result, execute_call
 if TYPE_CHECKING:
     from loom.engine.journal import Journal
     from loom.engine.run_deps import RunDeps
+    from loom.events import AgentEvent
 
 __all__ = ["CallRunner"]
 
@@ -67,6 +69,9 @@ class CallRunner:
         # Hold a pure or idempotent call's result into the next commit (the next model
         # answer's): set by the turn when nobody watches it live (``Journal``'s docstring).
         self.fold_results = False
+        # the session's SESSION_BRANCH events, read once per turn at its first at_most_once
+        # call (the repeat gate, ``_repeats``); None until then
+        self._branches: list[AgentEvent] | None = None
 
     async def run(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
         """Screen, start and run ``calls``; their results in call order (parked ones omitted)."""
@@ -129,10 +134,37 @@ class CallRunner:
                 )
             self.note(checked)
             call = checked.value
-        if ask is None or call.id in self.decided:
+        if call.id in self.decided:  # a human approved it at resume: it runs, once
             self.decided.discard(call.id)
             return call, None
+        repeat = await self._repeats(call)
+        if repeat is not None:
+            return await self._approval(call, repeat)
+        if ask is None:
+            return call, None
         return await self._approval(call, ask.reason)
+
+    async def _repeats(self, call: ToolCall) -> str | None:
+        """The repeat gate (``loom.engine.branching``): why ``call`` waits for approval when it
+        repeats, with the same arguments, an ``at_most_once`` call of a turn a branch undid,
+        or None. The agent's ``branch_effects="allow"`` turns it off. The session's branch
+        events are read once per turn, at its first ``at_most_once`` call."""
+        if self.agent.branch_effects == "allow" or self.deps.effect_of(call.name) != "at_most_once":
+            return None
+        if self._branches is None:
+            from loom.events import EventType
+            from loom.store.base import capabilities_of
+
+            store, sid = self.deps.store, self.journal.session_id
+            typed = capabilities_of(store).typed_events
+            wanted = [EventType.SESSION_BRANCH]
+            self._branches = (
+                await typed.load_events_of_type(sid, wanted)
+                if typed is not None
+                else [e for e in await store.load_events(sid) if e.type in wanted]
+            )
+        repeated = repeats_of(self._branches, call.name, dict(call.arguments))
+        return None if repeated is None else repeat_reason(self._branches, repeated)
 
     async def _approval(
         self, call: ToolCall, reason: str

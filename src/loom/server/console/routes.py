@@ -22,7 +22,14 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
 from loom.errors import LoomError, SessionBusy, SessionNotFound
-from loom.events import AgentEvent, AgentFinish, AgentStart, ApprovalDecisionEvent, ApprovalRequired
+from loom.events import (
+    AgentEvent,
+    AgentFinish,
+    AgentStart,
+    ApprovalDecisionEvent,
+    ApprovalRequired,
+    SessionBranch,
+)
 from loom.server.app import ServerState, state_of
 from loom.server.console import auth
 from loom.server.console.timeline import MEDIA_REF, Change, Timeline, cost_of, part_views
@@ -32,6 +39,7 @@ from loom.server.session_events import Lagged, event_id, session_events, sse_id
 if TYPE_CHECKING:
     from jinja2 import Environment
 
+    from loom.engine.branching import Branching
     from loom.messages import Message
     from loom.server.security import Principal
     from loom.store.base import RunRecord, SessionInfo
@@ -391,6 +399,9 @@ async def render_session(request: Request, session_id: str, page_no: int = 0) ->
     shown, page_no, pages, after = await _shown_events(state, session_id, page_no, records)
     timeline = Timeline(session_id).extend(shown)
     messages: list[Message] = [m for e in shown if (m := e.message()) is not None]
+    branchings = await _branchings(state, session_id)
+    if branchings:  # the transcript is what the branches left (the rest is shown folded)
+        messages = await store.load_messages(session_id)
     status = await _status(state, session_id, records)
     # calls wait for a decision only after a run stopped for them (a new message expires them)
     pending = await _pending(state, session_id) if status == "awaiting_approval" else []
@@ -414,7 +425,33 @@ async def render_session(request: Request, session_id: str, page_no: int = 0) ->
         crew_session=crew_session,
         crew_path=str(info.metadata.get("path") or ""),
         running=_running(records),
+        branchings=branchings,
+        last_user=_last_user(messages),
     )
+
+
+async def _branchings(state: ServerState, session_id: str) -> list[Branching]:
+    """The session's branches (``loom.engine.branching``), each with what it abandoned. A
+    session without any costs one indexed read of its ``SESSION_BRANCH`` events; one with
+    some has its journal read whole (the abandoned turns are derived from it)."""
+    from loom.engine.branching import branches_of
+    from loom.events import EventType
+
+    store = state.runtime.store
+    typed = state.runtime.capabilities.typed_events
+    if typed is not None and not await typed.load_events_of_type(
+        session_id, [EventType.SESSION_BRANCH]
+    ):
+        return []
+    return branches_of(await store.load_events(session_id))
+
+
+def _last_user(messages: list[Message]) -> dict[str, Any] | None:
+    """The last user message and its turn (what regenerate and edit-and-resend act on)."""
+    turns = [m for m in messages if m.role == "user"]
+    if not turns:
+        return None
+    return {"turn": len(turns) - 1, "text": turns[-1].content}
 
 
 def _running(records: list[RunRecord]) -> list[str]:
@@ -498,6 +535,10 @@ async def session_live(
                 count += m is not None
                 if not sending and not replayed:
                     sending = True  # the page's last event is past: everything live is new
+                if sending and isinstance(ev, SessionBranch):
+                    # the transcript lost messages: the page is drawn again, with the branch
+                    yield b"event: reload\ndata: {}\n\n"
+                    return
                 if sending:
                     parts = [_fragment(c, timeline) for c in changes]
                     if m is not None:
@@ -637,6 +678,62 @@ async def decide(request: Request, session_id: str, call_id: str) -> Response:
         return problem(request, 404, "Not found", str(exc))
     except SessionBusy as exc:
         return problem(request, 409, "Busy", str(exc))
+    except LoomError as exc:
+        return problem(request, 400, "Refused", str(exc))
+    return RedirectResponse(back, 303)
+
+
+@router.post("/sessions/{session_id:path}/branch")
+async def branch(request: Request, session_id: str) -> Response:
+    """Regenerate the last answer (``action=regenerate``) or edit a user message and answer
+    it again (``action=edit``, ``turn``, ``text``): a run of the session's agent started with
+    ``Regenerate()`` or ``Edit(turn, text)`` (``loom.engine.branching``), listed with the
+    server's runs; the turns it replaces stay in the journal and show as a branch."""
+    from loom.crew.crew import Crew
+    from loom.engine.run_inputs import Edit, Regenerate
+    from loom.errors import BranchError, InputError
+    from loom.server.langgraph_api import session_agent
+    from loom.server.lg_runs import LgRun
+    from loom.server.runs import run_manager, served
+
+    form = await _form(request)
+    refused = _csrf_refused(request, form)
+    if refused is not None:
+        return refused
+    state = state_of(request)
+    back = f"/console/sessions/{quote(unscoped_session_id(session_id), safe='')}"
+    action = form.get("action")
+    inp: Regenerate | Edit
+    if action == "regenerate":
+        inp = Regenerate()
+    elif action == "edit":
+        turn, text = form.get("turn", ""), form.get("text", "").strip()
+        if not turn.isdigit() or not text:
+            why = "edit-and-resend needs the message's turn and the new text; write some text"
+            return problem(request, 422, "Bad request", why)
+        inp = Edit(int(turn), text)
+    else:
+        return problem(request, 422, "Bad request", "the action is regenerate or edit")
+    try:
+        info = await state.runtime.store.get_session(session_id)
+        if info is None:
+            raise SessionNotFound(f"no session {unscoped_session_id(session_id)!r}")
+        agent = served(state, await session_agent(state, info))
+        if isinstance(agent, Crew):
+            raise InputError("a crew's session cannot be regenerated or edited (yet)")
+        manager = run_manager(state)
+        if manager.active_on(session_id):
+            raise SessionBusy("the session is running a run; wait for it or cancel it first")
+        turn_ = await state.runtime.start(agent, inp, session_id=session_id)
+        manager.start(LgRun(turn_.run_id, session_id, agent.name, "reject", ["events"]), turn_)
+    except HTTPException as exc:
+        return problem(request, exc.status_code, "Not found", str(exc.detail))
+    except SessionNotFound as exc:
+        return problem(request, 404, "Not found", str(exc))
+    except SessionBusy as exc:
+        return problem(request, 409, "Busy", str(exc))
+    except BranchError as exc:
+        return problem(request, 409, "Refused", str(exc))
     except LoomError as exc:
         return problem(request, 400, "Refused", str(exc))
     return RedirectResponse(back, 303)

@@ -7,6 +7,7 @@ agent-only path reads); ``served(name)`` answers either. Names are unique across
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
@@ -29,6 +30,8 @@ _SUFFIXES = (".md", ".yaml", ".yml")
 # When each agent or crew object was first served (its definition file's last change when it
 # came from one): what assistant lists report as created_at, the same in every key's view.
 _CREATED: weakref.WeakKeyDictionary[Agent | Crew, datetime] = weakref.WeakKeyDictionary()
+# A crew file's content hash: its revision (an agent's comes from ``loom.definition``).
+_CREW_REVISIONS: weakref.WeakKeyDictionary[Crew, str] = weakref.WeakKeyDictionary()
 
 
 class AgentRegistry(Mapping[str, Agent]):
@@ -68,6 +71,18 @@ class AgentRegistry(Mapping[str, Agent]):
             raise KeyError(name)
         return _CREATED[served]
 
+    def revision(self, name: str) -> str | None:
+        """The revision of the agent or crew ``name``: ``sha256:<hex>`` of its definition file,
+        or (an agent built in Python) of its definition's stable fields
+        (``loom.definition.revision_of``); None for a crew built in Python or a name not
+        served. Every run the server starts records it."""
+        from loom.definition import revision_of
+
+        served = self.served(name)
+        if isinstance(served, Agent):
+            return revision_of(served)
+        return None if served is None else _CREW_REVISIONS.get(served)
+
     def names(self) -> list[str]:
         """Every name served: the agents', then the crews'."""
         return [*self._agents, *self.crews]
@@ -103,6 +118,8 @@ class AgentRegistry(Mapping[str, Agent]):
         served: list[Agent | Crew] = []
         for p in files:
             one = Crew.from_file(p) if is_crew_file(p) else Agent.from_file(p, **overrides)
+            if isinstance(one, Crew):
+                _CREW_REVISIONS[one] = f"sha256:{hashlib.sha256(p.read_bytes()).hexdigest()}"
             _CREATED[one] = datetime.fromtimestamp(p.stat().st_mtime, UTC)
             served.append(one)
         return cls(served)

@@ -472,9 +472,8 @@ async def search(
 ) -> list[dict[str, Any]]:
     """The served agents and crews, then the request's key's stored assistants (oldest first),
     filtered like LangGraph's ``/assistants/search``."""
-    found = [
-        _served_view(state, a) for a in [*state.registry.values(), *state.registry.crews.values()]
-    ]
+    targets: list[Agent | Crew] = [*state.registry.values(), *state.registry.crews.values()]
+    found = [_served_view(state, a) for a in targets]
     book = _Book(state)
     only = owner_filter(current_principal.get())
     stored = []

@@ -739,6 +739,7 @@ async def _enqueue(
         metadata=dict(body.metadata or {}),
         on_disconnect=body.on_disconnect,
         background=True,
+        revision=state.registry.revision(agent.name),
     )
     message, parts = await _given(state, thread_id, given)
     run.job_id = await queue.enqueue(agent.name, thread_id, message, run.run_id, parts=parts)

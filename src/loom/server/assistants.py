@@ -362,7 +362,10 @@ async def get(state: ServerState, assistant_id: str) -> dict[str, Any]:
     if target is not None:
         return _served_view(state, target)
     head = await _head(state, assistant_id)
-    return _view(assistant_id, head, await _version(state, assistant_id, int(head["latest"])))
+    row = await _version(state, assistant_id, int(head["latest"]))
+    if state.registry.served(row["graph_id"]) is None:  # its agent is not served (to this key)
+        raise not_found(f"no assistant {assistant_id!r} for this API key")
+    return _view(assistant_id, head, row)
 
 
 async def patch(

@@ -148,12 +148,12 @@ async def test_every_run_records_its_revision_and_assistant_version(keyed: Serve
     assert got["revision"] == revision and got["assistant_version"] == 2
 
     # a raw client may pin a run to an older version by number
-    raw = httpx.post(
-        f"{keyed.url}/threads/{thread}/runs/wait",
-        json={"assistant_id": "brief", "assistant_version": 1, "input": human("c")},
-        headers={"x-api-key": ALICE},
-        timeout=30,
-    )
+    async with httpx.AsyncClient(base_url=keyed.url, headers={"x-api-key": ALICE}) as http:
+        raw = await http.post(
+            f"/threads/{thread}/runs/wait",
+            json={"assistant_id": "brief", "assistant_version": 1, "input": human("c")},
+            timeout=30,
+        )
     assert raw.status_code == 200, raw.text
     assert answer(raw.json()) == "[Be brief.] c"
     await alice.assistants.delete("brief")

@@ -27,7 +27,7 @@ ALICE, BOB, ROOT = "alice-key-0001", "bob-key-0002", "root-key-0004"
 
 pytestmark = pytest.mark.timeout(180)
 
-ECHO = r'''
+ECHO = r"""
 
 def echo_instructions(messages, tools):
     system = next((m.content for m in messages if m.role == "system"), "")
@@ -36,7 +36,7 @@ def echo_instructions(messages, tools):
 
 ECHO = Agent(name="echo", instructions="You are plain.", model=FunctionModel(echo_instructions))
 assistant_registry = AgentRegistry([CALC, ECHO])
-'''
+"""
 
 
 @pytest.fixture(scope="module")

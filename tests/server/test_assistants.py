@@ -267,3 +267,65 @@ def test_an_agent_files_revision_is_its_content_hash(tmp_path: Path) -> None:
     one = Agent(name="py", instructions="a", model="local")
     assert revision_of(one) == revision_of(Agent(name="py", instructions="a", model="local"))
     assert revision_of(one) != revision_of(one.replace(instructions="b"))
+
+
+HOLDER = r"""
+import asyncio
+from pathlib import Path
+from loom import Agent, ModelResponse, ToolCall, tool
+from loom.server import AgentRegistry
+from loom.testing import FunctionModel
+
+
+@tool(effect="pure")
+async def hold() -> str:
+    '''Wait while the file "hold" exists (the test removes it before the restart).'''
+    while Path("hold").exists():
+        await asyncio.sleep(0.02)
+    return "held"
+
+
+def holder(messages, tools):
+    system = next((m.content for m in messages if m.role == "system"), "")
+    if messages[-1].role == "tool":
+        return f"[{system}] after {messages[-1].content}"
+    return ModelResponse(tool_calls=[ToolCall(name="hold", arguments={})])
+
+
+registry = AgentRegistry([Agent(name="holder", instructions="Plain.",
+                                model=FunctionModel(holder), tools=[hold])])
+"""
+
+
+async def test_a_killed_background_run_is_carried_on_with_its_version(tmp_path: Path) -> None:
+    """SIGKILL while an assistant's background run holds in a tool: the next start carries the
+    run on with the assistant's version (its instructions), not the served agent's."""
+    import signal
+
+    (tmp_path / "hold").touch()
+    db = tmp_path / "carry.db"
+    first = start_server(tmp_path, app="holder_agents:registry", source=HOLDER, db=db)
+    try:
+        client = get_client(url=first.url)
+        made = await client.assistants.create("holder", context={"instructions": "Carried."})
+        await client.assistants.update(made["assistant_id"], name="v2 is latest")
+        thread = (await client.threads.create())["thread_id"]
+        run = await client.runs.create(
+            thread, made["assistant_id"], input=human("go"), stream_mode=["events"]
+        )
+        async for part in client.runs.join_stream(thread, run["run_id"], stream_mode="events"):
+            if part.event == "events" and part.data["type"] == "tool_execution_start":
+                break  # the tool holds: the run is mid-step
+    finally:
+        first.process.send_signal(signal.SIGKILL)
+        first.process.wait(timeout=10)
+    (tmp_path / "hold").unlink()
+    second = start_server(tmp_path, app="holder_agents:registry", source=HOLDER, db=db)
+    try:
+        client = get_client(url=second.url)
+        values = await client.runs.join(thread, run["run_id"])
+        assert answer(values) == "[Carried.] after held"
+        got = await client.runs.get(thread, run["run_id"])
+        assert got["assistant_version"] == 2 and str(got["revision"]).startswith("sha256:")
+    finally:
+        stop_server(second)

@@ -329,3 +329,43 @@ async def test_a_killed_background_run_is_carried_on_with_its_version(tmp_path: 
         assert got["assistant_version"] == 2 and str(got["revision"]).startswith("sha256:")
     finally:
         stop_server(second)
+
+
+async def test_two_servers_on_one_postgresql_store_share_assistants(
+    pg_schema_dsn: str, tmp_path: Path
+) -> None:
+    """Assistants live in the store: what one server of a fleet makes, another serves, with
+    its versions, and a run there runs the version that is latest."""
+    from urllib.parse import quote
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    d = conninfo_to_dict(pg_schema_dsn)
+    url = f"postgresql://{d['user']}@{d['host']}:{d['port']}/{d['dbname']}"
+    url += f"?options={quote(str(d['options']))}"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    source = AGENTS + ECHO
+    a = start_server(
+        tmp_path / "a", app="server_agents:assistant_registry", source=source, store=url
+    )
+    try:
+        b = start_server(
+            tmp_path / "b", app="server_agents:assistant_registry", source=source, store=url
+        )
+        try:
+            on_a, on_b = get_client(url=a.url), get_client(url=b.url)
+            made = await on_a.assistants.create("echo", context={"instructions": "One."})
+            aid = made["assistant_id"]
+            await on_b.assistants.update(aid, context={"instructions": "Two."})
+            assert [v["version"] for v in await on_a.assistants.get_versions(aid)] == [2, 1]
+            await on_a.assistants.set_latest(aid, 1)
+            thread = (await on_b.threads.create())["thread_id"]
+            assert answer(await on_b.runs.wait(thread, aid, input=human("hi"))) == "[One.] hi"
+            await on_b.assistants.delete(aid)
+            with pytest.raises(NotFoundError):
+                await on_a.assistants.get(aid)
+        finally:
+            stop_server(b)
+    finally:
+        stop_server(a)

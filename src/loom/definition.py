@@ -218,7 +218,13 @@ def revision_of(agent: AgentSpec) -> str:
     known = _REVISIONS.get(agent)
     if known is not None:
         return known
-    text = definition_of(agent).model_dump_json(exclude_none=True)
+    try:
+        text = definition_of(agent).model_dump_json(exclude_none=True)
+    except (ValidationError, ValueError, TypeError):  # what no file can say (a value only
+        # Python can give): the fields every agent has, so that a run never fails for it
+        text = "\n".join(
+            map(str, (agent.name, agent.description, agent.instructions, sorted(agent.tools)))
+        )
     model = agent.model_spec
     if not isinstance(model, str) and model is not None:
         text += f"\nmodel:{type(model).__module__}.{type(model).__qualname__}"

@@ -45,7 +45,7 @@ from loom.crew import Crew
 from loom.errors import InputError
 from loom.models.base import ModelSettings
 from loom.server.ownership import check_client_id, owner_filter, owner_name, require
-from loom.server.runs import assistant_uuid, not_found, served
+from loom.server.registry import assistant_uuid
 from loom.server.security import current_principal
 from loom.server.state import ServerState
 from loom.store.base import KVStore
@@ -270,10 +270,12 @@ def _version_view(assistant_id: str, version: dict[str, Any]) -> dict[str, Any]:
 
 
 def _is_served(state: ServerState, assistant_id: str) -> Agent | Crew | None:
-    try:
-        return served(state, assistant_id)
-    except HTTPException:
-        return None
+    return state.registry.find(assistant_id)
+
+
+def _not_found(what: str) -> HTTPException:
+    """A 404 that says what was not found (``loom.server.runs.not_found``'s answer)."""
+    return HTTPException(404, what)
 
 
 def _read_only(assistant_id: str) -> HTTPException:
@@ -289,7 +291,7 @@ async def _head(state: ServerState, assistant_id: str) -> dict[str, Any]:
     exactly like one that does not exist)."""
     head = await _Book(state).get(ASSISTANTS_NS, assistant_id)
     if not isinstance(head, dict):
-        raise not_found(f"no assistant {assistant_id!r} for this API key")
+        raise _not_found(f"no assistant {assistant_id!r} for this API key")
     require(current_principal.get(), "assistant", assistant_id, head.get("owner"))
     return head
 
@@ -297,7 +299,7 @@ async def _head(state: ServerState, assistant_id: str) -> dict[str, Any]:
 async def _version(state: ServerState, assistant_id: str, version: int) -> dict[str, Any]:
     row = await _Book(state).get(VERSIONS_NS, _version_key(assistant_id, version))
     if not isinstance(row, dict):
-        raise not_found(f"assistant {assistant_id!r} has no version {version}")
+        raise _not_found(f"assistant {assistant_id!r} has no version {version}")
     return row
 
 
@@ -364,7 +366,7 @@ async def get(state: ServerState, assistant_id: str) -> dict[str, Any]:
     head = await _head(state, assistant_id)
     row = await _version(state, assistant_id, int(head["latest"]))
     if state.registry.served(row["graph_id"]) is None:  # its agent is not served (to this key)
-        raise not_found(f"no assistant {assistant_id!r} for this API key")
+        raise _not_found(f"no assistant {assistant_id!r} for this API key")
     return _view(assistant_id, head, row)
 
 
@@ -419,7 +421,7 @@ async def set_latest(state: ServerState, assistant_id: str, version: Any) -> dic
     target = _is_served(state, assistant_id)
     if target is not None:
         if version != 1:
-            raise not_found(f"assistant {assistant_id!r} has one version, 1, not {version}")
+            raise _not_found(f"assistant {assistant_id!r} has one version, 1, not {version}")
         return _served_view(state, target)
     async with _lock(state):
         head = await _head(state, assistant_id)
@@ -507,12 +509,14 @@ async def resolve(
     target = _is_served(state, assistant_id)
     if target is not None:
         if version not in (None, 1):
-            raise not_found(f"assistant {assistant_id!r} has one version, 1, not {version}")
+            raise _not_found(f"assistant {assistant_id!r} has one version, 1, not {version}")
         return Chosen(target, {}, None, None, state.registry.revision(target.name))
     head = await _Book(state).get(ASSISTANTS_NS, assistant_id)
     if not isinstance(head, dict):
-        served(state, assistant_id)  # the 404 that lists what this server serves
-        raise not_found(f"no assistant {assistant_id!r}")  # (served() raised already)
+        raise _not_found(
+            f"no assistant {assistant_id!r}; this server's agents: "
+            f"{', '.join(state.registry.names())}, and the assistants made with POST /assistants"
+        )
     if check_owner:
         require(current_principal.get(), "assistant", assistant_id, head.get("owner"))
     if version is None:
@@ -522,7 +526,7 @@ async def resolve(
     row = await _version(state, assistant_id, version)
     agent = state.registry.get(row["graph_id"])
     if agent is None:  # its agent is no longer served (or not to this key)
-        raise not_found(
+        raise _not_found(
             f"assistant {assistant_id!r} runs agent {row['graph_id']!r}, which this server "
             "does not serve"
         )

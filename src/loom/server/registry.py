@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import uuid
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
@@ -23,7 +24,7 @@ from loom.errors import ConfigurationError
 if TYPE_CHECKING:
     from loom.crew import Crew
 
-__all__ = ["AgentRegistry", "load_registry"]
+__all__ = ["AgentRegistry", "assistant_uuid", "load_registry"]
 
 _SUFFIXES = (".md", ".yaml", ".yml")
 
@@ -32,6 +33,12 @@ _SUFFIXES = (".md", ".yaml", ".yml")
 _CREATED: weakref.WeakKeyDictionary[Agent | Crew, datetime] = weakref.WeakKeyDictionary()
 # A crew file's content hash: its revision (an agent's comes from ``loom.definition``).
 _CREW_REVISIONS: weakref.WeakKeyDictionary[Crew, str] = weakref.WeakKeyDictionary()
+
+
+def assistant_uuid(name: str) -> str:
+    """The UUID form of an assistant (agent or crew) name: ``uuid5(NAMESPACE_URL,
+    "loom:agent:<name>")``."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"loom:agent:{name}"))
 
 
 class AgentRegistry(Mapping[str, Agent]):
@@ -62,6 +69,16 @@ class AgentRegistry(Mapping[str, Agent]):
     def served(self, name: str) -> Agent | Crew | None:
         """The agent or crew served as ``name`` (None: neither)."""
         return self._agents.get(name) or self.crews.get(name)
+
+    def find(self, assistant_id: str) -> Agent | Crew | None:
+        """The agent or crew served as ``assistant_id``: its name or its UUID form
+        (``assistant_uuid``); None: neither."""
+        found = self.served(assistant_id)
+        if found is not None:
+            return found
+        return next(
+            (self.served(n) for n in self.names() if assistant_uuid(n) == assistant_id), None
+        )
 
     def created_at(self, name: str) -> datetime:
         """When the agent or crew ``name`` was defined: its definition file's last change, or

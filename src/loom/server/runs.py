@@ -67,6 +67,7 @@ from loom.server.lg_runs import (
     query_interrupts,
 )
 from loom.server.queued import RUNS_NAMESPACE, JournalTail, RunQueue
+from loom.server.registry import assistant_uuid
 from loom.store.base import KVStore, SessionInfo
 
 if TYPE_CHECKING:
@@ -186,22 +187,12 @@ def not_found(what: str) -> HTTPException:
     return HTTPException(404, what)
 
 
-def assistant_uuid(name: str) -> str:
-    """The UUID form of an assistant (agent or crew) name."""
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"loom:agent:{name}"))
-
-
 def served(state: ServerState, assistant_id: str) -> Agent | Crew:
     """The agent or crew served as ``assistant_id`` (its name or its UUID form)."""
     registry = state.registry
-    found = registry.served(assistant_id)
+    found = registry.find(assistant_id)
     if found is not None:
         return found
-    for name in registry.names():
-        if assistant_uuid(name) == assistant_id:
-            hit = registry.served(name)
-            assert hit is not None
-            return hit
     raise not_found(
         f"no assistant {assistant_id!r}; this server's assistants: {', '.join(registry.names())}"
     )

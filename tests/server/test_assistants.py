@@ -208,6 +208,9 @@ async def test_another_key_neither_sees_nor_changes_them(keyed: Server) -> None:
         await bob.runs.wait(bob_thread, aid, input=human("hi"))
     assert hidden.value.response.status_code == 404
     assert aid not in [a["assistant_id"] for a in await bob.assistants.search(limit=100)]
+    for if_exists in ("raise", "do_nothing"):  # a taken id is taken, whoever holds it
+        with pytest.raises(ConflictError):
+            await bob.assistants.create("echo", assistant_id=aid, if_exists=if_exists)
     # bob's attempts changed nothing
     assert [v["version"] for v in await alice.assistants.get_versions(aid)] == [1]
     # an admin key sees every key's

@@ -44,7 +44,7 @@ from loom.agent import Agent
 from loom.crew import Crew
 from loom.errors import InputError
 from loom.models.base import ModelSettings
-from loom.server.ownership import check_client_id, owner_filter, owner_name, require
+from loom.server.ownership import check_client_id, owner_filter, owner_name, require, sees
 from loom.server.registry import assistant_uuid
 from loom.server.security import current_principal
 from loom.server.state import ServerState
@@ -189,6 +189,8 @@ def _check_value(value: Any, types: tuple[type, ...], where: str) -> None:
         raise InputError(f"{where} is a {names}, got {value!r}")
     if isinstance(value, int | float) and value <= 0:
         raise InputError(f"{where} must be greater than 0, got {value!r}")
+    if isinstance(value, str) and not value.strip():
+        raise InputError(f"{where} cannot be empty")
 
 
 def _check_model_settings(value: Any, where: str) -> None:
@@ -330,10 +332,9 @@ async def create(
     async with _lock(state):
         existing = await book.get(ASSISTANTS_NS, assistant_id)
         if isinstance(existing, dict):
-            if if_exists == "do_nothing":
-                require(current_principal.get(), "assistant", assistant_id, existing.get("owner"))
+            if if_exists == "do_nothing" and sees(current_principal.get(), existing.get("owner")):
                 return await get(state, assistant_id)
-            # another key's id is taken too: saying so tells nothing about what it holds
+            # another key's id is taken too (409 either way): that tells nothing of what it holds
             raise HTTPException(409, f"assistant {assistant_id!r} exists")
         now = _now()
         version = {

@@ -82,6 +82,8 @@ async def test_versions_rollback_and_runs_on_the_latest(keyed: Server) -> None:
     thread = (await alice.threads.create())["thread_id"]
     first = await alice.runs.wait(thread, aid, input=human("hello"))
     assert answer(first) == "[Speak like a pirate.] hello"
+    meta = (await alice.threads.get(thread))["metadata"]  # as on LangGraph: the graph is the agent
+    assert meta["assistant_id"] == aid and meta["graph_id"] == "echo"
 
     updated = await alice.assistants.update(
         aid, context={"instructions": "Speak like a robot."}, metadata={"stage": "qa"}

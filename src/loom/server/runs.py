@@ -393,7 +393,11 @@ async def pending_calls(state: ServerState, thread_id: str) -> list[dict[str, An
 
 
 async def _note_assistant(
-    state: ServerState, thread_id: str, name: str, session_agent: str | None = None
+    state: ServerState,
+    thread_id: str,
+    name: str,
+    session_agent: str | None = None,
+    graph: str | None = None,
 ) -> None:
     """Note in the thread's metadata that ``name`` ran on it last. Nothing is stored when the
     session's own agent name says it (``session_agent``: the name it has, or will have once
@@ -403,7 +407,10 @@ async def _note_assistant(
     current = patch.get("assistant_id")
     if current == name or (current is None and session_agent == name):
         return
-    await save_metadata_patch(state, thread_id, {**patch, "assistant_id": name, "graph_id": name})
+    graph_id = graph or name  # an assistant made with POST /assistants: its agent's name
+    await save_metadata_patch(
+        state, thread_id, {**patch, "assistant_id": name, "graph_id": graph_id}
+    )
 
 
 # -- the run record ---------------------------------------------------------------------------
@@ -615,7 +622,7 @@ async def start_run(
     # the turn names an unnamed session after its agent (loom.engine.loop, at its intake)
     session_agent = (info.agent_name if info is not None else None) or agent.name
     named = chosen.assistant_id or agent.name
-    await _note_assistant(state, thread_id, named, session_agent)
+    await _note_assistant(state, thread_id, named, session_agent, agent.name)
     run = LgRun(
         turn.run_id,
         thread_id,

@@ -32,6 +32,9 @@ You are a careful researcher. ...
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -53,7 +56,11 @@ __all__ = [
     "definition_of",
     "load_definition",
     "parse_definition",
+    "revision_of",
 ]
+
+# Each agent's revision (``revision_of``): its file's content hash when it came from one.
+_REVISIONS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
 class MCPServerConfig(BaseModel):
@@ -190,8 +197,41 @@ def parse_definition(path: Path) -> AgentDefinition:
 def load_definition(
     make: Callable[..., Built], path: Path, tools: Sequence[Tool], overrides: dict[str, Any]
 ) -> Built:
-    """``build_agent`` of the definition in the file at ``path``."""
-    return build_agent(make, parse_definition(path), path, tools, overrides)
+    """``build_agent`` of the definition in the file at ``path``; the built object's revision
+    (``revision_of``) is the file's content hash."""
+    built = build_agent(make, parse_definition(path), path, tools, overrides)
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:  # read a moment ago: gone now, so the definition's own hash stands
+        return built
+    with contextlib.suppress(TypeError):  # not weakly referenceable: no file revision kept
+        _REVISIONS[built] = f"sha256:{digest}"
+    return built
+
+
+def revision_of(agent: AgentSpec) -> str:
+    """The agent's revision: ``sha256:<hex>`` of the file it was loaded from (``Agent.from_file``,
+    a served directory's AGENT.md / YAML files), else of its definition's stable fields
+    (``definition_of``: name, instructions, model string, tool names, limits, permissions, ...;
+    a model object counts by its class). The same definition gives the same revision in every
+    process; a run records the revision it ran with (the server's run records)."""
+    known = _REVISIONS.get(agent)
+    if known is not None:
+        return known
+    try:
+        text = definition_of(agent).model_dump_json(exclude_none=True)
+    except (ValidationError, ValueError, TypeError):  # what no file can say (a value only
+        # Python can give): the fields every agent has, so that a run never fails for it
+        text = "\n".join(
+            map(str, (agent.name, agent.description, agent.instructions, sorted(agent.tools)))
+        )
+    model = agent.model_spec
+    if not isinstance(model, str) and model is not None:
+        text += f"\nmodel:{type(model).__module__}.{type(model).__qualname__}"
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    with contextlib.suppress(TypeError):  # an agent is immutable: hash it once
+        _REVISIONS[agent] = f"sha256:{digest}"
+    return f"sha256:{digest}"
 
 
 def build_agent(

@@ -1,7 +1,8 @@
 """The run API on the paths of LangGraph's Agent Server, so ``langgraph-sdk`` works unchanged.
 
 Terms: an assistant is a Loom agent (``assistant_id`` = the agent's name, or its UUID form
-``uuid5(NAMESPACE_URL, "loom:agent:<name>")``); a thread is a Loom session (``thread_id`` =
+``uuid5(NAMESPACE_URL, "loom:agent:<name>")``), or a versioned configuration over one made
+with ``POST /assistants`` (``loom.server.assistants``); a thread is a Loom session (``thread_id`` =
 ``session_id``); a run is one Loom turn (``run_id`` = the turn's run id). A thread's ``values``
 are ``{"messages": [...]}``, the session's transcript in LangChain's message form.
 
@@ -35,12 +36,10 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import Field
 from starlette.exceptions import HTTPException
 
-from loom.agent import Agent
-from loom.crew import Crew
 from loom.errors import InputError, SessionBusy
 from loom.events import AgentFinish
 from loom.messages import Message
-from loom.server import runs
+from loom.server import assistants, runs
 from loom.server.app import ServerState, state_of, view_for
 from loom.server.lg_runs import LgRun, interrupts_of, run_status
 from loom.server.ownership import ClientId
@@ -92,6 +91,36 @@ class AssistantSearch(_Body):
     offset: int = Field(0, ge=0)
 
 
+class AssistantCreate(_Body):
+    graph_id: Any = None  # checked by loom.server.assistants: a typed error names what is wrong
+    config: dict[str, Any] | None = None
+    context: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    assistant_id: str | None = None
+    if_exists: Literal["raise", "do_nothing"] = "raise"
+    name: str | None = None
+    description: str | None = None
+
+
+class AssistantPatch(_Body):
+    graph_id: str | None = None
+    config: dict[str, Any] | None = None
+    context: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    name: str | None = None
+    description: str | None = None
+
+
+class VersionSearch(_Body):
+    metadata: dict[str, Any] | None = None
+    limit: int = Field(10, ge=0)
+    offset: int = Field(0, ge=0)
+
+
+class LatestVersion(_Body):
+    version: int
+
+
 class ThreadCreate(_Body):
     thread_id: ClientId | None = None
     metadata: dict[str, Any] | None = None
@@ -138,30 +167,6 @@ class ApprovalDecision(_Body):
 
 
 # -- helpers ----------------------------------------------------------------------------------
-
-
-def _assistant(state: ServerState, agent: Agent | Crew) -> dict[str, Any]:
-    created = state.registry.created_at(agent.name).isoformat()
-    if isinstance(agent, Crew):  # a crew: its members where an agent lists its tools
-        meta = {
-            "loom_uuid": assistant_uuid(agent.name),
-            "crew": True,
-            "members": list(agent.members),
-        }
-    else:
-        meta = {"loom_uuid": assistant_uuid(agent.name), "tools": list(agent.tools)}
-    return {
-        "assistant_id": agent.name,
-        "graph_id": agent.name,
-        "name": agent.name,
-        "description": getattr(agent, "description", None) or None,
-        "config": {},
-        "context": {},
-        "metadata": meta,
-        "version": 1,
-        "created_at": created,
-        "updated_at": created,
-    }
 
 
 async def _thread(state: ServerState, info: SessionInfo) -> dict[str, Any]:
@@ -218,20 +223,25 @@ def _thread_state(
 
 
 # -- assistants -------------------------------------------------------------------------------
-@router.post("/assistants/search", summary="Search assistants (the served agents)")
+# Served agents and crews, and assistants made with POST /assistants (loom.server.assistants).
+@router.post("/assistants", summary="Create an assistant (a configuration over an agent)")
+async def create_assistant(request: Request, body: AssistantCreate) -> dict[str, Any]:
+    return await assistants.create(
+        state_of(request),
+        graph_id=body.graph_id,
+        config=body.config,
+        context=body.context,
+        metadata=body.metadata,
+        assistant_id=body.assistant_id,
+        if_exists=body.if_exists,
+        name=body.name,
+        description=body.description,
+    )
+
+
+@router.post("/assistants/search", summary="Search assistants (served agents and made ones)")
 async def search_assistants(request: Request, body: AssistantSearch) -> list[dict[str, Any]]:
-    state = state_of(request)
-    served: list[Agent | Crew] = [*state.registry.values(), *state.registry.crews.values()]
-    found = [
-        _assistant(state, a)
-        for a in served
-        if (body.graph_id is None or a.name == body.graph_id)
-        and (body.name is None or body.name.lower() in a.name.lower())
-    ]
-    if body.metadata:
-        found = [
-            a for a in found if all(a["metadata"].get(k) == v for k, v in body.metadata.items())
-        ]
+    found = await assistants.search(state_of(request), body.graph_id, body.name, body.metadata)
     return found[body.offset : body.offset + body.limit]
 
 
@@ -240,15 +250,54 @@ async def count_assistants(request: Request, body: AssistantSearch) -> int:
     return len(await search_assistants(request, body.model_copy(update={"limit": 1 << 30})))
 
 
-@router.get("/assistants/{assistant_id}", summary="Get an assistant (an agent, by name)")
+@router.get("/assistants/{assistant_id}", summary="Get an assistant (its latest version)")
 async def get_assistant(request: Request, assistant_id: str) -> dict[str, Any]:
-    state = state_of(request)
-    return _assistant(state, _served(state, assistant_id))
+    return await assistants.get(state_of(request), assistant_id)
+
+
+@router.patch("/assistants/{assistant_id}", summary="Update an assistant: a new version")
+async def patch_assistant(
+    request: Request, assistant_id: str, body: AssistantPatch
+) -> dict[str, Any]:
+    return await assistants.patch(
+        state_of(request),
+        assistant_id,
+        graph_id=body.graph_id,
+        config=body.config,
+        context=body.context,
+        metadata=body.metadata,
+        name=body.name,
+        description=body.description,
+    )
+
+
+@router.delete(
+    "/assistants/{assistant_id}", status_code=204, summary="Delete an assistant and its versions"
+)
+async def delete_assistant(request: Request, assistant_id: str) -> Response:
+    await assistants.delete(state_of(request), assistant_id)
+    return Response(status_code=204)
+
+
+@router.post("/assistants/{assistant_id}/versions", summary="An assistant's versions, newest first")
+async def assistant_versions(
+    request: Request, assistant_id: str, body: VersionSearch
+) -> list[dict[str, Any]]:
+    return await assistants.list_versions(
+        state_of(request), assistant_id, body.metadata, body.limit, body.offset
+    )
+
+
+@router.post("/assistants/{assistant_id}/latest", summary="Set an assistant's latest version")
+async def set_latest_version(
+    request: Request, assistant_id: str, body: LatestVersion
+) -> dict[str, Any]:
+    return await assistants.set_latest(state_of(request), assistant_id, body.version)
 
 
 @router.get("/assistants/{assistant_id}/schemas", summary="An assistant's input/output schemas")
 async def assistant_schemas(request: Request, assistant_id: str) -> dict[str, Any]:
-    agent = _served(state_of(request), assistant_id)
+    agent = (await assistants.resolve(state_of(request), assistant_id)).target
     messages = {
         "type": "object",
         "properties": {"messages": {"type": "array", "items": {"type": "object"}}},

@@ -474,6 +474,8 @@ class LgRun:
     abort: Callable[[], Awaitable[Any]] | None = None  # a queued run: abort its job
     attempts: list[str] = field(default_factory=list)  # its turns' run ids; [] = [run_id]
     background: bool = False  # acknowledged before it ran: re-run at start-up if cut short
+    revision: str | None = None  # its agent's revision (loom.definition.revision_of)
+    assistant_version: int | None = None  # a stored assistant's version it ran
     readers: int = 0  # followers reading its frames now (see ``follow``)
     releasable: bool = False  # a replay from the journal makes its frames (but token deltas)
     expired: bool = False  # no longer one of the newest finished runs: its frames may go
@@ -564,6 +566,8 @@ class LgRun:
             created_at=self.created_at,
             attempts=list(self.attempts),
             background=self.background,
+            revision=self.revision,
+            assistant_version=self.assistant_version,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -580,6 +584,8 @@ class LgRun:
             "kwargs": {"stream_mode": self.stream_modes, "on_disconnect": self.on_disconnect},
             "stop_reason": self.stop_reason,
             "error": self.error,
+            "revision": self.revision,
+            "assistant_version": self.assistant_version,
         }
 
     def start_at(self, last_event_id: str | None) -> int:

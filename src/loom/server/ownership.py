@@ -6,7 +6,8 @@ MCP ``session_id`` arguments) are owned through :class:`Owners`; a run, an appro
 error belong to their session's owner; schedules and cron monitors carry their owner's name
 (``Schedule.principal``, ``Monitor.principal``, a column of their tables), and a schedule's runs
 and a monitor's check-ins are theirs; MCP session ids are bound to the key whose ``initialize``
-created them; A2A tasks keep their owner in their record.
+created them; A2A tasks keep their owner in their record; assistants made with ``POST
+/assistants`` keep theirs in their record (``loom.server.assistants``).
 
 The rule is :func:`sees`: without keys, or with an ``admin`` key, everything is visible; any
 other key sees only what its own name owns (a record without an owner, made before keys were
@@ -62,7 +63,15 @@ OWNER_NS = "loom.server.thread_owner"
 MAX_ID_LENGTH = 256
 
 Kind = Literal[
-    "session", "run", "approval", "error", "schedule", "monitor", "mcp_session", "a2a_task"
+    "session",
+    "run",
+    "approval",
+    "error",
+    "schedule",
+    "monitor",
+    "mcp_session",
+    "a2a_task",
+    "assistant",
 ]
 
 
@@ -118,6 +127,7 @@ def _missing(kind: Kind, record_id: str) -> Exception:
         "error": "error",
         "mcp_session": "MCP session",
         "a2a_task": "task",
+        "assistant": "assistant",
     }[kind]
     return SessionNotFound(f"no {what} {record_id!r} for this API key")
 

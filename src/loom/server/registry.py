@@ -7,7 +7,9 @@ agent-only path reads); ``served(name)`` answers either. Names are unique across
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import uuid
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
@@ -22,13 +24,21 @@ from loom.errors import ConfigurationError
 if TYPE_CHECKING:
     from loom.crew import Crew
 
-__all__ = ["AgentRegistry", "load_registry"]
+__all__ = ["AgentRegistry", "assistant_uuid", "load_registry"]
 
 _SUFFIXES = (".md", ".yaml", ".yml")
 
 # When each agent or crew object was first served (its definition file's last change when it
 # came from one): what assistant lists report as created_at, the same in every key's view.
 _CREATED: weakref.WeakKeyDictionary[Agent | Crew, datetime] = weakref.WeakKeyDictionary()
+# A crew file's content hash: its revision (an agent's comes from ``loom.definition``).
+_CREW_REVISIONS: weakref.WeakKeyDictionary[Crew, str] = weakref.WeakKeyDictionary()
+
+
+def assistant_uuid(name: str) -> str:
+    """The UUID form of an assistant (agent or crew) name: ``uuid5(NAMESPACE_URL,
+    "loom:agent:<name>")``."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"loom:agent:{name}"))
 
 
 class AgentRegistry(Mapping[str, Agent]):
@@ -60,6 +70,16 @@ class AgentRegistry(Mapping[str, Agent]):
         """The agent or crew served as ``name`` (None: neither)."""
         return self._agents.get(name) or self.crews.get(name)
 
+    def find(self, assistant_id: str) -> Agent | Crew | None:
+        """The agent or crew served as ``assistant_id``: its name or its UUID form
+        (``assistant_uuid``); None: neither."""
+        found = self.served(assistant_id)
+        if found is not None:
+            return found
+        return next(
+            (self.served(n) for n in self.names() if assistant_uuid(n) == assistant_id), None
+        )
+
     def created_at(self, name: str) -> datetime:
         """When the agent or crew ``name`` was defined: its definition file's last change, or
         when this process first served the object (a ``KeyError`` for a name not served)."""
@@ -67,6 +87,18 @@ class AgentRegistry(Mapping[str, Agent]):
         if served is None:
             raise KeyError(name)
         return _CREATED[served]
+
+    def revision(self, name: str) -> str | None:
+        """The revision of the agent or crew ``name``: ``sha256:<hex>`` of its definition file,
+        or (an agent built in Python) of its definition's stable fields
+        (``loom.definition.revision_of``); None for a crew built in Python or a name not
+        served. Every run the server starts records it."""
+        from loom.definition import revision_of
+
+        served = self.served(name)
+        if isinstance(served, Agent):
+            return revision_of(served)
+        return None if served is None else _CREW_REVISIONS.get(served)
 
     def names(self) -> list[str]:
         """Every name served: the agents', then the crews'."""
@@ -103,6 +135,8 @@ class AgentRegistry(Mapping[str, Agent]):
         served: list[Agent | Crew] = []
         for p in files:
             one = Crew.from_file(p) if is_crew_file(p) else Agent.from_file(p, **overrides)
+            if isinstance(one, Crew):
+                _CREW_REVISIONS[one] = f"sha256:{hashlib.sha256(p.read_bytes()).hexdigest()}"
             _CREATED[one] = datetime.fromtimestamp(p.stat().st_mtime, UTC)
             served.append(one)
         return cls(served)

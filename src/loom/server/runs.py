@@ -34,6 +34,7 @@ servers without ``--queue`` on one store would each carry the same runs on: a fl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections import OrderedDict
@@ -66,6 +67,7 @@ from loom.server.lg_runs import (
     query_interrupts,
 )
 from loom.server.queued import RUNS_NAMESPACE, JournalTail, RunQueue
+from loom.server.registry import assistant_uuid
 from loom.store.base import KVStore, SessionInfo
 
 if TYPE_CHECKING:
@@ -185,22 +187,12 @@ def not_found(what: str) -> HTTPException:
     return HTTPException(404, what)
 
 
-def assistant_uuid(name: str) -> str:
-    """The UUID form of an assistant (agent or crew) name."""
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"loom:agent:{name}"))
-
-
 def served(state: ServerState, assistant_id: str) -> Agent | Crew:
     """The agent or crew served as ``assistant_id`` (its name or its UUID form)."""
     registry = state.registry
-    found = registry.served(assistant_id)
+    found = registry.find(assistant_id)
     if found is not None:
         return found
-    for name in registry.names():
-        if assistant_uuid(name) == assistant_id:
-            hit = registry.served(name)
-            assert hit is not None
-            return hit
     raise not_found(
         f"no assistant {assistant_id!r}; this server's assistants: {', '.join(registry.names())}"
     )
@@ -401,7 +393,11 @@ async def pending_calls(state: ServerState, thread_id: str) -> list[dict[str, An
 
 
 async def _note_assistant(
-    state: ServerState, thread_id: str, name: str, session_agent: str | None = None
+    state: ServerState,
+    thread_id: str,
+    name: str,
+    session_agent: str | None = None,
+    graph: str | None = None,
 ) -> None:
     """Note in the thread's metadata that ``name`` ran on it last. Nothing is stored when the
     session's own agent name says it (``session_agent``: the name it has, or will have once
@@ -411,7 +407,10 @@ async def _note_assistant(
     current = patch.get("assistant_id")
     if current == name or (current is None and session_agent == name):
         return
-    await save_metadata_patch(state, thread_id, {**patch, "assistant_id": name, "graph_id": name})
+    graph_id = graph or name  # an assistant made with POST /assistants: its agent's name
+    await save_metadata_patch(
+        state, thread_id, {**patch, "assistant_id": name, "graph_id": graph_id}
+    )
 
 
 # -- the run record ---------------------------------------------------------------------------
@@ -440,6 +439,8 @@ def _record(
         "command": body.command if body is not None and run.background else None,
         "attempts": run.attempt_ids(),
         "job": run.job_id,
+        "revision": run.revision,
+        "assistant_version": run.assistant_version,
     }
     absent = _RECORD_DEFAULTS | {"attempts": [run.run_id]}
     record.update((k, v) for k, v in optional.items() if v != absent[k])
@@ -456,6 +457,8 @@ _RECORD_DEFAULTS: dict[str, Any] = {
     "parts": None,
     "command": None,
     "job": None,
+    "revision": None,  # records written before runs recorded their revision have none
+    "assistant_version": None,
 }
 """What a run record's absent field means (``_from_record`` reads these defaults)."""
 
@@ -471,6 +474,8 @@ def _from_record(run_id: str, record: dict[str, Any]) -> LgRun:
         on_disconnect=str(record.get("on_disconnect", "continue")),
         attempts=list(record.get("attempts") or []),
         background=bool(record.get("background")),
+        revision=record.get("revision"),
+        assistant_version=record.get("assistant_version"),
     )
     if record.get("created_at"):
         run.created_at = datetime.fromisoformat(str(record["created_at"]))
@@ -557,8 +562,14 @@ async def start_run(
     background: bool = False,
 ) -> LgRun:
     """Start a run on ``thread_id``: here, or (a background run on a ``--queue`` server) as a
-    job of the queue. The run's record is in the store when this returns."""
-    agent = served(state, assistant_id or getattr(body, "assistant_id", None) or "")
+    job of the queue. The run's record is in the store when this returns. A stored assistant
+    (``loom.server.assistants``) runs its latest version, or the ``assistant_version`` the body
+    names, with that version's settings; the record keeps the version and the revision."""
+    from loom.server.assistants import resolve
+
+    pinned = (body.model_extra or {}).get("assistant_version")
+    chosen = await resolve(state, assistant_id or getattr(body, "assistant_id", None) or "", pinned)
+    agent = chosen.target
     modes = stream_modes(body.stream_mode, ["values"])
     store = state.runtime.store
     info = await store.get_session(thread_id)
@@ -573,7 +584,9 @@ async def start_run(
     queue = run_queue(state)
     if isinstance(agent, Crew):  # a crew runs in this process, also on a --queue server
         return await _start_crew_run(state, thread_id, agent, body, modes, background)
-    if queue is not None and background and not body.command:
+    # a stored assistant's settings live in this process: its runs run here, also on a --queue
+    # server (a worker knows the served agents only)
+    if queue is not None and background and not body.command and chosen.assistant_id is None:
         return await _enqueue(state, queue, thread_id, agent, body, modes)
     if body.multitask_strategy == "reject" and manager.active_on(thread_id):
         raise SessionBusy(
@@ -583,7 +596,7 @@ async def start_run(
     runtime = state.runtime
     message: str | NewMessage | None = None
     kept: list[dict[str, Any]] | None = None
-    shown = RunOptions(progress=None if shows_progress(modes) else False)
+    shown = RunOptions(progress=None if shows_progress(modes) else False, **chosen.options)
     if body.command and "answer" in body.command:  # the client answers a server query
         answer = Answer(body.command["answer"], body.command.get("query_id"))
         turn = await runtime.start(agent, answer, session_id=thread_id, options=shown)
@@ -602,15 +615,18 @@ async def start_run(
             # its media stored before its turn starts (a store that cannot keep them refuses
             # here): a start-up that carries the run on finds them by its record's references
             kept = (await _given(state, thread_id, message))[1]
-        options = RunOptions(on_busy=BUSY[body.multitask_strategy], progress=shown.progress)
+        options = RunOptions(
+            on_busy=BUSY[body.multitask_strategy], progress=shown.progress, **chosen.options
+        )
         turn = await runtime.start(agent, message, session_id=thread_id, options=options)
     # the turn names an unnamed session after its agent (loom.engine.loop, at its intake)
     session_agent = (info.agent_name if info is not None else None) or agent.name
-    await _note_assistant(state, thread_id, agent.name, session_agent)
+    named = chosen.assistant_id or agent.name
+    await _note_assistant(state, thread_id, named, session_agent, agent.name)
     run = LgRun(
         turn.run_id,
         thread_id,
-        agent.name,
+        named,
         body.multitask_strategy,
         modes,
         metadata=dict(body.metadata or {}),
@@ -618,6 +634,8 @@ async def start_run(
         # a store without key-value data (MemoryStore) keeps nothing past the process: such a
         # run is not announced as carried on
         background=background and state.runtime.capabilities.kv is not None,
+        revision=chosen.revision,
+        assistant_version=chosen.version,
     )
     await _store_record(state, run, body, message, kept)
     manager.start(run, turn)
@@ -675,6 +693,7 @@ async def _start_crew_run(
         and run_queue(state) is None,
     )
     run.maker = CrewFrameMaker(thread_id, turn.run_id, crew.name, crew.name)
+    run.revision = state.registry.revision(crew.name)
     await _store_record(state, run, body, message)
     manager.start(run, turn)
     return run
@@ -718,6 +737,7 @@ async def _enqueue(
         metadata=dict(body.metadata or {}),
         on_disconnect=body.on_disconnect,
         background=True,
+        revision=state.registry.revision(agent.name),
     )
     message, parts = await _given(state, thread_id, given)
     run.job_id = await queue.enqueue(agent.name, thread_id, message, run.run_id, parts=parts)
@@ -1015,7 +1035,16 @@ async def _carry_on(state: ServerState, run_id: str, record: dict[str, Any]) -> 
     events = await attempt_events(state, run.thread_id, attempts)
     if ended_for_good(events):
         return False  # it ended; only its unlisting was lost
-    target = state.registry.served(run.assistant_id)
+    target: Agent | Crew | None = state.registry.served(run.assistant_id)
+    settings: dict[str, Any] = {}
+    if target is None and run.assistant_version is not None:  # a stored assistant's run
+        from loom.server.assistants import resolve
+
+        with contextlib.suppress(HTTPException):  # deleted since, or its agent no longer served
+            chosen = await resolve(
+                state, run.assistant_id, run.assistant_version, check_owner=False
+            )
+            target, settings = chosen.target, chosen.options
     if target is None:
         log.warning(
             "run %s cannot be carried on: this server no longer serves %r",
@@ -1036,12 +1065,12 @@ async def _carry_on(state: ServerState, run_id: str, record: dict[str, Any]) -> 
     runtime = state.runtime
     turn: Turn | CrewTurn
     if committed or (command and events):
-        options = RunOptions(run_id=attempt)
+        options = RunOptions(run_id=attempt, **settings)
         turn = await runtime.start(target, CarryOn(), session_id=run.thread_id, options=options)
     elif command and "resume" in command:
         turn = await runtime.start(target, Resume(command["resume"]), session_id=run.thread_id)
     elif isinstance(message, str):
-        options = RunOptions(run_id=attempt)
+        options = RunOptions(run_id=attempt, **settings)
         parts = parts_from_json(record.get("parts"))  # stored with the record: references
         again = NewMessage(message, parts) if parts else message
         turn = await runtime.start(target, again, session_id=run.thread_id, options=options)

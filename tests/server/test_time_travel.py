@@ -234,3 +234,40 @@ async def test_previous_response_id_of_an_older_response_forks(server: Server) -
 def session_of(response_id: str) -> str:
     """The session a Loom response id names (``resp_<hex of the session id>_<run id>``)."""
     return bytes.fromhex(response_id[5:].partition("_")[0]).decode()
+
+
+ALICE, BOB = "alice-key-" + "a" * 24, "bob-key-" + "b" * 24
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("travel_keys")
+    (tmp / "keys.yaml").write_text(
+        f"- {{name: alice, key: {ALICE}}}\n- {{name: bob, key: {BOB}}}\n"
+    )
+    srv = start_server(tmp, "--keys", str(tmp / "keys.yaml"), store=":memory:")
+    yield srv
+    stop_server(srv)
+
+
+async def test_time_travel_goes_through_the_ownership_check(keyed: Server) -> None:
+    alice = get_client(url=keyed.url, headers={"Authorization": f"Bearer {ALICE}"})
+    bob = get_client(url=keyed.url, headers={"Authorization": f"Bearer {BOB}"})
+    tid = await _two_runs(alice)
+    first = (await alice.threads.get_history(tid))[-1]["checkpoint"]["checkpoint_id"]
+    refused = [
+        bob.threads.get_state(tid),
+        bob.threads.get_state(tid, checkpoint_id=first),
+        bob.threads.get_history(tid),
+        bob.threads.update_state(tid, {"messages": ["hi"]}, checkpoint_id=first),
+        bob.threads.copy(tid),
+        bob.runs.wait(tid, "calc", input=human("x"), checkpoint_id=first),
+    ]
+    for call in refused:  # another key's thread and checkpoints do not exist for bob
+        assert (await refusal(call))[0] == 404
+    assert len(await alice.threads.get_history(tid)) == 2  # nothing changed
+    copy = await alice.threads.copy(tid)
+    assert texts((await alice.threads.get_state(copy["thread_id"]))["values"])[-1] == (
+        "The sum is 42."
+    )
+    assert (await refusal(bob.threads.get_state(copy["thread_id"])))[0] == 404

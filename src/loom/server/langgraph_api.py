@@ -431,8 +431,8 @@ async def _state_of(state: ServerState, thread_id: str, asked: object | None) ->
     steps = [i for i, c in enumerate(listed) if c.position == position]
     cp = listed[steps[0]] if steps else None
     parent = cp.parent if cp is not None else checkpoints.parent_of(events, position)
-    head = bool(listed) and listed[-1].position == position
-    pending = await _pending(state, thread_id) if head else []
+    latest = bool(listed) and listed[-1].position == position
+    pending = await _pending(state, thread_id) if latest else []
     base = checkpoints.snapshot_metadata(meta, cp, steps[0] if steps else -1)
     if cp is None:
         base = {**base, "source": "loop", "run_id": point.run_id}

@@ -138,6 +138,11 @@ async def test_a_run_from_a_checkpoint_branches_and_keeps_the_old_branch(server:
     branch = history[1]
     assert branch["parent_checkpoint"]["checkpoint_id"] == first
     assert texts(branch["values"]) == ["hello", "echo: hello"]
+    # LangGraph's checkpoint object names the same point
+    again = await client.runs.wait(
+        tid, "calc", input=human("once more"), checkpoint=history[-1]["checkpoint"]
+    )
+    assert texts(again) == ["hello", "echo: hello", "once more", "echo: once more"]
 
 
 async def test_update_state_rewinds_then_adds_a_user_message_a_run_answers(
@@ -198,6 +203,7 @@ async def test_rollback_interrupts_and_rewinds_the_running_run(server: Server) -
 
 
 async def test_previous_response_id_of_an_older_response_forks(server: Server) -> None:
+    import openai
     from openai import AsyncOpenAI
 
     client = AsyncOpenAI(base_url=f"{server.url}/v1", api_key="not-needed")
@@ -224,6 +230,16 @@ async def test_previous_response_id_of_an_older_response_forks(server: Server) -
     assert await transcript(one.id) == [*prefix, "branch one", "echo: branch one"]
     assert await transcript(two.id) == [*prefix, "branch two", "echo: branch two"]
     assert len({session_of(r.id) for r in (first, one, two)}) == 3  # the source is unchanged
+    # streamed, the same: a fork when the response named is not the latest
+    streamed = await client.responses.create(
+        model="calc", input="branch three", previous_response_id=first.id, stream=True
+    )
+    done = [e.response for e in [e async for e in streamed] if e.type == "response.completed"]
+    assert done and done[0].output_text == "echo: branch three"
+    assert await transcript(done[0].id) == [*prefix, "branch three", "echo: branch three"]
+    unknown = f"resp_{first.id[5:].partition('_')[0]}_run_missing"  # its session, no such run
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.create(model="calc", input="x", previous_response_id=unknown)
     # naming the latest response continues its session in place
     three = await client.responses.create(model="calc", input="on", previous_response_id=two.id)
     assert session_of(three.id) == session_of(two.id)

@@ -6,8 +6,13 @@ Terms: an assistant is a Loom agent (``assistant_id`` = the agent's name, or its
 are ``{"messages": [...]}``, the session's transcript in LangChain's message form.
 
 ``multitask_strategy`` maps onto Loom's ``on_busy``: ``enqueue`` = queue, ``reject`` = drop
-(409 while this server runs a turn on the thread), ``interrupt`` and ``rollback`` = interrupt
-(Loom keeps what the interrupted turn committed; rollback discards nothing yet).
+(409 while this server runs a turn on the thread), ``interrupt`` = interrupt (Loom keeps what
+the interrupted turn committed), ``rollback`` = interrupt, then rewind the thread to before
+the interrupted run (its turns leave the transcript and stay in the journal).
+
+Checkpoints are stored events (``"<run_id>.<sequence>"``, ``loom.server.checkpoints``): the
+state at one, history with parents, state updates, copies and runs from a checkpoint are
+branches of the session (``loom.engine.branching``).
 
 A run that parks on an approval ends with an ``__interrupt__`` (values / updates modes) that
 carries the pending calls; ``GET /threads/{id}/approvals`` lists them and

@@ -103,6 +103,10 @@ async def test_a_checkpoint_derives_from_a_streamed_event_id(server: Server) -> 
     )
     assert status == 422 and "BranchError" in said and "lies inside a step" in said
     assert texts((await client.threads.get_state(tid))["values"])[-1] == "The sum is 5."
+    # the latest state's checkpoint rewinds nothing: the run goes on from it
+    on = await client.runs.wait(tid, "calc", input=human("go on"), checkpoint_id=at_answer)
+    assert texts(on)[-3:] == ["The sum is 5.", "go on", "echo: go on"]
+    assert len(await client.threads.get_history(tid)) == 2
 
 
 async def test_unknown_and_malformed_checkpoints_are_typed_errors(server: Server) -> None:

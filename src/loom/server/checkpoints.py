@@ -50,6 +50,7 @@ __all__ = [
     "point_of_id",
     "resolve",
     "roll_back",
+    "same_state",
     "snapshot_metadata",
     "state_at",
     "states_at",
@@ -210,6 +211,20 @@ def state_at(events: Sequence[AgentEvent], point: AtEvent) -> list[Message] | No
     return None
 
 
+def same_state(a: Sequence[Message], b: Sequence[Message]) -> bool:
+    """Whether two transcripts are the same state: the same messages (role, text, calls and
+    results) in the same order. A replayed message and its stored copy may differ in what is
+    not the conversation (a timestamp's precision, metadata), so that is not compared."""
+    if len(a) != len(b):
+        return False
+    return all(_key(x) == _key(y) for x, y in zip(a, b, strict=True))
+
+
+def _key(m: Message) -> tuple[object, ...]:
+    calls = tuple((c.id, c.name) for c in m.tool_calls)
+    return (m.role, m.content, m.tool_call_id, calls, len(m.parts))
+
+
 def next_nodes(messages: Sequence[Message], pending: bool) -> list[str]:
     """LangGraph's ``next`` for a state: what runs after it."""
     if pending:
@@ -267,7 +282,7 @@ async def move_to(runtime: Runtime, agent: Agent, thread_id: str, value: object)
     (422) for a checkpoint inside a step. Whether the thread moved."""
     _, point, events = await resolve(runtime, thread_id, value)
     target = state_at(events, point)
-    if target == await runtime.store.load_messages(thread_id):
+    if target is not None and same_state(target, await runtime.store.load_messages(thread_id)):
         return False
     await runtime.run(agent, Rewind(point), session_id=thread_id)
     return True
@@ -283,7 +298,7 @@ async def roll_back(runtime: Runtime, agent: Agent, thread_id: str, run_ids: lis
     if first is None:
         return False
     target = state_at(events, AtEvent(first.run_id, first.sequence))
-    if target is None or target == await runtime.store.load_messages(thread_id):
+    if target is None or same_state(target, await runtime.store.load_messages(thread_id)):
         return False
     await runtime.run(agent, Rewind(AtEvent(first.run_id, first.sequence)), session_id=thread_id)
     return True

@@ -52,7 +52,7 @@ from loom.events import (
 )
 from loom.messages import RunResult, Usage, new_id
 from loom.server.app import error_body, state_of
-from loom.server.checkpoints import state_at
+from loom.server.checkpoints import same_state, state_at
 from loom.server.content_blocks import openai_parts, reasoning_text, run_input
 from loom.server.ownership import client_session_id, header_value, unscoped_session_id
 from loom.server.parked import describe_parked
@@ -728,7 +728,8 @@ async def _continue_from(runtime: Runtime, agent: Agent | Crew, previous: str) -
     if last is None:
         return None
     point = AtEvent(run_id, last.sequence)
-    if state_at(events, point) == await runtime.store.load_messages(session_id):
+    then = state_at(events, point)
+    if then is not None and same_state(then, await runtime.store.load_messages(session_id)):
         return session_id
     if not isinstance(agent, Agent):
         raise InputError(

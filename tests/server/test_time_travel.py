@@ -195,6 +195,7 @@ async def test_rollback_interrupts_and_rewinds_the_running_run(server: Server) -
     # a run from a checkpoint waits for no run: 409 unless its strategy interrupts
     busy = client.runs.wait(tid, "slow", input=human("x"), checkpoint_id=f"{long['run_id']}.0")
     assert (await refusal(busy))[0] == 409
+    assert (await refusal(client.threads.update_state(tid, {"messages": ["x"]})))[0] == 409
     result = await client.runs.wait(
         tid, "slow", input=human("sleep 0"), multitask_strategy="rollback"
     )

@@ -254,8 +254,8 @@ async def get_thread_history(
     states = await thread_history(request, thread_id, HistoryRequest(limit=1 << 30))
     out = []
     for lg in states:  # newest first
-        run_id = lg["checkpoint"]["checkpoint_id"]
-        checkpoint = checkpoint_uuid(run_id)
+        run_id = lg["metadata"].get("run_id") or lg["checkpoint"]["checkpoint_id"]
+        checkpoint = checkpoint_uuid(lg["checkpoint"]["checkpoint_id"])
         if before is not None:
             if checkpoint == before:
                 before = None

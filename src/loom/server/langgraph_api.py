@@ -7,8 +7,13 @@ with ``POST /assistants`` (``loom.server.assistants``); a thread is a Loom sessi
 are ``{"messages": [...]}``, the session's transcript in LangChain's message form.
 
 ``multitask_strategy`` maps onto Loom's ``on_busy``: ``enqueue`` = queue, ``reject`` = drop
-(409 while this server runs a turn on the thread), ``interrupt`` and ``rollback`` = interrupt
-(Loom keeps what the interrupted turn committed; rollback discards nothing yet).
+(409 while this server runs a turn on the thread), ``interrupt`` = interrupt (Loom keeps what
+the interrupted turn committed), ``rollback`` = interrupt, then rewind the thread to before
+the interrupted run (its turns leave the transcript and stay in the journal).
+
+Checkpoints are stored events (``"<run_id>.<sequence>"``, ``loom.server.checkpoints``): the
+state at one, history with parents, state updates, copies and runs from a checkpoint are
+branches of the session (``loom.engine.branching``).
 
 A run that parks on an approval ends with an ``__interrupt__`` (values / updates modes) that
 carries the pending calls; ``GET /threads/{id}/approvals`` lists them and
@@ -37,9 +42,8 @@ from pydantic import Field
 from starlette.exceptions import HTTPException
 
 from loom.errors import InputError, SessionBusy
-from loom.events import AgentFinish
 from loom.messages import Message
-from loom.server import assistants, runs
+from loom.server import assistants, checkpoints, runs
 from loom.server.app import ServerState, state_of, view_for
 from loom.server.lg_runs import LgRun, interrupts_of, run_status
 from loom.server.ownership import ClientId
@@ -141,6 +145,8 @@ class ThreadSearch(_Body):
 
 class HistoryRequest(_Body):
     limit: int = Field(10, ge=0)
+    before: str | dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
 
 
 class RunCreate(_RunFields):
@@ -193,6 +199,7 @@ def _thread_state(
     checkpoint_id: str | None,
     pending: list[dict[str, Any]],
     created_at: str | None,
+    parent: str | None = None,
 ) -> dict[str, Any]:
     interrupts = interrupts_of(pending)
     tasks = (
@@ -210,14 +217,19 @@ def _thread_state(
         if interrupts
         else []
     )
+    parent_checkpoint = (
+        None
+        if parent is None
+        else {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": parent}
+    )
     return {
         "values": _values(thread_id, messages),
-        "next": ["tools"] if interrupts else [],
+        "next": checkpoints.next_nodes(messages, bool(interrupts)),
         "tasks": tasks,
         "checkpoint": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id},
         "metadata": metadata,
         "created_at": created_at,
-        "parent_checkpoint": None,
+        "parent_checkpoint": parent_checkpoint,
         "interrupts": interrupts,
     }
 
@@ -443,48 +455,166 @@ async def delete_thread(request: Request, thread_id: str) -> Response:
     return Response(status_code=204)
 
 
+async def _state_of(state: ServerState, thread_id: str, asked: object | None) -> dict[str, Any]:
+    """The thread's state at the checkpoint ``asked`` names (None: its latest), replayed from
+    the journal (``loom.server.checkpoints``)."""
+    info = await _session(state, thread_id)
+    meta = await _metadata(state, info)
+    events = await state.runtime.store.load_events(thread_id)
+    listed = checkpoints.walk(events)
+    if asked is None:
+        head = listed[-1] if listed else None
+        messages = await state.runtime.store.load_messages(thread_id)
+        return _thread_state(
+            thread_id,
+            messages,
+            checkpoints.snapshot_metadata(meta, head, len(listed) - 1),
+            head.id if head is not None else None,
+            await _pending(state, thread_id),
+            None if head is None else datetime.fromtimestamp(head.timestamp, UTC).isoformat(),
+            head.parent if head is not None else None,
+        )
+    found = checkpoints.point_of_id(asked, events)
+    if found is None:
+        raise checkpoints.unknown_checkpoint(thread_id, asked)
+    cid, point = found
+    position = next(
+        i for i, e in enumerate(events) if e.run_id == point.run_id and e.sequence == point.sequence
+    )
+    messages = checkpoints.states_at(events, {position})[position]
+    steps = [i for i, c in enumerate(listed) if c.position == position]
+    cp = listed[steps[0]] if steps else None
+    parent = cp.parent if cp is not None else checkpoints.parent_of(events, position)
+    latest = bool(listed) and listed[-1].position == position
+    pending = await _pending(state, thread_id) if latest else []
+    base = checkpoints.snapshot_metadata(meta, cp, steps[0] if steps else -1)
+    if cp is None:
+        base = {**base, "source": "loop", "run_id": point.run_id}
+    at = datetime.fromtimestamp(events[position].timestamp, UTC).isoformat()
+    return _thread_state(thread_id, messages, base, cid, pending, at, parent)
+
+
 @router.get("/threads/{thread_id}/state", summary="A thread's current state (its messages)")
 async def thread_state(request: Request, thread_id: str) -> dict[str, Any]:
+    return await _state_of(state_of(request), thread_id, None)
+
+
+@router.get(
+    "/threads/{thread_id}/state/{checkpoint_id}",
+    summary="A thread's state at a checkpoint ('<run_id>.<sequence>': a stored event)",
+)
+async def thread_state_at(request: Request, thread_id: str, checkpoint_id: str) -> dict[str, Any]:
+    return await _state_of(state_of(request), thread_id, checkpoint_id)
+
+
+class CheckpointRequest(_Body):
+    checkpoint: dict[str, Any] = Field(description="{checkpoint_id: '<run_id>.<sequence>'}")
+
+
+@router.post(
+    "/threads/{thread_id}/state/checkpoint",
+    summary="A thread's state at a checkpoint given as an object (langgraph-sdk's get_state)",
+)
+async def thread_state_post(
+    request: Request, thread_id: str, body: CheckpointRequest
+) -> dict[str, Any]:
+    return await _state_of(state_of(request), thread_id, body.checkpoint)
+
+
+class StateUpdate(_Body):
+    """``POST /threads/{id}/state``: from ``checkpoint`` (or ``checkpoint_id``; none: the
+    latest state), add ``values``' messages."""
+
+    values: dict[str, Any] | list[Any] | None = None
+    as_node: str | None = None
+    checkpoint: dict[str, Any] | None = None
+    checkpoint_id: str | None = None
+
+
+@router.post(
+    "/threads/{thread_id}/state",
+    summary="Update a thread's state: rewind to a checkpoint, then add messages (a new branch)",
+)
+async def update_thread_state(
+    request: Request, thread_id: str, body: StateUpdate
+) -> dict[str, Any]:
+    """Rewind the thread to the checkpoint given (the later messages leave the transcript and
+    stay in the journal, as an abandoned branch), then add ``values.messages`` as a step of
+    their own (user messages and assistant text answers; ``as_node`` is accepted and not
+    needed: a user message waits for a run, ``input: null`` answers it). Answers the new
+    checkpoint."""
     state = state_of(request)
     info = await _session(state, thread_id)
-    runs = [
-        e.run_id
-        for e in await state.runtime.store.load_events(thread_id)
-        if isinstance(e, AgentFinish)
-    ]
-    return _thread_state(
-        thread_id,
-        await state.runtime.store.load_messages(thread_id),
-        await _metadata(state, info),
-        runs[-1] if runs else None,
-        await _pending(state, thread_id),
-        info.updated_at.isoformat(),
-    )
+    added = checkpoints.update_messages(body.values)  # a bad body changes nothing
+    if _manager(state).active_on(thread_id):
+        raise SessionBusy(
+            f"thread {thread_id!r} is running a run; update its state after it ends (GET "
+            ".../runs/{id}/join), or cancel it"
+        )
+    asked = body.checkpoint_id or (body.checkpoint or {}).get("checkpoint_id")
+    if asked:
+        agent = runs.agent_named(state, await session_agent(state, info))
+        await checkpoints.move_to(state.runtime, agent, thread_id, asked)
+    await checkpoints.append_update(state.runtime, thread_id, added)
+    runs.forget_transcript(state, thread_id)
+    head = (await _state_of(state, thread_id, None))["checkpoint"]
+    return {"checkpoint": {**head, "checkpoint_map": {}}}
 
 
-@router.post("/threads/{thread_id}/history", summary="A thread's states, one per run, newest first")
+@router.post("/threads/{thread_id}/copy", summary="Copy a thread: a new thread with its history")
+async def copy_thread(request: Request, thread_id: str) -> dict[str, Any]:
+    """A new thread that continues this one from its latest state (``Runtime.fork``: the
+    history is shared, not copied), with its metadata."""
+    state = state_of(request)
+    info = await _session(state, thread_id)
+    agent = runs.agent_named(state, await session_agent(state, info))
+    new_id = await state.runtime.fork(agent, thread_id, None, new_session_id=str(uuid.uuid4()))
+    await _save_patch(state, new_id, await _metadata(state, info))
+    return await _thread(state, await _session(state, new_id))
+
+
+@router.post("/threads/{thread_id}/history", summary="A thread's checkpoints, newest first")
 async def thread_history(
     request: Request, thread_id: str, body: HistoryRequest
 ) -> list[dict[str, Any]]:
+    """One checkpoint per run (its last stored event), the abandoned branches' included, each
+    with its parent (``loom.server.checkpoints``); ``before`` pages on, ``metadata`` filters."""
     state = state_of(request)
     info = await _session(state, thread_id)
     meta = await _metadata(state, info)
-    messages: list[Message] = []
-    states = []
-    for ev in await state.runtime.store.load_events(thread_id):
-        m = ev.message()
-        if m is not None:
-            messages.append(m)
-        if isinstance(ev, AgentFinish):
-            pending = [{**p, "session_id": thread_id} for p in ev.pending_approvals]
-            at = datetime.fromtimestamp(ev.timestamp, UTC).isoformat()
-            states.append(_thread_state(thread_id, list(messages), meta, ev.run_id, pending, at))
-    if states:  # approvals decided since are no longer pending
-        states[-1]["interrupts"] = interrupts_of(await _pending(state, thread_id))
-        states[-1]["next"] = ["tools"] if states[-1]["interrupts"] else []
-        if not states[-1]["interrupts"]:
-            states[-1]["tasks"] = []
-    return list(reversed(states))[: body.limit]
+    events = await state.runtime.store.load_events(thread_id)
+    listed = list(enumerate(checkpoints.walk(events)))
+    if body.before is not None:
+        _, point, _ = await checkpoints.resolve(state.runtime, thread_id, body.before)
+        cut = next(
+            (
+                k
+                for k, (_, c) in enumerate(listed)
+                if (c.run_id, c.sequence) == (point.run_id, point.sequence)
+            ),
+            None,
+        )
+        if cut is None:
+            raise checkpoints.unknown_checkpoint(thread_id, body.before)
+        listed = listed[:cut]
+    wanted = []
+    for step, cp in reversed(listed):
+        data = checkpoints.snapshot_metadata(meta, cp, step)
+        if body.metadata and any(data.get(k) != v for k, v in body.metadata.items()):
+            continue
+        wanted.append((step, cp, data))
+        if len(wanted) >= body.limit:
+            break
+    states = checkpoints.states_at(events, {cp.position for _, cp, _ in wanted})
+    head = listed[-1][1].position if listed and not body.before else -1
+    pending = await _pending(state, thread_id)
+    out = []
+    for _, cp, data in wanted:
+        # approvals decided since a parked run are no longer pending: only the head's are
+        calls: list[dict[str, Any]] = pending if cp.position == head else []
+        at = datetime.fromtimestamp(cp.timestamp, UTC).isoformat()
+        out.append(_thread_state(thread_id, states[cp.position], data, cp.id, calls, at, cp.parent))
+    return out
 
 
 # -- runs -------------------------------------------------------------------------------------
@@ -584,7 +714,17 @@ async def cancel_run(
     action: Literal["interrupt", "rollback"] = "interrupt",
 ) -> Response:
     state = state_of(request)
-    await cancel(state, await _find_run(state, thread_id, run_id), wait)
+    run = await _find_run(state, thread_id, run_id)
+    if action == "rollback":  # LangGraph: the run's work is undone (here: rewound, journaled)
+        was_active = run.active
+        await cancel(state, run, True)
+        if was_active:
+            info = await _session(state, thread_id)
+            agent = runs.agent_named(state, await session_agent(state, info))
+            if await checkpoints.roll_back(state.runtime, agent, thread_id, run.attempt_ids()):
+                runs.forget_transcript(state, thread_id)
+        return Response(status_code=204)
+    await cancel(state, run, wait)
     return Response(status_code=204)
 
 

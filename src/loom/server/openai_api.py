@@ -9,7 +9,11 @@ is returned in the ``X-Loom-Session`` response header (and in a ``loom`` block o
 
 A response id of ``/v1/responses`` encodes its session (``resp_<hex of the session id>_<run
 id>``), so ``previous_response_id`` continues that session with nothing kept in memory: it
-works after a restart, and on every process that shares the store. ``GET /v1/responses/{id}``
+works after a restart, and on every process that shares the store. Naming a response that is
+not the session's latest branches, as OpenAI's API does: the new response runs in a fork of
+the session from just after that response (``Runtime.fork``: a new session sharing the
+history up to there; its id is in ``X-Loom-Session`` and in the new response's id), and the
+original session is unchanged. ``GET /v1/responses/{id}``
 rebuilds the response from the run's journaled events the same way.
 
 A run parked on the client (tool calls waiting for approval, or a server query) says so: the
@@ -24,7 +28,7 @@ import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 from fastapi import APIRouter, Header, Request
@@ -35,7 +39,7 @@ from starlette.types import Receive, Scope, Send
 from loom.agent import Agent
 from loom.content import Reasoning
 from loom.crew import Crew
-from loom.engine.run_inputs import NewMessage
+from loom.engine.run_inputs import AtEvent, NewMessage
 from loom.errors import ContentError, InputError, SessionNotFound
 from loom.events import (
     AgentEvent,
@@ -48,10 +52,14 @@ from loom.events import (
 )
 from loom.messages import RunResult, Usage, new_id
 from loom.server.app import error_body, state_of
+from loom.server.checkpoints import same_state, state_at
 from loom.server.content_blocks import openai_parts, reasoning_text, run_input
 from loom.server.ownership import client_session_id, header_value, unscoped_session_id
 from loom.server.parked import describe_parked
 from loom.server.served import run_served, stream_served
+
+if TYPE_CHECKING:
+    from loom.engine.runtime import Runtime
 
 __all__ = ["router"]
 
@@ -101,7 +109,9 @@ class ResponsesRequest(_Open):
         description="Text, or input items; the last user item is the turn's input."
     )
     previous_response_id: str | None = Field(
-        None, description="Continue the session of that response."
+        None,
+        description="Continue from that response: its session when it is the latest one, "
+        "else a fork of the session from just after it.",
     )
     stream: bool = False
     user: str | None = None
@@ -677,6 +687,16 @@ async def _respond(
                 "give the id of a response this server returned, or leave "
                 "previous_response_id out to start a new session",
             )
+        forked = await _continue_from(state.runtime, agent, body.previous_response_id)
+        if forked is None:
+            return _no_response(
+                body.previous_response_id,
+                "previous_response_id",
+                "previous_response_not_found",
+                "give the id of a response this server returned, or leave "
+                "previous_response_id out to start a new session",
+            )
+        session_id = forked
     else:
         session_id = _session(x_loom_session, body.user, body.metadata)
     created = time.time()
@@ -692,6 +712,31 @@ async def _respond(
         agent.name, rid, created, body.previous_response_id, RunEnd.of_result(result)
     )
     return JSONResponse(reply, headers={SESSION_HEADER: header_value(result.session_id)})
+
+
+async def _continue_from(runtime: Runtime, agent: Agent | Crew, previous: str) -> str | None:
+    """The session a response that follows ``previous`` runs in: ``previous``'s own when it
+    is the session's latest response, else a fork of it from just after ``previous`` (a new
+    session sharing the history up to there, as OpenAI's API branches); None when the
+    session holds no such response."""
+    named = parse_response_id(previous)
+    if named is None:
+        return None
+    session_id, run_id = named
+    events = await runtime.store.load_events(session_id)
+    last = next((e for e in reversed(events) if e.run_id == run_id), None)
+    if last is None:
+        return None
+    point = AtEvent(run_id, last.sequence)
+    then = state_at(events, point)
+    if then is not None and same_state(then, await runtime.store.load_messages(session_id)):
+        return session_id
+    if not isinstance(agent, Agent):
+        raise InputError(
+            f"{agent.name!r} is a crew: a crew's session cannot be continued from an earlier "
+            "response; give its latest response's id"
+        )
+    return await runtime.fork(agent, session_id, point)
 
 
 @router.get(

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import quote
 
@@ -311,7 +312,17 @@ class OwnedStore:
         return self._owners
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+        inner = getattr(self._inner, name)  # AttributeError: the inner store lacks it
+        if name == "fork":  # the source is the key's; the new session becomes the key's
+            return self._fork
+        if name in ("rewind", "ledger"):  # BranchStore's session-scoped calls
+            return partial(self._guarded, name)
+        return inner
+
+    async def _fork(self, source_id: str, new_id: str, *args: Any, **kw: Any) -> Any:
+        await self._owners.check(source_id)
+        await self._owners.check(new_id, claim_new=True)
+        return await self._inner.fork(source_id, new_id, *args, **kw)  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:
         return f"OwnedStore({self._inner!r})"

@@ -96,6 +96,7 @@ __all__ = [
     "final_values",
     "find_run",
     "forget_run",
+    "forget_transcript",
     "held_run",
     "last_human",
     "last_human_input",
@@ -123,6 +124,7 @@ __all__ = [
     "thread_metadata",
     "thread_values",
     "transcript_values",
+    "travel",
 ]
 
 log = logging.getLogger("loom.server.runs")
@@ -146,7 +148,8 @@ BUSY: dict[str, OnBusy] = {
     "interrupt": "interrupt",
     "rollback": "interrupt",
 }
-"""LangGraph's ``multitask_strategy`` as Loom's ``on_busy``."""
+"""LangGraph's ``multitask_strategy`` as Loom's ``on_busy`` (``rollback`` also rewinds the
+thread to before the interrupted run: :func:`travel`)."""
 
 MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
 
@@ -168,6 +171,17 @@ class RunFields(ApiBody):
     multitask_strategy: MultitaskStrategy = "enqueue"
     on_disconnect: Literal["cancel", "continue"] = "continue"
     if_not_exists: Literal["create", "reject"] = "reject"
+    checkpoint_id: str | None = None
+    checkpoint: dict[str, Any] | None = None
+
+    def wanted_checkpoint(self) -> str | dict[str, Any] | None:
+        """The checkpoint the run starts from (``checkpoint_id``, or LangGraph's
+        ``checkpoint`` object); None: the thread's latest state."""
+        if self.checkpoint_id:
+            return self.checkpoint_id
+        if self.checkpoint and self.checkpoint.get("checkpoint_id"):
+            return self.checkpoint
+        return None
 
 
 # -- lookups ----------------------------------------------------------------------------------
@@ -582,6 +596,7 @@ async def start_run(
         await store.create_session(thread_id, agent_name=agent.name)
     manager = run_manager(state)
     queue = run_queue(state)
+    await travel(state, thread_id, agent, body)
     if isinstance(agent, Crew):  # a crew runs in this process, also on a --queue server
         return await _start_crew_run(state, thread_id, agent, body, modes, background)
     # a stored assistant's settings live in this process: its runs run here, also on a --queue
@@ -607,10 +622,17 @@ async def start_run(
         else:
             resume = Resume(body.command["resume"])
             turn = await runtime.start(agent, resume, session_id=thread_id, options=shown)
+    elif body.input is None and not body.command and await _awaits_answer(state, thread_id):
+        # a user message a state update added: the run answers it (LangGraph's null input)
+        options = RunOptions(on_busy=BUSY[body.multitask_strategy], progress=shown.progress)
+        turn = await runtime.start(agent, CarryOn(), session_id=thread_id, options=options)
     else:
         message = last_human_input(body.input)
         if message is None:
-            raise InputError('a run needs input {"messages": [...]} or command {"resume": ...}')
+            raise InputError(
+                'a run needs input {"messages": [...]} or command {"resume": ...} (input null '
+                "answers a thread whose last message is a user's, as a state update leaves it)"
+            )
         if background and runtime.capabilities.kv is not None and isinstance(message, NewMessage):
             # its media stored before its turn starts (a store that cannot keep them refuses
             # here): a start-up that carries the run on finds them by its record's references
@@ -640,6 +662,61 @@ async def start_run(
     await _store_record(state, run, body, message, kept)
     manager.start(run, turn)
     return run
+
+
+async def travel(state: ServerState, thread_id: str, agent: Agent | Crew, body: RunFields) -> None:
+    """What a run asks of the thread before it starts (``loom.server.checkpoints``): with
+    ``multitask_strategy="rollback"``, the runs in flight are interrupted, waited for, and the
+    thread rewound to the state the first of them started from (their turns leave the
+    transcript and stay in the journal); with a checkpoint, the thread is rewound to it (a
+    ``Rewind`` turn of its own: the client sees one run). A checkpoint on a thread with a run
+    in flight is a 409 unless the strategy interrupts it."""
+    from loom.server.checkpoints import move_to, roll_back
+
+    point = body.wanted_checkpoint()
+    strategy = body.multitask_strategy
+    active = run_manager(state).active_on(thread_id)
+    if point is None and not (strategy == "rollback" and active):
+        return
+    if not isinstance(agent, Agent):
+        if point is None:  # a crew's rollback interrupts (its members' sessions stay)
+            return
+        raise InputError(
+            f"{agent.name!r} is a crew: its threads cannot move to a checkpoint; start the "
+            "run without checkpoint_id"
+        )
+    if active and strategy not in ("interrupt", "rollback"):
+        raise SessionBusy(
+            f"thread {thread_id!r} is running a run: a run from a checkpoint waits for none; "
+            'wait for it (GET .../runs/{id}/join), or use multitask_strategy "interrupt" or '
+            '"rollback"'
+        )
+    for other in active:
+        await cancel(state, other, wait=True)
+    moved = False
+    if strategy == "rollback" and active:
+        ids = [a for r in active for a in r.attempt_ids()]
+        moved = await roll_back(state.runtime, agent, thread_id, ids)
+    if point is not None:
+        moved = await move_to(state.runtime, agent, thread_id, point) or moved
+    if moved:
+        forget_transcript(state, thread_id)
+
+
+def forget_transcript(state: ServerState, thread_id: str) -> None:
+    """Drop the thread's kept transcript (``transcript_values``): after a branch its messages
+    are not the kept ones plus those added since."""
+    kept: OrderedDict[str, _Transcript] = state.extra.setdefault("transcripts", OrderedDict())
+    kept.pop(thread_id, None)
+
+
+async def _awaits_answer(state: ServerState, thread_id: str) -> bool:
+    """Whether the thread's last message is a user's that nothing answered yet."""
+    count = await state.runtime.store.message_count(thread_id)
+    if not count:
+        return False
+    last = await state.runtime.store.load_messages(thread_id, start=count - 1)
+    return bool(last) and last[-1].role == "user"
 
 
 async def _start_crew_run(

@@ -1,0 +1,175 @@
+"""The SQL stores' BranchStore: forks share rows instead of copying them, a source with forks
+is not deleted, a rewound source gives its forks their own copy first, and a SIGKILL in the
+middle of a rewind leaves the old state or the new one (issue #28). The behaviour every store
+shares is in ``loom.store.conformance``."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loom.engine.journal import transcript
+from loom.errors import InputError
+from loom.events import AgentEvent, EventType, SessionBranch, make_event
+from loom.messages import Message
+from loom.store import SQLiteStore
+from loom.store.base import capabilities_of
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def _turns(session_id: str, run: str, texts: list[str]) -> tuple[list[Message], list[AgentEvent]]:
+    """User messages and the journal events that derive them."""
+    events = [
+        make_event(EventType.USER_MESSAGE, run, session_id, 0, i, {"content": t})
+        for i, t in enumerate(texts)
+    ]
+    return [m for e in events if (m := e.message()) is not None], events
+
+
+def _rows(path: Path, table: str, session_id: str) -> int:
+    with sqlite3.connect(path) as conn:
+        return int(
+            conn.execute(
+                f"SELECT count(*) FROM {table} WHERE session_id = ?", (session_id,)
+            ).fetchone()[0]
+        )
+
+
+async def test_sqlite_store_is_a_branch_store(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "loom.db")
+    assert capabilities_of(store).branches is store
+    await store.close()
+
+
+async def test_forks_add_rows_for_their_branch_only(tmp_path: Path) -> None:
+    path = tmp_path / "loom.db"
+    store = SQLiteStore(path)
+    messages, events = _turns("s", "r0", [f"m{i}" for i in range(50)])
+    await store.append("s", messages=messages, events=events)
+    for k in range(10):
+        own, own_events = _turns(f"f{k}", f"rf{k}", [f"fork {k}"])
+        await store.fork("s", f"f{k}", 5 * k, 5 * k, messages=own, events=own_events)
+        assert await store.load_messages(f"f{k}") == messages[: 5 * k] + own
+        assert _rows(path, "messages", f"f{k}") == 1  # its own message, nothing copied
+        assert _rows(path, "events", f"f{k}") == 1
+    assert _rows(path, "messages", "s") == 50
+    await store.close()
+
+
+async def test_a_source_with_forks_is_not_deleted(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "loom.db")
+    messages, events = _turns("s", "r0", ["a", "b"])
+    await store.append("s", messages=messages, events=events)
+    await store.fork("s", "f", 1, 1, messages=[], events=[])
+    with pytest.raises(InputError, match=r"forks that share its history \(f\)"):
+        await store.delete_session("s")
+    assert await store.load_messages("s") == messages  # nothing deleted
+    assert await store.forks("s") == ["f"]
+    assert await store.delete_session("f") and await store.delete_session("s")
+    await store.close()
+
+
+async def test_a_rewound_source_gives_its_forks_their_own_copy(tmp_path: Path) -> None:
+    path = tmp_path / "loom.db"
+    store = SQLiteStore(path)
+    messages, events = _turns("s", "r0", [f"m{i}" for i in range(10)])
+    await store.append("s", messages=messages, events=events)
+    await store.fork("s", "f", 8, 10, messages=[], events=[])
+    await store.fork("s", "g", 2, 2, messages=[], events=[])
+    branch = make_event(EventType.SESSION_BRANCH, "r1", "s", 0, 0, {"at": 3})
+    await store.rewind("s", 3, messages=[], events=[branch])
+    assert await store.load_messages("s") == messages[:3]
+    assert await store.load_messages("f") == messages[:8]  # unchanged
+    assert _rows(path, "messages", "f") == 5  # positions 3..7, which changed under it
+    assert _rows(path, "messages", "g") == 0  # below the rewind: still shared
+    await store.close()
+
+
+# -- SIGKILL in the middle of rewinds -------------------------------------------------------------
+_REWINDER = """
+import asyncio, random, sys
+from loom.events import EventType, make_event
+from loom.store import SQLiteStore
+
+async def main(path, seed):
+    rng = random.Random(seed)
+    store = SQLiteStore(path)
+    n = 0
+    while True:
+        count = await store.message_count("s")
+        at = rng.randint(0, count)
+        run = f"r{n}"
+        branch = make_event(EventType.SESSION_BRANCH, run, "s", 0, 0, {"at": at})
+        users = [
+            make_event(EventType.USER_MESSAGE, run, "s", 0, i + 1, {"content": f"{run}.{i}"})
+            for i in range(rng.randint(0, 30))
+        ]
+        await store.rewind("s", at, messages=[e.message() for e in users],
+                           events=[branch, *users])
+        n += 1
+        print(n, flush=True)
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+"""
+
+
+def _kill_midway(path: Path, seed: int, wanted: int) -> int:
+    """Run the rewinder until it has said ``wanted`` rewinds returned, then SIGKILL it while
+    it goes on rewinding (at no point chosen by the test); how many it said returned."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _REWINDER, str(path), str(seed)],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
+    assert proc.stdout is not None
+    finished = 0
+    for line in proc.stdout:
+        finished = int(line)
+        if finished >= wanted:
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    return finished
+
+
+def _states(events: list[AgentEvent]) -> list[list[Message]]:
+    """The transcript after each rewind the journal holds (the state a crash may leave)."""
+    cuts = [i for i, e in enumerate(events) if type(e) is SessionBranch]
+    return [transcript(events[:c]) for c in cuts] + [transcript(events)]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_sigkill_during_rewinds_leaves_the_old_state_or_the_new(
+    tmp_path: Path, seed: int
+) -> None:
+    path = tmp_path / "loom.db"
+    store = SQLiteStore(path)
+    messages, events = _turns("s", "r", [f"m{i}" for i in range(40)])
+    await store.append("s", messages=messages, events=events)
+    await store.close()
+    rng = random.Random(seed)
+    done = 0
+    for _ in range(4):
+        finished = _kill_midway(path, rng.randint(0, 10**6), rng.randint(1, 40))
+        store = SQLiteStore(path)
+        journal = await store.load_events("s")
+        stored = await store.load_messages("s")
+        assert await store.integrity_check() == "ok"
+        # the derived transcript is exactly the journal's: no half of a rewind survived
+        assert stored == transcript(journal)
+        rewinds = sum(type(e) is SessionBranch for e in journal)
+        assert rewinds >= done + finished  # every rewind the child saw return is there
+        done = rewinds
+        assert stored in _states(journal)
+        assert await store.message_count("s") == len(stored)
+        await store.close()
+    assert done >= 4

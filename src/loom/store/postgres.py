@@ -42,7 +42,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -400,13 +400,17 @@ class PostgresStore(PostgresScheduleTables, PostgresBlobs, PostgresBranches):
             except (psycopg.Error, PoolTimeout) as exc:
                 raise self._translate(exc, doing) from exc
 
-    async def _fetchall(self, doing: str, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    async def _fetchall(
+        self, doing: str, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()
+    ) -> list[Any]:
         async def read(conn: AsyncConnection[Any]) -> list[Any]:
             return await (await conn.execute(sql, params)).fetchall()
 
         return await self._run(doing, read)
 
-    async def _fetchone(self, doing: str, sql: str, params: Sequence[Any] = ()) -> Any:
+    async def _fetchone(
+        self, doing: str, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()
+    ) -> Any:
         async def read(conn: AsyncConnection[Any]) -> Any:
             return await (await conn.execute(sql, params)).fetchone()
 

@@ -801,6 +801,33 @@ class StoreContract:
         assert [m.content for m in await store.load_messages("bare", 2)][1:] == ["mine"]
         assert len(await store.load_events("bare")) == 5
 
+    async def test_a_fork_names_the_media_it_shares(self, store: Any) -> None:
+        _needs(store, "branches")
+        _needs(store, "blobs")
+        from loom.agent import Agent
+        from loom.engine.run_inputs import NewMessage
+        from loom.engine.runtime import Runtime
+        from loom.testing import FunctionModel
+
+        png = _png(2_000)
+        agent = Agent(model=FunctionModel(lambda messages, tools: "seen"))
+        runtime = Runtime(store=store)
+        await runtime.run(agent, NewMessage("look", (Image.from_bytes(png),)), session_id="s")
+        await runtime.fork(agent, "s", None, new_session_id="f")
+        assert await store.session_blobs("f") == await store.session_blobs("s") != []
+        part = (await store.load_messages("f"))[0].parts[0]
+        assert isinstance(part, Image)
+        if hasattr(store, "forks"):  # the SQL stores: the fork shares the source's rows
+            with pytest.raises(InputError, match="forks"):
+                await store.delete_session("s")
+            assert await store.forks("s") == ["f"]
+            assert await store.delete_session("f") and await store.delete_session("s")
+        else:  # a store that copies: the fork outlives its source, media included
+            assert await store.delete_session("s")
+            assert await store.load_blobs([part.ref]) == {part.ref: png}
+            assert await store.delete_session("f")
+        assert await store.load_blobs([part.ref]) == {}  # gone with the last session naming it
+
     # -- optional: errors, results, key-values ----------------------------------------------------
     async def test_error_store(self, store: Any) -> None:
         _needs(store, "errors")

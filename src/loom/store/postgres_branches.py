@@ -248,6 +248,13 @@ class PostgresBranches:
                     "shared_messages, shared_events) VALUES (%s, %s, %s, %s, %s, %s, %s)",
                     (new_id, codec.scrub_text(agent_name) or src[0], now, now, source_id, at, upto),
                 )
+                # the media its shared messages may name: one link row each, not the bytes
+                await conn.execute(
+                    "INSERT INTO session_blobs (session_id, ref) SELECT %s, ref "
+                    "FROM session_blobs WHERE session_id = %s ORDER BY seq "
+                    "ON CONFLICT DO NOTHING",
+                    (new_id, source_id),
+                )
                 await _insert(conn, new_id, at, msg_rows, upto, ev_rows, now)
 
         await self._run("forking a session", write, retry_lost=False)

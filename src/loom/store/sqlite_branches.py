@@ -318,6 +318,12 @@ class SQLiteBranches:
                 "shared_messages, shared_events) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (new_id, agent_name or src[0], now, now, source_id, at, upto),
             )
+            # the media its shared messages may name: one link row each, not the bytes
+            c.execute(
+                "INSERT OR IGNORE INTO session_blobs (session_id, ref) "
+                "SELECT ?, ref FROM session_blobs WHERE session_id = ? ORDER BY rowid",
+                (new_id, source_id),
+            )
             c.executemany(
                 "INSERT INTO messages (session_id, seq, role, data, appended_at) "
                 "VALUES (?, ?, ?, ?, ?)",

@@ -49,7 +49,7 @@ from loom.errors import (
     SerializationError,
     StoreError,
 )
-from loom.events import AgentEvent, EventType, make_event
+from loom.events import AgentEvent, EventType, SessionBranch, make_event
 from loom.messages import Message, ToolCall, ToolResult, Usage, utcnow
 from loom.store.base import (
     Lease,
@@ -757,6 +757,8 @@ class StoreContract:
         assert g_before[0] == (await _snapshot(store, "f"))[0]
         await runtime.run(agent, "g's own", session_id="g")
         await _consistent(store, "g")
+        at, own = await _fork_parts(store, "g", "f")
+        await _same_reads(store, "g", "f", at, own)  # f's reads are s's prefix, then f's own
         f_before = await _snapshot(store, "f")
         # a rewind of g below what it shares: its own transcript, nobody else's
         await runtime.run(agent, Rewind(AtTurn(1)), session_id="g")
@@ -937,11 +939,21 @@ async def _snapshot(store: Any, session_id: str) -> tuple[Any, ...]:
     )
 
 
-async def _fork_parts(store: Any, fork_id: str) -> tuple[int, list[Message]]:
-    """Where the fork branched off (its first ``SESSION_BRANCH``) and its messages since."""
-    from loom.events import SessionBranch
+def _fork_mark(events: list[AgentEvent], source_id: str) -> int:
+    """The position of the ``SESSION_BRANCH`` that forked these events' session from
+    ``source_id`` (a fork of a fork also reads its parent's)."""
 
-    first = next(e for e in await store.load_events(fork_id) if type(e) is SessionBranch)
+    return next(
+        i
+        for i, e in enumerate(events)
+        if type(e) is SessionBranch and e.reason == "fork" and e.point["session_id"] == source_id
+    )
+
+
+async def _fork_parts(store: Any, fork_id: str, source_id: str = "s") -> tuple[int, list[Message]]:
+    """Where the fork branched off ``source_id`` and its messages since."""
+    events = await store.load_events(fork_id)
+    first = events[_fork_mark(events, source_id)]
     assert isinstance(first, SessionBranch)
     return first.at, (await store.load_messages(fork_id))[first.at :]
 
@@ -950,7 +962,6 @@ async def _same_reads(
     store: Any, fork_id: str, source_id: str, at: int, own: list[Message]
 ) -> None:
     """Every read of the fork is the source's prefix and then the fork's own rows."""
-    from loom.events import SessionBranch
 
     source = await store.load_messages(source_id)
     whole = source[:at] + own
@@ -968,7 +979,7 @@ async def _same_reads(
     systems = [(i, m) for i, m in enumerate(whole) if m.role == "system"]
     assert await store.load_system_messages(fork_id) == systems
     events = await store.load_events(fork_id)
-    mark = next(i for i, e in enumerate(events) if type(e) is SessionBranch)
+    mark = _fork_mark(events, source_id)
     source_events = await store.load_events(source_id)
     assert _ids(events[:mark]) == _ids(source_events[:mark])
     assert all(e.session_id == fork_id for e in events)

@@ -5,22 +5,27 @@ shares is in ``loom.store.conformance``."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import signal
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from loom.engine.journal import transcript
 from loom.errors import InputError
 from loom.events import AgentEvent, EventType, SessionBranch, make_event
 from loom.messages import Message
-from loom.store import SQLiteStore
-from loom.store.base import capabilities_of
+from loom.store import MemoryStore, SQLiteStore
+from loom.store.base import LedgerEntry, capabilities_of
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -173,3 +178,92 @@ async def test_sigkill_during_rewinds_leaves_the_old_state_or_the_new(
         assert await store.message_count("s") == len(stored)
         await store.close()
     assert done >= 4
+
+
+# -- random histories: the SQL store reads what MemoryStore (which copies) reads ------------------
+_OP = st.tuples(
+    st.sampled_from(["append", "rewind", "fork"]),
+    st.integers(0, 5),  # which session
+    st.integers(0, 1_000),  # a position, scaled to what the session holds
+    st.integers(0, 3),  # how many messages
+)
+
+
+async def _plan(
+    store: Any, op: tuple[str, int, int, int], step: int, names: list[str]
+) -> Callable[[Any], Awaitable[None]]:
+    """The operation ``op`` as ``store`` is now, built once: both stores get the same
+    messages and events (timestamps included)."""
+    kind, which, where, many = op
+    sid = names[which % len(names)]
+    count = await store.message_count(sid)
+    run = f"r{step}"
+    texts = [f"{run}.{i}" for i in range(many)]
+    if kind == "append":
+        messages, events = _turns(sid, run, texts)
+        ledger: list[LedgerEntry] = []
+        if many:  # a tool call answered, with its ledger entries
+            call = f"c{step}"
+            messages.append(Message(role="tool", content="done", tool_call_id=call, name="t"))
+            started = LedgerEntry(run, sid, call, "t", "started", {"n": step}, "idempotent")
+            ledger = [started, started.ended("completed", None)]
+        return lambda s: s.append(sid, messages=messages, events=events, ledger=ledger)
+    if kind == "rewind":
+        at = where % (count + 1)
+        branch = make_event(EventType.SESSION_BRANCH, run, sid, 0, 0, {"at": at})
+        messages, events = _turns(sid, run, texts)
+        return lambda s: s.rewind(sid, at, messages=messages, events=[branch, *events])
+    journal = len(await store.load_events(sid))
+    new = f"f{step}"
+    names.append(new)
+    messages, events = _turns(new, run, texts)
+    at, upto = where % (count + 1), (where * 7) % (journal + 1)
+    return lambda s: s.fork(sid, new, at, upto, messages=messages, events=events)
+
+
+async def _reads(store: Any, sid: str) -> tuple[Any, ...]:
+    events = await store.load_events(sid)
+    count = await store.message_count(sid)
+    info = await store.get_session(sid)
+    return (
+        await store.load_messages(sid),
+        await store.load_messages(sid, count // 2),
+        await store.load_message_range(sid, count // 3, count // 3 + 2),
+        count,
+        info.message_count if info is not None else None,
+        await store.load_system_messages(sid),
+        [(e.session_id, e.run_id, e.sequence, str(e.type)) for e in events],
+        [(e.run_id, e.sequence) for e in await store.load_events(sid, events[0].run_id)]
+        if events
+        else [],
+        [(e.run_id, e.sequence) for e in await store.load_latest_events(sid, _KINDS, 3)],
+        [(e.tool_call_id, e.status) for e in await store.ledger(sid)],
+        [(e.tool_call_id, e.status) for e in await store.open_tool_calls(sid)],
+    )
+
+
+_KINDS = [EventType.USER_MESSAGE, EventType.SESSION_BRANCH]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(_OP, min_size=1, max_size=25))
+def test_random_branches_read_as_in_a_store_that_copies(ops: list[Any]) -> None:
+    """After any mix of appends, rewinds and forks (of forks, below their shares, of
+    sources below what their forks share), every read of every session of the SQLite store
+    equals MemoryStore's, which copies what a fork shares."""
+
+    async def run() -> None:
+        memory, sqlite = MemoryStore(), SQLiteStore(":memory:")
+        names = ["s0"]
+        memo = [Message.system("memo")]
+        for store in (memory, sqlite):
+            await store.append("s0", messages=memo)
+        for step, op in enumerate(ops):
+            apply = await _plan(memory, op, step, names)
+            for store in (memory, sqlite):
+                await apply(store)
+            for sid in names:
+                assert await _reads(sqlite, sid) == await _reads(memory, sid), (step, op, sid)
+        await sqlite.close()
+
+    asyncio.run(run())

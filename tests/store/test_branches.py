@@ -181,8 +181,9 @@ async def test_sigkill_during_rewinds_leaves_the_old_state_or_the_new(
 
 
 # -- random histories: the SQL store reads what MemoryStore (which copies) reads ------------------
+_OPS = ("append", "rewind", "fork")
 _OP = st.tuples(
-    st.sampled_from(["append", "rewind", "fork"]),
+    st.sampled_from(_OPS),
     st.integers(0, 5),  # which session
     st.integers(0, 1_000),  # a position, scaled to what the session holds
     st.integers(0, 3),  # how many messages

@@ -744,3 +744,32 @@ async def test_a_put_racing_the_deletion_of_the_same_bytes_writes_them_again(
     assert await store.load_blobs([blob.ref]) == {blob.ref: blob.data}
     assert await store.session_blobs("a") == []
     assert [r[0] for r in await store.session_blobs("b")] == [blob.ref]
+
+
+# -- branches: random histories read as in a store that copies ----------------------------------
+@pytest.mark.parametrize("seed", range(12))
+async def test_random_branches_read_as_in_a_store_that_copies(
+    store: PostgresStore, seed: int
+) -> None:
+    """As ``test_branches.py``'s property on SQLite: after random appends, rewinds and forks,
+    every read of every session equals MemoryStore's (seeded: hypothesis and the session's
+    event loop do not mix)."""
+    import random
+
+    from tests.store.test_branches import _OPS, _plan, _reads
+
+    from loom.store import MemoryStore
+
+    rng = random.Random(seed)
+    memory = MemoryStore()
+    names = ["s0"]
+    memo = [Message.system("memo")]
+    for s in (memory, store):
+        await s.append("s0", messages=memo)
+    for step in range(20):
+        op = (rng.choice(_OPS), rng.randint(0, 5), rng.randint(0, 1_000), rng.randint(0, 3))
+        apply = await _plan(memory, op, step, names)
+        for s in (memory, store):
+            await apply(s)
+        for sid in names:
+            assert await _reads(store, sid) == await _reads(memory, sid), (step, op, sid)

@@ -170,7 +170,7 @@ async def on_postgres() -> dict[str, Any]:
         with psycopg.connect(dsn, autocommit=True) as conn:
             out["rows"] = {
                 f"{table}_of_forks": int(
-                    conn.execute(  # type: ignore[index]
+                    conn.execute(
                         f"SELECT count(*) FROM {schema}.{table} WHERE session_id LIKE 'fork%%'"
                     ).fetchone()[0]
                 )

@@ -28,8 +28,9 @@ clock, the one clock every host shares. Unlike ``SQLiteStore`` there is no "dead
 shortcut: a lease whose holder died is free when it expires.
 
 Besides ``Store`` it implements ``ErrorStore``, ``ResultStore``, ``RunStore``, ``KVStore``,
-``ScheduleTables`` (``postgres_schedules.py``) and ``BlobStore`` (media bytes once per content
-hash, ``postgres_media.py``).
+``ScheduleTables`` (``postgres_schedules.py``), ``BlobStore`` (media bytes once per content
+hash, ``postgres_media.py``) and ``BranchStore`` (rewinds, and forks that share their parent's
+rows, ``postgres_branches.py``).
 Every value goes through ``loom.store.codec`` exactly as on SQLite; every query is
 parameterised.
 """

@@ -17,8 +17,9 @@ after a power cut, but the last commits before an OS crash or power loss may be 
 is on disk even after a power cut; it costs about 0.2 ms per commit on an SSD.
 
 Besides ``Store`` it implements the optional capabilities of ``loom.store.base``:
-``ErrorStore``, ``ResultStore``, ``RunStore``, ``KVStore``, ``ScheduleTables`` and ``BlobStore``
-(media bytes once per content hash, ``sqlite_media.py``). Every query is parameterised.
+``ErrorStore``, ``ResultStore``, ``RunStore``, ``KVStore``, ``ScheduleTables``, ``BlobStore``
+(media bytes once per content hash, ``sqlite_media.py``) and ``BranchStore`` (rewinds, and
+forks that share their parent's rows, ``sqlite_branches.py``). Every query is parameterised.
 """
 
 from __future__ import annotations

@@ -100,13 +100,23 @@ async def test_a_rewound_source_gives_its_forks_their_own_copy(tmp_path: Path) -
 
 # -- SIGKILL in the middle of rewinds -------------------------------------------------------------
 _REWINDER = """
-import asyncio, random, sys
+import asyncio, os, random, signal, sys
 from loom.events import EventType, make_event
 from loom.store import SQLiteStore
+
+def die_at_a_statement(store, rng):
+    # SIGKILL at a random SQL statement: inside a transaction, between two, at a COMMIT
+    left = [rng.randint(1, 600)]
+    def trace(statement):
+        left[0] -= 1
+        if left[0] == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+    store.db.conn.set_trace_callback(trace)
 
 async def main(path, seed):
     rng = random.Random(seed)
     store = SQLiteStore(path)
+    die_at_a_statement(store, rng)
     n = 0
     while True:
         count = await store.message_count("s")
@@ -126,11 +136,48 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2])))
 """
 
 
-def _kill_midway(path: Path, seed: int, wanted: int) -> int:
-    """Run the rewinder until it has said ``wanted`` rewinds returned, then SIGKILL it while
-    it goes on rewinding (at no point chosen by the test); how many it said returned."""
+_FORKER = """
+import asyncio, os, random, signal, sys
+from loom.events import EventType, make_event
+from loom.store import SQLiteStore
+
+def die_at_a_statement(store, rng):
+    # SIGKILL at a random SQL statement: inside a transaction, between two, at a COMMIT
+    left = [rng.randint(1, 600)]
+    def trace(statement):
+        left[0] -= 1
+        if left[0] == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+    store.db.conn.set_trace_callback(trace)
+
+async def main(path, seed):
+    rng = random.Random(seed)
+    store = SQLiteStore(path)
+    n = 0
+    at, upto = await store.message_count("s"), len(await store.load_events("s"))
+    die_at_a_statement(store, rng)
+    while True:  # the source does not change: each turn of the loop is a fork
+        new = f"f{seed}.{n}"
+        branch = make_event(EventType.SESSION_BRANCH, new, new, 0, 0, {"at": at})
+        users = [
+            make_event(EventType.USER_MESSAGE, new, new, 0, i + 1, {"content": f"{new}.{i}"})
+            for i in range(rng.randint(0, 30))
+        ]
+        await store.fork("s", new, at, upto, messages=[e.message() for e in users],
+                         events=[branch, *users])
+        n += 1
+        print(n, flush=True)
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+"""
+
+
+def _kill_midway(path: Path, seed: int, script: str = _REWINDER) -> int:
+    """Run ``script`` (rewinds or forks in a loop) until it SIGKILLs itself at a random SQL
+    statement (``die_at_a_statement``: in the middle of an operation's transaction, between
+    two, or at a COMMIT); how many operations it said returned."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", _REWINDER, str(path), str(seed)],
+        [sys.executable, "-c", script, str(path), str(seed)],
         stdout=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": SRC},
     )
@@ -138,10 +185,7 @@ def _kill_midway(path: Path, seed: int, wanted: int) -> int:
     finished = 0
     for line in proc.stdout:
         finished = int(line)
-        if finished >= wanted:
-            break
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    assert proc.wait() == -signal.SIGKILL
     proc.stdout.close()
     return finished
 
@@ -164,7 +208,7 @@ async def test_sigkill_during_rewinds_leaves_the_old_state_or_the_new(
     rng = random.Random(seed)
     done = 0
     for _ in range(4):
-        finished = _kill_midway(path, rng.randint(0, 10**6), rng.randint(1, 40))
+        finished = _kill_midway(path, rng.randint(0, 10**6))
         store = SQLiteStore(path)
         journal = await store.load_events("s")
         stored = await store.load_messages("s")
@@ -268,3 +312,34 @@ def test_random_branches_read_as_in_a_store_that_copies(ops: list[Any]) -> None:
         await sqlite.close()
 
     asyncio.run(run())
+
+
+async def test_sigkill_during_forks_leaves_each_fork_whole_or_absent(tmp_path: Path) -> None:
+    path = tmp_path / "loom.db"
+    store = SQLiteStore(path)
+    messages, events = _turns("s", "r", [f"m{i}" for i in range(40)])
+    await store.append("s", messages=messages, events=events)
+    await store.close()
+    rng = random.Random(28)
+    made = 0
+    for _ in range(6):
+        finished = _kill_midway(path, rng.randint(0, 10**6), _FORKER)
+        store = SQLiteStore(path)
+        assert await store.integrity_check() == "ok"
+        forks = await store.forks("s")
+        assert len(forks) >= made + finished  # every fork the child saw return is there
+        made = len(forks)
+        for fork_id in forks:  # each whole: its row, its messages and its events together
+            journal = await store.load_events(fork_id)
+            assert type(journal[40]) is SessionBranch and journal[40].session_id == fork_id
+            stored = await store.load_messages(fork_id)
+            assert stored == transcript(journal) and stored[:40] == messages
+            assert len(stored) == 40 + len(journal) - 41
+        assert await store.load_messages("s") == messages  # the source never changed
+        with sqlite3.connect(path) as conn:  # no rows of a fork that was not created
+            orphans = conn.execute(
+                "SELECT count(*) FROM messages m WHERE NOT EXISTS "
+                "(SELECT 1 FROM sessions s WHERE s.id = m.session_id)"
+            ).fetchone()[0]
+        assert orphans == 0
+        await store.close()

@@ -18,7 +18,10 @@ tenth turn a tool call and its result) is made by the engine with a ``FunctionMo
 database); ``forks_bytes`` what the 100 forks add; ``copies_bytes_estimate`` what copying each
 fork's shared prefix would have added (the source's bytes per message times the messages
 the forks share). ``rows`` counts the message and event rows the forks hold against the
-messages and events they read. The target: the forks add rows for their branches only, not
+messages and events they read. ``reads`` is what sharing costs a read: microseconds for a
+20-message tail, the plain range read of the code before forks against the store's read of the
+source and of a fork (wall time, 3 rounds of 1,000, medians, in one run: compare them with
+each other only). The target: the forks add rows for their branches only, not
 100 copies. Writes benchmarks/results/branch_storage.json; prints it too.
 """
 
@@ -28,8 +31,10 @@ import asyncio
 import json
 import random
 import sqlite3
+import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -38,7 +43,7 @@ from loom import Agent
 from loom.engine.run_inputs import AtTurn
 from loom.engine.runtime import Runtime
 from loom.messages import Message, ModelResponse, ToolCall
-from loom.store import SQLiteStore
+from loom.store import SQLiteStore, codec
 from loom.store.base import Store
 from loom.testing import FunctionModel
 from loom.tools.base import tool
@@ -103,6 +108,32 @@ async def build(store: Store, measure: Callable[[], Awaitable[int]]) -> dict[str
     }
 
 
+async def read_costs(
+    plain: Callable[[], Awaitable[Any]], store: Store, reads: int = 1000
+) -> dict[str, float]:
+    """Microseconds a read of a 20-message tail takes: the plain range read of the code before
+    forks (``plain``, on the source, decoded as the store decodes), the store's read of the
+    source (no fork) and of a fork (through its chain); 3 rounds, medians, all in this run
+    (ratios, not absolute figures)."""
+    count = await store.message_count("source")
+    fork_count = await store.message_count("fork0")
+    cases: dict[str, Callable[[], Awaitable[Any]]] = {
+        "plain_range_read_us": plain,
+        "store_read_source_us": lambda: store.load_message_range("source", count - 20, count),
+        "store_read_fork_us": lambda: store.load_message_range(
+            "fork0", fork_count - 20, fork_count
+        ),
+    }
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(3):
+        for name, read in cases.items():
+            started = time.perf_counter()
+            for _ in range(reads):
+                await read()
+            times[name].append((time.perf_counter() - started) / reads * 1e6)
+    return {name: round(statistics.median(t), 1) for name, t in times.items()}
+
+
 def sqlite_bytes(path: Path) -> int:
     with sqlite3.connect(path) as c:
         c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -132,6 +163,20 @@ async def on_sqlite() -> dict[str, Any]:
             return sqlite_bytes(path)
 
         out = await build(store, measure)
+        count = await store.message_count("source")
+        db = store.db
+
+        async def plain() -> list[Message]:
+            rows = db.read(
+                lambda c: c.execute(
+                    "SELECT data FROM messages WHERE session_id = ? AND seq >= ? AND seq < ? "
+                    "ORDER BY seq",
+                    ("source", count - 20, count),
+                ).fetchall()
+            )
+            return codec.decode_messages([r[0] for r in rows])
+
+        out["reads"] = await read_costs(plain, store)
         await store.close()
         out["rows"] = sqlite_rows(path)
     return out
@@ -166,6 +211,18 @@ async def on_postgres() -> dict[str, Any]:
             return int(row[0])
 
         out = await build(store, measure)
+        count = await store.message_count("source")
+
+        async def plain() -> list[Message]:
+            rows = await store._fetchall(
+                "reading",
+                "SELECT data FROM messages WHERE session_id = %s AND seq >= %s AND seq < %s "
+                "ORDER BY seq",
+                ("source", count - 20, count),
+            )
+            return codec.decode_messages([r[0] for r in rows])
+
+        out["reads"] = await read_costs(plain, store)
         await store.close()
         with psycopg.connect(dsn, autocommit=True) as conn:
             out["rows"] = {

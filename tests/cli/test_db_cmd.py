@@ -58,8 +58,9 @@ def test_postgres_migrate_status_and_sessions(pg_url: str) -> None:
         "0007_system_messages_index",
         "0008_append_many",
         "0009_media",
+        "0011_session_forks",
     ]
-    assert status["schema_version"] == status["known_version"] == 9
+    assert status["schema_version"] == status["known_version"] == 10
 
     # A session, an open run and a held lease, written by a store, show up in the counts.
     import asyncio

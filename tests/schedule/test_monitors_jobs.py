@@ -144,3 +144,21 @@ async def test_cleanup_job_runs_on_its_tick_and_is_recorded(rig: Rig) -> None:
     assert sorted(r.status for r in detector) == ["finished"] + ["missed"] * 29
     assert [s.schedule.id for s in await rig.schedules.list_schedules()] == []  # jobs hidden
     assert len(await rig.schedules.list_schedules(jobs=True)) == len(jobs)
+
+
+async def test_the_sessions_job_keeps_a_source_while_its_forks_live(rig: Rig) -> None:
+    """A session other sessions were forked from is not deleted (they share its rows); the
+    job deletes the rest and goes on instead of failing."""
+    from loom.messages import Message
+    from loom.schedule.jobs import MaintenanceSettings
+
+    await rig.store.append("source", messages=[Message.user("a"), Message.user("b")])
+    await rig.store.append("alone", messages=[Message.user("c")])
+    await rig.store.fork("source", "fork", 1, 0, messages=[], events=[])
+    await rig.store.append("source", messages=[Message.user("d")])  # listed first: newest
+    everything = MaintenanceSettings(session_ttl=-(10**9))  # every session is old
+    jobs = {j.name: j for j in builtin_jobs(rig.store, rig.schedules, rig.monitors, everything)}
+    assert (await jobs["sessions"].run())["sessions"] == 2  # the fork and the lone one
+    assert [i.id for i in await rig.store.list_sessions(limit=0)] == ["source"]
+    assert (await jobs["sessions"].run())["sessions"] == 1  # its fork is gone now
+    assert [i.id for i in await rig.store.list_sessions(limit=0)] == []

@@ -202,18 +202,23 @@ async def test_tail_of_a_10000_message_session_is_an_index_range_read(
     tail = await store.load_messages("long", start=9990)
     assert [m.content for m in tail] == [f"m{j}" for j in range(9990, 10_000)]
     await _sql(pg_schema_dsn, "ANALYZE messages")
+    await _sql(pg_schema_dsn, "ANALYZE sessions")
     for sql, params, rows in (
-        (q.LOAD_MESSAGES, ("long", 9990), 10),
-        (q.MESSAGE_COUNT, ("long",), 1),
+        (q.LOAD_MESSAGES, {"sid": "long", "start": 9990, "stop": q.NO_STOP}, 10),
+        (q.MESSAGE_COUNT, {"sid": "long"}, 1),
     ):
         explained = await _sql(
             pg_schema_dsn, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params
         )
         top = explained[0][0][0]
         nodes = _plan_nodes(top["Plan"])
-        kinds = {n["Node Type"] for n in nodes}
-        assert "Seq Scan" not in kinds and kinds & {"Index Scan", "Index Only Scan"}, kinds
-        scans = [n for n in nodes if n["Node Type"] in ("Index Scan", "Index Only Scan")]
+        # the session's row (``sessions``, a handful of rows here) says whether it is a fork
+        on_messages = [n for n in nodes if n.get("Relation Name") == "messages"]
+        kinds = {n["Node Type"] for n in on_messages}
+        assert "Seq Scan" not in kinds and kinds & {"Index Scan", "Index Only Scan"}, json.dumps(
+            top["Plan"]
+        )[:3000]
+        scans = [n for n in on_messages if n["Node Type"] in ("Index Scan", "Index Only Scan")]
         assert all(n["Index Name"] == "messages_pkey" for n in scans)
         # Only the rows asked for are read, not the session's 10,000: a handful of pages.
         assert sum(n["Actual Rows"] for n in scans) <= rows, scans
@@ -246,6 +251,17 @@ async def test_approval_decisions_of_a_long_session_come_from_their_index(
     assert [n.get("Index Name") for n in scans] == ["events_approvals"], scans
     assert sum(n["Actual Rows"] for n in scans) == 10
     assert top["Plan"]["Shared Hit Blocks"] + top["Plan"].get("Shared Read Blocks", 0) < 30
+    # the store's own query (across a fork's chain) reads the same index for the journal
+    mine = q.load_events(f"AND {codec.event_types_clause([decided])}")
+    explained = await _sql(
+        pg_schema_dsn,
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + mine,
+        {"sid": "long", "start": 0, "stop": q.NO_STOP},
+    )
+    nodes = _plan_nodes(explained[0][0][0]["Plan"])
+    on_events = [n for n in nodes if n.get("Relation Name") == "events"]
+    assert [n.get("Index Name") for n in on_events] == ["events_approvals"], on_events
+    assert sum(n["Actual Rows"] for n in on_events) == 10
 
 
 # -- leases across processes --------------------------------------------------------------------
@@ -728,3 +744,32 @@ async def test_a_put_racing_the_deletion_of_the_same_bytes_writes_them_again(
     assert await store.load_blobs([blob.ref]) == {blob.ref: blob.data}
     assert await store.session_blobs("a") == []
     assert [r[0] for r in await store.session_blobs("b")] == [blob.ref]
+
+
+# -- branches: random histories read as in a store that copies ----------------------------------
+@pytest.mark.parametrize("seed", range(12))
+async def test_random_branches_read_as_in_a_store_that_copies(
+    store: PostgresStore, seed: int
+) -> None:
+    """As ``test_branches.py``'s property on SQLite: after random appends, rewinds and forks,
+    every read of every session equals MemoryStore's (seeded: hypothesis and the session's
+    event loop do not mix)."""
+    import random
+
+    from tests.store.test_branches import _OPS, _plan, _reads
+
+    from loom.store import MemoryStore
+
+    rng = random.Random(seed)
+    memory = MemoryStore()
+    names = ["s0"]
+    memo = [Message.system("memo")]
+    for s in (memory, store):
+        await s.append("s0", messages=memo)
+    for step in range(20):
+        op = (rng.choice(_OPS), rng.randint(0, 5), rng.randint(0, 1_000), rng.randint(0, 3))
+        apply = await _plan(memory, op, step, names)
+        for s in (memory, store):
+            await apply(s)
+        for sid in names:
+            assert await _reads(store, sid) == await _reads(memory, sid), (step, op, sid)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from loom.errors import JobFailed, LoomError
+from loom.errors import InputError, JobFailed, LoomError
 from loom.schedule.launch import Outcome
 from loom.schedule.model import Schedule
 
@@ -150,9 +150,14 @@ def builtin_jobs(
         old = [
             i for i in await store.list_sessions(limit=0) if i.updated_at < cutoff(s.session_ttl)
         ]
+        deleted = 0
         for info in old:
-            await store.delete_session(info.id)
-        return {"sessions": len(old)}
+            try:
+                await store.delete_session(info.id)
+            except InputError:  # other sessions were forked from it: kept while they live
+                continue
+            deleted += 1
+        return {"sessions": deleted}
 
     async def history() -> dict[str, int]:
         assert s.history_ttl is not None

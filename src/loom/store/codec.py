@@ -45,13 +45,16 @@ from loom.store.base import LedgerEntry, LedgerStatus, RunRecord, SessionInfo, S
 __all__ = [
     "ERROR_COLS",
     "MAX_DEPTH",
+    "MAX_FORK_DEPTH",
     "PARENT_KEY",
     "PARTS_LAST",
     "EventRow",
     "LedgerRow",
     "PackedCommit",
     "RunRow",
+    "Segment",
     "check_blobs",
+    "clip",
     "decode_error",
     "decode_event",
     "decode_ledger",
@@ -68,6 +71,7 @@ __all__ = [
     "message_dict",
     "pack_commit",
     "scrub_text",
+    "segments",
     "unpack_ledger",
 ]
 
@@ -643,3 +647,41 @@ def event_types_clause(types: Sequence[Any]) -> str:
     if set(values) <= set(INDEXED_EVENT_TYPES):
         return f"{INDEXED_CLAUSE} AND {wanted}"
     return wanted
+
+
+# -- forks: which session's rows a read takes, position by position ---------------------------
+#: How many forks deep a chain of forks may go (a fork of a fork of ...): a guard against a
+#: cycle in hand-edited rows, far above what a user makes.
+MAX_FORK_DEPTH = 1000
+
+
+class Segment(NamedTuple):
+    """One session's rows a forked session's read takes: positions ``lo`` <= seq < ``hi``
+    (``hi`` None: no bound) of ``session_id``'s own rows."""
+
+    session_id: str
+    lo: int
+    hi: int | None
+
+
+def segments(chain: Sequence[tuple[str, int]]) -> list[Segment]:
+    """The segments of a session, oldest first, from its ``chain`` (the session, its parent,
+    ..., the root; each with how many positions it shares with its parent, 0 for the root).
+
+    A fork stores its own rows at their absolute positions (from its share on), so its view is
+    its ancestors' rows below the share, each ancestor bounded by the smallest share of the
+    sessions below it, then its own rows: no row is copied."""
+    out: list[Segment] = []
+    limit: int | None = None
+    for session_id, shared in chain:
+        out.append(Segment(session_id, shared, limit))
+        limit = shared if limit is None else min(limit, shared)
+    return out[::-1]
+
+
+def clip(segment: Segment, start: int, stop: int | None) -> tuple[int, int | None] | None:
+    """``segment``'s positions within ``start`` <= seq < ``stop``, or None when none are."""
+    lo = max(segment.lo, start)
+    bounds = [b for b in (segment.hi, stop) if b is not None]
+    hi = min(bounds) if bounds else None
+    return None if hi is not None and lo >= hi else (lo, hi)

@@ -40,6 +40,7 @@ from typing import Any
 import pytest
 
 from loom.content import MAX_MEDIA_BYTES, Blob, Image, media_ref
+from loom.engine.run_inputs import AtTurn, Edit, Regenerate, Rewind
 from loom.errors import (
     ContentError,
     InputError,
@@ -48,7 +49,7 @@ from loom.errors import (
     SerializationError,
     StoreError,
 )
-from loom.events import AgentEvent, EventType, make_event
+from loom.events import AgentEvent, EventType, SessionBranch, make_event
 from loom.messages import Message, ToolCall, ToolResult, Usage, utcnow
 from loom.store.base import (
     Lease,
@@ -74,6 +75,7 @@ _PROTOCOLS = {
     "windows": "TranscriptWindowStore",
     "latest_events": "LatestEventStore",
     "blobs": "BlobStore",
+    "branches": "BranchStore",
 }
 
 
@@ -679,6 +681,155 @@ class StoreContract:
         assert [e for e in await store.load_events("s") if e.type is EventType.USER_MESSAGE] == []
         assert await store.session_blobs("s") == []
 
+    # -- optional: branches (rewind, fork) ---------------------------------------------------------
+    async def test_rewind_round_trip(self, store: Any) -> None:
+        _needs(store, "branches")
+        runtime, agent = await _branchy(store, "s", turns=4)
+        before = await store.load_messages("s")
+        result = await runtime.run(agent, Rewind(AtTurn(2)), session_id="s")
+        assert result.stop_reason == "rewound"
+        after = await store.load_messages("s")
+        assert after[: len(after) - 1] == before[:8] and after[-1].metadata.get("branch_note")
+        await _consistent(store, "s")
+        await runtime.run(agent, "again", session_id="s")  # the session carries on from there
+        await _consistent(store, "s")
+        assert (await store.get_session("s")).message_count == len(after) + 4
+
+    async def test_rewind_with_a_stale_lease_writes_nothing(self, store: Any) -> None:
+        _needs(store, "branches")
+        await _branchy(store, "s", turns=2)
+        messages, events = await store.load_messages("s"), await store.load_events("s")
+        old = await store.acquire_lease("s", "r1", 30)
+        await store.release_lease(old)
+        await store.acquire_lease("s", "r2", 30)
+        branch = make_event(EventType.SESSION_BRANCH, "r1", "s", 0, 0, {"at": 1})
+        with pytest.raises(LeaseLost):
+            await store.rewind("s", 1, messages=[], events=[branch], lease=old)
+        assert await store.load_messages("s") == messages
+        assert len(await store.load_events("s")) == len(events)
+        with pytest.raises(InputError):
+            await store.rewind("s", len(messages) + 1, messages=[], events=[branch])
+
+    async def test_engine_branches(self, store: Any) -> None:
+        _needs(store, "branches")
+        runtime, agent = await _branchy(store, "s", turns=3)
+        before = await store.load_messages("s")
+        result = await runtime.run(agent, Regenerate(), session_id="s")
+        assert result.stop_reason != "rewound"
+        await _consistent(store, "s")
+        after = await store.load_messages("s")
+        assert after[:9] == before[:9] and len(after) == len(before) + 1  # + the note
+        await runtime.run(agent, Edit(1, "edited"), session_id="s")
+        await _consistent(store, "s")
+        edited = await store.load_messages("s")
+        assert edited[:4] == before[:4] and "edited" in [m.content for m in edited[4:]]
+        assert len(await store.ledger("s")) == 10  # 5 calls: the ledger keeps every one
+
+    async def test_fork_reads_share_the_prefix(self, store: Any) -> None:
+        _needs(store, "branches")
+        runtime, agent = await _branchy(store, "s", turns=4)
+        source = await _snapshot(store, "s")
+        new = await runtime.fork(agent, "s", AtTurn(2), new_session_id="f")
+        assert new == "f"
+        at, own = await _fork_parts(store, "f")
+        assert at == 8
+        await _same_reads(store, "f", "s", at, own)
+        await runtime.run(agent, "in the fork", session_id="f")  # the fork carries on
+        at, own = await _fork_parts(store, "f")
+        await _same_reads(store, "f", "s", at, own)
+        await _consistent(store, "f")
+        assert await _snapshot(store, "s") == source  # the source is unchanged
+        with pytest.raises(InputError):
+            await store.fork("s", "f", 0, 0, messages=[], events=[])
+        with pytest.raises(InputError):
+            await store.fork("s", "g", 999, 0, messages=[], events=[])
+        with pytest.raises(InputError):
+            await store.fork("nope", "g", 0, 0, messages=[], events=[])
+
+    async def test_fork_of_a_fork_and_rewinds_below_the_share(self, store: Any) -> None:
+        _needs(store, "branches")
+        runtime, agent = await _branchy(store, "s", turns=4)
+        source = await _snapshot(store, "s")
+        await runtime.fork(agent, "s", AtTurn(3), new_session_id="f")
+        await runtime.run(agent, "f's own", session_id="f")
+        await runtime.fork(agent, "f", None, new_session_id="g")  # all of f
+        g_before = await _snapshot(store, "g")
+        assert g_before[0] == (await _snapshot(store, "f"))[0]
+        await runtime.run(agent, "g's own", session_id="g")
+        await _consistent(store, "g")
+        at, own = await _fork_parts(store, "g", "f")
+        await _same_reads(store, "g", "f", at, own)  # f's reads are s's prefix, then f's own
+        f_before = await _snapshot(store, "f")
+        # a rewind of g below what it shares: its own transcript, nobody else's
+        await runtime.run(agent, Rewind(AtTurn(1)), session_id="g")
+        await _consistent(store, "g")
+        assert (await store.load_messages("g"))[:4] == f_before[0][:4]
+        assert await _snapshot(store, "f") == f_before
+        # the source rewound below what f (and through it g) shares: f does not change
+        g_now = await _snapshot(store, "g")
+        await runtime.run(agent, Rewind(AtTurn(0)), session_id="s")
+        await _consistent(store, "s")
+        assert await _snapshot(store, "f") == f_before
+        assert await _snapshot(store, "g") == g_now
+        await _consistent(store, "f")
+        assert (await _snapshot(store, "s"))[0] != source[0]
+        # the ledger of f still knows the calls of the turns it shared
+        known = {e.tool_call_id for e in await store.ledger("f")}
+        assert {m.tool_call_id for m in f_before[0] if m.role == "tool"} <= known
+        await runtime.run(agent, "f again", session_id="f")
+        await _consistent(store, "f")
+
+    async def test_fork_ledger_and_counts(self, store: Any) -> None:
+        _needs(store, "branches")
+        runtime, agent = await _branchy(store, "s", turns=3)
+        await runtime.fork(agent, "s", AtTurn(1), new_session_id="f")
+        shared = {m.tool_call_id for m in (await store.load_messages("s"))[:3] if m.role == "tool"}
+        ledger = await store.ledger("f")
+        assert {e.tool_call_id for e in ledger} == shared and len(ledger) == 2
+        assert all(e.session_id == "f" for e in ledger)
+        assert await store.open_tool_calls("f") == []
+        info = await store.get_session("f")
+        assert info is not None and info.message_count == await store.message_count("f")
+        assert info.agent_name == agent.name
+        # a fork with nothing of its own yet
+        events = await store.load_events("s")
+        await store.fork("s", "bare", 3, 4, messages=[], events=[])
+        assert await store.message_count("bare") == 3
+        assert (await store.get_session("bare")).message_count == 3
+        assert [e.sequence for e in await store.load_events("bare")] == [
+            e.sequence for e in events[:4]
+        ]
+        await store.append("bare", messages=[Message.user("mine")], events=[_ev("rb", 0)])
+        assert [m.content for m in await store.load_messages("bare", 2)][1:] == ["mine"]
+        assert len(await store.load_events("bare")) == 5
+
+    async def test_a_fork_names_the_media_it_shares(self, store: Any) -> None:
+        _needs(store, "branches")
+        _needs(store, "blobs")
+        from loom.agent import Agent
+        from loom.engine.run_inputs import NewMessage
+        from loom.engine.runtime import Runtime
+        from loom.testing import FunctionModel
+
+        png = _png(2_000)
+        agent = Agent(model=FunctionModel(lambda messages, tools: "seen"))
+        runtime = Runtime(store=store)
+        await runtime.run(agent, NewMessage("look", (Image.from_bytes(png),)), session_id="s")
+        await runtime.fork(agent, "s", None, new_session_id="f")
+        assert await store.session_blobs("f") == await store.session_blobs("s") != []
+        part = (await store.load_messages("f"))[0].parts[0]
+        assert isinstance(part, Image)
+        if hasattr(store, "forks"):  # the SQL stores: the fork shares the source's rows
+            with pytest.raises(InputError, match="forks"):
+                await store.delete_session("s")
+            assert await store.forks("s") == ["f"]
+            assert await store.delete_session("f") and await store.delete_session("s")
+        else:  # a store that copies: the fork outlives its source, media included
+            assert await store.delete_session("s")
+            assert await store.load_blobs([part.ref]) == {part.ref: png}
+            assert await store.delete_session("f")
+        assert await store.load_blobs([part.ref]) == {}  # gone with the last session naming it
+
     # -- optional: errors, results, key-values ----------------------------------------------------
     async def test_error_store(self, store: Any) -> None:
         _needs(store, "errors")
@@ -730,6 +881,119 @@ class StoreContract:
         assert await store.delete_value("mem", "s1/l2")
         assert not await store.delete_value("mem", "s1/l2")
         assert await store.get_value("mem", "s1/l2") is None
+
+
+# -- branches: sessions made by the engine, and what a fork must read ----------------------------
+async def _branchy(store: Any, session_id: str, turns: int) -> tuple[Any, Any]:
+    """A runtime and an agent, and ``session_id`` with ``turns`` turns, each a tool call
+    (``idempotent``) and an answer: 4 messages a turn."""
+    from loom.agent import Agent
+    from loom.engine.runtime import Runtime
+    from loom.messages import ModelResponse
+    from loom.testing import FunctionModel
+    from loom.tools.base import tool
+
+    @tool(effect="idempotent")
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return f"value of {key}"
+
+    def answer(messages: list[Message], tools: Any) -> ModelResponse | str:
+        last = next(m for m in reversed(messages) if m.role != "system")
+        if last.role == "user":
+            return ModelResponse(
+                tool_calls=[ToolCall(name="lookup", arguments={"key": last.content})]
+            )
+        return f"answer {len(messages)}"
+
+    agent = Agent(model=FunctionModel(answer), tools=[lookup], name="brancher")
+    runtime = Runtime(store=store)
+    for i in range(turns):
+        await runtime.run(agent, f"turn {i}", session_id=session_id)
+    return runtime, agent
+
+
+async def _consistent(store: Any, session_id: str) -> None:
+    """The derived transcript the store keeps is the one its journal gives."""
+    from loom.engine.journal import transcript
+
+    messages = await store.load_messages(session_id)
+    assert messages == transcript(await store.load_events(session_id))
+    assert await store.message_count(session_id) == len(messages)
+    info = await store.get_session(session_id)
+    assert info is not None and info.message_count == len(messages)
+
+
+def _ids(events: list[AgentEvent]) -> list[tuple[str, int, str]]:
+    return [(e.run_id, e.sequence, str(e.type)) for e in events]
+
+
+async def _snapshot(store: Any, session_id: str) -> tuple[Any, ...]:
+    """What every read of a session gives."""
+    events = await store.load_events(session_id)
+    return (
+        await store.load_messages(session_id),
+        _ids(events),
+        [(e.tool_call_id, e.status) for e in await store.ledger(session_id)],
+        await store.message_count(session_id),
+    )
+
+
+def _fork_mark(events: list[AgentEvent], source_id: str) -> int:
+    """The position of the ``SESSION_BRANCH`` that forked these events' session from
+    ``source_id`` (a fork of a fork also reads its parent's)."""
+
+    return next(
+        i
+        for i, e in enumerate(events)
+        if type(e) is SessionBranch and e.reason == "fork" and e.point["session_id"] == source_id
+    )
+
+
+async def _fork_parts(store: Any, fork_id: str, source_id: str = "s") -> tuple[int, list[Message]]:
+    """Where the fork branched off ``source_id`` and its messages since."""
+    events = await store.load_events(fork_id)
+    first = events[_fork_mark(events, source_id)]
+    assert isinstance(first, SessionBranch)
+    return first.at, (await store.load_messages(fork_id))[first.at :]
+
+
+async def _same_reads(
+    store: Any, fork_id: str, source_id: str, at: int, own: list[Message]
+) -> None:
+    """Every read of the fork is the source's prefix and then the fork's own rows."""
+
+    source = await store.load_messages(source_id)
+    whole = source[:at] + own
+    assert await store.load_messages(fork_id) == whole
+    for start in (0, 1, at - 1, at, at + 1, len(whole)):
+        if start >= 0:
+            assert await store.load_messages(fork_id, start) == whole[start:]
+            assert (
+                await store.load_message_range(fork_id, start, start + 3)
+                == whole[start : start + 3]
+            )
+    assert await store.message_count(fork_id) == len(whole)
+    info = await store.get_session(fork_id)
+    assert info is not None and info.message_count == len(whole)
+    systems = [(i, m) for i, m in enumerate(whole) if m.role == "system"]
+    assert await store.load_system_messages(fork_id) == systems
+    events = await store.load_events(fork_id)
+    mark = _fork_mark(events, source_id)
+    source_events = await store.load_events(source_id)
+    assert _ids(events[:mark]) == _ids(source_events[:mark])
+    assert all(e.session_id == fork_id for e in events)
+    for run_id in {e.run_id for e in events}:
+        assert _ids(await store.load_events(fork_id, run_id)) == _ids(
+            [e for e in events if e.run_id == run_id]
+        )
+    kinds = [EventType.USER_MESSAGE, EventType.SESSION_BRANCH]
+    typed = [e for e in events if e.type in kinds]
+    assert _ids(await store.load_events_of_type(fork_id, kinds)) == _ids(typed)
+    for limit in (1, 2, len(typed) + 1):
+        latest = await store.load_latest_events(fork_id, kinds, limit)
+        assert _ids(latest) == _ids(typed[-limit:])
+    await _consistent(store, fork_id)
 
 
 def _png(size: int) -> bytes:

@@ -304,6 +304,8 @@ class MemoryStore:
             data.messages = [(len(kept), _encode_messages(kept))]
             data.message_count = data.info.message_count = at
         data.events = [codec.encode_event(e) for e in journal[:upto]]
+        # the media the shared messages may name stay named while the fork lives
+        self._session_blobs[new_id] = dict(self._session_blobs.get(source_id, {}))
         await self.append(new_id, messages=messages, events=events, ledger=ledger)
 
     async def open_tool_calls(self, session_id: str) -> list[LedgerEntry]:

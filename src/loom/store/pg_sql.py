@@ -381,6 +381,39 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         ],
     ),
 ]
+
+
+def _append_numbering_forks() -> str:
+    """``loom_append`` (0004) again, numbering a fork's first own message and event at its
+    share (migration 0011): the rest of the function is unchanged."""
+    (text,) = (sql for name, sqls in MIGRATIONS if name == "0004_append_function" for sql in sqls)
+    out = text.replace("CREATE FUNCTION loom_append(", "CREATE OR REPLACE FUNCTION loom_append(")
+    for table, column in (("messages", "shared_messages"), ("events", "shared_events")):
+        old = f"SELECT coalesce(max(seq) + 1, 0) INTO n FROM {table}"
+        assert old in out
+        out = out.replace(
+            old,
+            f"SELECT coalesce(max(seq) + 1, (SELECT {column} FROM sessions "
+            f"WHERE id = p_session), 0) INTO n FROM {table}",
+        )
+    return out
+
+
+MIGRATIONS.append(
+    (
+        # Forks share their history (issue #28, as SQLite's 0011; 0010 is the assistants
+        # table): a fork's row names its parent and what it shares; its own rows sit at their
+        # absolute positions from there on (``postgres_branches``).
+        "0011_session_forks",
+        [
+            "ALTER TABLE sessions ADD COLUMN parent_id TEXT, "
+            "ADD COLUMN shared_messages BIGINT NOT NULL DEFAULT 0, "
+            "ADD COLUMN shared_events BIGINT NOT NULL DEFAULT 0",
+            "CREATE INDEX sessions_parent ON sessions (parent_id) WHERE parent_id IS NOT NULL",
+            _append_numbering_forks(),
+        ],
+    )
+)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 CREATE_MIGRATIONS = (
@@ -393,25 +426,86 @@ APPLIED = "SELECT version, name FROM loom_migrations ORDER BY version"
 # A session's message count and last change come from its last message row (as on SQLite).
 SESSION_SELECT = (
     "SELECT s.id, s.agent_name, s.created_at, greatest(s.updated_at, coalesce(m.appended_at, 0)) "
-    "AS changed, coalesce(m.seq + 1, 0), s.input_tokens, s.output_tokens, s.requests, s.metadata "
+    "AS changed, coalesce(m.seq + 1, s.shared_messages), s.input_tokens, s.output_tokens, "
+    "s.requests, s.metadata "
     "FROM sessions s LEFT JOIN LATERAL (SELECT seq, appended_at FROM messages "
     "WHERE session_id = s.id ORDER BY seq DESC LIMIT 1) m ON true"
 )
 
-# INTAKE reads: range seeks on the (session_id, seq) primary key.
-LOAD_MESSAGES = "SELECT data FROM messages WHERE session_id = %s AND seq >= %s ORDER BY seq"
-MESSAGE_COUNT = "SELECT max(seq) FROM messages WHERE session_id = %s"
-LOAD_MESSAGE_RANGE = (
-    "SELECT data FROM messages WHERE session_id = %s AND seq >= %s AND seq < %s ORDER BY seq"
+
+def chain(shared: str) -> str:
+    """The segments of session ``%(sid)s`` (``codec.segments``) as a recursive CTE ``chain``
+    (id, lo, hi): the session and its ancestors, each with the positions of its own rows the
+    session reads (``shared``: ``shared_messages`` or ``shared_events``). The segments are
+    disjoint, so one join ordered by ``seq`` reads them in order; a session that is no fork
+    is one segment, its whole key range."""
+    return (
+        "WITH RECURSIVE chain (id, parent_id, lo, hi, depth) AS ("
+        f"SELECT id, parent_id, {shared}, NULL::BIGINT, 0 FROM sessions WHERE id = %(sid)s "
+        f"UNION ALL SELECT s.id, s.parent_id, s.{shared}, least(c.hi, c.lo), c.depth + 1 "
+        "FROM chain c JOIN sessions s ON s.id = c.parent_id WHERE c.depth < 1000) "
+    )
+
+
+def chain_rows(
+    shared: str,
+    table: str,
+    cols: str,
+    where: str = "",
+    tail: str = "ORDER BY x.seq",
+    head: str = "",
+) -> str:
+    """``cols`` of ``table``'s rows of session ``%(sid)s`` at positions ``%(start)s`` <= seq <
+    ``%(stop)s``, across the sessions it shares rows with (``chain``), ``where`` applying to
+    each. Each segment is its own range seek on the key: a LATERAL subquery, kept one by
+    ``OFFSET 0`` (a plain join let the planner, guessing the chain's size, hash-join a scan of
+    the whole table); ``where`` is inside it, so a partial index still fits."""
+    return (
+        chain(shared)
+        + f"{head}SELECT {cols} FROM chain c CROSS JOIN LATERAL (SELECT * FROM {table} "
+        "WHERE session_id = c.id AND seq >= greatest(c.lo, %(start)s) "
+        f"AND seq < least(c.hi, %(stop)s) {where} OFFSET 0) x {tail}"
+    )
+
+
+NO_STOP = 2**63 - 1
+# INTAKE reads: range seeks on the (session_id, seq) primary key (of each session a fork
+# shares rows with).
+LOAD_MESSAGES = chain_rows("shared_messages", "messages", "x.data")
+MESSAGE_COUNT = (
+    "SELECT coalesce((SELECT max(seq) + 1 FROM messages WHERE session_id = %(sid)s), "
+    "(SELECT shared_messages FROM sessions WHERE id = %(sid)s), 0)"
 )
-EVENTS_END = "SELECT max(seq) FROM events WHERE session_id = %s"
-LOAD_SYSTEM_MESSAGES = (
-    "SELECT seq, data FROM messages WHERE session_id = %s AND role = 'system' ORDER BY seq"
+EVENT_COUNT = (
+    "SELECT coalesce((SELECT max(seq) + 1 FROM events WHERE session_id = %(sid)s), "
+    "(SELECT shared_events FROM sessions WHERE id = %(sid)s), 0)"
 )
+EVENTS_END = (
+    "SELECT (SELECT max(seq) FROM events WHERE session_id = %s), "
+    "(SELECT parent_id FROM sessions WHERE id = %s)"
+)
+LOAD_SYSTEM_MESSAGES = chain_rows(
+    "shared_messages", "messages", "x.seq, x.data", "AND role = 'system'"
+)
+LOAD_TOOL_MESSAGES = chain_rows("shared_messages", "messages", "x.data", "AND role = 'tool'")
+COPY_MESSAGES = chain_rows(
+    "shared_messages",
+    "messages",
+    "%(to)s, x.seq, x.role, x.data, x.appended_at",
+    tail="",
+    head="INSERT INTO messages (session_id, seq, role, data, appended_at) ",
+)
+EVENT_COLS = "run_id, sequence, type, iteration, timestamp, data"
+
+
+def load_events(where: str = "", tail: str = "ORDER BY x.seq") -> str:
+    """The journal rows (``EVENT_COLS``) of session ``%(sid)s`` across its chain."""
+    cols = ", ".join(f"x.{c.strip()}" for c in EVENT_COLS.split(","))
+    return chain_rows("shared_events", "events", cols, where, tail)
+
 
 LEDGER_COLS = "run_id, tool_call_id, name, status, effect, arguments, result, timestamp"
 RUN_COLS = "run_id, status, input_tokens, output_tokens, requests, timestamp, data"
-EVENT_COLS = "run_id, sequence, type, iteration, timestamp, data"
 
 # -- one append -----------------------------------------------------------------------------------
 # ``loom_append`` (migration 0003) in one statement; ``%b``: binary parameters, so psycopg

@@ -28,8 +28,9 @@ clock, the one clock every host shares. Unlike ``SQLiteStore`` there is no "dead
 shortcut: a lease whose holder died is free when it expires.
 
 Besides ``Store`` it implements ``ErrorStore``, ``ResultStore``, ``RunStore``, ``KVStore``,
-``ScheduleTables`` (``postgres_schedules.py``) and ``BlobStore`` (media bytes once per content
-hash, ``postgres_media.py``).
+``ScheduleTables`` (``postgres_schedules.py``), ``BlobStore`` (media bytes once per content
+hash, ``postgres_media.py``) and ``BranchStore`` (rewinds, and forks that share their parent's
+rows, ``postgres_branches.py``).
 Every value goes through ``loom.store.codec`` exactly as on SQLite; every query is
 parameterised.
 """
@@ -42,7 +43,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -69,6 +70,11 @@ from loom.store.base import (
     StoredResult,
     lease_lost,
     new_error_id,
+)
+from loom.store.postgres_branches import (
+    PostgresBranches,
+    forks_of,
+    open_call_rows,
 )
 from loom.store.postgres_media import PostgresBlobs, forget_session
 from loom.store.postgres_schedules import PostgresScheduleTables
@@ -114,7 +120,7 @@ def redact(conninfo: str) -> str:
     return shown or "<the libpq defaults: PGHOST, PGPORT, PGDATABASE, PGUSER>"
 
 
-class PostgresStore(PostgresScheduleTables, PostgresBlobs):
+class PostgresStore(PostgresScheduleTables, PostgresBlobs, PostgresBranches):
     """Sessions, transcripts, events, the tool-call ledger, errors, results and key-values in
     PostgreSQL, for many processes on many hosts.
 
@@ -395,13 +401,17 @@ class PostgresStore(PostgresScheduleTables, PostgresBlobs):
             except (psycopg.Error, PoolTimeout) as exc:
                 raise self._translate(exc, doing) from exc
 
-    async def _fetchall(self, doing: str, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    async def _fetchall(
+        self, doing: str, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()
+    ) -> list[Any]:
         async def read(conn: AsyncConnection[Any]) -> list[Any]:
             return await (await conn.execute(sql, params)).fetchall()
 
         return await self._run(doing, read)
 
-    async def _fetchone(self, doing: str, sql: str, params: Sequence[Any] = ()) -> Any:
+    async def _fetchone(
+        self, doing: str, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()
+    ) -> Any:
         async def read(conn: AsyncConnection[Any]) -> Any:
             return await (await conn.execute(sql, params)).fetchone()
 
@@ -452,25 +462,33 @@ class PostgresStore(PostgresScheduleTables, PostgresBlobs):
     async def load_messages(self, session_id: str, start: int = 0) -> list[Message]:
         if start < 0:
             raise InputError(f"load_messages: start must be >= 0, got {start}")
-        rows = await self._fetchall("loading messages", q.LOAD_MESSAGES, (session_id, start))
+        rows = await self._fetchall(
+            "loading messages",
+            q.LOAD_MESSAGES,
+            {"sid": session_id, "start": start, "stop": q.NO_STOP},
+        )
         return codec.decode_messages([r[0] for r in rows])
 
     async def message_count(self, session_id: str) -> int:
-        row = await self._fetchone("counting messages", q.MESSAGE_COUNT, (session_id,))
-        return 0 if row is None or row[0] is None else int(row[0]) + 1
+        row = await self._fetchone("counting messages", q.MESSAGE_COUNT, {"sid": session_id})
+        return int(row[0])
 
     async def load_message_range(self, session_id: str, start: int, stop: int) -> list[Message]:
         if start < 0:
             raise InputError(f"load_message_range: start must be >= 0, got {start}")
         rows = await self._fetchall(
-            "loading messages", q.LOAD_MESSAGE_RANGE, (session_id, start, stop)
+            "loading messages",
+            q.LOAD_MESSAGES,
+            {"sid": session_id, "start": start, "stop": max(start, stop)},
         )
         return codec.decode_messages([r[0] for r in rows])
 
     async def load_system_messages(self, session_id: str) -> list[tuple[int, Message]]:
         """The transcript's system messages through the ``messages_system`` partial index."""
         rows = await self._fetchall(
-            "loading system messages", q.LOAD_SYSTEM_MESSAGES, (session_id,)
+            "loading system messages",
+            q.LOAD_SYSTEM_MESSAGES,
+            {"sid": session_id, "start": 0, "stop": q.NO_STOP},
         )
         decoded = codec.decode_messages([r[1] for r in rows])
         return [(int(r[0]), m) for r, m in zip(rows, decoded, strict=True)]
@@ -660,21 +678,8 @@ class PostgresStore(PostgresScheduleTables, PostgresBlobs):
 
     # -- ledger, runs, events -------------------------------------------------------------------
     async def open_tool_calls(self, session_id: str) -> list[LedgerEntry]:
-        cols = ", ".join(f"l.{c.strip()}" for c in q.LEDGER_COLS.split(","))
-        rows = await self._fetchall(
-            "reading open tool calls",
-            f"SELECT {cols} FROM open_calls o JOIN ledger l ON l.session_id = o.session_id "
-            "AND l.seq = o.ledger_seq WHERE o.session_id = %s ORDER BY l.seq",
-            (session_id,),
-        )
-        return [codec.decode_ledger(session_id, r) for r in rows]
-
-    async def ledger(self, session_id: str) -> list[LedgerEntry]:
-        """Every ledger entry of the session, oldest first."""
-        rows = await self._fetchall(
-            "reading the ledger",
-            f"SELECT {q.LEDGER_COLS} FROM ledger WHERE session_id = %s ORDER BY seq",
-            (session_id,),
+        rows = await self._run(
+            "reading open tool calls", lambda conn: open_call_rows(conn, session_id)
         )
         return [codec.decode_ledger(session_id, r) for r in rows]
 
@@ -698,11 +703,11 @@ class PostgresStore(PostgresScheduleTables, PostgresBlobs):
         return [codec.decode_run(session_id, r) for r in rows]
 
     async def load_events(self, session_id: str, run_id: str | None = None) -> list[AgentEvent]:
-        sql = f"SELECT {q.EVENT_COLS} FROM events WHERE session_id = %s"
-        params: tuple[str, ...] = (session_id,)
+        params: dict[str, Any] = {"sid": session_id, "start": 0, "stop": q.NO_STOP}
+        sql = q.load_events()
         if run_id is not None:
-            sql, params = sql + " AND run_id = %s", (session_id, run_id)
-        rows = await self._fetchall("loading events", sql + " ORDER BY seq", params)
+            sql, params = q.load_events("AND run_id = %(run)s"), {**params, "run": run_id}
+        rows = await self._fetchall("loading events", sql, params)
         return [codec.decode_event(session_id, r) for r in rows]
 
     async def load_events_of_type(
@@ -712,9 +717,8 @@ class PostgresStore(PostgresScheduleTables, PostgresBlobs):
         through the ``events_approvals`` partial index)."""
         rows = await self._fetchall(
             "loading events",
-            f"SELECT {q.EVENT_COLS} FROM events WHERE session_id = %s "
-            f"AND {codec.event_types_clause(types)} ORDER BY seq",
-            (session_id,),
+            q.load_events(f"AND {codec.event_types_clause(types)}"),
+            {"sid": session_id, "start": 0, "stop": q.NO_STOP},
         )
         return [codec.decode_event(session_id, r) for r in rows]
 
@@ -728,7 +732,18 @@ class PostgresStore(PostgresScheduleTables, PostgresBlobs):
         session."""
         if limit < 1:
             raise InputError(f"load_latest_events: limit must be >= 1, got {limit}")
-        top = await self._fetchone("reading the journal's end", q.EVENTS_END, (session_id,))
+        top = await self._fetchone(
+            "reading the journal's end", q.EVENTS_END, (session_id, session_id)
+        )
+        if top is not None and top[1] is not None:  # a fork: its own rows, then its parent's
+            rows = await self._fetchall(
+                "loading events",
+                q.load_events(
+                    f"AND {codec.event_types_clause(types)}", "ORDER BY x.seq DESC LIMIT %(n)s"
+                ),
+                {"sid": session_id, "start": 0, "stop": q.NO_STOP, "n": limit},
+            )
+            return [codec.decode_event(session_id, r) for r in reversed(rows)]
         if top is None or top[0] is None:
             return []
         end, span = int(top[0]), max(256, limit * 32)
@@ -746,10 +761,17 @@ class PostgresStore(PostgresScheduleTables, PostgresBlobs):
         """Delete a session and everything kept for it in one transaction, with the media no
         other session names (its lock row is released, not deleted, so its fencing token keeps
         growing). False when there was no
-        such session. The caller makes sure no run is using the session (take its lease)."""
+        such session; ``InputError`` (nothing deleted) when other sessions were forked from it:
+        they share its rows. The caller makes sure no run is using the session (take its lease)."""
 
         async def delete(conn: AsyncConnection[Any]) -> bool:
             async with conn.transaction():
+                forks = await forks_of(conn, session_id)
+                if forks:
+                    raise InputError(
+                        f"session {session_id!r} has forks that share its history "
+                        f"({', '.join(forks)}); delete them first"
+                    )
                 cur = await conn.execute("DELETE FROM sessions WHERE id = %s", (session_id,))
                 found = cur.rowcount > 0
                 for table in q.SESSION_TABLES:

@@ -17,8 +17,9 @@ after a power cut, but the last commits before an OS crash or power loss may be 
 is on disk even after a power cut; it costs about 0.2 ms per commit on an SSD.
 
 Besides ``Store`` it implements the optional capabilities of ``loom.store.base``:
-``ErrorStore``, ``ResultStore``, ``RunStore``, ``KVStore``, ``ScheduleTables`` and ``BlobStore``
-(media bytes once per content hash, ``sqlite_media.py``). Every query is parameterised.
+``ErrorStore``, ``ResultStore``, ``RunStore``, ``KVStore``, ``ScheduleTables``, ``BlobStore``
+(media bytes once per content hash, ``sqlite_media.py``) and ``BranchStore`` (rewinds, and
+forks that share their parent's rows, ``sqlite_branches.py``). Every query is parameterised.
 """
 
 from __future__ import annotations
@@ -35,6 +36,16 @@ from loom.events import AgentEvent, EventType
 from loom.messages import Message, Usage
 from loom.store import codec
 from loom.store.base import Lease, LedgerEntry, RunRecord, SessionInfo, lease_lost
+from loom.store.sqlite_branches import (
+    SQLiteBranches,
+    chain_of,
+    forks_of,
+    message_count,
+    message_rows,
+    next_position,
+    open_call_rows,
+    segments_of,
+)
 from loom.store.sqlite_db import (
     Database,
     Durability,
@@ -47,20 +58,20 @@ from loom.store.sqlite_extras import SQLiteCapabilities
 from loom.store.sqlite_media import SQLiteBlobs, forget_session
 from loom.store.sqlite_schedules import SQLiteScheduleTables
 
-__all__ = ["SQLiteStore"]
+__all__ = ["SQLiteStore", "check_lease"]
 
 T = TypeVar("T")
 # A session's message count and last change come from its last message row (migration 0002:
-# appends no longer rewrite the session row); rows written before 0002 have no appended_at.
+# appends no longer rewrite the session row); rows written before 0002 have no appended_at. A
+# fork with no message of its own yet holds the messages it shares (migration 0011).
 _SESSION_SELECT = (
     "SELECT s.id, s.agent_name, s.created_at, "
-    "max(s.updated_at, coalesce(m.appended_at, 0)) AS changed, coalesce(m.seq + 1, 0), "
+    "max(s.updated_at, coalesce(m.appended_at, 0)) AS changed, "
+    "coalesce(m.seq + 1, s.shared_messages), "
     "s.input_tokens, s.output_tokens, s.requests, s.metadata FROM sessions s "
     "LEFT JOIN messages m ON m.session_id = s.id "
     "AND m.seq = (SELECT max(seq) FROM messages WHERE session_id = s.id)"
 )
-# The columns of codec.LedgerRow, in its order.
-_LEDGER_COLS = "run_id, tool_call_id, name, status, effect, arguments, result, timestamp"
 _RUN_COLS = "run_id, status, input_tokens, output_tokens, requests, timestamp, data"
 
 
@@ -77,11 +88,36 @@ _SESSION_TABLES = (
 )  # not locks: a session's lease row keeps its fencing token increasing (it is released)
 
 
+_EVENT_COLS = "run_id, sequence, type, iteration, timestamp, data"  # codec.EventRow's order
+
+
+def _event_rows(
+    c: sqlite3.Connection,
+    session_id: str,
+    where: str = "",
+    params: tuple[Any, ...] = (),
+    indexed: str = "",
+) -> list[Any]:
+    """The session's journal rows (``_EVENT_COLS``) in order, a fork's shared ones first."""
+    rows: list[Any] = []
+    for seg in segments_of(chain_of(c, session_id), events=True):
+        if seg.hi is not None and seg.lo >= seg.hi:
+            continue
+        sql = f"SELECT {_EVENT_COLS} FROM events{indexed} WHERE session_id = ? AND seq >= ?"
+        bounds: tuple[int, ...] = (seg.lo,)
+        if seg.hi is not None:
+            sql, bounds = sql + " AND seq < ?", (seg.lo, seg.hi)
+        rows.extend(
+            c.execute(f"{sql} {where} ORDER BY seq", (seg.session_id, *bounds, *params)).fetchall()
+        )
+    return rows
+
+
 def _dt(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
 
 
-def _check_lease(c: sqlite3.Connection, session_id: str, lease: Lease) -> None:
+def check_lease(c: sqlite3.Connection, session_id: str, lease: Lease) -> None:
     """Raise ``LeaseLost`` unless ``lease`` is the session's current, unreleased lease."""
     if lease.session_id != session_id:
         raise LeaseLost(
@@ -94,7 +130,7 @@ def _check_lease(c: sqlite3.Connection, session_id: str, lease: Lease) -> None:
         raise lease_lost(lease, row)
 
 
-class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables, SQLiteBlobs):
+class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables, SQLiteBlobs, SQLiteBranches):
     """Sessions, transcripts, events, the tool-call ledger, errors and large results in SQLite.
 
     Args:
@@ -201,35 +237,21 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables, SQLiteBlobs):
     async def load_messages(self, session_id: str, start: int = 0) -> list[Message]:
         if start < 0:
             raise InputError(f"load_messages: start must be >= 0, got {start}")
-        # seq is the message's 0-based position: a range seek on the (session_id, seq) key.
+        # seq is the message's 0-based position: a range seek on the (session_id, seq) key
+        # (a fork's: on each session it shares rows with, ``sqlite_branches``).
         rows = await self._read(
-            "loading messages",
-            lambda c: c.execute(
-                "SELECT data FROM messages WHERE session_id = ? AND seq >= ? ORDER BY seq",
-                (session_id, start),
-            ).fetchall(),
+            "loading messages", lambda c: message_rows(c, session_id, start, None)
         )
         return codec.decode_messages([r[0] for r in rows])
 
     async def message_count(self, session_id: str) -> int:
-        row = await self._read(
-            "counting messages",
-            lambda c: c.execute(
-                "SELECT max(seq) FROM messages WHERE session_id = ?", (session_id,)
-            ).fetchone(),
-        )
-        return 0 if row[0] is None else int(row[0]) + 1
+        return await self._read("counting messages", lambda c: message_count(c, session_id))
 
     async def load_message_range(self, session_id: str, start: int, stop: int) -> list[Message]:
         if start < 0:
             raise InputError(f"load_message_range: start must be >= 0, got {start}")
         rows = await self._read(
-            "loading messages",
-            lambda c: c.execute(
-                "SELECT data FROM messages WHERE session_id = ? AND seq >= ? AND seq < ? "
-                "ORDER BY seq",
-                (session_id, start, stop),
-            ).fetchall(),
+            "loading messages", lambda c: message_rows(c, session_id, start, stop)
         )
         return codec.decode_messages([r[0] for r in rows])
 
@@ -237,11 +259,15 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables, SQLiteBlobs):
         """The transcript's system messages through the ``messages_system`` partial index."""
         rows = await self._read(
             "loading system messages",
-            lambda c: c.execute(
-                "SELECT seq, data FROM messages INDEXED BY messages_system "
-                "WHERE session_id = ? AND role = 'system' ORDER BY seq",
-                (session_id,),
-            ).fetchall(),
+            lambda c: message_rows(
+                c,
+                session_id,
+                0,
+                None,
+                cols="seq, data",
+                where="AND role = 'system'",
+                indexed=" INDEXED BY messages_system",
+            ),
         )
         decoded = codec.decode_messages([r[1] for r in rows])
         return [(int(r[0]), m) for r, m in zip(rows, decoded, strict=True)]
@@ -268,10 +294,7 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables, SQLiteBlobs):
 
         def next_seq(c: sqlite3.Connection, table: str) -> int:
             # A read (index seek), so a commit dirties no page for numbering its rows.
-            row = c.execute(
-                f"SELECT max(seq) FROM {table} WHERE session_id = ?", (session_id,)
-            ).fetchone()
-            return 0 if row[0] is None else int(row[0]) + 1
+            return next_position(c, session_id, table)
 
         # The next row numbers after this store's last write under the same lease token:
         # fencing means no other leased writer can have written since, so the three
@@ -283,7 +306,7 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables, SQLiteBlobs):
 
         def write(c: sqlite3.Connection) -> tuple[int, int, int, int] | None:
             if lease is not None:  # fencing: in the same transaction as the write
-                _check_lease(c, session_id, lease)
+                check_lease(c, session_id, lease)
             # Only a run record changes the session row (usage, updated_at); other commits
             # leave it untouched so that they write one WAL frame less (migration 0002).
             if run is not None:
@@ -383,30 +406,7 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables, SQLiteBlobs):
 
     # -- ledger, runs, events -------------------------------------------------------------------
     async def open_tool_calls(self, session_id: str) -> list[LedgerEntry]:
-        rows = await self._read(
-            "reading open tool calls",
-            lambda c: c.execute(
-                "SELECT "
-                + ", ".join(f"l.{col.strip()}" for col in _LEDGER_COLS.split(","))
-                # CROSS JOIN keeps open_calls the outer table: with a plain JOIN the planner
-                # walked the session's whole ledger in seq order to skip the sort
-                + " FROM open_calls o CROSS JOIN ledger l"
-                " ON l.session_id = o.session_id AND l.seq = o.ledger_seq"
-                " WHERE o.session_id = ? ORDER BY l.seq",
-                (session_id,),
-            ).fetchall(),
-        )
-        return [codec.decode_ledger(session_id, r) for r in rows]
-
-    async def ledger(self, session_id: str) -> list[LedgerEntry]:
-        """Every ledger entry of the session, oldest first."""
-        rows = await self._read(
-            "reading the ledger",
-            lambda c: c.execute(
-                f"SELECT {_LEDGER_COLS} FROM ledger WHERE session_id = ? ORDER BY seq",
-                (session_id,),
-            ).fetchall(),
-        )
+        rows = await self._read("reading open tool calls", lambda c: open_call_rows(c, session_id))
         return [codec.decode_ledger(session_id, r) for r in rows]
 
     async def open_runs(self, session_id: str) -> list[RunRecord]:
@@ -434,16 +434,16 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables, SQLiteBlobs):
         return [codec.decode_run(session_id, r) for r in rows]
 
     async def load_events(self, session_id: str, run_id: str | None = None) -> list[AgentEvent]:
-        cols = "run_id, sequence, type, iteration, timestamp, data"  # codec.EventRow's order
-        sql = f"SELECT {cols} FROM events WHERE session_id = ?"
-        params: tuple[str, ...] = (session_id,)
-        if run_id is not None:
+        if run_id is None:
+            rows = await self._read("loading events", lambda c: _event_rows(c, session_id))
+        else:
             # without statistics the planner would walk the session's whole journal by its key
-            sql = f"SELECT {cols} FROM events INDEXED BY events_run WHERE session_id = ?"
-            sql, params = sql + " AND run_id = ?", (session_id, run_id)
-        rows = await self._read(
-            "loading events", lambda c: c.execute(sql + " ORDER BY seq", params).fetchall()
-        )
+            rows = await self._read(
+                "loading events",
+                lambda c: _event_rows(
+                    c, session_id, "AND run_id = ?", (run_id,), " INDEXED BY events_run"
+                ),
+            )
         return [codec.decode_event(session_id, r) for r in rows]
 
     async def load_events_of_type(
@@ -454,12 +454,8 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables, SQLiteBlobs):
         where = codec.event_types_clause(types)
         # Without ANALYZE statistics SQLite would walk the session's primary-key range instead.
         use = " INDEXED BY events_approvals" if where.startswith(codec.INDEXED_CLAUSE) else ""
-        sql = (
-            f"SELECT run_id, sequence, type, iteration, timestamp, data FROM events{use} "
-            f"WHERE session_id = ? AND {where} ORDER BY seq"
-        )
         rows = await self._read(
-            "loading events", lambda c: c.execute(sql, (session_id,)).fetchall()
+            "loading events", lambda c: _event_rows(c, session_id, f"AND {where}", (), use)
         )
         return [codec.decode_event(session_id, r) for r in rows]
 
@@ -470,13 +466,24 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables, SQLiteBlobs):
         if limit < 1:
             raise InputError(f"load_latest_events: limit must be >= 1, got {limit}")
         where = codec.event_types_clause(types)
-        sql = (
-            "SELECT run_id, sequence, type, iteration, timestamp, data FROM events "
-            f"WHERE session_id = ? AND {where} ORDER BY seq DESC LIMIT ?"
-        )
-        rows = await self._read(
-            "loading events", lambda c: c.execute(sql, (session_id, limit)).fetchall()
-        )
+
+        def latest(c: sqlite3.Connection) -> list[Any]:
+            found: list[Any] = []
+            for seg in reversed(segments_of(chain_of(c, session_id), events=True)):
+                sql = (
+                    f"SELECT {_EVENT_COLS} FROM events WHERE session_id = ? AND seq >= ? "
+                    + ("AND seq < ? " if seg.hi is not None else "")
+                    + f"AND {where} ORDER BY seq DESC LIMIT ?"
+                )
+                bounds = (seg.lo,) if seg.hi is None else (seg.lo, seg.hi)
+                found.extend(
+                    c.execute(sql, (seg.session_id, *bounds, limit - len(found))).fetchall()
+                )
+                if len(found) >= limit or seg.lo <= 0:
+                    break
+            return found
+
+        rows = await self._read("loading events", latest)
         return [codec.decode_event(session_id, r) for r in reversed(rows)]
 
     async def delete_session(self, session_id: str) -> bool:
@@ -484,11 +491,18 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables, SQLiteBlobs):
         ledger, stored errors and results, its lock, the media no other session names) in one
         transaction.
 
-        Returns False when there was no such session. The caller makes sure no run is using
-        the session (take its lock first, as ``loom sessions delete`` does).
+        Returns False when there was no such session; ``InputError`` (nothing deleted) when
+        other sessions were forked from it: they share its rows. The caller makes sure no run
+        is using the session (take its lock first, as ``loom sessions delete`` does).
         """
 
         def delete(c: sqlite3.Connection) -> bool:
+            forks = forks_of(c, session_id)
+            if forks:
+                raise InputError(
+                    f"session {session_id!r} has forks that share its history ({', '.join(forks)}"
+                    "); delete them first"
+                )
             found = c.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
             for table in _SESSION_TABLES:
                 c.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
@@ -530,7 +544,7 @@ class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables, SQLiteBlobs):
 
     async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         def renew(c: sqlite3.Connection) -> Lease:
-            _check_lease(c, lease.session_id, lease)
+            check_lease(c, lease.session_id, lease)
             expires = time.time() + ttl
             c.execute(
                 "UPDATE locks SET expires_at = ? WHERE session_id = ?", (expires, lease.session_id)

@@ -212,6 +212,17 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX session_blobs_ref ON session_blobs (ref)
         """,
     ),
+    # Why: forks share their history (issue #28). A fork's row names its parent and how many
+    # transcript positions and journal events it shares; its own rows sit at their absolute
+    # positions from there on, so reads take the parent's rows first and nothing is copied
+    # (``sqlite_branches``). Numbered 0011 on PostgreSQL too (0010 is the assistants table).
+    (
+        "0011_session_forks",
+        "ALTER TABLE sessions ADD COLUMN parent_id TEXT;"
+        "ALTER TABLE sessions ADD COLUMN shared_messages INTEGER NOT NULL DEFAULT 0;"
+        "ALTER TABLE sessions ADD COLUMN shared_events INTEGER NOT NULL DEFAULT 0;"
+        "CREATE INDEX sessions_parent ON sessions (parent_id) WHERE parent_id IS NOT NULL",
+    ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

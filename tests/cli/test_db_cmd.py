@@ -58,7 +58,7 @@ def test_postgres_migrate_status_and_sessions(pg_url: str) -> None:
         "0007_system_messages_index",
         "0008_append_many",
         "0009_media",
-        "0011_session_forks",
+        "0010_session_forks",
     ]
     assert status["schema_version"] == status["known_version"] == 10
 

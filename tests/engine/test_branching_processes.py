@@ -5,6 +5,7 @@ cached."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +13,9 @@ from loom import Agent
 from loom.engine.run_inputs import Regenerate, Rewind
 from loom.engine.runtime import Runtime
 from loom.messages import Message, ToolSpec
+from loom.store.base import Store
 from loom.store.memory import MemoryStore
+from loom.store.sqlite import SQLiteStore
 from loom.testing import FunctionModel
 
 
@@ -24,15 +27,14 @@ def said_by_users(seen: list[list[str]]) -> FunctionModel:
     return FunctionModel(answer)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Runtime.session_view trusts its cached transcript while the stored one is not "
-    "shorter: a branch by another runtime that leaves as many messages or more goes unseen "
-    "(issue 28 core, loom.engine.runtime; reported to the lead)",
-)
-async def test_a_branch_by_another_runtime_reaches_the_next_turn() -> None:
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """Each store: the count of rewinds (``SessionInfo.branches``) is what tells a runtime."""
+    return MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "b.db")
+
+
+async def test_a_branch_by_another_runtime_reaches_the_next_turn(store: Store) -> None:
     seen: list[list[str]] = []
-    store = MemoryStore()
     agent = Agent(name="x", model=said_by_users(seen))
     here, there = Runtime(store=store), Runtime(store=store)
     await here.run(agent, "one", session_id="s")
@@ -44,9 +46,10 @@ async def test_a_branch_by_another_runtime_reaches_the_next_turn() -> None:
     assert seen[-1] == ["A", "B", "C", "next"]
 
 
-async def test_a_shorter_transcript_after_another_runtime_s_rewind_is_read_again() -> None:
+async def test_a_shorter_transcript_after_another_runtime_s_rewind_is_read_again(
+    store: Store,
+) -> None:
     seen: list[list[str]] = []
-    store = MemoryStore()
     agent = Agent(name="x", model=said_by_users(seen))
     here, there = Runtime(store=store), Runtime(store=store)
     await here.run(agent, "one", session_id="s")

@@ -2,10 +2,7 @@
 (``threads.get_state``, ``get_state(checkpoint_id)``, ``update_state``, ``get_history``,
 ``threads.copy``, runs from a checkpoint, ``multitask_strategy="rollback"``) driven by the
 official ``langgraph-sdk``, and branching with ``previous_response_id`` driven by the
-``openai`` SDK.
-
-The server keeps its sessions in memory (``--store :memory:``): only ``MemoryStore`` has the
-``BranchStore`` capability until the SQL stores get it."""
+``openai`` SDK. The servers keep their sessions on the default durable store (SQLite)."""
 
 from __future__ import annotations
 
@@ -41,9 +38,7 @@ def texts(values: dict[str, Any]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(
-        tmp_path_factory.mktemp("travel"), app="server_agents:slow_registry", store=":memory:"
-    )
+    srv = start_server(tmp_path_factory.mktemp("travel"), app="server_agents:slow_registry")
     yield srv
     stop_server(srv)
 
@@ -266,7 +261,7 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     (tmp / "keys.yaml").write_text(
         f"- {{name: alice, key: {ALICE}}}\n- {{name: bob, key: {BOB}}}\n"
     )
-    srv = start_server(tmp, "--keys", str(tmp / "keys.yaml"), store=":memory:")
+    srv = start_server(tmp, "--keys", str(tmp / "keys.yaml"))
     yield srv
     stop_server(srv)
 

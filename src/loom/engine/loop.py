@@ -56,7 +56,7 @@ from loom.store.media import hydrate
 
 if TYPE_CHECKING:
     from loom.content import Part
-    from loom.engine.run_deps import RunDeps, TurnHost
+    from loom.engine.run_deps import RunDeps, SessionView, TurnHost
     from loom.engine.run_inputs import BranchInput, RunOptions
     from loom.engine.turn_spec import TurnSpec
 
@@ -116,6 +116,7 @@ class Turn:
         self.message, self.resume, self.answer = message or "", resume, answer
         self.parts: list[Part] = []  # the new message's media (loom.content), set by the runtime
         self.branch: BranchInput | None = None  # a rewind, regenerate or edit (the runtime's)
+        self.view: SessionView | None = None  # the session as INTAKE found it
         self.carry_on = carry_on  # a retry whose message is already committed: recover, go on
         self.pending_query: dict[str, Any] | None = None  # a server query waiting (awaiting_input)
         self.on_busy, self.user_deps, self.parent_run_id = on_busy, deps, parent_run_id
@@ -233,7 +234,7 @@ class Turn:
     # -- INTAKE -----------------------------------------------------------------------------------
     async def _intake(self) -> None:
         a, rt, j, sid = self.agent, self.runtime, self.j, self.session_id
-        view = await rt.session_view(sid)
+        view = self.view = await rt.session_view(sid)
         j.history = view.messages
         self.deps = d = await rt.deps_for(a, sid, view, self.user_deps, self.options)
         self.hctx.tools, self.hctx.remembered, self.hctx.messages = d.tools, d.remembered, j.history
@@ -355,6 +356,8 @@ class Turn:
         )
         if plan.changes:
             await j.branch(j.event(ev.SessionBranch, **plan.event_payload()))
+            assert self.view is not None  # INTAKE read it
+            self.view.branches += 1  # the store counted it: this runtime's view is current
         if isinstance(self.branch, Rewind):
             raise _Stop("rewound")
         if isinstance(self.branch, Regenerate):

@@ -52,11 +52,15 @@ class RunDeps:
 
 @dataclass(slots=True)
 class SessionView:
-    """A session's transcript as this runtime last committed or read it (append-only, so a
-    longer stored transcript only adds to it), and its remembered permission rules."""
+    """A session's transcript as this runtime last committed or read it (a longer stored
+    transcript only adds to it, unless a branch rewrote it: ``branches``), and its remembered
+    permission rules."""
 
     messages: list[Message]
     remembered: list[PermissionRule] | None = None
+    branches: int = 0
+    """The store's count of the session's rewinds when ``messages`` was read or committed
+    (``SessionInfo.branches``): another count means a branch rewrote them."""
 
 
 class TurnHost(Protocol):

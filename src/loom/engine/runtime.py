@@ -230,12 +230,15 @@ class Runtime:
         (``TranscriptWindowStore``), its memory entries and the recent tail the context builder
         sends (``loom.memory.window``: a ``TranscriptWindow``), not its whole history;
         ``deps_for`` reads the rest only for a turn whose context builder needs all of it."""
-        count = await self.store.message_count(session_id)
+        info = await self.store.get_session(session_id)
+        count = info.message_count if info is not None else 0
+        branches = info.branches if info is not None else 0
         view = self._sessions.get(session_id)
         if view is not None:
             held = view.messages
             end = held.end if isinstance(held, TranscriptWindow) else len(held)
-            if end <= count:
+            # a branch (here or in another process) rewrote messages it holds: read anew
+            if end <= count and view.branches == branches:
                 if end < count:  # another process added to it
                     held.extend(await self.store.load_messages(session_id, start=end))
                     view.remembered = None
@@ -249,6 +252,7 @@ class Runtime:
         else:
             messages = await self.store.load_messages(session_id)
         view = self._sessions[session_id] = SessionView(messages)
+        view.branches = branches
         if len(self._sessions) > self._max_sessions:
             self._sessions.popitem(last=False)
         return view

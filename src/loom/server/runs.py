@@ -359,6 +359,7 @@ def thread_values(thread_id: str, messages: list[Any]) -> dict[str, Any]:
 class _Transcript:
     created_at: datetime  # the session's: a thread deleted and made again is another one
     messages: list[dict[str, Any]]  # its messages in LangChain form, oldest first
+    branches: int = 0  # the session's rewinds when read (SessionInfo.branches)
 
 
 _TRANSCRIPTS_KEPT = 64
@@ -384,8 +385,9 @@ async def transcript_values(state: ServerState, thread_id: str) -> list[dict[str
         entry is None
         or entry.created_at != info.created_at
         or len(entry.messages) > (info.message_count)
+        or entry.branches != info.branches  # a branch rewrote messages it holds
     ):
-        entry = kept[thread_id] = _Transcript(info.created_at, [])
+        entry = kept[thread_id] = _Transcript(info.created_at, [], info.branches)
     have = len(entry.messages)
     if have < info.message_count:
         added = await store.load_messages(thread_id, start=have)

@@ -49,7 +49,9 @@ LedgerStatus = Literal["started", "completed", "failed", "interrupted"]
 
 @dataclass(slots=True)
 class SessionInfo:
-    """A session's metadata."""
+    """A session's metadata. ``branches`` counts the rewinds its transcript had
+    (``BranchStore.rewind``): a reader that kept the transcript reads it anew when it
+    changed, since a branch rewrites messages it already holds."""
 
     id: str
     agent_name: str = ""
@@ -58,6 +60,7 @@ class SessionInfo:
     message_count: int = 0
     usage: Usage = field(default_factory=Usage)
     metadata: dict[str, Any] = field(default_factory=dict)
+    branches: int = 0
 
 
 @dataclass(slots=True)

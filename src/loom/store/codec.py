@@ -601,7 +601,7 @@ def _at(ts: float) -> datetime:
 
 def decode_session(row: Sequence[Any]) -> SessionInfo:
     """A session row: id, agent_name, created_at, updated_at, message count, input tokens,
-    output tokens, requests, metadata."""
+    output tokens, requests, metadata, and (when selected) how many rewinds it had."""
     return SessionInfo(
         id=row[0],
         agent_name=row[1],
@@ -610,6 +610,7 @@ def decode_session(row: Sequence[Any]) -> SessionInfo:
         message_count=int(row[4]),
         usage=Usage(input_tokens=row[5], output_tokens=row[6], requests=row[7]),
         metadata=decode_value(row[8]),
+        branches=int(row[9]) if len(row) > 9 else 0,
     )
 
 

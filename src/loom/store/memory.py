@@ -263,6 +263,7 @@ class MemoryStore:
         kept = _decode_range(data, 0, at)
         data.messages = [(len(kept), _encode_messages(kept))] if kept else []
         data.message_count = data.info.message_count = at
+        data.info.branches += 1
         await self.append(session_id, messages=messages, events=events, lease=lease)
 
     async def fork(

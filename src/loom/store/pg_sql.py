@@ -385,7 +385,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
 
 def _append_numbering_forks() -> str:
     """``loom_append`` (0004) again, numbering a fork's first own message and event at its
-    share (migration 0011): the rest of the function is unchanged."""
+    share (migration 0010): the rest of the function is unchanged."""
     (text,) = (sql for name, sqls in MIGRATIONS if name == "0004_append_function" for sql in sqls)
     out = text.replace("CREATE FUNCTION loom_append(", "CREATE OR REPLACE FUNCTION loom_append(")
     for table, column in (("messages", "shared_messages"), ("events", "shared_events")):
@@ -401,14 +401,15 @@ def _append_numbering_forks() -> str:
 
 MIGRATIONS.append(
     (
-        # Forks share their history (issue #28, as SQLite's 0011; 0010 is the assistants
-        # table): a fork's row names its parent and what it shares; its own rows sit at their
-        # absolute positions from there on (``postgres_branches``).
-        "0011_session_forks",
+        # Forks share their history (issue #28, as SQLite's 0010): a fork's row names its
+        # parent and what it shares; its own rows sit at their absolute positions from there
+        # on (``postgres_branches``); ``branches`` counts the session's rewinds.
+        "0010_session_forks",
         [
             "ALTER TABLE sessions ADD COLUMN parent_id TEXT, "
             "ADD COLUMN shared_messages BIGINT NOT NULL DEFAULT 0, "
-            "ADD COLUMN shared_events BIGINT NOT NULL DEFAULT 0",
+            "ADD COLUMN shared_events BIGINT NOT NULL DEFAULT 0, "
+            "ADD COLUMN branches BIGINT NOT NULL DEFAULT 0",
             "CREATE INDEX sessions_parent ON sessions (parent_id) WHERE parent_id IS NOT NULL",
             _append_numbering_forks(),
         ],
@@ -427,7 +428,7 @@ APPLIED = "SELECT version, name FROM loom_migrations ORDER BY version"
 SESSION_SELECT = (
     "SELECT s.id, s.agent_name, s.created_at, greatest(s.updated_at, coalesce(m.appended_at, 0)) "
     "AS changed, coalesce(m.seq + 1, s.shared_messages), s.input_tokens, s.output_tokens, "
-    "s.requests, s.metadata "
+    "s.requests, s.metadata, s.branches "
     "FROM sessions s LEFT JOIN LATERAL (SELECT seq, appended_at FROM messages "
     "WHERE session_id = s.id ORDER BY seq DESC LIMIT 1) m ON true"
 )

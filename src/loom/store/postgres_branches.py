@@ -1,5 +1,5 @@
 """``BranchStore`` on PostgreSQL: rewinds and forks that share history (migration
-``0011_session_forks``), as ``sqlite_branches`` does on SQLite (read its docstring): a fork's
+``0010_session_forks``), as ``sqlite_branches`` does on SQLite (read its docstring): a fork's
 row names its parent and what it shares, its own rows sit at their absolute positions, reads
 take the ancestors' rows first (``pg_sql.chain``), a source rewound below a fork's share
 gives the fork its own copy of those rows first, and a session with forks is not deleted.
@@ -205,7 +205,8 @@ class PostgresBranches:
             e0 = await _count(conn, q.EVENT_COUNT, session_id)
             await _insert(conn, session_id, at, msg_rows, e0, ev_rows, now)
             await conn.execute(
-                "UPDATE sessions SET updated_at = %s WHERE id = %s", (now, session_id)
+                "UPDATE sessions SET updated_at = %s, branches = branches + 1 WHERE id = %s",
+                (now, session_id),
             )
 
         await self._run("rewinding a session", write, retry_lost=False)

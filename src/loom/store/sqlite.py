@@ -31,14 +31,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from loom.errors import ConfigurationError, InputError, LeaseLost, StoreError
+from loom.errors import ConfigurationError, InputError, StoreError
 from loom.events import AgentEvent, EventType
 from loom.messages import Message, Usage
 from loom.store import codec
-from loom.store.base import Lease, LedgerEntry, RunRecord, SessionInfo, lease_lost
+from loom.store.base import Lease, LedgerEntry, RunRecord, SessionInfo
 from loom.store.sqlite_branches import (
     SQLiteBranches,
     chain_of,
+    check_lease,
     forks_of,
     message_count,
     message_rows,
@@ -63,12 +64,12 @@ __all__ = ["SQLiteStore", "check_lease"]
 T = TypeVar("T")
 # A session's message count and last change come from its last message row (migration 0002:
 # appends no longer rewrite the session row); rows written before 0002 have no appended_at. A
-# fork with no message of its own yet holds the messages it shares (migration 0011).
+# fork with no message of its own yet holds the messages it shares (migration 0010).
 _SESSION_SELECT = (
     "SELECT s.id, s.agent_name, s.created_at, "
     "max(s.updated_at, coalesce(m.appended_at, 0)) AS changed, "
     "coalesce(m.seq + 1, s.shared_messages), "
-    "s.input_tokens, s.output_tokens, s.requests, s.metadata FROM sessions s "
+    "s.input_tokens, s.output_tokens, s.requests, s.metadata, s.branches FROM sessions s "
     "LEFT JOIN messages m ON m.session_id = s.id "
     "AND m.seq = (SELECT max(seq) FROM messages WHERE session_id = s.id)"
 )
@@ -115,19 +116,6 @@ def _event_rows(
 
 def _dt(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
-
-
-def check_lease(c: sqlite3.Connection, session_id: str, lease: Lease) -> None:
-    """Raise ``LeaseLost`` unless ``lease`` is the session's current, unreleased lease."""
-    if lease.session_id != session_id:
-        raise LeaseLost(
-            f"the lease of session {lease.session_id!r} cannot write to session {session_id!r}"
-        )
-    row = c.execute(
-        "SELECT token, released, run_id FROM locks WHERE session_id = ?", (session_id,)
-    ).fetchone()
-    if row is None or row[0] != lease.token or row[1]:
-        raise lease_lost(lease, row)
 
 
 class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables, SQLiteBlobs, SQLiteBranches):

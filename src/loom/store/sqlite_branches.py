@@ -1,5 +1,5 @@
 """``BranchStore`` on SQLite: rewinds and forks that share history (migration
-``0011_session_forks``).
+``0010_session_forks``).
 
 A fork's ``sessions`` row names its parent and how many transcript positions
 (``shared_messages``) and journal events (``shared_events``) it shares with it. Its own rows
@@ -22,11 +22,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from loom.errors import InputError, StoreError
+from loom.errors import InputError, LeaseLost, StoreError
 from loom.events import AgentEvent
 from loom.messages import Message
 from loom.store import codec
-from loom.store.base import Lease, LedgerEntry
+from loom.store.base import Lease, LedgerEntry, lease_lost
 
 __all__ = [
     "LEDGER_COLS",
@@ -199,10 +199,17 @@ def _unshare(c: sqlite3.Connection, fork_id: str, parent_id: str, old: int, new:
     c.execute("UPDATE sessions SET shared_messages = ? WHERE id = ?", (new, fork_id))
 
 
-def _check_lease(c: sqlite3.Connection, session_id: str, lease: Lease) -> None:
-    from loom.store.sqlite import check_lease
-
-    check_lease(c, session_id, lease)
+def check_lease(c: sqlite3.Connection, session_id: str, lease: Lease) -> None:
+    """Raise ``LeaseLost`` unless ``lease`` is the session's current, unreleased lease."""
+    if lease.session_id != session_id:
+        raise LeaseLost(
+            f"the lease of session {lease.session_id!r} cannot write to session {session_id!r}"
+        )
+    row = c.execute(
+        "SELECT token, released, run_id FROM locks WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    if row is None or row[0] != lease.token or row[1]:
+        raise lease_lost(lease, row)
 
 
 class SQLiteBranches:
@@ -234,7 +241,7 @@ class SQLiteBranches:
 
         def write(c: sqlite3.Connection) -> None:
             if lease is not None:
-                _check_lease(c, session_id, lease)
+                check_lease(c, session_id, lease)
             row = c.execute(
                 "SELECT parent_id, shared_messages FROM sessions WHERE id = ?", (session_id,)
             ).fetchone()
@@ -276,7 +283,10 @@ class SQLiteBranches:
                 "timestamp, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [(session_id, e0 + i, *ev) for i, ev in enumerate(ev_rows)],
             )
-            c.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
+            c.execute(
+                "UPDATE sessions SET updated_at = ?, branches = branches + 1 WHERE id = ?",
+                (now, session_id),
+            )
 
         try:
             await self._write("rewinding a session", write)

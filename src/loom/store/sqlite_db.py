@@ -215,12 +215,14 @@ MIGRATIONS: list[tuple[str, str]] = [
     # Why: forks share their history (issue #28). A fork's row names its parent and how many
     # transcript positions and journal events it shares; its own rows sit at their absolute
     # positions from there on, so reads take the parent's rows first and nothing is copied
-    # (``sqlite_branches``). Numbered 0011 on PostgreSQL too (0010 is the assistants table).
+    # (``sqlite_branches``). Numbered 0010 on PostgreSQL too. ``branches`` counts the
+    # session's rewinds: a runtime that kept its transcript sees another process's branch.
     (
-        "0011_session_forks",
+        "0010_session_forks",
         "ALTER TABLE sessions ADD COLUMN parent_id TEXT;"
         "ALTER TABLE sessions ADD COLUMN shared_messages INTEGER NOT NULL DEFAULT 0;"
         "ALTER TABLE sessions ADD COLUMN shared_events INTEGER NOT NULL DEFAULT 0;"
+        "ALTER TABLE sessions ADD COLUMN branches INTEGER NOT NULL DEFAULT 0;"
         "CREATE INDEX sessions_parent ON sessions (parent_id) WHERE parent_id IS NOT NULL",
     ),
 ]

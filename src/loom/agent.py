@@ -623,6 +623,13 @@ class Agent:
 
         return await self.runtime.run(self, Rewind(to), session_id=session_id)
 
+    async def fork(
+        self, session_id: str, to: Point | None = None, *, new_session_id: str | None = None
+    ) -> str:
+        """A new session that continues ``session_id`` from ``to`` (``None``: its end), sharing
+        its history instead of copying it (``Runtime.fork``); returns the new session's id."""
+        return await self.runtime.fork(self, session_id, to, new_session_id=new_session_id)
+
     async def regenerate(self, session_id: str, *, options: RunOptions | None = None) -> RunResult:
         """Answer ``session_id``'s last user message again (its last answer leaves the
         transcript and stays in the journal)."""

@@ -185,3 +185,19 @@ async def test_fork_shares_a_prefix_and_leaves_the_source_alone() -> None:
         await rt.fork(agent(), sid, new_session_id=copy)
     with pytest.raises(BranchRefused):
         await rt.fork(agent(branch_effects="refuse"), sid, AtTurn(1))
+
+
+async def test_agent_methods_are_the_front_door_s_branch_inputs() -> None:
+    a = agent()
+    first = await a.run("one")
+    sid = first.session_id
+    await a.run("two", session_id=sid)
+    assert (await a.regenerate(sid)).text == "echo two (saw 3)"
+    assert (await a.edit(sid, 1, "deux")).text == "echo deux (saw 3)"
+    fork = await a.fork(sid, 1)
+    assert [m.content for m in await a.runtime.store.load_messages(fork)] == [
+        "one",
+        "echo one (saw 1)",
+    ]
+    assert (await a.rewind(sid, 1)).stop_reason == "rewound"
+    assert len(await a.runtime.store.load_messages(sid)) == 2

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from loom.engine.journal import follow
 from loom.engine.run_inputs import AtEvent, AtTurn, BranchInput, Edit, Point, Rewind
 from loom.errors import BranchError, BranchRefused
 from loom.events import SessionBranch
@@ -131,12 +132,7 @@ def _state_at(events: Sequence[AgentEvent], point: AtEvent) -> list[Message]:
     applied, as ``transcript()`` does)."""
     out: list[Message] = []
     for event in events:
-        if type(event) is SessionBranch:
-            del out[event.at :]
-            out.extend(event.restored_messages())
-        m = event.message()
-        if m is not None:
-            out.append(m)
+        follow(out, event)
         if event.run_id == point.run_id and event.sequence == point.sequence:
             return out
     raise BranchError(
@@ -289,12 +285,7 @@ def journal_prefix(events: Sequence[AgentEvent], kept: Sequence[Message]) -> int
     out: list[Message] = []
     best = 0 if not kept else -1
     for i, event in enumerate(events):
-        if type(event) is SessionBranch:
-            del out[event.at :]
-            out.extend(event.restored_messages())
-        m = event.message()
-        if m is not None:
-            out.append(m)
+        follow(out, event)
         if len(out) == len(kept) and out == list(kept):
             best = i + 1
     if best < 0:

@@ -52,7 +52,7 @@ from loom.text import representable
 if TYPE_CHECKING:
     from loom.store.base import Lease, Store
 
-__all__ = ["PROGRESS_TYPES", "STEP_TYPES", "Journal", "clean", "transcript"]
+__all__ = ["PROGRESS_TYPES", "STEP_TYPES", "Journal", "clean", "follow", "transcript"]
 
 Ev = TypeVar("Ev", bound=AgentEvent)
 
@@ -117,13 +117,23 @@ def transcript(events: Iterable[AgentEvent]) -> list[Message]:
     note: the turns it abandoned stay in the journal, outside the transcript."""
     out: list[Message] = []
     for event in events:
-        if type(event) is SessionBranch:
-            del out[event.at :]
-            out.extend(event.restored_messages())
-        m = event.message()
-        if m is not None:
-            out.append(m)
+        follow(out, event)
     return out
+
+
+def follow(out: list[Message], event: AgentEvent) -> bool:
+    """``out`` (a transcript so far) after ``event``: what ``transcript`` does for each.
+    Whether ``event`` changed it."""
+    changed = False
+    if type(event) is SessionBranch:
+        del out[event.at :]
+        out.extend(event.restored_messages())
+        changed = True
+    m = event.message()
+    if m is not None:
+        out.append(m)
+        changed = True
+    return changed
 
 
 def clean(value: Any) -> tuple[Any, bool]:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.exceptions import HTTPException
 
+from loom.engine.journal import follow
 from loom.engine.run_inputs import AtEvent, Rewind
 from loom.errors import InputError, SessionBusy
 from loom.events import AgentEvent, EventType, SessionBranch, make_event
@@ -118,21 +119,6 @@ def point_of_id(value: object, events: Sequence[AgentEvent]) -> tuple[str, AtEve
     return None
 
 
-def _apply(out: list[Message], event: AgentEvent) -> bool:
-    """Apply ``event`` to the transcript ``out`` (as ``transcript()`` does); whether it
-    changed it."""
-    changed = False
-    if type(event) is SessionBranch:
-        del out[event.at :]
-        out.extend(event.restored_messages())
-        changed = True
-    m = event.message()
-    if m is not None:
-        out.append(m)
-        changed = True
-    return changed
-
-
 def _source(run_id: str, branched: str | None) -> str:
     if branched is not None:
         return "fork" if branched == "fork" else "update"
@@ -164,7 +150,7 @@ def walk(events: Sequence[AgentEvent]) -> list[Checkpoint]:
                 parent = creators[event.at - 1] if 0 < event.at <= len(creators) else first
             branched = event.reason
             del creators[event.at :]
-        _apply(out, event)
+        follow(out, event)
         creators.extend([checkpoint_id(event)] * (len(out) - len(creators)))
         if i + 1 == len(events) or events[i + 1].run_id != event.run_id:
             cid = checkpoint_id(event)
@@ -197,7 +183,7 @@ def states_at(events: Sequence[AgentEvent], positions: set[int]) -> dict[int, li
     found: dict[int, list[Message]] = {}
     last = max(positions, default=-1)
     for i, event in enumerate(events[: last + 1]):
-        _apply(out, event)
+        follow(out, event)
         if i in positions:
             found[i] = list(out)
     return found

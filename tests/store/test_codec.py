@@ -175,6 +175,7 @@ async def test_capabilities_checked_once_per_store(tmp_path: Path) -> None:
         latest_events=memory,
         blobs=memory,
         branches=memory,
+        items=memory,
     )
     assert capabilities_of(memory) is caps  # cached
     sqlite = SQLiteStore(tmp_path / "l.db")

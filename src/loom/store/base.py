@@ -19,6 +19,7 @@ from loom.content import Blob
 from loom.errors import LeaseLost
 from loom.events import AgentEvent, EventType
 from loom.messages import Effect, Message, ToolResult, Usage, utcnow
+from loom.store.items import Item
 
 __all__ = [
     "Blob",
@@ -26,6 +27,7 @@ __all__ = [
     "BranchStore",
     "ErrorStore",
     "EventTypeStore",
+    "ItemStore",
     "KVStore",
     "LatestEventStore",
     "Lease",
@@ -407,6 +409,72 @@ class BranchStore(Protocol):
 
 
 @runtime_checkable
+class ItemStore(Protocol):
+    """Memory across sessions: owned items in namespaces, searchable (``loom.store.items``).
+    ``owner`` is the caller's principal (``None``: shared/admin code, which sees every item);
+    an item of another owner is invisible to a caller and its key cannot be written by it
+    (``ItemOwned``). Arguments are checked with ``loom.store.items``' checks."""
+
+    async def put_item(
+        self,
+        namespace: Sequence[str],
+        key: str,
+        value: dict[str, Any],
+        *,
+        owner: str | None = None,
+        ttl: float | None = None,
+    ) -> Item:
+        """Write (insert or replace) an item; ``ttl`` seconds until it expires (None: never).
+        Returns it as stored."""
+        ...
+
+    async def get_item(
+        self, namespace: Sequence[str], key: str, *, owner: str | None = None
+    ) -> Item | None:
+        """The item, or None (absent, expired, or another owner's)."""
+        ...
+
+    async def delete_item(
+        self, namespace: Sequence[str], key: str, *, owner: str | None = None
+    ) -> bool:
+        """Delete the item; False when there was none the caller could see."""
+        ...
+
+    async def search_items(
+        self,
+        prefix: Sequence[str],
+        *,
+        query: str | None = None,
+        filter: dict[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+        owner: str | None = None,
+    ) -> list[Item]:
+        """Items under the namespace ``prefix`` whose value matches ``filter`` (top-level
+        field equality) and, with a ``query``, its words (keyword search, best first, each
+        with its ``score``); without a query, newest first."""
+        ...
+
+    async def list_namespaces(
+        self,
+        *,
+        prefix: Sequence[str] = (),
+        suffix: Sequence[str] = (),
+        max_depth: int | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        owner: str | None = None,
+    ) -> list[tuple[str, ...]]:
+        """The namespaces holding items the caller can see, sorted, cut to ``max_depth``
+        parts (deduplicated)."""
+        ...
+
+    async def delete_owner_items(self, owner: str) -> int:
+        """Delete every item of ``owner`` (forgetting a user); how many there were."""
+        ...
+
+
+@runtime_checkable
 class KVStore(Protocol):
     """A small namespaced key-value store (memory tiers, pattern state, ...); values are JSON."""
 
@@ -467,6 +535,7 @@ class StoreCapabilities:
     latest_events: LatestEventStore | None = None
     blobs: BlobStore | None = None
     branches: BranchStore | None = None
+    items: ItemStore | None = None
 
 
 _capabilities: weakref.WeakKeyDictionary[Any, StoreCapabilities] = weakref.WeakKeyDictionary()
@@ -493,6 +562,7 @@ def capabilities_of(store: Store) -> StoreCapabilities:
         latest_events=store if isinstance(store, LatestEventStore) else None,
         blobs=store if isinstance(store, BlobStore) else None,
         branches=store if isinstance(store, BranchStore) else None,
+        items=store if isinstance(store, ItemStore) else None,
     )
     with contextlib.suppress(TypeError):
         _capabilities[store] = caps

@@ -24,6 +24,8 @@ from loom.events import AgentEvent, EventType
 from loom.messages import Message, utcnow
 from loom.store import codec
 from loom.store.base import Blob, Lease, LedgerEntry, RunRecord, SessionInfo
+from loom.store.items import Item
+from loom.store.memory_items import MemoryItems
 
 __all__ = ["MemoryStore"]
 
@@ -127,10 +129,11 @@ def _decode_ledger(session_id: str, row: _Ledger) -> LedgerEntry:
     return codec.unpack_ledger(session_id, row[0], row[1])
 
 
-class MemoryStore:
+class MemoryStore(MemoryItems):
     """Keeps everything in dictionaries; lost when the process exits."""
 
     def __init__(self) -> None:
+        self._items: dict[tuple[tuple[str, ...], str], Item] = {}
         self._sessions: dict[str, _SessionData] = {}
         self._leases: dict[str, _LeaseRow] = {}
         self._legacy_leases: dict[tuple[str, str], Lease] = {}

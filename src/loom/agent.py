@@ -387,7 +387,7 @@ class Agent:
                     f"must be a loom.memory.MemoryConfig, got {type(memory).__name__}",
                     field="memory",
                 )
-            if memory.tools:
+            if memory.tools or memory.store_tools or memory.history_tool:
                 from loom.memory.tools import memory_tools
 
                 tools = [*tools, *memory_tools(memory, [getattr(t, "name", t) for t in tools])]

@@ -77,6 +77,14 @@ class MemoryConfig:
             turns MEMORY.md off. Without a workspace a relative path is not used.
         memory_flush: Ask the agent to write notes before a compaction (seed 004 MEMORY_FLUSH).
         tools: Add the ``remember`` (Kernel) and ``memory_write`` (MEMORY.md) tools to the agent.
+        store_tools: Add ``save_memory``, ``recall_memories`` and ``forget_memory``: memories
+            kept in the store's items (``ItemStore``), across sessions, under
+            ``store_namespace`` and owned by the run's owner (``loom.memory.item_tools``).
+        store_namespace: The namespace those tools use; ``{owner}`` becomes the run's owner
+            (the API key's principal when served, ``"shared"`` in local code) and ``{agent}``
+            the agent's name.
+        history_tool: Add ``search_history``, which searches the session's own earlier
+            messages by keywords, including those summarised out of the context.
         counter: The ``TokenCounter``; default: chosen from the model.
         component_events: Emit CONTEXT_COMPONENT_* for every call (False: only when a component
             is truncated or excluded).
@@ -99,6 +107,9 @@ class MemoryConfig:
     memory_file: str | Path | None = "MEMORY.md"
     memory_flush: bool = True
     tools: bool = False
+    store_tools: bool = False
+    store_namespace: tuple[str, ...] = ("memories", "{owner}")
+    history_tool: bool = False
     counter: TokenCounter | None = None
     component_events: bool = True
 
@@ -126,6 +137,29 @@ class MemoryConfig:
                 "MemoryConfig.mask_tool_outputs must be 'pressure', 'always' or 'never', "
                 f"got {self.mask_tool_outputs!r}"
             )
+
+        self._check_store_namespace()
+
+    def _check_store_namespace(self) -> None:
+        template = self.store_namespace
+        if isinstance(template, str) or not isinstance(template, tuple) or not template:
+            raise ConfigurationError(
+                "MemoryConfig.store_namespace is a non-empty tuple of strings such as "
+                f"('memories', '{{owner}}'), got {template!r}"
+            )
+        for part in template:
+            try:
+                filled = part.format(owner="x", agent="x") if isinstance(part, str) else ""
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ConfigurationError(
+                    f"MemoryConfig.store_namespace part {part!r} may only use {{owner}} and "
+                    f"{{agent}}: {exc!r}"
+                ) from None
+            if not filled or "." in filled:
+                raise ConfigurationError(
+                    f"MemoryConfig.store_namespace part {part!r} must be a non-empty string "
+                    "without '.'"
+                )
 
     @classmethod
     def seed_defaults(cls, **overrides: Any) -> MemoryConfig:

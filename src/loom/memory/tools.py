@@ -95,11 +95,22 @@ async def set_kernel(store: Store, session_id: str, key: str, value: str | None)
 
 
 def memory_tools(config: Any, taken: Any = ()) -> list[FunctionTool]:
-    """The tools ``MemoryConfig(tools=True)`` adds, minus names the agent already uses."""
+    """The tools ``MemoryConfig`` adds (``tools``: the Kernel's ``remember`` and
+    ``memory_write``; ``store_tools`` and ``history_tool``: ``loom.memory.item_tools``),
+    minus names the agent already uses."""
     names = set(taken)
     out: list[FunctionTool] = []
-    if "remember" not in names:
-        out.append(remember)
-    if config.memory_file is not None and "memory_write" not in names:
-        out.append(memory_file_tool(config.memory_file))
+    if config.tools:
+        if "remember" not in names:
+            out.append(remember)
+        if config.memory_file is not None and "memory_write" not in names:
+            out.append(memory_file_tool(config.memory_file))
+    if getattr(config, "store_tools", False):
+        from loom.memory.item_tools import item_tools
+
+        out.extend(item_tools(config, names))
+    if getattr(config, "history_tool", False):
+        from loom.memory.item_tools import history_tools
+
+        out.extend(history_tools(names))
     return out

@@ -181,3 +181,37 @@ async def test_search_history_finds_a_fact_the_builder_summarised_away() -> None
     found = await ask(runtime, agent, "HIST: invoice number", "long")
     assert found[0]["role"] == "user" and found[0]["position"] == 0
     assert "ZEBRA4471" in found[0]["excerpt"]
+
+
+async def test_served_runs_save_and_recall_as_the_api_keys_principal() -> None:
+    """Through the server's own key middleware (in process): the key's name is the owner."""
+    import hashlib
+
+    import httpx
+
+    from loom.server import AgentRegistry, create_app
+    from loom.server.app import server_runtime
+    from loom.server.security import KeyRing, SecurityConfig
+
+    keys = KeyRing(
+        Principal(name, hashlib.sha256(name.encode()).digest()) for name in ("alice", "bob")
+    )
+    config = SecurityConfig(keys=keys)
+    store = MemoryStore()
+    app = create_app(AgentRegistry([memory_agent()]), server_runtime(store, config), config)
+
+    async def weave(key: str, message: str, session: str) -> Any:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://loom.test"
+        ) as http:
+            body = {"agent": "mem", "message": message, "session_id": session}
+            r = await http.post("/v1/weave", json=body, headers={"Authorization": f"Bearer {key}"})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    await weave("alice", "SAVE: alice likes green tea", "s1")
+    recalled = await weave("alice", "RECALL: green tea", "s2")
+    assert "alice likes green tea" in json.dumps(recalled)
+    assert "alice likes" not in json.dumps(await weave("bob", "RECALL: green tea", "s3"))
+    items = await store.search_items(("memories",))
+    assert [(i.namespace, i.owner) for i in items] == [(("memories", "alice"), "alice")]

@@ -181,6 +181,10 @@ async def test_search_history_finds_a_fact_the_builder_summarised_away() -> None
     found = await ask(runtime, agent, "HIST: invoice number", "long")
     assert found[0]["role"] == "user" and found[0]["position"] == 0
     assert "ZEBRA4471" in found[0]["excerpt"]
+    # the question itself (this turn) is not an answer, nor is an earlier search's result
+    assert [f["position"] for f in found] == [0]
+    again = await ask(runtime, agent, "HIST: invoice number", "long")
+    assert again[0]["position"] == 0 and all(f["role"] != "tool" for f in again)
 
 
 async def test_served_runs_save_and_recall_as_the_api_keys_principal() -> None:

@@ -45,6 +45,7 @@ HISTORY_TOOL_NAMES = ("search_history",)
 SHARED_OWNER = "shared"
 """What ``{owner}`` becomes in a namespace when the run has no owner (local code)."""
 
+_HISTORY = "search_history"
 EXCERPT_CHARS = 240
 MAX_RESULTS = 20
 
@@ -201,9 +202,12 @@ async def _search_history(
     if ctx.store is None:
         raise ToolError("this run has no store to read its history from", code="unavailable")
     messages = await ctx.store.load_messages(ctx.session_id)
+    # Earlier turns only: the current turn (from its user message on) is in the context
+    # already, and its question would match itself. Earlier searches' results are echoes.
+    current = max((i for i, m in enumerate(messages) if m.role == "user"), default=len(messages))
     scored: list[tuple[int, int, int]] = []
-    for position, message in enumerate(messages):
-        if message.role == "system" or not message.content:
+    for position, message in enumerate(messages[:current]):
+        if message.role == "system" or not message.content or message.name == _HISTORY:
             continue
         terms = terms_of(message.content)
         distinct = len(words.intersection(terms))
@@ -220,7 +224,7 @@ async def _search_history(
     ]
 
 
-search_history = FunctionTool(_search_history, name="search_history", effect="pure")
+search_history = FunctionTool(_search_history, name=_HISTORY, effect="pure")
 
 
 def history_tools(taken: Iterable[str] = ()) -> list[FunctionTool]:

@@ -317,7 +317,9 @@ def definition_of(agent: AgentSpec) -> AgentDefinition:
                 connect_timeout=ts.connect_timeout,
                 call_timeout=ts.call_timeout,
             )
-    memory_tools = {"remember", "memory_write"}
+    from loom.memory.item_tools import HISTORY_TOOL_NAMES, ITEM_TOOL_NAMES
+
+    memory_tools = {"remember", "memory_write", *ITEM_TOOL_NAMES, *HISTORY_TOOL_NAMES}
     names = [n for n in agent.tools if not (agent.memory is not None and n in memory_tools)]
     permissions = given.get("permissions")
     spec = agent.output_spec  # a Python output type is written as its JSON schema

@@ -219,3 +219,11 @@ async def test_served_runs_save_and_recall_as_the_api_keys_principal() -> None:
     assert "alice likes" not in json.dumps(await weave("bob", "RECALL: green tea", "s3"))
     items = await store.search_items(("memories",))
     assert [(i.namespace, i.owner) for i in items] == [(("memories", "alice"), "alice")]
+
+
+def test_an_agent_definition_does_not_name_the_memory_tools_as_built_ins() -> None:
+    """They come from ``MemoryConfig``, like ``remember``: a definition naming them could not be
+    loaded back (they are not built-in tools)."""
+    from loom.definition import definition_of
+
+    assert definition_of(memory_agent()).tools == ["fetch"]

@@ -22,9 +22,7 @@ async def fill(store: MemoryStore | SQLiteStore) -> None:
     items = capabilities_of(store).items
     assert items is not None
     await items.put_item(["users", "alice", "prefs"], "food", {"text": "likes spicy ramen"})
-    await items.put_item(
-        ["users", "alice", "prefs"], "drink", {"text": "green tea"}, owner="alice"
-    )
+    await items.put_item(["users", "alice", "prefs"], "drink", {"text": "green tea"}, owner="alice")
     await items.put_item(["users", "bob"], "city", {"text": "lives in Lyon"}, owner="bob")
 
 

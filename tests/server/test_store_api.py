@@ -10,7 +10,6 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-
 from tests.server.conftest import Server, start_server, stop_server
 
 langgraph_sdk = pytest.importorskip("langgraph_sdk")
@@ -101,28 +100,19 @@ async def test_bad_input_is_a_422_in_the_error_shape(keyed: Server) -> None:
     await alice.store.put_item(["notes"], "k", {"text": "mine"}, ttl=60)
     with pytest.raises(UnprocessableEntityError):
         await alice.store.search_items(["notes"], limit=10_000_000)
-    headers = {"x-api-key": ALICE}
-    bad = httpx.put(
-        f"{keyed.url}/store/items",
-        json={"namespace": ["notes"], "key": "k", "value": "not an object"},
-        headers=headers,
-    )
-    assert bad.status_code == 422
-    assert bad.json()["error"]["type"] == "InputError"
-    assert "JSON object" in bad.json()["error"]["message"]
-    empty = httpx.put(
-        f"{keyed.url}/store/items",
-        json={"namespace": [], "key": "k", "value": {}},
-        headers=headers,
-    )
-    assert empty.status_code == 422 and empty.json()["error"]["type"] == "InputError"
-    no_key = httpx.get(
-        f"{keyed.url}/store/items", params={"namespace": "notes", "key": ""}, headers=headers
-    )
-    assert no_key.status_code == 422
-    owned = httpx.put(
-        f"{keyed.url}/store/items",
-        json={"namespace": ["notes"], "key": "k", "value": {"text": "bob's"}},
-        headers={"x-api-key": BOB},
-    )
-    assert owned.status_code == 409 and owned.json()["error"]["type"] == "ItemOwned"
+    url = f"{keyed.url}/store/items"
+    async with httpx.AsyncClient(headers={"x-api-key": ALICE}) as http:
+        bad = await http.put(url, json={"namespace": ["notes"], "key": "k", "value": "text"})
+        assert bad.status_code == 422
+        assert bad.json()["error"]["type"] == "InputError"
+        assert "JSON object" in bad.json()["error"]["message"]
+        empty = await http.put(url, json={"namespace": [], "key": "k", "value": {}})
+        assert empty.status_code == 422 and empty.json()["error"]["type"] == "InputError"
+        no_key = await http.get(url, params={"namespace": "notes", "key": ""})
+        assert no_key.status_code == 422
+        owned = await http.put(
+            url,
+            json={"namespace": ["notes"], "key": "k", "value": {"text": "bob's"}},
+            headers={"x-api-key": BOB},
+        )
+        assert owned.status_code == 409 and owned.json()["error"]["type"] == "ItemOwned"

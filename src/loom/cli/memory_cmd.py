@@ -163,9 +163,7 @@ def remove(
 
     if not _run(store, go):
         say_error(
-            InputError(
-                f"no memory item {key!r} in namespace {namespace!r}; see `loom memory list`"
-            )
+            InputError(f"no memory item {key!r} in namespace {namespace!r}; see `loom memory list`")
         )
         raise typer.Exit(code=2)
     out.print(f"deleted {escape(namespace)} / {escape(key)}")

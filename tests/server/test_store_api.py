@@ -108,6 +108,10 @@ async def test_bad_input_is_a_422_in_the_error_shape(keyed: Server) -> None:
         assert "JSON object" in bad.json()["error"]["message"]
         empty = await http.put(url, json={"namespace": [], "key": "k", "value": {}})
         assert empty.status_code == 422 and empty.json()["error"]["type"] == "InputError"
+        forever = await http.put(
+            url, json={"namespace": ["notes"], "key": "k", "value": {}, "ttl": 1e300}
+        )
+        assert forever.status_code == 422 and "ttl" in forever.json()["error"]["message"]
         no_key = await http.get(url, params={"namespace": "notes", "key": ""})
         assert no_key.status_code == 422
         owned = await http.put(

@@ -9,7 +9,7 @@ the caller can see), ``DELETE /store/items`` (``namespace``, ``key`` in the body
 (``prefix``, ``suffix``, ``max_depth``, ``limit``, ``offset``; ``{"namespaces": [[...]]}``).
 
 The server's store must have the ``ItemStore`` capability (``capabilities_of(store).items``);
-without it every path answers 501. With API keys an item belongs to the key that wrote it: the
+without it every path answers 422 saying so. With API keys an item belongs to the key that wrote it: the
 store hides other keys' items (absent from reads, searches and namespaces) and refuses a write
 to a key another owner holds (409 ``ItemOwned``); an admin key writes shared items (no owner)
 and sees every item. Bad input is 422 in the server's error shape.
@@ -19,16 +19,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
+from loom.errors import InputError
 from loom.server.app import error_body, state_of
 from loom.server.ownership import Principal, current_principal
 from loom.store.base import ItemStore, capabilities_of
 from loom.store.items import Item, ItemOwned, check_key, check_namespace
 
-__all__ = ["item_json", "router"]
+__all__ = ["MAX_TTL_MINUTES", "item_json", "router"]
 
 router: APIRouter = APIRouter(tags=["store"])
 
@@ -92,10 +93,9 @@ def item_json(item: Item) -> dict[str, Any]:
 def _items_of(request: Request) -> ItemStore:
     items = capabilities_of(state_of(request).runtime.store).items
     if items is None:
-        raise HTTPException(
-            status_code=501,
-            detail="this server's store keeps no items (no ItemStore capability): serve with a "
-            "store that has it, e.g. --store :memory:",
+        raise InputError(
+            "this server's store keeps no memory items (it lacks the ItemStore capability): "
+            "serve with a store that has it, e.g. --store :memory:"
         )
     return items
 
@@ -107,6 +107,20 @@ def _owner() -> str | None:
     return None if principal is None or principal.admin else principal.name
 
 
+MAX_TTL_MINUTES = 100 * 366 * 24 * 60  # a century: beyond it a date overflows somewhere
+
+
+def _seconds(ttl_minutes: float) -> float:
+    """LangGraph's ``ttl`` (minutes) in seconds, or ``InputError`` for one that is not a
+    positive number of at most :data:`MAX_TTL_MINUTES`."""
+    if not 0 < ttl_minutes <= MAX_TTL_MINUTES:  # NaN fails too
+        raise InputError(
+            f"ttl is a positive number of minutes up to {MAX_TTL_MINUTES:,} (a century), got "
+            f"{ttl_minutes!r}; leave it out for an item that never expires"
+        )
+    return ttl_minutes * 60
+
+
 def _owned(exc: ItemOwned) -> JSONResponse:
     return JSONResponse(error_body("ItemOwned", str(exc)), status_code=409)
 
@@ -114,7 +128,7 @@ def _owned(exc: ItemOwned) -> JSONResponse:
 @router.put("/store/items", status_code=204, summary="Write an item")
 async def put_item(body: PutItem, request: Request) -> Response:
     store = _items_of(request)
-    ttl = None if body.ttl is None else body.ttl * 60  # LangGraph's ttl is in minutes
+    ttl = None if body.ttl is None else _seconds(body.ttl)
     try:
         await store.put_item(body.namespace, body.key, body.value, owner=_owner(), ttl=ttl)
     except ItemOwned as exc:

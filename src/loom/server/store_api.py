@@ -9,10 +9,10 @@ the caller can see), ``DELETE /store/items`` (``namespace``, ``key`` in the body
 (``prefix``, ``suffix``, ``max_depth``, ``limit``, ``offset``; ``{"namespaces": [[...]]}``).
 
 The server's store must have the ``ItemStore`` capability (``capabilities_of(store).items``);
-without it every path answers 422 saying so. With API keys an item belongs to the key that wrote it: the
-store hides other keys' items (absent from reads, searches and namespaces) and refuses a write
-to a key another owner holds (409 ``ItemOwned``); an admin key writes shared items (no owner)
-and sees every item. Bad input is 422 in the server's error shape.
+without it every path answers 422 saying so. With API keys an item belongs to the key that
+wrote it: the store hides other keys' items (absent from reads, searches and namespaces) and
+refuses a write to a key another owner holds (409 ``ItemOwned``); an admin key writes shared
+items (no owner) and sees every item. Bad input is 422 in the server's error shape.
 """
 
 from __future__ import annotations

@@ -46,6 +46,9 @@ async def test_put_get_search_namespaces_delete(keyed: Server) -> None:
     assert item["namespace"] == ns and item["key"] == "food"
     assert item["value"] == {"text": "likes spicy ramen"}
     assert item["created_at"] and item["updated_at"]
+    async with httpx.AsyncClient(headers={"x-api-key": ALICE}) as http:  # the Agent Protocol's
+        parts = await http.get(f"{keyed.url}/store/items", params={"namespace": ns, "key": "food"})
+    assert parts.status_code == 200 and parts.json()["value"] == {"text": "likes spicy ramen"}
 
     found = await alice.store.search_items(["memories", "alice"], query="ramen")
     assert [i["key"] for i in found["items"]] == ["food"]

@@ -2,9 +2,9 @@
 
 The paths, bodies and answers of ``client.store`` in ``langgraph-sdk``: ``PUT /store/items``
 (``namespace``, ``key``, ``value``, ``index``, ``ttl`` in minutes; 204), ``GET /store/items``
-(``namespace`` dotted and ``key`` as query parameters; the item, or ``null`` when there is none
-the caller can see), ``DELETE /store/items`` (``namespace``, ``key`` in the body; 204), ``POST
-/store/items/search`` (``namespace_prefix``, ``filter``, ``limit``, ``offset``, ``query``;
+(``namespace`` dotted, or repeated one part each as the Agent Protocol has it, and ``key`` as
+query parameters; the item, or ``null`` when there is none the caller can see), ``DELETE
+/store/items`` (``namespace``, ``key`` in the body; 204), ``POST /store/items/search`` (``namespace_prefix``, ``filter``, ``limit``, ``offset``, ``query``;
 ``{"items": [...]}`` with each item's ``score`` under a query) and ``POST /store/namespaces``
 (``prefix``, ``suffix``, ``max_depth``, ``limit``, ``offset``; ``{"namespaces": [[...]]}``).
 
@@ -50,7 +50,7 @@ class DeleteItem(BaseModel):
     """``DELETE /store/items``."""
 
     model_config = ConfigDict(extra="ignore")
-    namespace: list[Any]
+    namespace: list[Any] = []
     key: Any
 
 
@@ -138,11 +138,16 @@ async def put_item(body: PutItem, request: Request) -> Response:
 
 @router.get("/store/items", summary="Read an item")
 async def get_item(
-    request: Request, namespace: str = Query(""), key: str = Query("")
+    request: Request,
+    key: str = Query(""),
+    namespace: list[str] = Query(
+        [], description="Dotted (a.b, langgraph-sdk) or one part per parameter (Agent Protocol)"
+    ),
 ) -> JSONResponse:
     store = _items_of(request)
-    parts = check_namespace(namespace.split(".") if namespace else [])
-    item = await store.get_item(parts, check_key(key), owner=_owner())
+    if len(namespace) == 1:  # langgraph-sdk sends the parts joined with dots
+        namespace = namespace[0].split(".") if namespace[0] else []
+    item = await store.get_item(check_namespace(namespace), check_key(key), owner=_owner())
     return JSONResponse(None if item is None else item_json(item))
 
 

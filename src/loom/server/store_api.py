@@ -1,12 +1,16 @@
 """LangGraph's Store API on ``loom serve``: memory across sessions over HTTP (issue #29).
 
-The paths, bodies and answers of ``client.store`` in ``langgraph-sdk``: ``PUT /store/items``
-(``namespace``, ``key``, ``value``, ``index``, ``ttl`` in minutes; 204), ``GET /store/items``
-(``namespace`` dotted, or repeated one part each as the Agent Protocol has it, and ``key`` as
-query parameters; the item, or ``null`` when there is none the caller can see), ``DELETE
-/store/items`` (``namespace``, ``key`` in the body; 204), ``POST /store/items/search`` (``namespace_prefix``, ``filter``, ``limit``, ``offset``, ``query``;
-``{"items": [...]}`` with each item's ``score`` under a query) and ``POST /store/namespaces``
-(``prefix``, ``suffix``, ``max_depth``, ``limit``, ``offset``; ``{"namespaces": [[...]]}``).
+The paths, bodies and answers of ``client.store`` in ``langgraph-sdk``:
+
+- ``PUT /store/items``: ``namespace``, ``key``, ``value``, ``index``, ``ttl`` (minutes); 204.
+- ``GET /store/items``: ``namespace`` dotted (or repeated, one part each, as the Agent
+  Protocol has it) and ``key`` as query parameters; the item, or ``null`` when there is none
+  the caller can see.
+- ``DELETE /store/items``: ``namespace``, ``key`` in the body; 204.
+- ``POST /store/items/search``: ``namespace_prefix``, ``filter``, ``limit``, ``offset``,
+  ``query``; ``{"items": [...]}``, each with its ``score`` under a query.
+- ``POST /store/namespaces``: ``prefix``, ``suffix``, ``max_depth``, ``limit``, ``offset``;
+  ``{"namespaces": [[...]]}``.
 
 The server's store must have the ``ItemStore`` capability (``capabilities_of(store).items``);
 without it every path answers 422 saying so. With API keys an item belongs to the key that

@@ -96,6 +96,8 @@ async def test_two_keys_never_see_each_others_items(keyed: Server) -> None:
     bob_spaces = await bob.store.list_namespaces()
     assert ["shared"] not in bob_spaces["namespaces"]
     assert ["secrets"] in bob_spaces["namespaces"]
+    await root.store.delete_item(ns, key="bob-pin")  # an admin key deletes any item
+    assert await bob.store.get_item(ns, key="bob-pin") is None
 
 
 async def test_bad_input_is_a_422_in_the_error_shape(keyed: Server) -> None:

@@ -19,6 +19,7 @@ from loom.cli import (
     db_cmd,
     errors_cmd,
     mcp_cmd,
+    memory_cmd,
     patterns_cmd,
     run_cmd,
     schedule_cmd,
@@ -67,6 +68,7 @@ app.command("serve")(serve_cmd.serve)
 app.command("worker")(worker_cmd.worker)
 app.command("mcp")(mcp_cmd.mcp)
 app.add_typer(sessions_cmd.app, name="sessions")
+app.add_typer(memory_cmd.app, name="memory")
 app.add_typer(errors_cmd.app, name="errors")
 app.add_typer(patterns_cmd.app, name="patterns")
 app.add_typer(db_cmd.app, name="db")

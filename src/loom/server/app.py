@@ -338,6 +338,7 @@ def _protocols() -> list[Any]:
         "weave_api",
         "grpc_service",  # no routes: the gRPC server's lifespan (with --grpc-port)
         "schedule_api",
+        "store_api",
         "mcp_http",
         "agui",
         "a2a",

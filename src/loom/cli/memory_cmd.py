@@ -1,0 +1,169 @@
+"""`loom memory`: list, search and delete the items of memory across sessions (issue #29).
+
+Items live in the session database (``--store``, alias ``--db``; default ``.loom/loom.db``) when
+its store has the ``ItemStore`` capability. The CLI reads as the database's owner: it sees every
+item, whichever API key wrote it (the ``owner`` column shows whose it is; empty: shared).
+Namespaces are written dotted on the command line (``users.alice.prefs``), as LangGraph's
+``GET /store/items`` takes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, TypeVar
+
+import typer
+from rich.markup import escape
+
+from loom.cli._console import emit_json, out, say_error
+
+if TYPE_CHECKING:
+    from loom.store.base import ItemStore, Store
+    from loom.store.items import Item
+
+__all__ = ["app", "open_store", "parse_namespace"]
+
+T = TypeVar("T")
+app = typer.Typer(help="List, search and delete memory items.", no_args_is_help=True)
+
+StoreOpt = Annotated[
+    str | None,
+    typer.Option("--store", "--db", help="Session database (default .loom/loom.db)."),
+]
+PrefixOpt = Annotated[
+    str, typer.Option("--prefix", help="Only items under this namespace, dotted: users.alice.")
+]
+LimitOpt = Annotated[int, typer.Option("--limit", help="How many items at most.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def parse_namespace(dotted: str, *, prefix: bool = False) -> tuple[str, ...]:
+    """``users.alice`` as ``("users", "alice")``, checked (``InputError`` when it is not a
+    namespace; an empty ``prefix`` is every namespace)."""
+    from loom.store.items import check_namespace
+
+    return check_namespace(dotted.split(".") if dotted else [], prefix=prefix)
+
+
+def open_store(path: str | None) -> Store:
+    """The existing database at ``path`` (never creates one); what every command reads."""
+    from loom.cli.sessions_cmd import open_existing
+
+    return open_existing(path)
+
+
+def _run(path: str | None, fn: Callable[[ItemStore], Awaitable[T]]) -> T:
+    """Open the store, run ``fn`` on its items, close it; a LoomError is a red message and
+    exit code 2 (what you gave is wrong or missing)."""
+    from loom.errors import LoomError, StoreError
+    from loom.store.base import capabilities_of
+
+    async def go() -> T:
+        store = open_store(path)
+        try:
+            items = capabilities_of(store).items
+            if items is None:
+                raise StoreError(
+                    f"the store {store!r} keeps no memory items (it lacks the ItemStore "
+                    "capability); upgrade Loom or use a store that has it"
+                )
+            return await fn(items)
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(go())
+    except LoomError as exc:
+        say_error(exc)
+        raise typer.Exit(code=2) from None
+
+
+def _clip(text: str, width: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _show(items: list[Item], title: str, *, scores: bool = False) -> None:
+    import json
+
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("namespace", "key", "value", "owner", "updated"):
+        table.add_column(col, no_wrap=col in ("namespace", "key"))
+    if scores:
+        table.add_column("score", justify="right")
+    for i in items:
+        row = [
+            escape(".".join(i.namespace)),
+            escape(i.key),
+            escape(_clip(json.dumps(i.value, ensure_ascii=False, default=str))),
+            escape(i.owner or ""),
+            f"{i.updated_at:%Y-%m-%d %H:%M:%S}",
+        ]
+        if scores:
+            row.append(f"{i.score or 0:.3f}")
+        table.add_row(*row)
+    out.print(table)
+
+
+@app.command("list")
+def list_items(
+    prefix: PrefixOpt = "",
+    limit: LimitOpt = 100,
+    as_json: JsonOpt = False,
+    store: StoreOpt = None,
+) -> None:
+    """List memory items under a namespace prefix, newest first."""
+
+    async def go(items: ItemStore) -> list[Item]:
+        return await items.search_items(parse_namespace(prefix, prefix=True), limit=limit)
+
+    found = _run(store, go)
+    if as_json:
+        emit_json(found)
+        return
+    _show(found, f"{len(found)} items")
+
+
+@app.command("search")
+def search(
+    query: Annotated[str, typer.Argument(help="Words to look for in items' values.")],
+    prefix: PrefixOpt = "",
+    limit: LimitOpt = 10,
+    as_json: JsonOpt = False,
+    store: StoreOpt = None,
+) -> None:
+    """Search memory items by keywords, best match first."""
+
+    async def go(items: ItemStore) -> list[Item]:
+        ns = parse_namespace(prefix, prefix=True)
+        return await items.search_items(ns, query=query, limit=limit)
+
+    found = _run(store, go)
+    if as_json:
+        emit_json(found)
+        return
+    _show(found, f"{len(found)} items matching {query!r}", scores=True)
+
+
+@app.command("rm")
+def remove(
+    namespace: Annotated[str, typer.Argument(help="The item's namespace, dotted: users.alice.")],
+    key: Annotated[str, typer.Argument(help="The item's key.")],
+    store: StoreOpt = None,
+) -> None:
+    """Delete one memory item."""
+    from loom.errors import InputError
+    from loom.store.items import check_key
+
+    async def go(items: ItemStore) -> bool:
+        return await items.delete_item(parse_namespace(namespace), check_key(key))
+
+    if not _run(store, go):
+        say_error(
+            InputError(f"no memory item {key!r} in namespace {namespace!r}; see `loom memory list`")
+        )
+        raise typer.Exit(code=2)
+    out.print(f"deleted {escape(namespace)} / {escape(key)}")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import statistics
 import sys
@@ -99,7 +98,7 @@ async def run(items: int, queries: int, seed: int) -> dict[str, Any]:
             figures[f"search_{scope}_cpu_ms"] = _quantiles(cpu)
             figures[f"search_{scope}_mean_hits"] = round(hits / queries, 2)
         await store.close()
-        size = os.path.getsize(path)
+        size = path.stat().st_size
     search = figures["search_all_users_wall_ms"]
     put = figures["put_wall_ms"]
     return {

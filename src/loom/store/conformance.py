@@ -1047,9 +1047,15 @@ class StoreContract:
             with pytest.raises(InputError):
                 await store.put_item(ns, key, value, **kw)
         assert await store.search_items((), limit=MAX_LIMIT) == []  # nothing was written
-        for kw in [{"limit": 0}, {"limit": MAX_LIMIT + 1}, {"offset": -1}, {"filter": [1]}]:
+        bad_searches: list[dict[str, Any]] = [
+            {"limit": 0},
+            {"limit": MAX_LIMIT + 1},
+            {"offset": -1},
+            {"filter": [1]},
+        ]
+        for search in bad_searches:
             with pytest.raises(InputError):
-                await store.search_items((), **kw)
+                await store.search_items((), **search)
         with pytest.raises(InputError):
             await store.search_items("a.b")
         with pytest.raises(InputError):

@@ -69,7 +69,7 @@ def check_max_depth(max_depth: Any) -> int | None:
         isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1
     ):
         raise InputError(f"max_depth is an integer >= 1, got {max_depth!r}")
-    return max_depth  # type: ignore[no-any-return]
+    return max_depth
 
 
 def _moment(epoch: float | None) -> datetime | None:

@@ -90,7 +90,7 @@ class PostgresItems:
 
     async def _rows(self, doing: str, sql: str, args: Sequence[Any]) -> list[Any]:
         async def read(conn: AsyncConnection[Any]) -> list[Any]:
-            return await (await conn.execute(sql, args)).fetchall()  # type: ignore[arg-type]
+            return await (await conn.execute(sql, args)).fetchall()
 
         return await self._run(doing, read)
 

@@ -918,10 +918,12 @@ class StoreContract:
 
     async def test_item_ttl_expires(self, store: Any) -> None:
         _needs(store, "items")
-        put = await store.put_item(("m",), "brief", {"text": "soon gone"}, ttl=0.05)
+        put = await store.put_item(("m",), "brief", {"text": "soon gone"}, ttl=0.5)
         await store.put_item(("m",), "kept", {"text": "stays"})
         assert put.expires_at is not None and put.expires_at > put.created_at
-        assert await store.get_item(("m",), "brief") is not None
+        before = await store.get_item(("m",), "brief")
+        if datetime.now(UTC) < put.expires_at:  # read before the expiry (a loaded host may not)
+            assert before is not None
         await _until_past(put.expires_at)  # the ttl running out is what is tested
         assert await store.get_item(("m",), "brief") is None
         assert [i.key for i in await store.search_items(("m",))] == ["kept"]

@@ -181,7 +181,7 @@ async def test_capabilities_checked_once_per_store(tmp_path: Path) -> None:
     sqlite = SQLiteStore(tmp_path / "l.db")
     full = capabilities_of(sqlite)
     assert full.errors is full.results is full.runs is full.kv is full.typed_events is sqlite
-    assert full.windows is full.latest_events is full.blobs is sqlite
+    assert full.windows is full.latest_events is full.blobs is full.items is sqlite
     await sqlite.close()
 
 

@@ -645,3 +645,33 @@ async def test_bytes_already_held_are_not_written_again(tmp_path: Path) -> None:
     assert s.db.conn.total_changes == changes + 1  # b's link only
     assert s.db.conn.execute("SELECT rowid, created_at FROM blobs").fetchall() == first
     await s.close()
+
+
+# -- items: forgetting a user leaves none of their bytes (issue #29) ---------------------------
+def _file_bytes(path: Path) -> bytes:
+    """The database file after a VACUUM (and nothing left in a WAL: every connection closed)."""
+    conn = sqlite3.connect(path)
+    conn.execute("VACUUM")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return path.read_bytes()
+
+
+async def test_forgotten_items_leave_no_bytes_after_vacuum(tmp_path: Path) -> None:
+    path = tmp_path / "loom.db"
+    marker = "zqxjvwkorbital"  # a word no other row, table or index name holds
+    store = SQLiteStore(path)
+    for i in range(200):
+        await store.put_item(("mem", "bob"), f"k{i}", {"text": f"bob note {i}"}, owner="bob")
+    await store.put_item(("mem", "al"), "a", {"text": f"alice said {marker}"}, owner="alice")
+    await store.put_item(("mem", "al"), "b", {"text": f"{marker} again"}, owner="alice")
+    await store.close()
+    assert marker.encode() in _file_bytes(path)  # the proof below can see the bytes
+
+    store = SQLiteStore(path)
+    assert len(await store.search_items((), query=marker)) == 2
+    assert await store.delete_owner_items("alice") == 2
+    assert await store.search_items((), query=marker) == []
+    assert len(await store.search_items((), query="bob", limit=1000)) == 200
+    await store.close()
+    assert marker.encode() not in _file_bytes(path)

@@ -62,6 +62,7 @@ from loom.store.base import (
     capabilities_of,
     new_error_id,
 )
+from loom.store.items import MAX_LIMIT, ItemOwned
 
 __all__ = ["CountingStore", "FailingBlobs", "StoreContract"]
 
@@ -76,6 +77,7 @@ _PROTOCOLS = {
     "latest_events": "LatestEventStore",
     "blobs": "BlobStore",
     "branches": "BranchStore",
+    "items": "ItemStore",
 }
 
 
@@ -89,6 +91,12 @@ async def _until_expired(lease: Lease) -> None:
     # Waiting for a ttl to run out is the one wait these tests need: it is what they test.
     await asyncio.sleep(max(lease.expires_at - time.time(), 0) + 0.01)
     assert time.time() > lease.expires_at
+
+
+async def _until_past(moment: datetime) -> None:
+    # As ``_until_expired``: the time to wait is read from the clock, not fixed.
+    await asyncio.sleep(max(moment.timestamp() - time.time(), 0) + 0.005)
+    assert datetime.now(UTC) > moment
 
 
 def _deep(levels: int) -> Any:
@@ -881,6 +889,183 @@ class StoreContract:
         assert await store.delete_value("mem", "s1/l2")
         assert not await store.delete_value("mem", "s1/l2")
         assert await store.get_value("mem", "s1/l2") is None
+
+    # -- items: memory across sessions (``loom.store.items``) -----------------------------------
+    async def test_item_round_trip(self, store: Any) -> None:
+        _needs(store, "items")
+        value = {"text": "likes green tea", "n": 2, "tags": ["a", "é"], "deep": {"x": None}}
+        put = await store.put_item(("users", "alice"), "pref", value, owner="alice")
+        assert put.namespace == ("users", "alice") and put.key == "pref" and put.value == value
+        assert put.owner == "alice" and put.expires_at is None and put.score is None
+        got = await store.get_item(["users", "alice"], "pref", owner="alice")
+        assert got is not None and got.value == value and got.owner == "alice"
+        assert got.created_at == put.created_at and got.updated_at == put.updated_at
+        assert await store.get_item(("users", "alice"), "other") is None
+        assert await store.get_item(("users",), "pref") is None
+        assert await store.delete_item(("users", "alice"), "pref", owner="alice")
+        assert not await store.delete_item(("users", "alice"), "pref", owner="alice")
+        assert await store.get_item(("users", "alice"), "pref") is None
+
+    async def test_item_replace_keeps_created_at(self, store: Any) -> None:
+        _needs(store, "items")
+        first = await store.put_item(("m",), "k", {"v": 1})
+        await _until_past(first.updated_at)  # a later clock reading for the replace
+        second = await store.put_item(("m",), "k", {"v": 2})
+        assert second.created_at == first.created_at and second.updated_at > first.updated_at
+        got = await store.get_item(("m",), "k")
+        assert got is not None and got.value == {"v": 2} and got.created_at == first.created_at
+        assert [i.key for i in await store.search_items(("m",))] == ["k"]
+
+    async def test_item_ttl_expires(self, store: Any) -> None:
+        _needs(store, "items")
+        put = await store.put_item(("m",), "brief", {"text": "soon gone"}, ttl=0.5)
+        await store.put_item(("m",), "kept", {"text": "stays"})
+        assert put.expires_at is not None and put.expires_at > put.created_at
+        before = await store.get_item(("m",), "brief")
+        if datetime.now(UTC) < put.expires_at:  # read before the expiry (a loaded host may not)
+            assert before is not None
+        await _until_past(put.expires_at)  # the ttl running out is what is tested
+        assert await store.get_item(("m",), "brief") is None
+        assert [i.key for i in await store.search_items(("m",))] == ["kept"]
+        assert [i.key for i in await store.search_items(("m",), query="gone")] == []
+        assert not await store.delete_item(("m",), "brief")
+        again = await store.put_item(("m",), "brief", {"text": "back"})  # a new item
+        assert again.created_at > put.created_at and again.expires_at is None
+
+    async def test_item_owners(self, store: Any) -> None:
+        _needs(store, "items")
+        await store.put_item(("notes",), "a", {"text": "alice's secret"}, owner="alice")
+        await store.put_item(("notes",), "b", {"text": "bob's secret"}, owner="bob")
+        assert await store.get_item(("notes",), "a", owner="bob") is None
+        with pytest.raises(ItemOwned):
+            await store.put_item(("notes",), "a", {"text": "hijack"}, owner="bob")
+        got = await store.get_item(("notes",), "a", owner="alice")
+        assert got is not None and got.value == {"text": "alice's secret"}  # nothing written
+        assert not await store.delete_item(("notes",), "a", owner="bob")
+        assert [i.key for i in await store.search_items(("notes",), owner="bob")] == ["b"]
+        hits = await store.search_items(("notes",), query="secret", owner="bob")
+        assert [i.key for i in hits] == ["b"]
+        assert sorted(i.key for i in await store.search_items(("notes",))) == ["a", "b"]
+        assert await store.get_item(("notes",), "a") is not None  # owner=None sees all
+        assert await store.list_namespaces(owner="carol") == []
+        assert await store.list_namespaces(owner="bob") == [("notes",)]
+
+    async def test_item_keyword_search_ranks_the_better_match_first(self, store: Any) -> None:
+        _needs(store, "items")
+        ns = ("mem", "u1")
+        await store.put_item(ns, "weak", {"text": "the weather was fine and the tea was cold"})
+        await store.put_item(ns, "strong", {"text": "green tea, always green tea"})
+        await store.put_item(ns, "none", {"text": "coffee in the morning"})
+        await store.put_item(("elsewhere",), "out", {"text": "green tea"})
+        hits = await store.search_items(("mem",), query="green tea")
+        assert [i.key for i in hits] == ["strong", "weak"]
+        assert hits[0].score is not None and hits[1].score is not None
+        assert hits[0].score > hits[1].score > 0
+        assert await store.search_items(("mem",), query="zebra") == []
+        assert await store.search_items(("mem",), query="!!") == []
+
+    async def test_item_filter_prefix_offset_limit(self, store: Any) -> None:
+        _needs(store, "items")
+        for i in range(6):
+            ns = ("a", "b") if i % 2 else ("a", "b_c")
+            await store.put_item(ns, f"k{i}", {"kind": "fact" if i < 4 else "pref", "i": i})
+        await store.put_item(("a",), "top", {"kind": "fact", "flag": True, "none": None})
+        await store.put_item(("ab",), "not_under", {"kind": "fact"})
+        under_b = await store.search_items(("a", "b"))
+        assert sorted(i.key for i in under_b) == ["k1", "k3", "k5"]  # not ("a", "b_c")
+        under_a = await store.search_items(("a",), limit=MAX_LIMIT)
+        assert len(under_a) == 7 and "not_under" not in {i.key for i in under_a}
+        assert len(await store.search_items((), limit=MAX_LIMIT)) == 8
+        facts = await store.search_items(("a",), filter={"kind": "fact"}, limit=100)
+        assert sorted(i.key for i in facts) == ["k0", "k1", "k2", "k3", "top"]
+        both = await store.search_items(("a",), filter={"kind": "fact", "i": 2})
+        assert [i.key for i in both] == ["k2"]
+        flagged = await store.search_items((), filter={"flag": True, "none": None})
+        assert [i.key for i in flagged] == ["top"]
+        assert await store.search_items((), filter={"kind": "nothing"}) == []
+        newest_first = [i.key for i in under_a]
+        page = await store.search_items(("a",), limit=2, offset=3)
+        assert [i.key for i in page] == newest_first[3:5]
+        assert await store.search_items(("a",), offset=50) == []
+
+    async def test_item_list_namespaces(self, store: Any) -> None:
+        _needs(store, "items")
+        for ns in [("users", "al", "prefs"), ("users", "al", "facts"), ("users", "bo", "prefs")]:
+            await store.put_item(ns, "k", {"x": 1})
+        await store.put_item(("docs",), "k", {"x": 1})
+        assert await store.list_namespaces() == [
+            ("docs",),
+            ("users", "al", "facts"),
+            ("users", "al", "prefs"),
+            ("users", "bo", "prefs"),
+        ]
+        assert await store.list_namespaces(prefix=("users", "al")) == [
+            ("users", "al", "facts"),
+            ("users", "al", "prefs"),
+        ]
+        assert await store.list_namespaces(suffix=("prefs",)) == [
+            ("users", "al", "prefs"),
+            ("users", "bo", "prefs"),
+        ]
+        assert await store.list_namespaces(max_depth=2) == [
+            ("docs",),
+            ("users", "al"),
+            ("users", "bo"),
+        ]
+        assert await store.list_namespaces(prefix=("users",), max_depth=1) == [("users",)]
+        assert await store.list_namespaces(limit=1, offset=1) == [("users", "al", "facts")]
+
+    async def test_delete_owner_items(self, store: Any) -> None:
+        _needs(store, "items")
+        await store.put_item(("u", "al"), "a", {"text": "one"}, owner="alice")
+        await store.put_item(("u", "al", "deep"), "b", {"text": "two"}, owner="alice")
+        await store.put_item(("u", "bo"), "c", {"text": "one"}, owner="bob")
+        await store.put_item(("shared",), "d", {"text": "one"})
+        assert await store.delete_owner_items("alice") == 2
+        assert await store.delete_owner_items("alice") == 0
+        assert sorted(i.key for i in await store.search_items((), query="one")) == ["c", "d"]
+        assert await store.search_items((), owner="alice") == []
+        assert await store.list_namespaces() == [("shared",), ("u", "bo")]
+        # the key is free again, for anyone
+        await store.put_item(("u", "al"), "a", {"text": "new"}, owner="bob")
+
+    async def test_item_bad_input_is_typed(self, store: Any) -> None:
+        _needs(store, "items")
+        bad_puts: list[tuple[Any, Any, Any, dict[str, Any]]] = [
+            ("users.alice", "k", {}, {}),
+            ((), "k", {}, {}),
+            (("a.b",), "k", {}, {}),
+            (("",), "k", {}, {}),
+            (tuple("abcdefghijk"), "k", {}, {}),
+            (("a",), "", {}, {}),
+            (("a",), 3, {}, {}),
+            (("a",), "k", ["not", "an", "object"], {}),
+            (("a",), "k", {"x": object()}, {}),
+            (("a",), "k", {"x": "y" * 1_100_000}, {}),
+            (("a",), "k", {}, {"ttl": 0}),
+            (("a",), "k", {}, {"ttl": True}),
+        ]
+        for ns, key, value, kw in bad_puts:
+            with pytest.raises(InputError):
+                await store.put_item(ns, key, value, **kw)
+        assert await store.search_items((), limit=MAX_LIMIT) == []  # nothing was written
+        bad_searches: list[dict[str, Any]] = [
+            {"limit": 0},
+            {"limit": MAX_LIMIT + 1},
+            {"offset": -1},
+            {"filter": [1]},
+        ]
+        for search in bad_searches:
+            with pytest.raises(InputError):
+                await store.search_items((), **search)
+        with pytest.raises(InputError):
+            await store.search_items("a.b")
+        with pytest.raises(InputError):
+            await store.list_namespaces(max_depth=0)
+        with pytest.raises(InputError):
+            await store.list_namespaces(prefix=("a.b",))
+        with pytest.raises(InputError):
+            await store.get_item(("a",), "")
 
 
 # -- branches: sessions made by the engine, and what a fork must read ----------------------------

@@ -415,6 +415,24 @@ MIGRATIONS.append(
         ],
     )
 )
+MIGRATIONS.append(
+    (
+        # Memory across sessions (issue #29, as SQLite's 0011): owned items in namespaces (the
+        # parts joined by '.', which no part holds), with a generated ``tsvector`` of the
+        # value's text and its GIN index for keyword search (``postgres_items``).
+        "0011_items",
+        [
+            "CREATE TABLE items (namespace TEXT NOT NULL, key TEXT NOT NULL, "
+            "value JSONB NOT NULL, owner TEXT, created_at DOUBLE PRECISION NOT NULL, "
+            "updated_at DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION, "
+            "words TSVECTOR GENERATED ALWAYS AS (to_tsvector('simple', value::text)) STORED, "
+            "PRIMARY KEY (namespace, key))",
+            "CREATE INDEX items_words ON items USING GIN (words)",
+            "CREATE INDEX items_owner ON items (owner) WHERE owner IS NOT NULL",
+            "CREATE INDEX items_namespace ON items (namespace text_pattern_ops)",
+        ],
+    )
+)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 CREATE_MIGRATIONS = (
@@ -600,4 +618,22 @@ STATUS_COUNTS = (
     "(SELECT count(*) FROM locks WHERE NOT released "
     "AND expires_at > extract(epoch FROM clock_timestamp())::float8)"
 )
+# -- items (``postgres_items``) --------------------------------------------------------------
+ITEM_COLS = "i.namespace, i.key, i.value, i.owner, i.created_at, i.updated_at, i.expires_at"
+# Insert, or replace when the caller may: the key is free, expired, the caller's, or the
+# caller is ``None`` (admin code, which keeps the held owner). No row back: another owner's.
+PUT_ITEM = (
+    "INSERT INTO items AS i (namespace, key, value, owner, created_at, updated_at, expires_at) "
+    "VALUES (%(ns)s, %(key)s, %(value)s::jsonb, %(owner)s, %(now)s, %(now)s, %(expires)s) "
+    "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, "
+    "owner = CASE WHEN %(owner)s::text IS NULL THEN i.owner ELSE excluded.owner END, "
+    "created_at = CASE WHEN i.expires_at IS NULL OR i.expires_at > %(now)s "
+    "THEN i.created_at ELSE excluded.created_at END, "
+    "updated_at = excluded.updated_at, expires_at = excluded.expires_at "
+    "WHERE %(owner)s::text IS NULL OR i.owner IS NOT DISTINCT FROM %(owner)s "
+    "OR (i.expires_at IS NOT NULL AND i.expires_at <= %(now)s) "
+    f"RETURNING {ITEM_COLS}"
+)
+DELETE_OWNER_ITEMS = "DELETE FROM items WHERE owner = %s"
+
 MIGRATIONS_APPLIED = "SELECT version, name, applied_at FROM loom_migrations ORDER BY version"

@@ -76,6 +76,7 @@ from loom.store.postgres_branches import (
     forks_of,
     open_call_rows,
 )
+from loom.store.postgres_items import PostgresItems
 from loom.store.postgres_media import PostgresBlobs, forget_session
 from loom.store.postgres_schedules import PostgresScheduleTables
 
@@ -120,7 +121,7 @@ def redact(conninfo: str) -> str:
     return shown or "<the libpq defaults: PGHOST, PGPORT, PGDATABASE, PGUSER>"
 
 
-class PostgresStore(PostgresScheduleTables, PostgresBlobs, PostgresBranches):
+class PostgresStore(PostgresScheduleTables, PostgresBlobs, PostgresBranches, PostgresItems):
     """Sessions, transcripts, events, the tool-call ledger, errors, results and key-values in
     PostgreSQL, for many processes on many hosts.
 

@@ -56,6 +56,7 @@ from loom.store.sqlite_db import (
     run_call,
 )
 from loom.store.sqlite_extras import SQLiteCapabilities
+from loom.store.sqlite_items import SQLiteItems
 from loom.store.sqlite_media import SQLiteBlobs, forget_session
 from loom.store.sqlite_schedules import SQLiteScheduleTables
 
@@ -118,7 +119,9 @@ def _dt(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
 
 
-class SQLiteStore(SQLiteCapabilities, SQLiteScheduleTables, SQLiteBlobs, SQLiteBranches):
+class SQLiteStore(
+    SQLiteCapabilities, SQLiteScheduleTables, SQLiteBlobs, SQLiteBranches, SQLiteItems
+):
     """Sessions, transcripts, events, the tool-call ledger, errors and large results in SQLite.
 
     Args:

@@ -26,6 +26,7 @@ from typing import Any, Literal, TypeVar
 from loom.errors import SchemaTooNew, StoreCorrupt, StoreError
 from loom.store import schedule_sql
 from loom.store.owner import Owner
+from loom.store.sqlite_items import ITEMS_MIGRATION
 
 T = TypeVar("T")
 Durability = Literal["normal", "full"]
@@ -225,6 +226,9 @@ MIGRATIONS: list[tuple[str, str]] = [
         "ALTER TABLE sessions ADD COLUMN branches INTEGER NOT NULL DEFAULT 0;"
         "CREATE INDEX sessions_parent ON sessions (parent_id) WHERE parent_id IS NOT NULL",
     ),
+    # Why: memory across sessions (issue #29): owned items in namespaces and an FTS5 index of
+    # their words, kept in step by the writes (``sqlite_items``). Numbered 0011 on PostgreSQL.
+    ("0011_items", ITEMS_MIGRATION),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

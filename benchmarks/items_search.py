@@ -1,0 +1,136 @@
+"""Memory items (issue #29) on SQLite: keyword search and put at 100,000 items.
+
+``--items`` items (default 100,000) are written with ``SQLiteStore.put_item`` (inline store,
+``durability="normal"``, one transaction each) into a fresh file: short memories of 6-12 words
+drawn uniformly from a vocabulary of 5,000 random pseudo-words, under 100 users' namespaces
+``("memories", "user<N>")``. Then ``--queries`` keyword searches of two random words each,
+``limit=10``, over the whole ``("memories",)`` prefix (the worst case: every user's items are
+candidates) and, as many again, in one user's namespace.
+
+Each call is timed in wall time and in this process's CPU time (``time.process_time``); on a
+shared machine the CPU figure is the one load moves least. Targets (issue #29): search p50 <=
+5 ms and p99 <= 20 ms, put p50 <= 1 ms. Writes ``benchmarks/results/items_search.json``::
+
+    PYTHONPATH=src python benchmarks/items_search.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from loom.store import SQLiteStore
+
+TARGETS_MS = {"search_p50": 5.0, "search_p99": 20.0, "put_p50": 1.0}
+
+
+def _vocabulary(rng: random.Random, size: int) -> list[str]:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words: set[str] = set()
+    while len(words) < size:
+        words.add("".join(rng.choice(letters) for _ in range(rng.randint(4, 9))))
+    return sorted(words)
+
+
+def _quantiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    cut = statistics.quantiles(ordered, n=100, method="inclusive")
+    return {
+        "p50": round(cut[49] * 1000, 3),
+        "p99": round(cut[98] * 1000, 3),
+        "mean": round(statistics.fmean(ordered) * 1000, 3),
+    }
+
+
+async def _timed(call: Callable[[], Awaitable[Any]]) -> tuple[float, float, Any]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = await call()
+    return time.perf_counter() - wall, time.process_time() - cpu, out
+
+
+async def run(items: int, queries: int, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    vocab = _vocabulary(rng, 5000)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "items.db"
+        store = SQLiteStore(path)
+        put_wall: list[float] = []
+        put_cpu: list[float] = []
+        for i in range(items):
+            text = " ".join(rng.choice(vocab) for _ in range(rng.randint(6, 12)))
+            ns = ("memories", f"user{i % 100}")
+            value = {"text": text, "kind": "fact"}
+            w, c, _ = await _timed(
+                lambda ns=ns, i=i, value=value: store.put_item(ns, f"m{i}", value)
+            )
+            put_wall.append(w)
+            put_cpu.append(c)
+        figures: dict[str, Any] = {
+            "put_wall_ms": _quantiles(put_wall),
+            "put_cpu_ms": _quantiles(put_cpu),
+        }
+        for scope, prefix_of in (
+            ("all_users", lambda: ("memories",)),
+            ("one_user", lambda: ("memories", f"user{rng.randrange(100)}")),
+        ):
+            wall: list[float] = []
+            cpu: list[float] = []
+            hits = 0
+            for _ in range(queries):
+                query = f"{rng.choice(vocab)} {rng.choice(vocab)}"
+                prefix = prefix_of()
+                w, c, found = await _timed(
+                    lambda q=query, p=prefix: store.search_items(p, query=q, limit=10)
+                )
+                wall.append(w)
+                cpu.append(c)
+                hits += len(found)
+            figures[f"search_{scope}_wall_ms"] = _quantiles(wall)
+            figures[f"search_{scope}_cpu_ms"] = _quantiles(cpu)
+            figures[f"search_{scope}_mean_hits"] = round(hits / queries, 2)
+        await store.close()
+        size = path.stat().st_size
+    search = figures["search_all_users_wall_ms"]
+    put = figures["put_wall_ms"]
+    return {
+        "items": items,
+        "queries": queries,
+        "vocabulary": 5000,
+        "words_per_item": "6-12",
+        "database_bytes": size,
+        "targets_ms": TARGETS_MS,
+        "met": {
+            "search_p50": search["p50"] <= TARGETS_MS["search_p50"],
+            "search_p99": search["p99"] <= TARGETS_MS["search_p99"],
+            "put_p50": put["p50"] <= TARGETS_MS["put_p50"],
+        },
+        **figures,
+        "python": sys.version.split()[0],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--items", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=29)
+    parser.add_argument("--out", default="benchmarks/results/items_search.json")
+    args = parser.parse_args()
+    result = asyncio.run(run(args.items, args.queries, args.seed))
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""What the SQL item stores (``sqlite_items``, ``postgres_items``) share: the namespace as one
+text column, the rows read back as :class:`~loom.store.items.Item`, the ttl check.
+
+A namespace is stored as its parts joined by ``.`` (:data:`NAMESPACE_SEPARATOR`), which no part
+holds (``check_namespace`` refuses it): ``("users", "alice")`` is ``"users.alice"``, and the
+items under a prefix are those whose column equals it or starts with it and a ``.`` (one
+index range, an escaped ``LIKE``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from loom.errors import InputError
+from loom.store.items import Item
+
+__all__ = [
+    "NAMESPACE_SEPARATOR",
+    "check_max_depth",
+    "check_ttl",
+    "expiry_of",
+    "item_of_row",
+    "like_prefix",
+    "namespace_of",
+    "namespace_text",
+    "shape_namespaces",
+]
+
+NAMESPACE_SEPARATOR = "."
+
+
+def namespace_text(namespace: Sequence[str]) -> str:
+    """The stored form of a checked namespace."""
+    return NAMESPACE_SEPARATOR.join(namespace)
+
+
+def namespace_of(text: str) -> tuple[str, ...]:
+    """The namespace a stored column holds."""
+    return tuple(text.split(NAMESPACE_SEPARATOR))
+
+
+def like_prefix(namespace: Sequence[str]) -> str:
+    """A ``LIKE ... ESCAPE '\\'`` pattern for the namespaces strictly below ``namespace``
+    (its ``%`` and ``_`` escaped: a part may hold them)."""
+    text = namespace_text(namespace)
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped + NAMESPACE_SEPARATOR + "%"
+
+
+def check_ttl(ttl: Any) -> float | None:
+    """``ttl`` if it is None or a positive number of seconds, else ``InputError``."""
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0):
+        raise InputError(f"ttl is a positive number of seconds, got {ttl!r}")
+    return None if ttl is None else float(ttl)
+
+
+def expiry_of(ttl: float | None) -> float | None:
+    """When an item written now with ``ttl`` expires (epoch seconds), None for never."""
+    return None if ttl is None else time.time() + ttl
+
+
+def check_max_depth(max_depth: Any) -> int | None:
+    """``max_depth`` if it is None or an integer >= 1, else ``InputError``."""
+    if max_depth is not None and (
+        isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1
+    ):
+        raise InputError(f"max_depth is an integer >= 1, got {max_depth!r}")
+    return max_depth
+
+
+def _moment(epoch: float | None) -> datetime | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, UTC)
+
+
+def item_of_row(row: Sequence[Any]) -> Item:
+    """An item from ``(namespace, key, value, owner, created_at, updated_at, expires_at
+    [, score])`` (``value`` as JSON text or already decoded; times as epoch seconds)."""
+    value = row[2]
+    if isinstance(value, str | bytes):
+        value = json.loads(value)
+    created, updated = _moment(row[4]), _moment(row[5])
+    assert created is not None and updated is not None
+    return Item(
+        namespace=namespace_of(row[0]),
+        key=row[1],
+        value=value,
+        owner=row[3],
+        created_at=created,
+        updated_at=updated,
+        expires_at=_moment(row[6]),
+        score=float(row[7]) if len(row) > 7 and row[7] is not None else None,
+    )
+
+
+def shape_namespaces(
+    stored: Sequence[str],
+    *,
+    suffix: Sequence[str],
+    max_depth: int | None,
+    limit: int,
+    offset: int,
+) -> list[tuple[str, ...]]:
+    """The distinct stored namespaces ``stored`` that end with ``suffix``, cut to
+    ``max_depth`` parts, deduplicated, sorted as tuples, then ``offset``/``limit``."""
+    suf = tuple(suffix)
+    names: set[tuple[str, ...]] = set()
+    for text in stored:
+        ns = namespace_of(text)
+        if suf and ns[len(ns) - len(suf) :] != suf:
+            continue
+        names.add(ns[:max_depth] if max_depth is not None else ns)
+    return sorted(names)[offset : offset + limit]

@@ -1,8 +1,7 @@
 """LangGraph's Store API on ``loom serve`` through ``langgraph-sdk``'s ``client.store``: items
 written, read, searched, listed by namespace and deleted; two API keys never see each other's
 items; an admin key writes shared items and sees all; bad input is a 422 in the error shape.
-
-The server runs on ``--store :memory:`` (the store with the ``ItemStore`` capability today)."""
+The server runs on its default durable store (SQLite: items with FTS5 keyword search)."""
 
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         f"- {{name: bob, key: {BOB}}}\n"
         f"- {{name: root, key: {ROOT}, admin: true}}\n"
     )
-    srv = start_server(tmp, "--keys", str(tmp / "keys.yaml"), store=":memory:")
+    srv = start_server(tmp, "--keys", str(tmp / "keys.yaml"))
     yield srv
     stop_server(srv)
 

@@ -16,7 +16,7 @@ a limit of ten million is the same typed error on every store.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -32,8 +32,11 @@ __all__ = [
     "check_filter",
     "check_key",
     "check_limit",
+    "check_max_depth",
     "check_namespace",
+    "check_ttl",
     "check_value",
+    "select_namespaces",
     "terms_of",
 ]
 
@@ -140,6 +143,42 @@ def check_filter(filter: Any) -> dict[str, Any]:
     if not isinstance(filter, Mapping) or not all(isinstance(k, str) for k in filter):
         raise InputError(f"a filter is an object of field: value pairs, got {filter!r}")
     return dict(filter)
+
+
+def check_ttl(ttl: Any) -> float | None:
+    """``ttl`` if it is None or a positive number of seconds, else ``InputError``."""
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0):
+        raise InputError(f"ttl is a positive number of seconds, got {ttl!r}")
+    return None if ttl is None else float(ttl)
+
+
+def check_max_depth(max_depth: Any) -> int | None:
+    """``max_depth`` if it is None or an integer >= 1, else ``InputError``."""
+    if max_depth is not None and (
+        isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1
+    ):
+        raise InputError(f"max_depth is an integer >= 1, got {max_depth!r}")
+    return max_depth
+
+
+def select_namespaces(
+    names: Iterable[tuple[str, ...]],
+    *,
+    suffix: Sequence[str],
+    max_depth: int | None,
+    limit: int,
+    offset: int,
+) -> list[tuple[str, ...]]:
+    """``list_namespaces``' answer from the namespaces a store found under the prefix: those
+    that end with ``suffix``, cut to ``max_depth`` parts, deduplicated, sorted, then
+    ``offset``/``limit`` (every store shapes its answer with this)."""
+    suf = tuple(suffix)
+    kept: set[tuple[str, ...]] = set()
+    for ns in names:
+        if suf and ns[len(ns) - len(suf) :] != suf:
+            continue
+        kept.add(ns[:max_depth] if max_depth is not None else ns)
+    return sorted(kept)[offset : offset + limit]
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)

@@ -1,5 +1,6 @@
 """What the SQL item stores (``sqlite_items``, ``postgres_items``) share: the namespace as one
-text column, the rows read back as :class:`~loom.store.items.Item`, the ttl check.
+text column, the rows read back as :class:`~loom.store.items.Item`. The checks are
+``loom.store.items``'; ``check_ttl`` and ``check_max_depth`` are named here too.
 
 A namespace is stored as its parts joined by ``.`` (:data:`NAMESPACE_SEPARATOR`), which no part
 holds (``check_namespace`` refuses it): ``("users", "alice")`` is ``"users.alice"``, and the
@@ -15,8 +16,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from loom.errors import InputError
-from loom.store.items import Item
+from loom.store.items import Item, check_max_depth, check_ttl, select_namespaces
 
 __all__ = [
     "NAMESPACE_SEPARATOR",
@@ -51,25 +51,9 @@ def like_prefix(namespace: Sequence[str]) -> str:
     return escaped + NAMESPACE_SEPARATOR + "%"
 
 
-def check_ttl(ttl: Any) -> float | None:
-    """``ttl`` if it is None or a positive number of seconds, else ``InputError``."""
-    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0):
-        raise InputError(f"ttl is a positive number of seconds, got {ttl!r}")
-    return None if ttl is None else float(ttl)
-
-
 def expiry_of(ttl: float | None) -> float | None:
     """When an item written now with ``ttl`` expires (epoch seconds), None for never."""
     return None if ttl is None else time.time() + ttl
-
-
-def check_max_depth(max_depth: Any) -> int | None:
-    """``max_depth`` if it is None or an integer >= 1, else ``InputError``."""
-    if max_depth is not None and (
-        isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1
-    ):
-        raise InputError(f"max_depth is an integer >= 1, got {max_depth!r}")
-    return max_depth
 
 
 def _moment(epoch: float | None) -> datetime | None:
@@ -104,13 +88,12 @@ def shape_namespaces(
     limit: int,
     offset: int,
 ) -> list[tuple[str, ...]]:
-    """The distinct stored namespaces ``stored`` that end with ``suffix``, cut to
-    ``max_depth`` parts, deduplicated, sorted as tuples, then ``offset``/``limit``."""
-    suf = tuple(suffix)
-    names: set[tuple[str, ...]] = set()
-    for text in stored:
-        ns = namespace_of(text)
-        if suf and ns[len(ns) - len(suf) :] != suf:
-            continue
-        names.add(ns[:max_depth] if max_depth is not None else ns)
-    return sorted(names)[offset : offset + limit]
+    """The stored namespaces (as text), shaped as ``loom.store.items.select_namespaces``
+    does."""
+    return select_namespaces(
+        (namespace_of(t) for t in stored),
+        suffix=suffix,
+        max_depth=max_depth,
+        limit=limit,
+        offset=offset,
+    )

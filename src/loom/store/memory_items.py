@@ -16,8 +16,11 @@ from loom.store.items import (
     check_filter,
     check_key,
     check_limit,
+    check_max_depth,
     check_namespace,
+    check_ttl,
     check_value,
+    select_namespaces,
     terms_of,
 )
 
@@ -50,12 +53,7 @@ class MemoryItems:
     ) -> Item:
         ns, key, value = check_namespace(namespace), check_key(key), check_value(value)
         value = json.loads(json.dumps(value))  # stored as JSON, as the SQL stores do
-        if ttl is not None and (
-            isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0
-        ):
-            from loom.errors import InputError
-
-            raise InputError(f"ttl is a positive number of seconds, got {ttl!r}")
+        ttl = check_ttl(ttl)
         now = _now()
         held = self._items.get((ns, key))
         taken = held is not None and _visible(held, None, now) and held.owner != owner
@@ -139,22 +137,14 @@ class MemoryItems:
         pre = check_namespace(prefix, prefix=True)
         suf = check_namespace(suffix, prefix=True)
         limit, offset = check_limit(limit, offset)
-        if max_depth is not None and (
-            isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1
-        ):
-            from loom.errors import InputError
-
-            raise InputError(f"max_depth is an integer >= 1, got {max_depth!r}")
+        depth = check_max_depth(max_depth)
         now = _now()
-        names = set()
-        for i in self._items.values():
-            ns = i.namespace
-            if not _visible(i, owner, now) or ns[: len(pre)] != pre:
-                continue
-            if suf and ns[len(ns) - len(suf) :] != suf:
-                continue
-            names.add(ns[:max_depth] if max_depth is not None else ns)
-        return sorted(names)[offset : offset + limit]
+        found = (
+            i.namespace
+            for i in self._items.values()
+            if _visible(i, owner, now) and i.namespace[: len(pre)] == pre
+        )
+        return select_namespaces(found, suffix=suf, max_depth=depth, limit=limit, offset=offset)
 
     async def delete_owner_items(self, owner: str) -> int:
         gone = [k for k, i in self._items.items() if i.owner == owner]

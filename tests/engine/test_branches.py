@@ -201,3 +201,19 @@ async def test_agent_methods_are_the_front_door_s_branch_inputs() -> None:
     ]
     assert (await a.rewind(sid, 1)).stop_reason == "rewound"
     assert len(await a.runtime.store.load_messages(sid)) == 2
+
+
+async def test_a_branch_is_announced_only_after_it_is_stored() -> None:
+    class FailingRewind(MemoryStore):
+        async def rewind(self, *args: object, **kwargs: object) -> None:
+            raise OSError("disk full")
+
+    store = FailingRewind()
+    rt, sid = await session(store, "one", "two")
+    seen: list[EventType] = []
+    with pytest.raises(OSError, match="disk full"):
+        async for event in rt.stream(agent(), Rewind(1), session_id=sid):
+            seen.append(event.type)
+    assert EventType.AGENT_START in seen  # the run did start and stream
+    assert EventType.SESSION_BRANCH not in seen  # persist before you announce
+    assert len(await consistent(store, sid)) == 4  # and nothing of it was stored

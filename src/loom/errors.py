@@ -37,7 +37,10 @@ LoomError
 │   ├── ModelUnavailable          server down, 5xx, timeouts, open circuit
 │   ├── ContextTooLong            the request does not fit the model's window
 │   ├── ModelRequestError         the provider rejected the request (unknown model, bad option)
-│   └── ModelResponseError        the model answered something unusable
+│   ├── ModelResponseError        the model answered something unusable
+│   └── EmbeddingError            an embedder failed (loom.embedding; defined there)
+│       ├── EmbedderUnavailable   it cannot be reached: items are kept, embedded later
+│       └── EmbeddingDimensionMismatch  it answered vectors of another length
 ├── ToolError                     raised *by tools* to send a coded error to the model
 │   ├── ScopeViolation            a file tool was asked for a path outside its workspace
 │   ├── ToolArgumentsError        a call's arguments do not match the tool's schema

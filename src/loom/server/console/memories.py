@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from loom.store.items import Item
 
 __all__ = [
+    "COMPACT_JSON",
     "ITEMS_PER_PAGE",
     "MAX_ITEMS_PER_PAGE",
     "NAMESPACES_SHOWN",
@@ -49,8 +50,10 @@ not read by anyone)."""
 NAMESPACES_SHOWN = 500
 """Namespaces listed beside the items (past them the page says so; a namespace's address
 still opens it)."""
-VALUE_CHARS = 2000
+VALUE_CHARS = 1000
 """Characters of an item's value shown; a longer one is cut and its size said."""
+COMPACT_JSON = 80
+"""A value's JSON up to this long is shown on one line; a longer one indented."""
 
 EMPTY_HINT = (
     "agents save them with the save_memory tool (MemoryConfig's store namespace), clients "
@@ -80,7 +83,11 @@ class MemoryView:
         encoded = json.dumps(value, ensure_ascii=False, default=str)
         text = value.get("text") if isinstance(value.get("text"), str) else None
         others = {k: v for k, v in value.items() if k != "text"} if text is not None else value
-        rest = json.dumps(others, indent=2, ensure_ascii=False, default=str) if others else None
+        rest = None
+        if others:
+            rest = json.dumps(others, ensure_ascii=False, default=str)
+            if len(rest) > COMPACT_JSON:
+                rest = json.dumps(others, indent=2, ensure_ascii=False, default=str)
         cut = False
         if text is not None and len(text) > VALUE_CHARS:
             text, cut = text[:VALUE_CHARS], True

@@ -110,6 +110,12 @@ def test_search_shows_each_hits_score_and_only_the_keys_own(server: Server, plan
     assert len(scores) == 1 and float(scores[0]) > 0
     assert rows(none.text) == [] and 'id="no-matches"' in none.text
     assert "no memory matches" in none.text
+    # search syntax is the store's business: odd queries are answers, never a 500
+    with client(server, ALICE) as c:
+        for odd in ('"', "NOT", "ramen*", "ramen OR", "((", "-", "<script>"):
+            answer = c.get("/console/memories", params={"q": odd})
+            assert answer.status_code == 200, (odd, answer.text)
+            assert "<script>" not in answer.text.split("<main>", 1)[1]
 
 
 def test_an_admin_key_sees_every_item_with_its_owner(server: Server, planted: None) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from fastapi import Request
@@ -137,7 +137,7 @@ async def memories_page(
     """The namespaces the key sees; the items under ``ns`` (all without), newest first, or
     those matching ``q`` best first with their scores; ``limit`` / ``offset`` page them."""
     store = _items(request)
-    context: dict[str, object] = {
+    context: dict[str, Any] = {
         "nav": "memories",
         "ns": ns,
         "q": q,

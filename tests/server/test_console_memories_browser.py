@@ -1,11 +1,13 @@
 """The console's memories page in a real browser: headless Chromium (the system's, driven by
-playwright) against a real ``loom serve`` with two API keys and its default SQLite store.
+playwright) against a real ``loom serve`` with three API keys and its default SQLite store.
 
 What it proves: after logging in, the Memories link in the navigation opens the page; it lists
 the key's namespaces and items (not the other key's), a huge value cut with its size and an
 item's expiry; the search box finds an item with its score; a namespace link narrows the list;
 **Delete** asks first (a dismissed dialog deletes nothing), and once accepted the item is gone
-from the page and from the Store API. The screenshot is ``tests/artifacts/console/memories.png``.
+from the page and from the Store API. A key without items is told how they are made; a bad
+namespace in the address is a message on the page. The screenshot is
+``tests/artifacts/console/memories.png``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from tests.server.test_console_browser import ARTIFACTS, CHROMIUM, KEY, login, s
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the dev extra")
 
 OTHER_KEY = "console-memories-other-5678"
+EMPTY_KEY = "console-memories-empty-9012"  # writes nothing
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -30,7 +33,7 @@ pytestmark = pytest.mark.timeout(180)
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("console-memories")
-    srv = start_server(tmp, env={"LOOM_API_KEYS": f"{KEY},{OTHER_KEY}"})
+    srv = start_server(tmp, env={"LOOM_API_KEYS": f"{KEY},{OTHER_KEY},{EMPTY_KEY}"})
     yield srv
     stop_server(srv)
 
@@ -134,4 +137,20 @@ def test_browse_search_and_delete_memories(browser: Any, server: Server) -> None
     assert stored(server, prefs, "food") is None
     page.goto(f"{server.url}/console/memories")
     shot(page, "memories")
+    page.context.close()
+
+
+def test_the_empty_page_and_a_bad_namespace(browser: Any, server: Server) -> None:
+    page = login(browser, server, key=EMPTY_KEY)
+    page.goto(f"{server.url}/console/memories")
+    empty = page.locator("#no-memories").text_content()
+    assert empty.startswith("No memories yet:") and "save_memory" in empty
+    assert page.locator("#namespaces a.ns").count() == 0
+    shot(page, "memories-empty")
+    answer = page.goto(f"{server.url}/console/memories?ns=notes..alice")
+    assert answer is not None and answer.status == 422
+    error = page.locator("#memories-error").text_content()
+    assert "namespace part 1 must be a non-empty string" in error
+    assert page.locator("#memory-search input[name=ns]").count() == 0  # searches everywhere
+    shot(page, "memories-bad-namespace")
     page.context.close()

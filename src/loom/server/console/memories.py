@@ -55,12 +55,6 @@ VALUE_CHARS = 1000
 COMPACT_JSON = 80
 """A value's JSON up to this long is shown on one line; a longer one indented."""
 
-EMPTY_HINT = (
-    "agents save them with the save_memory tool (MemoryConfig's store namespace), clients "
-    "with PUT /store/items (langgraph-sdk's client.store.put_item); `loom memory list` "
-    "reads them from the command line"
-)
-
 
 @dataclass(frozen=True, slots=True)
 class MemoryView:
@@ -152,7 +146,7 @@ async def memories_page(
         "here": _address(ns, q),
         "prev_href": "",
         "next_href": "",
-        "empty_hint": EMPTY_HINT,
+        "search_ns": "",
         "address": _address,
     }
     if store is None:
@@ -168,6 +162,7 @@ async def memories_page(
     context["more_namespaces"] = len(found) > NAMESPACES_SHOWN
     try:
         prefix = parse_dotted(ns)
+        context["search_ns"] = ns  # a search from this page stays in a namespace that is one
         size = _whole("limit", limit, ITEMS_PER_PAGE)
         start = _whole("offset", offset, 0)
         check_limit(size, start)

@@ -8,6 +8,8 @@ its owner; search shows each hit's score; deleting needs the form's CSRF token, 
 item is a 404 page and stays, an admin deletes any item; a bad namespace, ``limit`` or
 ``offset`` is a 422 page saying what is wrong (never a 500); a huge value is shown cut with its
 size; pages follow ``limit`` / ``offset``; a key without items is told how memories are made.
+In process: without keys every item shows with its owner (``MemoryStore``), and a store without
+the ``ItemStore`` capability is a page that says so.
 """
 
 from __future__ import annotations
@@ -234,3 +236,50 @@ def test_a_key_without_memories_is_told_how_they_are_made(server: Server, plante
     with client(server, ROOT) as c:
         nothing = c.get("/console/memories", params={"ns": "nobody.here"})
     assert rows(nothing.text) == [] and "no memories under nobody.here" in nothing.text
+
+
+def _in_process_app() -> tuple[Any, Any]:
+    """The server's application in this process, without keys (an open console), on a
+    ``MemoryStore`` (items kept in memory); the app and its store."""
+    from loom import Agent
+    from loom.server import AgentRegistry, create_app
+    from loom.server.app import server_runtime
+    from loom.store.memory import MemoryStore
+    from loom.testing import FunctionModel
+
+    store = MemoryStore()
+    registry = AgentRegistry([Agent(name="echo", model=FunctionModel(lambda m, t: "hi"))])
+    return create_app(registry, server_runtime(store)), store
+
+
+async def test_without_keys_every_item_shows_with_its_owner_on_a_memory_store() -> None:
+    app, store = _in_process_app()
+    await store.put_item(("notes", "alice"), "food", {"text": "likes ramen"}, owner="alice")
+    await store.put_item(("notes",), "motd", {"text": "hello all"})
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://loom.test") as http:
+        page = await http.get("/console/memories")
+    assert page.status_code == 200
+    assert sorted(rows(page.text)) == [("food", "notes.alice"), ("motd", "notes")]
+    owners = re.findall(r'<td class="owner">([^<]*)</td>', page.text)
+    assert sorted(owners) == ["alice", "shared"]
+
+
+async def test_a_store_without_items_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from loom.server.console import auth, memories
+    from loom.store.base import StoreCapabilities
+
+    app, _ = _in_process_app()
+    monkeypatch.setattr(memories, "capabilities_of", lambda store: StoreCapabilities())
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://loom.test") as http:
+        page = await http.get("/console/memories")
+        # the page has no form when there is nothing to delete: the token its forms would carry
+        seed = http.cookies[auth.CSRF_COOKIE]
+        token = auth.csrf_token(seed, None, auth.secret_of(app.state.loom))
+        gone = await http.post(
+            "/console/memories/delete", data={"ns": "a", "key": "k", "csrf_token": token}
+        )
+    assert page.status_code == 200
+    assert 'id="no-items"' in page.text and "lacks the ItemStore capability" in page.text
+    assert gone.status_code == 404

@@ -45,8 +45,8 @@ __all__ = [
 
 ITEMS_PER_PAGE = 50
 MAX_ITEMS_PER_PAGE = 200
-"""The largest ``?limit=`` the page takes (the store takes up to 1,000; a page that long is
-not read by anyone)."""
+"""The largest ``?limit=`` the page takes (the store answers up to 1,000 a call; a page of more
+than 200 rows is for a script, which has ``POST /store/items/search``)."""
 NAMESPACES_SHOWN = 500
 """Namespaces listed beside the items (past them the page says so; a namespace's address
 still opens it)."""
@@ -69,12 +69,14 @@ class MemoryView:
 
     @property
     def namespace(self) -> str:
+        """The item's namespace, dotted."""
         return dotted(self.item.namespace)
 
     @classmethod
     def of(cls, item: Item) -> MemoryView:
         value = item.value
-        encoded = json.dumps(value, ensure_ascii=False, default=str)
+        # its size as stored: compact JSON, UTF-8
+        encoded = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
         text = value.get("text") if isinstance(value.get("text"), str) else None
         others = {k: v for k, v in value.items() if k != "text"} if text is not None else value
         rest = None
@@ -104,9 +106,11 @@ def parse_dotted(text: str) -> tuple[str, ...]:
 def _whole(name: str, text: str, default: int) -> int:
     if not text:
         return default
-    if not text.strip().isdigit():
+    digits = text.strip()
+    # ASCII digits only: int() refuses "²" and more than 4,300 digits (a ValueError, a 500)
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 12:
         raise InputError(f"{name} must be a whole number >= 0, got {text[:40]!r}")
-    return int(text)
+    return int(digits)
 
 
 def _items(request: Request) -> ItemStore | None:

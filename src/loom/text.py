@@ -54,6 +54,7 @@ __all__ = [
     "json_native",
     "nested_too_deep",
     "representable",
+    "whole_number",
 ]
 
 MAX_DEPTH = 100
@@ -263,3 +264,13 @@ def json_native(value: Any) -> tuple[Any, int]:
             "the value is nested too deeply to convert; return a flatter structure"
         ) from None
     return out, conv.escaped
+
+
+def whole_number(text: str, *, max_digits: int = 18) -> int | None:
+    """The non-negative integer ``text`` writes in ASCII digits (at most ``max_digits`` of
+    them), else None. ``str.isdigit`` is not enough before ``int()``: it accepts ``"²"``, which
+    ``int`` refuses, and ``int`` refuses more than 4,300 digits; a request field checked with
+    it became a 500 instead of a 4xx."""
+    if not text or len(text) > max_digits or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)

@@ -13,6 +13,7 @@ import typer
 from rich.markup import escape
 
 from loom.cli._console import emit_json, err, out, say_error
+from loom.text import whole_number
 
 if TYPE_CHECKING:
     from loom.store.sqlite import SQLiteStore
@@ -451,7 +452,7 @@ def parse_point(at: int | None, event: str | None, *, required: bool) -> Any:
         return AtTurn(at)
     if event is not None:
         run_id, dot, seq = event.rpartition(".")
-        if not dot or not run_id or not seq.isdigit():
+        if not dot or not run_id or whole_number(seq) is None:
             raise InputError(
                 f"--event {event!r}: give RUN.SEQ, a run id and an event's sequence number "
                 "(as `loom sessions events SESSION` lists them, e.g. run_1a2b3c.7)"

@@ -20,6 +20,7 @@ from typing import Literal
 
 from loom.errors import CrewDefinitionError
 from loom.messages import Message
+from loom.text import whole_number
 
 __all__ = ["ContextPolicy", "parse_policy", "render_messages"]
 
@@ -50,8 +51,9 @@ def parse_policy(value: ContextPolicy | str) -> ContextPolicy:
         return ContextPolicy(text)  # type: ignore[arg-type]
     if text.startswith("last_n"):
         _, _, count = text.partition(":")
-        if count.strip().isdigit() and int(count) >= 1:
-            return ContextPolicy("last_n", int(count))
+        n = whole_number(count.strip())
+        if n is not None and n >= 1:
+            return ContextPolicy("last_n", n)
         raise CrewDefinitionError(f"{value!r}: write last_n:N with N >= 1 (e.g. last_n:4)")
     raise CrewDefinitionError(
         f"unknown context policy {value!r}; use brief, last_n:N, summary, full or none"

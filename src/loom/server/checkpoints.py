@@ -34,6 +34,7 @@ from loom.errors import InputError, SessionBusy
 from loom.events import AgentEvent, EventType, SessionBranch, make_event
 from loom.messages import Message
 from loom.server.lg_runs import attempt_offset
+from loom.text import whole_number
 
 if TYPE_CHECKING:
     from loom.agent import Agent
@@ -98,7 +99,7 @@ def parse_checkpoint_id(value: object) -> tuple[str, int]:
     if not isinstance(value, str) or len(value) > 300:
         raise InputError(f"checkpoint id {str(value)[:60]!r} is unusable: {_ID_HELP}")
     run_id, dot, seq = value.strip().rpartition(".")
-    if not dot or not run_id or not seq.isdigit():
+    if not dot or not run_id or whole_number(seq) is None:
         raise InputError(f"checkpoint id {value[:60]!r} is not one: {_ID_HELP}")
     return run_id, int(seq)
 

@@ -29,6 +29,8 @@ from urllib.parse import urlsplit
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from loom.text import whole_number
+
 __all__ = ["HostGuardMiddleware", "HostPolicy", "split_host"]
 
 WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::", "[::]"})
@@ -46,7 +48,7 @@ def split_host(value: str) -> tuple[str, int | None]:
         host, _, port = value.partition(":")
     else:  # a bare IPv6 address (no port) or a plain name
         host, port = value, ""
-    return host.rstrip("."), int(port) if port.isdigit() else None
+    return host.rstrip("."), whole_number(port, max_digits=5)
 
 
 def _loopback(host: str) -> bool:

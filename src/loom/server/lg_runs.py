@@ -52,6 +52,7 @@ from loom.events import (
 from loom.messages import Message, RunResult
 from loom.server.content_blocks import langchain_content
 from loom.store.base import Store
+from loom.text import whole_number
 
 __all__ = [
     "ALL_MODES",
@@ -174,7 +175,7 @@ def parse_event_id(value: str) -> tuple[int, int]:
     """``"<sequence>.<k>"`` as a pair; ``InputError`` (a 422 that says what an id looks like)
     when it is not one."""
     seq, _, k = value.strip().partition(".")
-    if not seq.isdigit() or not (k or "0").isdigit() or len(value) > 40:
+    if whole_number(seq) is None or whole_number(k or "0") is None or len(value) > 40:
         raise InputError(
             f"Last-Event-ID {value[:60]!r} is not an event id of this run API (ids are "
             "'<sequence>.<slot>', e.g. '12.3', as sent in each event); reconnect with the id "

@@ -47,6 +47,7 @@ from loom.server.ownership import (
     owner_name,
     require,
 )
+from loom.text import whole_number
 
 __all__ = ["OwnedLauncher", "monitors_of", "router"]
 
@@ -369,7 +370,8 @@ async def monitor_events(
 ) -> Response:
     monitors = _monitors(state_of(request))
     last = request.headers.get("last-event-id")
-    start = min(int(last), _MAX_ROW) if last and last.isdigit() else after
+    row = whole_number(last or "")
+    start = min(row, _MAX_ROW) if row is not None else after
 
     mine = owner_filter(current_principal.get())
 

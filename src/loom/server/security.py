@@ -37,6 +37,7 @@ from loom.server.ownership import (
     current_principal,
     scoped_session_id,
 )
+from loom.text import whole_number
 
 if TYPE_CHECKING:
     from loom.server.state import ServerState
@@ -181,7 +182,7 @@ class GuardMiddleware:
             return
         limit = self.config.max_body
         length = headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > limit):
+        if length is not None and ((size := whole_number(length)) is None or size > limit):
             await _error(
                 413,
                 "PayloadTooLarge",

@@ -25,6 +25,7 @@ from loom.engine.journal import STEP_TYPES
 from loom.errors import InputError
 from loom.events import AgentEvent, AgentFinish
 from loom.store.base import Store
+from loom.text import whole_number
 
 __all__ = [
     "SessionHub",
@@ -55,7 +56,7 @@ def parse_cursor(value: str | None) -> tuple[str, int] | None:
     if value is None or not value.strip():
         return None
     run_id, sep, seq = value.strip().rpartition(":")
-    if not sep or not run_id or not seq.isdigit():
+    if not sep or not run_id or whole_number(seq) is None:
         raise InputError(
             f"an event id is '<run_id>:<sequence>' (as sent in each event), got {value!r}; "
             "subscribe without one to read the whole session"

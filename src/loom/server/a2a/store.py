@@ -18,6 +18,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 
 from loom.server.ownership import sees
 from loom.store.base import KVStore
+from loom.text import whole_number
 
 __all__ = ["NAMESPACE", "LoomTaskStore", "owner_of"]
 
@@ -98,7 +99,7 @@ class LoomTaskStore(TaskStore):
             tasks = [t for t in tasks if t.status.state == params.status]
         tasks.sort(key=lambda t: (t.status.timestamp.ToNanoseconds(), t.id), reverse=True)
         size = min(params.page_size or _DEFAULT_PAGE, _MAX_PAGE)
-        start = int(params.page_token) if params.page_token.isdigit() else 0
+        start = whole_number(params.page_token) or 0
         page = tasks[start : start + size]
         more = start + size < len(tasks)
         return ListTasksResponse(

@@ -19,6 +19,8 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
+from loom.text import whole_number
+
 if TYPE_CHECKING:
     from starlette.types import Scope
 
@@ -84,7 +86,8 @@ def principal_from_cookie(
         name = base64.urlsafe_b64decode(name_b64 + "=" * (-len(name_b64) % 4)).decode()
     except (ValueError, UnicodeDecodeError):
         return None
-    if not issued.isdigit() or (now or time.time()) - int(issued) > MAX_AGE:
+    when = whole_number(issued)
+    if when is None or (now or time.time()) - when > MAX_AGE:
         return None
     principal = next((p for p in keys.principals if p.name == name), None)
     if principal is None:

@@ -35,6 +35,7 @@ from loom.server.console import auth
 from loom.server.console.timeline import MEDIA_REF, Change, Timeline, cost_of, part_views
 from loom.server.ownership import unscoped_session_id
 from loom.server.session_events import Lagged, event_id, session_events, sse_id
+from loom.text import whole_number
 
 if TYPE_CHECKING:
     from jinja2 import Environment
@@ -708,7 +709,7 @@ async def branch(request: Request, session_id: str) -> Response:
         inp = Regenerate()
     elif action == "edit":
         turn, text = form.get("turn", ""), form.get("text", "").strip()
-        if not turn.isdigit() or not text:
+        if whole_number(turn) is None or not text:
             why = "edit-and-resend needs the message's turn and the new text; write some text"
             return problem(request, 422, "Bad request", why)
         inp = Edit(int(turn), text)
@@ -785,7 +786,7 @@ async def session_page(
     request: Request, session_id: str, page_no: str = Query("0", alias="page")
 ) -> Response:
     """A session's page; ``?page=`` (0 = the newest runs) pages back through older runs."""
-    if not page_no.isdigit():
+    if whole_number(page_no) is None:
         why = f"page must be a whole number >= 0, got {page_no!r}"
         return problem(request, 422, "Bad request", why)
     return await render_session(request, session_id, int(page_no))

@@ -31,6 +31,7 @@ from loom.server.console.routes import (
     templates,
 )
 from loom.server.ownership import current_principal, owner_filter, require, sees
+from loom.text import whole_number
 
 _form, _csrf_refused, _next = form_fields, csrf_refused, safe_next  # the handlers' names
 
@@ -229,7 +230,8 @@ async def monitors_live(request: Request, after: int = 0) -> Response:
     except ConfigurationError as exc:
         return problem(request, 404, "Not found", f"no monitors here: {exc}")
     last = request.headers.get("last-event-id")
-    start = int(last) if last and last.isdigit() else max(0, after)
+    row = whole_number(last or "")
+    start = row if row is not None else max(0, after)
     row = templates().get_template("_schedules.html").module.monitor_row  # type: ignore[attr-defined]
     principal = current_principal.get()
 

@@ -148,7 +148,9 @@ class MemoryItems:
 
     async def purge_expired_items(self, now: datetime) -> int:
         """Delete every item expired at ``now``; how many there were."""
-        gone = [k for k, i in self._items.items() if i.expires_at is not None and i.expires_at <= now]
+        gone = [
+            k for k, i in self._items.items() if i.expires_at is not None and i.expires_at <= now
+        ]
         for k in gone:
             del self._items[k]
         return len(gone)

@@ -142,3 +142,57 @@ async def test_a_name_that_cannot_be_a_key_is_refused(tmp_path: Path, name: str)
             await forget_owner(store, name)
     finally:
         await store.close()
+
+
+async def _pg_relation_bytes(dsn: str) -> bytes:
+    """The on-disk bytes of every table, index and TOAST relation of the test's schema, read
+    by the server (``pg_read_binary_file``: the fixture's user is a superuser) after a
+    ``CHECKPOINT`` has written every page out."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute("CHECKPOINT")
+        rows = await (
+            await conn.execute(
+                "WITH mine AS (SELECT c.oid, c.reltoastrelid FROM pg_class c "
+                " WHERE c.relnamespace = current_schema()::regnamespace), "
+                "rels AS (SELECT oid FROM mine UNION SELECT reltoastrelid FROM mine "
+                " WHERE reltoastrelid <> 0 UNION SELECT i.indexrelid FROM pg_index i "
+                " JOIN mine m ON i.indrelid = m.reltoastrelid) "
+                "SELECT pg_relation_filepath(oid) FROM rels"
+            )
+        ).fetchall()
+        out = b""
+        for (file,) in rows:
+            if file is None:
+                continue
+            found = await (await conn.execute("SELECT pg_read_binary_file(%s)", (file,))).fetchone()
+            out += bytes(found[0] or b"") if found is not None else b""
+        return out
+
+
+async def test_forgetting_an_owner_on_postgres_leaves_no_byte_in_the_relation_files(
+    pg_schema_dsn: str,
+) -> None:
+    from loom.store.postgres import PostgresStore
+
+    store = PostgresStore(pg_schema_dsn, min_size=1, max_size=2)
+    try:
+        for owner, marker in (("alice", MARKER), ("bob", "bobskeptword")):
+            owners = Owners(store)
+            sid = f"{owner}~chat"
+            await owners.claim_for(sid, owner)
+            agent = Agent(model=ScriptedModel([f"noted, {owner}"]), store=store)
+            content = [f"my secret is {marker}", Image.from_bytes(_png(marker))]
+            await agent.run(content, session_id=sid)
+            value = {"text": f"{marker} told"}
+            await store.put_item(("memories", owner), "secret", value, owner=owner)
+        assert MARKER.encode() in await _pg_relation_bytes(pg_schema_dsn)
+        done = await forget_owner(store, "alice")
+        assert (done.sessions, done.items, done.media) == (1, 1, 1) and done.scrubbed
+        raw = await _pg_relation_bytes(pg_schema_dsn)
+        assert MARKER.encode() not in raw
+        assert b"bobskeptword" in raw  # bob's rows were rewritten, not lost
+        assert len(await store.load_messages("bob~chat")) == 2
+    finally:
+        await store.close()

@@ -4,9 +4,11 @@ rest kept, and the deleted bytes gone from the database's files."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.server.conftest import Server, start_server, stop_server
 
 from loom import Agent
 from loom.content import Image
@@ -196,3 +198,61 @@ async def test_forgetting_an_owner_on_postgres_leaves_no_byte_in_the_relation_fi
         assert len(await store.load_messages("bob~chat")) == 2
     finally:
         await store.close()
+
+
+# -- over HTTP: DELETE /admin/principals/{name} on a real server ----------------------------------
+ALICE, BOB, ROOT = "alice-key-0001", "bob-key-0002", "root-key-0004"
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("forget_api")
+    (tmp / "keys.yaml").write_text(
+        f"- {{name: alice, key: {ALICE}}}\n"
+        f"- {{name: bob, key: {BOB}}}\n"
+        f"- {{name: root, key: {ROOT}, admin: true}}\n"
+    )
+    srv = start_server(tmp, "--keys", str(tmp / "keys.yaml"))
+    yield srv
+    stop_server(srv)
+
+
+@pytest.mark.timeout(120)
+async def test_an_admin_key_forgets_a_key_over_http(keyed: Server) -> None:
+    import httpx
+
+    langgraph_sdk = pytest.importorskip("langgraph_sdk")
+    alice = langgraph_sdk.get_client(url=keyed.url, api_key=ALICE)
+    bob = langgraph_sdk.get_client(url=keyed.url, api_key=BOB)
+    thread = await alice.threads.create()
+    await alice.runs.wait(thread["thread_id"], "calc", input={"messages": ["add 2 and 3"]})
+    await alice.store.put_item(["mem", "alice"], "pin", {"text": "alice's pin 1234"})
+    bob_thread = await bob.threads.create()
+    await bob.runs.wait(bob_thread["thread_id"], "calc", input={"messages": ["add 1 and 1"]})
+    await bob.store.put_item(["mem", "bob"], "pin", {"text": "bob's pin 9876"})
+
+    def as_key(key: str) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=keyed.url, headers={"x-api-key": key})
+
+    async with as_key(BOB) as http:  # not an admin key
+        r = await http.delete("/admin/principals/alice")
+        assert r.status_code == 403 and r.json()["error"]["type"] == "Forbidden"
+    async with as_key(ROOT) as http:
+        r = await http.delete("/admin/principals/root")  # the admin key itself
+        assert r.status_code == 422 and "cannot forget itself" in r.json()["error"]["message"]
+        r = await http.delete("/admin/principals/nobody")  # an unknown name: nothing, said
+        assert r.status_code == 200 and r.json()["deleted"]["sessions"] == 0
+        assert r.json()["complete"]
+        r = await http.delete("/admin/principals/alice")
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["deleted"]["sessions"] == 1 and body["deleted"]["items"] == 1
+        assert body["complete"] and body["scrubbed"]
+    assert await alice.store.get_item(["mem", "alice"], key="pin") is None
+    async with as_key(ALICE) as http:
+        r = await http.get(f"/threads/{thread['thread_id']}")
+        assert r.status_code == 404
+    still = await bob.store.get_item(["mem", "bob"], key="pin")  # bob's data is kept
+    assert still is not None and still["value"] == {"text": "bob's pin 9876"}
+    async with as_key(BOB) as http:
+        assert (await http.get(f"/threads/{bob_thread['thread_id']}")).status_code == 200

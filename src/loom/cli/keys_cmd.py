@@ -113,8 +113,8 @@ def _summary(done: Forgotten) -> None:
         out.print(f"{done.media_shared} media kept: a session of another key names them too")
     if done.busy:
         err.print(
-            f"[yellow]kept {len(done.busy)} sessions a run is using ({escape(', '.join(done.busy))})"
-            ": run this again when they end[/]"
+            f"[yellow]kept {len(done.busy)} sessions a run is using "
+            f"({escape(', '.join(done.busy))}): run this again when they end[/]"
         )
     if done.shared:
         err.print(

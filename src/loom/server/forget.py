@@ -31,12 +31,12 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from loom.errors import InputError
+from loom.errors import InputError, StoreError
 from loom.server.ownership import OWNER_NS, SCOPE_MARK, Owners
 from loom.store.base import Lease, Store, capabilities_of
 from loom.store.erase import Eraser
 
-__all__ = ["Forgotten", "forget_owner", "owned_sessions"]
+__all__ = ["Forgotten", "check_owner_name", "forget_owner", "owned_sessions"]
 
 log = logging.getLogger("loom.server")
 
@@ -160,6 +160,12 @@ async def forget_owner(store: Store, owner: str, *, owners: Owners | None = None
 async def _forget_sessions(store: Store, owner: str, done: Forgotten) -> None:
     from loom.messages import new_id
 
+    delete = getattr(store, "delete_session", None)
+    if delete is None:
+        raise StoreError(
+            f"the store {store!r} cannot delete sessions (it has no delete_session); nothing "
+            "was forgotten: use a store that can"
+        )
     sessions, _ = await owned_sessions(store, owner)
     blobs = capabilities_of(store).blobs
     refs: set[str] = set()
@@ -174,9 +180,6 @@ async def _forget_sessions(store: Store, owner: str, done: Forgotten) -> None:
             refs.update(ref for ref, _, _ in await blobs.session_blobs(sid))
         leases[sid] = lease
     pending = list(leases)
-    delete = getattr(store, "delete_session", None)
-    if delete is None:
-        pending, done.shared = [], list(leases)  # a store that cannot delete sessions
     # Forks first: a session others were forked from cannot go while they live. Each pass
     # deletes what it can; what is left when a pass deletes nothing is another owner's source.
     while pending:

@@ -162,3 +162,21 @@ async def test_the_sessions_job_keeps_a_source_while_its_forks_live(rig: Rig) ->
     assert [i.id for i in await rig.store.list_sessions(limit=0)] == ["source"]
     assert (await jobs["sessions"].run())["sessions"] == 1  # its fork is gone now
     assert [i.id for i in await rig.store.list_sessions(limit=0)] == []
+
+
+async def test_the_items_job_purges_expired_items_by_the_schedulers_clock(rig: Rig) -> None:
+    """Expired memory items are deleted by the ``items`` job at the time its clock says (an
+    injected clock: no waiting for the ttl to run out)."""
+    brief = await rig.store.put_item(("m",), "brief", {"text": "gone soon"}, ttl=60)
+    await rig.store.put_item(("m",), "kept", {"text": "stays"})
+    assert brief.expires_at is not None
+    jobs = {j.name: j for j in builtin_jobs(rig.store, rig.schedules, rig.monitors)}
+    assert jobs["items"].every == 3600
+    rig.clock.now = brief.expires_at.timestamp() - 1  # not yet expired by the job's clock
+    assert await jobs["items"].run() == {"items": 0}
+    rig.clock.now = brief.expires_at.timestamp() + 1
+    assert await jobs["items"].run() == {"items": 1}
+    import sqlite3
+
+    with sqlite3.connect(rig.store.path) as raw:  # the row itself is gone, not only hidden
+        assert raw.execute("SELECT count(*) FROM items").fetchone()[0] == 1

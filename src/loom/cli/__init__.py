@@ -18,6 +18,7 @@ import typer
 from loom.cli import (
     db_cmd,
     errors_cmd,
+    keys_cmd,
     mcp_cmd,
     memory_cmd,
     patterns_cmd,
@@ -69,6 +70,7 @@ app.command("worker")(worker_cmd.worker)
 app.command("mcp")(mcp_cmd.mcp)
 app.add_typer(sessions_cmd.app, name="sessions")
 app.add_typer(memory_cmd.app, name="memory")
+app.add_typer(keys_cmd.app, name="keys")
 app.add_typer(errors_cmd.app, name="errors")
 app.add_typer(patterns_cmd.app, name="patterns")
 app.add_typer(db_cmd.app, name="db")

@@ -10,7 +10,9 @@ is not a ``JobFailed``) stops at once, other exceptions are retried.
 Built-in jobs (``builtin_jobs``): ``cleanup`` (stored errors and large results past a TTL,
 what ``loom errors cleanup`` does by hand), ``sessions`` (sessions idle past a TTL, only when
 configured), ``history`` (finished schedule runs and check-ins past a TTL), ``monitors``
-(the missed-run and timeout detector, every minute).
+(the missed-run and timeout detector, every minute), ``items`` (memory items past their
+expiry deleted, hourly, on a store with the ``ItemStore`` capability: reads hide them at once,
+this frees their rows and search words).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from loom.errors import InputError, JobFailed, LoomError
 from loom.schedule.launch import Outcome
 from loom.schedule.model import Schedule
+from loom.store.base import capabilities_of
 
 if TYPE_CHECKING:
     from loom.schedule.model import ScheduleRun
@@ -122,6 +125,7 @@ class MaintenanceSettings:
     sessions_every: float = 3600
     history_every: float = 86400
     detector_every: float = 60
+    items_every: float | None = 3600  # purge of expired memory items; None: never
 
 
 def builtin_jobs(
@@ -133,6 +137,7 @@ def builtin_jobs(
     """The built-in maintenance jobs on ``store`` (seed 003 §2)."""
     s = settings or MaintenanceSettings()
     clock = schedules.clock
+    items = capabilities_of(store).items
 
     def cutoff(ttl: float) -> datetime:
         return datetime.fromtimestamp(clock() - ttl, UTC)
@@ -166,6 +171,10 @@ def builtin_jobs(
         checkins = await monitors.delete_checkins(before)
         return {"runs": runs, "checkins": checkins}
 
+    async def purge_items() -> dict[str, int]:
+        assert items is not None
+        return {"items": await items.purge_expired_items(datetime.fromtimestamp(clock(), UTC))}
+
     async def detect() -> dict[str, int]:
         return {"synthetic_checkins": len(await monitors.detect())}
 
@@ -176,4 +185,6 @@ def builtin_jobs(
         jobs.append(Job("sessions", s.sessions_every, sessions))
     if s.history_ttl is not None:
         jobs.append(Job("history", s.history_every, history))
+    if s.items_every is not None and items is not None:
+        jobs.append(Job("items", s.items_every, purge_items))
     return jobs

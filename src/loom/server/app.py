@@ -339,6 +339,7 @@ def _protocols() -> list[Any]:
         "grpc_service",  # no routes: the gRPC server's lifespan (with --grpc-port)
         "schedule_api",
         "store_api",
+        "admin_api",
         "mcp_http",
         "agui",
         "a2a",

@@ -473,6 +473,11 @@ class ItemStore(Protocol):
         """Delete every item of ``owner`` (forgetting a user); how many there were."""
         ...
 
+    async def purge_expired_items(self, now: datetime) -> int:
+        """Delete every item whose expiry is at or before ``now`` (they are hidden from every
+        read already; the scheduler's ``items`` job frees their rows); how many there were."""
+        ...
+
 
 @runtime_checkable
 class KVStore(Protocol):

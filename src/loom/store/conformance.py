@@ -1029,6 +1029,23 @@ class StoreContract:
         # the key is free again, for anyone
         await store.put_item(("u", "al"), "a", {"text": "new"}, owner="bob")
 
+    async def test_purge_expired_items(self, store: Any) -> None:
+        _needs(store, "items")
+        brief = await store.put_item(("m",), "brief", {"text": "purged words"}, ttl=60)
+        await store.put_item(("m", "deep"), "later", {"text": "kept words"}, ttl=3600)
+        await store.put_item(("m",), "kept", {"text": "kept forever"}, owner="alice")
+        assert brief.expires_at is not None
+        assert await store.purge_expired_items(brief.expires_at - timedelta(seconds=1)) == 0
+        assert await store.purge_expired_items(brief.expires_at + timedelta(seconds=1)) == 1
+        assert await store.purge_expired_items(brief.expires_at + timedelta(seconds=1)) == 0
+        assert sorted(i.key for i in await store.search_items((), limit=10)) == ["kept", "later"]
+        assert [i.key for i in await store.search_items((), query="purged")] == []
+        assert sorted(i.key for i in await store.search_items((), query="words")) == ["later"]
+        # the key is free again: a new item, not the purged one's words or times
+        again = await store.put_item(("m",), "brief", {"text": "back"})
+        assert again.created_at >= brief.created_at and again.expires_at is None
+        assert [i.key for i in await store.search_items((), query="back")] == ["brief"]
+
     async def test_item_bad_input_is_typed(self, store: Any) -> None:
         _needs(store, "items")
         bad_puts: list[tuple[Any, Any, Any, dict[str, Any]]] = [

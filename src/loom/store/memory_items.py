@@ -146,6 +146,15 @@ class MemoryItems:
         )
         return select_namespaces(found, suffix=suf, max_depth=depth, limit=limit, offset=offset)
 
+    async def purge_expired_items(self, now: datetime) -> int:
+        """Delete every item expired at ``now``; how many there were."""
+        gone = [
+            k for k, i in self._items.items() if i.expires_at is not None and i.expires_at <= now
+        ]
+        for k in gone:
+            del self._items[k]
+        return len(gone)
+
     async def delete_owner_items(self, owner: str) -> int:
         gone = [k for k, i in self._items.items() if i.owner == owner]
         for k in gone:

@@ -635,5 +635,6 @@ PUT_ITEM = (
     f"RETURNING {ITEM_COLS}"
 )
 DELETE_OWNER_ITEMS = "DELETE FROM items WHERE owner = %s"
+PURGE_EXPIRED_ITEMS = "DELETE FROM items WHERE expires_at <= %s"
 
 MIGRATIONS_APPLIED = "SELECT version, name, applied_at FROM loom_migrations ORDER BY version"

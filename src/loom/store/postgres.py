@@ -71,6 +71,7 @@ from loom.store.base import (
     lease_lost,
     new_error_id,
 )
+from loom.store.erase import PostgresErase
 from loom.store.postgres_branches import (
     PostgresBranches,
     forks_of,
@@ -121,7 +122,9 @@ def redact(conninfo: str) -> str:
     return shown or "<the libpq defaults: PGHOST, PGPORT, PGDATABASE, PGUSER>"
 
 
-class PostgresStore(PostgresScheduleTables, PostgresBlobs, PostgresBranches, PostgresItems):
+class PostgresStore(
+    PostgresScheduleTables, PostgresBlobs, PostgresBranches, PostgresItems, PostgresErase
+):
     """Sessions, transcripts, events, the tool-call ledger, errors, results and key-values in
     PostgreSQL, for many processes on many hosts.
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from loom.store import pg_sql as q
@@ -217,6 +218,14 @@ class PostgresItems:
         return shape_namespaces(
             [r[0] for r in rows], suffix=suf, max_depth=depth, limit=limit, offset=offset
         )
+
+    async def purge_expired_items(self, now: datetime) -> int:
+        """Delete every item expired at ``now`` (one statement); how many there were."""
+
+        async def purge(conn: AsyncConnection[Any]) -> int:
+            return (await conn.execute(q.PURGE_EXPIRED_ITEMS, (now.timestamp(),))).rowcount
+
+        return await self._run("purging expired items", purge)
 
     async def delete_owner_items(self, owner: str) -> int:
         """Delete every item of ``owner`` (forgetting a user); how many there were."""

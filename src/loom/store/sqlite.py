@@ -36,6 +36,7 @@ from loom.events import AgentEvent, EventType
 from loom.messages import Message, Usage
 from loom.store import codec
 from loom.store.base import Lease, LedgerEntry, RunRecord, SessionInfo
+from loom.store.erase import SQLiteErase
 from loom.store.sqlite_branches import (
     SQLiteBranches,
     chain_of,
@@ -120,7 +121,7 @@ def _dt(ts: float) -> datetime:
 
 
 class SQLiteStore(
-    SQLiteCapabilities, SQLiteScheduleTables, SQLiteBlobs, SQLiteBranches, SQLiteItems
+    SQLiteCapabilities, SQLiteScheduleTables, SQLiteBlobs, SQLiteBranches, SQLiteItems, SQLiteErase
 ):
     """Sessions, transcripts, events, the tool-call ledger, errors and large results in SQLite.
 

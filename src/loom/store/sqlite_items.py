@@ -16,6 +16,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from loom.store.items import (
@@ -271,6 +272,19 @@ class SQLiteItems:
             ],
         )
         return shape_namespaces(stored, suffix=suf, max_depth=depth, limit=limit, offset=offset)
+
+    async def purge_expired_items(self, now: datetime) -> int:
+        """Delete every item expired at ``now`` and its words (expired items are hidden from
+        reads already; this frees their rows). How many there were."""
+
+        def purge(c: sqlite3.Connection) -> int:
+            rows = c.execute(
+                "SELECT rowid, value FROM items WHERE expires_at <= ?", (now.timestamp(),)
+            ).fetchall()
+            _forget_rows(c, [(r[0], r[1]) for r in rows])
+            return len(rows)
+
+        return await self._write("purging expired items", purge)
 
     async def delete_owner_items(self, owner: str) -> int:
         """Delete every item of ``owner`` and its words; the FTS index is then merged

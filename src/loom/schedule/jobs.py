@@ -10,7 +10,9 @@ is not a ``JobFailed``) stops at once, other exceptions are retried.
 Built-in jobs (``builtin_jobs``): ``cleanup`` (stored errors and large results past a TTL,
 what ``loom errors cleanup`` does by hand), ``sessions`` (sessions idle past a TTL, only when
 configured), ``history`` (finished schedule runs and check-ins past a TTL), ``monitors``
-(the missed-run and timeout detector, every minute).
+(the missed-run and timeout detector, every minute), ``extract`` (memories from finished turns,
+``loom.memory.extraction``; only when ``extraction`` is set or ``LOOM_MEMORY_EXTRACT`` names a
+model).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from loom.schedule.launch import Outcome
 from loom.schedule.model import Schedule
 
 if TYPE_CHECKING:
+    from loom.memory.extraction import ExtractionSettings
+    from loom.pricing import PriceTable
     from loom.schedule.model import ScheduleRun
     from loom.schedule.monitors import MonitorStore
     from loom.schedule.storage import ScheduleStore
@@ -112,7 +116,9 @@ class JobRunner:
 @dataclass(frozen=True, slots=True)
 class MaintenanceSettings:
     """TTLs (seconds) of the built-in jobs; ``None`` turns a job off. Sessions are only
-    expired when ``session_ttl`` is set."""
+    expired when ``session_ttl`` is set. ``extraction`` turns on the ``extract`` job (memories
+    from finished turns, every ``extraction.every`` seconds); left None, the
+    ``LOOM_MEMORY_EXTRACT*`` variables decide (``loom.memory.extraction.settings_from_env``)."""
 
     error_ttl: float | None = 30 * 86400
     result_ttl: float | None = 30 * 86400
@@ -122,6 +128,7 @@ class MaintenanceSettings:
     sessions_every: float = 3600
     history_every: float = 86400
     detector_every: float = 60
+    extraction: ExtractionSettings | None = None
 
 
 def builtin_jobs(
@@ -129,8 +136,11 @@ def builtin_jobs(
     schedules: ScheduleStore,
     monitors: MonitorStore,
     settings: MaintenanceSettings | None = None,
+    *,
+    prices: PriceTable | None = None,
 ) -> list[Job]:
-    """The built-in maintenance jobs on ``store`` (seed 003 §2)."""
+    """The built-in maintenance jobs on ``store`` (seed 003 §2); ``prices`` price the
+    extraction model's calls (the runtime's)."""
     s = settings or MaintenanceSettings()
     clock = schedules.clock
 
@@ -176,4 +186,10 @@ def builtin_jobs(
         jobs.append(Job("sessions", s.sessions_every, sessions))
     if s.history_ttl is not None:
         jobs.append(Job("history", s.history_every, history))
+    from loom.memory.extraction import Extractor, job_run, settings_from_env
+
+    extraction = s.extraction if s.extraction is not None else settings_from_env()
+    if extraction is not None:
+        extractor = Extractor(store, extraction, prices=prices, clock=clock)
+        jobs.append(Job("extract", extraction.every, job_run(extractor)))
     return jobs

@@ -53,6 +53,7 @@ from loom.store.base import capabilities_of
 from loom.store.items import check_namespace
 
 if TYPE_CHECKING:
+    from loom.memory.tokens import TokenCounter
     from loom.models.base import Model
     from loom.pricing import PriceTable
     from loom.store.base import ItemStore, KVStore, SessionInfo, Store
@@ -374,6 +375,7 @@ class Extractor:
         self.clock = clock
         self._prices = prices
         self._model: Model | None = None
+        self._counter: TokenCounter | None = None
 
     @property
     def model(self) -> Model:
@@ -385,7 +387,17 @@ class Extractor:
         return self._model
 
     @property
+    def counter(self) -> TokenCounter:
+        """How prompts are counted against ``max_tokens`` (the model's own counter)."""
+        if self._counter is None:
+            from loom.memory.tokens import counter_for_model
+
+            self._counter = counter_for_model(self.model)
+        return self._counter
+
+    @property
     def prices(self) -> PriceTable:
+        """The prices the run's usage is priced with (default: the shipped table)."""
         if self._prices is None:
             from loom.pricing import default_prices
 
@@ -504,9 +516,7 @@ class Extractor:
                 f"Assistant:\n{_clip(turn.assistant, s.max_turn_chars)}"
             ),
         ]
-        from loom.memory.tokens import counter_for_model
-
-        counter = counter_for_model(self.model)
+        counter = self.counter
         prompt_tokens = sum(counter.count(m.content) for m in messages)
         if s.max_tokens is not None and prompt_tokens > s.max_tokens:  # no run could afford it
             problem = f"{where}: {prompt_tokens} tokens to send, over max_tokens={s.max_tokens}"
@@ -572,7 +582,7 @@ class Extractor:
     async def _ask(
         self,
         messages: Sequence[Message],
-        counter: Any,
+        counter: TokenCounter,
         prompt_tokens: int,
         where: str,
         report: ExtractionReport,

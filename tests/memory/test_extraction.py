@@ -30,6 +30,7 @@ from loom.memory.extraction import (
 from loom.messages import Usage
 from loom.pricing import default_prices
 from loom.store import SQLiteStore
+from loom.store.postgres import PostgresStore
 from loom.testing import FunctionModel
 
 TURNS = {"s1": ["my dog is called Rex", "I live in Oslo"], "s2": ["I prefer green tea"]}
@@ -48,7 +49,7 @@ def facts(messages: list[Message], tools: Any) -> str:
 
 
 class Rig:
-    def __init__(self, store: SQLiteStore) -> None:
+    def __init__(self, store: SQLiteStore | PostgresStore) -> None:
         self.store = store
         self.runtime = Runtime(store=store)
         self.agent = Agent(name="echo", model=FunctionModel(lambda m, t: "echo: " + m[-1].content))
@@ -341,3 +342,23 @@ async def test_a_store_without_items_is_a_configuration_error() -> None:
 
     with pytest.raises(ConfigurationError, match="key-values"):
         Extractor(MemoryStore())
+
+
+async def test_on_postgresql_too(pg_schema_dsn: str) -> None:
+    store = PostgresStore(pg_schema_dsn)
+    rig = Rig(store)
+    try:
+        await rig.seed()
+        await store.put_value(THREAD_OWNER_NS, "s2", "alice")
+        model = FunctionModel(facts)
+        first = await extract_memories(store, ExtractionSettings(model=model, max_turns=2))
+        rest = await extract_memories(store, ExtractionSettings(model=model))
+        assert (first.turns, first.stopped, rest.turns, rest.stopped) == (2, "budget", 1, None)
+        assert (await extract_memories(store, ExtractionSettings(model=model))).turns == 0
+        assert len(model.calls) == 3
+        [tea] = await store.search_items(("memories", "alice"), owner="alice")
+        assert (tea.owner, tea.value["text"]) == ("alice", "fact: I prefer green tea")
+        assert len(await store.search_items(("memories",), limit=100)) == 3
+    finally:
+        await rig.runtime.aclose()
+        await store.close()

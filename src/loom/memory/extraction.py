@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from loom.errors import ConfigurationError, InputError, JobFailed
+from loom.errors import ConfigurationError, InputError, JobFailed, SessionNotFound
 from loom.events import AgentFinish, EventType, SessionBranch, UserMessage
 from loom.messages import Message, Usage
 from loom.store.base import capabilities_of
@@ -70,6 +70,7 @@ __all__ = [
     "ExtractionSettings",
     "Extractor",
     "FinishedTurn",
+    "ProgressFn",
     "extract_memories",
     "finished_turns",
     "job_run",
@@ -460,7 +461,7 @@ class Extractor:
         """Extract the session's new turns; True when none is left to do."""
         try:
             turns = await finished_turns(self.store, info.id)
-        except InputError as exc:  # the session went away while being read
+        except (InputError, SessionNotFound) as exc:  # it went away while being read
             log.warning("extraction: session %r could not be read: %s", info.id, exc)
             return True
         if not turns:

@@ -1,4 +1,4 @@
-"""`loom memory`: list, search and delete the items of memory across sessions (issue #29).
+"""`loom memory`: list, search, delete and extract the items of memory across sessions (#29).
 
 Items live in the session database (``--store``, alias ``--db``; default ``.loom/loom.db``) when
 its store has the ``ItemStore`` capability. The CLI reads as the database's owner: it sees every
@@ -167,3 +167,83 @@ def remove(
         )
         raise typer.Exit(code=2)
     out.print(f"deleted {escape(namespace)} / {escape(key)}")
+
+
+@app.command("extract")
+def extract(
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="Extraction model (default: LOOM_MEMORY_EXTRACT, then LOOM_MODEL, then local).",
+        ),
+    ] = None,
+    namespace: Annotated[
+        str, typer.Option("--namespace", help="Where memories go, dotted; {owner}, {agent}.")
+    ] = "memories.{owner}",
+    max_turns: Annotated[
+        int | None, typer.Option("--max-turns", help="Turns to send at most.", min=1)
+    ] = 50,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", help="Tokens to spend at most.", min=1)
+    ] = 100_000,
+    max_cost: Annotated[
+        float | None, typer.Option("--max-cost", help="US dollars to spend at most.", min=0)
+    ] = None,
+    as_json: JsonOpt = False,
+    store: StoreOpt = None,
+) -> None:
+    """Extract memories from the turns finished since the last extraction, once (what the
+    scheduler's ``extract`` job does on its ticks)."""
+    import os
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from loom.cli._console import err
+    from loom.errors import LoomError
+    from loom.memory.extraction import ExtractionReport, ExtractionSettings, extract_memories
+
+    async def go() -> ExtractionReport:
+        settings = ExtractionSettings(
+            model=model or os.environ.get("LOOM_MEMORY_EXTRACT") or None,
+            namespace=tuple(namespace.split(".")),
+            max_turns=max_turns,
+            max_tokens=max_tokens,
+            max_cost=max_cost,
+        )
+        db = open_store(store)
+        try:
+            with Progress(
+                TextColumn("extracting"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("sessions, {task.fields[memories]} memories"),
+                console=err,
+                transient=True,
+                disable=as_json,
+            ) as bar:
+                task = bar.add_task("extract", total=None, memories=0)
+
+                def progress(done: int, total: int, report: ExtractionReport) -> None:
+                    bar.update(task, completed=done, total=total, memories=report.memories)
+
+                return await extract_memories(db, settings, progress=progress)
+        finally:
+            await db.close()
+
+    try:
+        report = asyncio.run(go())
+    except LoomError as exc:
+        say_error(exc)
+        raise typer.Exit(code=2) from None
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        stopped = f", stopped: {report.stopped}" if report.stopped else ""
+        out.print(
+            f"{report.turns} turns, {report.memories} memories, {report.skipped} skipped{stopped}"
+        )
+        for problem in report.errors:
+            err.print(f"[yellow]warning:[/] {escape(problem)}")
+    if report.stopped == "model_error":
+        raise typer.Exit(code=1)

@@ -12,7 +12,9 @@ what ``loom errors cleanup`` does by hand), ``sessions`` (sessions idle past a T
 configured), ``history`` (finished schedule runs and check-ins past a TTL), ``monitors``
 (the missed-run and timeout detector, every minute), ``items`` (memory items past their
 expiry deleted, hourly, on a store with the ``ItemStore`` capability: reads hide them at once,
-this frees their rows and search words).
+this frees their rows and search words), ``extract`` (memories from finished turns,
+``loom.memory.extraction``; only when ``extraction`` is set or ``LOOM_MEMORY_EXTRACT`` names a
+model).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from loom.schedule.model import Schedule
 from loom.store.base import capabilities_of
 
 if TYPE_CHECKING:
+    from loom.memory.extraction import ExtractionSettings
+    from loom.pricing import PriceTable
     from loom.schedule.model import ScheduleRun
     from loom.schedule.monitors import MonitorStore
     from loom.schedule.storage import ScheduleStore
@@ -115,7 +119,9 @@ class JobRunner:
 @dataclass(frozen=True, slots=True)
 class MaintenanceSettings:
     """TTLs (seconds) of the built-in jobs; ``None`` turns a job off. Sessions are only
-    expired when ``session_ttl`` is set."""
+    expired when ``session_ttl`` is set. ``extraction`` turns on the ``extract`` job (memories
+    from finished turns, every ``extraction.every`` seconds); left None, the
+    ``LOOM_MEMORY_EXTRACT*`` variables decide (``loom.memory.extraction.settings_from_env``)."""
 
     error_ttl: float | None = 30 * 86400
     result_ttl: float | None = 30 * 86400
@@ -126,6 +132,7 @@ class MaintenanceSettings:
     history_every: float = 86400
     detector_every: float = 60
     items_every: float | None = 3600  # purge of expired memory items; None: never
+    extraction: ExtractionSettings | None = None
 
 
 def builtin_jobs(
@@ -133,8 +140,11 @@ def builtin_jobs(
     schedules: ScheduleStore,
     monitors: MonitorStore,
     settings: MaintenanceSettings | None = None,
+    *,
+    prices: PriceTable | None = None,
 ) -> list[Job]:
-    """The built-in maintenance jobs on ``store`` (seed 003 §2)."""
+    """The built-in maintenance jobs on ``store`` (seed 003 §2); ``prices`` price the
+    extraction model's calls (the runtime's)."""
     s = settings or MaintenanceSettings()
     clock = schedules.clock
     items = capabilities_of(store).items
@@ -187,4 +197,10 @@ def builtin_jobs(
         jobs.append(Job("history", s.history_every, history))
     if s.items_every is not None and items is not None:
         jobs.append(Job("items", s.items_every, purge_items))
+    from loom.memory.extraction import Extractor, job_run, settings_from_env
+
+    extraction = s.extraction if s.extraction is not None else settings_from_env()
+    if extraction is not None:
+        extractor = Extractor(store, extraction, prices=prices, clock=clock)
+        jobs.append(Job("extract", extraction.every, job_run(extractor)))
     return jobs

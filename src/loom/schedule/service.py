@@ -37,7 +37,7 @@ async def build_scheduler(
     store: Any = runtime.store
     schedules = ScheduleStore(store, clock=clock, agents=agents)
     monitors = MonitorStore(store, clock=clock)
-    jobs = builtin_jobs(store, schedules, monitors, maintenance)
+    jobs = builtin_jobs(store, schedules, monitors, maintenance, prices=runtime.prices)
     for job in jobs:
         await schedules.ensure(job_schedule(job))
     return Scheduler(

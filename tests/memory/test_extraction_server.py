@@ -65,3 +65,16 @@ async def test_a_keys_turns_become_its_own_memories(keyed: Server, tmp_path: Pat
     assert item["value"]["key"] == "said"
     assert (await bob.store.search_items(["memories"]))["items"] == []
     assert len((await root.store.search_items(["memories"]))["items"]) == 1
+
+
+def test_a_bad_extraction_setting_stops_the_server_naming_the_variable(tmp_path: Path) -> None:
+    """A typo in LOOM_MEMORY_EXTRACT_* must not start a server whose schedules are all silently
+    off (build_scheduler's ConfigurationError reads as "a store without schedules")."""
+    with pytest.raises(RuntimeError, match="LOOM_MEMORY_EXTRACT_EVERY"):
+        start_server(
+            tmp_path,
+            env={
+                "LOOM_MEMORY_EXTRACT": "openai:gpt-4o-mini",
+                "LOOM_MEMORY_EXTRACT_EVERY": "hourly",
+            },
+        )

@@ -18,6 +18,7 @@ import typer
 from loom.cli import (
     db_cmd,
     errors_cmd,
+    eval_cmd,
     mcp_cmd,
     memory_cmd,
     patterns_cmd,
@@ -70,6 +71,7 @@ app.command("mcp")(mcp_cmd.mcp)
 app.add_typer(sessions_cmd.app, name="sessions")
 app.add_typer(memory_cmd.app, name="memory")
 app.add_typer(errors_cmd.app, name="errors")
+app.add_typer(eval_cmd.app, name="eval")
 app.add_typer(patterns_cmd.app, name="patterns")
 app.add_typer(db_cmd.app, name="db")
 app.add_typer(schedule_cmd.app, name="schedule")

@@ -40,7 +40,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a t
 
 @app.command("run")
 def run(
-    dataset: Annotated[Path, typer.Argument(help="A dataset file: YAML, or JSONL (one case a line).")],
+    dataset: Annotated[
+        Path, typer.Argument(help="A dataset file: YAML, or JSONL (one case a line).")
+    ],
     agent: Annotated[
         str,
         typer.Option(

@@ -376,9 +376,12 @@ class _Bounded(Assertion):
     def check(self, trajectory: Trajectory) -> CheckResult:
         seen = self.measure(trajectory)
         if seen is None:
-            return self.result(False, f"{self.key} is unknown for this run (no price for its model)")
+            return self.result(
+                False, f"{self.key} is unknown for this run (no price for its model)"
+            )
         return self.result(
-            self.value.holds(seen), f"{self.key} {seen:g}{self.unit}, wanted {self.value.describe()}"
+            self.value.holds(seen),
+            f"{self.key} {seen:g}{self.unit}, wanted {self.value.describe()}",
         )
 
 

@@ -22,10 +22,9 @@ from loom.errors import InputError
 
 __all__ = [
     "Case",
-    "DatasetError",
     "Dataset",
+    "DatasetError",
     "Expected",
-    "RubricSpec",
     "ScriptStep",
     "SessionInput",
     "load_dataset",
@@ -58,33 +57,34 @@ class SessionInput(_Data):
     message: str
 
 
-class RubricSpec(_Data):
-    """A rubric for a judge panel (``loom.judge``): each criterion is one ``LLMJudge`` on the
-    judge model; their scores are combined by ``strategy`` (one of the panel's six)."""
-
-    rubric: str | list[str]
-    strategy: Literal["mean", "median", "min", "max", "weighted", "vote"] = "mean"
-    threshold: float = Field(0.7, ge=0, le=1)
-
-    def criteria(self) -> list[str]:
-        """The rubric's criteria, one per judge."""
-        return [self.rubric] if isinstance(self.rubric, str) else list(self.rubric)
-
-
 class Expected(_Data):
     """What a good final answer is: exactly one of ``text`` (equal after stripping), ``contains``
     (a substring), ``json_schema`` (the answer is JSON valid against it), ``type`` (an import
-    path ``module:Name`` of a pydantic model the answer's JSON validates as) or ``rubric``."""
+    path ``module:Name`` of a pydantic model the answer's JSON validates as) or ``rubric``.
+
+    A ``rubric`` (one criterion, or a list) is scored by a judge panel (``loom.judge``): one
+    ``LLMJudge`` per criterion on the judge model, combined by ``strategy`` (one of the panel's
+    six: mean, median, min, max, weighted, vote) against ``threshold``."""
 
     text: str | None = None
     contains: str | None = None
     json_schema: dict[str, Any] | None = None
     type: str | None = None
-    rubric: RubricSpec | None = None
+    rubric: str | list[str] | None = None
+    strategy: Literal["mean", "median", "min", "max", "weighted", "vote"] = "mean"
+    threshold: float = Field(0.7, ge=0, le=1)
+
+    def criteria(self) -> list[str]:
+        """The rubric's criteria, one per judge."""
+        if self.rubric is None:
+            return []
+        return [self.rubric] if isinstance(self.rubric, str) else list(self.rubric)
 
     @model_validator(mode="after")
     def _one_kind(self) -> Expected:
-        given = [k for k in ("text", "contains", "json_schema", "type", "rubric") if getattr(self, k)]
+        given = [
+            k for k in ("text", "contains", "json_schema", "type", "rubric") if getattr(self, k)
+        ]
         if len(given) != 1:
             raise ValueError(
                 "expected needs exactly one of text, contains, json_schema, type, rubric; "
@@ -188,8 +188,7 @@ def _validate(
         raw = {"name": name, "cases": raw}
     if not isinstance(raw, dict):
         raise DatasetError(
-            f"a dataset is a mapping with 'cases' (or a list of cases), not a "
-            f"{type(raw).__name__}",
+            f"a dataset is a mapping with 'cases' (or a list of cases), not a {type(raw).__name__}",
             path=path,
             line=line_of(()),
         )
@@ -200,7 +199,9 @@ def _validate(
         first = exc.errors()[0]
         loc = tuple(first["loc"])
         # a union's member name (str, SessionInput, ...) is not a field of the file
-        loc = tuple(p for p in loc if not (isinstance(p, str) and p[:1].isupper() or "[" in str(p)))
+        loc = tuple(
+            p for p in loc if not ((isinstance(p, str) and p[:1].isupper()) or "[" in str(p))
+        )
         raise DatasetError(
             f"{first['msg']} ({len(exc.errors())} problem(s); fix this one first)",
             path=path,

@@ -156,7 +156,9 @@ def agent_revision(agent: Agent) -> str:
     except Exception:  # an agent a definition cannot describe: hash what can be read of it
         text = json.dumps([agent.name, agent.instructions, sorted(agent.tools)], default=str)
     model = agent.given.get("model")
-    text += "|" + (model if isinstance(model, str) else getattr(model, "name", type(model).__name__))
+    text += "|" + (
+        model if isinstance(model, str) else getattr(model, "name", type(model).__name__)
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -299,7 +301,7 @@ async def _expected_checks(
 async def _judge(case: Case, result: RunResult, judge_model: str | Model) -> CheckResult:
     from loom.judge import JudgeContext, JudgePanel, LLMJudge
 
-    rubric = case.expected.rubric if case.expected is not None else None
+    rubric = case.expected
     assert rubric is not None
     judges = [
         LLMJudge(judge_model, criterion, name=f"rubric{i + 1}", timeout=60.0)
@@ -329,6 +331,10 @@ async def _judge(case: Case, result: RunResult, judge_model: str | Model) -> Che
         score=verdict.score,
         details=verdict.to_dict(),
     )
+
+
+# runs that ended for a reason outside the agent's control: the case says nothing of the agent
+_ERRORED_STOPS = frozenset({"model_error", "error", "cancelled"})
 
 
 def _score(checks: list[CheckResult]) -> float:
@@ -386,7 +392,7 @@ async def _run_case(
     checks = check_all(parse_assertions(case.assertions), trajectory)
     checks += await _expected_checks(case, result, judge_model)
     status: CaseStatus
-    if result.stop_reason == "error" or any(c.errored for c in checks):
+    if result.stop_reason in _ERRORED_STOPS or any(c.errored for c in checks):
         status = "errored"
     else:
         status = "passed" if all(c.passed for c in checks) else "failed"
@@ -549,8 +555,7 @@ async def run_experiment(
     header = record.to_dict() | {"case_order": [c.id for c in dataset.cases]}
     await kv.put_value(EXPERIMENTS_NAMESPACE, record.id, header)
     done = {
-        key.partition("/")[2]
-        for key in await kv.list_keys(CASES_NAMESPACE, prefix=f"{record.id}/")
+        key.partition("/")[2] for key in await kv.list_keys(CASES_NAMESPACE, prefix=f"{record.id}/")
     }
     runtime = Runtime(store)
     gate = asyncio.Semaphore(concurrency)
@@ -595,4 +600,3 @@ async def run_experiment(
 def header_order(dataset: Dataset) -> dict[str, Any]:
     """The case order stored with an experiment's header (results are listed in it)."""
     return {"case_order": [c.id for c in dataset.cases]}
-

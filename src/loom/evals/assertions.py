@@ -487,7 +487,8 @@ def parse_assertions(raw: Sequence[dict[str, Any]]) -> list[Assertion]:
     for i, item in enumerate(raw):
         if not isinstance(item, dict) or len(item) != 1:
             raise ValueError(
-                f"assertion {i}: write one mapping with one key (e.g. {{called: add}}), got {item!r}"
+                f"assertion {i}: write one mapping with one key (e.g. {{called: add}}), "
+                f"got {item!r}"
             )
         ((key, value),) = item.items()
         kind = ASSERTIONS.get(key)

@@ -229,10 +229,13 @@ def _yaml_lines(node: Any) -> Any:
                         child = value
                         line = int(key.start_mark.line) + 1
                         break
-            elif isinstance(current, yaml.SequenceNode) and isinstance(part, int):
-                if 0 <= part < len(current.value):
-                    child = current.value[part]
-                    line = int(child.start_mark.line) + 1
+            elif (
+                isinstance(current, yaml.SequenceNode)
+                and isinstance(part, int)
+                and 0 <= part < len(current.value)
+            ):
+                child = current.value[part]
+                line = int(child.start_mark.line) + 1
             if child is None:
                 break
             current = child

@@ -202,7 +202,8 @@ def check_dataset(dataset: Dataset, agent: Agent, *, judge_model: str | Model | 
                 continue
             raise UnknownCaseTool(
                 f"case {case.id!r} of dataset {dataset.name!r} names the tool {name!r}, which "
-                f"agent {agent.name!r} does not have (it has: {', '.join(sorted(names)) or 'none'}); "
+                f"agent {agent.name!r} does not have (it has: "
+                f"{', '.join(sorted(names)) or 'none'}); "
                 "fix the case, or add the tool to the agent (or to the case's tools)"
             )
         expected = case.expected
@@ -219,13 +220,13 @@ def check_dataset(dataset: Dataset, agent: Agent, *, judge_model: str | Model | 
                     f"case {case.id!r}: expected.type {expected.type!r} does not import: {exc}",
                     field=f"cases.{dataset.cases.index(case)}.expected.type",
                 ) from None
-        if not isinstance(case.input, str) and isinstance(case.input.checkpoint, str):
-            if "." not in case.input.checkpoint:
-                raise DatasetError(
-                    f"case {case.id!r}: checkpoint {case.input.checkpoint!r} is neither a turn "
-                    "count nor '<run_id>.<sequence>'",
-                    field=f"cases.{dataset.cases.index(case)}.input.checkpoint",
-                )
+        checkpoint = None if isinstance(case.input, str) else case.input.checkpoint
+        if isinstance(checkpoint, str) and "." not in checkpoint:
+            raise DatasetError(
+                f"case {case.id!r}: checkpoint {checkpoint!r} is neither a turn count nor "
+                "'<run_id>.<sequence>'",
+                field=f"cases.{dataset.cases.index(case)}.input.checkpoint",
+            )
 
 
 def _script_model(case: Case) -> Model:

@@ -66,7 +66,7 @@ def test_an_unknown_assertion_names_its_line(tmp_path: Path) -> None:
     path.write_text(GOOD.replace("- called: {name: add", "- calld: {name: add"))
     with pytest.raises(DatasetError) as caught:
         load_dataset(path)
-    assert caught.value.line == 7 and caught.value.field == "cases.0.assertions"
+    assert caught.value.line == 8 and caught.value.field == "cases.0.assertions.0"
     assert "unknown kind 'calld'" in str(caught.value)
 
 

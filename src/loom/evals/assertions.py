@@ -500,7 +500,9 @@ def parse_assertions(raw: Sequence[dict[str, Any]]) -> list[Assertion]:
             built.append(kind.model_validate({"value": value}))
         except ValidationError as exc:
             first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"][1:])
+            from loom.evals.dataset import member_name
+
+            where = ".".join(str(p) for p in first["loc"][1:] if not member_name(p))
             raise ValueError(
                 f"assertion {i} ({key}{' ' + where if where else ''}): {first['msg']}"
             ) from None

@@ -13,6 +13,7 @@ A file that does not parse raises ``DatasetError`` naming the file, the line and
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -177,6 +178,17 @@ class Dataset(_Data):
         return hashlib.sha256(data.encode()).hexdigest()[:16]
 
 
+_ASSERTION_INDEX = re.compile(r"Value error, assertion (\d+)")
+
+
+def member_name(part: int | str) -> bool:
+    """Whether a part of a validation error's path names a union member (``str``,
+    ``SessionInput``, ``list[...]``), which is no field of the file."""
+    if isinstance(part, int):
+        return False
+    return part[:1].isupper() or "[" in part or part in ("str", "int", "float", "bool", "dict")
+
+
 def _dotted(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(part) for part in loc)
 
@@ -199,9 +211,10 @@ def _validate(
         first = exc.errors()[0]
         loc = tuple(first["loc"])
         # a union's member name (str, SessionInput, ...) is not a field of the file
-        loc = tuple(
-            p for p in loc if not ((isinstance(p, str) and p[:1].isupper()) or "[" in str(p))
-        )
+        loc = tuple(p for p in loc if not member_name(p))
+        pointed = _ASSERTION_INDEX.match(str(first["msg"]))
+        if loc[-1:] == ("assertions",) and pointed:  # down to the assertion's own line
+            loc += (int(pointed[1]),)
         raise DatasetError(
             f"{first['msg']} ({len(exc.errors())} problem(s); fix this one first)",
             path=path,

@@ -149,8 +149,7 @@ def run(
         f"{len(experiment.results) - experiment.ran} kept from before; status {record.status}"
     )
     if report is not None:
-        kind = "json" if report[0] == "json" else "junit"
-        write_report(experiment, kind, report[1])
+        write_report(experiment, "json" if report[0] == "json" else "junit", report[1])
     if fail_under is not None and record.score < fail_under:
         err.print(f"[red]score {record.score:.2f} is under --fail-under {fail_under:.2f}[/]")
         raise typer.Exit(1)

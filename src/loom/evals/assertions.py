@@ -41,6 +41,7 @@ __all__ = [
     "Trajectory",
     "check_all",
     "matches_subset",
+    "member_name",
     "parse_assertions",
     "register_assertion",
     "trajectory_from_events",
@@ -500,13 +501,19 @@ def parse_assertions(raw: Sequence[dict[str, Any]]) -> list[Assertion]:
             built.append(kind.model_validate({"value": value}))
         except ValidationError as exc:
             first = exc.errors()[0]
-            from loom.evals.dataset import member_name
-
             where = ".".join(str(p) for p in first["loc"][1:] if not member_name(p))
             raise ValueError(
                 f"assertion {i} ({key}{' ' + where if where else ''}): {first['msg']}"
             ) from None
     return built
+
+
+def member_name(part: int | str) -> bool:
+    """Whether a part of a validation error's path names a union member (``str``,
+    ``SessionInput``, ``list[...]``), which is no field of the file."""
+    if isinstance(part, int):
+        return False
+    return part[:1].isupper() or "[" in part or part in ("str", "int", "float", "bool", "dict")
 
 
 def check_all(assertions: Sequence[Assertion], trajectory: Trajectory) -> list[CheckResult]:

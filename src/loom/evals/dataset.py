@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from loom.errors import InputError
+from loom.evals.assertions import member_name, parse_assertions
 
 __all__ = [
     "Case",
@@ -127,8 +128,6 @@ class Case(_Data):
     @field_validator("assertions")
     @classmethod
     def _known_assertions(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        from loom.evals.assertions import parse_assertions
-
         parse_assertions(value)  # raises ValueError naming the bad one
         return value
 
@@ -139,8 +138,6 @@ class Case(_Data):
 
     def tool_names(self) -> set[str]:
         """Every tool this case names (assertions and script): each must be the agent's."""
-        from loom.evals.assertions import parse_assertions
-
         names: set[str] = set()
         for check in parse_assertions(self.assertions):
             names.update(check.tool_names())
@@ -179,14 +176,6 @@ class Dataset(_Data):
 
 
 _ASSERTION_INDEX = re.compile(r"Value error, assertion (\d+)")
-
-
-def member_name(part: int | str) -> bool:
-    """Whether a part of a validation error's path names a union member (``str``,
-    ``SessionInput``, ``list[...]``), which is no field of the file."""
-    if isinstance(part, int):
-        return False
-    return part[:1].isupper() or "[" in part or part in ("str", "int", "float", "bool", "dict")
 
 
 def _dotted(loc: tuple[int | str, ...]) -> str:

@@ -278,7 +278,12 @@ async def _expected_checks(
         verb = "contains" if ok else "lacks"
         return [CheckResult("expected.contains", ok, f"answer {verb} {expected.contains!r}")]
     if expected.json_schema is not None:
-        import jsonschema  # type: ignore[import-untyped]
+        try:
+            import jsonschema  # type: ignore[import-untyped]
+        except ImportError:
+            from loom.errors import MissingDependencyError
+
+            raise MissingDependencyError("jsonschema", "all", "expected.json_schema") from None
 
         try:
             jsonschema.validate(json.loads(answer), expected.json_schema)

@@ -204,8 +204,9 @@ def _validate(
         pointed = _ASSERTION_INDEX.match(str(first["msg"]))
         if loc[-1:] == ("assertions",) and pointed:  # down to the assertion's own line
             loc += (int(pointed[1]),)
+        message = str(first["msg"]).removeprefix("Value error, ")
         raise DatasetError(
-            f"{first['msg']} ({len(exc.errors())} problem(s); fix this one first)",
+            f"{message} ({len(exc.errors())} problem(s); fix this one first)",
             path=path,
             line=line_of(loc),
             field=_dotted(loc),

@@ -106,3 +106,51 @@ def test_an_example_changed_to_call_another_tool_fails_its_trajectory_assertion(
     assert result.returncode == 1, result.stdout + result.stderr
     assert "multiplies-with-the-tool │ failed" in result.stdout
     assert "expected calls in order multiply" in result.stdout
+
+
+FOLLOWER = '''\
+import re
+from pathlib import Path
+
+from loom import Agent, ModelResponse, ToolCall
+from loom.testing import FunctionModel
+
+
+def follow(messages, tools):
+    """A stand-in for a model that does what its instructions say: it calls the first tool
+    the system prompt tells it to call, once, then answers with the result."""
+    if messages[-1].role == "tool":
+        return messages[-1].content
+    system = " ".join(m.content for m in messages if m.role == "system")
+    name = re.search(r"Call (\\w+)", system)[1]
+    return ModelResponse(tool_calls=[ToolCall(name=name, arguments={"a": 2, "b": 3})])
+
+
+agent = Agent.from_file(Path(__file__).with_name("calculator.md"), model=FunctionModel(follow))
+'''
+
+SUM_CASE = """\
+cases:
+  - id: sums-with-add
+    input: what is 2 + 3?
+    assertions: [{called: add}, {not_called: multiply}]
+"""
+
+
+def test_changing_the_example_agents_instructions_fails_its_trajectory_assertion(
+    tmp_path: Path,
+) -> None:
+    calculator = EXAMPLES / "agents" / "calculator.md"
+    (tmp_path / "calculator.md").write_text(calculator.read_text())
+    (tmp_path / "follower.py").write_text(FOLLOWER)
+    (tmp_path / "sum.yaml").write_text(SUM_CASE)
+    run = ["eval", "run", "sum.yaml", "--agent", "follower.py", "--store", "e.db"]
+    before = loom(tmp_path, *run, "--fail-under", "1")
+    assert before.returncode == 0, before.stdout + before.stderr
+    text = calculator.read_text()
+    changed = text.replace("Call add for a sum and multiply for a product", "Call multiply")
+    assert changed != text
+    (tmp_path / "calculator.md").write_text(changed)
+    after = loom(tmp_path, *run, "--fail-under", "1")
+    assert after.returncode == 1, after.stdout + after.stderr
+    assert "expected a call of add; the run called multiply" in after.stdout

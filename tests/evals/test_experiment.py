@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from loom import Agent, ModelResponse, ToolCall
-from loom.errors import ConfigurationError, ModelUnavailable
+from loom.errors import ConfigurationError, InputError, ModelUnavailable
 from loom.evals import (
     Dataset,
     UnknownCaseTool,
@@ -296,6 +296,8 @@ async def test_results_are_stored_and_an_unfinished_experiment_resumes(tmp_path:
     second = await run_experiment(data, agent, store=store, concurrency=2)
     assert second.record.id == first.record.id and second.ran == 4
     assert second.record.status == "finished" and sorted(calls) == ["q0", "q1", "q2", "q3"]
+    with pytest.raises(InputError, match="another dataset, agent revision or model"):
+        await run_experiment(data, agent, store=store, resume=first.record.id, model="demo")
     third = await run_experiment(data, agent, store=store)  # finished: a new experiment
     assert third.record.id != first.record.id
     assert [r.case_id for r in (await load_experiment(store, first.record.id)).results] == [

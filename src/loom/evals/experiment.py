@@ -537,11 +537,16 @@ async def run_experiment(
     record: ExperimentRecord | None = None
     if resume is not None:
         record = (await load_experiment(store, resume)).record
-        if record.dataset_fingerprint != fingerprint or record.revision != revision:
+        if (
+            record.dataset_fingerprint != fingerprint
+            or record.revision != revision
+            or record.model != model_spec
+        ):
             raise InputError(
-                f"experiment {resume!r} measured another dataset or agent revision "
-                f"(dataset {record.dataset_fingerprint}, agent {record.revision}; now "
-                f"{fingerprint}, {revision}); start a new experiment instead of resuming it"
+                f"experiment {resume!r} measured another dataset, agent revision or model "
+                f"(dataset {record.dataset_fingerprint}, agent {record.revision}, model "
+                f"{record.model}; now {fingerprint}, {revision}, {model_spec}); start a new "
+                "experiment instead of resuming it"
             )
     elif auto_resume:
         record = await _find_unfinished(store, fingerprint, revision, model_spec)

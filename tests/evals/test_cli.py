@@ -187,3 +187,31 @@ def test_a_sigkilled_experiment_resumes_without_rerunning_finished_cases(tmp_pat
     assert "3 case(s) run now, 2 kept from before; status finished" in again.stderr
     listed = json.loads(loom(tmp_path, "eval", "list", "--store", "e.db", "--json").stdout)
     assert len(listed) == 1 and listed[0]["passed"] == 5 and listed[0]["status"] == "finished"
+
+
+def test_a_judge_whose_model_is_down_marks_its_case_errored(calc: Path) -> None:
+    """The judge's server refuses connections (nothing listens on the port): the judged case
+    is errored, an error in JUnit, not a failure, and the others are scored as usual."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on once this socket is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (calc / "rubric.yaml").write_text(
+        """
+cases:
+  - {id: judged, input: hi, script: [hello there], expected: {rubric: is friendly}}
+  - {id: plain, input: hi, script: [hello], expected: {text: hello}}
+"""
+    )
+    judge = f"openai-compatible:http://127.0.0.1:{port}/v1#judge"
+    run = ["eval", "run", "rubric.yaml", "--agent", "calc.md", "--store", "e.db"]
+    result = loom(calc, *run, "--judge-model", judge, "--report", "junit", "r.xml")
+    assert result.returncode == 0, result.stderr
+    suite = ElementTree.parse(calc / "r.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("errors") == "1" and suite.get("failures") == "0"
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    error = cases["judged"].find("error")
+    assert error is not None
+    assert "the judge could not score the answer" in (error.get("message") or "")
+    assert cases["plain"].find("error") is None and cases["plain"].find("failure") is None

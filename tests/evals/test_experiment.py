@@ -330,3 +330,33 @@ cases:
     assert rows["m"].change == "better" and rows["m"].delta == 1.0
     assert rows["n"].change == "same"
     assert {r.case_id: r.change for r in compare(b, a)}["m"] == "worse"
+
+
+async def test_max_cost_stops_starting_cases_and_a_resume_finishes_them() -> None:
+    from loom.messages import Usage
+
+    def priced(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse:
+        usage = Usage(input_tokens=1_000_000, output_tokens=0, requests=1)
+        return ModelResponse(text="ok", usage=usage)
+
+    agent = calc_agent().replace(model=FunctionModel(priced, name="openai:gpt-4o-mini"))
+    data = dataset(
+        """
+cases:
+  - {id: a, input: q, assertions: [{cost: {min: 0.1, max: 0.2}}]}
+  - {id: b, input: q, assertions: [{cost: {max: 0.01}}]}
+  - {id: c, input: q}
+"""
+    )
+    store = MemoryStore()
+    first = await run_experiment(data, agent, store=store, concurrency=1, max_cost=0.1)
+    assert first.record.status == "budget_exhausted" and first.ran == 1
+    (a,) = first.results
+    assert a.cost is not None and 0.1 <= a.cost <= 0.2 and a.status == "passed", a.checks
+    again = await run_experiment(data, agent, store=store, concurrency=1, max_cost=0.1)
+    assert again.ran == 0  # what the first attempt spent counts against the same budget
+    last = await run_experiment(data, agent, store=store, concurrency=1)
+    assert last.record.id == first.record.id and last.ran == 2
+    statuses = {r.case_id: r.status for r in last.results}
+    assert statuses == {"a": "passed", "b": "failed", "c": "passed"}
+    assert last.record.status == "finished" and last.record.cost >= 0.3

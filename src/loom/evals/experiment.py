@@ -563,14 +563,12 @@ async def run_experiment(
             cases=len(dataset.cases),
         )
     record.status = "running"
-    header = record.to_dict() | {"case_order": [c.id for c in dataset.cases]}
-    await kv.put_value(EXPERIMENTS_NAMESPACE, record.id, header)
-    done = {
-        key.partition("/")[2] for key in await kv.list_keys(CASES_NAMESPACE, prefix=f"{record.id}/")
-    }
+    await kv.put_value(EXPERIMENTS_NAMESPACE, record.id, record.to_dict() | _case_order(dataset))
+    kept = (await load_experiment(store, record.id)).results  # from an interrupted attempt
+    done = {r.case_id for r in kept}
     runtime = Runtime(store)
     gate = asyncio.Semaphore(concurrency)
-    spent = [0.0]
+    spent = [sum(r.cost or 0.0 for r in kept)]  # the budget counts what was spent before
     ran = [0]
     budget_hit = [False]
 
@@ -604,10 +602,10 @@ async def run_experiment(
     else:
         record.status = "finished"
         record.finished_at = _now()
-    await kv.put_value(EXPERIMENTS_NAMESPACE, record.id, record.to_dict() | header_order(dataset))
+    await kv.put_value(EXPERIMENTS_NAMESPACE, record.id, record.to_dict() | _case_order(dataset))
     return Experiment(record, results, ran[0])
 
 
-def header_order(dataset: Dataset) -> dict[str, Any]:
-    """The case order stored with an experiment's header (results are listed in it)."""
+def _case_order(dataset: Dataset) -> dict[str, Any]:
+    """The case order stored with an experiment's header (its results are listed in it)."""
     return {"case_order": [c.id for c in dataset.cases]}

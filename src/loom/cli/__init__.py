@@ -71,11 +71,11 @@ app.command("mcp")(mcp_cmd.mcp)
 app.add_typer(sessions_cmd.app, name="sessions")
 app.add_typer(memory_cmd.app, name="memory")
 app.add_typer(errors_cmd.app, name="errors")
-app.add_typer(eval_cmd.app, name="eval")
 app.add_typer(patterns_cmd.app, name="patterns")
 app.add_typer(db_cmd.app, name="db")
 app.add_typer(schedule_cmd.app, name="schedule")
 app.add_typer(schedule_cmd.monitors_app, name="monitors")
+app.add_typer(eval_cmd.app, name="eval")
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ import typer
 from loom.cli import (
     db_cmd,
     errors_cmd,
+    eval_cmd,
     keys_cmd,
     mcp_cmd,
     memory_cmd,
@@ -76,6 +77,7 @@ app.add_typer(patterns_cmd.app, name="patterns")
 app.add_typer(db_cmd.app, name="db")
 app.add_typer(schedule_cmd.app, name="schedule")
 app.add_typer(schedule_cmd.monitors_app, name="monitors")
+app.add_typer(eval_cmd.app, name="eval")
 
 
 def main() -> None:

@@ -110,5 +110,13 @@ def fake_embeddings_server() -> Iterator[str]:
         str(port),
         "--log-level",
         "warning",
+        "--timeout-graceful-shutdown",  # the "stall" answer must not hold the shutdown up
+        "1",
     ]
     yield from _serve(cmd, f"http://127.0.0.1:{port}/v1", env, "the fake embeddings server")
+
+
+@pytest.fixture
+def closed_port_url() -> str:
+    """An API root on a loopback port nothing listens on."""
+    return f"http://127.0.0.1:{free_port()}/v1"

@@ -2,7 +2,8 @@
 for the error paths of ``OpenAIEmbedder`` (run by uvicorn in a subprocess; see conftest.py).
 
 - ``echo``: vectors ``[batch size, index, 1.0, ...]``, ``dimensions`` long if the request asks
-  (else 3); ``echo-shuffled`` answers the rows in reverse order (their ``index`` says where).
+  (else 3); ``echo-shuffled`` answers the rows in reverse order (their ``index`` says where);
+  ``echo-fixed`` ignores ``dimensions`` (always 3).
 - ``short``: the first answer has 3 numbers per vector, every later one 2.
 - ``per-token``: one vector per token (a server that does not pool).
 - ``fail500`` / ``bad400`` / ``unknown404``: those statuses, with an OpenAI-shaped error body.
@@ -36,8 +37,8 @@ def _answer(rows: list[Any]) -> JSONResponse:
 async def embeddings(request: Request) -> Response:
     body = await request.json()
     model, texts = body["model"], body["input"]
-    if model in ("echo", "echo-shuffled"):
-        size = int(body.get("dimensions") or 3)
+    if model in ("echo", "echo-shuffled", "echo-fixed"):
+        size = 3 if model == "echo-fixed" else int(body.get("dimensions") or 3)
         rows = [[float(len(texts)), float(i)] + [1.0] * (size - 2) for i in range(len(texts))]
         answer = _answer(rows)
         if model == "echo-shuffled":

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from loom.errors import ConfigurationError, MissingDependencyError
-from loom.models.local import bundled_model_path, check_gguf, llama_load_params
 
 __all__ = ["LlamaCppEmbedder", "Pooling"]
 
@@ -63,6 +62,8 @@ def _load(path: Path, pooling: str, n_ctx: int, n_threads: int | None) -> _Loade
         if found is not None:
             return found
         lib = _llama_cpp()
+        from loom.models.local import llama_load_params
+
         try:
             with llama_load_params():
                 llama = lib.Llama(
@@ -131,6 +132,9 @@ class LlamaCppEmbedder:
         if n_ctx < 8:
             raise ConfigurationError(f"LlamaCppEmbedder(n_ctx={n_ctx}): must be >= 8")
         _llama_cpp()  # a missing extra fails here, before any file is looked at
+        # Imported here: importing loom.embedding stays light for the stores that use its base.
+        from loom.models.local import bundled_model_path, check_gguf
+
         self.path = bundled_model_path() if path is None else check_gguf(Path(path))
         self.pooling = pooling
         self._n_ctx = n_ctx

@@ -28,7 +28,6 @@ from loom.embedding.base import (
     check_vectors,
 )
 from loom.errors import ConfigurationError
-from loom.models._client import error_of, import_sdk
 
 __all__ = ["KNOWN_DIMENSIONS", "OPENAI_BASE_URL", "OpenAIEmbedder"]
 
@@ -78,6 +77,9 @@ class OpenAIEmbedder:
             raise ConfigurationError(f"OpenAIEmbedder(batch_size={batch_size}): must be >= 1")
         if timeout <= 0:
             raise ConfigurationError(f"OpenAIEmbedder(timeout={timeout}): must be > 0 seconds")
+        # Imported here: importing loom.embedding stays light for the stores that use its base.
+        from loom.models._client import import_sdk
+
         self._sdk = import_sdk("openai", "openai", "The OpenAI-compatible embedder")
         self.model = model
         self.base_url = (base_url or OPENAI_BASE_URL).rstrip("/")
@@ -182,7 +184,7 @@ class OpenAIEmbedder:
             vectors: list[Any] = [row.embedding for row in rows]
         except (AttributeError, TypeError) as exc:
             raise EmbeddingError(
-                f"embedder {self._name!r} answered an embeddings response Loom cannot read "
+                f"embedder {self._name!r} answered something Loom cannot read as embeddings "
                 f"({type(exc).__name__}: {exc}): {str(answer)[:200]}"
             ) from exc
         if self._dimensions is None and vectors:
@@ -198,6 +200,8 @@ class OpenAIEmbedder:
         return check_vectors(self, batch, vectors)
 
     def _status_error(self, exc: Any) -> EmbeddingError:
+        from loom.models._client import error_of
+
         status = int(exc.status_code)
         _, message = error_of(exc)
         where = f"embedder {self._name!r} ({self.base_url}/embeddings) answered {status}: {message}"

@@ -70,6 +70,11 @@ async def test_batches_order_and_requested_dimensions(fake_embeddings_server: st
         [2.0, 1.0, 1.0],
         [1.0, 0.0, 1.0],
     ]
+    # Only empty texts and no length known yet: it is asked for once, with a probe text.
+    assert await OpenAIEmbedder("echo", base_url=fake_embeddings_server).embed(["", ""]) == [
+        [0.0, 0.0, 0.0],
+        [0.0, 0.0, 0.0],
+    ]
     shuffled = OpenAIEmbedder("echo-shuffled", base_url=fake_embeddings_server)
     assert [v[1] for v in await shuffled.embed(["a", "b", "c"])] == [0.0, 1.0, 2.0]
     sized = OpenAIEmbedder("echo", base_url=fake_embeddings_server, dimensions=5)

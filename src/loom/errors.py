@@ -40,6 +40,7 @@ LoomError
 │   ├── ModelResponseError        the model answered something unusable
 │   └── EmbeddingError            an embedder failed (loom.embedding; defined there)
 │       ├── EmbedderUnavailable   it cannot be reached: items are kept, embedded later
+│       ├── EmbedderAuthError     it refused the API key (also a ModelAuthError)
 │       └── EmbeddingDimensionMismatch  it answered vectors of another length
 ├── ToolError                     raised *by tools* to send a coded error to the model
 │   ├── ScopeViolation            a file tool was asked for a path outside its workspace

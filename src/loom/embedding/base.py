@@ -14,11 +14,12 @@ import math
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from loom.errors import ModelError
+from loom.errors import ModelAuthError, ModelError
 from loom.store.items import terms_of
 
 __all__ = [
     "Embedder",
+    "EmbedderAuthError",
     "EmbedderUnavailable",
     "EmbeddingDimensionMismatch",
     "EmbeddingError",
@@ -35,6 +36,11 @@ class EmbeddingError(ModelError):
 class EmbedderUnavailable(EmbeddingError):
     """The embedder cannot be reached, timed out or answered 5xx: nothing was embedded (items
     are kept and embedded later)."""
+
+
+class EmbedderAuthError(EmbeddingError, ModelAuthError):
+    """The embedder refused the credentials (401 / 403): a missing or wrong API key. Also a
+    ``ModelAuthError``, so code that handles a model's key problems handles this one too."""
 
 
 class EmbeddingDimensionMismatch(EmbeddingError):
@@ -74,6 +80,11 @@ def check_vectors(embedder: Embedder, texts: Sequence[str], vectors: object) -> 
         )
     out: list[list[float]] = []
     for vector in vectors:
+        if isinstance(vector, str | bytes) or not hasattr(vector, "__len__"):
+            raise EmbeddingError(
+                f"embedder {embedder.name!r} answered a {type(vector).__name__} where a vector "
+                "(a list of numbers) belongs"
+            )
         if len(vector) != embedder.dimensions:
             raise EmbeddingDimensionMismatch(
                 f"embedder {embedder.name!r} declared {embedder.dimensions} dimensions but "
@@ -82,7 +93,14 @@ def check_vectors(embedder: Embedder, texts: Sequence[str], vectors: object) -> 
                 expected=embedder.dimensions,
                 got=len(vector),
             )
-        floats = [float(x) for x in vector]
+        try:
+            floats = [float(x) for x in vector]
+        except (TypeError, ValueError):  # e.g. one vector per token: a server that does not pool
+            raise EmbeddingError(
+                f"embedder {embedder.name!r} answered a vector holding something other than "
+                "numbers (a list per token means the server does not pool its embeddings: run "
+                "it with mean pooling)"
+            ) from None
         if not all(math.isfinite(x) for x in floats):
             raise EmbeddingError(f"embedder {embedder.name!r} answered a vector with NaN or inf")
         out.append(floats)

@@ -49,7 +49,14 @@ from loom.models.local_prompt import (
     tools_schema,
 )
 
-__all__ = ["BUNDLED_MODEL_FILE", "LocalModel", "bundled_model_path", "from_spec"]
+__all__ = [
+    "BUNDLED_MODEL_FILE",
+    "LocalModel",
+    "bundled_model_path",
+    "check_gguf",
+    "from_spec",
+    "llama_load_params",
+]
 
 BUNDLED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _CHATML = (
@@ -134,6 +141,13 @@ def _default_params(extra_buffers: bool) -> Iterator[None]:
         yield
     finally:
         lib.llama_model_default_params = original
+
+
+def llama_load_params() -> contextlib.AbstractContextManager[None]:
+    """Wrap an in-process ``llama_cpp.Llama(...)`` load in this, as the local model's own loads
+    are: llama.cpp's extra CPU buffer types stay off unless ``LOOM_LLAMA_EXTRA_BUFFERS=1``
+    (their AMX path crashes on some CPUs; see ``_default_params``)."""
+    return _default_params(os.environ.get("LOOM_LLAMA_EXTRA_BUFFERS", "") == "1")
 
 
 def disable_extra_buffers() -> None:

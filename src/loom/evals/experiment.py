@@ -94,6 +94,7 @@ class CaseResult:
     run_id: str = ""
     cost: float | None = None
     duration: float = 0.0
+    turns: list[dict[str, Any]] = field(default_factory=list)  # a simulated user's conversation
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -359,10 +360,16 @@ async def _run_case(
     judge_model: str | Model | None,
 ) -> CaseResult:
     from loom.engine.run_inputs import AtEvent, AtTurn, RunOptions
+    from loom.evals.capture import ReplayEnvironment
+    from loom.evals.simulation import Conversation, simulate
     from loom.messages import new_id
 
     session_id = new_id("eval")
     run_model = _script_model(case) if case.script is not None else model_for_run(model)
+    environment = ReplayEnvironment(case.environment) if case.environment is not None else None
+    if environment is not None:  # tool calls answered from the recording
+        agent = environment.agent(agent)
+    conversation: Conversation | None = None
     started = time.perf_counter()
     try:
         if not isinstance(case.input, str):
@@ -375,7 +382,15 @@ async def _run_case(
                 point = AtEvent(run_id, int(seq))
             await runtime.fork(agent, case.input.session, point, new_session_id=session_id)
         options = RunOptions(model=run_model, extra_tools=tuple(case.tools))
-        result = await runtime.run(agent, case.message, session_id=session_id, options=options)
+        if case.user is not None:
+            conversation = await simulate(
+                runtime, agent, case, session_id, options, judge_model=judge_model
+            )
+            if not conversation.results:
+                raise InputError(f"the simulated user ended before a turn: {conversation.reason}")
+            result = conversation.results[-1]
+        else:
+            result = await runtime.run(agent, case.message, session_id=session_id, options=options)
     except Exception as exc:  # the run could not be made: say so, the experiment goes on
         return CaseResult(
             case.id,
@@ -386,17 +401,31 @@ async def _run_case(
             duration=time.perf_counter() - started,
         )
     duration = time.perf_counter() - started
-    events = await runtime.store.load_events(session_id, result.run_id)
+    if conversation is not None:  # the whole conversation's trajectory
+        events = [
+            e
+            for r in conversation.results
+            for e in await runtime.store.load_events(session_id, r.run_id)
+        ]
+    else:
+        events = await runtime.store.load_events(session_id, result.run_id)
+    cost = result.usage.cost
+    if conversation is not None and all(r.usage.cost is not None for r in conversation.results):
+        cost = sum(r.usage.cost or 0.0 for r in conversation.results)
     trajectory = trajectory_from_events(
         events,
         effect_of=agent.effect_of,
         duration=duration,
-        cost=result.usage.cost,
+        cost=cost,
         stop_reason=result.stop_reason,
         output=result.text,
     )
     checks = check_all(parse_assertions(case.assertions), trajectory)
     checks += await _expected_checks(case, result, judge_model)
+    if environment is not None:
+        checks += environment.checks()
+    if conversation is not None:
+        checks += conversation.checks()
     status: CaseStatus
     if result.stop_reason in _ERRORED_STOPS or any(c.errored for c in checks):
         status = "errored"
@@ -412,8 +441,9 @@ async def _run_case(
         trajectory.to_dict(),
         session_id,
         result.run_id,
-        result.usage.cost,
+        cost,
         duration,
+        conversation.turns if conversation is not None else [],
     )
 
 

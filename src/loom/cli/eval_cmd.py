@@ -60,6 +60,10 @@ def run(
     judge_model: Annotated[
         str | None, typer.Option("--judge-model", help="The model of rubric judges.")
     ] = None,
+    user_model: Annotated[
+        str | None,
+        typer.Option("--user-model", help="The model of simulated users whose case names none."),
+    ] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1)] = 4,
     max_cost: Annotated[
         float | None,
@@ -124,6 +128,7 @@ def run(
                     dataset_path=str(dataset),
                     model=model,
                     judge_model=judge_model,
+                    user_model=user_model,
                     concurrency=concurrency,
                     max_cost=max_cost,
                     resume=resume,

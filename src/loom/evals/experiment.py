@@ -358,6 +358,7 @@ async def _run_case(
     case: Case,
     model: str | Model | None,
     judge_model: str | Model | None,
+    user_model: str | Model | None = None,
 ) -> CaseResult:
     from loom.engine.run_inputs import AtEvent, AtTurn, RunOptions
     from loom.evals.capture import ReplayEnvironment
@@ -384,7 +385,13 @@ async def _run_case(
         options = RunOptions(model=run_model, extra_tools=tuple(case.tools))
         if case.user is not None:
             conversation = await simulate(
-                runtime, agent, case, session_id, options, judge_model=judge_model
+                runtime,
+                agent,
+                case,
+                session_id,
+                options,
+                user_model=user_model,
+                judge_model=judge_model,
             )
             if not conversation.results:
                 raise InputError(f"the simulated user ended before a turn: {conversation.reason}")
@@ -537,6 +544,7 @@ async def run_experiment(
     dataset_path: str = "",
     model: str | None = None,
     judge_model: str | Model | None = None,
+    user_model: str | Model | None = None,
     concurrency: int = 4,
     max_cost: float | None = None,
     resume: str | None = None,
@@ -550,6 +558,7 @@ async def run_experiment(
     that much (cases not run stay to run on a resume); ``resume`` names an experiment to
     finish; with ``auto_resume`` an unfinished experiment of the same dataset, agent revision
     and model is finished instead of a new one started. ``on_case`` is called with each result.
+    ``user_model`` plays the simulated user of a case whose ``user`` names no model.
     """
     from loom.engine.runtime import Runtime
     from loom.messages import new_id
@@ -607,7 +616,7 @@ async def run_experiment(
             if max_cost is not None and spent[0] >= max_cost:
                 budget_hit[0] = True
                 return
-            result = await _run_case(runtime, agent, case, model_spec, judge)
+            result = await _run_case(runtime, agent, case, model_spec, judge, user_model)
             spent[0] += result.cost or 0.0
             ran[0] += 1
             # stored the moment it is scored: a crash after this line does not run it again

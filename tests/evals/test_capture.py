@@ -155,7 +155,7 @@ async def test_an_agent_that_calls_another_tool_fails_the_trajectory_assertion(
 async def test_an_unmatched_call_runs_the_real_tool_when_the_case_allows(recorded: Any) -> None:
     store, session_id, _ = recorded
     case = await capture_case(store, session_id, unmatched="run_real", expect="none")
-    script = [
+    script: list[ModelResponse | str] = [
         ModelResponse(tool_calls=[ToolCall(name="lookup_order", arguments={"order_id": "B9"})]),
         "done",
     ]
@@ -234,9 +234,9 @@ async def test_another_owners_session_is_refused(recorded: Any) -> None:
     kv = capabilities_of(store).kv
     assert kv is not None
     await kv.put_value(OWNER_NAMESPACE, session_id, "alice")
-    with pytest.raises(CaptureRefused, match="belongs to 'alice'.*--as alice"):
+    with pytest.raises(CaptureRefused, match=r"belongs to 'alice'.*--as alice"):
         await capture_case(store, session_id)
-    with pytest.raises(CaptureRefused, match="you \\('bob'\\)"):
+    with pytest.raises(CaptureRefused, match=r"you \('bob'\)"):
         await capture_case(store, session_id, owner="bob")
     assert (await capture_case(store, session_id, owner="alice")).environment is not None
     assert (await capture_case(store, session_id, any_owner=True)).environment is not None
@@ -275,7 +275,8 @@ def cancel_order(order_id: str) -> str:
     raise RuntimeError("offline: the recording answers")
 
 
-agent = Agent("support", "Help with orders.", model="demo", tools=[lookup_order, refund, cancel_order])
+TOOLS = [lookup_order, refund, cancel_order]
+agent = Agent("support", "Help with orders.", model="demo", tools=TOOLS)
 """
 
 

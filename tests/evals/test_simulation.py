@@ -205,7 +205,7 @@ def test_a_bad_simulated_user_is_a_dataset_error_naming_the_field() -> None:
         parse_dataset(
             "cases:\n  - id: x\n    input: hi\n    user:\n      persona: shy\n", "sim.yaml"
         )
-    with pytest.raises(DatasetError, match="needs an input"):
+    with pytest.raises(DatasetError, match=r"\(field cases.0.input\): Field required"):
         parse_dataset("cases:\n  - id: x\n", "sim.yaml")
     with pytest.raises(DatasetError, match="script, or a persona"):
         parse_dataset("cases:\n  - {id: x, user: {script: [a], goal: g}}\n", "sim.yaml")

@@ -20,6 +20,7 @@ sessions (``any_owner=True``); otherwise ``CaptureRefused``.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 from collections import deque
@@ -44,9 +45,9 @@ from loom.evals.dataset import (
 if TYPE_CHECKING:
     from loom.agent import Agent
     from loom.events import AgentEvent
+    from loom.messages import Effect
     from loom.store.base import Store
     from loom.tools.base import RunContext, Tool
-    from loom.messages import Effect
 
 __all__ = [
     "OWNER_NAMESPACE",
@@ -108,10 +109,9 @@ class ReplayEnvironment:
         # validated (defaults filled in): compare both validated when the tool can say how
         real = self._canonical.get(name)
         if real is not None:
-            try:
+            # arguments the tool refuses are compared as recorded
+            with contextlib.suppress(Exception):
                 arguments = real.validate(dict(arguments))
-            except Exception:  # arguments the tool refuses: compare them as recorded
-                pass
         return canonical_arguments(arguments)
 
     def take(self, name: str, arguments: dict[str, Any]) -> RecordedCall | None:

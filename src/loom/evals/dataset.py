@@ -180,7 +180,7 @@ class Case(_Data):
     first message)."""
 
     id: str = Field(min_length=1)
-    input: str | SessionInput = ""
+    input: str | SessionInput
     expected: Expected | None = None
     assertions: list[dict[str, Any]] = Field(default_factory=list)
     script: list[str | ScriptStep] | None = None
@@ -190,11 +190,13 @@ class Case(_Data):
     environment: Environment | None = None
     user: SimulatedUser | None = None
 
-    @model_validator(mode="after")
-    def _has_input(self) -> Case:
-        if self.input == "" and self.user is None:
-            raise ValueError(f"case {self.id!r} needs an input (or a simulated user)")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _user_opens(cls, data: Any) -> Any:
+        # a simulated user may write the first message itself; any other case needs an input
+        if isinstance(data, dict) and "input" not in data and data.get("user") is not None:
+            return {**data, "input": ""}
+        return data
 
     @field_validator("assertions")
     @classmethod

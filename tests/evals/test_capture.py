@@ -309,3 +309,23 @@ async def test_the_cli_captures_appends_refuses_and_the_case_runs(recorded: Any)
     )
     refused = loom(tmp, "eval", "capture", session_id, "--db", db, "--as", "bob")
     assert refused.returncode == 2 and "belongs to 'alice'" in refused.stderr
+
+
+def test_the_example_dataset_of_captured_cases_and_a_simulated_user_passes(
+    tmp_path: Path,
+) -> None:
+    examples = Path(__file__).resolve().parents[2] / "examples" / "agents"
+    ran = loom(
+        tmp_path,
+        "eval",
+        "run",
+        str(examples / "calculator.captured.evals.yaml"),
+        "--agent",
+        str(examples / "calculator.md"),
+        "--db",
+        "e.db",
+        "--fail-under",
+        "1",
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "3 passed, 0 failed, 0 errored" in ran.stdout

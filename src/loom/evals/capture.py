@@ -102,7 +102,8 @@ class ReplayEnvironment:
             key = (call.name, self._canonical_of(call.name, call.arguments))
             self.pending.setdefault(key, deque()).append(call)
         tools: list[Any] = [ReplayTool(t, self) for t in agent.tools.values()]
-        return agent.replace(tools=[*tools, *agent.toolsets], memory=None)
+        # memory keeps working: its tools are among those replayed, and it adds none twice
+        return agent.replace(tools=[*tools, *agent.toolsets])
 
     def _canonical_of(self, name: str, arguments: dict[str, Any]) -> str:
         # a recording holds the arguments as the model sent them; a run's tool sees them

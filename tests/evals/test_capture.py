@@ -125,26 +125,44 @@ async def test_a_captured_session_replayed_offline_reproduces_the_recorded_traje
     assert SIDE_EFFECTS == []  # offline: no real tool ran
 
 
-async def test_an_agent_that_calls_another_tool_fails_the_trajectory_assertion(
-    recorded: Any,
-) -> None:
-    store, session_id, _ = recorded
-    case = await capture_case(store, session_id)  # the agent's own model answers
-
-    def cancels(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse | str:
-        if not any(m.role == "tool" for m in messages):
+def follows_instructions(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse | str:
+    """A stand-in for a model that does what its instructions say: told to cancel, it cancels;
+    otherwise it looks the order up, refunds it and says so, as the recorded model did."""
+    system = " ".join(m.content for m in messages if m.role == "system")
+    done = [m.name for m in messages if m.role == "tool"]
+    if "Cancel" in system:
+        if not done:
             return ModelResponse(
                 tool_calls=[ToolCall(name="cancel_order", arguments={"order_id": "A7"})]
             )
         return "I cancelled it."
+    if not done:
+        return ModelResponse(
+            tool_calls=[ToolCall(name="lookup_order", arguments={"order_id": "A7"})]
+        )
+    if len(done) == 1:
+        return ModelResponse(
+            tool_calls=[ToolCall(name="refund", arguments={"order_id": "A7", "amount": 18.0})]
+        )
+    return RECORDED_ANSWER
 
-    changed = replay_agent(FunctionModel(cancels), instructions="Cancel orders instead.")
-    experiment = await run_experiment(Dataset(cases=[case]), changed, store=store)
-    (outcome,) = experiment.results
+
+async def test_changing_the_agents_instructions_to_call_another_tool_fails_the_case(
+    recorded: Any,
+) -> None:
+    store, session_id, _ = recorded
+    case = await capture_case(store, session_id)  # the agent's own model answers
+    dataset = Dataset(cases=[case])
+    model = FunctionModel(follows_instructions)
+    same = await run_experiment(dataset, replay_agent(model), store=store)
+    assert same.results[0].status == "passed", same.results[0].checks
+
+    changed = replay_agent(model, instructions="Cancel orders instead.")
+    (outcome,) = (await run_experiment(dataset, changed, store=store)).results
     assert outcome.status == "failed"
     failed = {c["name"]: c["message"] for c in outcome.checks if not c["passed"]}
-    assert "called_in_order" in failed
-    assert "lookup_order" in failed["called_in_order"]
+    assert set(failed) == {"called_in_order", "environment", "expected.text"}
+    assert failed["called_in_order"].startswith("expected calls in order lookup_order")
     assert failed["environment"] == (
         'the call cancel_order({"order_id": "A7"}) has no recorded result (closest recorded '
         'call: lookup_order({"order_id": "A7"}))'

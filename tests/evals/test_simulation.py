@@ -10,7 +10,14 @@ import json
 import pytest
 
 from loom import Agent, ModelResponse, ToolCall, tool
-from loom.evals import DatasetError, load_experiment, parse_dataset, run_experiment
+from loom.errors import ConfigurationError
+from loom.evals import (
+    DatasetError,
+    list_experiments,
+    load_experiment,
+    parse_dataset,
+    run_experiment,
+)
 from loom.messages import Message, ToolSpec
 from loom.store.memory import MemoryStore
 from loom.testing import FunctionModel
@@ -211,8 +218,12 @@ def test_a_bad_simulated_user_is_a_dataset_error_naming_the_field() -> None:
         parse_dataset("cases:\n  - {id: x, user: {script: [a], goal: g}}\n", "sim.yaml")
 
 
-async def test_a_goal_user_without_a_model_errors_the_case() -> None:
+async def test_a_goal_user_without_a_model_is_refused_before_anything_runs() -> None:
+    store = MemoryStore()
     data = parse_dataset("cases:\n  - {id: x, input: hi, user: {goal: g}}\n", "sim.yaml")
-    (result,) = (await run_experiment(data, agent(), store=MemoryStore())).results
-    assert result.status == "errored"
-    assert "needs a model" in (result.error or "")
+    with pytest.raises(ConfigurationError, match=r"needs a model: give its user\.model"):
+        await run_experiment(data, agent(), store=store)
+    rubric = "cases:\n  - {id: x, user: {script: [hi], done_when: {rubric: booked}}}\n"
+    with pytest.raises(ConfigurationError, match="done_when has a rubric"):
+        await run_experiment(parse_dataset(rubric, "sim.yaml"), agent(), store=store)
+    assert await list_experiments(store) == []

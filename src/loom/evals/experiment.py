@@ -192,9 +192,16 @@ def _import_type(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def check_dataset(dataset: Dataset, agent: Agent, *, judge_model: str | Model | None) -> None:
+def check_dataset(
+    dataset: Dataset,
+    agent: Agent,
+    *,
+    judge_model: str | Model | None,
+    user_model: str | Model | None = None,
+) -> None:
     """Everything that can be wrong before a case runs: a tool the agent lacks, a rubric with
-    no judge model, a ``type`` that does not import, a bad checkpoint."""
+    no judge model, a ``type`` that does not import, a bad checkpoint, a simulated user with a
+    goal and no model (or a ``done_when`` rubric and no judge model)."""
     names, prefixes, open_ended = _agent_tool_names(agent)
     for case in dataset.cases:
         allowed = names | set(case.tools)
@@ -221,6 +228,17 @@ def check_dataset(dataset: Dataset, agent: Agent, *, judge_model: str | Model | 
                     f"case {case.id!r}: expected.type {expected.type!r} does not import: {exc}",
                     field=f"cases.{dataset.cases.index(case)}.expected.type",
                 ) from None
+        user = case.user
+        if user is not None and user.script is None and user.model is None and user_model is None:
+            raise ConfigurationError(
+                f"case {case.id!r} has a simulated user with a goal, which needs a model: give "
+                "its user.model or --user-model"
+            )
+        if user is not None and not isinstance(user.done_when, str | None) and judge_model is None:
+            raise ConfigurationError(
+                f"case {case.id!r}: done_when has a rubric, which needs a judge model: give "
+                "--judge-model or the dataset's judge_model"
+            )
         checkpoint = None if isinstance(case.input, str) else case.input.checkpoint
         if isinstance(checkpoint, str) and "." not in checkpoint:
             raise DatasetError(
@@ -569,7 +587,7 @@ async def run_experiment(
         raise InputError(f"max_cost must be US dollars >= 0, got {max_cost!r}")
     judge = judge_model if judge_model is not None else dataset.judge_model
     model_spec = model if model is not None else dataset.model
-    check_dataset(dataset, agent, judge_model=judge)
+    check_dataset(dataset, agent, judge_model=judge, user_model=user_model)
     kv = _kv(store)
     revision = agent_revision(agent)
     fingerprint = dataset.fingerprint()

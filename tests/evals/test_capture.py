@@ -248,6 +248,9 @@ async def test_a_later_turn_continues_the_stored_session(tmp_path: Path) -> None
 
 
 async def test_another_owners_session_is_refused(recorded: Any) -> None:
+    from loom.server.ownership import OWNER_NS
+
+    assert OWNER_NAMESPACE == OWNER_NS  # the server's record of who owns a thread
     store, session_id, _ = recorded
     kv = capabilities_of(store).kv
     assert kv is not None

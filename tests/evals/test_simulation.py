@@ -6,6 +6,10 @@ whole conversation and every turn is recorded."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +26,7 @@ from loom.messages import Message, ToolSpec
 from loom.store.memory import MemoryStore
 from loom.testing import FunctionModel
 
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 BOOKED: list[str] = []
 
 
@@ -227,3 +232,30 @@ async def test_a_goal_user_without_a_model_is_refused_before_anything_runs() -> 
     with pytest.raises(ConfigurationError, match="done_when has a rubric"):
         await run_experiment(parse_dataset(rubric, "sim.yaml"), agent(), store=store)
     assert await list_experiments(store) == []
+
+
+def test_the_cli_gives_simulated_users_a_model_with_user_model(tmp_path: Path) -> None:
+    (tmp_path / "d.yaml").write_text(
+        "model: demo\ncases:\n  - {id: c, input: 'what is 2 + 3?', user: {goal: g, max_turns: 2}}\n"
+    )
+    agent = Path(__file__).resolve().parents[2] / "examples" / "agents" / "calculator.md"
+    run = [sys.executable, "-m", "loom", "eval", "run", "d.yaml", "--agent", str(agent)]
+    env = dict(os.environ, PYTHONPATH=SRC, NO_COLOR="1", COLUMNS="200")
+
+    def loom(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*run, "--db", "e.db", *extra],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=120,
+        )
+
+    refused = loom()
+    assert refused.returncode == 2 and "--user-model" in refused.stderr
+    ran = loom("--user-model", "test", "--fail-under", "1", "--report", "json", "r.json")
+    assert ran.returncode == 1, ran.stdout + ran.stderr  # TestModel never says DONE
+    (case,) = json.loads((tmp_path / "r.json").read_text())["cases"]
+    assert len(case["turns"]) == 2
+    assert "not met within max_turns (2)" in case["checks"][-1]["message"]

@@ -27,6 +27,7 @@ from loom.messages import Message, ToolSpec
 from loom.store.base import capabilities_of
 from loom.store.sqlite import SQLiteStore
 from loom.testing import FunctionModel, ScriptedModel
+from loom.tools.base import FunctionTool
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -350,3 +351,40 @@ def test_the_example_dataset_of_captured_cases_and_a_simulated_user_passes(
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "3 passed, 0 failed, 0 errored" in ran.stdout
+
+
+async def test_a_recorded_failure_replays_as_the_same_failure(tmp_path: Path) -> None:
+    @tool
+    def flaky(x: int) -> str:
+        """Fails."""
+        raise ValueError("no such thing")
+
+    call = ModelResponse(tool_calls=[ToolCall(name="flaky", arguments={"x": 1})])
+    store = SQLiteStore(tmp_path / "loom.db")
+    try:
+        agent = Agent("f", model=ScriptedModel([call, "it failed"]), tools=[flaky])
+        recorded = await agent.runtime.__class__(store).run(agent, "go")
+        case = await capture_case(store, recorded.session_id, replay_model=True)
+        assert case.environment is not None
+        (failure,) = case.environment.calls
+        assert (failure.success, failure.error_code, failure.content) == (
+            False,
+            "tool_exception",
+            "ValueError: no such thing",
+        )
+        mended = FunctionTool(lambda x: "fine now", name="flaky", description="Fails.")
+        replay = Agent("f", model="demo", tools=[mended])  # the real tool would not fail
+        (outcome,) = (await run_experiment(Dataset(cases=[case]), replay, store=store)).results
+        assert outcome.status == "passed", outcome.checks
+
+        def without_error_id(messages: list[Message]) -> list[str]:
+            return [text.split("\n[Error ID")[0] for text in tool_results(messages)]
+
+        assert without_error_id(await store.load_messages(outcome.session_id)) == [
+            "Error (tool_exception): Tool 'flaky' failed: ValueError: no such thing"
+        ]
+        assert without_error_id(recorded.messages) == without_error_id(
+            await store.load_messages(outcome.session_id)
+        )
+    finally:
+        await store.close()

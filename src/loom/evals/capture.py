@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import json
+import re
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,6 +225,21 @@ async def _check_owner(store: Store, session_id: str, owner: str | None, any_own
     )
 
 
+_ERROR_PREFIX = re.compile(r"^Error \([^)]*\): ")
+_ERROR_ID_TAIL = re.compile(r"\n\[Error ID: [^\]]*\]\n.*$", re.DOTALL)
+
+
+def _error_message(content: str, tool_name: str) -> str:
+    """A failed result's own message: what the model read, without the ``Error (code):``
+    prefix and the error store's wrapping (``Tool 'x' failed: ... [Error ID: ...]``), which a
+    replay adds again (with a new error id)."""
+    message = _ERROR_PREFIX.sub("", content, count=1)
+    wrapped = f"Tool '{tool_name}' failed: "
+    if message.startswith(wrapped) and _ERROR_ID_TAIL.search(message):
+        message = _ERROR_ID_TAIL.sub("", message.removeprefix(wrapped))
+    return message
+
+
 def _expected(kind: ExpectKind, answer: str) -> Expected | None:
     if kind == "none" or not answer.strip():
         return None
@@ -312,11 +328,12 @@ async def capture_case(
             if started is None:  # a result with no start (a denied call): not the tool's
                 continue
             success = bool(data.get("success", True))
+            content = str(data.get("content") or "")
             recorded.append(
                 RecordedCall(
                     name=started[0],
                     arguments=started[1],
-                    content=str(data.get("content") or data.get("error_message") or ""),
+                    content=content if success else _error_message(content, started[0]),
                     success=success,
                     error_code=None if success else str(data.get("error_code") or "tool_error"),
                 )

@@ -116,7 +116,8 @@ cases:
     # the simulated user read its persona and goal, and the agent's answers as the other side
     system = user.calls[0].messages[0].content
     assert "hungry regular" in system and "book a table for 2 people tonight" in system
-    assert [m.role for m in user.calls[1].messages[1:]] == ["assistant", "user"]
+    assert [m.role for m in user.calls[1].messages] == ["system", "user", "assistant", "user"]
+    assert user.calls[1].messages[2].content == "I'd like a table tonight."
     # stored with the experiment
     (stored,) = (await load_experiment(store, experiment.record.id)).results
     assert len(stored.turns) == 3

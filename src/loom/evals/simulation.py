@@ -29,10 +29,12 @@ if TYPE_CHECKING:
     from loom.messages import Message, RunResult
     from loom.models.base import Model
 
-__all__ = ["DONE", "Conversation", "simulate", "user_prompt"]
+__all__ = ["DONE", "OPENING", "Conversation", "simulate", "user_prompt"]
 
 DONE = "DONE"
 """What a simulated user answers once its goal is met."""
+OPENING = "(The conversation starts. Write your first message.)"
+"""The first message a model user reads (the agent's side, before anything was said)."""
 
 _SYSTEM = """\
 You play a user talking to an AI assistant, to test the assistant. Stay in your role: write \
@@ -63,9 +65,11 @@ def user_prompt(user: SimulatedUser, turns: list[dict[str, Any]]) -> list[Messag
     from loom.messages import Message
 
     persona = f"Who you are: {user.persona.strip()}\n" if user.persona.strip() else ""
-    messages = [Message.system(_SYSTEM.format(persona=persona, goal=user.goal.strip()))]
-    if not turns:
-        messages.append(Message.user("(The conversation starts. Write your first message.)"))
+    # a user message first: some providers refuse a conversation that opens with the assistant
+    messages = [
+        Message.system(_SYSTEM.format(persona=persona, goal=user.goal.strip())),
+        Message.user(OPENING),
+    ]
     for turn in turns:
         messages.append(Message.assistant(str(turn["user"])))
         messages.append(Message.user(str(turn["agent"]) or "(no answer)"))

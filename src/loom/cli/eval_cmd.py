@@ -60,6 +60,10 @@ def run(
     judge_model: Annotated[
         str | None, typer.Option("--judge-model", help="The model of rubric judges.")
     ] = None,
+    user_model: Annotated[
+        str | None,
+        typer.Option("--user-model", help="The model of simulated users whose case names none."),
+    ] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1)] = 4,
     max_cost: Annotated[
         float | None,
@@ -124,6 +128,7 @@ def run(
                     dataset_path=str(dataset),
                     model=model,
                     judge_model=judge_model,
+                    user_model=user_model,
                     concurrency=concurrency,
                     max_cost=max_cost,
                     resume=resume,
@@ -238,3 +243,90 @@ def compare(
         out.print(comparison_table(first, second, rows))
     if fail_on_worse and any(r.change == "worse" for r in rows):
         raise typer.Exit(1)
+
+
+@app.command("capture")
+def capture(
+    session: Annotated[str, typer.Argument(help="A stored session id (see loom sessions).")],
+    run_id: Annotated[
+        str | None, typer.Option("--run", help="The run to capture (default the last turn).")
+    ] = None,
+    turn: Annotated[
+        int | None, typer.Option("--turn", min=1, help="The turn to capture, 1-based.")
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write to this YAML dataset (default: print it)."),
+    ] = None,
+    append: Annotated[
+        bool, typer.Option("--append", help="Add the case to the dataset file -o names.")
+    ] = False,
+    case_id: Annotated[str | None, typer.Option("--id", help="The case's id.")] = None,
+    expect: Annotated[
+        str,
+        typer.Option(
+            "--expect",
+            help="The recorded answer as the reference: text (exact), contains, rubric, none.",
+        ),
+    ] = "text",
+    replay_model: Annotated[
+        bool,
+        typer.Option(
+            "--replay-model",
+            help="Replay the recorded model answers too (the case runs on them, offline).",
+        ),
+    ] = False,
+    unmatched: Annotated[
+        str,
+        typer.Option(
+            "--unmatched", help="A tool call with no recording: fail the case, or run_real."
+        ),
+    ] = "fail",
+    as_owner: Annotated[
+        str | None,
+        typer.Option("--as", help="Your API key's name: capture a session the server owns."),
+    ] = None,
+    any_owner: Annotated[
+        bool,
+        typer.Option("--any-owner", help="Capture a session whoever owns it (an operator)."),
+    ] = False,
+    store: StoreOpt = None,
+) -> None:
+    """Turn a stored run into an eval case: its input, the recorded answer as the reference,
+    its tool calls as assertions, the tools' recorded results as a simulated environment."""
+    from loom.evals.capture import append_case, capture_case, dataset_yaml
+    from loom.evals.dataset import Dataset
+
+    if expect not in ("text", "contains", "rubric", "none"):
+        say_error(ValueError(f"--expect takes text, contains, rubric or none, got {expect!r}"))
+        raise typer.Exit(2)
+    if unmatched not in ("fail", "run_real"):
+        say_error(ValueError(f"--unmatched takes fail or run_real, got {unmatched!r}"))
+        raise typer.Exit(2)
+    if append and output is None:
+        say_error(ValueError("--append adds to the file -o names; give -o"))
+        raise typer.Exit(2)
+
+    async def go(db: Store) -> str:
+        case = await capture_case(
+            db,
+            session,
+            run_id=run_id,
+            turn=turn,
+            case_id=case_id,
+            expect=expect,  # type: ignore[arg-type]  # checked above
+            replay_model=replay_model,
+            unmatched=unmatched,  # type: ignore[arg-type]  # checked above
+            owner=as_owner,
+            any_owner=any_owner,
+        )
+        if output is None:
+            return dataset_yaml(Dataset(name=session, cases=[case]))
+        dataset = append_case(output, case, append=append)
+        return f"case {case.id!r} written to {output} ({len(dataset.cases)} case(s))"
+
+    said = _with_store(store, go)
+    if output is None:
+        typer.echo(said, nl=False)  # plain: YAML a console would wrap or colour
+    else:
+        err.print(escape(said))

@@ -26,9 +26,13 @@ __all__ = [
     "Case",
     "Dataset",
     "DatasetError",
+    "DoneWhen",
+    "Environment",
     "Expected",
+    "RecordedCall",
     "ScriptStep",
     "SessionInput",
+    "SimulatedUser",
     "load_dataset",
     "parse_dataset",
 ]
@@ -110,11 +114,70 @@ class ScriptStep(_Data):
         return names + [str(t.get("name", "")) for t in self.tools]
 
 
+class RecordedCall(_Data):
+    """One tool call of a recorded run and its result (``loom eval capture``): during a case's
+    run a call of ``name`` with these ``arguments`` is answered with ``content`` (or, when
+    ``success`` is false, fails with ``error_code`` and ``content`` as its message)."""
+
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    content: str = ""
+    success: bool = True
+    error_code: str | None = None
+
+
+class Environment(_Data):
+    """A simulated environment: the agent's tool calls are answered from ``calls`` (matched by
+    tool name and canonical arguments, in order; a repeated identical call takes the next
+    recording), so the case runs offline and without side effects. A call with no recording
+    fails the case (``unmatched: fail``) or runs the real tool (``unmatched: run_real``)."""
+
+    calls: list[RecordedCall] = Field(default_factory=list)
+    unmatched: Literal["fail", "run_real"] = "fail"
+
+
+class DoneWhen(_Data):
+    """A judge's test that a simulated user's goal is met: ``rubric`` scored on the agent's
+    latest answer by the judge model, passing at ``threshold``."""
+
+    rubric: str = Field(min_length=1)
+    threshold: float = Field(0.7, ge=0, le=1)
+
+
+class SimulatedUser(_Data):
+    """The user of a multi-turn case (``loom.evals.simulation``): a ``script`` of messages, or a
+    model (``model``) playing ``persona`` after ``goal``. The conversation ends when the goal is
+    met (the simulated user answers ``DONE``, or ``done_when`` holds: a phrase in the agent's
+    answer, or a judge's rubric), when a script runs out, or after ``max_turns`` agent turns
+    (which fails the case)."""
+
+    script: list[str] | None = None
+    persona: str = ""
+    goal: str = ""
+    model: str | None = None
+    max_turns: int = Field(5, ge=1, le=100)
+    done_when: str | DoneWhen | None = None
+
+    @model_validator(mode="after")
+    def _script_or_goal(self) -> SimulatedUser:
+        if self.script is not None:
+            if not self.script or not all(m.strip() for m in self.script):
+                raise ValueError("user.script needs at least one message, none of them empty")
+            if self.goal or self.persona or self.model:
+                raise ValueError("a user has a script, or a persona/goal/model; not both")
+        elif not self.goal.strip():
+            raise ValueError("a simulated user needs a goal (or a script of messages)")
+        return self
+
+
 class Case(_Data):
     """One eval case. ``input`` is a message or a ``SessionInput``; ``assertions`` are raw
     mappings checked by ``loom.evals.assertions`` (``parse_assertions`` validates them when the
     dataset loads); ``script`` makes the case run on a ``ScriptedModel`` (tests, examples);
-    ``tools`` names built-in tools this run adds (``RunOptions.extra_tools``)."""
+    ``tools`` names built-in tools this run adds (``RunOptions.extra_tools``); ``environment``
+    answers tool calls from a recording (``Environment``); ``user`` makes the case a
+    conversation driven by a simulated user (``SimulatedUser``; ``input``, when given, is its
+    first message)."""
 
     id: str = Field(min_length=1)
     input: str | SessionInput
@@ -124,6 +187,16 @@ class Case(_Data):
     tools: list[str] = Field(default_factory=list)
     tags: list[str] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    environment: Environment | None = None
+    user: SimulatedUser | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _user_opens(cls, data: Any) -> Any:
+        # a simulated user may write the first message itself; any other case needs an input
+        if isinstance(data, dict) and "input" not in data and data.get("user") is not None:
+            return {**data, "input": ""}
+        return data
 
     @field_validator("assertions")
     @classmethod
@@ -144,6 +217,8 @@ class Case(_Data):
         for step in self.script or []:
             if isinstance(step, ScriptStep):
                 names.update(step.tool_names())
+        if self.environment is not None:
+            names.update(call.name for call in self.environment.calls)
         return names
 
 

@@ -94,6 +94,7 @@ class CaseResult:
     run_id: str = ""
     cost: float | None = None
     duration: float = 0.0
+    turns: list[dict[str, Any]] = field(default_factory=list)  # a simulated user's conversation
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -191,9 +192,16 @@ def _import_type(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def check_dataset(dataset: Dataset, agent: Agent, *, judge_model: str | Model | None) -> None:
+def check_dataset(
+    dataset: Dataset,
+    agent: Agent,
+    *,
+    judge_model: str | Model | None,
+    user_model: str | Model | None = None,
+) -> None:
     """Everything that can be wrong before a case runs: a tool the agent lacks, a rubric with
-    no judge model, a ``type`` that does not import, a bad checkpoint."""
+    no judge model, a ``type`` that does not import, a bad checkpoint, a simulated user with a
+    goal and no model (or a ``done_when`` rubric and no judge model)."""
     names, prefixes, open_ended = _agent_tool_names(agent)
     for case in dataset.cases:
         allowed = names | set(case.tools)
@@ -220,6 +228,17 @@ def check_dataset(dataset: Dataset, agent: Agent, *, judge_model: str | Model | 
                     f"case {case.id!r}: expected.type {expected.type!r} does not import: {exc}",
                     field=f"cases.{dataset.cases.index(case)}.expected.type",
                 ) from None
+        user = case.user
+        if user is not None and user.script is None and user.model is None and user_model is None:
+            raise ConfigurationError(
+                f"case {case.id!r} has a simulated user with a goal, which needs a model: give "
+                "its user.model or --user-model"
+            )
+        if user is not None and not isinstance(user.done_when, str | None) and judge_model is None:
+            raise ConfigurationError(
+                f"case {case.id!r}: done_when has a rubric, which needs a judge model: give "
+                "--judge-model or the dataset's judge_model"
+            )
         checkpoint = None if isinstance(case.input, str) else case.input.checkpoint
         if isinstance(checkpoint, str) and "." not in checkpoint:
             raise DatasetError(
@@ -357,12 +376,19 @@ async def _run_case(
     case: Case,
     model: str | Model | None,
     judge_model: str | Model | None,
+    user_model: str | Model | None = None,
 ) -> CaseResult:
     from loom.engine.run_inputs import AtEvent, AtTurn, RunOptions
+    from loom.evals.capture import ReplayEnvironment
+    from loom.evals.simulation import Conversation, simulate
     from loom.messages import new_id
 
     session_id = new_id("eval")
     run_model = _script_model(case) if case.script is not None else model_for_run(model)
+    environment = ReplayEnvironment(case.environment) if case.environment is not None else None
+    if environment is not None:  # tool calls answered from the recording
+        agent = environment.agent(agent)
+    conversation: Conversation | None = None
     started = time.perf_counter()
     try:
         if not isinstance(case.input, str):
@@ -375,7 +401,21 @@ async def _run_case(
                 point = AtEvent(run_id, int(seq))
             await runtime.fork(agent, case.input.session, point, new_session_id=session_id)
         options = RunOptions(model=run_model, extra_tools=tuple(case.tools))
-        result = await runtime.run(agent, case.message, session_id=session_id, options=options)
+        if case.user is not None:
+            conversation = await simulate(
+                runtime,
+                agent,
+                case,
+                session_id,
+                options,
+                user_model=user_model,
+                judge_model=judge_model,
+            )
+            if not conversation.results:
+                raise InputError(f"the simulated user ended before a turn: {conversation.reason}")
+            result = conversation.results[-1]
+        else:
+            result = await runtime.run(agent, case.message, session_id=session_id, options=options)
     except Exception as exc:  # the run could not be made: say so, the experiment goes on
         return CaseResult(
             case.id,
@@ -386,17 +426,31 @@ async def _run_case(
             duration=time.perf_counter() - started,
         )
     duration = time.perf_counter() - started
-    events = await runtime.store.load_events(session_id, result.run_id)
+    if conversation is not None:  # the whole conversation's trajectory
+        events = [
+            e
+            for r in conversation.results
+            for e in await runtime.store.load_events(session_id, r.run_id)
+        ]
+    else:
+        events = await runtime.store.load_events(session_id, result.run_id)
+    cost = result.usage.cost
+    if conversation is not None and all(r.usage.cost is not None for r in conversation.results):
+        cost = sum(r.usage.cost or 0.0 for r in conversation.results)
     trajectory = trajectory_from_events(
         events,
         effect_of=agent.effect_of,
         duration=duration,
-        cost=result.usage.cost,
+        cost=cost,
         stop_reason=result.stop_reason,
         output=result.text,
     )
     checks = check_all(parse_assertions(case.assertions), trajectory)
     checks += await _expected_checks(case, result, judge_model)
+    if environment is not None:
+        checks += environment.checks()
+    if conversation is not None:
+        checks += conversation.checks()
     status: CaseStatus
     if result.stop_reason in _ERRORED_STOPS or any(c.errored for c in checks):
         status = "errored"
@@ -412,8 +466,9 @@ async def _run_case(
         trajectory.to_dict(),
         session_id,
         result.run_id,
-        result.usage.cost,
+        cost,
         duration,
+        conversation.turns if conversation is not None else [],
     )
 
 
@@ -507,6 +562,7 @@ async def run_experiment(
     dataset_path: str = "",
     model: str | None = None,
     judge_model: str | Model | None = None,
+    user_model: str | Model | None = None,
     concurrency: int = 4,
     max_cost: float | None = None,
     resume: str | None = None,
@@ -520,6 +576,7 @@ async def run_experiment(
     that much (cases not run stay to run on a resume); ``resume`` names an experiment to
     finish; with ``auto_resume`` an unfinished experiment of the same dataset, agent revision
     and model is finished instead of a new one started. ``on_case`` is called with each result.
+    ``user_model`` plays the simulated user of a case whose ``user`` names no model.
     """
     from loom.engine.runtime import Runtime
     from loom.messages import new_id
@@ -530,7 +587,7 @@ async def run_experiment(
         raise InputError(f"max_cost must be US dollars >= 0, got {max_cost!r}")
     judge = judge_model if judge_model is not None else dataset.judge_model
     model_spec = model if model is not None else dataset.model
-    check_dataset(dataset, agent, judge_model=judge)
+    check_dataset(dataset, agent, judge_model=judge, user_model=user_model)
     kv = _kv(store)
     revision = agent_revision(agent)
     fingerprint = dataset.fingerprint()
@@ -577,7 +634,7 @@ async def run_experiment(
             if max_cost is not None and spent[0] >= max_cost:
                 budget_hit[0] = True
                 return
-            result = await _run_case(runtime, agent, case, model_spec, judge)
+            result = await _run_case(runtime, agent, case, model_spec, judge, user_model)
             spent[0] += result.cost or 0.0
             ran[0] += 1
             # stored the moment it is scored: a crash after this line does not run it again

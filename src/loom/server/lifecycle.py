@@ -87,6 +87,12 @@ class ServerRuntime(Runtime):
 
         if options is None or options.run_id is None:
             options = replace(options or RunOptions(), run_id=str(uuid.uuid4()))
+        if options.owner is None:  # the run acts for its session's owner, else the request's key
+            principal = current_principal.get()
+            recorded = await self.session_owner(session_id) if session_id is not None else None
+            owner = recorded or (principal.name if principal is not None else None)
+            if owner is not None:
+                options = replace(options, owner=owner)
         nested = options.parent_run_id is not None
         key = self._admit(nested)
         run = await super().start(target, input, session_id=session_id, options=options)

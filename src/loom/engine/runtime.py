@@ -430,13 +430,19 @@ class Runtime:
         return await target.open_run(self, what, session_id, opts)
 
     async def session_owner(self, session_id: str) -> str | None:
-        """The owner recorded for ``session_id`` (``SESSION_OWNER_NAMESPACE``), or None (no
-        record, or a store without key-value space)."""
+        """The owner recorded for ``session_id`` (``SESSION_OWNER_NAMESPACE``), or None. A
+        store without key-value space (``MemoryStore``) keeps it with the session's runs: the
+        owner its latest ``AGENT_START`` recorded."""
         kv = self.capabilities.kv
-        if kv is None:
+        if kv is not None:
+            value = await kv.get_value(SESSION_OWNER_NAMESPACE, session_id)
+            return value if isinstance(value, str) else None
+        typed = self.capabilities.typed_events
+        if typed is None:
             return None
-        value = await kv.get_value(SESSION_OWNER_NAMESPACE, session_id)
-        return value if isinstance(value, str) else None
+        starts = await typed.load_events_of_type(session_id, [EventType.AGENT_START])
+        owner = starts[-1].extra.get("owner") if starts else None
+        return owner if isinstance(owner, str) else None
 
     async def open_turn(
         self, agent: Agent, input: RunInput, session_id: str | None, options: RunOptions

@@ -239,5 +239,5 @@ def test_bad_recall_settings_are_configuration_errors(bad: dict[str, Any]) -> No
 
 
 def test_recall_must_be_a_recall_config() -> None:
-    with pytest.raises(ConfigurationError, match="MemoryConfig.recall"):
+    with pytest.raises(ConfigurationError, match=r"MemoryConfig\.recall"):
         MemoryConfig(recall=5)  # type: ignore[arg-type]

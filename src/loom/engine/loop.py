@@ -267,13 +267,12 @@ class Turn:
             screened = await guards.check_input(self.message, self.calls.context(self.message))
             self.message = screened.value
         known = await rt.store.get_session(sid)
+        owned = ran_with if d.owner is None else {**ran_with, "owner": d.owner}
         if known is None or not known.agent_name:  # new, or made unnamed (POST /threads)
-            await rt.store.create_session(sid, agent_name=a.name, metadata=ran_with)
-        start = ran_with
-        if d.owner is not None:  # recorded with the run, and as a new session's owner
-            start = {**ran_with, "owner": d.owner}
-            if known is None:
-                await self._record_owner(d.owner)
+            await rt.store.create_session(sid, agent_name=a.name, metadata=owned)
+        start = owned  # the owner is recorded with the run, and as a new session's owner
+        if d.owner is not None and known is None:
+            await self._record_owner(d.owner)
         if rt.tracers:  # they open the run's span now; its traceparent goes into AGENT_START
             start = {**ran_with, **await self._trace(str(ran_with["model"]))}
         await j.commit(

@@ -430,18 +430,16 @@ class Runtime:
         return await target.open_run(self, what, session_id, opts)
 
     async def session_owner(self, session_id: str) -> str | None:
-        """The owner recorded for ``session_id`` (``SESSION_OWNER_NAMESPACE``), or None. A
-        store without key-value space (``MemoryStore``) keeps it with the session's runs: the
-        owner its latest ``AGENT_START`` recorded."""
+        """The owner recorded for ``session_id``, or None: the key-value record
+        (``SESSION_OWNER_NAMESPACE``) a server or an earlier run wrote, else (a store without
+        key-value space, ``MemoryStore``) the ``owner`` in the session's metadata, which the
+        run that made the session wrote. One indexed read either way."""
         kv = self.capabilities.kv
         if kv is not None:
             value = await kv.get_value(SESSION_OWNER_NAMESPACE, session_id)
             return value if isinstance(value, str) else None
-        typed = self.capabilities.typed_events
-        if typed is None:
-            return None
-        starts = await typed.load_events_of_type(session_id, [EventType.AGENT_START])
-        owner = starts[-1].extra.get("owner") if starts else None
+        info = await self.store.get_session(session_id)
+        owner = info.metadata.get("owner") if info is not None else None
         return owner if isinstance(owner, str) else None
 
     async def open_turn(

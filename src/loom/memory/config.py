@@ -211,11 +211,12 @@ class MemoryConfig:
             )
 
         check_namespace_template("MemoryConfig.store_namespace", self.store_namespace)
-        if self.recall is True:
+        given: object = self.recall  # True is accepted as RecallConfig()
+        if given is True:
             object.__setattr__(self, "recall", RecallConfig())
-        elif self.recall is not None and not isinstance(self.recall, RecallConfig):
+        elif given is not None and not isinstance(given, RecallConfig):
             raise ConfigurationError(
-                f"MemoryConfig.recall must be a RecallConfig, True or None, got {self.recall!r}"
+                f"MemoryConfig.recall must be a RecallConfig, True or None, got {given!r}"
             )
 
     @classmethod

@@ -82,7 +82,8 @@ class ServerRuntime(Runtime):
         ``max_concurrent_runs`` (``QueueFull`` else; a member run of a crew, one with a
         ``parent_run_id``, counts as its crew's), and the run is counted under that key. A
         served run's id is a UUID unless the caller names it: the run APIs (LangGraph's, the
-        Agent Protocol's) type it so."""
+        Agent Protocol's) type it so. A run that names no owner acts for its session's owner,
+        else for the request's key (``RunOptions.owner``)."""
         from dataclasses import replace
 
         if options is None or options.run_id is None:

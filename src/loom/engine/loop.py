@@ -134,6 +134,7 @@ class Turn:
         self.cancel_reason: str | None = None
         self.rom: list[str] = []  # matched patterns, fixed for the turn
         self.recalled: Recalled | None = None  # memories recalled at the first CONTEXT
+        self.recall_asked = False
         self.hctx = HookContext(agent, self.run_id, session_id)
         self._finishing = False
         self._task: asyncio.Task[Any] | None = None
@@ -491,8 +492,11 @@ class Turn:
         if "before_context_assembly" in self.hooked:
             await self.hooks("before_context_assembly")
         j.notice(ev.ContextAssemblyStart)
-        if self.recalled is None and (config := self._recall_config()) is not None:
-            self.recalled = await self._recall(config)  # once per turn, whatever the iterations
+        if not self.recall_asked:  # once per turn, whatever the iterations
+            self.recall_asked = True
+            config = self._recall_config()
+            if config is not None:
+                self.recalled = await self._recall(config)
         request = ContextRequest(
             self.agent,
             j.history,

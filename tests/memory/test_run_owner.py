@@ -148,3 +148,21 @@ def test_tools_read_the_owner_from_the_run_context() -> None:
 
     ctx = RunContext("s", "r", "c", owner="alice")
     assert json.loads(json.dumps(ctx.owner)) == "alice"
+
+
+class Tracer:
+    """An observer that opens a run's span (``start_run``): its traceparent joins AGENT_START."""
+
+    def start_run(self, **_: Any) -> dict[str, Any]:
+        return {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+
+    def __call__(self, event: Any) -> None:
+        pass
+
+
+async def test_the_owner_is_recorded_with_the_run_when_it_is_traced_too() -> None:
+    store = MemoryStore()
+    runtime = Runtime(store=store, observers=[Tracer()])
+    await runtime.run(saver(), "traced fact", session_id="t1", options=RunOptions(owner="dora"))
+    [start] = [e for e in await store.load_events("t1") if type(e) is AgentStart]
+    assert start.extra["owner"] == "dora" and "traceparent" in start.extra

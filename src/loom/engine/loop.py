@@ -275,7 +275,7 @@ class Turn:
         if d.owner is not None and known is None:
             await self._record_owner(d.owner)
         if rt.tracers:  # they open the run's span now; its traceparent goes into AGENT_START
-            start = {**ran_with, **await self._trace(str(ran_with["model"]))}
+            start = {**owned, **await self._trace(str(ran_with["model"]))}
         await j.commit(
             [
                 j.event(

@@ -150,8 +150,8 @@ class MemoryConfig:
             kept in the store's items (``ItemStore``), across sessions, under
             ``store_namespace`` and owned by the run's owner (``loom.memory.item_tools``).
         store_namespace: The namespace those tools use; ``{owner}`` becomes the run's owner
-            (the API key's principal when served, ``"shared"`` in local code) and ``{agent}``
-            the agent's name.
+            (``RunOptions.owner``: the API key's principal when served, a schedule's owner;
+            ``"shared"`` without one) and ``{agent}`` the agent's name.
         recall: Recall memories from earlier sessions into the Kernel at CONTEXT, once per
             turn (``RecallConfig``; ``True`` means ``RecallConfig()``). Off by default.
         history_tool: Add ``search_history``, which searches the session's own earlier

@@ -271,6 +271,8 @@ class Plan:
     def kernel_part(self, room: int | None = None) -> Part | None:
         """The Kernel's system message: the session's facts, then the recalled memories that
         fit whole in the recall budget and in ``room`` (default the Kernel's budget)."""
+        if not self.recall:  # the usual case: no pick to make
+            return self.facts_part()
         return self.kernel_pick(room).part
 
     def kernel_pick(self, room: int | None = None) -> KernelPick:
@@ -542,11 +544,13 @@ class Plan:
 
         placed: dict[str, Message | None] = {}
         system_raw = 0
-        pick = self.kernel_pick(remaining)  # recalled memories whole, within what is left
-        if self.recall:
+        kernel = self.facts_part()
+        if self.recall:  # recalled memories whole, within what is left
+            pick = self.kernel_pick(remaining)
             decisions.append(self._recall_note(pick, remaining))
+            kernel = pick.part
         for name, prio, part, cap in (  # admitted by priority, sent in tier order below
-            ("kernel", Priority.HIGH, pick.part, self.kernel_cap),
+            ("kernel", Priority.HIGH, kernel, self.kernel_cap),
             ("memory_file", Priority.MEDIUM, self.memory_part(), self.memory_cap),
             ("summaries", Priority.MEDIUM, self.l2_part(m.summaries), self.l2_cap),
         ):

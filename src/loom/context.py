@@ -17,6 +17,7 @@ from loom.events import EventType
 from loom.messages import Message, ToolSpec
 
 if TYPE_CHECKING:
+    from loom.memory.recall import Recalled
     from loom.spec import AgentSpec
 
 __all__ = ["AssembledContext", "ContextBuilder", "ContextRequest", "FullHistoryBuilder"]
@@ -24,8 +25,8 @@ __all__ = ["AssembledContext", "ContextBuilder", "ContextRequest", "FullHistoryB
 
 @dataclass(slots=True)
 class ContextRequest:
-    """What the builder may read: the agent, the committed transcript, turn identity, and
-    this turn's tool specs and model (from the turn's ``RunDeps``)."""
+    """What the builder may read: the agent, the committed transcript, turn identity, this
+    turn's tool specs and model (from the turn's ``RunDeps``), and its recalled memories."""
 
     agent: AgentSpec
     history: Sequence[Message]
@@ -36,6 +37,9 @@ class ContextRequest:
     extra_system: list[str] = field(default_factory=list)  # e.g. matched patterns for ROM
     tool_specs: list[ToolSpec] = field(default_factory=list)
     model: Any = None
+    recalled: Recalled | None = None
+    """Memories from earlier sessions the turn recalled (``loom.memory.recall``: searched once
+    per turn, for the run's owner), for the builder to place in the Kernel; None: recall off."""
 
 
 @dataclass(slots=True)

@@ -14,6 +14,7 @@ from loom.errors import ConfigurationError
 from loom.memory import MemoryConfig
 from loom.memory.compression import SEGMENTS
 from loom.memory.tokens import TiktokenCounter
+from loom.server.lifecycle import ServerRuntime
 from loom.server.ownership import Principal, current_principal
 from loom.store.memory import MemoryStore
 from loom.testing import FunctionModel
@@ -94,7 +95,7 @@ async def ask(runtime: Runtime, agent: Agent, text: str, session: str) -> Any:
 async def test_a_memory_saved_in_one_session_is_recalled_in_another_of_the_same_owner(
     as_owner: Any,
 ) -> None:
-    runtime = Runtime(store=MemoryStore())
+    runtime = ServerRuntime(store=MemoryStore())  # the server decides the owner
     agent = memory_agent()
     as_owner("alice")
     saved = await ask(runtime, agent, "SAVE: my favourite colour is teal", "a1")
@@ -105,7 +106,7 @@ async def test_a_memory_saved_in_one_session_is_recalled_in_another_of_the_same_
 
 
 async def test_another_owner_does_not_see_the_memory(as_owner: Any) -> None:
-    runtime = Runtime(store=MemoryStore())
+    runtime = ServerRuntime(store=MemoryStore())
     agent = memory_agent()
     as_owner("alice")
     await ask(runtime, agent, "SAVE: the launch code is 7741", "a1")
@@ -116,7 +117,7 @@ async def test_another_owner_does_not_see_the_memory(as_owner: Any) -> None:
 
 
 async def test_forget_removes_the_memory(as_owner: Any) -> None:
-    runtime = Runtime(store=MemoryStore())
+    runtime = ServerRuntime(store=MemoryStore())
     agent = memory_agent()
     as_owner("alice")
     key = (await ask(runtime, agent, "SAVE: I live in Lisbon", "a1"))["saved"]

@@ -7,7 +7,8 @@ starting with ``slow`` call a tool that waits 60 s (for aborts); ``hold`` an at_
 that waits 1 s (a worker is SIGSTOPped inside it), and ``hold, gate`` then calls ``gate``, which
 waits for the test to create ``$LOOM_FLEET_DIR/gate``; ``crash`` calls an idempotent tool that
 SIGKILLs its own worker (a crash loop: recovery re-runs it). ``LOOM_FLEET_FAST=1`` makes the
-model and the tools answer without waiting (the soak and the queue benchmark).
+model and the tools answer without waiting (the soak and the queue benchmark). ``keeper`` saves
+each message as a memory of the run's owner (``save_memory``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import random
 import signal
 
 from loom import Agent, tool
+from loom.memory import MemoryConfig
 from loom.messages import Message, ModelResponse, ToolCall, ToolSpec
 from loom.testing import FunctionModel
 from loom.tools.base import RunContext
@@ -121,5 +123,21 @@ async def _script(messages: list[Message], tools: list[ToolSpec]) -> ModelRespon
     return ModelResponse(text="", tool_calls=calls)
 
 
+def _keep(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse | str:
+    """Saves the user's message as a memory (``save_memory``), then answers "kept"."""
+    last = messages[-1]
+    if last.role != "user":
+        return "kept"
+    call = ToolCall(name="save_memory", arguments={"text": last.content})
+    return ModelResponse(text="", tool_calls=[call])
+
+
 TOOLS = [lookup, upsert, send, wait_long, hold, gate, crash_worker]
-agents = [Agent(name="fleet", model=FunctionModel(_script), tools=TOOLS)]
+agents = [
+    Agent(name="fleet", model=FunctionModel(_script), tools=TOOLS),
+    Agent(
+        name="keeper",
+        model=FunctionModel(_keep),
+        memory=MemoryConfig(memory_file=None, store_tools=True),
+    ),
+]

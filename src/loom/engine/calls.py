@@ -247,6 +247,7 @@ class CallRunner:
             self.agent.workspace,
             d.user_deps,
             store=d.store,
+            owner=d.owner,
         )
         return await execute_call(call, d.tools, ctx, self.agent.tool_timeout)
 

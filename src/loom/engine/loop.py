@@ -27,7 +27,7 @@ from loom.engine.calls import CallRunner
 from loom.engine.driving import discard
 from loom.engine.journal import PROGRESS_TYPES, Journal
 from loom.engine.recovery import find_loose_ends
-from loom.engine.run_inputs import Edit, Regenerate, Rewind
+from loom.engine.run_inputs import SESSION_OWNER_NAMESPACE, Edit, Regenerate, Rewind
 from loom.errors import (
     ApprovalHandlerError,
     BudgetExceeded,
@@ -59,6 +59,8 @@ if TYPE_CHECKING:
     from loom.engine.run_deps import RunDeps, SessionView, TurnHost
     from loom.engine.run_inputs import BranchInput, RunOptions
     from loom.engine.turn_spec import TurnSpec
+    from loom.memory.config import RecallConfig
+    from loom.memory.recall import Recalled
 
 __all__ = ["AgentState", "Turn"]
 
@@ -131,6 +133,8 @@ class Turn:
         self.result: RunResult | None = None
         self.cancel_reason: str | None = None
         self.rom: list[str] = []  # matched patterns, fixed for the turn
+        self.recalled: Recalled | None = None  # memories recalled at the first CONTEXT
+        self.recall_asked = False
         self.hctx = HookContext(agent, self.run_id, session_id)
         self._finishing = False
         self._task: asyncio.Task[Any] | None = None
@@ -264,11 +268,14 @@ class Turn:
             screened = await guards.check_input(self.message, self.calls.context(self.message))
             self.message = screened.value
         known = await rt.store.get_session(sid)
+        owned = ran_with if d.owner is None else {**ran_with, "owner": d.owner}
         if known is None or not known.agent_name:  # new, or made unnamed (POST /threads)
-            await rt.store.create_session(sid, agent_name=a.name, metadata=ran_with)
-        start = ran_with
+            await rt.store.create_session(sid, agent_name=a.name, metadata=owned)
+        start = owned  # the owner is recorded with the run, and as a new session's owner
+        if d.owner is not None and known is None:
+            await self._record_owner(d.owner)
         if rt.tracers:  # they open the run's span now; its traceparent goes into AGENT_START
-            start = {**ran_with, **await self._trace(str(ran_with["model"]))}
+            start = {**owned, **await self._trace(str(ran_with["model"]))}
         await j.commit(
             [
                 j.event(
@@ -335,6 +342,14 @@ class Turn:
             ctx = self.calls.context(self.message)
             check = guards.check_parallel(self.message, ctx)
             self._parallel = asyncio.ensure_future(_settle(check, self.calls.note))
+
+    async def _record_owner(self, owner: str) -> None:
+        """Record ``owner`` as the new session's owner unless it has one (a server's key
+        claimed it first): a later run that names no owner (a worker's retry, a resume)
+        acts for the same one (``Runtime.start``)."""
+        kv = self.runtime.capabilities.kv
+        if kv is not None and await kv.get_value(SESSION_OWNER_NAMESPACE, self.session_id) is None:
+            await kv.put_value(SESSION_OWNER_NAMESPACE, self.session_id, owner)
 
     async def _branch(self, pending: list[approval.PendingApproval]) -> None:
         """Move the session to the branch's point (``loom.engine.branching``): calls parked for
@@ -477,6 +492,11 @@ class Turn:
         if "before_context_assembly" in self.hooked:
             await self.hooks("before_context_assembly")
         j.notice(ev.ContextAssemblyStart)
+        if not self.recall_asked:  # once per turn, whatever the iterations
+            self.recall_asked = True
+            config = self._recall_config()
+            if config is not None:
+                self.recalled = await self._recall(config)
         request = ContextRequest(
             self.agent,
             j.history,
@@ -487,6 +507,7 @@ class Turn:
             extra_system=[*d.rom, *self.rom] if d.rom else self.rom,
             tool_specs=d.tool_specs,
             model=d.model,
+            recalled=self.recalled,
         )
         ctx = await d.builder.build(request)
         notes = [j.event_of(t, n) for t, n in ctx.notes if j.notices or t not in PROGRESS_TYPES]
@@ -507,6 +528,29 @@ class Turn:
             message_count=len(ctx.messages),
         )
         return ctx
+
+    def _recall_config(self) -> RecallConfig | None:
+        """The turn's recall settings: its builder's memory config's (a segmented builder
+        given to the agent), else the agent's; None when recall is off."""
+        from loom.memory.config import MemoryConfig
+
+        config = getattr(self.deps.builder, "config", None)
+        if not isinstance(config, MemoryConfig):
+            config = self.agent.memory
+        return config.recall if config is not None else None
+
+    async def _recall(self, config: RecallConfig) -> Recalled:
+        """Search the store's memories for this turn (``loom.memory.recall``); a failure is a
+        warning and no memories, never a failed turn."""
+        from loom.memory.recall import recall
+
+        items = self.runtime.capabilities.items
+        found = await recall(
+            config, items, self.message, owner=self.deps.owner, agent=self.agent.name
+        )
+        if found.warning is not None:
+            self.j.warn(found.warning, "memory")
+        return found
 
     async def _race(self, messages: list[Message], ctx: AssembledContext) -> ModelResponse:
         """The model call, cancelled if a parallel input guardrail trips while it runs."""

@@ -44,6 +44,7 @@ class RunDeps:
     warnings: list[str] = field(default_factory=list)  # found while building (toolsets, ...)
     rom: list[str] = field(default_factory=list)  # the backends' schema text, ROM first
     max_tool_calls: int = 50  # this run's (RunOptions.max_tool_calls, else the agent's)
+    owner: str | None = None  # whom the run acts for (RunOptions.owner, decided by start)
 
     def effect_of(self, tool_name: str) -> Any:
         t = self.tools.get(tool_name)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from loom.models.base import Model
 
 __all__ = [
+    "SESSION_OWNER_NAMESPACE",
     "Answer",
     "AtEvent",
     "AtTurn",
@@ -152,6 +153,12 @@ Input = RunInput | str | Sequence["UserContent"]
 """What the public run methods take: a ``RunInput``, or what ``as_run_input`` turns into a
 ``NewMessage`` (a ``str``, or a list of text and media parts)."""
 
+SESSION_OWNER_NAMESPACE = "loom.server.thread_owner"
+"""Key-value namespace of each session's owner (key: the session id; value: the owner's name,
+an API key's principal): written by the server when a key makes a session
+(``loom.server.ownership.Owners``) and by a run with an owner on a new session; read by the
+front door for a run that names no owner of its own."""
+
 _INPUT_KINDS = (NewMessage, Resume, Answer, CarryOn, Rewind, Regenerate, Edit)
 
 
@@ -181,6 +188,11 @@ class RunOptions:
             ``SessionBusy`` (``"drop"``) or cancel the other (``"interrupt"``).
         parent_run_id: The run this one runs for (a crew run for its members).
         run_id: The run's id (default a new one): for callers that name the run before.
+        owner: Whom the run acts for: the name of the API key's principal (a served run), a
+            schedule's ``principal``, or any name code gives. The run's memory tools and recall
+            read and write that owner's items (``loom.memory.item_tools``). ``None``: the
+            session's recorded owner (``SESSION_OWNER_NAMESPACE``), else nobody (shared). The
+            front door decides it once; tools read it as ``RunContext.owner``.
         progress: Whether the run builds its progress notices (``loom.engine.journal.
             PROGRESS_TYPES``: state, iteration and context notices, deltas). ``None`` (the
             default): when someone watches it live (a stream or an observer). ``True``: always,
@@ -204,6 +216,7 @@ class RunOptions:
     parent_run_id: str | None = None
     run_id: str | None = None
     progress: bool | None = None
+    owner: str | None = None
 
     def __post_init__(self) -> None:
         tools = self.extra_tools

@@ -33,6 +33,7 @@ from loom.engine.driving import discard, drive, watch
 from loom.engine.gates import OnBusy, SessionGate
 from loom.engine.run_deps import RunDeps, SessionView
 from loom.engine.run_inputs import (
+    SESSION_OWNER_NAMESPACE,
     Answer,
     BranchInput,
     CarryOn,
@@ -353,6 +354,7 @@ class Runtime:
             warnings=warnings,
             rom=rom,
             max_tool_calls=opts.max_tool_calls or agent.max_tool_calls,
+            owner=opts.owner,
         )
 
     def _specs(self, tools: dict[str, Tool]) -> list[ToolSpec]:
@@ -415,7 +417,30 @@ class Runtime:
                 f"a run's target must be an Agent or a Crew (a loom.engine.runtime.Runnable), got "
                 f"{type(target).__name__}"
             )
+        if opts.owner is not None and (not isinstance(opts.owner, str) or not opts.owner.strip()):
+            raise InputError(f"owner must be a non-empty string or None, got {opts.owner!r}")
+        if opts.owner is None and session_id is not None:
+            # the run's owner is decided here, once: a run that names none (a worker's, a
+            # resumed one, a schedule's on a served session) acts for the session's owner
+            recorded = await self.session_owner(session_id)
+            if recorded is not None:
+                from dataclasses import replace
+
+                opts = replace(opts, owner=recorded)
         return await target.open_run(self, what, session_id, opts)
+
+    async def session_owner(self, session_id: str) -> str | None:
+        """The owner recorded for ``session_id``, or None: the key-value record
+        (``SESSION_OWNER_NAMESPACE``) a server or an earlier run wrote, else (a store without
+        key-value space, ``MemoryStore``) the ``owner`` in the session's metadata, which the
+        run that made the session wrote. One indexed read either way."""
+        kv = self.capabilities.kv
+        if kv is not None:
+            value = await kv.get_value(SESSION_OWNER_NAMESPACE, session_id)
+            return value if isinstance(value, str) else None
+        info = await self.store.get_session(session_id)
+        owner = info.metadata.get("owner") if info is not None else None
+        return owner if isinstance(owner, str) else None
 
     async def open_turn(
         self, agent: Agent, input: RunInput, session_id: str | None, options: RunOptions

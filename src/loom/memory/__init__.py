@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from loom.memory.builder import SegmentedContextBuilder
-    from loom.memory.config import Budgets, MemoryConfig, Priority
+    from loom.memory.config import Budgets, MemoryConfig, Priority, RecallConfig
     from loom.memory.describe import MemoryReport, describe_session
     from loom.memory.tokens import (
         EstimateCounter,
@@ -41,6 +41,7 @@ _EXPORTS = {
     "MessageCounter": "loom.memory.tokens",
     "ModelTokenCounter": "loom.memory.tokens",
     "Priority": "loom.memory.config",
+    "RecallConfig": "loom.memory.config",
     "SegmentedContextBuilder": "loom.memory.builder",
     "TiktokenCounter": "loom.memory.tokens",
     "TokenCounter": "loom.memory.tokens",
@@ -59,6 +60,7 @@ __all__ = [
     "MessageCounter",
     "ModelTokenCounter",
     "Priority",
+    "RecallConfig",
     "SegmentedContextBuilder",
     "TiktokenCounter",
     "TokenCounter",

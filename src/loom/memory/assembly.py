@@ -33,7 +33,7 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loom.errors import ContextTooLong
 from loom.events import EventType
@@ -49,7 +49,10 @@ from loom.memory.trim import (
 )
 from loom.messages import Message
 
-__all__ = ["PRIMING", "Measure", "Part", "Plan", "truncate_text"]
+if TYPE_CHECKING:
+    from loom.memory.recall import RecalledMemory
+
+__all__ = ["PRIMING", "RECALL_HEADER", "KernelPick", "Measure", "Part", "Plan", "truncate_text"]
 
 E = EventType
 PRIMING = 3  # tokens every request spends priming the reply
@@ -61,6 +64,25 @@ _MIN_PART = 16
 class Part:
     message: Message
     raw: int
+
+
+RECALL_HEADER = "Recalled from earlier sessions (saved memories; they may be out of date):"
+
+
+@dataclass(frozen=True, slots=True)
+class KernelPick:
+    """The Kernel message with the recalled memories that fit: ``keys`` (in rank order),
+    taking ``tokens``; ``wanted``: the raw tokens all of them would take."""
+
+    part: Part | None
+    keys: tuple[str, ...] = ()
+    tokens: int = 0
+    wanted: int = 0
+
+    @property
+    def kept(self) -> int:
+        """How many recalled memories the Kernel holds."""
+        return len(self.keys)
 
 
 @dataclass(slots=True)
@@ -111,6 +133,8 @@ class Plan:
         "l2_cap",
         "memory_cap",
         "memory_text",
+        "recall",
+        "recall_cap",
         "rom",
         "rom_cap",
         "rom_decisions",
@@ -142,6 +166,10 @@ class Plan:
         self.l2_cap, self.memory_cap = cap(budgets.l2), cap(budgets.memory_file)
         self.l1_cap = cap(budgets.l1) if config.l1_tokens is not None else None
         self.summary_words = max(40, int(self.l2_cap * 0.35))
+        recall = config.recall
+        own = recall.max_tokens if recall is not None else None
+        self.recall_cap = cap(own) if own is not None else self.kernel_cap // 2
+        self.recall: tuple[RecalledMemory, ...] = ()  # this turn's, set by every build
         self.tools_raw = tools_raw
         self.memory_text = memory_text
         self.rom_decisions: list[ComponentNote] = []
@@ -240,7 +268,54 @@ class Plan:
         )
         return part
 
-    def kernel_part(self) -> Part | None:
+    def kernel_part(self, room: int | None = None) -> Part | None:
+        """The Kernel's system message: the session's facts, then the recalled memories that
+        fit whole in the recall budget and in ``room`` (default the Kernel's budget)."""
+        if not self.recall:  # the usual case: no pick to make
+            return self.facts_part()
+        return self.kernel_pick(room).part
+
+    def kernel_pick(self, room: int | None = None) -> KernelPick:
+        """The Kernel with as many recalled memories as fit whole (best first; one that does
+        not fit is left out, a smaller later one may still go in), within the recall budget
+        and ``room``; the facts are placed first and never make room for memories."""
+        facts = self.facts_part()
+        if not self.recall:
+            return KernelPick(facts)
+        room = self.kernel_cap if room is None else min(room, self.kernel_cap)
+        hit: KernelPick = self._cached(
+            ("kernel_recall", self.index.kernel_version, self.recall, room),
+            lambda: self._pick(facts, room),
+        )
+        return hit
+
+    def _pick(self, facts: Part | None, room: int) -> KernelPick:
+        mc = self.counter
+        base = facts.raw if facts is not None else mc.message(Message.system(""))
+        allowance = min(self.recall_cap, room - base)
+        header = mc.text(RECALL_HEADER) + 1
+        lines = [f"- {m.text}" for m in self.recall]
+        sizes = [mc.text(line) + 1 for line in lines]
+        chosen: list[int] = []
+        used = header
+        for i, size in enumerate(sizes):
+            if used + size <= allowance:
+                chosen.append(i)
+                used += size
+        while chosen:  # the tokenizer may join across lines: check the whole message
+            text = RECALL_HEADER + "\n" + "\n".join(lines[i] for i in chosen)
+            if facts is not None:
+                text = facts.message.content + "\n\n" + text
+            part = self._part(text)
+            memories = part.raw - (facts.raw if facts is not None else 0)
+            if part.raw <= room and memories <= self.recall_cap:
+                keys = tuple(self.recall[i].key for i in chosen)
+                return KernelPick(part, keys, mc.scaled(memories), sum(sizes) + header)
+            chosen.pop()
+        return KernelPick(facts, (), 0, sum(sizes) + header)
+
+    def facts_part(self) -> Part | None:
+        """The session's Kernel facts (set with ``remember`` / ``set_kernel``) as a message."""
         kernel = self.index.kernel
         if not kernel:
             return None
@@ -469,8 +544,13 @@ class Plan:
 
         placed: dict[str, Message | None] = {}
         system_raw = 0
+        kernel = self.facts_part()
+        if self.recall:  # recalled memories whole, within what is left
+            pick = self.kernel_pick(remaining)
+            decisions.append(self._recall_note(pick, remaining))
+            kernel = pick.part
         for name, prio, part, cap in (  # admitted by priority, sent in tier order below
-            ("kernel", Priority.HIGH, self.kernel_part(), self.kernel_cap),
+            ("kernel", Priority.HIGH, kernel, self.kernel_cap),
             ("memory_file", Priority.MEDIUM, self.memory_part(), self.memory_cap),
             ("summaries", Priority.MEDIUM, self.l2_part(m.summaries), self.l2_cap),
         ):
@@ -594,6 +674,34 @@ class Plan:
                 out.extend(msgs(*x))
         out.extend(crit)
         return hist_raw
+
+    def _recall_note(self, pick: KernelPick, remaining: int) -> ComponentNote:
+        mc, found = self.counter, len(self.recall)
+        counts = {"memories": found, "keys": list(pick.keys)}
+        if pick.kept == found:
+            return _note(
+                E.CONTEXT_COMPONENT_INCLUDED, "recall", Priority.HIGH, pick.tokens, **counts
+            )
+        if pick.kept:
+            return _note(
+                E.CONTEXT_COMPONENT_TRUNCATED,
+                "recall",
+                Priority.HIGH,
+                pick.tokens,
+                original_tokens=mc.scaled(pick.wanted),
+                memories_kept=pick.kept,
+                **counts,
+            )
+        why = "no room left" if remaining < self.kernel_cap else "over the recall budget"
+        return _note(
+            E.CONTEXT_COMPONENT_EXCLUDED,
+            "recall",
+            Priority.HIGH,
+            0,
+            original_tokens=mc.scaled(pick.wanted),
+            reason=why,
+            **counts,
+        )
 
     def _fit(
         self, name: str, prio: Priority, part: Part, room: int

@@ -6,7 +6,9 @@ by the model's rules, ``loom.memory.media``), (3) near the threshold asks the ag
 lasting notes to MEMORY.md (once per compaction cycle), (4) at ``compress_at`` replaces older
 media by placeholders, then masks old tool outputs and, if that is not enough, summarises the
 oldest span (falling back to the sliding window), and (5) assembles the components by priority
-so the call never exceeds the budget. Summaries and flush markers it creates are returned in
+so the call never exceeds the budget. Memories the turn recalled from earlier sessions
+(``ContextRequest.recalled``, ``loom.memory.recall``) go into the Kernel, whole, within their
+own budget. Summaries and flush markers it creates are returned in
 ``AssembledContext.persist``; the loop commits them with the events, so the next context is
 again a function of the transcript alone.
 """
@@ -227,6 +229,7 @@ class SegmentedContextBuilder:
                 mc, b, idx, cfg, request.extra_system, agent.instructions, tools_raw, memory_text
             )
         plan.memory_text = memory_text
+        plan.recall = request.recalled.memories if request.recalled is not None else ()
         notes: list[tuple[EventType, dict[str, Any]]] = []
         view = _View(list(idx.summaries), idx.covered)
         measure = plan.measure(view.summaries, view.covered)

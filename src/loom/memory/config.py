@@ -14,7 +14,7 @@ from loom.errors import ConfigurationError
 if TYPE_CHECKING:
     from loom.memory.tokens import TokenCounter
 
-__all__ = ["DEFAULT_CONTEXT_WINDOW", "Budgets", "MemoryConfig", "Priority"]
+__all__ = ["DEFAULT_CONTEXT_WINDOW", "Budgets", "MemoryConfig", "Priority", "RecallConfig"]
 
 DEFAULT_CONTEXT_WINDOW = 128_000
 """Seed 004's default ``contextWindow``, used when neither the agent nor the model names one."""
@@ -46,6 +46,75 @@ class Budgets:
     l1: int
     l2: int
     memory_file: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecallConfig:
+    """Memories from earlier sessions recalled into the Kernel at CONTEXT (``loom.memory.recall``).
+
+    Once per turn the store's items under ``namespaces`` are searched with the latest user
+    message (the store decides keyword or hybrid search), as the run's owner; the best hits go
+    into the Kernel segment, whole, within ``max_tokens`` and the Kernel's own budget.
+
+    Args:
+        namespaces: Namespace templates searched (``{owner}``: the run's owner, ``"shared"``
+            without one; ``{agent}``: the agent's name). Default the memory tools' namespace.
+        limit: Memories asked of the store (1-50).
+        max_tokens: Tokens the recalled memories may take inside the Kernel (default: half
+            the Kernel's budget).
+        timeout: Seconds the search may take; past it the turn goes on without recall (a
+            ``WARNING`` event says why).
+    """
+
+    namespaces: tuple[tuple[str, ...], ...] = (("memories", "{owner}"),)
+    limit: int = 5
+    max_tokens: int | None = None
+    timeout: float = 2.0
+
+    def __post_init__(self) -> None:
+        spaces = self.namespaces
+        if isinstance(spaces, str) or not isinstance(spaces, tuple | list) or not spaces:
+            raise ConfigurationError(
+                "RecallConfig.namespaces is a non-empty list of namespace templates such as "
+                f"[('memories', '{{owner}}')], got {spaces!r}"
+            )
+        object.__setattr__(self, "namespaces", tuple(tuple(t) for t in spaces))
+        for template in self.namespaces:
+            check_namespace_template("RecallConfig.namespaces", template)
+        if isinstance(self.limit, bool) or not isinstance(self.limit, int):
+            raise ConfigurationError(f"RecallConfig.limit must be an integer, got {self.limit!r}")
+        if not 1 <= self.limit <= 50:
+            raise ConfigurationError(f"RecallConfig.limit must be 1 to 50, got {self.limit}")
+        tokens = self.max_tokens
+        if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)):
+            raise ConfigurationError(f"RecallConfig.max_tokens must be an integer, got {tokens!r}")
+        if tokens is not None and tokens < 0:
+            raise ConfigurationError(f"RecallConfig.max_tokens must be >= 0, got {tokens}")
+        if not isinstance(self.timeout, int | float) or not self.timeout > 0:
+            raise ConfigurationError(
+                f"RecallConfig.timeout must be a positive number of seconds, got {self.timeout!r}"
+            )
+
+
+def check_namespace_template(where: str, template: Any) -> None:
+    """``ConfigurationError`` unless ``template`` is a non-empty tuple of non-empty strings
+    without ``.`` that use only ``{owner}`` and ``{agent}``."""
+    if isinstance(template, str) or not isinstance(template, tuple) or not template:
+        raise ConfigurationError(
+            f"{where} is a non-empty tuple of strings such as ('memories', '{{owner}}'), got "
+            f"{template!r}"
+        )
+    for part in template:
+        try:
+            filled = part.format(owner="x", agent="x") if isinstance(part, str) else ""
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ConfigurationError(
+                f"{where} part {part!r} may only use {{owner}} and {{agent}}: {exc!r}"
+            ) from None
+        if not filled or "." in filled:
+            raise ConfigurationError(
+                f"{where} part {part!r} must be a non-empty string without '.'"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +150,10 @@ class MemoryConfig:
             kept in the store's items (``ItemStore``), across sessions, under
             ``store_namespace`` and owned by the run's owner (``loom.memory.item_tools``).
         store_namespace: The namespace those tools use; ``{owner}`` becomes the run's owner
-            (the API key's principal when served, ``"shared"`` in local code) and ``{agent}``
-            the agent's name.
+            (``RunOptions.owner``: the API key's principal when served, a schedule's owner;
+            ``"shared"`` without one) and ``{agent}`` the agent's name.
+        recall: Recall memories from earlier sessions into the Kernel at CONTEXT, once per
+            turn (``RecallConfig``; ``True`` means ``RecallConfig()``). Off by default.
         history_tool: Add ``search_history``, which searches the session's own earlier
             messages by keywords, including those summarised out of the context.
         counter: The ``TokenCounter``; default: chosen from the model.
@@ -110,6 +181,7 @@ class MemoryConfig:
     store_tools: bool = False
     store_namespace: tuple[str, ...] = ("memories", "{owner}")
     history_tool: bool = False
+    recall: RecallConfig | None = None
     counter: TokenCounter | None = None
     component_events: bool = True
 
@@ -138,28 +210,14 @@ class MemoryConfig:
                 f"got {self.mask_tool_outputs!r}"
             )
 
-        self._check_store_namespace()
-
-    def _check_store_namespace(self) -> None:
-        template = self.store_namespace
-        if isinstance(template, str) or not isinstance(template, tuple) or not template:
+        check_namespace_template("MemoryConfig.store_namespace", self.store_namespace)
+        given: object = self.recall  # True is accepted as RecallConfig()
+        if given is True:
+            object.__setattr__(self, "recall", RecallConfig())
+        elif given is not None and not isinstance(given, RecallConfig):
             raise ConfigurationError(
-                "MemoryConfig.store_namespace is a non-empty tuple of strings such as "
-                f"('memories', '{{owner}}'), got {template!r}"
+                f"MemoryConfig.recall must be a RecallConfig, True or None, got {given!r}"
             )
-        for part in template:
-            try:
-                filled = part.format(owner="x", agent="x") if isinstance(part, str) else ""
-            except (KeyError, IndexError, ValueError) as exc:
-                raise ConfigurationError(
-                    f"MemoryConfig.store_namespace part {part!r} may only use {{owner}} and "
-                    f"{{agent}}: {exc!r}"
-                ) from None
-            if not filled or "." in filled:
-                raise ConfigurationError(
-                    f"MemoryConfig.store_namespace part {part!r} must be a non-empty string "
-                    "without '.'"
-                )
 
     @classmethod
     def seed_defaults(cls, **overrides: Any) -> MemoryConfig:

@@ -2,8 +2,11 @@
 
 - ``save_memory(text, key?)``, ``recall_memories(query, limit)``, ``forget_memory(key)``: items
   ``{"text": ...}`` in the namespace ``MemoryConfig.store_namespace`` names, owned by the run's
-  owner (the API key's principal when served; ``None`` in local code: shared). They outlive the
-  session, unlike the Kernel's ``remember``, which holds a fact for one session only.
+  owner, ``RunContext.owner``: decided once when the run started (``RunOptions.owner``; the API
+  key's principal when served, a schedule's ``principal`` for its runs, the session's recorded
+  owner for a worker's, a resumed or a carried-on run; ``None`` in local code: shared). They
+  outlive the session, unlike the Kernel's ``remember``, which holds a fact for one session
+  only.
 - ``search_history(query, limit)``: the session's own earlier messages that share words with the
   query, read from the stored transcript, so turns the context builder summarised away are
   found too.
@@ -15,7 +18,6 @@ Nothing the model can fix raises: a bad key, a query without words, or a store w
 from __future__ import annotations
 
 import hashlib
-import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -36,7 +38,6 @@ __all__ = [
     "history_tools",
     "item_tools",
     "namespace_for",
-    "run_owner",
     "search_history",
 ]
 
@@ -48,19 +49,6 @@ SHARED_OWNER = "shared"
 _HISTORY = "search_history"
 EXCERPT_CHARS = 240
 MAX_RESULTS = 20
-
-
-def run_owner() -> str | None:
-    """The run's owner: the principal of the API key serving the request, else ``None``.
-
-    The server sets ``loom.server.ownership.current_principal`` for every request and the run
-    inherits it; when the server was never imported no request can have set it, so the
-    module is not imported here (it would load the whole HTTP stack)."""
-    ownership = sys.modules.get("loom.server.ownership")
-    if ownership is None:
-        return None
-    principal = ownership.current_principal.get()
-    return None if principal is None else str(principal.name)
 
 
 def namespace_for(template: Sequence[str], *, owner: str | None, agent: str) -> tuple[str, ...]:
@@ -110,7 +98,7 @@ def item_tools(config: MemoryConfig, taken: Iterable[str] = ()) -> list[Function
     template = tuple(config.store_namespace)
 
     def where(ctx: RunContext) -> tuple[tuple[str, ...], str | None]:
-        owner = run_owner()
+        owner = ctx.owner  # decided once when the run started (RunOptions.owner)
         return namespace_for(template, owner=owner, agent=ctx.agent_name), owner
 
     async def save_memory(ctx: RunContext, text: str, key: str | None = None) -> dict[str, Any]:

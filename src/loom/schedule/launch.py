@@ -72,7 +72,11 @@ class RuntimeLauncher:
         session = run.session_id or schedule.session_for(run.tick)
         # agent or crew, through the front door; the tick's run is named ``run_id``
         started = await self.runtime.start(
-            target, schedule.message, session_id=session, options=RunOptions(run_id=run_id)
+            target,
+            schedule.message,
+            session_id=session,
+            # the run acts for the schedule's key: its memories are that key's
+            options=RunOptions(run_id=run_id, owner=schedule.principal),
         )
         await started.run(discard)
         result = started.result
@@ -153,6 +157,7 @@ class QueueLauncher:
                 queue=self.queue,
                 run_id=run_id,
                 queueing_lock=lock,
+                owner=schedule.principal,
             )
         except AlreadyEnqueued:  # queued by a process that died before it kept the job's id
             waiting = await self.app.job_manager.list_jobs_async(queueing_lock=lock)

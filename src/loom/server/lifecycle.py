@@ -82,11 +82,18 @@ class ServerRuntime(Runtime):
         ``max_concurrent_runs`` (``QueueFull`` else; a member run of a crew, one with a
         ``parent_run_id``, counts as its crew's), and the run is counted under that key. A
         served run's id is a UUID unless the caller names it: the run APIs (LangGraph's, the
-        Agent Protocol's) type it so."""
+        Agent Protocol's) type it so. A run that names no owner acts for its session's owner,
+        else for the request's key (``RunOptions.owner``)."""
         from dataclasses import replace
 
         if options is None or options.run_id is None:
             options = replace(options or RunOptions(), run_id=str(uuid.uuid4()))
+        if options.owner is None:  # the run acts for its session's owner, else the request's key
+            principal = current_principal.get()
+            recorded = await self.session_owner(session_id) if session_id is not None else None
+            owner = recorded or (principal.name if principal is not None else None)
+            if owner is not None:
+                options = replace(options, owner=owner)
         nested = options.parent_run_id is not None
         key = self._admit(nested)
         run = await super().start(target, input, session_id=session_id, options=options)

@@ -31,6 +31,7 @@ from urllib.parse import quote
 
 from pydantic import AfterValidator
 
+from loom.engine.run_inputs import SESSION_OWNER_NAMESPACE
 from loom.errors import InputError, MonitorNotFound, ScheduleNotFound, SessionNotFound
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ __all__ = [
     "unscoped_session_id",
 ]
 
-OWNER_NS = "loom.server.thread_owner"
+OWNER_NS = SESSION_OWNER_NAMESPACE  # the front door reads a session's owner there too
 MAX_ID_LENGTH = 256
 
 Kind = Literal[

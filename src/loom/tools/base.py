@@ -40,6 +40,9 @@ class RunContext:
     workspace: Path | None = None
     deps: Any = None
     store: Any = None
+    owner: str | None = None
+    """Whom the run acts for (``RunOptions.owner``, decided once when the run started: the
+    API key's principal, a schedule's owner; ``None``: nobody, shared)."""
     _cancel: threading.Event | None = None  # made on first use: most calls never need it
 
     @property

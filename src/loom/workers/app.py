@@ -80,6 +80,7 @@ async def enqueue_run(
     run_id: str | None = None,
     queueing_lock: str | None = None,
     parts: list[dict[str, Any]] | None = None,
+    owner: str | None = None,
 ) -> int:
     """Queue one turn of ``agent`` on ``session_id`` with ``message``; return the job id.
 
@@ -90,7 +91,8 @@ async def enqueue_run(
     ``queueing_lock``: procrastinate refuses (``AlreadyEnqueued``) a second waiting job with it.
     ``parts``: the message's images, files and audio in their JSON form (``loom.content``),
     naming bytes already in the store by reference (``BlobStore.put_blobs`` first): the job's
-    arguments never hold the bytes."""
+    arguments never hold the bytes. ``owner``: whom the run acts for (``RunOptions.owner``;
+    default the session's recorded owner)."""
     deferrer = app.configure_task(
         RUN_TASK,
         lock=session_lock(session_id),
@@ -101,6 +103,8 @@ async def enqueue_run(
     extra: dict[str, Any] = {} if run_id is None else {"run_id": run_id}
     if parts:
         extra["parts"] = parts
+    if owner is not None:
+        extra["owner"] = owner
     return int(
         await deferrer.defer_async(agent=agent, session_id=session_id, message=message, **extra)
     )

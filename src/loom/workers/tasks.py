@@ -89,10 +89,12 @@ async def run_turn(
     message: str,
     run_id: str | None = None,
     parts: list[dict[str, Any]] | None = None,
+    owner: str | None = None,
 ) -> dict[str, Any]:
     """Run (or, on a retry, finish) one queued turn; returns the job's record. ``run_id`` (a
     server's queued run) names the first attempt's run; later attempts derive from it.
-    ``parts``: the message's media, as references to bytes stored at enqueue."""
+    ``parts``: the message's media, as references to bytes stored at enqueue. ``owner``: whom
+    the run acts for (None: the session's recorded owner, read by ``Runtime.start``)."""
     ctx = _CONTEXT
     if ctx is None:
         raise ConfigurationError("loom.run_turn runs only in a `loom worker` process")
@@ -159,6 +161,7 @@ async def run_turn(
             run_id=run_id,
             queue_timeout=max(a.queue_timeout, 2 * ctx.runtime.lease_ttl),
             progress=True,
+            owner=owner,
         ),
     )
     inner = asyncio.ensure_future(turn.run(discard))

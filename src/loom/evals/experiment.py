@@ -266,17 +266,6 @@ def _script_model(case: Case) -> Model:
     return ScriptedModel(responses, name="scripted")
 
 
-def model_for_run(spec: str | Model | None) -> str | Model | None:
-    """The run's model override: ``test`` (or ``test:tool,tool``) is ``loom.testing.TestModel``
-    (calling every tool, or those named); anything else is a model string or a ``Model``."""
-    if isinstance(spec, str) and (spec == "test" or spec.startswith("test:")):
-        from loom.testing import TestModel
-
-        named = [t for t in spec.partition(":")[2].split(",") if t]
-        return TestModel(call_tools=named or "all")
-    return spec
-
-
 async def _expected_checks(
     case: Case, result: RunResult, judge_model: str | Model | None
 ) -> list[CheckResult]:
@@ -380,7 +369,7 @@ async def _run_case(
 ) -> CaseResult:
     from loom.engine.run_inputs import AtEvent, AtTurn, RunOptions
     from loom.evals.capture import ReplayEnvironment
-    from loom.evals.simulation import Conversation, simulate
+    from loom.evals.simulation import Conversation, model_for_run, simulate
     from loom.messages import new_id
 
     session_id = new_id("eval")

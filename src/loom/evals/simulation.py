@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from loom.messages import Message, RunResult
     from loom.models.base import Model
 
-__all__ = ["DONE", "OPENING", "Conversation", "simulate", "user_prompt"]
+__all__ = ["DONE", "OPENING", "Conversation", "model_for_run", "simulate", "user_prompt"]
 
 DONE = "DONE"
 """What a simulated user answers once its goal is met."""
@@ -120,7 +120,6 @@ async def simulate(
                 "(or the experiment's user model)"
             )
         if isinstance(spec, str):
-            from loom.evals.experiment import model_for_run
             from loom.models import resolve_model
 
             resolved = model_for_run(spec)
@@ -197,3 +196,14 @@ async def simulate(
         f"ran {turns} turn(s)"
     )
     return conversation
+
+
+def model_for_run(spec: str | Model | None) -> str | Model | None:
+    """The run's model override: ``test`` (or ``test:tool,tool``) is ``loom.testing.TestModel``
+    (calling every tool, or those named); anything else is a model string or a ``Model``."""
+    if isinstance(spec, str) and (spec == "test" or spec.startswith("test:")):
+        from loom.testing import TestModel
+
+        named = [t for t in spec.partition(":")[2].split(",") if t]
+        return TestModel(call_tools=named or "all")
+    return spec

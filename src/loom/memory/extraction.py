@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from loom.engine.run_inputs import SESSION_OWNER_NAMESPACE
 from loom.errors import ConfigurationError, InputError, JobFailed, SessionNotFound
 from loom.events import AgentFinish, EventType, SessionBranch, UserMessage
 from loom.messages import Message, Usage
@@ -80,9 +81,9 @@ __all__ = [
 
 log = logging.getLogger("loom.memory.extraction")
 
-THREAD_OWNER_NS = "loom.server.thread_owner"
-"""Where the server records which API key owns a session (``loom.server.ownership.OWNER_NS``;
-named here too so that this floor does not import the server)."""
+THREAD_OWNER_NS = SESSION_OWNER_NAMESPACE
+"""Where the front door records a session's owner (the API key's name; read here as the
+namespace owner of the memories a session's turns become)."""
 DONE_NS = "loom.memory.extracted"
 """KV: one marker per (session, turn) extracted or skipped."""
 PENDING_NS = "loom.memory.extracting"

@@ -1,0 +1,115 @@
+"""Cross-session recall (issue #29): facts planted in 200 sessions, asked about in new ones.
+
+The set (``benchmarks/data/memory_recall_facts.json``): 40 fact templates, each planted once
+for five relations (mother, father, wife, brother, best friend): 200 sessions. Every session
+holds three ordinary requests and one fact ("My brother drives a red Volvo."); every user
+message becomes a memory item, as a "remember what the user said" policy would store them
+(800 items, one owner). Each question is asked as a new session would ask it, paraphrased:
+the relation by a synonym ("sibling"), the topic mostly by other words ("What vehicle does my
+sibling own?"). A hit is the planted fact among the top 5 results of ``search_items``
+(recall@5), for keyword (FTS5 BM25), semantic (the embedder's cosine) and hybrid (both, fused
+by rank) search on one SQLite store.
+
+How the public long-memory benchmarks differ: LongMemEval (500 questions over chat histories of
+~50-500 sessions) and LoCoMo (10 very long two-person conversations, ~300 turns each) score
+an *answer* written by a model from what memory retrieved, judged by another model, and test
+temporal reasoning, knowledge updates, multi-hop questions and abstention. This benchmark
+scores *retrieval only*, single-hop, with templated sentences and no model in the loop: it
+says whether the right memory reaches the context, not whether an agent answers well. Its
+figures are not comparable to theirs.
+
+    PYTHONPATH=src python benchmarks/memory_recall.py [--embedder local]
+
+Writes ``benchmarks/results/memory_recall.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from loom.embedding import embedder_from_spec
+from loom.store import SQLiteStore
+
+DATA = Path(__file__).parent / "data" / "memory_recall_facts.json"
+MODES = ("keyword", "semantic", "hybrid")
+K = 5
+
+
+def build_set(seed: int) -> tuple[list[list[str]], list[tuple[str, int]]]:
+    """The sessions (user messages each) and the questions (text, index of its session)."""
+    data = json.loads(DATA.read_text())
+    rng = random.Random(seed)
+    sessions: list[list[str]] = []
+    questions: list[tuple[str, int]] = []
+    for statement, question, values in data["templates"]:
+        for (relation, synonym), value in zip(data["relations"], values, strict=True):
+            fact = statement.format(r=relation, v=value)
+            messages = rng.sample(data["filler"], 3)
+            messages.insert(rng.randrange(4), fact)
+            questions.append((question.format(q=synonym), len(sessions)))
+            sessions.append(messages)
+    return sessions, questions
+
+
+async def run(embedder_spec: str, seed: int) -> dict[str, Any]:
+    sessions, questions = build_set(seed)
+    facts = {i: next(m for m in s if m.startswith("My ")) for i, s in enumerate(sessions)}
+    embedder = embedder_from_spec(embedder_spec)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SQLiteStore(Path(tmp) / "recall.db", embedder=embedder)
+        try:
+            started = time.process_time()
+            for i, messages in enumerate(sessions):
+                for n, text in enumerate(messages):
+                    await store.put_item(("memories", "bench"), f"s{i}-m{n}", {"text": text})
+            put_cpu = time.process_time() - started
+            results: dict[str, Any] = {}
+            for mode in MODES:
+                hits, ranks = 0, []
+                for question, session in questions:
+                    found = await store.search_items(
+                        ("memories",), query=question, limit=K, mode=mode
+                    )
+                    texts = [item.value["text"] for item in found]
+                    if facts[session] in texts:
+                        hits += 1
+                        ranks.append(texts.index(facts[session]) + 1)
+                results[mode] = {
+                    "recall_at_5": round(hits / len(questions), 3),
+                    "hits": hits,
+                    "mean_rank_of_hits": round(sum(ranks) / len(ranks), 2) if ranks else None,
+                }
+        finally:
+            await store.close()
+    return {
+        "embedder": embedder_spec,
+        "sessions": len(sessions),
+        "items": sum(len(s) for s in sessions),
+        "questions": len(questions),
+        "k": K,
+        "put_cpu_s_with_embedding": round(put_cpu, 3),
+        "modes": results,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--embedder", default="local", help="an embedder spec (local, hash, ...)")
+    parser.add_argument("--seed", type=int, default=29)
+    args = parser.parse_args()
+    report = asyncio.run(run(args.embedder, args.seed))
+    out = Path(__file__).parent / "results" / "memory_recall.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -147,6 +147,8 @@ class _Last:
     model: str
     tools: tuple[object, ...]
     messages: list[Message]
+    segments: Segments
+    reasons: Mapping[str, str]
 
 
 def _same(a: Message, b: Message) -> bool:
@@ -191,9 +193,10 @@ class PrefixTracker:
         """Compare ``messages`` (this request) with the last request of ``key``, remember
         them, and return the cache points and what broke. ``reasons``: per tier (a
         :meth:`Segments.name_of` name), what this build did there that may change messages
-        the previous request sent (see :data:`KNOWN_REASONS`)."""
+        the previous request sent (see :data:`KNOWN_REASONS`); the previous request's reasons
+        explain a break too (what it cut to fit is sent whole again)."""
         last = self._last.get(key)
-        self._last[key] = _Last(model, tools, list(messages))
+        self._last[key] = _Last(model, tools, list(messages), segments, dict(reasons or {}))
         self._last.move_to_end(key)
         while len(self._last) > self.max_sessions:
             self._last.popitem(last=False)
@@ -217,7 +220,14 @@ class PrefixTracker:
         if shared >= len(prev):
             return CacheCheck(points, shared, len(prev))
         segment = segments.name_of(shared)
-        reason = whole or (reasons or {}).get(segment)
+        # what this build did there, or what the previous one did (a tier it cut to fit
+        # comes back whole when there is room again)
+        reason = (
+            whole
+            or (reasons or {}).get(segment)
+            or last.reasons.get(segment)
+            or last.reasons.get(last.segments.name_of(shared))
+        )
         if reason is None:
             self.busts += 1
         else:

@@ -207,7 +207,7 @@ class _Converted:
         """(system blocks, messages) with a ``cache_control`` breakpoint at the end of each
         message in ``points`` (at most four; thinking blocks cannot carry one, so a point
         on an assistant message whose last block is one is skipped)."""
-        system = [{"type": "text", "text": t} for t in self.system]
+        system: list[dict[str, Any]] = [{"type": "text", "text": t} for t in self.system]
         messages = self.messages
         copied: set[int] = set()
         placed = 0
@@ -232,7 +232,7 @@ class _Converted:
         return system, messages
 
 
-_EPHEMERAL = {"type": "ephemeral"}
+_EPHEMERAL: dict[str, Any] = {"type": "ephemeral"}
 
 
 def _tool_choice(choice: str | None) -> dict[str, Any] | None:

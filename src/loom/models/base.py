@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from loom.errors import ModelResponseError
 from loom.messages import Message, ModelResponse, ToolSpec
@@ -84,7 +84,7 @@ class ModelSettings:
     prompt_cache: bool = True
     cache_points: tuple[int, ...] = ()
     cache_key: str | None = None
-    cache_retention: str | None = None
+    cache_retention: Literal["in_memory", "24h"] | None = None
 
     def for_messages(self, messages: Sequence[Message]) -> ModelSettings:
         """These settings for a call on ``messages``: a forced ``tool_choice`` becomes

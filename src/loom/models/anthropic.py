@@ -18,6 +18,10 @@ Media are ``image`` and ``document`` blocks (:func:`anthropic_media`), also insi
 ``ReasoningDelta`` parts; ``thinking`` and ``redacted_thinking`` blocks are kept as
 ``Reasoning(provider="anthropic")`` parts (text and signature, or the encrypted data) and
 sent back first in their assistant message, byte for byte, on the next request.
+
+Prompt caching (``loom.models.cache``): with ``ModelSettings.cache_points`` set (the loop sets
+them from the context) and ``prompt_cache`` on, the system prompt goes as text blocks and each
+point's last block carries ``cache_control: {"type": "ephemeral"}`` (at most four).
 """
 
 from __future__ import annotations

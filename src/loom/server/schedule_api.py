@@ -81,8 +81,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state: ServerState = app.state.loom
     scheduler = None
     if os.environ.get("LOOM_SCHEDULER", "on").lower() not in ("off", "0", "false", "no"):
-        from loom.memory.extraction import settings_from_env
         from loom.schedule import RuntimeLauncher, build_scheduler
+
+        from loom.memory.extraction import settings_from_env
 
         # A bad LOOM_MEMORY_EXTRACT* stops the server here, naming the variable; inside
         # build_scheduler it would be taken for "a store without schedules" and silently turn

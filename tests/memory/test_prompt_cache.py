@@ -13,6 +13,7 @@ from loom.memory import MemoryConfig
 from loom.memory.builder import SegmentedContextBuilder
 from loom.memory.compression import SEGMENTS
 from loom.memory.tools import set_kernel
+from loom.messages import ToolSpec
 from loom.models.base import ModelSettings
 from loom.models.cache import PrefixTracker, Segments
 from loom.testing import FunctionModel
@@ -121,7 +122,7 @@ def test_the_tracker_names_the_reason_and_places_the_stable_point() -> None:
     rom, kernel = Message.system("rules"), Message.system("kernel")
     first = [rom, kernel, Message.user("q1")]
     seg = Segments(rom=0, kernel=1, summaries=None, history=2)
-    tools = (("t", "", "{}"),)
+    tools = (ToolSpec("t", "", {}),)
     check = tracker.observe("s", model="m", tools=tools, messages=first, segments=seg)
     assert check.points == (0, 1, 2) and not check.broke
     second = [*first, Message.assistant("a1"), Message.user("q2")]
@@ -131,12 +132,14 @@ def test_the_tracker_names_the_reason_and_places_the_stable_point() -> None:
     check = tracker.observe("s", model="m2", tools=tools, messages=second, segments=seg)
     assert (check.segment, check.reason, check.bust) == ("system", "model_changed", False)
     check = tracker.observe(
-        "s", model="m2", tools=(("u", "", "{}"),), messages=second, segments=seg
+        "s", model="m2", tools=(ToolSpec("u", "", {}),), messages=second, segments=seg
     )
     assert check.reason == "tools_changed"
     # the history rewritten with no reason given: a bust at the first message that differs
     third = [rom, kernel, Message.user("q1, edited"), Message.assistant("a1")]
-    check = tracker.observe("s", model="m2", tools=(("u", "", "{}"),), messages=third, segments=seg)
+    check = tracker.observe(
+        "s", model="m2", tools=(ToolSpec("u", "", {}),), messages=third, segments=seg
+    )
     assert (check.broke_at, check.segment, check.bust) == (2, "history", True)
     assert tracker.busts == 1 and tracker.breaks == 2
     # bounded: the least recent session is forgotten

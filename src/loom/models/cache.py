@@ -24,6 +24,7 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 from loom.messages import Message, ToolSpec
@@ -54,6 +55,7 @@ KNOWN_REASONS = (
 """Why Loom itself may change a prefix it sent before; any other change is a bust."""
 
 
+@lru_cache(maxsize=1024)  # asked for on every model call of a session
 def session_cache_key(agent: str, session_id: str) -> str:
     """A stable, opaque cache key for ``agent``'s requests in ``session_id`` (OpenAI's
     ``prompt_cache_key``): a digest, so no session id leaves the process."""
@@ -88,10 +90,11 @@ def openai_cache_fields(body: dict[str, object], s: ModelSettings, base_url: str
         body["prompt_cache_retention"] = s.cache_retention
 
 
-def tools_digest(tools: Sequence[ToolSpec]) -> tuple[object, ...]:
-    """What identifies a tool list for the cache: names, descriptions and schemas (compared,
-    not hashed: the specs are small and usually the same objects)."""
-    return tuple((t.name, t.description, repr(t.parameters)) for t in tools)
+def tools_digest(tools: Sequence[ToolSpec]) -> tuple[ToolSpec, ...]:
+    """What identifies a tool list for the cache: the specs themselves (compared, not hashed:
+    they are usually the same objects from one request to the next, which compares in one
+    step)."""
+    return tuple(tools)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +148,7 @@ class CacheCheck:
 @dataclass(slots=True)
 class _Last:
     model: str
-    tools: tuple[object, ...]
+    tools: tuple[ToolSpec, ...]
     messages: list[Message]
     segments: Segments
     reasons: Mapping[str, str]
@@ -185,7 +188,7 @@ class PrefixTracker:
         key: object,
         *,
         model: str,
-        tools: tuple[object, ...],
+        tools: tuple[ToolSpec, ...],
         messages: Sequence[Message],
         segments: Segments,
         reasons: Mapping[str, str] | None = None,
@@ -213,7 +216,10 @@ class PrefixTracker:
             shared = 0  # a cache is per model, and the tool schemas come first in it
         else:
             shared, limit = 0, min(len(prev), n)
-            while shared < limit and _same(prev[shared], messages[shared]):
+            while shared < limit:
+                a, b = prev[shared], messages[shared]
+                if a is not b and not _same(a, b):  # usually the very same objects
+                    break
                 shared += 1
         stable = shared - 1 if shared > 0 else None
         points = self._points(segments, stable, n)

@@ -1,6 +1,6 @@
 """Memory and context benchmarks (issue #5). Prints JSON.
 
-    PYTHONPATH=src python benchmarks/memory_context.py [--quick]
+    PYTHONPATH=src python benchmarks/memory_context.py [--quick] [--prompt-cache]
 
 1. ``long_run``: 500 scripted turns (tool outputs of 3-900 lines), a 4096-token window with 512
    reserved: max tokens per call vs the budget, total tokens sent vs sending the full history,
@@ -8,6 +8,18 @@
 2. ``counting``: tokens/s of the counters vs plain tiktoken on the same texts.
 3. ``loop_overhead``: µs per loop step with a zero-latency model, whole-history builder vs
    the segmented builder (the default).
+
+``long_run.prompt_cache`` (issue #31): over the same 500 turns, the input tokens a provider
+would read from its prompt cache given the cache points Loom sends (``ModelSettings.
+cache_points``), and the input cost with and without them at the shipped prices
+(``src/loom/prices.json``): Anthropic (Claude Sonnet 4.5) caches only at breakpoints, so
+without them nothing is cached; with them a request reads the longest prefix ending at a
+breakpoint that an earlier request wrote (Anthropic looks back up to 20 blocks from each
+breakpoint; prefixes under 1024 tokens are not cached) and writes up to its last breakpoint.
+OpenAI (GPT-4.1) caches automatically (prefixes of 1024 tokens and more, in 128-token steps):
+the figure is the prefix each request shares with the one before it, what a stable
+``prompt_cache_key`` keeps on one cache. Tokens are counted with cl100k as a stand-in for
+each provider's tokenizer. Cache busts (``CACHE_BUST`` with ``expected=False``) are counted.
 """
 
 from __future__ import annotations
@@ -24,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loom import Agent, Message, ModelResponse, ToolCall, tool
+from loom import Agent, EventType, Message, ModelResponse, ToolCall, tool
 from loom.context import FullHistoryBuilder
 from loom.memory import MemoryConfig
 from loom.memory.compression import FLUSH_USER, SEGMENTS
@@ -93,7 +105,7 @@ class SpyCounter:
         return self.inner.count(text)
 
 
-async def long_run(turns: int) -> dict[str, Any]:
+async def long_run(turns: int, window: int = 4096) -> dict[str, Any]:
     spy = SpyCounter()
     model = FunctionModel(model_fn)
     ws = tempfile.mkdtemp()
@@ -103,11 +115,11 @@ async def long_run(turns: int) -> dict[str, Any]:
         model=model,
         tools=[fetch],
         workspace=ws,
-        context_window=4096,
+        context_window=window,
         reserved_output_tokens=512,
         memory=MemoryConfig(counter=spy, retry_delays=(0.0,)),
     )
-    builder = agent.context_builder
+    builder = agent.runtime.builder_for(agent)
     per_turn_chars, per_turn_build_us = [], []
     original_build = builder.build  # type: ignore[attr-defined]
     build_times: list[float] = []
@@ -120,6 +132,7 @@ async def long_run(turns: int) -> dict[str, Any]:
 
     builder.build = timed_build  # type: ignore[method-assign]
     events: dict[str, int] = {}
+    breaks: dict[str, int] = {}
     for i in range(turns):
         before_chars, before_builds = spy.chars, len(build_times)
         msg = (
@@ -129,6 +142,9 @@ async def long_run(turns: int) -> dict[str, Any]:
         )
         async for ev in agent.stream(msg, session_id="long"):
             events[ev.type.name] = events.get(ev.type.name, 0) + 1
+            if ev.type is EventType.CACHE_BUST:
+                why = "bust" if not ev.data["expected"] else str(ev.data["reason"])
+                breaks[why] = breaks.get(why, 0) + 1
         per_turn_chars.append(spy.chars - before_chars)
         per_turn_build_us.append(sum(build_times[before_builds:]) * 1e6)
     fresh = MessageCounter(TiktokenCounter("cl100k_base"))
@@ -168,13 +184,13 @@ async def long_run(turns: int) -> dict[str, Any]:
     q = max(1, turns // 10)
     return {
         "turns": turns,
-        "window": 4096,
+        "window": window,
         "reserved_output": 512,
-        "budget": 3584,
+        "budget": window - 512,
         "model_calls": len(calls),
         "agent_calls": len(agent_calls),
         "max_tokens_per_call": max(sent),
-        "calls_over_budget": sum(s > 3584 for s in sent),
+        "calls_over_budget": sum(s > window - 512 for s in sent),
         "tokens_sent_agent_calls": sent_agent,
         "tokens_full_history": full_total,
         "sent_vs_full_ratio": round(sent_agent / full_total, 4),
@@ -189,6 +205,94 @@ async def long_run(turns: int) -> dict[str, Any]:
         "events": {
             k: v for k, v in sorted(events.items()) if k.startswith(("COMPRESSION", "MEMORY"))
         },
+        "prompt_cache": prompt_cache(agent_calls, fresh, breaks, builder.prefixes.busts),
+    }
+
+
+ANTHROPIC_MIN_CACHED = 1024  # Claude Sonnet 4.5's shortest cacheable prefix
+ANTHROPIC_LOOKBACK = 20  # blocks a breakpoint looks back for an earlier cache entry
+OPENAI_MIN_CACHED, OPENAI_STEP = 1024, 128
+
+
+def _key(m: Message) -> tuple[Any, ...]:
+    calls = tuple((c.name, json.dumps(c.arguments, sort_keys=True)) for c in m.tool_calls)
+    return (m.role, m.content, m.tool_call_id, calls)
+
+
+def prompt_cache(
+    calls: list[Any], mc: MessageCounter, breaks: dict[str, int], busts: int
+) -> dict[str, Any]:
+    """Cached vs uncached input tokens of the agent's calls, and their input cost with and
+    without Loom's cache points (see the module docstring)."""
+    from loom.pricing import default_prices
+
+    prices = default_prices()
+    sonnet = prices.lookup("anthropic:claude-sonnet-4-5")
+    gpt = prices.lookup("openai:gpt-4.1")
+    assert sonnet is not None and gpt is not None
+    assert sonnet.cached_input is not None and sonnet.cache_write is not None
+    assert gpt.cached_input is not None
+    written: set[tuple[Any, ...]] = set()  # prefixes (as message keys) an earlier call cached
+    total = read = write = openai_cached = 0
+    previous: list[tuple[Any, ...]] = []
+    for c in calls:
+        keys = [_key(m) for m in c.messages]
+        tokens = [mc.message(m) for m in c.messages]
+        head = mc.tools(c.tools)
+        upto = [head]  # upto[i + 1]: the tokens of the tools and messages 0..i
+        for t in tokens:
+            upto.append(upto[-1] + t)
+        size = upto[-1]
+        total += size
+        points = list(c.settings.cache_points) if c.settings is not None else []
+        hit = 0
+        for p in points:  # the longest earlier entry within a breakpoint's lookback
+            for q in range(p, max(-1, p - ANTHROPIC_LOOKBACK), -1):
+                if tuple(keys[: q + 1]) in written:
+                    hit = max(hit, upto[q + 1])
+                    break
+        wrote = 0
+        for p in points:
+            if upto[p + 1] >= ANTHROPIC_MIN_CACHED:
+                written.add(tuple(keys[: p + 1]))
+                wrote = max(wrote, upto[p + 1])
+        read += hit
+        write += max(wrote - hit, 0)
+        shared = 0
+        while shared < min(len(previous), len(keys)) and previous[shared] == keys[shared]:
+            shared += 1
+        common = upto[shared] if shared else 0
+        if common >= OPENAI_MIN_CACHED:
+            openai_cached += common - common % OPENAI_STEP
+        previous = keys
+
+    def dollars(x: float) -> float:
+        return round(x / 1e6, 4)
+
+    plain = total - read - write
+    with_points = plain * sonnet.input + read * sonnet.cached_input + write * sonnet.cache_write
+    return {
+        "agent_calls": len(calls),
+        "input_tokens": total,
+        "anthropic_claude_sonnet_4_5": {
+            "cached_input_tokens": read,
+            "cache_write_tokens": write,
+            "uncached_input_tokens": plain,
+            "cached_share": round(read / total, 4),
+            "input_cost_usd_without_breakpoints": dollars(total * sonnet.input),
+            "input_cost_usd_with_breakpoints": dollars(with_points),
+            "saving": round(1 - with_points / (total * sonnet.input), 4),
+        },
+        "openai_gpt_4_1_automatic": {
+            "cached_input_tokens": openai_cached,
+            "cached_share": round(openai_cached / total, 4),
+            "input_cost_usd_uncached": dollars(total * gpt.input),
+            "input_cost_usd_cached": dollars(
+                (total - openai_cached) * gpt.input + openai_cached * gpt.cached_input
+            ),
+        },
+        "prefix_breaks_by_reason": dict(sorted(breaks.items())),
+        "cache_busts": busts,
     }
 
 
@@ -279,6 +383,22 @@ async def loop_overhead(turns: int) -> dict[str, Any]:
 
 async def main() -> None:
     quick = "--quick" in sys.argv
+    if "--prompt-cache" in sys.argv:  # issue #31's figures only, into results/prompt_cache.json
+        cache: dict[str, Any] = {
+            "command": "PYTHONPATH=src python benchmarks/memory_context.py --prompt-cache"
+            + (" --quick" * quick)
+        }
+        for window in (4096, 16384):  # the tight window of the memory benchmark, and a roomier one
+            run = await long_run(100 if quick else 500, window)
+            cache[f"window_{window}"] = {
+                "turns": run["turns"],
+                "compressions": run["events"].get("COMPRESSION_COMPLETE", 0),
+                **run["prompt_cache"],
+            }
+        out = Path(__file__).parent / "results" / "prompt_cache.json"
+        out.write_text(json.dumps(cache, indent=2, ensure_ascii=False) + "\n")
+        print(json.dumps(cache, indent=2, ensure_ascii=False))
+        return
     result = {
         "command": "PYTHONPATH=src python benchmarks/memory_context.py" + (" --quick" * quick),
         "long_run": await long_run(100 if quick else 500),

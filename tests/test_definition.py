@@ -182,3 +182,20 @@ async def test_the_description_is_what_clients_are_shown(tmp_path: Path) -> None
     # without one, the instructions' first line still says what the agent is for
     plain = Agent(name="p", instructions="You add numbers.\nMore.", model=ScriptedModel([]))
     assert plain.description == "" and describe(plain) == "You add numbers."
+
+
+def test_prompt_caching_is_set_per_agent_in_its_file(tmp_path: Path) -> None:
+    path = tmp_path / "AGENT.md"
+    path.write_text(
+        "---\nname: shop\nmodel: demo\n"
+        "model_settings: {prompt_cache: false, cache_retention: 24h}\n---\nSum.\n"
+    )
+    ms = Agent.from_file(path).model_settings
+    assert ms is not None and (ms.prompt_cache, ms.cache_retention) == (False, "24h")
+    again = tmp_path / "again.md"
+    again.write_text(Agent.from_file(path).to_definition().to_markdown())
+    back = Agent.from_file(again).model_settings
+    assert back is not None and (back.prompt_cache, back.cache_retention) == (False, "24h")
+    path.write_text("---\nname: shop\nmodel: demo\nmodel_settings: {cache_retention: 1w}\n---\nx\n")
+    with pytest.raises(AgentDefinitionError, match="cache_retention"):
+        Agent.from_file(path)

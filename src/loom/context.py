@@ -50,6 +50,10 @@ class AssembledContext:
     compression progress. ``persist`` are messages the builder derived (summaries, memory
     bookkeeping) that the loop appends to the transcript, together with the notes' events,
     before it calls the model, so the next context is again a function of the transcript.
+
+    ``cache_points`` are indices into ``messages``, each ending a segment of the stable prefix
+    the next request is expected to repeat (``loom.models.cache``); the loop hands them to the
+    provider in ``ModelSettings.cache_points``. Empty: nothing to mark.
     """
 
     messages: list[Message]
@@ -57,6 +61,7 @@ class AssembledContext:
     token_estimate: int
     notes: list[tuple[EventType, dict[str, Any]]] = field(default_factory=list)
     persist: list[Message] = field(default_factory=list)
+    cache_points: list[int] = field(default_factory=list)
 
 
 class ContextBuilder(Protocol):
@@ -90,10 +95,14 @@ class FullHistoryBuilder:
         media = sum(
             part_tokens(part, rule, text_tokens) for m in messages if m.parts for part in m.parts
         )
+        # the whole history is the prefix: the system prompt's end, and the last message,
+        # which the next request repeats
+        points = sorted({0, len(messages) - 1} if system else {len(messages) - 1})
         return AssembledContext(
             messages=messages,
             tools=request.tool_specs,
             token_estimate=chars // 4 + 4 * len(messages) + media,
+            cache_points=[p for p in points if p >= 0],
         )
 
 

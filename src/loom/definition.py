@@ -37,7 +37,7 @@ import hashlib
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -91,6 +91,10 @@ class ModelSettingsConfig(BaseModel):
     tool_choice: str | None = None
     """``auto``, ``none``, ``required`` or a tool's name (forced on the turn's first call)."""
     reset_tool_choice: bool = True
+    prompt_cache: bool = True
+    """Let providers cache the context's stable prefix (docs/observability.md)."""
+    cache_retention: Literal["in_memory", "24h"] | None = None
+    """OpenAI's ``prompt_cache_retention``."""
 
 
 class AgentDefinition(BaseModel):
@@ -332,6 +336,8 @@ def definition_of(agent: AgentSpec) -> AgentDefinition:
             timeout=ms.timeout,
             tool_choice=ms.tool_choice,
             reset_tool_choice=ms.reset_tool_choice,
+            prompt_cache=ms.prompt_cache,
+            cache_retention=ms.cache_retention,
         )
     return AgentDefinition(
         model_settings=settings,

@@ -75,6 +75,7 @@ class EventType(StrEnum):
     COMPRESSION_FALLBACK = "compression_fallback"
     COMPRESSION_COMPLETE = "compression_complete"
     MEMORY_FLUSH = "memory_flush"
+    CACHE_BUST = "cache_bust"
     MEMORY_RECORD = "memory_record"
     PATTERNS_MATCHED = "patterns_matched"
     LLM_START = "llm_start"
@@ -386,6 +387,23 @@ class MemoryFlush(AgentEvent):
     type: Literal[E.MEMORY_FLUSH] = E.MEMORY_FLUSH
     status: str = ""
     notes: int = 0
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class CacheBust(AgentEvent):
+    """The context's cached prefix differs from the previous request's for the session
+    (``loom.models.cache``): ``segment`` is the tier where it first differs (``system``,
+    ``kernel``, ``summaries``, ``history``), ``reason`` why, when Loom knows (``compaction``,
+    ``masking``, ``truncation``, ``memory_flush``, ``model_changed``, ``tools_changed``).
+    ``expected=False`` (no known reason) is a warning: something outside Loom's budgeting
+    rewrote what the provider had cached. ``extra`` has ``position`` (the first message that
+    differs) and ``shared_messages`` / ``previous_messages``."""
+
+    type: Literal[E.CACHE_BUST] = E.CACHE_BUST
+    segment: str = ""
+    reason: str | None = None
+    expected: bool = False
 
 
 @_payload
@@ -870,6 +888,7 @@ EVENT_CLASSES: dict[EventType, type[AgentEvent]] = {
         CompressionFallback,
         CompressionComplete,
         MemoryFlush,
+        CacheBust,
         MemoryRecord,
         PatternsMatched,
         LlmStart,

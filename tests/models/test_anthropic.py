@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from loom import Agent
 from loom.errors import ContextTooLong, MissingDependencyError, ModelAuthError, ModelUnavailable
 from loom.events import EventType
-from loom.messages import Message, ModelResponse, ToolCall, ToolResult
+from loom.messages import Message, ModelResponse, ToolCall, ToolResult, Usage
 from loom.models import resolve_model
 from loom.models.anthropic import OUTPUT_TOOL, AnthropicModel, to_anthropic_messages
 from loom.models.base import ModelSettings, RetryNotice, StreamPart, TextDelta
@@ -156,7 +156,8 @@ async def test_a_tool_round_trip_through_the_agent() -> None:
         instructions="You add numbers.",
         model=replay.model(),
         tools=["add"],
-        model_settings=ModelSettings(max_tokens=300, tool_choice="auto"),
+        # prompt caching off: the request has the plain form (see the breakpoint tests below)
+        model_settings=ModelSettings(max_tokens=300, tool_choice="auto", prompt_cache=False),
     )
     result = await agent.run("What is 17 + 25?")
     assert result.stop_reason == "completed"
@@ -326,3 +327,76 @@ async def test_with_tools_the_model_must_call_one_of_them_or_the_output_tool() -
     first = replay.requests[0]
     assert [t["name"] for t in first["tools"]] == ["add", OUTPUT_TOOL]
     assert first["tool_choice"] == {"type": "any"}
+
+
+EPHEMERAL = {"type": "ephemeral"}
+
+
+def breakpoints(body: dict[str, Any]) -> list[str]:
+    """Where a request body's ``cache_control`` marks are: ``system[i]``, ``messages[i][j]``."""
+    marks = [
+        f"system[{i}]"
+        for i, b in enumerate(body["system"] if isinstance(body["system"], list) else [])
+        if "cache_control" in b
+    ]
+    for i, m in enumerate(body["messages"]):
+        marks += [f"messages[{i}][{j}]" for j, b in enumerate(m["content"]) if "cache_control" in b]
+    return marks
+
+
+async def test_the_request_carries_cache_breakpoints_by_segment() -> None:
+    """ROM (with the tools before it) and the Kernel end in a breakpoint each; so do the last
+    message the previous request also sent and the last message (the next request's stable
+    part). The provider's cache counts land in Usage and are priced at the cache prices."""
+    from loom.memory.tools import set_kernel
+    from loom.pricing import PriceTable
+
+    replay = Replay((200, recording("tool_use")), (200, recording("text")))
+    agent = Agent(
+        name="calc",
+        instructions="You add numbers.",
+        model=replay.model(),
+        tools=["add"],
+        model_settings=ModelSettings(max_tokens=300),
+    )
+    await set_kernel(agent.store, "s", "user", "Ada")
+    result = await agent.run("What is 17 + 25?", session_id="s")
+    assert result.stop_reason == "completed"
+    first, second = replay.requests
+    rom = {"type": "text", "text": "You add numbers.", "cache_control": EPHEMERAL}
+    kernel = {
+        "type": "text",
+        "text": "Session context (Kernel):\n- user: Ada",
+        "cache_control": EPHEMERAL,
+    }
+    assert first["system"] == second["system"] == [rom, kernel]
+    assert first["tools"][0]["name"] == "add"  # the tools come first: the ROM mark covers them
+    assert breakpoints(first) == ["system[0]", "system[1]", "messages[0][0]"]
+    # the user message (the end of what the first request sent) and the tool result
+    assert breakpoints(second) == ["system[0]", "system[1]", "messages[0][0]", "messages[2][0]"]
+    assert second["messages"][0]["content"] == [
+        {"type": "text", "text": "What is 17 + 25?", "cache_control": EPHEMERAL}
+    ]
+    assert second["messages"][2]["content"][0]["cache_control"] == EPHEMERAL
+    assert "cache_control" not in json.dumps(second["messages"][1])  # the assistant's tool_use
+    # the second answer's usage: 530 fresh + 100 read from the cache
+    assert result.usage.cache_read_tokens == 100 and result.usage.cache_write_tokens == 0
+    price = {"input": 5.0, "cached_input": 0.5, "cache_write": 6.25, "output": 25.0}
+    table = PriceTable({"anthropic:claude-opus-4-6": price})
+    second_call = Usage(input_tokens=630, output_tokens=12, requests=1, cache_read_tokens=100)
+    assert table.cost(second_call, "anthropic:claude-opus-4-6") == round(
+        (530 * 5.0 + 100 * 0.5 + 12 * 25.0) / 1e6, 10
+    )
+
+
+def test_at_most_four_breakpoints_and_none_when_caching_is_off() -> None:
+    model = Replay().model()
+    msgs = [Message.system("rules"), Message.system("kernel")]
+    for i in range(4):
+        msgs += [Message.user(f"q{i}"), Message.assistant(f"a{i}")]
+    on = model._request(msgs, [], ModelSettings(cache_points=(0, 1, 3, 5, 7, 9)))
+    assert breakpoints(on) == ["system[0]", "system[1]", "messages[1][0]", "messages[3][0]"]
+    off = model._request(msgs, [], ModelSettings(cache_points=(0, 1, 3), prompt_cache=False))
+    assert off["system"] == "rules\n\nkernel" and "cache_control" not in json.dumps(off)
+    # the conversation the caller holds is not marked: the marks are the request's
+    assert "cache_control" not in json.dumps(to_anthropic_messages(msgs)[1])

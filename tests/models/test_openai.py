@@ -18,6 +18,7 @@ from loom.events import EventType
 from loom.messages import Message, ModelResponse, ToolCall, ToolResult
 from loom.models import resolve_model
 from loom.models.base import ModelSettings, RetryNotice, StreamPart, TextDelta
+from loom.models.cache import session_cache_key
 from loom.models.openai import OpenAIModel, response_format, strict_schema, to_openai_messages
 from loom.models.resilience import CircuitBreaker, RetryPolicy
 from loom.output import compile_output
@@ -348,3 +349,69 @@ def test_response_format_is_strict_only_when_the_schema_allows() -> None:
         "schema": listed.wire.schema,
     }
     assert listed.wire.schema["properties"]["response"]["type"] == "array"
+
+
+async def test_openai_gets_a_stable_prompt_cache_key_per_session_and_cached_tokens_priced() -> None:
+    """OpenAI's own API gets ``prompt_cache_key`` (the same for every request of a session,
+    another for another session) and ``prompt_cache_retention`` when set; its
+    ``cached_tokens`` land in Usage and are priced at the cached-input price."""
+    sent: list[dict[str, Any]] = []
+    body = sse(
+        chunk({"role": "assistant", "content": "Hi."}),
+        chunk({}, finish="stop"),
+        chunk(
+            None,
+            usage={
+                "prompt_tokens": 2000,
+                "completion_tokens": 10,
+                "total_tokens": 2010,
+                "prompt_tokens_details": {"cached_tokens": 1536},
+            },
+        ),
+    )
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        sent.append(json.loads(request.content))
+        return httpx2.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    def model(base: str) -> OpenAIModel:
+        return OpenAIModel(
+            "gpt-4.1",
+            api_key="k",
+            base_url=base,
+            http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)),
+            retry=FAST,
+            breaker=CircuitBreaker("replay-cache"),
+        )
+
+    agent = Agent(name="chat", instructions="Be brief.", model=model("https://api.openai.com/v1"))
+    first = await agent.run("Hello", session_id="a")
+    await agent.run("Again", session_id="a")
+    await agent.run("Hello", session_id="b")
+    keys = [b["prompt_cache_key"] for b in sent]
+    assert keys[0] == keys[1] != keys[2] and keys[0].startswith("loom-")
+    assert keys[0] == session_cache_key("chat", "a")  # a digest: no session id is sent
+    assert all("prompt_cache_retention" not in b for b in sent)
+    assert first.usage.cache_read_tokens == 1536
+    assert first.usage.cost == round((464 * 2.0 + 1536 * 0.5 + 10 * 8.0) / 1e6, 10)
+
+    sent.clear()
+    retained = Agent(
+        name="chat",
+        model=model("https://api.openai.com/v1"),
+        model_settings=ModelSettings(cache_retention="24h"),
+    )
+    await retained.run("Hello", session_id="a")
+    assert sent[0]["prompt_cache_retention"] == "24h"
+    sent.clear()
+    off = Agent(
+        name="chat",
+        model=model("https://api.openai.com/v1"),
+        model_settings=ModelSettings(prompt_cache=False, cache_retention="24h"),
+    )
+    await off.run("Hello", session_id="a")
+    assert "prompt_cache_key" not in sent[0] and "prompt_cache_retention" not in sent[0]
+    sent.clear()
+    # an OpenAI-compatible server may refuse fields it does not know: none are sent
+    await Agent(name="chat", model=model("http://replay/v1")).run("Hello", session_id="a")
+    assert "prompt_cache_key" not in sent[0]

@@ -20,6 +20,7 @@ from loom.errors import ModelAuthError, UnsupportedContent
 from loom.events import EventType
 from loom.messages import Message
 from loom.models import resolve_model
+from loom.models.base import ModelSettings
 from loom.models.openai_responses import OpenAIResponsesModel, to_responses_input
 from loom.models.resilience import CircuitBreaker, RetryPolicy
 from loom.store.memory import MemoryStore
@@ -66,10 +67,10 @@ class Replay:
         )
 
     def model(self, **kw: Any) -> OpenAIResponsesModel:
+        kw.setdefault("base_url", "http://replay.invalid/v1")
         return OpenAIResponsesModel(
             "o4-mini",
             api_key="sk-test",
-            base_url="http://replay.invalid/v1",
             http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(self)),
             retry=RetryPolicy(initial_delay=0.01, max_delay=0.02),
             breaker=CircuitBreaker("responses-test", failure_threshold=100),
@@ -168,3 +169,13 @@ def test_the_model_string_and_a_missing_key(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     model = resolve_model("openai-responses:o4-mini")
     assert isinstance(model, OpenAIResponsesModel) and model.name == "openai-responses:o4-mini"
+
+
+def test_the_prompt_cache_fields_go_to_openai_only() -> None:
+    settings = ModelSettings(cache_key="loom-k", cache_retention="in_memory")
+    msgs = [Message.user("hi")]
+    official = Replay().model(base_url="https://api.openai.com/v1").request(msgs, [], settings)
+    assert official["prompt_cache_key"] == "loom-k"
+    assert official["prompt_cache_retention"] == "in_memory"
+    elsewhere = Replay().model().request(msgs, [], settings)
+    assert "prompt_cache_key" not in elsewhere and "prompt_cache_retention" not in elsewhere

@@ -353,3 +353,23 @@ async def test_a_crew_run_is_one_trace_under_its_workflow_span() -> None:
     assert len(tools) == 3 and all(
         t.parent is not None and t.parent.span_id in run_ids for t in tools
     )
+
+
+async def test_a_cache_bust_is_counted_in_a_metric() -> None:
+    from loom.memory.tools import set_kernel
+
+    tel = Tel()
+    rt = Runtime(observers=[tel.observer])
+    agent = Agent(name="helper", model=ScriptedModel(["one", "two"]))
+    await rt.run(agent, "first", session_id="s-1")
+    assert "loom.prompt_cache.breaks" not in tel.metrics()
+    await set_kernel(rt.store, "s-1", "mood", "curious")  # the Kernel changed by code
+    await rt.run(agent, "second", session_id="s-1")
+    [point] = tel.metrics()["loom.prompt_cache.breaks"]
+    assert point.value == 1
+    assert dict(point.attributes) == {
+        "loom.expected": False,
+        "loom.cache.segment": "kernel",
+        "loom.cache.reason": "unknown",
+        "gen_ai.agent.name": "helper",
+    }

@@ -48,6 +48,7 @@ from loom.models.base import (
     TextDelta,
     reports_real_usage,
 )
+from loom.models.cache import cache_settings, session_cache_key
 from loom.output import Accept, GiveUp, OutputSpec, check_answer
 from loom.policy import approval
 from loom.queries import format_answer
@@ -576,6 +577,9 @@ class Turn:
         final: ModelResponse | None = None
         partial = self.typed.partial_reader() if self.typed is not None else None
         settings = self.settings.for_messages(messages) if self.settings else None
+        if ctx.cache_points:  # the stable prefix's segments, for the provider's prompt cache
+            key = session_cache_key(self.agent.name, self.session_id)
+            settings = cache_settings(settings, ctx.cache_points, key)
         # Stored media's bytes, read only for a request, and only for a model that reads media
         # (one that reads none shows them as placeholders: nothing to load).
         if (

@@ -526,10 +526,16 @@ class Plan:
         else:
             crit = ([conv[pinned]] if pinned is not None else []) + msgs(m.tail_start, len(conv))
             crit_raw = sum(mc.message(x) for x in crit)
+            room = remaining
             if crit_raw > remaining:
-                crit, crit_raw = self._strip_current(crit, remaining, decisions)
-            if crit_raw > remaining:
-                crit, shrunk = self._shrink(crit, remaining)
+                # The turn is cut anyway: cut it a little more (never below half the room) so
+                # MEMORY.md and the Kernel stay whole, and with them the prefix the provider
+                # has cached (loom.models.cache).
+                if m.kernel + m.memory_file <= remaining // 2:
+                    room = remaining - m.kernel - m.memory_file
+                crit, crit_raw = self._strip_current(crit, room, decisions)
+            if crit_raw > room:
+                crit, shrunk = self._shrink(crit, room)
                 decisions.append(
                     _note(
                         E.CONTEXT_COMPONENT_TRUNCATED,

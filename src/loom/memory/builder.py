@@ -37,6 +37,7 @@ from loom.memory.segments import SessionIndex, Summary
 from loom.memory.tokens import MessageCounter, TokenCounter, counter_for_model
 from loom.memory.trim import truncate_text
 from loom.messages import Message, ToolSpec, Usage
+from loom.models.cache import PrefixTracker
 from loom.tools.base import spec_of
 
 if TYPE_CHECKING:
@@ -95,6 +96,9 @@ class SegmentedContextBuilder:
         self._setups: dict[int, tuple[AgentSpec, _Setup]] = {}
         self._raw_of: dict[int, tuple[int, Any]] = {}
         self._file_cache: dict[Path, tuple[tuple[int, int], str]] = {}
+        self.prefixes = PrefixTracker(max_sessions)
+        """Each session's last request, for prompt-cache points and CACHE_BUST
+        (``loom.models.cache``); ``prefixes.busts`` counts the busts seen."""
 
     # -- configuration ---------------------------------------------------------------------------
     def window_of(self, agent: AgentSpec, model: Any = None) -> tuple[int, int]:
@@ -271,11 +275,38 @@ class SegmentedContextBuilder:
             messages=messages, tools=request.tool_specs, token_estimate=mc.scaled(raw), notes=notes
         )
         ctx.persist = view.persist
+        if agent.model_settings is None or agent.model_settings.prompt_cache:
+            ctx.cache_points = list(self._cache_points(request, plan, measure, ctx, decisions))
         if len(self._raw_of) > 1024:
             self._raw_of.clear()
         if getattr(mc.counter, "observe", None) is not None:
             self._raw_of[id(ctx)] = (raw, mc.counter)
         return ctx
+
+    def _cache_points(
+        self,
+        request: ContextRequest,
+        plan: Plan,
+        measure: Any,
+        ctx: AssembledContext,
+        decisions: list[tuple[EventType, dict[str, Any]]],
+    ) -> tuple[int, ...]:
+        """Where the stable prefix's segments end; a CACHE_BUST note when the session's
+        previous prefix broke (``loom.memory.cache``)."""
+        from loom.memory.cache import check_prefix
+
+        check = check_prefix(
+            self.prefixes,
+            (id(request.agent), request.session_id),
+            plan=plan,
+            model=request.model,
+            tools=request.tool_specs,
+            messages=ctx.messages,
+            measure=measure,
+            notes=ctx.notes,
+            decisions=decisions,
+        )
+        return check.points
 
     def observe_usage(self, ctx: AssembledContext, usage: Usage) -> None:
         """Correct an estimating counter with the input tokens the provider reported."""

@@ -18,6 +18,10 @@ Media are ``image`` and ``document`` blocks (:func:`anthropic_media`), also insi
 ``ReasoningDelta`` parts; ``thinking`` and ``redacted_thinking`` blocks are kept as
 ``Reasoning(provider="anthropic")`` parts (text and signature, or the encrypted data) and
 sent back first in their assistant message, byte for byte, on the next request.
+
+Prompt caching (``loom.models.cache``): with ``ModelSettings.cache_points`` set (the loop sets
+them from the context) and ``prompt_cache`` on, the system prompt goes as text blocks and each
+point's last block carries ``cache_control: {"type": "ephemeral"}`` (at most four).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from loom.models._client import (
 )
 from loom.models._media import base64_of, bytes_of, media_of, reasoning_of
 from loom.models.base import ModelSettings, ReasoningDelta, StreamPart, TextDelta
+from loom.models.cache import MAX_BREAKPOINTS
 from loom.models.resilience import CircuitBreaker, RetryPolicy
 
 __all__ = [
@@ -132,52 +137,106 @@ def to_anthropic_messages(messages: Sequence[Message]) -> tuple[str, list[dict[s
     an array of its text and those blocks. An assistant message's Anthropic reasoning goes
     back first in its content, unchanged (the API checks the signatures while a tool loop
     goes on); reasoning from another provider is left out."""
-    system: list[str] = []
-    out: list[dict[str, Any]] = []
+    converted = _Converted.of(messages)
+    return "\n\n".join(converted.system), converted.messages
 
-    def add(role: str, blocks: list[dict[str, Any]]) -> None:
-        if not blocks:
-            return
-        if out and out[-1]["role"] == role:  # the API wants user and assistant to alternate
-            out[-1]["content"].extend(blocks)
-        else:
-            out.append({"role": role, "content": blocks})
 
-    for m in messages:
-        media = media_of(m) if m.parts else []
-        if m.role == "system":
-            if m.content:
-                system.append(m.content)
-        elif m.role == "user":
-            blocks: list[dict[str, Any]] = (
-                [{"type": "text", "text": m.content}] if m.content else []
-            )
-            add("user", blocks + [anthropic_media(p) for p in media])
-        elif m.role == "assistant":
-            blocks = [anthropic_reasoning(r) for r in reasoning_of(m, "anthropic")]
-            if m.content:
-                blocks.append({"type": "text", "text": m.content})
-            blocks.extend({"type": "text", "text": describe(p)} for p in media)
-            for c in m.tool_calls:
-                # Arguments that were not JSON cannot be replayed as ``input``; the tool result
-                # that follows tells the model what was wrong with them.
-                blocks.append(
-                    {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
+@dataclass(slots=True)
+class _Converted:
+    """Messages in the API's shape, and where each Loom message's last block went: a system
+    text (``system_at``) or a block of an API message (``block_at``: message, block)."""
+
+    system: list[str] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    system_at: dict[int, int] = field(default_factory=dict)
+    block_at: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, messages: Sequence[Message]) -> _Converted:
+        c = cls()
+        system, out = c.system, c.messages
+
+        def add(i: int, role: str, blocks: list[dict[str, Any]]) -> None:
+            if not blocks:
+                return
+            if out and out[-1]["role"] == role:  # the API wants user and assistant to alternate
+                out[-1]["content"].extend(blocks)
+            else:
+                out.append({"role": role, "content": blocks})
+            c.block_at[i] = (len(out) - 1, len(out[-1]["content"]) - 1)
+
+        for i, m in enumerate(messages):
+            media = media_of(m) if m.parts else []
+            if m.role == "system":
+                if m.content:
+                    system.append(m.content)
+                    c.system_at[i] = len(system) - 1
+            elif m.role == "user":
+                blocks: list[dict[str, Any]] = (
+                    [{"type": "text", "text": m.content}] if m.content else []
                 )
-            add("assistant", blocks)
-        elif m.role == "tool":
-            block: dict[str, Any] = {
-                "type": "tool_result",
-                "tool_use_id": m.tool_call_id or "",
-                "content": m.content,
-            }
-            if media:
-                text = [{"type": "text", "text": m.content}] if m.content else []
-                block["content"] = text + [anthropic_media(p) for p in media]
-            if m.metadata.get("success") is False:
-                block["is_error"] = True
-            add("user", [block])
-    return "\n\n".join(system), out
+                add(i, "user", blocks + [anthropic_media(p) for p in media])
+            elif m.role == "assistant":
+                blocks = [anthropic_reasoning(r) for r in reasoning_of(m, "anthropic")]
+                if m.content:
+                    blocks.append({"type": "text", "text": m.content})
+                blocks.extend({"type": "text", "text": describe(p)} for p in media)
+                for tc in m.tool_calls:
+                    # Arguments that were not JSON cannot be replayed as ``input``; the tool
+                    # result that follows tells the model what was wrong with them.
+                    blocks.append(
+                        {
+                            "type": "tool_use",
+                            "id": tc.id,
+                            "name": tc.name,
+                            "input": tc.arguments,
+                        }
+                    )
+                add(i, "assistant", blocks)
+            elif m.role == "tool":
+                block: dict[str, Any] = {
+                    "type": "tool_result",
+                    "tool_use_id": m.tool_call_id or "",
+                    "content": m.content,
+                }
+                if media:
+                    text = [{"type": "text", "text": m.content}] if m.content else []
+                    block["content"] = text + [anthropic_media(p) for p in media]
+                if m.metadata.get("success") is False:
+                    block["is_error"] = True
+                add(i, "user", [block])
+        return c
+
+    def cached(self, points: Sequence[int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(system blocks, messages) with a ``cache_control`` breakpoint at the end of each
+        message in ``points`` (at most four; thinking blocks cannot carry one, so a point
+        on an assistant message whose last block is one is skipped)."""
+        system: list[dict[str, Any]] = [{"type": "text", "text": t} for t in self.system]
+        messages = self.messages
+        copied: set[int] = set()
+        placed = 0
+        for p in sorted(set(points)):
+            if placed >= MAX_BREAKPOINTS:
+                break
+            if p in self.system_at:
+                system[self.system_at[p]]["cache_control"] = _EPHEMERAL
+                placed += 1
+            elif p in self.block_at:
+                at, index = self.block_at[p]
+                if at not in copied:  # the breakpoint is the request's, not the history's
+                    if messages is self.messages:
+                        messages = list(messages)
+                    messages[at] = {**messages[at], "content": list(messages[at]["content"])}
+                    copied.add(at)
+                block = messages[at]["content"][index]
+                if block.get("type") in ("thinking", "redacted_thinking"):
+                    continue
+                messages[at]["content"][index] = {**block, "cache_control": _EPHEMERAL}
+                placed += 1
+        return system, messages
+
+
+_EPHEMERAL: dict[str, Any] = {"type": "ephemeral"}
 
 
 def _tool_choice(choice: str | None) -> dict[str, Any] | None:
@@ -259,7 +318,11 @@ class AnthropicModel(RemoteModel):
     def _request(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], s: ModelSettings
     ) -> dict[str, Any]:
-        system, converted = to_anthropic_messages(messages)
+        c = _Converted.of(messages)
+        system: str | list[dict[str, Any]] = "\n\n".join(c.system)
+        converted = c.messages
+        if s.prompt_cache and s.cache_points:  # breakpoints need the system as blocks
+            system, converted = c.cached(s.cache_points)
         body: dict[str, Any] = {
             "model": self.model,
             "messages": converted,

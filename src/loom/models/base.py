@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from loom.errors import ModelResponseError
 from loom.messages import Message, ModelResponse, ToolSpec
@@ -60,6 +60,16 @@ class ModelSettings:
     ``temperature`` is not sent, as the API requires). ``reasoning_effort`` (``"low"``,
     ``"medium"``, ``"high"``, ...) is OpenAI's setting of the same name, sent as is to
     OpenAI-style servers.
+
+    Prompt caching (docs/observability.md, "Prompt caching"): ``prompt_cache`` (on by default)
+    lets a provider cache the stable prefix of the context. ``cache_points`` are indices into
+    the call's messages, each ending a segment that the next request is expected to repeat
+    (the system prompt, the Kernel, the part of the history the previous request also sent,
+    the last message); the loop sets them from ``AssembledContext.cache_points`` and
+    Anthropic puts a ``cache_control`` breakpoint on each (at most 4). ``cache_key`` is sent
+    as OpenAI's ``prompt_cache_key`` (the loop sets a stable one per session when it is
+    unset); ``cache_retention`` as OpenAI's ``prompt_cache_retention`` (``"in_memory"`` or
+    ``"24h"``), only when set. ``prompt_cache=False`` sends none of them.
     """
 
     temperature: float | None = None
@@ -71,6 +81,10 @@ class ModelSettings:
     output: OutputSchema | None = None
     thinking_budget: int | None = None
     reasoning_effort: str | None = None
+    prompt_cache: bool = True
+    cache_points: tuple[int, ...] = ()
+    cache_key: str | None = None
+    cache_retention: Literal["in_memory", "24h"] | None = None
 
     def for_messages(self, messages: Sequence[Message]) -> ModelSettings:
         """These settings for a call on ``messages``: a forced ``tool_choice`` becomes

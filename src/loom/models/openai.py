@@ -56,6 +56,7 @@ from loom.models.base import (
     StreamPart,
     TextDelta,
 )
+from loom.models.cache import openai_cache_fields
 from loom.models.resilience import CircuitBreaker, RetryPolicy
 
 __all__ = [
@@ -365,6 +366,7 @@ class OpenAIModel(RemoteModel):
             body["reasoning_effort"] = s.reasoning_effort
         if s.output is not None:
             body["response_format"] = response_format(s.output, self.structured_output)
+        openai_cache_fields(body, s, self.base_url)
         body.update(s.extra)
         return body
 

@@ -33,6 +33,7 @@ from loom.models._client import (
 )
 from loom.models._media import data_url
 from loom.models.base import ModelSettings, ReasoningDelta, StreamPart, TextDelta
+from loom.models.cache import openai_cache_fields
 from loom.models.resilience import CircuitBreaker, RetryPolicy
 
 __all__ = ["OpenAIResponsesModel", "from_spec", "to_responses_input"]
@@ -218,6 +219,7 @@ class OpenAIResponsesModel(RemoteModel):
                     "strict": False,
                 }
             }
+        openai_cache_fields(body, s, self.base_url)
         body.update(s.extra)
         return body
 

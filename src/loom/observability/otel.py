@@ -173,6 +173,12 @@ class OtelObserver:
             description="Measures number of input and output tokens used",
             explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
         )
+        self.cache_breaks = meter.create_counter(
+            "loom.prompt_cache.breaks",
+            unit="{break}",
+            description="Requests whose cached prompt prefix differs from the session's previous "
+            "request (loom.expected=false: a cache bust, no reason Loom knows)",
+        )
         if capture_content is None:
             capture_content = os.environ.get(CAPTURE_ENV, "").strip().lower() in ("true", "1")
         self.capture = capture_content
@@ -187,6 +193,7 @@ class OtelObserver:
             E.AGENT_START: self._agent_start,
             E.LLM_START: self._llm_start,
             E.LLM_RETRY: self._llm_retry,
+            E.CACHE_BUST: self._cache_bust,
             E.LLM_COMPLETE: self._llm_complete,
             E.TOOL_EXECUTION_START: self._tool_start,
             E.TOOL_RESULT: self._tool_end,
@@ -336,6 +343,17 @@ class OtelObserver:
         if run is not None:
             retry = {"attempt": e.attempt, "delay": e.delay, "error": e.error}
             run.retries = [*(run.retries or ()), (retry, e.timestamp)]
+
+    def _cache_bust(self, e: ev.CacheBust) -> None:
+        run = self.runs.get(e.run_id)
+        attrs: dict[str, Any] = {
+            "loom.expected": bool(e.expected),
+            "loom.cache.segment": e.segment,
+            "loom.cache.reason": e.reason or "unknown",
+        }
+        if run is not None:
+            attrs["gen_ai.agent.name"] = run.agent
+        self.cache_breaks.add(1, attrs)
 
     def _chat_span(
         self, run: _Run, attrs: dict[str, Any], end: float, error: str | None = None

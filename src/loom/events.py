@@ -395,7 +395,8 @@ class CacheBust(AgentEvent):
     """The context's cached prefix differs from the previous request's for the session
     (``loom.models.cache``): ``segment`` is the tier where it first differs (``system``,
     ``kernel``, ``summaries``, ``history``), ``reason`` why, when Loom knows (``compaction``,
-    ``masking``, ``truncation``, ``memory_flush``, ``model_changed``, ``tools_changed``).
+    ``masking``, ``truncation``, ``memory_flush``, ``recall``, ``model_changed``,
+    ``tools_changed``).
     ``expected=False`` (no known reason) is a warning: something outside Loom's budgeting
     rewrote what the provider had cached. ``extra`` has ``position`` (the first message that
     differs) and ``shared_messages`` / ``previous_messages``."""

@@ -52,8 +52,7 @@ def agent_of(model: FunctionModel, **kw: Any) -> Agent:
         tools=[fetch],
         context_window=4096,
         reserved_output_tokens=512,
-        memory=MemoryConfig(retry_delays=(0.0,)),
-        **kw,
+        **{"memory": MemoryConfig(retry_delays=(0.0,)), **kw},
     )
 
 
@@ -147,3 +146,18 @@ def test_the_tracker_names_the_reason_and_places_the_stable_point() -> None:
         tracker.observe(key, model="m", tools=tools, messages=first, segments=seg)
     check = tracker.observe("s", model="x", tools=tools, messages=first, segments=seg)
     assert not check.broke and check.previous == 0
+
+
+async def test_recalled_memories_that_follow_each_turn_break_the_kernel_as_expected() -> None:
+    """Recall places this turn's memories at the end of the Kernel: when the next turn's
+    message recalls others, the Kernel segment changes for a reason Loom knows ("recall"),
+    never an unexplained bust."""
+    model = FunctionModel(model_fn)
+    agent = agent_of(model, memory=MemoryConfig(retry_delays=(0.0,), recall=True))
+    await agent.store.put_item(("memories", "shared"), "a", {"text": "t0 is about apples"})
+    await agent.store.put_item(("memories", "shared"), "b", {"text": "t1 is about boats"})
+    events = await turns(agent, 2)
+    kernel = [e.data for e in events if e.type is E.CACHE_BUST and e.data["segment"] == "kernel"]
+    assert kernel and all(b["reason"] == "recall" and b["expected"] for b in kernel), kernel
+    builder = agent.runtime.builder_for(agent)
+    assert isinstance(builder, SegmentedContextBuilder) and builder.prefixes.busts == 0

@@ -60,6 +60,8 @@ def reasons_of(
         tier = _TIER_OF.get(str(data.get("component")))
         if kind is not E.CONTEXT_COMPONENT_INCLUDED and tier is not None:
             reasons.setdefault(tier, "truncation")
+        elif data.get("component") == "recall":  # this turn's memories, chosen by its message
+            reasons.setdefault("kernel", "recall")
     if measure.masked or measure.stripped:
         reasons.setdefault("history", "masking")
     for kind, data in notes:

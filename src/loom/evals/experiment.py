@@ -123,6 +123,7 @@ class ExperimentRecord:
     errored: int = 0
     score: float = 0.0
     cost: float = 0.0
+    owner: str | None = None  # the API key that ran it; None: shared (a local CLI run)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -512,6 +513,7 @@ async def run_experiment(
     resume: str | None = None,
     auto_resume: bool = True,
     on_case: Callable[[CaseResult], None] | None = None,
+    owner: str | None = None,
 ) -> Experiment:
     """Run ``dataset`` on ``agent`` and store the experiment (see the module docstring).
 
@@ -520,6 +522,8 @@ async def run_experiment(
     that much (cases not run stay to run on a resume); ``resume`` names an experiment to
     finish; with ``auto_resume`` an unfinished experiment of the same dataset, agent revision
     and model is finished instead of a new one started. ``on_case`` is called with each result.
+    ``owner``: the API key the experiment belongs to (the console shows it to that key and to
+    admin keys only); None, a local run's, is shared: every key sees it.
     """
     from loom.engine.runtime import Runtime
     from loom.messages import new_id
@@ -561,6 +565,7 @@ async def run_experiment(
             model_spec,
             _now(),
             cases=len(dataset.cases),
+            owner=owner,
         )
     record.status = "running"
     await kv.put_value(EXPERIMENTS_NAMESPACE, record.id, record.to_dict() | _case_order(dataset))

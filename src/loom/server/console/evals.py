@@ -185,9 +185,8 @@ async def _steps(store: Store, result: CaseResult) -> tuple[list[TrajectoryStep]
     starts = [e for e in events if isinstance(e, ToolExecutionStart)]
     if not starts:
         calls = result.trajectory.get("tool_calls") or []
-        return [TrajectoryStep(str(c.get("name")), dict(c.get("arguments") or {})) for c in calls], (
-            False
-        )
+        recorded = [TrajectoryStep(str(c.get("name")), dict(c.get("arguments") or {})) for c in calls]
+        return recorded, False
     ends = {
         e.tool_call_id: e for e in events if isinstance(e, ToolResultEvent | ToolErrorEvent)
     }

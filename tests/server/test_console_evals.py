@@ -61,13 +61,10 @@ cases:
     script: [I cannot do that.]
 """
 # the agent changed: it no longer looks the weather up, and sums badly
-CASES_V2 = (
-    CASES_V1.replace(
-        "      - {tool: lookup, arguments: {city: Oslo}}\n      - It is sunny in Oslo.",
-        "      - It is probably sunny in Oslo.",
-    )
-    .replace('      - "5"', '      - "6"')
-)
+CASES_V2 = CASES_V1.replace(
+    "      - {tool: lookup, arguments: {city: Oslo}}\n      - It is sunny in Oslo.",
+    "      - It is probably sunny in Oslo.",
+).replace('      - "5"', '      - "6"')
 
 
 @dataclass

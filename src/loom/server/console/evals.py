@@ -185,11 +185,11 @@ async def _steps(store: Store, result: CaseResult) -> tuple[list[TrajectoryStep]
     starts = [e for e in events if isinstance(e, ToolExecutionStart)]
     if not starts:
         calls = result.trajectory.get("tool_calls") or []
-        recorded = [TrajectoryStep(str(c.get("name")), dict(c.get("arguments") or {})) for c in calls]
+        recorded = [
+            TrajectoryStep(str(c.get("name")), dict(c.get("arguments") or {})) for c in calls
+        ]
         return recorded, False
-    ends = {
-        e.tool_call_id: e for e in events if isinstance(e, ToolResultEvent | ToolErrorEvent)
-    }
+    ends = {e.tool_call_id: e for e in events if isinstance(e, ToolResultEvent | ToolErrorEvent)}
     steps = []
     for start in starts:
         end = ends.get(start.tool_call_id)

@@ -131,6 +131,20 @@ async def test_only_the_sample_and_the_named_agents_are_scored(rig: Rig) -> None
     assert (await OnlineEvaluator(rig.store, other).run()).scored == 0
 
 
+async def test_an_experiments_case_runs_are_left_to_the_experiment(rig: Rig) -> None:
+    from loom.evals import parse_dataset, run_experiment
+
+    dataset = parse_dataset("cases:\n  - {id: one, input: hi, script: [hello]}\n")
+    experiment = await run_experiment(dataset, rig.agent, store=rig.store)
+    live = await rig.turn("a live turn")
+    settings = OnlineSettings.from_mapping(
+        {"sample": 1.0, "evaluators": [{"stop_reason": "completed"}]}
+    )
+    report = await OnlineEvaluator(rig.store, settings).run()
+    assert report.scored == 1 and await online_score(rig.store, live) is not None
+    assert await online_score(rig.store, experiment.results[0].run_id) is None
+
+
 async def test_a_turn_completes_while_the_judge_is_blocked(rig: Rig) -> None:
     """The evaluation runs in the job, never in the turn: a judge stuck on its model does not
     hold up a turn of the same session."""

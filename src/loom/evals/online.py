@@ -22,7 +22,8 @@ maintenance = MaintenanceSettings(online=online)   # the scheduler's ``evaluate`
 **Which runs.** A run is sampled when the first 8 bytes of ``sha256(run_id)`` read as a
 fraction below ``sample``: every process (and every retry) agrees on the same runs without
 talking to the others. Only finished runs are read (an ``AGENT_FINISH`` in the journal), of
-the agents ``agents`` names (all when None).
+the agents ``agents`` names (all when None); an experiment's case sessions (``eval_…``) are
+scored by their experiment and left out.
 
 **Evaluators.** The trajectory assertions of ``loom.evals.assertions`` that make sense without
 a dataset (:data:`ONLINE_ASSERTIONS`: stop reason, model calls / tokens / cost / duration
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
     from loom.store.base import KVStore, SessionInfo, Store
 
 __all__ = [
+    "EXPERIMENT_SESSION",
     "ONLINE_ASSERTIONS",
     "ONLINE_NS",
     "ONLINE_STATE_NS",
@@ -112,6 +114,10 @@ ONLINE_ASSERTIONS = frozenset(
 SETTLE_SECONDS = 60.0
 """Sessions updated up to this long before the cursor are read again (a commit stamped
 before the cursor moved but landed after is not missed; the done-markers make it free)."""
+
+EXPERIMENT_SESSION = "eval_"
+"""The prefix of an experiment's case sessions (``run_experiment``): scored by the experiment,
+never sampled online."""
 
 ScoreStatus = Literal["scored", "errored", "gave_up"]
 
@@ -422,7 +428,7 @@ class OnlineEvaluator:
         """Score the session's sampled runs; True when none is left to retry."""
         from loom.events import AgentFinish, EventType
 
-        if not self.settings.wants(info.agent_name):
+        if not self.settings.wants(info.agent_name) or info.id.startswith(EXPERIMENT_SESSION):
             return True
         try:
             finishes = [

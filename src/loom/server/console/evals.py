@@ -1,7 +1,7 @@
 """The console's experiment pages (``loom.evals``): the stored experiments, one experiment's
 cases, one case's trajectory beside its reference, and two experiments compared case by case.
 
-Experiments live in the store's key-values (``loom.evals.experiment``); the server's store is
+Experiments live in the store's key-values (``loom.evals.experiments``); the server's store is
 the one ``loom eval run --db`` wrote when both name the same database. Ownership: an
 experiment carries the API key that ran it (``ExperimentRecord.owner``); a key sees its own
 and the shared ones (``owner`` None: what a local ``loom eval run`` stores, since the CLI has

@@ -299,3 +299,43 @@ def test_bad_settings_say_what_is_wrong(data: dict[str, Any], says: str) -> None
 
 def test_the_record_namespace_is_documented() -> None:
     assert ONLINE_NS == "loom.evals.online"
+
+
+AGENT_FILE = """\
+---
+name: helper
+model: demo
+online:
+  sample: 1.0
+  evaluators:
+    - {stop_reason: completed}
+    - {tokens: {max: 100000}}
+---
+You help.
+"""
+
+
+async def test_an_agent_files_online_block_scores_its_runs(rig: Rig, tmp_path: Path) -> None:
+    from loom.errors import AgentDefinitionError
+
+    path = tmp_path / "helper.md"
+    path.write_text(AGENT_FILE)
+    helper = Agent.from_file(path)
+    mine = (await rig.runtime.run(helper, "hello", session_id="h1")).run_id
+    other = await rig.turn("not helper's")  # the echo agent: no settings, not scored
+    jobs = builtin_jobs(
+        rig.store,
+        ScheduleStore(rig.store),
+        MonitorStore(rig.store),
+        agents={"helper": helper, "echo": rig.agent},
+    )
+    job = next(j for j in jobs if j.name == "evaluate")
+    summary = await job.run()
+    assert summary["scored"] == 1
+    record = await online_score(rig.store, mine)
+    assert record is not None and [c["name"] for c in record["checks"]] == ["stop_reason", "tokens"]
+    assert await online_score(rig.store, other) is None
+
+    path.write_text(AGENT_FILE.replace("sample: 1.0", "sample: 7"))
+    with pytest.raises(AgentDefinitionError, match=r"online.*from 0 to 1"):
+        Agent.from_file(path)

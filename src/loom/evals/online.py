@@ -53,6 +53,7 @@ import hashlib
 import logging
 import os
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -87,7 +88,9 @@ __all__ = [
     "job_run",
     "online_score",
     "online_scores",
+    "online_settings_of",
     "sampled",
+    "set_online_settings",
     "settings_from_env",
 ]
 
@@ -281,6 +284,23 @@ def _rubric(i: int, raw: Mapping[str, Any]) -> RubricEvaluator:
     )
 
 
+_AGENT_SETTINGS: weakref.WeakKeyDictionary[Any, OnlineSettings] = weakref.WeakKeyDictionary()
+
+
+def set_online_settings(agent: object, settings: OnlineSettings) -> None:
+    """Attach online evaluation settings to ``agent`` (an agent file's ``online:`` block does,
+    through ``loom.definition.build_agent``)."""
+    _AGENT_SETTINGS[agent] = settings
+
+
+def online_settings_of(agent: object) -> OnlineSettings | None:
+    """The online evaluation settings an agent's file gave it, or None."""
+    try:
+        return _AGENT_SETTINGS.get(agent)
+    except TypeError:  # not weakly referenceable: nothing was attached to it
+        return None
+
+
 def settings_from_env(env: Mapping[str, str] | None = None) -> OnlineSettings | None:
     """The settings in the YAML file ``LOOM_EVAL_ONLINE`` names (the mapping
     ``OnlineSettings.from_mapping`` takes); None when it is unset. A file that cannot be read
@@ -372,22 +392,37 @@ async def online_scores(store: Store, run_ids: Sequence[str]) -> dict[str, dict[
 
 class OnlineEvaluator:
     """The ``evaluate`` job over ``store``: ``run()`` scores the sampled finished runs not
-    scored yet (see the module docstring). ``tracer_provider``: where ``loom.eval`` spans go
-    (default the global one)."""
+    scored yet (see the module docstring). ``settings`` apply to every agent they name;
+    ``per_agent`` (an agent file's ``online:`` block, by agent name) to that agent instead.
+    ``tracer_provider``: where ``loom.eval`` spans go (default the global one)."""
 
     def __init__(
         self,
         store: Store,
-        settings: OnlineSettings,
+        settings: OnlineSettings | None,
         *,
+        per_agent: Mapping[str, OnlineSettings] | None = None,
         clock: Callable[[], float] = time.time,
         tracer_provider: Any = None,
     ) -> None:
         self.store = store
         self.kv = _kv_of(store)
+        self.per_agent = dict(per_agent or {})
+        if settings is None and not self.per_agent:
+            raise ConfigurationError("OnlineEvaluator needs settings, or an agent's")
         self.settings = settings
+        every = [x for x in (settings, *self.per_agent.values()) if x is not None]
+        self.max_runs = max(x.max_runs for x in every)
+        self.every = min(x.every for x in every)
         self.clock = clock
         self.tracer_provider = tracer_provider
+
+    def settings_for(self, agent: str) -> OnlineSettings | None:
+        """The settings runs of ``agent`` are scored with (None: they are not)."""
+        own = self.per_agent.get(agent)
+        if own is not None:
+            return own
+        return self.settings if self.settings is not None and self.settings.wants(agent) else None
 
     async def run(self) -> OnlineReport:
         """One job run: read the sessions updated since the cursor, score their new runs."""
@@ -400,7 +435,7 @@ class OnlineEvaluator:
         sessions.sort(key=lambda s: (s.updated_at, s.id))
         advance_to: datetime | None = None
         blocked = False
-        budget = [self.settings.max_runs]
+        budget = [self.max_runs]
         for info in sessions:
             complete = await self._session(info, report, budget)
             if not complete:
@@ -428,7 +463,8 @@ class OnlineEvaluator:
         """Score the session's sampled runs; True when none is left to retry."""
         from loom.events import AgentFinish, EventType
 
-        if not self.settings.wants(info.agent_name) or info.id.startswith(EXPERIMENT_SESSION):
+        settings = self.settings_for(info.agent_name)
+        if settings is None or info.id.startswith(EXPERIMENT_SESSION):
             return True
         try:
             finishes = [
@@ -440,7 +476,7 @@ class OnlineEvaluator:
             return True
         complete = True
         for finish in finishes:
-            if not sampled(finish.run_id, self.settings.sample):
+            if not sampled(finish.run_id, settings.sample):
                 report.skipped += 1
                 continue
             done = await self.kv.get_value(ONLINE_NS, finish.run_id)
@@ -450,7 +486,7 @@ class OnlineEvaluator:
                 return False
             budget[0] -= 1
             prior = int(done.get("attempts", 0)) if isinstance(done, dict) else 0
-            if not await self._score(info, finish, prior, report):
+            if not await self._score(settings, info, finish, prior, report):
                 complete = False
         return complete
 
@@ -463,7 +499,12 @@ class OnlineEvaluator:
         return [e for e in await self.store.load_events(session_id) if e.type in types]
 
     async def _score(
-        self, info: SessionInfo, finish: Any, prior: int, report: OnlineReport
+        self,
+        settings: OnlineSettings,
+        info: SessionInfo,
+        finish: Any,
+        prior: int,
+        report: OnlineReport,
     ) -> bool:
         """Evaluate one run and write its record; True unless it errored (to retry)."""
         from loom.events import AgentStart, UserMessage
@@ -478,7 +519,7 @@ class OnlineEvaluator:
             stop_reason=finish.stop_reason,
             output=finish.output,
         )
-        checks = check_all(self.settings.checks, trajectory)
+        checks = check_all(settings.checks, trajectory)
         question = ""
         traceparent: str | None = None
         for event in events:
@@ -488,8 +529,8 @@ class OnlineEvaluator:
                 question = question or event.message_text
                 carried = event.extra.get("traceparent")
                 traceparent = carried if isinstance(carried, str) else traceparent
-        for rubric in self.settings.rubrics:
-            checks.append(await self._judge(rubric, question, finish, info.id))
+        for rubric in settings.rubrics:
+            checks.append(await self._judge(settings, rubric, question, finish, info.id))
         attempts = prior + 1
         errored = [c for c in checks if c.errored]
         record: dict[str, Any] = {
@@ -502,7 +543,7 @@ class OnlineEvaluator:
         }
         if errored:
             error = errored[0].message
-            status: ScoreStatus = "gave_up" if attempts >= self.settings.attempts else "errored"
+            status: ScoreStatus = "gave_up" if attempts >= settings.attempts else "errored"
             record.update(status=status, error=error, score=None, passed=None)
             report.errors.append(f"run {finish.run_id!r}: {error}")
             if status == "gave_up":
@@ -514,7 +555,7 @@ class OnlineEvaluator:
                 finish.run_id,
                 error,
                 attempts,
-                self.settings.attempts,
+                settings.attempts,
             )
         else:
             score = round(
@@ -535,7 +576,12 @@ class OnlineEvaluator:
         return not errored or record["status"] == "gave_up"
 
     async def _judge(
-        self, rubric: RubricEvaluator, question: str, finish: Any, session_id: str
+        self,
+        settings: OnlineSettings,
+        rubric: RubricEvaluator,
+        question: str,
+        finish: Any,
+        session_id: str,
     ) -> CheckResult:
         from loom.judge import JudgeContext, JudgePanel, LLMJudge
 
@@ -544,7 +590,7 @@ class OnlineEvaluator:
                 rubric.judge_model,
                 c,
                 name=f"{rubric.name}{i + 1}",
-                timeout=self.settings.judge_timeout,
+                timeout=settings.judge_timeout,
             )
             for i, c in enumerate(rubric.criteria)
         ]
@@ -553,7 +599,7 @@ class OnlineEvaluator:
             rubric.strategy,
             rubric.threshold,
             max_retries=1,
-            timeout=self.settings.judge_timeout,
+            timeout=settings.judge_timeout,
         )
         verdict = await panel.evaluate(
             question,

@@ -146,9 +146,11 @@ def builtin_jobs(
     settings: MaintenanceSettings | None = None,
     *,
     prices: PriceTable | None = None,
+    agents: Mapping[str, Any] | None = None,
 ) -> list[Job]:
     """The built-in maintenance jobs on ``store`` (seed 003 §2); ``prices`` price the
-    extraction model's calls (the runtime's)."""
+    extraction model's calls (the runtime's); ``agents`` (the served ones, by name) may carry
+    online evaluation settings of their own (an agent file's ``online:``)."""
     s = settings or MaintenanceSettings()
     clock = schedules.clock
     items = capabilities_of(store).items
@@ -210,7 +212,12 @@ def builtin_jobs(
     from loom.evals import online as online_eval
 
     online = s.online if s.online is not None else online_eval.settings_from_env()
-    if online is not None:
-        evaluator = online_eval.OnlineEvaluator(store, online, clock=clock)
-        jobs.append(Job("evaluate", online.every, online_eval.job_run(evaluator)))
+    per_agent = {
+        name: found
+        for name, agent in (agents or {}).items()
+        if (found := online_eval.online_settings_of(agent)) is not None
+    }
+    if online is not None or per_agent:
+        evaluator = online_eval.OnlineEvaluator(store, online, per_agent=per_agent, clock=clock)
+        jobs.append(Job("evaluate", evaluator.every, online_eval.job_run(evaluator)))
     return jobs

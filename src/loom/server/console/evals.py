@@ -253,10 +253,26 @@ async def case_page(request: Request, experiment_id: str, case_id: str) -> Respo
     case, case_note = _dataset_case(experiment.record, case_id)
     expected = None
     recorded: Any = None
+    recorded_calls: list[TrajectoryStep] = []
+    captured_from: Any = None
     if case is not None:
         if case.expected is not None:
             expected = case.expected.model_dump(exclude_defaults=True)
         recorded = case.metadata.get("reference") or case.metadata.get("recorded")
+        captured_from = case.metadata.get("captured_from")
+        # a captured case's recorded environment (``loom eval capture``: ``Case.environment``)
+        environment = getattr(case, "environment", None)
+        for call in getattr(environment, "calls", None) or []:
+            content = str(getattr(call, "content", ""))
+            recorded_calls.append(
+                TrajectoryStep(
+                    str(getattr(call, "name", "")),
+                    dict(getattr(call, "arguments", None) or {}),
+                    content[:RESULT_CHARS],
+                    not getattr(call, "success", True),
+                    len(content) > RESULT_CHARS,
+                )
+            )
     return page(
         request,
         "experiment_case.html",
@@ -271,4 +287,6 @@ async def case_page(request: Request, experiment_id: str, case_id: str) -> Respo
         case_note=case_note,
         expected=expected,
         recorded=recorded,
+        recorded_calls=recorded_calls,
+        captured_from=captured_from,
     )

@@ -60,6 +60,14 @@ cases:
     assertions: [{not_called: add}]
     script: [I cannot do that.]
 """
+# a captured case's recorded environment (``loom eval capture``), once Case has one
+CAPTURED = "environment" in __import__("loom.evals.dataset").evals.dataset.Case.model_fields
+if CAPTURED:
+    CASES_V1 = CASES_V1.replace(
+        "    metadata: {reference:",
+        "    environment:\n      calls:\n        - {name: lookup, arguments: {city: Oslo},"
+        ' content: "recorded: sunny, 21"}\n    metadata: {reference:',
+    )
 # the agent changed: it no longer looks the weather up, and sums badly
 CASES_V2 = CASES_V1.replace(
     "      - {tool: lookup, arguments: {city: Oslo}}\n      - It is sunny in Oslo.",
@@ -205,7 +213,12 @@ def test_experiments_case_and_compare_pages(browser: Any, seeded: Seeded) -> Non
     assert json.loads(reference.locator("#expected").text_content()) == {"contains": "sunny"}
     assert reference.locator("#recorded").text_content() == "It is sunny in Oslo, 21 degrees."
     assert "lookup" in reference.locator("pre.assertions").text_content()
-    assert reference.locator("#checks tr.check").count() == 2
+    # the assertion, the expected answer (and a captured case's environment check)
+    assert reference.locator("#checks tr.check").count() == (3 if CAPTURED else 2)
+    if CAPTURED:  # the recorded call, with its recorded result, beside the run's own
+        recorded = reference.locator("#recorded-calls")
+        assert recorded.locator("b.tool").all_text_contents() == ["lookup"]
+        assert recorded.locator("pre.result").text_content() == "recorded: sunny, 21"
     shot(page, "experiment-case")
 
     # compare: the old experiment before, the new one after
@@ -219,7 +232,8 @@ def test_experiments_case_and_compare_pages(browser: Any, seeded: Seeded) -> Non
     )
     assert changes == [["weather", "worse"], ["sum", "worse"], ["refuse", "same"]]
     deltas = page.locator("#comparison tbody td.num").all_text_contents()
-    assert deltas == ["-0.50", "-0.50", "+0.00"]  # one check of two fails in each
+    # one check of two fails in each (of three for the captured weather case)
+    assert deltas == ["-0.33" if CAPTURED else "-0.50", "-0.50", "+0.00"]
     assert page.locator("#score-delta").text_content() != "+0.00"
     assert "0 better" in page.locator("#compare-summary").text_content()
     shot(page, "experiment-compare")

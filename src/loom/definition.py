@@ -120,6 +120,9 @@ class AgentDefinition(BaseModel):
     model_settings: ModelSettingsConfig | None = None
     """Per-call options (``loom.models.ModelSettings``): temperature, max_tokens, timeout,
     tool_choice (e.g. ``query`` to make the first call of each turn a ``query`` call)."""
+    online: dict[str, Any] | None = None
+    """Online evaluation of a sample of this agent's runs (``loom.evals.online``):
+    ``{sample, evaluators: [...]}``, read by the scheduler's ``evaluate`` job."""
     backends: list[dict[str, Any] | str] = Field(default_factory=list)
     """Domain backends (``loom.backends.backend_from_config``): ``{sql: URL, tables: [...]}``,
     ``{openapi: FILE_OR_URL, base_url: ...}``, ``{documents: FOLDER}`` or a database URL."""
@@ -253,6 +256,7 @@ def build_agent(
     resolved: list[Tool | str] = [own.get(name, name) for name in definition.tools]
     kwargs: dict[str, Any] = definition.model_dump(
         exclude={
+            "online",
             "tools",
             "workspace",
             "mcp_servers",
@@ -295,12 +299,25 @@ def build_agent(
             except ConfigurationError as exc:
                 raise AgentDefinitionError(str(exc), path=str(path), field="mcp_servers") from None
         kwargs["tools"] = [*kwargs["tools"], *servers]
+    online = None
+    if definition.online is not None:
+        from loom.evals.online import OnlineSettings
+
+        try:
+            online = OnlineSettings.from_mapping(definition.online)
+        except ConfigurationError as exc:
+            raise AgentDefinitionError(str(exc), path=str(path), field="online") from None
     try:
-        return make(**kwargs)
+        built = make(**kwargs)
     except AgentDefinitionError as exc:
         raise AgentDefinitionError(str(exc), path=str(path)) from None
     except ConfigurationError as exc:  # e.g. a bad permission rule
         raise AgentDefinitionError(str(exc), path=str(path)) from None
+    if online is not None:
+        from loom.evals.online import set_online_settings
+
+        set_online_settings(built, online)
+    return built
 
 
 def definition_of(agent: AgentSpec) -> AgentDefinition:

@@ -124,6 +124,7 @@ class ExperimentRecord:
     errored: int = 0
     score: float = 0.0
     cost: float = 0.0
+    owner: str | None = None  # the API key that ran it; None: shared (a local CLI run)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -557,6 +558,7 @@ async def run_experiment(
     resume: str | None = None,
     auto_resume: bool = True,
     on_case: Callable[[CaseResult], None] | None = None,
+    owner: str | None = None,
 ) -> Experiment:
     """Run ``dataset`` on ``agent`` and store the experiment (see the module docstring).
 
@@ -566,6 +568,8 @@ async def run_experiment(
     finish; with ``auto_resume`` an unfinished experiment of the same dataset, agent revision
     and model is finished instead of a new one started. ``on_case`` is called with each result.
     ``user_model`` plays the simulated user of a case whose ``user`` names no model.
+    ``owner``: the API key the experiment belongs to (the console shows it to that key and to
+    admin keys only); None, a local run's, is shared: every key sees it.
     """
     from loom.engine.runtime import Runtime
     from loom.messages import new_id
@@ -607,6 +611,7 @@ async def run_experiment(
             model_spec,
             _now(),
             cases=len(dataset.cases),
+            owner=owner,
         )
     record.status = "running"
     await kv.put_value(EXPERIMENTS_NAMESPACE, record.id, record.to_dict() | _case_order(dataset))

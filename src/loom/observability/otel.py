@@ -48,7 +48,7 @@ from loom import events as ev
 from loom.messages import ModelResponse
 from loom.models.base import CALL_WATCHER, CallWatcher, Model
 
-__all__ = ["OtelObserver", "context_from_traceparent", "traceparent_of"]
+__all__ = ["OtelObserver", "context_from_traceparent", "emit_eval_span", "traceparent_of"]
 
 log = logging.getLogger("loom.observability")
 
@@ -587,3 +587,54 @@ class _Watcher:
                 o._measure(self.run, time.time() - started, None, {}, kind, request)
         finally:
             span.end()
+
+
+def emit_eval_span(
+    record: dict[str, Any],
+    traceparent: str | None,
+    *,
+    tracer_provider: trace.TracerProvider | None = None,
+) -> None:
+    """Export one online evaluation (``loom.evals.online``) as a ``loom.eval`` span.
+
+    The run's ``invoke_agent`` span ended with the run, before the background job scored it,
+    and an ended span takes no attributes: the eval is a span of its own, in the run's trace
+    (its parent is the run's span, named by the ``traceparent`` kept in the run's
+    ``AGENT_START`` event) and linked to it. Attributes: ``loom.run_id``,
+    ``gen_ai.conversation.id``, ``gen_ai.agent.name``, ``loom.eval.status`` (scored, errored,
+    gave_up), ``loom.eval.score``, ``loom.eval.passed``, ``loom.eval.attempts``,
+    ``loom.eval.<check>.score`` / ``.passed`` per evaluator, ``error.type`` when errored.
+    Never raises: tracing must never break the job."""
+    try:
+        tracer = trace.get_tracer("loom", tracer_provider=tracer_provider)
+        parent = context_from_traceparent(traceparent) if traceparent else None
+        links = []
+        if parent is not None:
+            run_span = trace.get_current_span(parent).get_span_context()
+            if run_span.is_valid:
+                links.append(trace.Link(run_span, {"loom.link": "evaluated_run"}))
+        attrs: dict[str, Any] = {
+            "loom.run_id": str(record.get("run_id", "")),
+            "gen_ai.conversation.id": str(record.get("session_id", "")),
+            "gen_ai.agent.name": str(record.get("agent", "")),
+            "loom.eval.status": str(record.get("status", "")),
+            "loom.eval.attempts": int(record.get("attempts", 0)),
+        }
+        if record.get("score") is not None:
+            attrs["loom.eval.score"] = float(record["score"])
+        if record.get("passed") is not None:
+            attrs["loom.eval.passed"] = bool(record["passed"])
+        for check in record.get("checks") or []:
+            name = str(check.get("name", "check"))
+            attrs[f"loom.eval.{name}.passed"] = bool(check.get("passed"))
+            if check.get("score") is not None:
+                attrs[f"loom.eval.{name}.score"] = float(check["score"])
+        span = tracer.start_span(
+            "loom.eval", context=parent, kind=SpanKind.INTERNAL, attributes=attrs, links=links
+        )
+        if record.get("status") != "scored":
+            span.set_attribute("error.type", "judge_unavailable")
+            span.set_status(Status(StatusCode.ERROR, str(record.get("error") or "")))
+        span.end()
+    except Exception:
+        log.exception("loom tracing failed on the eval of run %s", record.get("run_id"))

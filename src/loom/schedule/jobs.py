@@ -14,7 +14,8 @@ configured), ``history`` (finished schedule runs and check-ins past a TTL), ``mo
 expiry deleted, hourly, on a store with the ``ItemStore`` capability: reads hide them at once,
 this frees their rows and search words), ``extract`` (memories from finished turns,
 ``loom.memory.extraction``; only when ``extraction`` is set or ``LOOM_MEMORY_EXTRACT`` names a
-model).
+model), ``evaluate`` (online evaluation of a sample of finished runs, ``loom.evals.online``;
+only when ``online`` is set or ``LOOM_EVAL_ONLINE`` names a settings file).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from loom.schedule.model import Schedule
 from loom.store.base import capabilities_of
 
 if TYPE_CHECKING:
+    from loom.evals.online import OnlineSettings
     from loom.memory.extraction import ExtractionSettings
     from loom.pricing import PriceTable
     from loom.schedule.model import ScheduleRun
@@ -133,6 +135,8 @@ class MaintenanceSettings:
     detector_every: float = 60
     items_every: float | None = 3600  # purge of expired memory items; None: never
     extraction: ExtractionSettings | None = None
+    online: OnlineSettings | None = None
+    """Online evaluation (the ``evaluate`` job); left None, ``LOOM_EVAL_ONLINE`` decides."""
 
 
 def builtin_jobs(
@@ -142,9 +146,11 @@ def builtin_jobs(
     settings: MaintenanceSettings | None = None,
     *,
     prices: PriceTable | None = None,
+    agents: Mapping[str, Any] | None = None,
 ) -> list[Job]:
     """The built-in maintenance jobs on ``store`` (seed 003 §2); ``prices`` price the
-    extraction model's calls (the runtime's)."""
+    extraction model's calls (the runtime's); ``agents`` (the served ones, by name) may carry
+    online evaluation settings of their own (an agent file's ``online:``)."""
     s = settings or MaintenanceSettings()
     clock = schedules.clock
     items = capabilities_of(store).items
@@ -203,4 +209,15 @@ def builtin_jobs(
     if extraction is not None:
         extractor = Extractor(store, extraction, prices=prices, clock=clock)
         jobs.append(Job("extract", extraction.every, job_run(extractor)))
+    from loom.evals import online as online_eval
+
+    online = s.online if s.online is not None else online_eval.settings_from_env()
+    per_agent = {
+        name: found
+        for name, agent in (agents or {}).items()
+        if (found := online_eval.online_settings_of(agent)) is not None
+    }
+    if online is not None or per_agent:
+        evaluator = online_eval.OnlineEvaluator(store, online, per_agent=per_agent, clock=clock)
+        jobs.append(Job("evaluate", evaluator.every, online_eval.job_run(evaluator)))
     return jobs

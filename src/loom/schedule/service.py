@@ -37,7 +37,9 @@ async def build_scheduler(
     store: Any = runtime.store
     schedules = ScheduleStore(store, clock=clock, agents=agents)
     monitors = MonitorStore(store, clock=clock)
-    jobs = builtin_jobs(store, schedules, monitors, maintenance, prices=runtime.prices)
+    jobs = builtin_jobs(
+        store, schedules, monitors, maintenance, prices=runtime.prices, agents=agents
+    )
     for job in jobs:
         await schedules.ensure(job_schedule(job))
     return Scheduler(

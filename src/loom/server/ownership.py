@@ -312,6 +312,12 @@ class OwnedStore:
         """Who owns which session (what every surface's ownership checks read)."""
         return self._owners
 
+    @property
+    def inner(self) -> Store:
+        """The store beneath, unchecked: for a read the caller has authorized by other means
+        (the console's case page reads the run of an experiment the key may see)."""
+        return self._inner
+
     def __getattr__(self, name: str) -> Any:
         inner = getattr(self._inner, name)  # AttributeError: the inner store lacks it
         if name == "fork":  # the source is the key's; the new session becomes the key's

@@ -81,13 +81,15 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state: ServerState = app.state.loom
     scheduler = None
     if os.environ.get("LOOM_SCHEDULER", "on").lower() not in ("off", "0", "false", "no"):
+        from loom.evals import online
         from loom.memory.extraction import settings_from_env
         from loom.schedule import RuntimeLauncher, build_scheduler
 
-        # A bad LOOM_MEMORY_EXTRACT* stops the server here, naming the variable; inside
-        # build_scheduler it would be taken for "a store without schedules" and silently turn
-        # every schedule off.
+        # A bad LOOM_MEMORY_EXTRACT* or LOOM_EVAL_ONLINE stops the server here, naming the
+        # variable; inside build_scheduler it would be taken for "a store without schedules"
+        # and silently turn every schedule off.
         settings_from_env()
+        online.settings_from_env()
         owners: Owners | None = state.extra.get("owners")
         launcher = RuntimeLauncher(state.runtime, state.registry)
         try:

@@ -409,6 +409,9 @@ async def render_session(request: Request, session_id: str, page_no: int = 0) ->
     total_cost = _sum_costs(timeline)
     agent = next((r.agent for r in reversed(timeline.runs) if r.agent), info.agent_name)
     crew_session = str(info.metadata.get("crew_session") or "")  # a crew member's session
+    from loom.evals.online import online_scores
+
+    evals = await online_scores(store, [r.run_id for r in timeline.runs])
     return page(
         request,
         "session.html",
@@ -428,6 +431,7 @@ async def render_session(request: Request, session_id: str, page_no: int = 0) ->
         running=_running(records),
         branchings=branchings,
         last_user=_last_user(messages),
+        evals=evals,
     )
 
 

@@ -420,7 +420,7 @@ class SQLBudgetLedger:
         await self._sweep(bucket, now)
         await t.schedule_execute(
             "opening a budget bucket",
-            "INSERT INTO budget_spend (bucket, window_start, scope, subject, window, "
+            "INSERT INTO budget_spend (bucket, window_start, scope, subject, period, "
             "updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (bucket, window_start) DO NOTHING",
             (bucket.key, bucket.start, lim.scope, bucket.subject, lim.window, now),
         )
@@ -508,7 +508,7 @@ class SQLBudgetLedger:
     async def spend(self) -> list[BucketSpend]:
         rows = await self.tables.schedule_rows(
             "listing budget spend",
-            "SELECT bucket, window_start, scope, subject, window, spent_nanos, spent_tokens, "
+            "SELECT bucket, window_start, scope, subject, period, spent_nanos, spent_tokens, "
             "reserved_nanos, reserved_tokens FROM budget_spend ORDER BY bucket, window_start",
         )
         return [

@@ -328,3 +328,18 @@ def test_memory_ledger_is_the_fallback() -> None:
     store = MemoryStore()
     assert isinstance(ledger_for(store), MemoryBudgetLedger)
     assert ledger_for(store) is ledger_for(store)
+
+
+async def test_a_crew_spawns_nothing_once_a_shared_budget_is_spent(store: Store) -> None:
+    from loom.crew import Crew, Sequential
+
+    def greedy(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse:
+        return ModelResponse(text="ok", usage=Usage(input_tokens=200, output_tokens=50))
+
+    first, second = _agent(greedy).replace(name="first"), _agent().replace(name="second")
+    rt = Runtime(store, budgets=[{"scope": "global", "max_tokens": 250}], budget_clock=Clock())
+    crew = Crew("c", members={"first": first, "second": second}, plan=Sequential("first", "second"))
+    res = await crew.run("go", runtime=rt)
+    assert res.stop_reason == "budget", res
+    assert [m.member for m in res.members] == ["first"]  # the second never started
+    assert res.budget == "budget_tokens" and "250 tokens" in (res.error or "")

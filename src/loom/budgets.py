@@ -370,6 +370,10 @@ class BudgetLedger(Protocol):
         """True once per bucket and window: the caller sends its warning."""
         ...
 
+    async def read(self, bucket: Bucket) -> tuple[int, int, int, int]:
+        """The bucket's (spent nanos, spent tokens, reserved nanos, reserved tokens)."""
+        ...
+
     async def spend(self) -> list[BucketSpend]:
         """Every bucket's spend."""
         ...
@@ -446,16 +450,7 @@ class SQLBudgetLedger:
                 )
             ],
         )
-        if held:
-            return None
-        rows = await t.schedule_rows(
-            "reading a budget bucket",
-            "SELECT spent_nanos, spent_tokens, reserved_nanos, reserved_tokens FROM "
-            "budget_spend WHERE bucket = ? AND window_start = ?",
-            (bucket.key, bucket.start),
-        )
-        a, b, c, d = rows[0] if rows else (0, 0, 0, 0)
-        return int(a), int(b), int(c), int(d)
+        return None if held else await self.read(bucket)
 
     async def settle(
         self, rid: str, bucket: Bucket, held: tuple[int, int], nanos: int, tokens: int, now: float
@@ -493,6 +488,16 @@ class SQLBudgetLedger:
             (bucket.key, bucket.start),
         )
         return (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
+
+    async def read(self, bucket: Bucket) -> tuple[int, int, int, int]:
+        rows = await self.tables.schedule_rows(
+            "reading a budget bucket",
+            "SELECT spent_nanos, spent_tokens, reserved_nanos, reserved_tokens FROM "
+            "budget_spend WHERE bucket = ? AND window_start = ?",
+            (bucket.key, bucket.start),
+        )
+        a, b, c, d = rows[0] if rows else (0, 0, 0, 0)
+        return int(a), int(b), int(c), int(d)
 
     async def claim_warning(self, bucket: Bucket) -> bool:
         return await self.tables.schedule_gated(
@@ -585,6 +590,10 @@ class MemoryBudgetLedger:
         row.spent_nanos += nanos
         row.spent_tokens += tokens
         return row.spent_nanos, row.spent_tokens
+
+    async def read(self, bucket: Bucket) -> tuple[int, int, int, int]:
+        row = self._row(bucket)
+        return row.spent_nanos, row.spent_tokens, row.reserved_nanos, row.reserved_tokens
 
     async def claim_warning(self, bucket: Bucket) -> bool:
         row = self._row(bucket)
@@ -686,6 +695,24 @@ class BudgetGuard:
             "global": "*",
         }
         return [Bucket(lim, subjects[lim.scope], window_start(lim.window, now)) for lim in self.limits]
+
+    async def check(
+        self, *, run_id: str, session_id: str, owner: str | None, tenant: str | None
+    ) -> None:
+        """Before a crew spawn: raise ``BudgetLimitReached`` when a bucket of these subjects
+        has nothing left (spent and reserved reach its limit). Holds nothing: the member's
+        model calls reserve their own worst case."""
+        now = self.clock()
+        for b in self.buckets(
+            run_id=run_id, session_id=session_id, owner=owner, tenant=tenant, now=now
+        ):
+            row = await self.ledger.read(b)
+            lim = b.limit
+            spent_n, spent_t, res_n, res_t = row
+            full_cost = lim.limit_nanos is not None and spent_n + res_n >= lim.limit_nanos
+            full_tokens = lim.max_tokens is not None and spent_t + res_t >= lim.max_tokens
+            if full_cost or full_tokens:
+                raise _refusal(b, row, 1 if full_cost else 0, 1)
 
     async def reserve(
         self,

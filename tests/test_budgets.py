@@ -90,7 +90,10 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         ([{"scope": "run", "max_tokens": 0}], "budgets[0].max_tokens"),
         ([{"scope": "run", "max_tokens": 1.5}], "budgets[0].max_tokens"),
         ([{"scope": "run", "max_tokens": 10, "window": "week"}], "budgets[0].window"),
-        ([{"scope": "run", "max_tokens": 10}, {"scope": "team", "max_tokens": 1}], "budgets[1].scope"),
+        (
+            [{"scope": "run", "max_tokens": 10}, {"scope": "team", "max_tokens": 1}],
+            "budgets[1].scope",
+        ),
         ([{"scope": "run", "max_tokens": 10, "warn_at": 1.5}], "budgets[0].warn_at"),
         ([{"scope": "run", "max_tokens": 10, "limit": 3}], "budgets[0].limit"),
         ([{"window": "day", "max_tokens": 10}], "budgets[0].scope"),
@@ -115,8 +118,12 @@ def test_loom_budgets_reads_json_and_yaml(tmp_path: Path) -> None:
         BudgetLimit("owner", "day", max_cost=5),
     )
     path = tmp_path / "budgets.yaml"
-    path.write_text("budgets:\n  - {scope: tenant, window: month, max_tokens: 1000, warn_at: 0.8}\n")
-    assert load_budgets(str(path)) == (BudgetLimit("tenant", "month", max_tokens=1000, warn_at=0.8),)
+    path.write_text(
+        "budgets:\n  - {scope: tenant, window: month, max_tokens: 1000, warn_at: 0.8}\n"
+    )
+    assert load_budgets(str(path)) == (
+        BudgetLimit("tenant", "month", max_tokens=1000, warn_at=0.8),
+    )
     with pytest.raises(BudgetConfigError, match="LOOM_BUDGETS"):
         load_budgets(str(tmp_path / "missing.yaml"))
 
@@ -190,9 +197,7 @@ async def test_a_window_rolls_over_on_the_clock(store: Store) -> None:
 async def test_owner_and_tenant_scopes_have_a_bucket_each(store: Store) -> None:
     from loom.budgets import tenant
 
-    rt = Runtime(
-        store, budgets=[{"scope": "tenant", "max_tokens": 250}], budget_clock=Clock()
-    )
+    rt = Runtime(store, budgets=[{"scope": "tenant", "max_tokens": 250}], budget_clock=Clock())
     agent = _agent()
     with tenant("acme"):
         assert (await rt.run(agent, "hi", session_id="a1")).stop_reason == "completed"
@@ -255,14 +260,20 @@ async def test_a_high_reservation_is_reconciled_to_the_real_usage(store: Store) 
     limit = BudgetLimit("global", "day", max_cost=1.0)
     guard = BudgetGuard([limit], ledger_for(store), clock=clock)
     kw: dict[str, Any] = {"run_id": "r", "session_id": "s", "owner": None, "tenant": None}
-    big = await guard.reserve(**kw, model="m", price=(1000.0, 1000.0), input_tokens=400, max_output_tokens=400)
+    big = await guard.reserve(
+        **kw, model="m", price=(1000.0, 1000.0), input_tokens=400, max_output_tokens=400
+    )
     # $0.80 held: a second worst case of $0.80 does not fit
     with pytest.raises(Exception, match="no room"):
-        await guard.reserve(**kw, model="m", price=(1000.0, 1000.0), input_tokens=400, max_output_tokens=400)
+        await guard.reserve(
+            **kw, model="m", price=(1000.0, 1000.0), input_tokens=400, max_output_tokens=400
+        )
     await guard.settle(big, 50, 50, 0.1)  # the call used $0.10: $0.70 comes back
     (row,) = await guard.ledger.spend()
     assert (row.spent_cost, row.reserved_cost) == (pytest.approx(0.1), 0)
-    again = await guard.reserve(**kw, model="m", price=(1000.0, 1000.0), input_tokens=400, max_output_tokens=400)
+    again = await guard.reserve(
+        **kw, model="m", price=(1000.0, 1000.0), input_tokens=400, max_output_tokens=400
+    )
     assert again.nanos == 800_000_000
 
 
@@ -298,8 +309,9 @@ async def test_a_store_that_fails_while_reserving_fails_closed(tmp_path: Path) -
     async def down(*args: Any, **kwargs: Any) -> bool:
         raise StoreError("the database is unreachable")
 
-    ledger.tables = type("Down", (), {"schedule_rows": down, "schedule_execute": down,
-                                      "schedule_gated": down})()  # type: ignore[assignment]
+    ledger.tables = type(
+        "Down", (), {"schedule_rows": down, "schedule_execute": down, "schedule_gated": down}
+    )()  # type: ignore[assignment]
     with pytest.raises(StoreError, match="unreachable"):
         await rt.run(_agent(answer), "hi")
     assert calls == []  # never called unmetered

@@ -56,11 +56,13 @@ __all__ = [
     "BudgetLedger",
     "BudgetLimit",
     "BudgetLimitReached",
+    "BudgetStatus",
     "BudgetUnpriced",
     "BucketSpend",
     "MemoryBudgetLedger",
     "Reservation",
     "WarningCrossed",
+    "budget_report",
     "ledger_for",
     "SQLBudgetLedger",
     "current_tenant",
@@ -694,7 +696,9 @@ class BudgetGuard:
             "tenant": tenant or NO_SUBJECT,
             "global": "*",
         }
-        return [Bucket(lim, subjects[lim.scope], window_start(lim.window, now)) for lim in self.limits]
+        return [
+            Bucket(lim, subjects[lim.scope], window_start(lim.window, now)) for lim in self.limits
+        ]
 
     async def check(
         self, *, run_id: str, session_id: str, owner: str | None, tenant: str | None
@@ -776,7 +780,9 @@ class BudgetGuard:
                 continue
             crossed: WarningCrossed | None = None
             if lim.limit_nanos is not None and spent_nanos >= lim.warn_at * lim.limit_nanos:
-                crossed = WarningCrossed(b, "cost", float(lim.max_cost or 0), _from_nanos(spent_nanos))
+                crossed = WarningCrossed(
+                    b, "cost", float(lim.max_cost or 0), _from_nanos(spent_nanos)
+                )
             elif lim.max_tokens is not None and spent_tokens >= lim.warn_at * lim.max_tokens:
                 crossed = WarningCrossed(b, "tokens", float(lim.max_tokens), float(spent_tokens))
             if crossed is not None and await self.ledger.claim_warning(b):
@@ -859,3 +865,86 @@ async def reserve_call(
         input_tokens=int(getattr(context, "token_estimate", 0) or 0),
         max_output_tokens=int(most),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetStatus:
+    """One limit's bucket in its current window: spend against the limit (``loom budgets``,
+    the console's budgets page). ``subject`` is ``"-"`` for a limit nothing spent under yet."""
+
+    scope: str
+    window: str
+    window_start: str
+    subject: str
+    max_cost: float | None
+    max_tokens: int | None
+    spent_cost: float
+    spent_tokens: int
+    reserved_cost: float
+    reserved_tokens: int
+
+    @property
+    def remaining_cost(self) -> float | None:
+        if self.max_cost is None:
+            return None
+        return max(self.max_cost - self.spent_cost - self.reserved_cost, 0.0)
+
+    @property
+    def remaining_tokens(self) -> int | None:
+        if self.max_tokens is None:
+            return None
+        return max(self.max_tokens - self.spent_tokens - self.reserved_tokens, 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scope": self.scope,
+            "window": self.window,
+            "window_start": self.window_start,
+            "subject": self.subject,
+            "max_cost": self.max_cost,
+            "max_tokens": self.max_tokens,
+            "spent_cost": self.spent_cost,
+            "spent_tokens": self.spent_tokens,
+            "reserved_cost": self.reserved_cost,
+            "reserved_tokens": self.reserved_tokens,
+            "remaining_cost": self.remaining_cost,
+            "remaining_tokens": self.remaining_tokens,
+        }
+
+
+async def budget_report(
+    limits: Sequence[BudgetLimit], ledger: BudgetLedger, now: float | None = None
+) -> list[BudgetStatus]:
+    """Each limit's buckets in their current window, with spend and what is left."""
+    at = time.time() if now is None else now
+    spend = await ledger.spend()
+    out: list[BudgetStatus] = []
+    for lim in limits:
+        start = window_start(lim.window, at)
+        rows = [
+            r
+            for r in spend
+            if r.scope == lim.scope and r.window == lim.window and r.window_start == start
+        ]
+        if not rows:
+            out.append(
+                BudgetStatus(
+                    lim.scope, lim.window, start, "-", lim.max_cost, lim.max_tokens, 0.0, 0, 0.0, 0
+                )
+            )
+        for r in rows:
+            out.append(
+                BudgetStatus(
+                    lim.scope,
+                    lim.window,
+                    start,
+                    r.subject,
+                    lim.max_cost,
+                    lim.max_tokens,
+                    r.spent_cost,
+                    r.spent_tokens,
+                    r.reserved_cost,
+                    r.reserved_tokens,
+                )
+            )
+    return out

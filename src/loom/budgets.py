@@ -51,6 +51,7 @@ from loom.messages import new_id
 from loom.store.base import ScheduleTables
 
 __all__ = [
+    "BucketSpend",
     "BudgetConfigError",
     "BudgetGuard",
     "BudgetLedger",
@@ -58,17 +59,16 @@ __all__ = [
     "BudgetLimitReached",
     "BudgetStatus",
     "BudgetUnpriced",
-    "BucketSpend",
     "MemoryBudgetLedger",
     "Reservation",
+    "SQLBudgetLedger",
     "WarningCrossed",
     "budget_report",
-    "ledger_for",
-    "SQLBudgetLedger",
     "current_tenant",
+    "ledger_for",
     "load_budgets",
-    "reserve_call",
     "parse_budgets",
+    "reserve_call",
     "tenant",
     "window_start",
 ]
@@ -364,8 +364,8 @@ class BudgetLedger(Protocol):
     async def settle(
         self, rid: str, bucket: Bucket, held: tuple[int, int], nanos: int, tokens: int, now: float
     ) -> tuple[int, int]:
-        """Release reservation ``rid`` (which held ``held``: nanos, tokens) and add the real ``nanos``/``tokens``; return the
-        bucket's spend after it."""
+        """Release reservation ``rid`` (which held ``held``: nanos, tokens) and add the real
+        ``nanos``/``tokens``; return the bucket's spend after it."""
         ...
 
     async def claim_warning(self, bucket: Bucket) -> bool:

@@ -41,7 +41,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
@@ -129,7 +129,10 @@ class BudgetLimitReached(BudgetExceeded):
     ):
         self.scope, self.window, self.subject, self.window_start = scope, window, subject, start
         self.kind, self.limit, self.spent, self.reserved = kind, limit, spent, reserved
-        unit = (lambda v: f"${v:.6f}") if kind == "cost" else (lambda v: f"{int(v)} tokens")
+
+        def unit(v: float) -> str:
+            return f"${v:.6f}" if kind == "cost" else f"{int(v)} tokens"
+
         period = "" if window == "none" else f" for the {window} starting {start} (UTC)"
         super().__init__(
             f"budget_{kind}",
@@ -430,7 +433,8 @@ class SQLBudgetLedger:
             "updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (bucket, window_start) DO NOTHING",
             (bucket.key, bucket.start, lim.scope, bucket.subject, lim.window, now),
         )
-        where, params = "bucket = ? AND window_start = ?", [bucket.key, bucket.start]
+        where = "bucket = ? AND window_start = ?"
+        params: list[Any] = [bucket.key, bucket.start]
         if lim.limit_nanos is not None:
             where += " AND spent_nanos + reserved_nanos + ? <= ?"
             params += [nanos, lim.limit_nanos]
@@ -632,12 +636,12 @@ def ledger_for(store: Any) -> BudgetLedger:
     tables = capabilities_of(store).schedules
     if tables is not None:
         return SQLBudgetLedger(tables)
-    ledger = getattr(store, "_loom_budget_ledger", None)
+    ledger: BudgetLedger | None = getattr(store, "_loom_budget_ledger", None)
     if ledger is None:
         ledger = MemoryBudgetLedger()
         with contextlib.suppress(AttributeError):
             store._loom_budget_ledger = ledger
-    return ledger  # type: ignore[no-any-return]
+    return ledger
 
 
 @dataclass(frozen=True, slots=True)
@@ -678,7 +682,7 @@ class BudgetGuard:
         limits: Sequence[BudgetLimit],
         ledger: BudgetLedger,
         *,
-        clock: Any = time.time,
+        clock: Callable[[], float] = time.time,
         reservation_ttl: float = 600.0,
     ) -> None:
         self.limits = tuple(limits)

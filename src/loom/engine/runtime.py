@@ -164,9 +164,9 @@ class Runtime:
         limits = load_budgets() if budgets is None else parse_budgets(budgets)
         self.budget_guard: BudgetGuard | None = None
         if limits:
-            self.budget_guard = BudgetGuard(
-                limits, ledger_for(store), **({"clock": budget_clock} if budget_clock else {})
-            )
+            self.budget_guard = BudgetGuard(limits, ledger_for(store))
+            if budget_clock is not None:
+                self.budget_guard.clock = budget_clock
         self._gates: dict[str, SessionGate] = {}
         self._sessions: OrderedDict[str, SessionView] = OrderedDict()
         self._max_sessions = max_cached_sessions

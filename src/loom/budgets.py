@@ -366,9 +366,9 @@ class BudgetLedger(Protocol):
 
     async def settle(
         self, rid: str, bucket: Bucket, held: tuple[int, int], nanos: int, tokens: int, now: float
-    ) -> tuple[int, int]:
+    ) -> None:
         """Release reservation ``rid`` (which held ``held``: nanos, tokens) and add the real
-        ``nanos``/``tokens``; return the bucket's spend after it."""
+        ``nanos``/``tokens``."""
         ...
 
     async def claim_warning(self, bucket: Bucket) -> bool:
@@ -396,7 +396,8 @@ class SQLBudgetLedger:
     def __init__(self, tables: ScheduleTables) -> None:
         self.tables = tables
 
-    async def _sweep(self, bucket: Bucket, now: float) -> None:
+    async def _sweep(self, bucket: Bucket, now: float) -> int:
+        """Release the bucket's expired reservations (their processes died); how many."""
         t = self.tables
         rows = await t.schedule_rows(
             "reading expired budget reservations",
@@ -404,8 +405,9 @@ class SQLBudgetLedger:
             "WHERE bucket = ? AND window_start = ? AND expires_at < ?",
             (bucket.key, bucket.start, now),
         )
+        released = 0
         for rid, nanos, tokens in rows:  # each released once: the DELETE is the gate
-            await t.schedule_gated(
+            released += await t.schedule_gated(
                 "releasing an expired budget reservation",
                 (
                     "DELETE FROM budget_reservations WHERE reservation_id = ? AND bucket = ? "
@@ -421,18 +423,14 @@ class SQLBudgetLedger:
                     )
                 ],
             )
+        return released
 
     async def reserve(
         self, rid: str, bucket: Bucket, nanos: int, tokens: int, now: float, expires: float
     ) -> tuple[int, int, int, int] | None:
+        # The common case is one write transaction: the conditional UPDATE and the
+        # reservation's row. Only a refusal looks further (below).
         t, lim = self.tables, bucket.limit
-        await self._sweep(bucket, now)
-        await t.schedule_execute(
-            "opening a budget bucket",
-            "INSERT INTO budget_spend (bucket, window_start, scope, subject, period, "
-            "updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (bucket, window_start) DO NOTHING",
-            (bucket.key, bucket.start, lim.scope, bucket.subject, lim.window, now),
-        )
         where = "bucket = ? AND window_start = ?"
         params: list[Any] = [bucket.key, bucket.start]
         if lim.limit_nanos is not None:
@@ -441,26 +439,36 @@ class SQLBudgetLedger:
         if lim.max_tokens is not None:
             where += " AND spent_tokens + reserved_tokens + ? <= ?"
             params += [tokens, lim.max_tokens]
-        held = await t.schedule_gated(
-            "reserving budget",
-            (
-                "UPDATE budget_spend SET reserved_nanos = reserved_nanos + ?, "
-                f"reserved_tokens = reserved_tokens + ?, updated_at = ? WHERE {where}",
-                (nanos, tokens, now, *params),
-            ),
-            [
-                (
-                    "INSERT INTO budget_reservations (reservation_id, bucket, window_start, "
-                    "nanos, tokens, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
-                    (rid, bucket.key, bucket.start, nanos, tokens, expires),
-                )
-            ],
+        gate = (
+            "UPDATE budget_spend SET reserved_nanos = reserved_nanos + ?, "
+            f"reserved_tokens = reserved_tokens + ?, updated_at = ? WHERE {where}",
+            (nanos, tokens, now, *params),
         )
-        return None if held else await self.read(bucket)
+        record = [
+            (
+                "INSERT INTO budget_reservations (reservation_id, bucket, window_start, "
+                "nanos, tokens, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (rid, bucket.key, bucket.start, nanos, tokens, expires),
+            )
+        ]
+        if await t.schedule_gated("reserving budget", gate, record):
+            return None
+        # refused: the bucket may not exist yet (this call or a racing one opens it) or hold
+        # dead processes' reservations; open it, sweep them, and try once more
+        await t.schedule_execute(
+            "opening a budget bucket",
+            "INSERT INTO budget_spend (bucket, window_start, scope, subject, period, "
+            "updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (bucket, window_start) DO NOTHING",
+            (bucket.key, bucket.start, lim.scope, bucket.subject, lim.window, now),
+        )
+        await self._sweep(bucket, now)
+        if await t.schedule_gated("reserving budget", gate, record):
+            return None
+        return await self.read(bucket)
 
     async def settle(
         self, rid: str, bucket: Bucket, held: tuple[int, int], nanos: int, tokens: int, now: float
-    ) -> tuple[int, int]:
+    ) -> None:
         t = self.tables
         add = (
             "UPDATE budget_spend SET spent_nanos = spent_nanos + ?, "
@@ -487,13 +495,6 @@ class SQLBudgetLedger:
                 f"{add} WHERE bucket = ? AND window_start = ?",
                 (nanos, tokens, now, bucket.key, bucket.start),
             )
-        rows = await t.schedule_rows(
-            "reading a budget bucket",
-            "SELECT spent_nanos, spent_tokens FROM budget_spend WHERE bucket = ? AND "
-            "window_start = ?",
-            (bucket.key, bucket.start),
-        )
-        return (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
 
     async def read(self, bucket: Bucket) -> tuple[int, int, int, int]:
         rows = await self.tables.schedule_rows(
@@ -588,14 +589,13 @@ class MemoryBudgetLedger:
 
     async def settle(
         self, rid: str, bucket: Bucket, held: tuple[int, int], nanos: int, tokens: int, now: float
-    ) -> tuple[int, int]:
+    ) -> None:
         row = self._row(bucket)
         if row.holds.pop(rid, None) is not None:
             row.reserved_nanos -= held[0]
             row.reserved_tokens -= held[1]
         row.spent_nanos += nanos
         row.spent_tokens += tokens
-        return row.spent_nanos, row.spent_tokens
 
     async def read(self, bucket: Bucket) -> tuple[int, int, int, int]:
         row = self._row(bucket)
@@ -771,7 +771,7 @@ class BudgetGuard:
         tokens = input_tokens + output_tokens
         warnings: list[WarningCrossed] = []
         for b in reservation.buckets:
-            spent_nanos, spent_tokens = await self.ledger.settle(
+            await self.ledger.settle(
                 reservation.reservation_id,
                 b,
                 (reservation.nanos, reservation.tokens),
@@ -780,8 +780,9 @@ class BudgetGuard:
                 now,
             )
             lim = b.limit
-            if lim.warn_at is None:
+            if lim.warn_at is None:  # only a limit that warns reads its spend back
                 continue
+            spent_nanos, spent_tokens, _, _ = await self.ledger.read(b)
             crossed: WarningCrossed | None = None
             if lim.limit_nanos is not None and spent_nanos >= lim.warn_at * lim.limit_nanos:
                 crossed = WarningCrossed(

@@ -19,10 +19,10 @@ above its worst case (an estimate that was low) is added in full: that is the on
 a limit, by at most that one call's excess per run in flight.
 
 A reservation carries an expiry (``reservation_ttl``, 10 minutes by default): one left by a
-process that died between reserving and reconciling is swept by the next reservation in its
-bucket, so it does not hold budget for ever. A store that cannot be reached while reserving
-fails closed: the call is not made and the run stops with ``stop_reason="error"`` (the
-``StoreError``), never unmetered.
+process that died between reserving and reconciling is swept by the first reservation in its
+bucket that it stands in the way of, so it does not hold budget for ever. A store that cannot
+be reached while reserving fails closed: the call is not made and the run stops with
+``stop_reason="error"`` (the ``StoreError``), never unmetered.
 
 Windows are calendar-aligned in UTC: ``hour`` (``2026-11-27T13``), ``day`` (``2026-11-27``),
 ``month`` (``2026-11``); ``none`` never rolls over. The clock is injectable (``clock=``).
@@ -44,13 +44,17 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from loom.errors import BudgetExceeded, ConfigurationError
 from loom.messages import new_id
-from loom.store.base import ScheduleTables
+from loom.store.base import ScheduleTables, Store
+
+if TYPE_CHECKING:
+    from loom.pricing import PriceTable
 
 __all__ = [
+    "Bucket",
     "BucketSpend",
     "BudgetConfigError",
     "BudgetGuard",
@@ -226,9 +230,11 @@ class BudgetLimit:
 
     @property
     def limit_nanos(self) -> int | None:
+        """``max_cost`` in integer nano-dollars (what the ledger compares), or None."""
         return None if self.max_cost is None else round(self.max_cost * NANOS)
 
     def to_dict(self) -> dict[str, Any]:
+        """The limit as config (what ``parse_budgets`` reads back)."""
         out: dict[str, Any] = {"scope": self.scope, "window": self.window}
         for name in ("max_cost", "max_tokens", "warn_at"):
             if getattr(self, name) is not None:
@@ -324,6 +330,7 @@ class Bucket:
 
     @property
     def key(self) -> str:
+        """``scope:subject:window``: the row's name (with ``start``, the window it counts)."""
         return f"{self.limit.scope}:{self.subject}:{self.limit.window}"
 
 
@@ -628,7 +635,7 @@ class MemoryBudgetLedger:
         return out
 
 
-def ledger_for(store: Any) -> BudgetLedger:
+def ledger_for(store: Store) -> BudgetLedger:
     """The ledger on ``store``: its SQL tables when it has them, else one in memory (kept on
     the store, so every runtime on one ``MemoryStore`` shares it)."""
     from loom.store.base import capabilities_of
@@ -640,7 +647,7 @@ def ledger_for(store: Any) -> BudgetLedger:
     if ledger is None:
         ledger = MemoryBudgetLedger()
         with contextlib.suppress(AttributeError):
-            store._loom_budget_ledger = ledger
+            setattr(store, "_loom_budget_ledger", ledger)  # noqa: B010 - any store type
     return ledger
 
 
@@ -654,6 +661,7 @@ class WarningCrossed:
     spent: float
 
     def payload(self) -> dict[str, Any]:
+        """The ``BudgetWarning`` event's fields (and the webhook's)."""
         lim = self.bucket.limit
         return {
             "scope": lim.scope,
@@ -675,6 +683,7 @@ class BudgetGuard:
         ledger: Where spend lives (``ledger_for(store)``).
         clock: Epoch seconds (injectable: a test moves a window over).
         reservation_ttl: Seconds a reservation holds if its process never reconciles it.
+        prices: Model prices for the worst cases (default ``loom.pricing``'s table).
     """
 
     def __init__(
@@ -684,7 +693,13 @@ class BudgetGuard:
         *,
         clock: Callable[[], float] = time.time,
         reservation_ttl: float = 600.0,
+        prices: PriceTable | None = None,
     ) -> None:
+        if prices is None:
+            from loom.pricing import default_prices
+
+            prices = default_prices()
+        self.prices = prices
         self.limits = tuple(limits)
         self.ledger = ledger
         self.clock = clock
@@ -847,28 +862,31 @@ def _refusal(
 
 
 async def reserve_call(
-    guard: BudgetGuard, runtime: Any, model: Any, turn: Any, context: Any, settings: Any
+    guard: BudgetGuard,
+    model: object,
+    *,
+    run_id: str,
+    session_id: str,
+    input_tokens: int,
+    max_output_tokens: int | None,
 ) -> Reservation:
-    """Hold one model call's worst case for ``turn`` (the engine's hook before each call):
-    the context's token estimate plus the most the model may answer, at ``model``'s price in
-    ``runtime.prices``."""
+    """Hold one model call's worst case (the engine's hook before each call): the context's
+    token estimate ``input_tokens`` plus ``max_output_tokens`` (None: 4,096), at ``model``'s
+    price in ``guard.prices``; the owner and tenant are the current request's."""
     name = getattr(model, "name", None)
-    price = runtime.prices.lookup(name) if isinstance(name, str) else None
+    price = guard.prices.lookup(name) if isinstance(name, str) else None
     pair = None if price is None else (max(price.input, price.cache_write or 0.0), price.output)
-    most = getattr(settings, "max_tokens", None) or (
-        getattr(turn.agent, "reserved_output_tokens", None) or DEFAULT_OUTPUT_TOKENS
-    )
     from loom.memory.item_tools import run_owner
 
     return await guard.reserve(
-        run_id=turn.run_id,
-        session_id=turn.session_id,
+        run_id=run_id,
+        session_id=session_id,
         owner=run_owner(),
         tenant=current_tenant.get(),
         model=str(name),
         price=pair,
-        input_tokens=int(getattr(context, "token_estimate", 0) or 0),
-        max_output_tokens=int(most),
+        input_tokens=input_tokens,
+        max_output_tokens=max_output_tokens or DEFAULT_OUTPUT_TOKENS,
     )
 
 
@@ -890,17 +908,20 @@ class BudgetStatus:
 
     @property
     def remaining_cost(self) -> float | None:
+        """US dollars left (limit - spent - reserved, not below 0); None without a money limit."""
         if self.max_cost is None:
             return None
         return max(self.max_cost - self.spent_cost - self.reserved_cost, 0.0)
 
     @property
     def remaining_tokens(self) -> int | None:
+        """Tokens left (limit - spent - reserved, not below 0); None without a token limit."""
         if self.max_tokens is None:
             return None
         return max(self.max_tokens - self.spent_tokens - self.reserved_tokens, 0)
 
     def to_dict(self) -> dict[str, Any]:
+        """The status as JSON (``loom budgets --json``)."""
         return {
             "scope": self.scope,
             "window": self.window,

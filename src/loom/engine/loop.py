@@ -546,7 +546,15 @@ class Turn:
         guard = getattr(self.runtime, "budget_guard", None)  # budgets beyond the run
         held = None
         if guard is not None:  # the call's worst case is held first, or the run stops here
-            held = await reserve_call(guard, self.runtime, d.model, self, ctx, settings)
+            held = await reserve_call(
+                guard,
+                d.model,
+                run_id=self.run_id,
+                session_id=self.session_id,
+                input_tokens=ctx.token_estimate,
+                max_output_tokens=(settings.max_tokens if settings is not None else None)
+                or self.agent.reserved_output_tokens,
+            )
         try:
             async for part in d.model.stream(messages, ctx.tools, settings):
                 if type(part) is TextDelta:

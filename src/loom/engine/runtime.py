@@ -164,7 +164,7 @@ class Runtime:
         limits = load_budgets() if budgets is None else parse_budgets(budgets)
         self.budget_guard: BudgetGuard | None = None
         if limits:
-            self.budget_guard = BudgetGuard(limits, ledger_for(store))
+            self.budget_guard = BudgetGuard(limits, ledger_for(store), prices=self.prices)
             if budget_clock is not None:
                 self.budget_guard.clock = budget_clock
         self._gates: dict[str, SessionGate] = {}

@@ -355,3 +355,20 @@ async def test_a_crew_spawns_nothing_once_a_shared_budget_is_spent(store: Store)
     assert res.stop_reason == "budget", res
     assert [m.member for m in res.members] == ["first"]  # the second never started
     assert res.budget == "budget_tokens" and "250 tokens" in (res.error or "")
+
+
+def test_the_owner_is_the_runs_own_else_the_requests() -> None:
+    from types import SimpleNamespace
+
+    from loom.budgets import run_owner_of
+
+    assert run_owner_of(SimpleNamespace(owner="alice")) == "alice"  # decided by the runtime
+    assert run_owner_of(SimpleNamespace()) is None  # local code, no server request
+    from loom.server.ownership import Principal, current_principal
+
+    token = current_principal.set(Principal(name="bob", digest=b"x"))
+    try:
+        assert run_owner_of(SimpleNamespace(owner=None)) == "bob"
+        assert run_owner_of(SimpleNamespace(owner="alice")) == "alice"
+    finally:
+        current_principal.reset(token)

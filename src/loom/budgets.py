@@ -40,6 +40,7 @@ import contextvars
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ __all__ = [
     "load_budgets",
     "parse_budgets",
     "reserve_call",
+    "run_owner_of",
     "tenant",
     "window_start",
 ]
@@ -861,27 +863,43 @@ def _refusal(
     )
 
 
+def run_owner_of(deps: object = None) -> str | None:
+    """The owner a run's budget buckets count under: ``deps.owner`` where the runtime decided
+    one for the run (a ``RunDeps`` with an ``owner``), else the principal of the API key
+    serving the current request, else None (``(none)``).
+
+    The server module is read only when it was imported (no request can have set a principal
+    otherwise): importing it here would load the whole HTTP stack."""
+    owner = getattr(deps, "owner", None)
+    if isinstance(owner, str):
+        return owner
+    ownership = sys.modules.get("loom.server.ownership")
+    if ownership is None:
+        return None
+    principal = ownership.current_principal.get()
+    return None if principal is None else str(principal.name)
+
+
 async def reserve_call(
     guard: BudgetGuard,
     model: object,
     *,
     run_id: str,
     session_id: str,
+    owner: str | None,
     input_tokens: int,
     max_output_tokens: int | None,
 ) -> Reservation:
     """Hold one model call's worst case (the engine's hook before each call): the context's
     token estimate ``input_tokens`` plus ``max_output_tokens`` (None: 4,096), at ``model``'s
-    price in ``guard.prices``; the owner and tenant are the current request's."""
+    price in ``guard.prices``; the tenant is the current context's label."""
     name = getattr(model, "name", None)
     price = guard.prices.lookup(name) if isinstance(name, str) else None
     pair = None if price is None else (max(price.input, price.cache_write or 0.0), price.output)
-    from loom.memory.item_tools import run_owner
-
     return await guard.reserve(
         run_id=run_id,
         session_id=session_id,
-        owner=run_owner(),
+        owner=owner,
         tenant=current_tenant.get(),
         model=str(name),
         price=pair,

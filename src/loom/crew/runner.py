@@ -550,13 +550,12 @@ class Runner:
         self.scope.check_spawn(depth)
         guard = self.runtime.budget_guard
         if guard is not None:  # loom.budgets: no member starts once a shared budget is spent
-            from loom.budgets import current_tenant
-            from loom.memory.item_tools import run_owner
+            from loom.budgets import current_tenant, run_owner_of
 
             await guard.check(
                 run_id=self.log.run_id,
                 session_id=self.log.session_id,
-                owner=run_owner(),
+                owner=run_owner_of(),
                 tenant=current_tenant.get(),
             )
         if isinstance(member, RemoteAgent):

@@ -21,7 +21,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from loom import events as ev
-from loom.budgets import BudgetLimitReached, reserve_call
+from loom.budgets import BudgetLimitReached, reserve_call, run_owner_of
 from loom.context import AssembledContext, ContextRequest
 from loom.engine import gates
 from loom.engine.calls import CallRunner
@@ -551,6 +551,7 @@ class Turn:
                 d.model,
                 run_id=self.run_id,
                 session_id=self.session_id,
+                owner=run_owner_of(d),
                 input_tokens=ctx.token_estimate,
                 max_output_tokens=(settings.max_tokens if settings is not None else None)
                 or self.agent.reserved_output_tokens,

@@ -4,6 +4,7 @@ reserved in the store, reconciled after the call, shared by every runtime on one
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -372,3 +373,68 @@ def test_the_owner_is_the_runs_own_else_the_requests() -> None:
         assert run_owner_of(SimpleNamespace(owner="alice")) == "alice"
     finally:
         current_principal.reset(token)
+
+
+SPENDER = """
+import asyncio, sys
+from loom import Agent
+from loom.engine.runtime import Runtime
+from loom.messages import ModelResponse, Usage
+from loom.models.base import ModelSettings
+from loom.store.sqlite import SQLiteStore
+from loom.testing import FunctionModel
+
+
+async def answer(messages, tools):
+    await asyncio.sleep(0.005)
+    return ModelResponse(text="ok", usage=Usage(input_tokens=100, output_tokens=100))
+
+
+async def main():
+    store = SQLiteStore(sys.argv[1])
+    rt = Runtime(store, budgets=[{"scope": "global", "window": "day", "max_tokens": 3000}])
+    settings = ModelSettings(max_tokens=200)
+    agent = Agent(name="a", model=FunctionModel(answer), model_settings=settings)
+    runs = [rt.run(agent, "hi", session_id=f"{sys.argv[2]}-{i}") for i in range(15)]
+    stops = [r.stop_reason for r in await asyncio.gather(*runs)]
+    print(stops.count("completed"))
+    await store.close()
+
+
+asyncio.run(main())
+"""
+
+
+def test_two_processes_on_one_sqlite_file_share_a_budget(tmp_path: Path) -> None:
+    """30 runs of 200 tokens from two processes against 3,000 tokens: 15 at most complete."""
+    import subprocess
+    import sys
+
+    db = str(tmp_path / "loom.db")
+    asyncio.run(_migrated(db))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent / "src")}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SPENDER, db, name], env=env, stdout=subprocess.PIPE, text=True
+        )
+        for name in ("p", "q")
+    ]
+    done = [int(p.communicate(timeout=120)[0].strip().splitlines()[-1]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    spent = asyncio.run(_spend(db))
+    assert spent == 200 * sum(done) and spent <= 3000
+    assert sum(done) >= 12, done  # at the limit, give or take the calls in flight
+    assert all(d > 0 for d in done), done  # both processes spent from it
+
+
+async def _migrated(path: str) -> None:
+    store = SQLiteStore(path)
+    await store.get_session("nothing")  # opens and migrates the file once, before the race
+    await store.close()
+
+
+async def _spend(path: str) -> int:
+    store = SQLiteStore(path)
+    (row,) = await ledger_for(store).spend()
+    await store.close()
+    return row.spent_tokens

@@ -78,6 +78,7 @@ class EventType(StrEnum):
     CACHE_BUST = "cache_bust"
     MEMORY_RECORD = "memory_record"
     PATTERNS_MATCHED = "patterns_matched"
+    BUDGET_WARNING = "budget_warning"
     LLM_START = "llm_start"
     LLM_DELTA = "llm_delta"
     LLM_REASONING_DELTA = "llm_reasoning_delta"
@@ -434,6 +435,23 @@ class PatternsMatched(AgentEvent):
     patterns: list[dict[str, Any]] = field(default_factory=list)
     library_version: int = 0
     library_size: int = 0
+
+
+@_payload
+@dataclass(slots=True, kw_only=True)
+class BudgetWarning(AgentEvent):
+    """A budget beyond the run (``loom.budgets``) crossed its ``warn_at``: once per bucket
+    and window, in the run whose call crossed it."""
+
+    type: Literal[E.BUDGET_WARNING] = E.BUDGET_WARNING
+    scope: str = ""
+    window: str = ""
+    subject: str = ""
+    window_start: str = ""
+    kind: str = ""  # "cost" (US dollars) or "tokens"
+    limit: float = 0.0
+    spent: float = 0.0
+    warn_at: float | None = None
 
 
 @_payload
@@ -892,6 +910,7 @@ EVENT_CLASSES: dict[EventType, type[AgentEvent]] = {
         CacheBust,
         MemoryRecord,
         PatternsMatched,
+        BudgetWarning,
         LlmStart,
         LlmDelta,
         LlmReasoningDelta,

@@ -247,3 +247,31 @@ def test_loom_serve_sends_webhooks_and_traces(receiver: Receiver, tmp_path: Path
         for s in ss.spans
     }
     assert {"invoke_agent calc", "chat function", "execute_tool add"} <= names
+
+
+async def test_a_budget_warning_is_posted_once_per_window(
+    receiver: Receiver, store: SQLiteStore
+) -> None:
+    """loom.budgets: crossing ``warn_at`` posts ``budget.warning`` once for the window."""
+    hooks = Webhooks([Webhook(receiver.url, SECRET)])
+    rt = Runtime(
+        store,
+        observers=[hooks],
+        budgets=[{"scope": "global", "window": "day", "max_tokens": 100_000, "warn_at": 0.5}],
+    )
+    answer = ModelResponse(text="ok", usage=Usage(input_tokens=20_000, output_tokens=0))
+    for i in range(4):  # 20k, 40k, 60k (crossed: 50k), 80k
+        await rt.run(Agent(name="a", model=ScriptedModel([answer])), "hi", session_id=f"w{i}")
+    await hooks.drain(10)
+    kinds = [h["event"] for h in receiver.hits]
+    assert kinds.count("budget.warning") == 1 and kinds.count("run.finished") == 4
+    (hit,) = [h for h in receiver.hits if h["event"] == "budget.warning"]
+    body = hit["body"]
+    assert hit["verified"]
+    assert (body["scope"], body["window"], body["kind"], body["limit"], body["spent"]) == (
+        "global",
+        "day",
+        "tokens",
+        100_000,
+        60_000,
+    )

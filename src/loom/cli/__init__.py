@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from loom.cli import (
+    budgets_cmd,
     db_cmd,
     errors_cmd,
     eval_cmd,
@@ -78,6 +79,7 @@ app.add_typer(db_cmd.app, name="db")
 app.add_typer(schedule_cmd.app, name="schedule")
 app.add_typer(schedule_cmd.monitors_app, name="monitors")
 app.add_typer(eval_cmd.app, name="eval")
+app.command("budgets")(budgets_cmd.budgets)
 
 
 def main() -> None:

@@ -548,6 +548,16 @@ class Runner:
         if isinstance(member, RemoteAgent):  # its cost is unknown: no cost budget may trust it
             self.scope.check_unmetered(f"the remote (A2A) member {name!r}")
         self.scope.check_spawn(depth)
+        guard = self.runtime.budget_guard
+        if guard is not None:  # loom.budgets: no member starts once a shared budget is spent
+            from loom.budgets import current_tenant, run_owner_of
+
+            await guard.check(
+                run_id=self.log.run_id,
+                session_id=self.log.session_id,
+                owner=run_owner_of(),
+                tenant=current_tenant.get(),
+            )
         if isinstance(member, RemoteAgent):
             return await self._remote(member, name, message, path, policy, key, child_sid, slot)
         if not isinstance(member, Agent):  # a nested crew

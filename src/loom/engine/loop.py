@@ -21,6 +21,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from loom import events as ev
+from loom.budgets import BudgetLimitReached, reserve_call, run_owner_of
 from loom.context import AssembledContext, ContextRequest
 from loom.engine import gates
 from loom.engine.calls import CallRunner
@@ -130,6 +131,7 @@ class Turn:
             "",
         )
         self.max_cost: float | None = None  # US dollars (Runtime.run(max_cost=...))
+        self.budget_stop: dict[str, Any] | None = None  # the loom.budgets limit that stopped it
         self.verdict: dict[str, Any] | None = None  # the judge panel's latest, if any
         self.result: RunResult | None = None
         self.cancel_reason: str | None = None
@@ -204,8 +206,10 @@ class Turn:
                 self._task.uncancel()  # type: ignore[union-attr]
         except (ConfigurationError, ModelAuthError, ApprovalHandlerError) as exc:  # fix the code
             stop, error, raise_after = "error", str(exc), exc
-        except BudgetExceeded as exc:  # a crew's budget refused the model call (fails closed)
+        except BudgetExceeded as exc:  # a crew's budget or loom.budgets refused the call
             stop, error = "budget", str(exc)
+            if isinstance(exc, BudgetLimitReached):  # the ERROR event names the limit
+                self.budget_stop = exc.details()
         except ModelError as exc:
             stop, error = "model_error", f"{type(exc).__name__}: {exc}"
         except HookError as exc:
@@ -587,23 +591,47 @@ class Turn:
             and getattr(d.model, "accepts_media", None) != frozenset()
         ):
             messages = await hydrate(messages, d.store)
-        async for part in d.model.stream(messages, ctx.tools, settings):
-            if type(part) is TextDelta:
-                j.notice(ev.LlmDelta, delta=part.text)
-                if partial is not None and (value := partial.feed(part.text)) is not None:
-                    j.notice(ev.OutputPartial, output=value)
-            elif type(part) is ReasoningDelta:  # its own event, never the answer's text
-                j.notice(ev.LlmReasoningDelta, delta=part.text)
-            elif type(part) is RetryNotice:
-                j.announce(ev.LlmRetry, attempt=part.attempt, delay=part.delay, error=part.error)
-            elif isinstance(part, ModelResponse):
-                final = part
+        guard = getattr(self.runtime, "budget_guard", None)  # budgets beyond the run
+        held = None
+        if guard is not None:  # the call's worst case is held first, or the run stops here
+            held = await reserve_call(
+                guard,
+                d.model,
+                run_id=self.run_id,
+                session_id=self.session_id,
+                owner=run_owner_of(d),
+                input_tokens=ctx.token_estimate,
+                max_output_tokens=(settings.max_tokens if settings is not None else None)
+                or self.agent.reserved_output_tokens,
+            )
+        try:
+            async for part in d.model.stream(messages, ctx.tools, settings):
+                if type(part) is TextDelta:
+                    j.notice(ev.LlmDelta, delta=part.text)
+                    if partial is not None and (value := partial.feed(part.text)) is not None:
+                        j.notice(ev.OutputPartial, output=value)
+                elif type(part) is ReasoningDelta:  # its own event, never the answer's text
+                    j.notice(ev.LlmReasoningDelta, delta=part.text)
+                elif type(part) is RetryNotice:
+                    j.announce(
+                        ev.LlmRetry, attempt=part.attempt, delay=part.delay, error=part.error
+                    )
+                elif isinstance(part, ModelResponse):
+                    final = part
+        except BaseException:
+            if guard is not None and held is not None:  # no answer: the hold goes back
+                await guard.release(held)
+            raise
+        if final is not None and final.usage is not None:
+            final.usage = self.runtime.price(final.usage, d.model, final.model)
+        if guard is not None and held is not None:
+            for crossed in await guard.settle_response(held, final):
+                j.announce(ev.BudgetWarning, **crossed.payload())
         if final is None:
             raise ModelResponseError("the model's stream ended without a final response")
         if not final.text and not final.tool_calls:
             raise _Stop("model_error", "the model returned an empty response")
         if final.usage is not None:
-            final.usage = self.runtime.price(final.usage, d.model, final.model)
             self.usage = self.usage + final.usage
             observe = getattr(d.builder, "observe_usage", None)
             if observe is not None and reports_real_usage(d.model):
@@ -745,7 +773,10 @@ class Turn:
         )
         j.announce(ev.PersistStart)
         if error is not None and stop not in ("completed", "max_iterations", "max_tool_calls"):
-            j.announce(ev.ErrorEvent, error=error, extra={"stop_reason": stop})
+            extra: dict[str, Any] = {"stop_reason": stop}
+            if self.budget_stop is not None:
+                extra["budget"] = self.budget_stop
+            j.announce(ev.ErrorEvent, error=error, extra=extra)
         calls = getattr(self, "calls", None)
         if calls is not None:
             await calls.close_unanswered(stop)

@@ -125,6 +125,10 @@ class Runtime:
         max_cached_sessions: Sessions whose transcript stays in memory between turns.
         prices: Model prices over the shipped table (``loom.pricing``): a ``PriceTable`` or
             ``{"openai:gpt-4o": {"input": 2.5, "output": 10}}`` in dollars per 1M tokens.
+        budgets: Limits beyond one run (``loom.budgets``): ``BudgetLimit``s or mappings
+            ``{scope, window, max_cost, max_tokens, warn_at, allow_unpriced}``; default the
+            ``LOOM_BUDGETS`` environment variable (a JSON list or a file), else none.
+        budget_clock: Epoch seconds for the budgets' windows (default ``time.time``).
     """
 
     def __init__(
@@ -135,6 +139,8 @@ class Runtime:
         observers: Sequence[Callable[[AgentEvent], None]] = (),
         max_cached_sessions: int = 512,
         prices: Any = None,
+        budgets: Any = None,
+        budget_clock: Callable[[], float] | None = None,
     ) -> None:
         if store is None:
             from loom.store.memory import MemoryStore
@@ -152,6 +158,16 @@ class Runtime:
         from loom.pricing import default_prices
 
         self.prices = default_prices().with_overrides(prices)
+        # budgets beyond one run (loom.budgets): these limits, else $LOOM_BUDGETS; their spend
+        # lives in the store, so every process on it shares them
+        from loom.budgets import BudgetGuard, ledger_for, load_budgets, parse_budgets
+
+        limits = load_budgets() if budgets is None else parse_budgets(budgets)
+        self.budget_guard: BudgetGuard | None = None
+        if limits:
+            self.budget_guard = BudgetGuard(limits, ledger_for(store), prices=self.prices)
+            if budget_clock is not None:
+                self.budget_guard.clock = budget_clock
         self._gates: dict[str, SessionGate] = {}
         self._sessions: OrderedDict[str, SessionView] = OrderedDict()
         self._max_sessions = max_cached_sessions

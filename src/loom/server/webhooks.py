@@ -2,7 +2,9 @@
 
 ``Webhooks`` is a ``Runtime`` observer. On every ``AGENT_FINISH`` it POSTs a JSON body to each
 target: ``"type": "approval.pending"`` when the run stopped with calls waiting for approval
-(``pending_approvals`` lists them), else ``"run.finished"`` (``stop_reason`` says how). The
+(``pending_approvals`` lists them), else ``"run.finished"`` (``stop_reason`` says how); on a
+``BUDGET_WARNING`` (``loom.budgets``: a budget crossed its ``warn_at``, once per window) it POSTs
+``"type": "budget.warning"`` with the limit (scope, window, subject, limit, spent). The
 body is signed with HMAC-SHA256 under the target's secret, GitHub-style::
 
     X-Loom-Signature: sha256=<hex of HMAC-SHA256(secret, raw body)>
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loom.errors import ConfigurationError
-from loom.events import AgentEvent, AgentFinish
+from loom.events import AgentEvent, AgentFinish, BudgetWarning
 from loom.messages import new_id
 
 __all__ = ["NAMESPACE", "Webhook", "Webhooks", "sign", "verify_signature"]
@@ -89,6 +91,24 @@ def payload_of(event: AgentFinish) -> dict[str, Any]:
     }
 
 
+def budget_payload_of(event: BudgetWarning) -> dict[str, Any]:
+    """The JSON a budget warning sends (without the delivery's own id)."""
+    return {
+        "type": "budget.warning",
+        "created_at": event.timestamp,
+        "session_id": event.session_id,
+        "run_id": event.run_id,
+        "scope": event.scope,
+        "window": event.window,
+        "subject": event.subject,
+        "window_start": event.window_start,
+        "kind": event.kind,
+        "limit": event.limit,
+        "spent": event.spent,
+        "warn_at": event.warn_at,
+    }
+
+
 class Webhooks:
     """A ``Runtime`` observer that delivers run ends to webhook targets (module docstring).
 
@@ -105,9 +125,14 @@ class Webhooks:
         self._client: Any = None
 
     def __call__(self, event: AgentEvent) -> None:
-        if type(event) is not AgentFinish or not self.targets:
+        if not self.targets:
             return
-        body = payload_of(event)
+        if type(event) is AgentFinish:
+            body = payload_of(event)
+        elif type(event) is BudgetWarning:
+            body = budget_payload_of(event)
+        else:
+            return
         loop = asyncio.get_running_loop()  # observers run in the turn's task
         for target in self.targets:
             task = loop.create_task(self.deliver(target, body))

@@ -78,6 +78,7 @@ _PROTOCOLS = {
     "blobs": "BlobStore",
     "branches": "BranchStore",
     "items": "ItemStore",
+    "schedules": "ScheduleTables",
 }
 
 
@@ -1083,6 +1084,42 @@ class StoreContract:
             await store.list_namespaces(prefix=("a.b",))
         with pytest.raises(InputError):
             await store.get_item(("a",), "")
+
+    # -- budgets (loom.budgets on the ScheduleTables SQL channel, migration 0012) ----------------
+    async def test_budget_reservations_are_atomic_and_reconciled(self, store: Any) -> None:
+        _needs(store, "schedules")
+        from loom.budgets import BudgetGuard, BudgetLimit, BudgetLimitReached, SQLBudgetLedger
+
+        now = [1_800_000_000.0]
+        guard = BudgetGuard(
+            [BudgetLimit("global", "day", max_tokens=1000)],
+            SQLBudgetLedger(store),
+            clock=lambda: now[0],
+            reservation_ttl=60,
+        )
+        who: dict[str, Any] = {"run_id": "r", "session_id": "s", "owner": None, "tenant": None}
+        calls = [
+            guard.reserve(**who, model="m", price=None, input_tokens=100, max_output_tokens=100)
+            for _ in range(8)
+        ]
+        outcomes = await asyncio.gather(*calls, return_exceptions=True)
+        held = [o for o in outcomes if not isinstance(o, BaseException)]
+        assert len(held) == 5  # 5 x 200 fit in 1000, racing or not
+        assert all(isinstance(o, BudgetLimitReached) for o in outcomes if o not in held)
+        for h in held:
+            await guard.settle(h, 50, 0, None)  # each used 50: 750 come back
+        (row,) = await guard.ledger.spend()
+        assert (row.spent_tokens, row.reserved_tokens) == (250, 0)
+        crashed = await guard.reserve(
+            **who, model="m", price=None, input_tokens=700, max_output_tokens=0
+        )
+        assert crashed.tokens == 700  # never settled: its process died
+        with pytest.raises(BudgetLimitReached):
+            await guard.reserve(**who, model="m", price=None, input_tokens=100, max_output_tokens=0)
+        now[0] += 61  # its lease ran out: the next reservation sweeps it
+        await guard.reserve(**who, model="m", price=None, input_tokens=700, max_output_tokens=0)
+        now[0] += 86_400  # a new day: a new bucket
+        await guard.reserve(**who, model="m", price=None, input_tokens=1000, max_output_tokens=0)
 
 
 # -- branches: sessions made by the engine, and what a fork must read ----------------------------

@@ -14,7 +14,7 @@ at once do not race. Never edit one that has shipped: add a new one.
 
 from __future__ import annotations
 
-from loom.store import schedule_sql
+from loom.store import budget_sql, schedule_sql
 
 # pg_advisory_xact_lock key for migrations ("LOOM" in ASCII), shared by every Loom schema
 # of a database: migrations of different schemas just take turns.
@@ -433,6 +433,8 @@ MIGRATIONS.append(
         ],
     )
 )
+# Budgets shared by a fleet (issue #31, as SQLite's 0012; ``loom.budgets``, ``budget_sql``).
+MIGRATIONS.append(("0012_budgets", budget_sql.POSTGRES))
 SCHEMA_VERSION = len(MIGRATIONS)
 
 CREATE_MIGRATIONS = (

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from loom.errors import SchemaTooNew, StoreCorrupt, StoreError
-from loom.store import schedule_sql
+from loom.store import budget_sql, schedule_sql
 from loom.store.owner import Owner
 from loom.store.sqlite_items import ITEMS_MIGRATION
 
@@ -229,6 +229,9 @@ MIGRATIONS: list[tuple[str, str]] = [
     # Why: memory across sessions (issue #29): owned items in namespaces and an FTS5 index of
     # their words, kept in step by the writes (``sqlite_items``). Numbered 0011 on PostgreSQL.
     ("0011_items", ITEMS_MIGRATION),
+    # Why: budgets across runs, sessions, owners and windows shared by every process on the
+    # file (issue #31, ``loom.budgets``): spend and in-flight reservations per bucket.
+    ("0012_budgets", budget_sql.SQLITE),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,10 +1,11 @@
 """The web console at ``/console`` on ``loom serve`` (docs/console.md): sessions with their
 transcript and a live timeline of runs, model calls and tool calls (a crew session's member
-runs too); approvals; runs; schedules and cron monitors; memories; experiments; the error store.
-Server-rendered (Jinja2) with one small script for live updates."""
+runs too); approvals; runs; schedules and cron monitors; memories; experiments; budgets; the
+error store. Server-rendered (Jinja2) with one small script for live updates."""
 
 from fastapi import APIRouter
 
+from loom.server.console import budgets as _budgets  # noqa: F401  (registers its page)
 from loom.server.console import evals as _evals  # noqa: F401  (registers its pages)
 from loom.server.console import memories as _memories  # noqa: F401  (registers its pages)
 from loom.server.console import schedules as _schedules  # noqa: F401  (registers its pages)

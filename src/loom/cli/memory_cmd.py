@@ -75,7 +75,8 @@ def _run(
     from loom.store.base import capabilities_of
 
     async def go() -> T:
-        store = open_store(path, embedder)
+        # Without --embedder, open_store(path) alone (it reads LOOM_EMBEDDER itself).
+        store = open_store(path) if embedder is None else open_store(path, embedder)
         try:
             items = capabilities_of(store).items
             if items is None:

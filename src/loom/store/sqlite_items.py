@@ -106,7 +106,7 @@ def load_vector_functions(conn: sqlite3.Connection) -> bool:
     if not hasattr(conn, "enable_load_extension"):
         return False
     try:
-        import sqlite_vec
+        import sqlite_vec  # type: ignore[import-untyped]
     except ImportError:
         return False
     try:
@@ -441,15 +441,7 @@ class SQLiteItems:
         done = 0
         while limit is None or done < limit:
             batch = EMBED_BATCH if limit is None else min(EMBED_BATCH, limit - done)
-            rows = await self._read(
-                "reading pending item vectors",
-                lambda c, n=batch: c.execute(
-                    "SELECT v.item_rowid, v.fields, i.value, i.updated_at FROM item_vectors v "
-                    "JOIN items i ON i.rowid = v.item_rowid WHERE v.vector IS NULL "
-                    "AND (i.expires_at IS NULL OR i.expires_at > ?) LIMIT ?",
-                    (time.time(), n),
-                ).fetchall(),
-            )
+            rows = await self._read("reading pending item vectors", _pending_reader(batch))
             if not rows:
                 self._maybe_pending = False
                 break
@@ -537,6 +529,21 @@ class SQLiteItems:
             return len(rows)
 
         return await self._write("forgetting an owner's items", delete)
+
+
+def _pending_reader(batch: int) -> Callable[[sqlite3.Connection], list[Any]]:
+    """A read of up to ``batch`` live items pending their vector: (rowid, fields, value,
+    updated_at)."""
+
+    def read(c: sqlite3.Connection) -> list[Any]:
+        return c.execute(
+            "SELECT v.item_rowid, v.fields, i.value, i.updated_at FROM item_vectors v "
+            "JOIN items i ON i.rowid = v.item_rowid WHERE v.vector IS NULL "
+            "AND (i.expires_at IS NULL OR i.expires_at > ?) LIMIT ?",
+            (time.time(), batch),
+        ).fetchall()
+
+    return read
 
 
 def _forget_rows(c: sqlite3.Connection, rows: list[tuple[int, str]]) -> None:

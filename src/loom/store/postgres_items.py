@@ -10,10 +10,12 @@ Owner visibility and expiry are conditions of the one query. A put is one upsert
 ``item_vectors`` (migration ``0012_item_vectors``) holds each indexed item's unit vector as
 ``real[]`` (NULL: pending) beside the embedder's name and dimensions, written in the put's
 transaction and deleted with the item by its foreign key (``ON DELETE CASCADE``: a delete, an
-owner's delete). PostgreSQL here has no ``pgvector``, so a semantic search computes the dot
-product of the query's unit vector with every candidate row the owner, namespace and filter
-conditions leave (``unnest`` in the query, ordered and limited by PostgreSQL): it reads every
-candidate, with no approximate index.
+owner's delete). A semantic search scores every candidate row the owner, namespace and filter
+conditions leave, in the query (ordered and limited by PostgreSQL): with ``pgvector`` installed
+in the database (``CREATE EXTENSION vector``), its cosine distance ``<=>`` on the array cast to
+``vector``; without it, the dot product of the unit vectors through ``unnest``. Either way it
+reads every candidate, with no approximate index (an HNSW index needs a ``vector(N)`` column
+of one fixed length: not built).
 """
 
 from __future__ import annotations
@@ -104,6 +106,7 @@ class PostgresItems:
 
     _embedder: Embedder | None = None
     _maybe_pending = True  # unknown until embed_pending finds none left
+    _pgvector: bool | None = None  # the ``vector`` extension is installed (asked once)
 
     @property
     def embedder(self) -> Embedder | None:
@@ -283,9 +286,18 @@ class PostgresItems:
         if error is not None:
             raise error
         [target] = await embed_texts(embedder, [query])
+        if self._pgvector is None:  # asked once: is pgvector installed in this database?
+            found = await self._rows(
+                "looking for pgvector", "SELECT 1 FROM pg_extension WHERE extname = 'vector'", []
+            )
+            self._pgvector = bool(found)
+        similarity = (
+            "1 - (v.vector::vector <=> %s::real[]::vector)"  # pgvector's cosine distance, in C
+            if self._pgvector
+            else "(SELECT sum(a * b) FROM unnest(v.vector, %s::real[]) AS t(a, b))"
+        )
         sql = (
-            f"SELECT {q.ITEM_COLS}, (SELECT sum(a * b) FROM unnest(v.vector, %s::real[]) "
-            "AS t(a, b)) AS score FROM item_vectors v "
+            f"SELECT {q.ITEM_COLS}, {similarity} AS score FROM item_vectors v "
             "JOIN items i ON i.namespace = v.namespace AND i.key = v.key "
             f"WHERE v.vector IS NOT NULL AND {where} "
             "ORDER BY score DESC, i.namespace, i.key LIMIT %s OFFSET %s"

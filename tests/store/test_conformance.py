@@ -57,3 +57,18 @@ class TestSQLiteStoreThreadedFull(StoreContract):
         s = SQLiteStore(tmp_path / "loom.db", durability="full", threaded=True)
         yield s
         await s.close()
+
+    @pytest.fixture
+    async def open_vector_store(
+        self, tmp_path: Path
+    ) -> AsyncIterator[Callable[[Embedder], Awaitable[SQLiteStore]]]:
+        opened: list[SQLiteStore] = []
+
+        async def open_one(embedder: Embedder) -> SQLiteStore:
+            path = tmp_path / "vectors.db"
+            opened.append(SQLiteStore(path, durability="full", threaded=True, embedder=embedder))
+            return opened[-1]
+
+        yield open_one
+        for s in opened:
+            await s.close()

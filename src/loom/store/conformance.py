@@ -998,6 +998,15 @@ class StoreContract:
         assert [i.key for i in page] == newest_first[3:5]
         assert await store.search_items(("a",), offset=50) == []
 
+    async def test_item_prefix_is_exact_and_case_sensitive(self, store: Any) -> None:
+        _needs(store, "items")
+        for ns in [("Users",), ("users",), ("users", "al"), ("users-x",), ("users_",), ("user",)]:
+            await store.put_item(ns, "k", {"text": "hello"})
+        for query in (None, "hello"):
+            under = await store.search_items(("users",), query=query, limit=MAX_LIMIT)
+            assert sorted(i.namespace for i in under) == [("users",), ("users", "al")]
+        assert await store.list_namespaces(prefix=("Users",)) == [("Users",)]
+
     async def test_item_list_namespaces(self, store: Any) -> None:
         _needs(store, "items")
         for ns in [("users", "al", "prefs"), ("users", "al", "facts"), ("users", "bo", "prefs")]:

@@ -660,7 +660,20 @@ PUT_ITEM_VECTOR = (
     "vector = excluded.vector"
 )
 DELETE_ITEM_VECTOR = "DELETE FROM item_vectors WHERE namespace = %s AND key = %s"
-ITEM_VECTOR_MODELS = "SELECT DISTINCT embedder, dims FROM item_vectors WHERE vector IS NOT NULL"
+# A vector made by another model than (name, dims), if any: four ranges of the (embedder, dims)
+# index, each empty when every vector is this model's (no scan of the vectors).
+OTHER_ITEM_VECTOR_MODEL = (
+    " UNION ALL ".join(
+        f"(SELECT embedder, dims FROM item_vectors WHERE vector IS NOT NULL AND {cond} LIMIT 1)"
+        for cond in (
+            "embedder < %(name)s",
+            "embedder > %(name)s",
+            "embedder = %(name)s AND dims < %(dims)s",
+            "embedder = %(name)s AND dims > %(dims)s",
+        )
+    )
+    + " LIMIT 1"
+)
 PENDING_ITEM_VECTORS = (
     "SELECT v.namespace, v.key, v.fields, i.value, i.updated_at FROM item_vectors v "
     "JOIN items i ON i.namespace = v.namespace AND i.key = v.key WHERE v.vector IS NULL "

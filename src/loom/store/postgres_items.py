@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from loom.embedding.base import Embedder, EmbedderUnavailable
@@ -122,7 +122,9 @@ class PostgresItems:
     ) -> T:
         raise NotImplementedError
 
-    async def _rows(self, doing: str, sql: str, args: Sequence[Any]) -> list[Any]:
+    async def _rows(
+        self, doing: str, sql: str, args: Sequence[Any] | Mapping[str, Any]
+    ) -> list[Any]:
         async def read(conn: AsyncConnection[Any]) -> list[Any]:
             return await (await conn.execute(sql, args)).fetchall()
 
@@ -281,7 +283,11 @@ class PostgresItems:
         product of unit vectors, over every candidate row)."""
         embedder = self._embedder
         assert embedder is not None
-        models = await self._rows("reading the item vectors' models", q.ITEM_VECTOR_MODELS, [])
+        models = await self._rows(
+            "reading the item vectors' models",
+            q.OTHER_ITEM_VECTOR_MODEL,
+            {"name": embedder.name, "dims": embedder.dimensions},
+        )
         error = model_mismatch(embedder, [(r[0], r[1]) for r in models])
         if error is not None:
             raise error

@@ -41,11 +41,11 @@ from loom.store.items import (
     terms_of,
 )
 from loom.store.items_sql import (
+    NAMESPACE_SEPARATOR,
     check_max_depth,
     check_ttl,
     expiry_of,
     item_of_row,
-    like_prefix,
     namespace_text,
     shape_namespaces,
 )
@@ -138,12 +138,36 @@ def _visible(owner: str | None, now: float) -> tuple[str, list[Any]]:
 
 
 def _under(prefix: tuple[str, ...]) -> tuple[str, list[Any]]:
+    """The condition for items at or below ``prefix``: a range of the primary key's index
+    (``ns`` up to ``ns/``: '/' follows the separator '.'), then the namespace itself or one
+    continuing with a '.' (not ``ns-x``, inside the range too). A range, unlike ``LIKE``, is
+    read through the index and compares case-sensitively."""
     if not prefix:
         return "1", []
-    return "(i.namespace = ? OR i.namespace LIKE ? ESCAPE '\\')", [
-        namespace_text(prefix),
-        like_prefix(prefix),
-    ]
+    text = namespace_text(prefix)
+    return (
+        "(i.namespace >= ? AND i.namespace < ? "
+        "AND (i.namespace = ? OR substr(i.namespace, ?, 1) = '.'))",
+        [text, text + _AFTER_SEPARATOR, text, len(text) + 1],
+    )
+
+
+# A vector made by another model than (?1, ?2), if any: four ranges of the (embedder, dims)
+# index, each empty when every vector is this model's (no scan of the vectors).
+_OTHER_MODEL = (
+    " UNION ALL ".join(
+        f"SELECT embedder, dims FROM item_vectors WHERE vector IS NOT NULL AND {cond}"
+        for cond in (
+            "embedder < ?1",
+            "embedder > ?1",
+            "embedder = ?1 AND dims < ?2",
+            "embedder = ?1 AND dims > ?2",
+        )
+    )
+    + " LIMIT 1"
+)
+
+_AFTER_SEPARATOR = chr(ord(NAMESPACE_SEPARATOR) + 1)
 
 
 def _matching(wanted: dict[str, Any]) -> tuple[str, list[Any]]:
@@ -381,16 +405,16 @@ class SQLiteItems:
         assert embedder is not None
         models = await self._read(
             "reading the item vectors' models",
-            lambda c: c.execute(
-                "SELECT DISTINCT embedder, dims FROM item_vectors WHERE vector IS NOT NULL"
-            ).fetchall(),
+            lambda c: c.execute(_OTHER_MODEL, (embedder.name, embedder.dimensions)).fetchall(),
         )
         error = model_mismatch(embedder, models)
         if error is not None:
             raise error
         [target] = await embed_texts(embedder, [query])
+        # Items first (CROSS JOIN keeps that order): the owner and namespace conditions pick
+        # candidates through their indexes, then each one's vector by its rowid.
         joined = (
-            "FROM item_vectors v JOIN items i ON i.rowid = v.item_rowid "
+            "FROM items i CROSS JOIN item_vectors v ON v.item_rowid = i.rowid "
             f"WHERE v.vector IS NOT NULL AND {where}"
         )
         if self.db.vec:

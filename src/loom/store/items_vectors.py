@@ -104,20 +104,24 @@ class VectorItems(Protocol):
         ...
 
 
+_MODES: dict[str, SearchMode] = {"keyword": "keyword", "semantic": "semantic", "hybrid": "hybrid"}
+
+
 def check_mode(mode: Any, embedder: Embedder | None) -> SearchMode:
     """The search mode for ``mode`` (None: hybrid with an embedder, keyword without), else
     ``InputError``: an unknown mode, or a semantic one on a store without an embedder."""
     if mode is None:
         return "hybrid" if embedder is not None else "keyword"
-    if mode not in ("keyword", "semantic", "hybrid"):
+    how = _MODES.get(mode) if isinstance(mode, str) else None
+    if how is None:
         raise InputError(f"mode is 'keyword', 'semantic' or 'hybrid', got {mode!r}")
-    if mode != "keyword" and embedder is None:
+    if how != "keyword" and embedder is None:
         raise InputError(
-            f"a {mode} search needs an embedder, and this store has none: open it with "
-            "embedder=... (loom serve --embedder SPEC, or LOOM_EMBEDDER), or search with "
+            f"a {how} search needs an embedder, and this store has none: open it with "
+            "embedder=... (the CLI and loom serve: LOOM_EMBEDDER=SPEC), or search with "
             "mode='keyword'"
         )
-    return mode  # type: ignore[no-any-return]
+    return how
 
 
 def check_index(index: Any) -> IndexFields | Literal[False]:

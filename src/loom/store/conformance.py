@@ -84,6 +84,16 @@ _PROTOCOLS = {
 }
 
 
+class _Attempts(HashEmbedder):
+    """Counts every ``embed`` call, answered or not (``attempts``)."""
+
+    attempts = 0
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.attempts += 1
+        return await super().embed(texts)
+
+
 class _Misdeclared(HashEmbedder):
     """Declares ``dimensions`` but answers vectors one shorter (a misconfigured model)."""
 
@@ -1207,6 +1217,23 @@ class StoreContract:
         embedder.down = False
         hits = await store.search_items(("m",), query="green tea again", mode="semantic")
         assert hits[0].key == "third"
+
+    async def test_item_puts_leave_a_down_embedder_alone_for_a_while(
+        self, open_vector_store: Any
+    ) -> None:
+        embedder = _Attempts(64)
+        store = await open_vector_store(embedder)
+        embedder.down = True
+        for key in ("a", "b"):  # b's put tries a's pending embedding on its way: down
+            await store.put_item(("m",), key, {"text": f"item {key}"})
+        before = embedder.attempts
+        for key in ("c", "d", "e"):
+            await store.put_item(("m",), key, {"text": f"item {key}"})
+        assert embedder.attempts == before + 3  # each its own attempt, none for the pending
+        with pytest.raises(EmbedderUnavailable):
+            await store.embed_pending()  # an explicit call always tries
+        embedder.down = False
+        assert await store.embed_pending() == 5
 
     async def test_item_wrong_dimension_is_typed_and_keeps_the_item(
         self, open_vector_store: Any

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import os
 import struct
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -48,8 +49,10 @@ from loom.store.items import Item
 __all__ = [
     "EMBED_BATCH",
     "HYBRID_DEPTH",
+    "PENDING_RETRY_SECONDS",
     "RRF_K",
     "IndexFields",
+    "PendingOnTheWay",
     "PutVector",
     "SearchMode",
     "VectorItems",
@@ -81,6 +84,7 @@ RRF_K = 60
 # ranked well in one list and lower in the other still gets both contributions.
 HYBRID_DEPTH = 50
 EMBED_BATCH = 64  # texts per embedder call when embedding pending items
+PENDING_RETRY_SECONDS = 30.0  # how long puts and searches leave a down embedder alone
 
 
 @runtime_checkable
@@ -105,6 +109,30 @@ class VectorItems(Protocol):
 
 
 _MODES: dict[str, SearchMode] = {"keyword": "keyword", "semantic": "semantic", "hybrid": "hybrid"}
+
+
+class PendingOnTheWay:
+    """``_embed_some_pending``: a put or a search of a store with an embedder first embeds a
+    batch of pending items, when some may be left. After the embedder was found down it waits
+    :data:`PENDING_RETRY_SECONDS` before trying on the way again (a remote embedder that times
+    out would otherwise cost every put its timeout twice); ``embed_pending()`` always tries."""
+
+    _embedder: Embedder | None = None
+    _maybe_pending = True  # unknown until embed_pending finds none left
+    _pending_retry_at = 0.0  # time.monotonic() before which the way does not try again
+
+    async def embed_pending(self, limit: int | None = None) -> int:
+        raise NotImplementedError
+
+    async def _embed_some_pending(self) -> None:
+        if self._embedder is None or not self._maybe_pending:
+            return
+        if time.monotonic() < self._pending_retry_at:
+            return
+        try:
+            await self.embed_pending(EMBED_BATCH)
+        except EmbedderUnavailable:
+            self._pending_retry_at = time.monotonic() + PENDING_RETRY_SECONDS
 
 
 def check_mode(mode: Any, embedder: Embedder | None) -> SearchMode:

@@ -5,7 +5,6 @@ every candidate."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Sequence
@@ -30,6 +29,7 @@ from loom.store.items import (
 from loom.store.items_vectors import (
     EMBED_BATCH,
     IndexFields,
+    PendingOnTheWay,
     check_index,
     check_mode,
     embed_texts,
@@ -64,7 +64,7 @@ class _Vector:
 _Where = tuple[tuple[str, ...], str]
 
 
-class MemoryItems:
+class MemoryItems(PendingOnTheWay):
     """The item half of ``MemoryStore``: items keyed by (namespace, key), and their vectors."""
 
     _items: dict[_Where, Item]
@@ -115,6 +115,8 @@ class MemoryItems:
             model = self._model() if put.vector is not None else None
             self._vectors[(ns, key)] = _Vector(put.fields, put.vector, model)
             self._maybe_pending |= put.vector is None
+        if put.vector is not None:
+            self._pending_retry_at = 0.0  # the embedder answers: pending items may go on the way
         if put.error is not None:
             raise stored_error(put.error, ns, key)
         return item
@@ -212,14 +214,6 @@ class MemoryItems:
         e = self._embedder
         return None if e is None else (e.name, e.dimensions)
 
-    async def _embed_some_pending(self) -> None:
-        """Embed a batch of pending items on the way (a put or a search), if any may be left;
-        an embedder that is still down leaves them pending."""
-        if self._embedder is None or not self._maybe_pending:
-            return
-        with contextlib.suppress(EmbedderUnavailable):
-            await self.embed_pending(EMBED_BATCH)
-
     async def embed_pending(self, limit: int | None = None) -> int:
         """Embed the items whose vector is pending (up to ``limit``; None: all); how many."""
         if self._embedder is None:
@@ -236,7 +230,9 @@ class MemoryItems:
         for start in range(0, len(todo), EMBED_BATCH):
             batch = todo[start : start + EMBED_BATCH]
             texts = [text_to_embed(self._items[w].value, v.fields) for w, v in batch]
-            for (_, v), vector in zip(batch, await embed_texts(self._embedder, texts), strict=True):
+            vectors = await embed_texts(self._embedder, texts)
+            self._pending_retry_at = 0.0  # it answers again
+            for (_, v), vector in zip(batch, vectors, strict=True):
                 v.vector, v.model = vector, self._model()
                 done += 1
         self._maybe_pending = limit is not None and len(todo) == limit

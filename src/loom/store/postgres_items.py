@@ -20,7 +20,6 @@ of one fixed length: not built).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -49,6 +48,7 @@ from loom.store.items_sql import (
 )
 from loom.store.items_vectors import (
     EMBED_BATCH,
+    PendingOnTheWay,
     check_index,
     check_mode,
     embed_texts,
@@ -100,12 +100,10 @@ def _matching(wanted: dict[str, Any]) -> tuple[str, list[Any]]:
     return (" AND ".join(conds) or "true"), args
 
 
-class PostgresItems:
+class PostgresItems(PendingOnTheWay):
     """``ItemStore`` on ``_run``; with an ``embedder``, vectors too
     (``loom.store.items_vectors.VectorItems``)."""
 
-    _embedder: Embedder | None = None
-    _maybe_pending = True  # unknown until embed_pending finds none left
     _pgvector: bool | None = None  # the ``vector`` extension is installed (asked once)
 
     @property
@@ -183,6 +181,8 @@ class PostgresItems:
             )
         if vec.indexed and vec.vector is None:
             self._maybe_pending = True
+        if vec.vector is not None:
+            self._pending_retry_at = 0.0  # the embedder answers: pending items may go on the way
         if vec.error is not None:
             raise stored_error(vec.error, ns, key)
         return item_of_row(row)
@@ -311,14 +311,6 @@ class PostgresItems:
         rows = await self._rows("searching items", sql, [target, *args, limit, offset])
         return [item_of_row(r) for r in rows]
 
-    async def _embed_some_pending(self) -> None:
-        """Embed a batch of pending items on the way (a put or a search), if any may be left;
-        an embedder that is still down leaves them pending."""
-        if self._embedder is None or not self._maybe_pending:
-            return
-        with contextlib.suppress(EmbedderUnavailable):
-            await self.embed_pending(EMBED_BATCH)
-
     async def embed_pending(self, limit: int | None = None) -> int:
         """Embed the live items whose vector is pending (up to ``limit``; None: all), a batch
         per embedder call, each batch written in one transaction (a row changed meanwhile is
@@ -338,6 +330,7 @@ class PostgresItems:
                 break
             texts = [text_to_embed(r[3], None if r[2] is None else tuple(r[2])) for r in rows]
             vectors = await embed_texts(embedder, texts)
+            self._pending_retry_at = 0.0  # it answers again
             updates = [
                 (embedder.name, embedder.dimensions, v, r[0], r[1], r[4])
                 for r, v in zip(rows, vectors, strict=True)

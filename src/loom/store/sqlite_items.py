@@ -22,7 +22,6 @@ approximate index (a ``vec0`` KNN table would limit before the owner and filter 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sqlite3
 import time
@@ -51,6 +50,7 @@ from loom.store.items_sql import (
 )
 from loom.store.items_vectors import (
     EMBED_BATCH,
+    PendingOnTheWay,
     best_by_cosine,
     check_index,
     check_mode,
@@ -195,12 +195,9 @@ def _matching(wanted: dict[str, Any]) -> tuple[str, list[Any]]:
     return (" AND ".join(conds) or "1"), args
 
 
-class SQLiteItems:
+class SQLiteItems(PendingOnTheWay):
     """``ItemStore`` (``loom.store.base``) on top of ``_read`` / ``_write``; with an
     ``embedder``, vectors too (``loom.store.items_vectors.VectorItems``)."""
-
-    _embedder: Embedder | None = None
-    _maybe_pending = True  # unknown until embed_pending finds none left
 
     @property
     def embedder(self) -> Embedder | None:
@@ -292,6 +289,8 @@ class SQLiteItems:
         item = await self._write("storing an item", put)
         if vec.indexed and vec.vector is None:
             self._maybe_pending = True
+        if vec.vector is not None:
+            self._pending_retry_at = 0.0  # the embedder answers: pending items may go on the way
         if vec.error is not None:
             raise stored_error(vec.error, ns, key)
         return item
@@ -446,14 +445,6 @@ class SQLiteItems:
         rows = await self._read("searching items", score)
         return [item_of_row(r) for r in rows]
 
-    async def _embed_some_pending(self) -> None:
-        """Embed a batch of pending items on the way (a put or a search), if any may be left;
-        an embedder that is still down leaves them pending."""
-        if self._embedder is None or not self._maybe_pending:
-            return
-        with contextlib.suppress(EmbedderUnavailable):
-            await self.embed_pending(EMBED_BATCH)
-
     async def embed_pending(self, limit: int | None = None) -> int:
         """Embed the live items whose vector is pending (up to ``limit``; None: all), a batch
         per embedder call, each batch written in one transaction (a row changed meanwhile is
@@ -474,6 +465,7 @@ class SQLiteItems:
                 for r in rows
             ]
             vectors = await embed_texts(embedder, texts)
+            self._pending_retry_at = 0.0  # it answers again
             updates = [
                 (embedder.name, embedder.dimensions, pack_vector(v), r[0], r[0], r[3])
                 for r, v in zip(rows, vectors, strict=True)

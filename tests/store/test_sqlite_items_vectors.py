@@ -93,3 +93,39 @@ async def test_sqlite_vec_scores_in_the_query(tmp_path: Path) -> None:
         assert hits[0].score == pytest.approx(1.0, abs=1e-5)
     finally:
         await store.close()
+
+
+async def test_semantic_answers_as_the_memory_store_whichever_table_drives(
+    tmp_path: Path,
+) -> None:
+    """A search over few candidates reads items first, over many the vectors first
+    (``sqlite_items``): both answer what ``MemoryStore`` answers."""
+    from loom.store import MemoryStore
+
+    sqlite = SQLiteStore(tmp_path / "loom.db", embedder=HashEmbedder(32))
+    memory = MemoryStore(embedder=HashEmbedder(32))
+    words = ["tea", "green", "coffee", "black", "cake", "rain", "sun", "bread"]
+    try:
+        for n in range(60):
+            ns = ("mem", f"u{n % 10}")
+            text = " ".join(words[(n * k) % len(words)] for k in (1, 3, 5))
+            for store in (sqlite, memory):
+                await store.put_item(ns, f"k{n}", {"text": text}, owner=f"o{n % 3}")
+        for prefix, owner in [
+            (("mem", "u3"), None),
+            (("mem",), None),
+            (("mem",), "o1"),
+            ((), "o2"),
+        ]:
+            for query in ("green tea", "black coffee cake", "sun"):
+                got = await sqlite.search_items(
+                    prefix, query=query, mode="semantic", owner=owner, limit=5, offset=1
+                )
+                want = await memory.search_items(
+                    prefix, query=query, mode="semantic", owner=owner, limit=5, offset=1
+                )
+                assert [(i.key, round(i.score or 0, 4)) for i in got] == [
+                    (i.key, round(i.score or 0, 4)) for i in want
+                ]
+    finally:
+        await sqlite.close()

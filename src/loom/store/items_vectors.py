@@ -330,24 +330,33 @@ def stored_error(error: EmbeddingError, namespace: Sequence[str], key: str) -> E
 
 
 def best_by_cosine(
-    ids: Sequence[int], blobs: Sequence[bytes], target: Sequence[float], depth: int
+    ids: Sequence[int],
+    blobs: Sequence[bytes],
+    target: Sequence[float],
+    depth: int,
+    order: Sequence[tuple[str, str]],
 ) -> list[tuple[int, float]]:
     """The ``depth`` ids whose unit vectors (``blobs``, :func:`pack_vector`'s bytes) have the
-    highest dot product (cosine similarity) with the unit vector ``target``, best first (ties:
-    the lower id). With numpy one matrix product, else a loop."""
+    highest dot product (cosine similarity) with the unit vector ``target``, best first; ties
+    in the order of ``order`` (each id's namespace and key, as the SQL stores order them). With
+    numpy one matrix product, else a loop."""
     if not ids:
         return []
     try:
         import numpy as np
     except ImportError:  # numpy comes with the memory extra; without it, plain Python
-        scored = [
-            (i, sum(a * b for a, b in zip(unpack_vector(blob), target, strict=True)))
-            for i, blob in zip(ids, blobs, strict=True)
+        scores = [
+            sum(a * b for a, b in zip(unpack_vector(blob), target, strict=True)) for blob in blobs
         ]
-        scored.sort(key=lambda p: (-p[1], p[0]))
-        return scored[:depth]
-    matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(ids), len(target))
-    scores = matrix @ np.asarray(target, dtype="<f4")
-    top = np.argpartition(-scores, depth - 1)[:depth] if depth < len(ids) else range(len(ids))
-    best = sorted(((ids[int(k)], float(scores[int(k)])) for k in top), key=lambda p: (-p[1], p[0]))
-    return best
+        kept: Sequence[int] = range(len(ids))
+    else:
+        matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(ids), len(target))
+        product = matrix @ np.asarray(target, dtype="<f4")
+        scores = product.tolist()
+        if depth < len(ids):  # the depth best, and every item tied with the last of them
+            floor = np.partition(product, len(ids) - depth)[len(ids) - depth]
+            kept = np.flatnonzero(product >= floor).tolist()
+        else:
+            kept = range(len(ids))
+    best = sorted(kept, key=lambda k: (-scores[k], order[k]))[:depth]
+    return [(ids[k], float(scores[k])) for k in best]

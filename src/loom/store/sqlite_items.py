@@ -167,6 +167,9 @@ _OTHER_MODEL = (
     + " LIMIT 1"
 )
 
+# A semantic search reads the candidates' items first when they are under 1/8 of the vectors.
+_ITEMS_FIRST_SHARE = 8
+
 _AFTER_SEPARATOR = chr(ord(NAMESPACE_SEPARATOR) + 1)
 
 
@@ -359,7 +362,8 @@ class SQLiteItems(PendingOnTheWay):
             depth = hybrid_depth(limit, offset) if how == "hybrid" else limit
             skip = 0 if how == "hybrid" else offset
             try:
-                semantic = await self._semantic(query, where, args, depth, skip)
+                narrow = (f"{seen} AND {under}", [*seen_args, *under_args])
+                semantic = await self._semantic(query, where, args, depth, skip, narrow)
             except EmbedderUnavailable:
                 if how == "semantic":
                     raise
@@ -397,7 +401,13 @@ class SQLiteItems(PendingOnTheWay):
         return [item_of_row(r) for r in rows]
 
     async def _semantic(
-        self, query: str, where: str, args: list[Any], limit: int, offset: int
+        self,
+        query: str,
+        where: str,
+        args: list[Any],
+        limit: int,
+        offset: int,
+        narrow: tuple[str, list[Any]],
     ) -> list[Item]:
         """The embedded items matching ``where`` by cosine similarity to ``query``."""
         embedder = self._embedder
@@ -410,25 +420,48 @@ class SQLiteItems(PendingOnTheWay):
         if error is not None:
             raise error
         [target] = await embed_texts(embedder, [query])
-        # Items first (CROSS JOIN keeps that order): the owner and namespace conditions pick
-        # candidates through their indexes, then each one's vector by its rowid.
-        joined = (
-            "FROM items i CROSS JOIN item_vectors v ON v.item_rowid = i.rowid "
-            f"WHERE v.vector IS NOT NULL AND {where}"
-        )
-        if self.db.vec:
-            sql = (
-                f"SELECT {_COLS}, 1 - vec_distance_cosine(v.vector, ?) AS score {joined} "
-                "ORDER BY score DESC, i.namespace, i.key LIMIT ? OFFSET ?"
+        # Which table drives the join (CROSS JOIN keeps the order written): the items when the
+        # namespace and owner conditions leave a small share of them (picked through their
+        # indexes, each one's vector then read by its rowid), else the vectors in rowid order
+        # (read sequentially; each item then checked by its rowid).
+        narrow_sql, narrow_args = narrow
+
+        def joined_by(c: sqlite3.Connection) -> str:
+            vectors = c.execute("SELECT max(item_rowid) FROM item_vectors").fetchone()[0] or 0
+            cap = vectors // _ITEMS_FIRST_SHARE + 1
+            few = c.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM items i WHERE {narrow_sql} LIMIT ?)",
+                [*narrow_args, cap],
+            ).fetchone()[0]
+            order = (
+                "items i CROSS JOIN item_vectors v ON v.item_rowid = i.rowid"
+                if few < cap
+                else "item_vectors v CROSS JOIN items i ON i.rowid = v.item_rowid"
             )
+            return f"FROM {order} WHERE v.vector IS NOT NULL AND {where}"
+
+        if self.db.vec:
             params = [pack_vector(target), *args, limit, offset]
-            rows = await self._read("searching items", lambda c: c.execute(sql, params).fetchall())
-            return [item_of_row(r) for r in rows]
+
+            def ranked(c: sqlite3.Connection) -> list[Any]:
+                return c.execute(
+                    f"SELECT {_COLS}, 1 - vec_distance_cosine(v.vector, ?) AS score "
+                    f"{joined_by(c)} ORDER BY score DESC, i.namespace, i.key LIMIT ? OFFSET ?",
+                    params,
+                ).fetchall()
+
+            return [item_of_row(r) for r in await self._read("searching items", ranked)]
 
         def score(c: sqlite3.Connection) -> list[Any]:
-            found = c.execute(f"SELECT v.item_rowid, v.vector {joined}", args).fetchall()
+            found = c.execute(
+                f"SELECT v.item_rowid, v.vector, i.namespace, i.key {joined_by(c)}", args
+            ).fetchall()
             best = best_by_cosine(
-                [r[0] for r in found], [r[1] for r in found], target, offset + limit
+                [r[0] for r in found],
+                [r[1] for r in found],
+                target,
+                offset + limit,
+                [(r[2], r[3]) for r in found],
             )[offset:]
             if not best:
                 return []

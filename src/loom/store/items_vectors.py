@@ -345,18 +345,19 @@ def best_by_cosine(
     try:
         import numpy as np
     except ImportError:  # numpy comes with the memory extra; without it, plain Python
-        scores = [
+        scores: Mapping[int, float] | Sequence[float] = [
             sum(a * b for a, b in zip(unpack_vector(blob), target, strict=True)) for blob in blobs
         ]
         kept: Sequence[int] = range(len(ids))
     else:
         matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(ids), len(target))
         product = matrix @ np.asarray(target, dtype="<f4")
-        scores = product.tolist()
         if depth < len(ids):  # the depth best, and every item tied with the last of them
             floor = np.partition(product, len(ids) - depth)[len(ids) - depth]
-            kept = np.flatnonzero(product >= floor).tolist()
+            picked = np.flatnonzero(product >= floor)
         else:
-            kept = range(len(ids))
+            picked = np.arange(len(ids))
+        kept = picked.tolist()
+        scores = dict(zip(kept, product[picked].tolist(), strict=True))
     best = sorted(kept, key=lambda k: (-scores[k], order[k]))[:depth]
     return [(ids[k], float(scores[k])) for k in best]

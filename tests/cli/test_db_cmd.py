@@ -60,8 +60,9 @@ def test_postgres_migrate_status_and_sessions(pg_url: str) -> None:
         "0009_media",
         "0010_session_forks",
         "0011_items",
+        "0012_item_vectors",
     ]
-    assert status["schema_version"] == status["known_version"] == 11
+    assert status["schema_version"] == status["known_version"] == 12
 
     # A session, an open run and a held lease, written by a store, show up in the counts.
     import asyncio

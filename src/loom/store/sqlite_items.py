@@ -26,7 +26,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from loom.embedding.base import Embedder, EmbedderUnavailable
 from loom.store.items import (
@@ -63,9 +63,6 @@ from loom.store.items_vectors import (
     text_to_embed,
     vector_for_put,
 )
-
-if TYPE_CHECKING:
-    from loom.store.sqlite_db import Database
 
 __all__ = [
     "ITEMS_MIGRATION",
@@ -198,6 +195,14 @@ def _matching(wanted: dict[str, Any]) -> tuple[str, list[Any]]:
     return (" AND ".join(conds) or "1"), args
 
 
+class _Connection(Protocol):
+    """What the item store reads of its ``sqlite_db.Database`` (not imported: that module
+    imports this one for its migrations)."""
+
+    @property
+    def vec(self) -> bool: ...
+
+
 class SQLiteItems(PendingOnTheWay):
     """``ItemStore`` (``loom.store.base``) on top of ``_read`` / ``_write``; with an
     ``embedder``, vectors too (``loom.store.items_vectors.VectorItems``)."""
@@ -208,7 +213,7 @@ class SQLiteItems(PendingOnTheWay):
         return self._embedder
 
     @property
-    def db(self) -> Database:
+    def db(self) -> _Connection:
         raise NotImplementedError
 
     async def _read(self, doing: str, fn: Callable[[sqlite3.Connection], T]) -> T:

@@ -61,8 +61,9 @@ def test_postgres_migrate_status_and_sessions(pg_url: str) -> None:
         "0010_session_forks",
         "0011_items",
         "0012_budgets",
+        "0013_item_vectors",
     ]
-    assert status["schema_version"] == status["known_version"] == 12
+    assert status["schema_version"] == status["known_version"] == 13
 
     # A session, an open run and a held lease, written by a store, show up in the counts.
     import asyncio

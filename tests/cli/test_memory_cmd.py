@@ -119,3 +119,36 @@ def test_on_a_sqlite_database(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["memory", "search", "ramen", "--db", str(db), "--json"])
     assert json.loads(r.output) == []
+
+
+def test_semantic_search_and_reindex_with_an_embedder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loom.embedding import HashEmbedder
+
+    monkeypatch.delenv("LOOM_EMBEDDER", raising=False)
+    db = tmp_path / "loom.db"
+
+    async def make() -> None:
+        store = SQLiteStore(db, embedder=HashEmbedder(64))
+        try:
+            await fill(store)
+        finally:
+            await store.close()
+
+    asyncio.run(make())
+    semantic = ["memory", "search", "green tea", "--db", str(db), "--mode", "semantic", "--json"]
+    r = runner.invoke(app, [*semantic, "--embedder", "hash:64"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)[0]["key"] == "drink"
+    r = runner.invoke(app, semantic)  # no embedder: a semantic search is refused
+    assert r.exit_code == 2 and "needs an embedder" in r.output
+    r = runner.invoke(app, [*semantic, "--embedder", "hash:32"])  # another model's vectors
+    assert r.exit_code == 2 and "loom memory reindex" in r.output
+    r = runner.invoke(app, ["memory", "reindex", "--db", str(db)])
+    assert r.exit_code == 2 and "needs an embedder" in r.output
+    r = runner.invoke(app, ["memory", "reindex", "--db", str(db), "--embedder", "hash:32"])
+    assert r.exit_code == 0 and "re-embedded 3 items" in r.output
+    r = runner.invoke(app, [*semantic, "--embedder", "hash:32"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)[0]["key"] == "drink"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from tests.schedule.conftest import Rig
 
@@ -180,3 +182,28 @@ async def test_the_items_job_purges_expired_items_by_the_schedulers_clock(rig: R
 
     with sqlite3.connect(rig.store.path) as raw:  # the row itself is gone, not only hidden
         assert raw.execute("SELECT count(*) FROM items").fetchone()[0] == 1
+
+
+async def test_the_items_job_embeds_items_whose_embedding_failed(tmp_path: Path) -> None:
+    """A put while the embedder is down keeps the item for keywords only; the ``items`` job
+    embeds it once the embedder is back (and reports 0 while it is still down)."""
+    from loom.embedding import HashEmbedder
+    from loom.schedule.monitors import MonitorStore
+    from loom.schedule.storage import ScheduleStore
+    from loom.store import SQLiteStore
+
+    embedder = HashEmbedder(32)
+    store = SQLiteStore(tmp_path / "v.db", embedder=embedder)
+    try:
+        embedder.down = True
+        await store.put_item(("m",), "k", {"text": "apples and pears"})
+        jobs = {j.name: j for j in builtin_jobs(store, ScheduleStore(store), MonitorStore(store))}
+        assert await jobs["items"].run() == {"items": 0, "embedded": 0}
+        assert [i.key for i in await store.search_items(("m",), query="apples")] == ["k"]
+        embedder.down = False
+        report = await jobs["items"].run()
+        assert report["embedded"] == 1
+        found = await store.search_items(("m",), query="apples", mode="semantic")
+        assert [i.key for i in found] == ["k"]
+    finally:
+        await store.close()

@@ -124,3 +124,48 @@ async def test_bad_input_is_a_422_in_the_error_shape(keyed: Server) -> None:
             headers={"x-api-key": BOB},
         )
         assert owned.status_code == 409 and owned.json()["error"]["type"] == "ItemOwned"
+
+
+# -- with an embedder: hybrid search and ``index`` -----------------------------------------------
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server whose store embeds items (``LOOM_EMBEDDER=hash:64``: the test embedder, words
+    hashed into buckets; it knows no synonyms, so it cannot find a meaning keywords miss)."""
+    srv = start_server(tmp_path_factory.mktemp("store_api_vec"), env={"LOOM_EMBEDDER": "hash:64"})
+    yield srv
+    stop_server(srv)
+
+
+async def test_search_is_hybrid_and_index_is_honoured_with_an_embedder(embedded: Server) -> None:
+    client = get_client(url=embedded.url)
+    ns = ["mem", "u"]
+    await client.store.put_item(ns, "both", {"text": "green tea, green tea"})
+    await client.store.put_item(ns, "some", {"text": "the tea was cold and the day long"})
+    await client.store.put_item(ns, "quiet", {"text": "green tea"}, index=False)
+    await client.store.put_item(
+        ns, "title", {"title": "coffee", "body": "green tea"}, index=["title"]
+    )
+
+    found = (await client.store.search_items(["mem"], query="green tea"))["items"]
+    keys = [i["key"] for i in found]
+    # Fused ranks: first in both lists scores 2/(60+1); the others follow by their fused rank.
+    assert keys[0] == "both" and found[0]["score"] == pytest.approx(2 / 61)
+    assert set(keys) == {"both", "some", "quiet", "title"}  # "quiet" by its words alone
+    assert [i["score"] for i in found] == sorted((i["score"] for i in found), reverse=True)
+    quiet = next(i for i in found if i["key"] == "quiet")
+    assert quiet["score"] < 2 / 61 - 1e-9  # one ranking (keywords) only: it has no vector
+
+    async with httpx.AsyncClient() as http:
+        answer = await http.post(
+            f"{embedded.url}/store/items/search",
+            json={"namespace_prefix": ["mem"], "query": "green tea", "mode": "semantic"},
+        )
+    assert answer.status_code == 200, answer.text
+    semantic = answer.json()["items"]
+    assert [i["key"] for i in semantic][:1] == ["both"]
+    assert "quiet" not in {i["key"] for i in semantic}  # index=False: no vector
+    title = next(i for i in semantic if i["key"] == "title")
+    assert title["score"] == pytest.approx(0.0)  # only "coffee" was embedded
+
+    with pytest.raises(UnprocessableEntityError):
+        await client.store.put_item(ns, "bad", {"text": "x"}, index="text")  # type: ignore[arg-type]

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 import psycopg
 
 from loom import Agent, RunContext, tool
+from loom.embedding import Embedder
 from loom.engine.runtime import Runtime
 from loom.errors import (
     ConfigurationError,
@@ -66,6 +67,20 @@ class TestPostgresStore(StoreContract):
         s = PostgresStore(pg_schema_dsn, min_size=1, max_size=4)
         yield s
         await s.close()
+
+    @pytest.fixture
+    async def open_vector_store(
+        self, pg_schema_dsn: str
+    ) -> AsyncIterator[Callable[[Embedder], Awaitable[PostgresStore]]]:
+        opened: list[PostgresStore] = []
+
+        async def open_one(embedder: Embedder) -> PostgresStore:
+            opened.append(PostgresStore(pg_schema_dsn, min_size=1, max_size=2, embedder=embedder))
+            return opened[-1]
+
+        yield open_one
+        for s in opened:
+            await s.close()
 
 
 # -- connecting, migrations, bad input ----------------------------------------------------------

@@ -46,21 +46,37 @@ def parse_namespace(dotted: str, *, prefix: bool = False) -> tuple[str, ...]:
     return check_namespace(dotted.split(".") if dotted else [], prefix=prefix)
 
 
-def open_store(path: str | None) -> Store:
-    """The existing database at ``path`` (never creates one); what every command reads."""
+def open_store(path: str | None, embedder: str | None = None) -> Store:
+    """The existing database at ``path`` (never creates one); what every command reads. Its
+    items are searched with the embedder the spec ``embedder`` names (None: ``LOOM_EMBEDDER``;
+    unset: keyword search only)."""
     from loom.cli.sessions_cmd import open_existing
+    from loom.store.items_vectors import embedder_from_env
 
-    return open_existing(path)
+    return open_existing(path, embedder_from_env(embedder))
 
 
-def _run(path: str | None, fn: Callable[[ItemStore], Awaitable[T]]) -> T:
+EmbedderOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--embedder",
+        help="Embedder spec for semantic search (local, openai:MODEL, hash); "
+        "default LOOM_EMBEDDER.",
+    ),
+]
+
+
+def _run(
+    path: str | None, fn: Callable[[ItemStore], Awaitable[T]], embedder: str | None = None
+) -> T:
     """Open the store, run ``fn`` on its items, close it; a LoomError is a red message and
     exit code 2 (what you gave is wrong or missing)."""
     from loom.errors import LoomError, StoreError
     from loom.store.base import capabilities_of
 
     async def go() -> T:
-        store = open_store(path)
+        # Without --embedder, open_store(path) alone (it reads LOOM_EMBEDDER itself).
+        store = open_store(path) if embedder is None else open_store(path, embedder)
         try:
             items = capabilities_of(store).items
             if items is None:
@@ -134,14 +150,21 @@ def search(
     limit: LimitOpt = 10,
     as_json: JsonOpt = False,
     store: StoreOpt = None,
+    mode: Annotated[
+        str | None,
+        typer.Option(
+            "--mode", help="keyword, semantic or hybrid (default: hybrid with an embedder)."
+        ),
+    ] = None,
+    embedder: EmbedderOpt = None,
 ) -> None:
-    """Search memory items by keywords, best match first."""
+    """Search memory items, best match first: by keywords, or by meaning with an embedder."""
 
     async def go(items: ItemStore) -> list[Item]:
         ns = parse_namespace(prefix, prefix=True)
-        return await items.search_items(ns, query=query, limit=limit)
+        return await items.search_items(ns, query=query, limit=limit, mode=mode)
 
-    found = _run(store, go)
+    found = _run(store, go, embedder)
     if as_json:
         emit_json(found)
         return
@@ -247,3 +270,24 @@ def extract(
             err.print(f"[yellow]warning:[/] {escape(problem)}")
     if report.stopped == "model_error":
         raise typer.Exit(code=1)
+
+
+@app.command("reindex")
+def reindex(store: StoreOpt = None, embedder: EmbedderOpt = None) -> None:
+    """Re-embed every memory item with the embedder (after changing the model: a search then
+    says the stored vectors were made by another one)."""
+    from loom.errors import ConfigurationError
+
+    async def go(items: ItemStore) -> int:
+        from loom.store.base import capabilities_of
+
+        vectors = capabilities_of(items).vectors  # type: ignore[arg-type]
+        if vectors is None:
+            raise ConfigurationError(
+                "loom memory reindex needs an embedder: pass --embedder SPEC (local, "
+                "openai:MODEL, hash) or set LOOM_EMBEDDER"
+            )
+        return await vectors.reindex_items()
+
+    count = _run(store, go, embedder)
+    out.print(f"re-embedded {count} items")

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from loom.agent import Agent
     from loom.content import Audio, File, Image
+    from loom.embedding.base import Embedder
     from loom.engine.run_inputs import Input
     from loom.events import AgentEvent
     from loom.policy.approval import PendingApproval
@@ -114,23 +115,27 @@ ToolsOpt = Annotated[
 ]
 
 
-def open_store(path: str | None) -> Any:
+def open_store(path: str | None, embedder: Embedder | None = None) -> Any:
     """The CLI's store: a SQLite file under .loom/ unless told otherwise (a postgres:// URL
-    for PostgreSQL)."""
+    for PostgreSQL). Its items are embedded for semantic search by ``embedder``, else by the
+    one ``LOOM_EMBEDDER`` names (``loom.store.items_vectors.embedder_from_env``; unset:
+    keyword search only)."""
+    from loom.store.items_vectors import embedder_from_env
     from loom.store.memory import MemoryStore
 
+    embedder = embedder if embedder is not None else embedder_from_env()
     if path == ":memory:":
-        return MemoryStore()
+        return MemoryStore(embedder=embedder)
     if path is not None and path.startswith(("postgres://", "postgresql://")):
         from loom.store.postgres import PostgresStore
 
-        return PostgresStore(path)
+        return PostgresStore(path, embedder=embedder)
     from loom.store.sqlite import SQLiteStore
 
     if path is None:  # the default folder is Loom's own: make it
         target = Path(".loom") / "loom.db"
         target.parent.mkdir(parents=True, exist_ok=True)
-        return SQLiteStore(target)
+        return SQLiteStore(target, embedder=embedder)
     target = Path(path)
     if not target.parent.is_dir():
         from loom.errors import ConfigurationError
@@ -139,7 +144,7 @@ def open_store(path: str | None) -> Any:
             f"--store {path}: the folder {target.parent} does not exist; create it first or "
             "name a file in an existing folder (Loom makes only its default .loom/ folder)"
         )
-    return SQLiteStore(target)
+    return SQLiteStore(target, embedder=embedder)
 
 
 _DEFINITION_SUFFIXES = (".md", ".yaml", ".yml")

@@ -16,6 +16,7 @@ from loom.cli._console import emit_json, err, out, say_error
 from loom.text import whole_number
 
 if TYPE_CHECKING:
+    from loom.embedding.base import Embedder
     from loom.store.sqlite import SQLiteStore
 
 T = TypeVar("T")
@@ -33,22 +34,23 @@ def id_column(table: Any, name: str, ids: list[str]) -> None:
     table.add_column(name, no_wrap=True, min_width=max((len(i) for i in ids), default=len(name)))
 
 
-def open_existing(path: str | None) -> SQLiteStore:
-    """The database to inspect; never creates one (a typo must not make an empty database)."""
+def open_existing(path: str | None, embedder: Embedder | None = None) -> SQLiteStore:
+    """The database to inspect; never creates one (a typo must not make an empty database).
+    ``embedder``: the one its memory items are searched and re-embedded with."""
     from loom.errors import StoreError
     from loom.store.sqlite import SQLiteStore
 
     if path is not None and path.startswith(("postgres://", "postgresql://")):
         from loom.store.postgres import PostgresStore
 
-        return PostgresStore(path)  # type: ignore[return-value]  # the same read API
+        return PostgresStore(path, embedder=embedder)  # type: ignore[return-value]  # same API
     target = Path(path) if path else Path(".loom") / "loom.db"
     if not target.exists():
         raise StoreError(
             f"no Loom database at {target}; create one with `loom db migrate` (or run an agent "
             "first: loom run ...), or pass --store PATH"
         )
-    return SQLiteStore(target)
+    return SQLiteStore(target, embedder=embedder)
 
 
 def run_with_store(path: str | None, fn: Callable[[SQLiteStore], Awaitable[T]]) -> T:

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from loom.errors import ModelAuthError, ModelError
-from loom.store.items import terms_of
 
 __all__ = [
     "Embedder",
@@ -142,6 +141,10 @@ class HashEmbedder:
         return [self._one(t) for t in texts]
 
     def _one(self, text: str) -> list[float]:
+        # Imported here: the item store imports this module (loom.store -> items_vectors), so
+        # this one imports nothing of loom.store when it loads.
+        from loom.store.items import terms_of
+
         vector = [0.0] * self._dimensions
         for word in terms_of(text):
             digest = hashlib.blake2b(word.encode(), digest_size=8).digest()

@@ -118,6 +118,10 @@ class JobRunner:
         return Outcome(error=error, attempts=self.attempts)
 
 
+PENDING_PER_RUN = 10_000
+"""Pending item embeddings the ``items`` job embeds per run at most."""
+
+
 @dataclass(frozen=True, slots=True)
 class MaintenanceSettings:
     """TTLs (seconds) of the built-in jobs; ``None`` turns a job off. Sessions are only
@@ -189,7 +193,16 @@ def builtin_jobs(
 
     async def purge_items() -> dict[str, int]:
         assert items is not None
-        return {"items": await items.purge_expired_items(datetime.fromtimestamp(clock(), UTC))}
+        report = {"items": await items.purge_expired_items(datetime.fromtimestamp(clock(), UTC))}
+        vectors = capabilities_of(store).vectors
+        if vectors is not None:  # items whose embedding failed: embedded now, if it is back
+            from loom.embedding import EmbedderUnavailable
+
+            try:
+                report["embedded"] = await vectors.embed_pending(limit=PENDING_PER_RUN)
+            except EmbedderUnavailable:
+                report["embedded"] = 0  # still down: the next run (or a put) tries again
+        return report
 
     async def detect() -> dict[str, int]:
         return {"synthetic_checkins": len(await monitors.detect())}

@@ -8,7 +8,9 @@ The paths, bodies and answers of ``client.store`` in ``langgraph-sdk``:
   the caller can see.
 - ``DELETE /store/items``: ``namespace``, ``key`` in the body; 204.
 - ``POST /store/items/search``: ``namespace_prefix``, ``filter``, ``limit``, ``offset``,
-  ``query``; ``{"items": [...]}``, each with its ``score`` under a query.
+  ``query`` (and Loom's ``mode``); ``{"items": [...]}``, each with its ``score`` under a
+  query. With an embedder (``LOOM_EMBEDDER``) a query is a hybrid search (keywords and
+  meaning, fused by rank); without one, a keyword search.
 - ``POST /store/namespaces``: ``prefix``, ``suffix``, ``max_depth``, ``limit``, ``offset``;
   ``{"namespaces": [[...]]}``.
 
@@ -39,8 +41,9 @@ router: APIRouter = APIRouter(tags=["store"])
 
 
 class PutItem(BaseModel):
-    """``PUT /store/items``: ``ttl`` is in minutes, as LangGraph has it; ``index`` is accepted
-    and ignored (search is by keywords, every field)."""
+    """``PUT /store/items``: ``ttl`` is in minutes, as LangGraph has it; ``index`` is what is
+    embedded for semantic search (``false``: nothing; a list: those fields; absent: the whole
+    value)."""
 
     model_config = ConfigDict(extra="ignore")
     namespace: list[Any]
@@ -67,6 +70,7 @@ class SearchItems(BaseModel):
     limit: Any = 10
     offset: Any = 0
     query: str | None = None
+    mode: str | None = None  # Loom's: keyword, semantic or hybrid (default as the store's)
 
 
 class ListNamespaces(BaseModel):
@@ -134,7 +138,9 @@ async def put_item(body: PutItem, request: Request) -> Response:
     store = _items_of(request)
     ttl = None if body.ttl is None else _seconds(body.ttl)
     try:
-        await store.put_item(body.namespace, body.key, body.value, owner=_owner(), ttl=ttl)
+        await store.put_item(
+            body.namespace, body.key, body.value, owner=_owner(), ttl=ttl, index=body.index
+        )
     except ItemOwned as exc:
         return _owned(exc)
     return Response(status_code=204)
@@ -172,6 +178,7 @@ async def search_items(body: SearchItems, request: Request) -> dict[str, Any]:
         limit=body.limit,
         offset=body.offset,
         owner=_owner(),
+        mode=body.mode,
     )
     return {"items": [item_json(i) for i in found]}
 

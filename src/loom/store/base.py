@@ -20,6 +20,7 @@ from loom.errors import LeaseLost
 from loom.events import AgentEvent, EventType
 from loom.messages import Effect, Message, ToolResult, Usage, utcnow
 from loom.store.items import Item
+from loom.store.items_vectors import VectorItems
 
 __all__ = [
     "Blob",
@@ -423,9 +424,11 @@ class ItemStore(Protocol):
         *,
         owner: str | None = None,
         ttl: float | None = None,
+        index: bool | Sequence[str] | None = None,
     ) -> Item:
         """Write (insert or replace) an item; ``ttl`` seconds until it expires (None: never).
-        Returns it as stored."""
+        ``index`` (``loom.store.items_vectors``): what is embedded for semantic search (None:
+        the whole value; False: nothing; a list: those fields). Returns it as stored."""
         ...
 
     async def get_item(
@@ -449,10 +452,13 @@ class ItemStore(Protocol):
         limit: int = 10,
         offset: int = 0,
         owner: str | None = None,
+        mode: str | None = None,
     ) -> list[Item]:
         """Items under the namespace ``prefix`` whose value matches ``filter`` (top-level
-        field equality) and, with a ``query``, its words (keyword search, best first, each
-        with its ``score``); without a query, newest first."""
+        field equality) and, with a ``query``, best first, each with its ``score``: ``mode``
+        ``"keyword"`` (its words), ``"semantic"`` (cosine similarity of embeddings) or
+        ``"hybrid"`` (both, fused by rank); None: hybrid when the store has an embedder, else
+        keyword (``loom.store.items_vectors``). Without a query, newest first."""
         ...
 
     async def list_namespaces(
@@ -541,6 +547,7 @@ class StoreCapabilities:
     blobs: BlobStore | None = None
     branches: BranchStore | None = None
     items: ItemStore | None = None
+    vectors: VectorItems | None = None  # an ItemStore opened with an embedder
 
 
 _capabilities: weakref.WeakKeyDictionary[Any, StoreCapabilities] = weakref.WeakKeyDictionary()
@@ -568,6 +575,11 @@ def capabilities_of(store: Store) -> StoreCapabilities:
         blobs=store if isinstance(store, BlobStore) else None,
         branches=store if isinstance(store, BranchStore) else None,
         items=store if isinstance(store, ItemStore) else None,
+        vectors=(
+            store
+            if isinstance(store, VectorItems) and isinstance(store, ItemStore) and store.embedder
+            else None
+        ),
     )
     with contextlib.suppress(TypeError):
         _capabilities[store] = caps

@@ -34,12 +34,14 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from loom.content import MAX_MEDIA_BYTES, Blob, Image, media_ref
+from loom.embedding import EmbedderUnavailable, EmbeddingDimensionMismatch, HashEmbedder
 from loom.engine.run_inputs import AtTurn, Edit, Regenerate, Rewind
 from loom.errors import (
     ContentError,
@@ -63,6 +65,7 @@ from loom.store.base import (
     new_error_id,
 )
 from loom.store.items import MAX_LIMIT, ItemOwned
+from loom.store.items_vectors import RRF_K
 
 __all__ = ["CountingStore", "FailingBlobs", "StoreContract"]
 
@@ -80,6 +83,23 @@ _PROTOCOLS = {
     "items": "ItemStore",
     "schedules": "ScheduleTables",
 }
+
+
+class _Attempts(HashEmbedder):
+    """Counts every ``embed`` call, answered or not (``attempts``)."""
+
+    attempts = 0
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.attempts += 1
+        return await super().embed(texts)
+
+
+class _Misdeclared(HashEmbedder):
+    """Declares ``dimensions`` but answers vectors one shorter (a misconfigured model)."""
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [v[:-1] for v in await super().embed(texts)]
 
 
 def _needs(store: Any, capability: str) -> None:
@@ -989,6 +1009,15 @@ class StoreContract:
         assert [i.key for i in page] == newest_first[3:5]
         assert await store.search_items(("a",), offset=50) == []
 
+    async def test_item_prefix_is_exact_and_case_sensitive(self, store: Any) -> None:
+        _needs(store, "items")
+        for ns in [("Users",), ("users",), ("users", "al"), ("users-x",), ("users_",), ("user",)]:
+            await store.put_item(ns, "k", {"text": "hello"})
+        for query in (None, "hello"):
+            under = await store.search_items(("users",), query=query, limit=MAX_LIMIT)
+            assert sorted(i.namespace for i in under) == [("users",), ("users", "al")]
+        assert await store.list_namespaces(prefix=("Users",)) == [("Users",)]
+
     async def test_item_list_namespaces(self, store: Any) -> None:
         _needs(store, "items")
         for ns in [("users", "al", "prefs"), ("users", "al", "facts"), ("users", "bo", "prefs")]:
@@ -1120,6 +1149,207 @@ class StoreContract:
         await guard.reserve(**who, model="m", price=None, input_tokens=700, max_output_tokens=0)
         now[0] += 86_400  # a new day: a new bucket
         await guard.reserve(**who, model="m", price=None, input_tokens=1000, max_output_tokens=0)
+
+    # -- item vectors: semantic and hybrid search (``loom.store.items_vectors``) ----------------
+    # These take the ``open_vector_store`` fixture: ``await open_vector_store(embedder)`` opens
+    # a store of this kind with that embedder, every call on the same (fresh) database; a
+    # suite without it skips them. ``vectors_persist = False`` for a store that cannot be
+    # reopened (``MemoryStore``): its re-open test skips.
+    vectors_persist = True
+
+    @pytest.fixture
+    def open_vector_store(self) -> Any:
+        pytest.skip("this suite gives no open_vector_store fixture")
+
+    async def test_item_semantic_search_ranks_by_similarity(self, open_vector_store: Any) -> None:
+        store = await open_vector_store(HashEmbedder(64))
+        assert id(capabilities_of(store).vectors) == id(store)  # (`is` would narrow `store`)
+        ns = ("mem", "u1")
+        await store.put_item(ns, "strong", {"text": "Green tea, green tea!"})
+        await store.put_item(ns, "weak", {"text": "the weather was fine and the tea was cold"})
+        await store.put_item(ns, "none", {"text": "coffee in the morning"})
+        await store.put_item(("elsewhere",), "out", {"text": "green tea"})
+        hits = await store.search_items(("mem",), query="green tea", mode="semantic")
+        assert [i.key for i in hits] == ["strong", "weak", "none"]  # every embedded candidate
+        scores = [i.score for i in hits]
+        assert all(s is not None and -1.0001 <= s <= 1.0001 for s in scores)
+        assert scores[0] > scores[1] > scores[2]
+        assert scores[0] == pytest.approx(1.0, abs=0.05)  # "green tea" twice: the same direction
+        page = await store.search_items(("mem",), query="green tea", mode="semantic", offset=1)
+        assert [i.key for i in page] == ["weak", "none"]
+        keyword = await store.search_items(("mem",), query="green tea", mode="keyword")
+        assert [i.key for i in keyword] == ["strong", "weak"]
+        hybrid = await store.search_items(("mem",), query="green tea")  # the default with one
+        assert [i.key for i in hybrid] == ["strong", "weak", "none"]
+        assert hybrid[0].score == pytest.approx(2 / (RRF_K + 1))  # first in both rankings
+        assert hybrid == await store.search_items(("mem",), query="green tea", mode="hybrid")
+        assert await store.search_items(("mem",), query="!!", mode="keyword") == []
+        newest = await store.search_items(("mem",), mode="semantic")  # no query: newest first
+        assert [i.key for i in newest] == ["none", "weak", "strong"]
+        with pytest.raises(InputError):
+            await store.search_items(("mem",), query="tea", mode="fuzzy")
+
+    async def test_item_semantic_needs_an_embedder(self, store: Any) -> None:
+        _needs(store, "items")
+        if getattr(store, "embedder", None) is not None:
+            pytest.skip("this store has an embedder")
+        assert capabilities_of(store).vectors is None
+        await store.put_item(("m",), "k", {"text": "green tea"})
+        assert [i.key for i in await store.search_items(("m",), query="tea")] == ["k"]
+        for mode in ("semantic", "hybrid"):
+            with pytest.raises(InputError, match="embedder"):
+                await store.search_items(("m",), query="tea", mode=mode)
+
+    async def test_item_semantic_conditions_come_before_the_limit(
+        self, open_vector_store: Any
+    ) -> None:
+        store = await open_vector_store(HashEmbedder(64))
+        for n in range(12):  # bob's items are closer to the query than alice's
+            await store.put_item(("notes",), f"bob{n}", {"text": "green tea"}, owner="bob")
+        await store.put_item(("notes",), "al", {"text": "green tea and cake"}, owner="alice")
+        await store.put_item(("notes", "x"), "al2", {"text": "green", "kind": "x"}, owner="alice")
+        await store.put_item(("other",), "al3", {"text": "green tea"}, owner="alice")
+        for mode in ("semantic", "hybrid"):
+            mine = await store.search_items(
+                ("notes",), query="green tea", mode=mode, owner="alice", limit=1
+            )
+            assert [i.key for i in mine] == ["al"]
+            kind = await store.search_items(
+                (), query="green tea", mode=mode, filter={"kind": "x"}, limit=1
+            )
+            assert [i.key for i in kind] == ["al2"]
+            assert await store.search_items(("notes",), query="tea", mode=mode, owner="eve") == []
+
+    async def test_item_index_false_and_fields(self, open_vector_store: Any) -> None:
+        embedder = HashEmbedder(64)
+        store = await open_vector_store(embedder)
+        await store.put_item(("m",), "plain", {"text": "green tea"}, index=False)
+        await store.put_item(
+            ("m",), "titled", {"title": "coffee", "body": "green tea"}, index=["title"]
+        )
+        await store.put_item(("m",), "nested", {"a": {"b": "green tea"}, "c": "x"}, index=["a.b"])
+        hits = await store.search_items(("m",), query="green tea", mode="semantic")
+        assert [i.key for i in hits] == ["nested", "titled"]  # not "plain": it has no vector
+        assert hits[1].score == pytest.approx(0.0)  # only its title, "coffee", was embedded
+        words = await store.search_items(("m",), query="green tea", mode="keyword")
+        assert sorted(i.key for i in words) == ["nested", "plain", "titled"]  # words: all of it
+        calls = embedder.calls
+        await store.put_item(("m",), "nested", {"a": {"b": "green tea"}}, index=False)  # replaced
+        assert embedder.calls == calls  # index=False embeds nothing
+        hits = await store.search_items(("m",), query="green tea", mode="semantic")
+        assert [i.key for i in hits] == ["titled"]
+        for bad in ("text", [], [""], [3], 1):
+            with pytest.raises(InputError):
+                await store.put_item(("m",), "bad", {"text": "x"}, index=bad)
+        assert await store.get_item(("m",), "bad") is None
+
+    async def test_item_failed_embedding_keeps_the_item(self, open_vector_store: Any) -> None:
+        embedder = HashEmbedder(64)
+        store = await open_vector_store(embedder)
+        await store.put_item(("m",), "first", {"text": "black coffee"})
+        embedder.down = True
+        put = await store.put_item(("m",), "later", {"text": "green tea"})  # no error: pending
+        assert put.key == "later"
+        got = await store.get_item(("m",), "later")
+        assert got is not None and got.value == {"text": "green tea"}
+        words = await store.search_items(("m",), query="green tea", mode="keyword")
+        assert [i.key for i in words] == ["later"]
+        hybrid = await store.search_items(("m",), query="green tea")  # degrades to keywords
+        assert [i.key for i in hybrid] == ["later"]
+        with pytest.raises(EmbedderUnavailable):
+            await store.search_items(("m",), query="green tea", mode="semantic")
+        with pytest.raises(EmbedderUnavailable):
+            await store.embed_pending()
+        embedder.down = False
+        assert await store.embed_pending() == 1
+        assert await store.embed_pending() == 0
+        hits = await store.search_items(("m",), query="green tea", mode="semantic")
+        assert [i.key for i in hits] == ["later", "first"]
+        # A later search embeds what is pending on its way.
+        embedder.down = True
+        await store.put_item(("m",), "third", {"text": "green tea again"})
+        embedder.down = False
+        hits = await store.search_items(("m",), query="green tea again", mode="semantic")
+        assert hits[0].key == "third"
+
+    async def test_item_puts_leave_a_down_embedder_alone_for_a_while(
+        self, open_vector_store: Any
+    ) -> None:
+        embedder = _Attempts(64)
+        store = await open_vector_store(embedder)
+        embedder.down = True
+        for key in ("a", "b"):  # b's put tries a's pending embedding on its way: down
+            await store.put_item(("m",), key, {"text": f"item {key}"})
+        before = embedder.attempts
+        for key in ("c", "d", "e"):
+            await store.put_item(("m",), key, {"text": f"item {key}"})
+        assert embedder.attempts == before + 3  # each its own attempt, none for the pending
+        with pytest.raises(EmbedderUnavailable):
+            await store.embed_pending()  # an explicit call always tries
+        embedder.down = False
+        assert await store.embed_pending() == 5
+
+    async def test_item_wrong_dimension_is_typed_and_keeps_the_item(
+        self, open_vector_store: Any
+    ) -> None:
+        store = await open_vector_store(_Misdeclared(16))
+        with pytest.raises(EmbeddingDimensionMismatch) as caught:
+            await store.put_item(("m",), "k", {"text": "green tea"})
+        assert caught.value.expected == 16 and caught.value.got == 15
+        assert "stored" in str(caught.value)
+        assert await store.get_item(("m",), "k") is not None
+        words = await store.search_items(("m",), query="tea", mode="keyword")
+        assert [i.key for i in words] == ["k"]
+
+    async def test_item_vectors_of_another_model_need_a_reindex(
+        self, open_vector_store: Any
+    ) -> None:
+        if not self.vectors_persist:
+            pytest.skip("this store cannot be reopened")
+        first = await open_vector_store(HashEmbedder(64))
+        await first.put_item(("m",), "a", {"text": "green tea"})
+        await first.put_item(("m",), "b", {"text": "black coffee"})
+        await first.put_item(("m",), "c", {"text": "not embedded"}, index=False)
+        for other in (HashEmbedder(32), HashEmbedder(64, name="other-model")):
+            store = await open_vector_store(other)
+            for mode in ("semantic", "hybrid"):
+                with pytest.raises(EmbeddingDimensionMismatch, match="reindex"):
+                    await store.search_items(("m",), query="tea", mode=mode)
+            words = await store.search_items(("m",), query="tea", mode="keyword")
+            assert [i.key for i in words] == ["a"]  # keyword search is unaffected
+        store = await open_vector_store(HashEmbedder(32))
+        assert await store.reindex_items() == 2
+        hits = await store.search_items(("m",), query="green tea", mode="semantic")
+        assert [i.key for i in hits] == ["a", "b"]
+
+    async def test_item_deletes_take_their_vectors(self, open_vector_store: Any) -> None:
+        embedder = HashEmbedder(64)
+        store = await open_vector_store(embedder)
+        await store.put_item(("u",), "a", {"text": "green tea"}, owner="alice")
+        await store.put_item(("u",), "b", {"text": "green tea"}, owner="alice")
+        await store.put_item(("u",), "c", {"text": "green tea"}, owner="bob")
+        await store.put_item(("u",), "d", {"text": "green tea"}, ttl=0.3)
+        assert await store.delete_item(("u",), "a", owner="alice")
+        assert await store.delete_owner_items("alice") == 1
+        hits = await store.search_items(("u",), query="green tea", mode="semantic")
+        assert sorted(i.key for i in hits) == ["c", "d"]
+        d = await store.get_item(("u",), "d")
+        if d is not None and d.expires_at is not None:
+            await _until_past(d.expires_at)
+        hits = await store.search_items(("u",), query="green tea", mode="semantic")
+        assert [i.key for i in hits] == ["c"]  # an expired item is not found
+        # What is left to re-embed is bob's item alone: no vector outlived its item.
+        assert await store.reindex_items() == 1
+        # A store reusing a deleted item's row id (SQLite's rowid) gives the next item no
+        # leftover vector: the newest item deleted, then one stored with no vector.
+        await store.put_item(("u",), "e", {"text": "green tea"}, owner="carol")
+        assert await store.delete_item(("u",), "e")
+        await store.put_item(("u",), "f", {"text": "green tea"}, index=False)
+        await store.put_item(("u",), "g", {"text": "green tea"}, owner="carol")
+        assert await store.delete_owner_items("carol") == 1
+        await store.put_item(("u",), "h", {"text": "green tea"}, index=False)
+        hits = await store.search_items(("u",), query="green tea", mode="semantic")
+        assert [i.key for i in hits] == ["c"]
 
 
 # -- branches: sessions made by the engine, and what a fork must read ----------------------------

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import TypeAdapter
 from pydantic_core import to_json
 
+from loom.embedding.base import Embedder
 from loom.errors import InputError, LeaseLost
 from loom.events import AgentEvent, EventType
 from loom.messages import Message, utcnow
@@ -130,10 +131,14 @@ def _decode_ledger(session_id: str, row: _Ledger) -> LedgerEntry:
 
 
 class MemoryStore(MemoryItems):
-    """Keeps everything in dictionaries; lost when the process exits."""
+    """Keeps everything in dictionaries; lost when the process exits. ``embedder`` turns on
+    semantic and hybrid search of its items (``loom.store.items_vectors``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, embedder: Embedder | None = None) -> None:
         self._items: dict[tuple[tuple[str, ...], str], Item] = {}
+        self._vectors = {}
+        self._embedder = embedder
+        self._maybe_pending = False
         self._sessions: dict[str, _SessionData] = {}
         self._leases: dict[str, _LeaseRow] = {}
         self._legacy_leases: dict[tuple[str, str], Lease] = {}

@@ -435,6 +435,24 @@ MIGRATIONS.append(
 )
 # Budgets shared by a fleet (issue #31, as SQLite's 0012; ``loom.budgets``, ``budget_sql``).
 MIGRATIONS.append(("0012_budgets", budget_sql.POSTGRES))
+MIGRATIONS.append(
+    (
+        # Semantic search of items (issue #29, as SQLite's 0013): each indexed item's unit
+        # vector as real[] beside the embedder that made it (NULL: pending), deleted with its
+        # item by the foreign key, in the item's transaction (``postgres_items``).
+        "0013_item_vectors",
+        [
+            "CREATE TABLE item_vectors (namespace TEXT NOT NULL, key TEXT NOT NULL, "
+            "fields JSONB, embedder TEXT, dims INTEGER, vector REAL[], "
+            "PRIMARY KEY (namespace, key), FOREIGN KEY (namespace, key) "
+            "REFERENCES items (namespace, key) ON DELETE CASCADE)",
+            "CREATE INDEX item_vectors_pending ON item_vectors (namespace, key) "
+            "WHERE vector IS NULL",
+            "CREATE INDEX item_vectors_model ON item_vectors (embedder, dims) "
+            "WHERE vector IS NOT NULL",
+        ],
+    )
+)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 CREATE_MIGRATIONS = (
@@ -636,7 +654,40 @@ PUT_ITEM = (
     "OR (i.expires_at IS NOT NULL AND i.expires_at <= %(now)s) "
     f"RETURNING {ITEM_COLS}"
 )
-DELETE_OWNER_ITEMS = "DELETE FROM items WHERE owner = %s"
-PURGE_EXPIRED_ITEMS = "DELETE FROM items WHERE expires_at <= %s"
+DELETE_OWNER_ITEMS = "DELETE FROM items WHERE owner = %s"  # their vectors: by the foreign key
+PURGE_EXPIRED_ITEMS = "DELETE FROM items WHERE expires_at <= %s"  # their vectors: likewise
+PUT_ITEM_VECTOR = (
+    "INSERT INTO item_vectors (namespace, key, fields, embedder, dims, vector) "
+    "VALUES (%s, %s, %s::jsonb, %s, %s, %s::real[]) ON CONFLICT (namespace, key) DO UPDATE SET "
+    "fields = excluded.fields, embedder = excluded.embedder, dims = excluded.dims, "
+    "vector = excluded.vector"
+)
+DELETE_ITEM_VECTOR = "DELETE FROM item_vectors WHERE namespace = %s AND key = %s"
+# A vector made by another model than (name, dims), if any: four ranges of the (embedder, dims)
+# index, each empty when every vector is this model's (no scan of the vectors).
+OTHER_ITEM_VECTOR_MODEL = (
+    " UNION ALL ".join(
+        f"(SELECT embedder, dims FROM item_vectors WHERE vector IS NOT NULL AND {cond} LIMIT 1)"
+        for cond in (
+            "embedder < %(name)s",
+            "embedder > %(name)s",
+            "embedder = %(name)s AND dims < %(dims)s",
+            "embedder = %(name)s AND dims > %(dims)s",
+        )
+    )
+    + " LIMIT 1"
+)
+PENDING_ITEM_VECTORS = (
+    "SELECT v.namespace, v.key, v.fields, i.value, i.updated_at FROM item_vectors v "
+    "JOIN items i ON i.namespace = v.namespace AND i.key = v.key WHERE v.vector IS NULL "
+    "AND (i.expires_at IS NULL OR i.expires_at > %s) LIMIT %s"
+)
+# A pending vector is written only if its item is still the one embedded (same updated_at).
+FILL_ITEM_VECTOR = (
+    "UPDATE item_vectors v SET embedder = %s, dims = %s, vector = %s::real[] FROM items i "
+    "WHERE v.namespace = %s AND v.key = %s AND v.vector IS NULL "
+    "AND i.namespace = v.namespace AND i.key = v.key AND i.updated_at = %s"
+)
+RESET_ITEM_VECTORS = "UPDATE item_vectors SET embedder = NULL, dims = NULL, vector = NULL"
 
 MIGRATIONS_APPLIED = "SELECT version, name, applied_at FROM loom_migrations ORDER BY version"

@@ -47,6 +47,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from loom.embedding.base import Embedder
 from loom.errors import (
     ConfigurationError,
     InputError,
@@ -144,6 +145,8 @@ class PostgresStore(
             for an fsync, but a server crash or power loss can lose the last steps that were
             already announced (the database stays consistent; a client process dying loses
             nothing). Opt in only where that trade is acceptable.
+        embedder: Embeds items for semantic and hybrid search (``loom.store.items_vectors``);
+            None: keyword search only (items are still marked for embedding later).
 
     The store connects on first use (or ``await store.open()``) and applies missing migrations
     then. Raises (on first use): ``StoreError`` when the server cannot be reached (the message
@@ -160,6 +163,7 @@ class PostgresStore(
         max_size: int = 10,
         timeout: float = 10.0,
         synchronous_commit: bool = True,
+        embedder: Embedder | None = None,
     ) -> None:
         if min_size < 0 or max_size < 1 or min_size > max_size:
             raise ConfigurationError(
@@ -173,6 +177,7 @@ class PostgresStore(
         self.max_size = max_size
         self.timeout = timeout
         self.synchronous_commit = synchronous_commit
+        self._embedder = embedder
         self._pool: AsyncConnectionPool[Any] | None = None
         self._opening: asyncio.Lock | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from loom.embedding.base import Embedder
 from loom.errors import ConfigurationError, InputError, StoreError
 from loom.events import AgentEvent, EventType
 from loom.messages import Message, Usage
@@ -134,6 +135,8 @@ class SQLiteStore(
             while ``durability="full"`` waits for fsync, and commits the writes queued
             meanwhile together (group commit: one fsync for many sessions' steps).
         busy_timeout: Seconds to wait for another process's write lock before ``StoreError``.
+        embedder: Embeds items for semantic and hybrid search (``loom.store.items_vectors``);
+            None: keyword search only (items are still marked for embedding later).
 
     Raises:
         StoreCorrupt: the file is damaged or not a Loom database.
@@ -148,6 +151,7 @@ class SQLiteStore(
         durability: Durability = "normal",
         threaded: bool = False,
         busy_timeout: float = 5.0,
+        embedder: Embedder | None = None,
     ) -> None:
         if durability not in ("normal", "full"):
             raise ConfigurationError(f"durability must be 'normal' or 'full', got {durability!r}")
@@ -157,6 +161,7 @@ class SQLiteStore(
         self.durability: Durability = durability
         self.threaded = threaded
         self.busy_timeout = busy_timeout
+        self._embedder = embedder
         self._owner = Owner.me()
         self._legacy_leases: dict[tuple[str, str], Lease] = {}
         # session -> (lease token, next message, event and ledger seq) after our last write

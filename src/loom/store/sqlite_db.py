@@ -26,7 +26,7 @@ from typing import Any, Literal, TypeVar
 from loom.errors import SchemaTooNew, StoreCorrupt, StoreError
 from loom.store import budget_sql, schedule_sql
 from loom.store.owner import Owner
-from loom.store.sqlite_items import ITEMS_MIGRATION
+from loom.store.sqlite_items import ITEMS_MIGRATION, VECTORS_MIGRATION, load_vector_functions
 
 T = TypeVar("T")
 Durability = Literal["normal", "full"]
@@ -232,6 +232,9 @@ MIGRATIONS: list[tuple[str, str]] = [
     # Why: budgets across runs, sessions, owners and windows shared by every process on the
     # file (issue #31, ``loom.budgets``): spend and in-flight reservations per bucket.
     ("0012_budgets", budget_sql.SQLITE),
+    # Why: semantic search of items (issue #29): each item's unit vector (float32) beside the
+    # embedder that made it, or pending (``sqlite_items``). Numbered 0013 on PostgreSQL.
+    ("0013_item_vectors", VECTORS_MIGRATION),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -285,6 +288,7 @@ class Database:
     users: int = 0
     executor: ThreadPoolExecutor | None = None
     commits: int = 0  # transactions committed through this connection (benchmarks, tests)
+    vec: bool = False  # sqlite-vec's functions are loaded (``sqlite_items``)
     # One group commit per event loop that writes through this connection (``commit_grouped``).
     groups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupCommit] = field(
         default_factory=weakref.WeakKeyDictionary
@@ -585,6 +589,7 @@ def _connect(path: str, durability: Durability) -> Database:
         _retry_sync(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone(), 5.0)
         conn.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
         conn.execute("PRAGMA foreign_keys=OFF")
+        db.vec = load_vector_functions(conn)
         _retry_sync(db.migrate, 5.0)
     except sqlite3.Error as exc:
         conn.close()

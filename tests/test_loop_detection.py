@@ -61,16 +61,16 @@ async def test_a_repeated_call_stops_the_run_at_exactly_max_repeats(repeats: int
     assert f"{repeats} times" in (result.error or "")
 
 
-async def test_the_default_stops_a_stuck_model_after_five_calls_and_warns_it_once() -> None:
+async def test_the_default_stops_a_stuck_model_after_six_calls_and_warns_it_once() -> None:
     model = FunctionModel(same_call)
     events = [e async for e in Agent(model=model, tools=[lookup], max_iterations=50).stream("go")]
     finish = events[-1]
     assert finish.type is EventType.AGENT_FINISH and finish.data["stop_reason"] == "loop"
-    assert len(model.calls) == 5
-    warnings = [m for m in model.calls[4].messages if LOOP_WARNING in m.metadata]
-    assert len(warnings) == 1 and "4 times" in warnings[0].content
+    assert len(model.calls) == 6
+    warnings = [m for m in model.calls[5].messages if LOOP_WARNING in m.metadata]
+    assert len(warnings) == 1 and "5 times" in warnings[0].content
     assert warnings[0].role == "system"
-    assert not any(LOOP_WARNING in m.metadata for m in model.calls[3].messages)  # not before 4
+    assert not any(LOOP_WARNING in m.metadata for m in model.calls[4].messages)  # not before 5
     recorded = [e for e in events if e.type is EventType.MEMORY_RECORD]
     assert len(recorded) == 1
 
@@ -183,24 +183,24 @@ async def test_a_new_user_message_starts_a_new_count() -> None:
 
 
 async def test_a_run_carried_on_mid_loop_keeps_the_journal_count(tmp_path: Path) -> None:
-    """A run cut after 3 identical calls (as a crash or a limit leaves it) and carried on from
-    the journal by a fresh runtime stops after 2 more, not 5."""
+    """A run cut after 4 identical calls (as a crash or a limit leaves it) and carried on from
+    the journal by a fresh runtime stops after 2 more, not 6."""
     store = SQLiteStore(tmp_path / "s.db")
     try:
         cut = await Runtime(store).run(
             Agent(model=FunctionModel(same_call), tools=[lookup], max_iterations=50),
             "find k",
             session_id="s",
-            options=RunOptions(max_iterations=3),
+            options=RunOptions(max_iterations=4),
         )
         assert cut.stop_reason == "max_iterations"
-        assert tool_runs(await store.load_messages("s")) == 3
+        assert tool_runs(await store.load_messages("s")) == 4
         model = FunctionModel(same_call)
         agent = Agent(model=model, tools=[lookup], max_iterations=50)
         fresh = Runtime(store)  # another process: nothing in memory but the store
         went_on = await fresh.run(agent, CarryOn(), session_id="s")
         assert went_on.stop_reason == "loop", went_on.error
-        assert len(model.calls) == 2  # the 4th (after the warning) and the 5th
+        assert len(model.calls) == 2  # the 5th and the 6th (after the warning)
         stored = await store.load_messages("s")
         assert sum(LOOP_WARNING in m.metadata for m in stored) == 1
         again = await Runtime(store).run(agent, CarryOn(), session_id="s")

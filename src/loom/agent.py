@@ -151,8 +151,8 @@ class Agent:
         max_iterations: Model calls per turn before the run stops (``"max_iterations"``).
         max_tool_calls: Tool executions per turn before the run stops (``"max_tool_calls"``).
         loop_detection: Stop a run that repeats itself (``stop_reason="loop"``,
-            ``loom.loop_detection``): ``True`` (the default: 5 identical calls among the last
-            20, or 5 identical answers in a row), ``False`` (off), a ``LoopDetection`` or a
+            ``loom.loop_detection``): ``True`` (the default: 6 identical calls among the last
+            20, or 6 identical answers in a row), ``False`` (off), a ``LoopDetection`` or a
             mapping of its settings (``{"max_repeats": 3, "window": 10, "same_answer": 3}``).
         timeout: Wall-clock seconds per turn, INTAKE (recovery, resume) included (``"timeout"``).
         tool_timeout: Default seconds per tool call; ``@tool(timeout=...)`` overrides it.

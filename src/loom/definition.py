@@ -100,11 +100,11 @@ class LoopDetectionConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_repeats: int | None = Field(default=5, ge=2)
+    max_repeats: int | None = Field(default=6, ge=2)
     """Identical calls (tool + canonical arguments) among the last ``window`` that stop a run."""
     window: int = Field(default=20, ge=1)
     """How many of the exchange's latest tool calls ``max_repeats`` looks at."""
-    same_answer: int | None = Field(default=5, ge=2)
+    same_answer: int | None = Field(default=6, ge=2)
     """Identical answers in a row (text + tool calls) that stop a run."""
     warn: bool = True
     """Warn the model once, one step before the stop."""

@@ -19,7 +19,7 @@ message has ``metadata["loop_warning"]``) tells it what it repeats and to change
 The detector is rebuilt from the transcript whenever the transcript is not the one it folded
 (a new run, a resumed or carried-on one, a branch): its counts are the journal's, so a run
 resumed in the middle of a loop (after a crash, an approval or a cut) does not get
-``max_repeats`` more calls. Defaults (``LoopDetection()``): 5 identical calls in the last 20, 5
+``max_repeats`` more calls. Defaults (``LoopDetection()``): 6 identical calls in the last 20, 6
 identical answers in a row; ``docs/agents.md`` ("Loop detection") says why.
 """
 
@@ -78,9 +78,9 @@ class LoopDetection:
         warn: Warn the model once, one step before a stop, with a system note.
     """
 
-    max_repeats: int | None = 5
+    max_repeats: int | None = 6
     window: int = 20
-    same_answer: int | None = 5
+    same_answer: int | None = 6
     warn: bool = True
 
     def __post_init__(self) -> None:

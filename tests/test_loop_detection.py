@@ -244,3 +244,34 @@ def test_an_agent_file_sets_or_turns_off_loop_detection(tmp_path: Path) -> None:
     bad.write_text("---\nname: bad\nloop_detection: {max_repeats: 6, window: 4}\n---\nx\n")
     with pytest.raises(AgentDefinitionError, match="window"):
         Agent.from_file(bad)
+
+
+async def test_a_looping_crew_member_stops_and_the_plan_decides() -> None:
+    from loom.crew import Crew, Parallel, Sequential
+
+    def stuck_member() -> Agent:
+        return Agent(
+            name="stuck",
+            model=FunctionModel(same_call),
+            tools=[lookup],
+            max_iterations=50,
+            loop_detection={"max_repeats": 3},
+        )
+
+    after = FunctionModel(lambda m, t: "never asked")
+    crew = Crew(
+        "seq",
+        members={"stuck": stuck_member(), "after": Agent(name="after", model=after)},
+        plan=Sequential("stuck", "after"),
+    )
+    res = await crew.run("go")
+    assert res.stop_reason == "error" and "stuck stopped with loop" in (res.error or "")
+    assert [m.stop_reason for m in res.members] == ["loop"]
+    assert "lookup" in (res.members[0].error or "") and not after.calls
+
+    ok = Agent(name="ok", model=FunctionModel(lambda m, t: "fine"))
+    crew = Crew("par", members={"stuck": stuck_member(), "ok": ok}, plan=Parallel("stuck", "ok"))
+    res = await crew.run("go")
+    assert res.stop_reason == "completed"  # a parallel step without fail_fast keeps the rest
+    assert sorted(m.stop_reason for m in res.members) == ["completed", "loop"]
+    assert "fine" in res.output and "failed" in res.output

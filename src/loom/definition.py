@@ -261,7 +261,9 @@ def _loop_config(agent: AgentSpec) -> LoopDetectionConfig | bool | None:
     if loops is None:
         return False
     settings = loops.to_dict()
-    return None if settings == LoopDetectionConfig().model_dump() else LoopDetectionConfig(**settings)
+    if settings == LoopDetectionConfig().model_dump():
+        return None
+    return LoopDetectionConfig(**settings)
 
 
 def build_agent(

@@ -157,9 +157,7 @@ def _normal(value: Any) -> Any:
 
 def canonical_arguments(arguments: Mapping[str, Any]) -> str:
     """Canonical JSON of a call's arguments: sorted keys, no spaces, normalised numbers."""
-    return json.dumps(
-        _normal(arguments), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    )
+    return json.dumps(_normal(arguments), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _call_key(call: ToolCall) -> tuple[str, str]:

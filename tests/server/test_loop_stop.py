@@ -10,8 +10,7 @@ import pytest
 from tests.server.conftest import Server, start_server, stop_server
 
 openai = pytest.importorskip("openai")
-pytest.importorskip("langgraph_sdk")
-from langgraph_sdk import get_client
+langgraph_sdk = pytest.importorskip("langgraph_sdk")
 
 LOOPERS = r'''
 """An agent stuck on one call, for the loop-detection surface tests."""
@@ -40,7 +39,9 @@ registry = AgentRegistry([
 
 @pytest.fixture(scope="module")
 def loop_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("loops"), app="server_loops:registry", source=LOOPERS)
+    srv = start_server(
+        tmp_path_factory.mktemp("loops"), app="server_loops:registry", source=LOOPERS
+    )
     yield srv
     stop_server(srv)
 
@@ -74,7 +75,7 @@ async def test_openai_chat_stream_ends_with_the_loop_error(loop_server: Server) 
 
 
 async def test_langgraph_run_status_is_error_with_the_loop_named(loop_server: Server) -> None:
-    client = get_client(url=loop_server.url)
+    client = langgraph_sdk.get_client(url=loop_server.url)
     tid = (await client.threads.create())["thread_id"]
     run = await client.runs.create(
         tid, "looper", input={"messages": [{"role": "user", "content": "add 1 and 1"}]}

@@ -25,6 +25,7 @@ identical answers in a row; ``docs/agents.md`` ("Loop detection") says why.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections import Counter, deque
@@ -137,6 +138,11 @@ def loop_detection_of(value: Any) -> LoopDetection | None:
     )
 
 
+# one encoder: ``json.dumps`` with options builds a new one on every call
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_PLAIN = (str, int, bool, type(None))
+
+
 def _normal(value: Any) -> Any:
     """``value`` with numbers normalised (an integral float is an int) and mappings' keys as
     strings, so that equal arguments have one JSON text."""
@@ -157,7 +163,9 @@ def _normal(value: Any) -> Any:
 
 def canonical_arguments(arguments: Mapping[str, Any]) -> str:
     """Canonical JSON of a call's arguments: sorted keys, no spaces, normalised numbers."""
-    return json.dumps(_normal(arguments), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    if all(type(v) in _PLAIN for v in arguments.values()):  # flat: nothing to normalise
+        return _CANONICAL.encode(arguments)
+    return _CANONICAL.encode(_normal(arguments))
 
 
 def _call_key(call: ToolCall) -> tuple[str, str]:
@@ -167,9 +175,13 @@ def _call_key(call: ToolCall) -> tuple[str, str]:
     return call.name, args
 
 
-def _answer_key(m: Message) -> str:
-    calls = [list(_call_key(c)) for c in m.tool_calls]
-    return json.dumps([m.content.strip(), calls], ensure_ascii=False)
+def _answer_key(m: Message, calls: tuple[tuple[str, str], ...]) -> tuple[Any, ...]:
+    return (m.content.strip(), calls)
+
+
+def _digest(text: str) -> str:
+    """A short stable name for a repeated call or answer (a warning's metadata holds it)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _shorten(text: str) -> str:
@@ -204,18 +216,27 @@ class LoopDetector:
     _seen: int = 0
     _calls: deque[tuple[str, str]] = field(default_factory=deque)
     _counts: Counter[tuple[str, str]] = field(default_factory=Counter)
-    _last_answer: str | None = None
+    _last_answer: tuple[Any, ...] | None = None
     _last_message: Message | None = None
     _run: int = 0
     _tail: Message | None = None  # the last message folded: a rewritten transcript differs
     _warned: set[str] = field(default_factory=set)
+    # the calls folded since the last check: only their counts can have grown
+    _fresh: list[tuple[str, str]] = field(default_factory=list)
 
     def check(self, history: Sequence[Message]) -> Loop | LoopWarning | None:
         """Stop, warn or go on, given the session's committed transcript."""
         self._fold(history)
         c = self.config
-        if c.max_repeats is not None and self._counts:
-            (name, args), count = self._counts.most_common(1)[0]
+        top: tuple[str, str] | None = None
+        count = 0
+        for key in self._fresh:
+            n = self._counts.get(key, 0)
+            if n > count:
+                top, count = key, n
+        self._fresh.clear()
+        if c.max_repeats is not None and top is not None:
+            name, args = top
             if count >= c.max_repeats:
                 return Loop(
                     f"the model called {name} with the same arguments {_shorten(args)} "
@@ -230,9 +251,9 @@ class LoopDetector:
             )
         if not c.warn:
             return None
-        if c.max_repeats is not None and self._counts:
-            (name, args), count = self._counts.most_common(1)[0]
-            key = f"call:{name}:{args}"
+        if c.max_repeats is not None and top is not None:
+            name, args = top
+            key = f"call:{name}:{_digest(args)}"
             if count == c.max_repeats - 1 and key not in self._warned:
                 return LoopWarning(
                     key,
@@ -242,7 +263,7 @@ class LoopDetector:
                     "answer with what you have).",
                 )
         if c.same_answer is not None and self._run == c.same_answer - 1 and self._run > 1:
-            key = f"answer:{self._last_answer}"
+            key = f"answer:{_digest(repr(self._last_answer))}"
             if key not in self._warned:
                 return LoopWarning(
                     key,
@@ -280,6 +301,7 @@ class LoopDetector:
         self._counts.clear()
         self._last_answer, self._last_message, self._run = None, None, 0
         self._warned.clear()
+        self._fresh.clear()
         start = 0
         for i in range(len(history) - 1, -1, -1):
             m = history[i]
@@ -300,8 +322,9 @@ class LoopDetector:
         if m.role != "assistant":
             return
         window = self.config.window
-        for call in m.tool_calls:
-            key = _call_key(call)
+        keys = tuple(_call_key(c) for c in m.tool_calls)
+        for key in keys:
+            self._fresh.append(key)
             self._calls.append(key)
             self._counts[key] += 1
             if len(self._calls) > window:
@@ -309,11 +332,12 @@ class LoopDetector:
                 self._counts[old] -= 1
                 if not self._counts[old]:
                     del self._counts[old]
-        answer = _answer_key(m)
+        answer = _answer_key(m, keys)
         self._run = self._run + 1 if answer == self._last_answer else 1
         self._last_answer, self._last_message = answer, m
 
     def _reset_counts(self) -> None:
+        self._fresh.clear()
         self._calls.clear()
         self._counts.clear()
         self._last_answer, self._last_message, self._run = None, None, 0

@@ -230,10 +230,10 @@ class LoopDetector:
         c = self.config
         top: tuple[str, str] | None = None
         count = 0
-        for key in self._fresh:
-            n = self._counts.get(key, 0)
+        for fresh in self._fresh:
+            n = self._counts.get(fresh, 0)
             if n > count:
-                top, count = key, n
+                top, count = fresh, n
         self._fresh.clear()
         if c.max_repeats is not None and top is not None:
             name, args = top

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -275,3 +279,68 @@ async def test_a_looping_crew_member_stops_and_the_plan_decides() -> None:
     assert res.stop_reason == "completed"  # a parallel step without fail_fast keeps the rest
     assert sorted(m.stop_reason for m in res.members) == ["completed", "loop"]
     assert "fine" in res.output and "failed" in res.output
+
+
+CRASHING = r"""
+import asyncio, os, signal, sys
+from loom import Agent, ModelResponse, ToolCall, tool
+from loom.store import SQLiteStore
+from loom.testing import FunctionModel
+
+runs = 0
+
+
+@tool(effect="pure")
+def lookup(key: str, limit: float = 10) -> str:
+    '''Look a key up.'''
+    global runs
+    runs += 1
+    if runs == 4:  # the process dies inside the 4th identical call
+        os.kill(os.getpid(), signal.SIGKILL)
+    return f"nothing for {key}"
+
+
+def stuck(messages, tools):
+    return ModelResponse(tool_calls=[ToolCall(name="lookup", arguments={"key": "k"})])
+
+
+agent = Agent(model=FunctionModel(stuck), tools=[lookup], max_iterations=50,
+              store=SQLiteStore(sys.argv[1]))
+asyncio.run(agent.run("find k", session_id="s"))
+"""
+
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def _killed_mid_loop(db: Path) -> None:
+    script = db.with_suffix(".py")
+    script.write_text(CRASHING)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(db)],
+        env={**os.environ, "PYTHONPATH": SRC},
+        capture_output=True,
+        timeout=60,
+    )
+    assert proc.returncode == -9, proc.stderr.decode()
+
+
+async def test_a_run_killed_mid_loop_and_carried_on_stops_at_the_journal_count(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL inside the 4th identical call; the carried-on run (recovery re-runs that pure
+    call) asks the model twice more, not six times."""
+    db = tmp_path / "crash.db"
+    await asyncio.to_thread(_killed_mid_loop, db)
+    store = SQLiteStore(db)
+    try:
+        model = FunctionModel(same_call)
+        agent = Agent(model=model, tools=[lookup], max_iterations=50)
+        rt = Runtime(store, lease_ttl=0.05)
+        went_on = await rt.run(agent, CarryOn(), session_id="s")
+        assert went_on.stop_reason == "loop", went_on.error
+        assert len(model.calls) == 2 and "6 times" in (went_on.error or "")
+        stored_messages = await store.load_messages("s")
+        assert tool_runs(stored_messages) == 6  # 3 before the kill, the 4th re-run, 2 more
+    finally:
+        await store.close()

@@ -37,8 +37,8 @@ def tool_runs(messages: list[Message]) -> int:
 
 
 async def stored(agent: Agent, result: Any) -> list[Message]:
-    """The session's transcript as stored (a quiet run's last pure result is committed with
-    the run's end, after ``RunResult.messages`` was taken)."""
+    """The session's transcript as stored (what the journal committed, not what the run
+    reported)."""
     return list(await agent.store.load_messages(result.session_id))
 
 

@@ -722,7 +722,8 @@ class Turn:
         self.result = RunResult(
             output=self.output if self.typed is None else self.data,
             text=self.output,
-            messages=j.added,
+            # a quiet run's held result goes into the end's commit below: it is this run's too
+            messages=j.added if j.held is None else [*j.added, *j.held[1]],
             usage=self.usage,
             session_id=self.session_id,
             run_id=self.run_id,

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,7 +140,6 @@ def loop_detection_of(value: Any) -> LoopDetection | None:
 
 # one encoder: ``json.dumps`` with options builds a new one on every call
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-_PLAIN = (str, int, bool, type(None))
 
 
 def _normal(value: Any) -> Any:
@@ -163,9 +162,15 @@ def _normal(value: Any) -> Any:
 
 def canonical_arguments(arguments: Mapping[str, Any]) -> str:
     """Canonical JSON of a call's arguments: sorted keys, no spaces, normalised numbers."""
-    if all(type(v) in _PLAIN for v in arguments.values()):  # flat: nothing to normalise
-        return _CANONICAL.encode(arguments)
-    return _CANONICAL.encode(_normal(arguments))
+    try:
+        text = _CANONICAL.encode(arguments)  # sorts nested keys too
+    except TypeError:  # a key that is not a string, or a value JSON has no form for
+        return _CANONICAL.encode(_normal(arguments))
+    # an integral float is written "1.0" or "1e+16": only then (or when a string merely
+    # looks like one) is there anything to normalise
+    if ".0" in text or "e+" in text:
+        return _CANONICAL.encode(_normal(arguments))
+    return text
 
 
 def _call_key(call: ToolCall) -> tuple[str, str]:
@@ -215,7 +220,7 @@ class LoopDetector:
     _history: Sequence[Message] | None = None
     _seen: int = 0
     _calls: deque[tuple[str, str]] = field(default_factory=deque)
-    _counts: Counter[tuple[str, str]] = field(default_factory=Counter)
+    _counts: dict[tuple[str, str], int] = field(default_factory=dict)
     _last_answer: tuple[Any, ...] | None = None
     _last_message: Message | None = None
     _run: int = 0
@@ -253,8 +258,8 @@ class LoopDetector:
             return None
         if c.max_repeats is not None and top is not None:
             name, args = top
-            key = f"call:{name}:{_digest(args)}"
-            if count == c.max_repeats - 1 and key not in self._warned:
+            key = f"call:{name}:{_digest(args)}" if count == c.max_repeats - 1 else ""
+            if key and key not in self._warned:
                 return LoopWarning(
                     key,
                     f"Loop warning: you have called {name} with the same arguments "
@@ -312,26 +317,27 @@ class LoopDetector:
             self._add(m)
 
     def _add(self, m: Message) -> None:
-        if m.role == "user" and not any(k in m.metadata for k in _CARRY_ON):
-            self._reset_counts()  # a new exchange (a message sent while the detector ran)
-            return
-        warned = m.metadata.get(LOOP_WARNING) if m.role == "system" else None
-        if isinstance(warned, str):
-            self._warned.add(warned)
-            return
-        if m.role != "assistant":
+        role = m.role
+        if role != "assistant":
+            if role == "user" and not any(k in m.metadata for k in _CARRY_ON):
+                self._reset_counts()  # a new exchange (a message sent while the detector ran)
+            elif role == "system" and isinstance(warned := m.metadata.get(LOOP_WARNING), str):
+                self._warned.add(warned)
             return
         window = self.config.window
-        keys = tuple(_call_key(c) for c in m.tool_calls)
+        keys = tuple([_call_key(c) for c in m.tool_calls])
+        counts = self._counts
         for key in keys:
             self._fresh.append(key)
             self._calls.append(key)
-            self._counts[key] += 1
+            counts[key] = counts.get(key, 0) + 1
             if len(self._calls) > window:
                 old = self._calls.popleft()
-                self._counts[old] -= 1
-                if not self._counts[old]:
-                    del self._counts[old]
+                left = counts[old] - 1
+                if left:
+                    counts[old] = left
+                else:
+                    del counts[old]
         answer = _answer_key(m, keys)
         self._run = self._run + 1 if answer == self._last_answer else 1
         self._last_answer, self._last_message = answer, m

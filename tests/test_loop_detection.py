@@ -344,3 +344,32 @@ async def test_a_run_killed_mid_loop_and_carried_on_stops_at_the_journal_count(
         assert tool_runs(stored_messages) == 6  # 3 before the kill, the 4th re-run, 2 more
     finally:
         await store.close()
+
+
+async def test_runs_resumed_after_approvals_count_the_calls_of_the_runs_before() -> None:
+    """Each call waits for approval, so each run makes one call; the resumed runs still add up
+    (the journal holds them all) and the third identical call stops the exchange."""
+
+    @tool
+    def deploy(target: str) -> str:
+        """Deploy (needs approval)."""
+        return f"deployed {target}"
+
+    def again(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse:
+        return ModelResponse(tool_calls=[ToolCall(name="deploy", arguments={"target": "prod"})])
+
+    model = FunctionModel(again)
+    agent = Agent(
+        model=model,
+        tools=[deploy],
+        permissions={"ask": ["deploy"]},
+        max_iterations=50,
+        loop_detection={"max_repeats": 3},
+    )
+    result = await agent.run("ship it", session_id="s")
+    stops = [result.stop_reason]
+    while result.stop_reason == "awaiting_approval" and len(stops) < 10:
+        result = await agent.resume("s", True)
+        stops.append(result.stop_reason)
+    assert stops == ["awaiting_approval"] * 3 + ["loop"]
+    assert len(model.calls) == 3 and "deploy" in (result.error or "")

@@ -281,13 +281,13 @@ def build_agent(
     resolved: list[Tool | str] = [own.get(name, name) for name in definition.tools]
     kwargs: dict[str, Any] = definition.model_dump(
         exclude={
-            "loop_detection",
             "tools",
             "workspace",
             "mcp_servers",
             "output_schema",
             "backends",
             "model_settings",
+            "loop_detection",
         }
     )
     if definition.model_settings is not None:

@@ -373,3 +373,20 @@ async def test_runs_resumed_after_approvals_count_the_calls_of_the_runs_before()
         stops.append(result.stop_reason)
     assert stops == ["awaiting_approval"] * 3 + ["loop"]
     assert len(model.calls) == 3 and "deploy" in (result.error or "")
+
+
+async def test_the_same_answer_rule_warns_once_before_it_stops() -> None:
+    model = FunctionModel(same_call)
+    settings = {"max_repeats": None, "same_answer": 3}
+    agent = Agent(model=model, tools=[lookup], max_iterations=50, loop_detection=settings)
+    result = await agent.run("go")
+    assert result.stop_reason == "loop" and len(model.calls) == 3
+    warned = [m for m in model.calls[2].messages if LOOP_WARNING in m.metadata]
+    assert len(warned) == 1 and "same answer 2 times in a row" in warned[0].content
+    assert not any(LOOP_WARNING in m.metadata for m in model.calls[1].messages)
+    quiet = agent.replace(loop_detection={**settings, "warn": False})
+    result = await quiet.run("go")
+    stored_messages = await stored(quiet, result)
+    assert result.stop_reason == "loop" and not any(
+        LOOP_WARNING in m.metadata for m in stored_messages
+    )

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from loom.engine.run_inputs import Input, Point, RunInput, RunOptions, with_overrides
 from loom.errors import AgentDefinitionError, ConfigurationError, InputError
 from loom.hooks import compile_hooks
+from loom.loop_detection import LoopDetection, loop_detection_of
 from loom.messages import Effect, RunResult, ToolSpec
 from loom.models import check_model_spec
 from loom.models.base import Model, ModelSettings
@@ -149,6 +150,10 @@ class Agent:
             (``mcp_server(...)``: each runtime holds its own connection).
         max_iterations: Model calls per turn before the run stops (``"max_iterations"``).
         max_tool_calls: Tool executions per turn before the run stops (``"max_tool_calls"``).
+        loop_detection: Stop a run that repeats itself (``stop_reason="loop"``,
+            ``loom.loop_detection``): ``True`` (the default: 6 identical calls among the last
+            20, or 6 identical answers in a row), ``False`` (off), a ``LoopDetection`` or a
+            mapping of its settings (``{"max_repeats": 3, "window": 10, "same_answer": 3}``).
         timeout: Wall-clock seconds per turn, INTAKE (recovery, resume) included (``"timeout"``).
         tool_timeout: Default seconds per tool call; ``@tool(timeout=...)`` overrides it.
         hooks: Lifecycle hook objects, called in order (see ``loom.hooks``).
@@ -232,6 +237,7 @@ class Agent:
         "instructions",
         "judges",
         "lock_ttl",
+        "loop_detection",
         "max_iterations",
         "max_message_chars",
         "max_queue_depth",
@@ -271,6 +277,7 @@ class Agent:
     instructions: str
     judges: JudgePanel | None
     lock_ttl: float
+    loop_detection: LoopDetection | None
     max_iterations: int
     max_message_chars: int
     max_queue_depth: int
@@ -331,6 +338,7 @@ class Agent:
         backends: Sequence[Any] = (),
         description: str = "",
         branch_effects: BranchPolicy = "note",
+        loop_detection: LoopDetection | Mapping[str, Any] | bool = True,
     ) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         put = object.__setattr__
@@ -351,6 +359,7 @@ class Agent:
                 field="branch_effects",
             )
         put(self, "branch_effects", branch_effects)
+        put(self, "loop_detection", loop_detection_of(loop_detection))
         for field_name, value, integer in (
             ("max_iterations", max_iterations, True),
             ("max_tool_calls", max_tool_calls, True),

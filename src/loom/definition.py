@@ -52,6 +52,7 @@ Built = TypeVar("Built")
 
 __all__ = [
     "AgentDefinition",
+    "LoopDetectionConfig",
     "MCPServerConfig",
     "definition_of",
     "load_definition",
@@ -97,6 +98,22 @@ class ModelSettingsConfig(BaseModel):
     """OpenAI's ``prompt_cache_retention``."""
 
 
+class LoopDetectionConfig(BaseModel):
+    """``loop_detection:`` in an agent file (``loom.loop_detection.LoopDetection``); a null
+    ``max_repeats`` or ``same_answer`` turns that rule off, ``loop_detection: false`` both."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_repeats: int | None = Field(default=6, ge=2)
+    """Identical calls (tool + canonical arguments) among the last ``window`` that stop a run."""
+    window: int = Field(default=20, ge=1)
+    """How many of the exchange's latest tool calls ``max_repeats`` looks at."""
+    same_answer: int | None = Field(default=6, ge=2)
+    """Identical answers in a row (text + tool calls) that stop a run."""
+    warn: bool = True
+    """Warn the model once, one step before the stop."""
+
+
 class AgentDefinition(BaseModel):
     """The fields an agent file may set; anything else is an error that names the field."""
 
@@ -109,6 +126,9 @@ class AgentDefinition(BaseModel):
     tools: list[str] = Field(default_factory=list)
     max_iterations: int = Field(default=10, gt=0)
     max_tool_calls: int = Field(default=50, gt=0)
+    loop_detection: LoopDetectionConfig | bool | None = None
+    """A run that repeats a call or an answer stops (``stop_reason="loop"``): ``false`` turns
+    it off, a mapping changes its limits; absent (or ``true``) keeps the defaults."""
     timeout: float = Field(default=600.0, gt=0)
     tool_timeout: float = Field(default=30.0, gt=0)
     workspace: str | None = None
@@ -241,6 +261,18 @@ def revision_of(agent: AgentSpec) -> str:
     return f"sha256:{digest}"
 
 
+def _loop_config(agent: AgentSpec) -> LoopDetectionConfig | bool | None:
+    """The agent's loop detection as a file writes it: None for the defaults (so that an agent
+    that keeps them has the revision it had before the setting existed), ``False`` when off."""
+    loops = agent.loop_detection
+    if loops is None:
+        return False
+    settings = loops.to_dict()
+    if settings == LoopDetectionConfig().model_dump():
+        return None
+    return LoopDetectionConfig(**settings)
+
+
 def build_agent(
     make: Callable[..., Built],
     definition: AgentDefinition,
@@ -263,6 +295,7 @@ def build_agent(
             "output_schema",
             "backends",
             "model_settings",
+            "loop_detection",
         }
     )
     if definition.model_settings is not None:
@@ -280,6 +313,9 @@ def build_agent(
             ]
         except ConfigurationError as exc:
             raise AgentDefinitionError(str(exc), path=str(path), field="backends") from None
+    loops = definition.loop_detection
+    if loops is not None:  # absent: the agent's default
+        kwargs["loop_detection"] = loops if isinstance(loops, bool) else loops.model_dump()
     if definition.output_schema is not None:
         kwargs["output_type"] = definition.output_schema
     if definition.workspace is not None:
@@ -367,6 +403,7 @@ def definition_of(agent: AgentSpec) -> AgentDefinition:
         tools=names,
         max_iterations=agent.max_iterations,
         max_tool_calls=agent.max_tool_calls,
+        loop_detection=_loop_config(agent),
         timeout=agent.timeout,
         tool_timeout=agent.tool_timeout,
         workspace=str(agent.workspace) if agent.workspace is not None else None,

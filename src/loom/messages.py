@@ -44,6 +44,7 @@ StopReason = Literal[
     "budget",  # a crew's tree-wide budget refused a model call or a spawn; see ``error``
     "rewound",  # the run moved the session to an earlier point (Rewind) and called no model
     "cost_limit",  # the run's model calls cost more than its max_cost (loom.pricing)
+    "loop",  # the model repeated a call or an answer (loom.loop_detection); see ``error``
     "error",  # a fatal hook or an internal error; see the ERROR event
 ]
 """Why a run ended. ``RunResult.stop_reason`` is always one of these."""

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from loom.loop_detection import LoopDetection
     from loom.memory.config import MemoryConfig
     from loom.messages import Effect, ToolSpec
     from loom.models.base import Model, ModelSettings
@@ -111,6 +112,11 @@ class AgentSpec(Protocol):
     @property
     def timeout(self) -> float:
         """Wall-clock seconds per turn."""
+        ...
+
+    @property
+    def loop_detection(self) -> LoopDetection | None:
+        """When a run that repeats a call or an answer stops (None: never)."""
         ...
 
     @property

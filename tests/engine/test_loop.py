@@ -366,3 +366,21 @@ async def test_reset_tool_choice_off_keeps_the_choice_forced_on_every_call() -> 
         "required",
         "required",
     ]
+
+
+async def test_a_limit_stop_keeps_the_last_pure_result_in_the_run_result() -> None:
+    """A quiet run holds a pure call's result into the next commit; when a limit stops the run
+    right after it, that commit is the run's end, and ``RunResult.messages`` still has it."""
+
+    @tool(effect="pure")
+    def look(key: str) -> str:
+        """Look a key up."""
+        return f"nothing for {key}"
+
+    model = FunctionModel(lambda m, t: calls(("look", {"key": "k"})))
+    agent = Agent(model=model, tools=[look], max_iterations=2, loop_detection=False)
+    result = await agent.run("go")
+    assert result.stop_reason == "max_iterations"
+    stored = await agent.store.load_messages(result.session_id)
+    assert [m.role for m in result.messages] == [m.role for m in stored]
+    assert sum(m.role == "tool" for m in result.messages) == 2

@@ -41,6 +41,7 @@ from loom.errors import (
 )
 from loom.guardrails.engine import Tripped
 from loom.hooks import HookContext, HookRunner
+from loom.loop_detection import LOOP_WARNING, Loop, LoopDetector
 from loom.messages import Message, ModelResponse, RunResult, StopReason, Usage, new_id
 from loom.models.base import (
     ModelSettings,
@@ -431,7 +432,10 @@ class Turn:
     # -- the iterations (CONTEXT, EXECUTE, recursion) ----------------------------------------------
     async def _iterate(self) -> None:
         a, j, hook, hooked = self.agent, self.j, self.hooks, self.hooked
+        loops = LoopDetector(a.loop_detection) if a.loop_detection is not None else None
         while True:
+            if loops is not None:  # before each model call, from the committed transcript
+                await self._check_loops(loops)
             self.iteration = j.iteration = self.hctx.iteration = self.iteration + 1
             if "before_iteration_start" in hooked:
                 await hook("before_iteration_start")
@@ -490,6 +494,16 @@ class Turn:
             if "before_recursion" in hooked:
                 await hook("before_recursion")
             j.notice(ev.Recursion, next_iteration=self.iteration + 1)
+
+    async def _check_loops(self, loops: LoopDetector) -> None:
+        """Stop a run that repeats itself (``loom.loop_detection``), or warn the model once."""
+        j = self.j
+        verdict = loops.check(j.history)
+        if isinstance(verdict, Loop):
+            raise _Stop("loop", verdict.reason)
+        if verdict is not None:  # a note the model reads next; the journal holds it
+            meta = {LOOP_WARNING: verdict.key}
+            await j.commit([j.event(ev.MemoryRecord, content=verdict.note, metadata=meta)])
 
     async def _context(self) -> AssembledContext:
         """CONTEXT: the one place the model's input is compiled, from the committed transcript."""
@@ -787,7 +801,8 @@ class Turn:
         self.result = RunResult(
             output=self.output if self.typed is None else self.data,
             text=self.output,
-            messages=j.added,
+            # a quiet run's held result goes into the end's commit below: it is this run's too
+            messages=j.added if j.held is None else [*j.added, *j.held[1]],
             usage=self.usage,
             session_id=self.session_id,
             run_id=self.run_id,

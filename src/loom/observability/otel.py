@@ -55,7 +55,16 @@ log = logging.getLogger("loom.observability")
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 _PROPAGATOR = TraceContextTextMapPropagator()
 _FAILED = frozenset(
-    {"error", "model_error", "timeout", "cancelled", "guardrail", "output_invalid", "cost_limit"}
+    {
+        "error",
+        "model_error",
+        "timeout",
+        "cancelled",
+        "guardrail",
+        "output_invalid",
+        "cost_limit",
+        "loop",
+    }
 )
 # the semantic conventions' advised buckets for gen_ai.client.operation.duration (seconds)
 _DURATION_BUCKETS = [

@@ -84,6 +84,7 @@ _STATUS = {
     "model_error": "error",
     "guardrail": "error",  # a guardrail stopped it: no answer; the run's error names which
     "budget": "error",  # a crew's budget stopped it
+    "loop": "error",  # the model repeated itself (as LangGraph's recursion limit: an error)
     "error": "error",
 }
 

@@ -77,7 +77,9 @@ _FINISH = {
     "awaiting_input": "stop",
     "guardrail": "content_filter",  # OpenAI's own word for an answer a check withheld
 }
-_FAILED = ("model_error", "error", "output_invalid")
+# a loop (loom.loop_detection) fails too: the model was stuck, there is no answer, and the
+# client should read why (the tool and the count) rather than an empty "stop"
+_FAILED = ("model_error", "error", "output_invalid", "loop")
 IncompleteReason = Literal[
     "max_output_tokens", "content_filter", "awaiting_approval", "awaiting_input"
 ]

@@ -65,6 +65,8 @@ LoomError
 │   ├── JudgeOutputError          a judge model's answer was not {"score": 0..1, "reason": ...}
 │   └── JudgeTimeout              a judge took longer than its timeout
 ├── JobFailed                     a background job failed (has .retryable)
+├── SandboxError                  a sandbox cannot start or be used (loom.sandbox; defined there)
+│   └── SandboxUnavailable        its backend cannot run here (also a ConfigurationError)
 ├── ValueNotRepresentable         a value cannot become JSON (contains itself, too deep/large)
 ├── BudgetExceeded                a crew's tree-wide budget refused a model call or a spawn
 ├── RemoteMemberError             a crew's remote (A2A) member is unreachable or has a bad card

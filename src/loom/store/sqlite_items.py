@@ -38,7 +38,6 @@ from loom.store.items import (
     check_limit,
     check_namespace,
     check_value,
-    terms_of,
 )
 from loom.store.items_sql import (
     NAMESPACE_SEPARATOR,
@@ -58,6 +57,7 @@ from loom.store.items_vectors import (
     embed_texts,
     fuse,
     hybrid_depth,
+    keyword_terms,
     model_mismatch,
     pack_vector,
     stored_error,
@@ -123,9 +123,10 @@ _LIVE = "(i.expires_at IS NULL OR i.expires_at > ?)"
 
 
 def fts_query(query: str) -> str:
-    """An FTS5 match expression for ``query``: any of its words (each quoted, so no word is
-    read as an FTS5 operator); empty when it has none."""
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in dict.fromkeys(terms_of(query)))
+    """An FTS5 match expression for ``query``: any of its key words
+    (``items_vectors.keyword_terms``: stop words dropped), each quoted, so no word is read as
+    an FTS5 operator; empty when it has none."""
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in keyword_terms(query))
 
 
 def _visible(owner: str | None, now: float) -> tuple[str, list[Any]]:
@@ -377,7 +378,7 @@ class SQLiteItems(PendingOnTheWay):
             if how == "semantic":
                 return semantic
             keyword = await self._keyword(query, where, args, depth, 0)
-            return fuse(keyword, semantic, limit=limit, offset=offset)
+            return fuse(keyword, semantic, limit=limit, offset=offset, query=query)
         if query:
             return await self._keyword(query, where, args, limit, offset)
         sql = (

@@ -341,10 +341,13 @@ class VectorCache:
         if not len(slots) or depth <= 0:
             return []
         query = np.asarray(target, dtype=np.float32)
+        # einsum, not ``@``: a matrix-vector product through OpenBLAS wakes its thread pool,
+        # which on a busy machine cost a 3,000-row product 7 ms instead of 0.05 (measured);
+        # einsum's single-threaded loop does 100,000 x 256 in ~3 ms.
         if len(slots) * 4 >= self.size:  # most rows: one product over all, then pick
-            product = (self.matrix[: self.size] @ query)[slots]
+            product = np.einsum("ij,j->i", self.matrix[: self.size], query)[slots]
         else:
-            product = self.matrix[slots] @ query
+            product = np.einsum("ij,j->i", self.matrix[slots], query)
         if depth < len(product):
             floor = np.partition(product, len(product) - depth)[len(product) - depth]
             picked = np.flatnonzero(product >= floor)

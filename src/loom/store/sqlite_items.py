@@ -260,7 +260,7 @@ class SQLiteItems(PendingOnTheWay):
             pack_vector(vec.vector) if vec.vector is not None else None,
         )
 
-        def put(c: sqlite3.Connection) -> Item:
+        def put(c: sqlite3.Connection) -> tuple[Item, int | None, VectorRow]:
             now = time.time()
             held = c.execute(
                 "SELECT rowid, value, owner, created_at, expires_at FROM items "
@@ -346,7 +346,7 @@ class SQLiteItems(PendingOnTheWay):
         """Delete the item and its words; False when there was none the caller could see."""
         stored_ns, key = namespace_text(check_namespace(namespace)), check_key(key)
 
-        def delete(c: sqlite3.Connection) -> bool:
+        def delete(c: sqlite3.Connection) -> tuple[int, int] | None:
             seen, args = _visible(owner, time.time())
             row = c.execute(
                 f"SELECT i.rowid, i.value FROM items i WHERE i.namespace = ? AND i.key = ? "

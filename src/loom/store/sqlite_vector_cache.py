@@ -38,6 +38,7 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -115,6 +116,7 @@ class VectorRow:
     vector: bytes
 
 
+Cell = TypeVar("Cell", bound=np.generic)
 Floats = npt.NDArray[np.float32]
 Ints = npt.NDArray[np.int64]
 
@@ -299,7 +301,8 @@ class VectorCache:
         slots = np.searchsorted(held, rowids)
         inside = slots < self.size
         slots, rowids = slots[inside], rowids[inside]
-        return slots[held[slots] == rowids]
+        found: Ints = slots[held[slots] == rowids]
+        return found
 
     # -- searching -------------------------------------------------------------------------------
     def candidates(
@@ -362,7 +365,7 @@ class VectorCache:
         )
 
 
-def _resized(array: npt.NDArray[np.generic], room: int) -> npt.NDArray[np.generic]:
+def _resized(array: npt.NDArray[Cell], room: int) -> npt.NDArray[Cell]:
     grown = np.zeros((room, *array.shape[1:]), dtype=array.dtype)
     grown[: min(room, len(array))] = array[:room]
     return grown

@@ -81,13 +81,16 @@ def build_keyword_set(seed: int) -> Built:
     sessions: list[list[str]] = []
     questions: list[tuple[str, int]] = []
     facts: dict[int, str] = {}
-    for pair in data["pairs"]:
-        for fact, question in pair:
-            messages = rng.sample(filler, 3)
-            messages.insert(rng.randrange(4), fact)
-            questions.append((question, len(sessions)))
-            facts[len(sessions)] = fact
-            sessions.append(messages)
+    planted = [(fact, question) for pair in data["pairs"] for fact, question in pair]
+    for statement, question, named in data["ids"]:
+        for ident, detail in named:
+            planted.append((statement.format(id=ident, detail=detail), question.format(id=ident)))
+    for fact, question in planted:
+        messages = rng.sample(filler, 3)
+        messages.insert(rng.randrange(4), fact)
+        questions.append((question, len(sessions)))
+        facts[len(sessions)] = fact
+        sessions.append(messages)
     return sessions, questions, facts
 
 

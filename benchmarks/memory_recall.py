@@ -12,11 +12,14 @@ by rank) search on one SQLite store.
 
 A second, differently built set (``--set keywords``,
 ``benchmarks/data/memory_recall_keywords.json``) checks that the fusion was not fitted to the
-first: 20 pairs of near-identical facts differing in one key word ("The wifi password at the
-cabin is ..." / "... at the office is ..."), 40 facts each planted in its own session among
-three of the same ordinary requests (160 items); each question repeats its fact's key word and
-paraphrases the rest ("What's the cabin wifi password again?"). There the embedder sees two
-close candidates and the shared word decides: the case hybrid search is for.
+first: 80 facts, each planted in its own session among three of the same ordinary requests (320
+items), whose questions share the fact's key word. 20 pairs of near-identical facts differ in
+one key word ("The wifi password at the cabin is ..." / "... at the office is ..."; "What's the
+cabin wifi password again?"), and 40 facts name an identifier (a ticket or order number, a
+surname, a room code) among nine alike but for theirs ("Ticket 48213 is about the broken
+password reset email." / "What was ticket 48213 about?"). There the exact word decides: the case
+hybrid search is for. Recall@1 is reported beside recall@5 (with so few close candidates the top
+five nearly always hold the fact).
 
 How the public long-memory benchmarks differ: LongMemEval (500 questions over chat histories of
 ~50-500 sessions) and LoCoMo (10 very long two-person conversations, ~300 turns each) score

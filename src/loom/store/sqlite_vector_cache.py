@@ -203,7 +203,7 @@ class VectorCache:
             ).fetchall()
         finally:
             c.execute("COMMIT")
-        self._allocate(len(rows), model[1])
+        self._allocate(len(rows), model[1], cap_bytes)
         for slot, (rowid, namespace, owner, expires_at, vector) in enumerate(rows):
             self._fill(slot, VectorRow(rowid, namespace, owner, expires_at, vector))
         self.size = len(rows)
@@ -211,8 +211,9 @@ class VectorCache:
         self.rebuilds += 1
         return True
 
-    def _allocate(self, rows: int, dims: int) -> None:
-        room = max(16, rows + rows // 4)
+    def _allocate(self, rows: int, dims: int, cap_bytes: int) -> None:
+        # A quarter of headroom for this process's new items, within the cap.
+        room = max(rows, min(max(16, rows + rows // 4), cap_bytes // (dims * 4)))
         self.matrix = np.zeros((room, dims), dtype=np.float32)
         self.rowids = np.zeros(room, dtype=np.int64)
         self.present = np.zeros(room, dtype=np.bool_)

@@ -301,7 +301,9 @@ class SQLiteItems(PendingOnTheWay):
                 )
             elif held is not None:
                 c.execute("DELETE FROM item_vectors WHERE item_rowid = ?", (rowid,))
-            touched = vec.indexed or held is not None  # the item's vector row changed
+            # A copy of the vectors can change: a vector written, or an earlier one replaced
+            # or removed (a new item pending its vector is in no copy).
+            touched = vec.vector is not None or held is not None
             written = VectorRow(rowid, stored_ns, new_owner, expires, vector_row[3] or b"")
             return (
                 item_of_row((stored_ns, key, text, new_owner, created, now, expires)),

@@ -62,10 +62,11 @@ async def _same_answers(sqlite: SQLiteStore, memory: MemoryStore) -> None:
                 ], (prefix, owner, wanted, query, limit, offset)
 
 
+@pytest.mark.parametrize("threaded", [False, True])
 async def test_the_copy_answers_as_the_memory_store_while_this_process_writes(
-    tmp_path: Path,
+    tmp_path: Path, threaded: bool
 ) -> None:
-    sqlite = SQLiteStore(tmp_path / "loom.db", embedder=HashEmbedder(32))
+    sqlite = SQLiteStore(tmp_path / "loom.db", embedder=HashEmbedder(32), threaded=threaded)
     memory = MemoryStore(embedder=HashEmbedder(32))
     both = (sqlite, memory)
     try:

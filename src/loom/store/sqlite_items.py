@@ -18,6 +18,9 @@ ordered and limited by SQLite) or, where this Python's ``sqlite3`` cannot load e
 reading those candidates' vectors and scoring them in one numpy product
 (``items_vectors.best_by_cosine``). Either way every candidate row is read: there is no
 approximate index (a ``vec0`` KNN table would limit before the owner and filter conditions).
+Before both, a search goes through the process's copy of the vectors
+(``sqlite_vector_cache``: a numpy matrix kept in step with the file), when it is on and fits its
+cap: every candidate is still scored, but none is read from the file.
 """
 
 from __future__ import annotations

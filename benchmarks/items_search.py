@@ -142,6 +142,7 @@ async def run_vectors(
             lambda: store.search_items(("memories",), query=words[0], limit=10, mode="semantic")
         )
         cache = cache_for(store.db)
+        assert cache is not None, "numpy (the memory extra) is needed for the vector copy"
         figures["vector_copy"] = {
             "first_search_cpu_ms_building_it": round(build_cpu * 1000, 3),
             "rows": cache.size,

@@ -80,7 +80,7 @@ async def test_the_copy_answers_as_the_memory_store_while_this_process_writes(
                 )
         await _same_answers(sqlite, memory)
         cache = cache_for(sqlite.db)
-        assert cache.generation is not None and cache.rebuilds == 1
+        assert cache is not None and cache.generation is not None and cache.rebuilds == 1
 
         # Writes after the copy was built: new items, a changed vector, an item no longer
         # embedded, deletes, an owner forgotten, an item that expires.
@@ -130,7 +130,8 @@ async def test_a_write_by_another_process_is_seen_by_the_next_search(tmp_path: P
         await store.put_item(("mem",), "sun", {"text": "sun rain"})
         before = await store.search_items(("mem",), query="black coffee cake", mode="semantic")
         assert before[0].key == "cake"
-        assert cache_for(store.db).generation is not None  # the copy is built
+        cache = cache_for(store.db)
+        assert cache is not None and cache.generation is not None  # the copy is built
 
         _write_elsewhere(db)
 
@@ -161,7 +162,32 @@ async def test_off_or_over_its_cap_the_file_is_searched(
                 )
         await _same_answers(sqlite, memory)
         cache = cache_for(sqlite.db)
-        assert cache.generation is None and cache.size == 0
+        assert cache is not None and cache.generation is None and cache.size == 0
+    finally:
+        await sqlite.close()
+
+
+async def test_without_numpy_the_file_is_searched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import loom.store.sqlite_vector_cache as vector_cache
+
+    monkeypatch.setattr(vector_cache, "HAVE_NUMPY", False)
+    sqlite = SQLiteStore(tmp_path / "loom.db", embedder=HashEmbedder(32))
+    memory = MemoryStore(embedder=HashEmbedder(32))
+    try:
+        for n in range(20):
+            for store in (sqlite, memory):
+                await store.put_item(
+                    ("mem", f"u{n % 10}"),
+                    f"k{n}",
+                    {"text": _text(n), "kind": "ab"[n % 2]},
+                    owner=f"o{n % 3}",
+                )
+        for store in (sqlite, memory):
+            await store.delete_item(("mem", "u1"), "k1")
+        await _same_answers(sqlite, memory)
+        assert cache_for(sqlite.db) is None
     finally:
         await sqlite.close()
 

@@ -380,7 +380,7 @@ class SQLiteItems(PendingOnTheWay):
         """Bring this process's vector copy (``sqlite_vector_cache``) in step with a write that
         committed ``generation``, under the database's lock (a search may be reading it)."""
         cache = cache_for(self.db)
-        if cache.generation is None:
+        if cache is None or cache.generation is None:
             return
         cap = cache_cap_bytes()
 
@@ -485,8 +485,8 @@ class SQLiteItems(PendingOnTheWay):
             raise error
         [target] = await embed_texts(embedder, [query])
         cap = cache_cap_bytes()
-        if cap > 0:
-            cache = cache_for(self.db)
+        cache = cache_for(self.db) if cap > 0 else None
+        if cache is not None:
             model = (embedder.name, embedder.dimensions)
 
             def from_copy(c: sqlite3.Connection) -> list[Any] | None:

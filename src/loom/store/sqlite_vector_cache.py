@@ -25,6 +25,7 @@ Kept exact:
   not the generation the copy reflects, the copy is rebuilt. A write applied here checks that
   its bump followed the copy's generation directly, else drops the copy (someone else wrote
   in between).
+- **Optional**: it needs numpy (the ``memory`` extra); without it a search reads the file.
 - **Bounded**: the matrix takes rows x dimensions x 4 bytes (100,000 items at 256 dimensions:
   100 MB). ``LOOM_ITEM_VECTOR_CACHE_MB`` caps it (default :data:`DEFAULT_CAP_MB`; ``0`` turns
   the copy off): over the cap a search reads the vectors from the file as before.
@@ -38,10 +39,17 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import numpy as np
-import numpy.typing as npt
+try:
+    import numpy as np
+except ImportError:  # numpy comes with the memory extra; without it there is no copy
+    HAVE_NUMPY = False
+else:
+    HAVE_NUMPY = True
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 from loom.errors import ConfigurationError
 from loom.store.items_sql import namespace_text
@@ -51,6 +59,7 @@ __all__ = [
     "DEFAULT_CAP_MB",
     "GENERATION_KEY",
     "GENERATION_NAMESPACE",
+    "HAVE_NUMPY",
     "VectorCache",
     "VectorRow",
     "bump_generation",
@@ -116,9 +125,10 @@ class VectorRow:
     vector: bytes
 
 
-Cell = TypeVar("Cell", bound=np.generic)
-Floats = npt.NDArray[np.float32]
-Ints = npt.NDArray[np.int64]
+if TYPE_CHECKING:
+    Cell = TypeVar("Cell", bound=np.generic)
+    Floats = npt.NDArray[np.float32]
+    Ints = npt.NDArray[np.int64]
 
 
 @dataclass(eq=False)
@@ -375,9 +385,11 @@ def _resized(array: npt.NDArray[Cell], room: int) -> npt.NDArray[Cell]:
 _caches: weakref.WeakKeyDictionary[object, VectorCache] = weakref.WeakKeyDictionary()
 
 
-def cache_for(database: object) -> VectorCache:
+def cache_for(database: object) -> VectorCache | None:
     """The vector copy of ``database`` (one per shared connection, so every store of a file in
-    this process keeps the same copy in step)."""
+    this process keeps the same copy in step); None without numpy."""
+    if not HAVE_NUMPY:
+        return None
     cache = _caches.get(database)
     if cache is None:
         cache = _caches[database] = VectorCache()

@@ -35,6 +35,7 @@ from loom.store.items_vectors import (
     embed_texts,
     fuse,
     hybrid_depth,
+    keyword_terms,
     model_mismatch,
     stored_error,
     text_to_embed,
@@ -173,7 +174,7 @@ class MemoryItems(PendingOnTheWay):
             if how == "semantic":
                 return semantic[offset : offset + limit]
             keyword = self._keyword(found, query)[:depth]
-            return fuse(keyword, semantic, limit=limit, offset=offset)
+            return fuse(keyword, semantic, limit=limit, offset=offset, query=query)
         if query:
             return self._keyword(found, query)[offset : offset + limit]
         found.sort(key=lambda i: (i.updated_at, i.namespace, i.key), reverse=True)
@@ -182,7 +183,7 @@ class MemoryItems(PendingOnTheWay):
     @staticmethod
     def _keyword(found: list[Item], query: str) -> list[Item]:
         """``found``'s items holding any of ``query``'s words, best first."""
-        words = set(terms_of(query))
+        words = set(keyword_terms(query))
         scored = []
         for i in found:
             text = terms_of(json.dumps(i.value, ensure_ascii=False))

@@ -36,7 +36,6 @@ from loom.store.items import (
     check_limit,
     check_namespace,
     check_value,
-    terms_of,
 )
 from loom.store.items_sql import (
     check_max_depth,
@@ -55,6 +54,7 @@ from loom.store.items_vectors import (
     embed_texts,
     fuse,
     hybrid_depth,
+    keyword_terms,
     model_mismatch,
     stored_error,
     text_to_embed,
@@ -72,9 +72,10 @@ _LIVE = "(i.expires_at IS NULL OR i.expires_at > %s)"
 
 
 def tsquery_text(query: str) -> str:
-    """``websearch_to_tsquery`` input matching any of ``query``'s words (each quoted: a word
-    such as ``or`` is not read as an operator); empty when it has none."""
-    return " or ".join(f'"{w}"' for w in dict.fromkeys(terms_of(query)))
+    """``websearch_to_tsquery`` input matching any of ``query``'s key words
+    (``items_vectors.keyword_terms``: stop words dropped), each quoted (a word such as ``or``
+    is not read as an operator); empty when it has none."""
+    return " or ".join(f'"{w}"' for w in keyword_terms(query))
 
 
 def _visible(owner: str | None, now: float) -> tuple[str, list[Any]]:
@@ -251,7 +252,7 @@ class PostgresItems(PendingOnTheWay):
             if how == "semantic":
                 return semantic
             keyword = await self._keyword(query, where, args, depth, 0)
-            return fuse(keyword, semantic, limit=limit, offset=offset)
+            return fuse(keyword, semantic, limit=limit, offset=offset, query=query)
         if query:
             return await self._keyword(query, where, args, limit, offset)
         sql = (

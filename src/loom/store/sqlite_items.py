@@ -18,6 +18,9 @@ ordered and limited by SQLite) or, where this Python's ``sqlite3`` cannot load e
 reading those candidates' vectors and scoring them in one numpy product
 (``items_vectors.best_by_cosine``). Either way every candidate row is read: there is no
 approximate index (a ``vec0`` KNN table would limit before the owner and filter conditions).
+Before both, a search goes through the process's copy of the vectors
+(``sqlite_vector_cache``: a numpy matrix kept in step with the file), when it is on and fits its
+cap: every candidate is still scored, but none is read from the file.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
@@ -38,7 +42,6 @@ from loom.store.items import (
     check_limit,
     check_namespace,
     check_value,
-    terms_of,
 )
 from loom.store.items_sql import (
     NAMESPACE_SEPARATOR,
@@ -58,11 +61,18 @@ from loom.store.items_vectors import (
     embed_texts,
     fuse,
     hybrid_depth,
+    keyword_terms,
     model_mismatch,
     pack_vector,
     stored_error,
     text_to_embed,
     vector_for_put,
+)
+from loom.store.sqlite_vector_cache import (
+    VectorRow,
+    bump_generation,
+    cache_cap_bytes,
+    cache_for,
 )
 
 __all__ = [
@@ -123,9 +133,10 @@ _LIVE = "(i.expires_at IS NULL OR i.expires_at > ?)"
 
 
 def fts_query(query: str) -> str:
-    """An FTS5 match expression for ``query``: any of its words (each quoted, so no word is
-    read as an FTS5 operator); empty when it has none."""
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in dict.fromkeys(terms_of(query)))
+    """An FTS5 match expression for ``query``: any of its key words
+    (``items_vectors.keyword_terms``: stop words dropped), each quoted, so no word is read as
+    an FTS5 operator; empty when it has none."""
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in keyword_terms(query))
 
 
 def _visible(owner: str | None, now: float) -> tuple[str, list[Any]]:
@@ -252,7 +263,7 @@ class SQLiteItems(PendingOnTheWay):
             pack_vector(vec.vector) if vec.vector is not None else None,
         )
 
-        def put(c: sqlite3.Connection) -> Item:
+        def put(c: sqlite3.Connection) -> tuple[Item, int | None, VectorRow]:
             now = time.time()
             held = c.execute(
                 "SELECT rowid, value, owner, created_at, expires_at FROM items "
@@ -293,9 +304,24 @@ class SQLiteItems(PendingOnTheWay):
                 )
             elif held is not None:
                 c.execute("DELETE FROM item_vectors WHERE item_rowid = ?", (rowid,))
-            return item_of_row((stored_ns, key, text, new_owner, created, now, expires))
+            # A copy of the vectors can change: a vector written, or an earlier one replaced
+            # or removed (a new item pending its vector is in no copy).
+            touched = vec.vector is not None or held is not None
+            written = VectorRow(rowid, stored_ns, new_owner, expires, vector_row[3] or b"")
+            return (
+                item_of_row((stored_ns, key, text, new_owner, created, now, expires)),
+                bump_generation(c) if touched else None,
+                written,
+            )
 
-        item = await self._write("storing an item", put)
+        item, generation, written = await self._write("storing an item", put)
+        if generation is not None:
+            embedded = written.vector != b""
+            await self._apply_to_cache(
+                generation,
+                upsert=written if embedded else None,
+                remove=() if embedded else (written.rowid,),
+            )
         if vec.indexed and vec.vector is None:
             self._maybe_pending = True
         if vec.vector is not None:
@@ -325,7 +351,7 @@ class SQLiteItems(PendingOnTheWay):
         """Delete the item and its words; False when there was none the caller could see."""
         stored_ns, key = namespace_text(check_namespace(namespace)), check_key(key)
 
-        def delete(c: sqlite3.Connection) -> bool:
+        def delete(c: sqlite3.Connection) -> tuple[int, int] | None:
             seen, args = _visible(owner, time.time())
             row = c.execute(
                 f"SELECT i.rowid, i.value FROM items i WHERE i.namespace = ? AND i.key = ? "
@@ -333,11 +359,38 @@ class SQLiteItems(PendingOnTheWay):
                 (stored_ns, key, *args),
             ).fetchone()
             if row is None:
-                return False
+                return None
             _forget_rows(c, [(row[0], row[1])])
-            return True
+            return bump_generation(c), row[0]
 
-        return await self._write("deleting an item", delete)
+        deleted = await self._write("deleting an item", delete)
+        if deleted is None:
+            return False
+        await self._apply_to_cache(deleted[0], remove=(deleted[1],))
+        return True
+
+    async def _apply_to_cache(
+        self,
+        generation: int,
+        *,
+        upsert: VectorRow | None = None,
+        remove: Sequence[int] = (),
+        drop: bool = False,
+    ) -> None:
+        """Bring this process's vector copy (``sqlite_vector_cache``) in step with a write that
+        committed ``generation``, under the database's lock (a search may be reading it)."""
+        cache = cache_for(self.db)
+        if cache is None or cache.generation is None:
+            return
+        cap = cache_cap_bytes()
+
+        def apply(_: sqlite3.Connection) -> None:
+            if drop:
+                cache.drop()
+            else:
+                cache.apply(generation, upsert=upsert, remove=remove, cap_bytes=cap)
+
+        await self._read("updating the item vector copy", apply)
 
     async def search_items(
         self,
@@ -358,7 +411,8 @@ class SQLiteItems(PendingOnTheWay):
         limit, offset = check_limit(limit, offset)
         wanted = check_filter(filter)
         how = check_mode(mode, self._embedder)
-        seen, seen_args = _visible(owner, time.time())
+        now = time.time()
+        seen, seen_args = _visible(owner, now)
         under, under_args = _under(ns)
         match, match_args = _matching(wanted)
         where = f"{seen} AND {under} AND {match}"
@@ -369,7 +423,8 @@ class SQLiteItems(PendingOnTheWay):
             skip = 0 if how == "hybrid" else offset
             try:
                 narrow = (f"{seen} AND {under}", [*seen_args, *under_args])
-                semantic = await self._semantic(query, where, args, depth, skip, narrow)
+                scope = _Scope(owner, ns, now, filtered=bool(wanted))
+                semantic = await self._semantic(query, where, args, depth, skip, narrow, scope)
             except EmbedderUnavailable:
                 if how == "semantic":
                     raise
@@ -377,7 +432,7 @@ class SQLiteItems(PendingOnTheWay):
             if how == "semantic":
                 return semantic
             keyword = await self._keyword(query, where, args, depth, 0)
-            return fuse(keyword, semantic, limit=limit, offset=offset)
+            return fuse(keyword, semantic, limit=limit, offset=offset, query=query)
         if query:
             return await self._keyword(query, where, args, limit, offset)
         sql = (
@@ -414,8 +469,11 @@ class SQLiteItems(PendingOnTheWay):
         limit: int,
         offset: int,
         narrow: tuple[str, list[Any]],
+        scope: _Scope,
     ) -> list[Item]:
-        """The embedded items matching ``where`` by cosine similarity to ``query``."""
+        """The embedded items matching ``where`` by cosine similarity to ``query``: from this
+        process's copy of the vectors (``sqlite_vector_cache``) when it is on and fits, else
+        read from the file."""
         embedder = self._embedder
         assert embedder is not None
         models = await self._read(
@@ -426,6 +484,26 @@ class SQLiteItems(PendingOnTheWay):
         if error is not None:
             raise error
         [target] = await embed_texts(embedder, [query])
+        cap = cache_cap_bytes()
+        cache = cache_for(self.db) if cap > 0 else None
+        if cache is not None:
+            model = (embedder.name, embedder.dimensions)
+
+            def from_copy(c: sqlite3.Connection) -> list[Any] | None:
+                if not cache.ready(c, model, cap):
+                    return None
+                rowids = None
+                if scope.filtered:  # the filter's candidates come from SQL
+                    sql = f"SELECT i.rowid FROM items i WHERE {where}"
+                    rowids = [r[0] for r in c.execute(sql, args)]
+                slots = cache.candidates(
+                    owner=scope.owner, prefix=scope.prefix, now=scope.now, rowids=rowids
+                )
+                return _rows_of_best(c, cache.best(slots, target, offset + limit), limit, offset)
+
+            found = await self._read("searching items", from_copy)
+            if found is not None:
+                return [item_of_row(r) for r in found]
         # Which table drives the join (CROSS JOIN keeps the order written): the items when the
         # namespace and owner conditions leave a small share of them (picked through their
         # indexes, each one's vector then read by its rowid), else the vectors in rowid order
@@ -510,7 +588,7 @@ class SQLiteItems(PendingOnTheWay):
                 for r, v in zip(rows, vectors, strict=True)
             ]
 
-            def write(c: sqlite3.Connection, updates: list[Any] = updates) -> int:
+            def write(c: sqlite3.Connection, updates: list[Any] = updates) -> tuple[int, int]:
                 before = c.total_changes
                 c.executemany(
                     "UPDATE item_vectors SET embedder = ?, dims = ?, vector = ? "
@@ -518,9 +596,11 @@ class SQLiteItems(PendingOnTheWay):
                     "AND (SELECT updated_at FROM items WHERE rowid = ?) = ?",
                     updates,
                 )
-                return c.total_changes - before
+                return c.total_changes - before, bump_generation(c)
 
-            done += await self._write("storing item vectors", write)
+            stored, generation = await self._write("storing item vectors", write)
+            await self._apply_to_cache(generation, drop=True)  # rebuilt by the next search
+            done += stored
             if len(rows) < batch:
                 self._maybe_pending = False
                 break
@@ -531,14 +611,13 @@ class SQLiteItems(PendingOnTheWay):
         changing the model: ``loom memory reindex``); how many were embedded."""
         if self._embedder is None:
             return 0
-        await self._write(
-            "marking item vectors for re-embedding",
-            lambda c: (
-                c.execute(
-                    "UPDATE item_vectors SET embedder = NULL, dims = NULL, vector = NULL"
-                ).rowcount
-            ),
-        )
+
+        def reset(c: sqlite3.Connection) -> int:
+            c.execute("UPDATE item_vectors SET embedder = NULL, dims = NULL, vector = NULL")
+            return bump_generation(c)
+
+        generation = await self._write("marking item vectors for re-embedding", reset)
+        await self._apply_to_cache(generation, drop=True)
         self._maybe_pending = True
         return await self.embed_pending()
 
@@ -575,28 +654,67 @@ class SQLiteItems(PendingOnTheWay):
         """Delete every item expired at ``now`` and its words (expired items are hidden from
         reads already; this frees their rows). How many there were."""
 
-        def purge(c: sqlite3.Connection) -> int:
+        def purge(c: sqlite3.Connection) -> tuple[list[int], int | None]:
             rows = c.execute(
                 "SELECT rowid, value FROM items WHERE expires_at <= ?", (now.timestamp(),)
             ).fetchall()
             _forget_rows(c, [(r[0], r[1]) for r in rows])
-            return len(rows)
+            return [r[0] for r in rows], bump_generation(c) if rows else None
 
-        return await self._write("purging expired items", purge)
+        purged, generation = await self._write("purging expired items", purge)
+        if generation is not None:
+            await self._apply_to_cache(generation, remove=purged)
+        return len(purged)
 
     async def delete_owner_items(self, owner: str) -> int:
         """Delete every item of ``owner`` and its words; the FTS index is then merged
         (``optimize``), so no segment keeps a deleted word and a ``VACUUM`` leaves none of
         their bytes in the file."""
 
-        def delete(c: sqlite3.Connection) -> int:
+        def delete(c: sqlite3.Connection) -> tuple[list[int], int | None]:
             rows = c.execute("SELECT rowid, value FROM items WHERE owner = ?", (owner,)).fetchall()
             _forget_rows(c, [(r[0], r[1]) for r in rows])
             if rows:
                 c.execute("INSERT INTO items_fts (items_fts) VALUES ('optimize')")
-            return len(rows)
+            return [r[0] for r in rows], bump_generation(c) if rows else None
 
-        return await self._write("forgetting an owner's items", delete)
+        deleted, generation = await self._write("forgetting an owner's items", delete)
+        if generation is not None:
+            await self._apply_to_cache(generation, remove=deleted)
+        return len(deleted)
+
+
+@dataclass(frozen=True, slots=True)
+class _Scope:
+    """What a semantic search asks for, as the vector copy reads it: the caller, the
+    namespace prefix, the time, and whether a filter narrows it further (SQL's part)."""
+
+    owner: str | None
+    prefix: tuple[str, ...]
+    now: float
+    filtered: bool
+
+
+def _rows_of_best(
+    c: sqlite3.Connection, best: list[tuple[int, float]], limit: int, offset: int
+) -> list[Any]:
+    """The item rows (with their score) of ``best`` (rowid, similarity), best first, ties by
+    namespace and key, ``limit`` from ``offset``."""
+    if not best:
+        return []
+    marks = ",".join("?" * len(best))
+    got = {
+        r[0]: r[1:]
+        for r in c.execute(
+            f"SELECT i.rowid, {_COLS} FROM items i WHERE i.rowid IN ({marks})",
+            [rowid for rowid, _ in best],
+        )
+    }
+    ranked = sorted(
+        ((got[rowid], similarity) for rowid, similarity in best if rowid in got),
+        key=lambda pair: (-pair[1], pair[0][0], pair[0][1]),
+    )
+    return [(*row, similarity) for row, similarity in ranked[offset : offset + limit]]
 
 
 def _pending_reader(batch: int) -> Callable[[sqlite3.Connection], list[Any]]:

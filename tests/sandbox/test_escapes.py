@@ -118,7 +118,10 @@ def tmp_canary() -> Iterator[Path]:
 
 @pytest.fixture
 async def host(
-    tmp_path: Path, tmp_canary: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+    tmp_path: Path,
+    tmp_canary: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> AsyncIterator[Host]:
     secret = f"s3cr3t-{uuid.uuid4()}"
     monkeypatch.setenv(SECRET_NAME, secret)
@@ -285,7 +288,9 @@ _CONNECT = (
 )
 
 
-async def test_tcp_to_the_hosts_loopback_is_refused(host: Host, tcp_listener: socket.socket) -> None:
+async def test_tcp_to_the_hosts_loopback_is_refused(
+    host: Host, tcp_listener: socket.socket
+) -> None:
     port = tcp_listener.getsockname()[1]
     result = await host.sandbox.run([PY, "-c", _CONNECT, "127.0.0.1", str(port)])
     _refused(result)
@@ -403,7 +408,7 @@ async def test_the_process_count_never_exceeds_the_limit(host: Host) -> None:
         "        if os.fork()==0:\n"
         "            os.read(os.open('/dev/zero', 0), 1); import time; time.sleep(30)\n"
         "        n+=1\n"
-        "except OSError as e: print('refused', n, e.errno)\n"
+        "except OSError as e: print('refused', n, e.errno, flush=True)\n"
         "os._exit(0)\n"
     )
     result = await host.py(code, limits=limits)
@@ -429,7 +434,9 @@ async def test_filling_the_disk_one_file_is_bounded_in_bind_mode(host: Host) -> 
 async def test_filling_the_disk_many_files_is_bounded_in_copy_mode(host: Host) -> None:
     if os.getuid() != 0:
         pytest.skip("the size-limited copy needs root to mount its tmpfs")
-    result = await host.sh("for i in $(seq 1 40); do head -c 1000000 /dev/zero > f$i || exit 1; done")
+    result = await host.sh(
+        "for i in $(seq 1 40); do head -c 1000000 /dev/zero > f$i || exit 1; done"
+    )
     assert result.limit is not None and result.limit.limit == "disk_bytes"
     assert sorted(os.listdir(host.workspace)) == ["hello.txt"]  # the copy took it, not the host
     assert sum(p.stat().st_size for p in host.sandbox.root.iterdir()) <= 2 * LIMITS.disk_bytes  # type: ignore[operator]
@@ -718,7 +725,9 @@ async def test_kernel_interfaces_cannot_be_written(host: Host, script: str) -> N
 
 
 async def test_proc_self_exe_cannot_be_overwritten(host: Host) -> None:
-    result = await host.sh("cp /bin/true /proc/self/exe; echo x >> /proc/self/exe; echo x > /proc/1/exe")
+    result = await host.sh(
+        "cp /bin/true /proc/self/exe; echo x >> /proc/self/exe; echo x > /proc/1/exe"
+    )
     _refused(result)
 
 

@@ -35,11 +35,14 @@ import errno
 import itertools
 import json
 import os
+import platform
 import shutil
 import select
 import signal
 import stat
+import struct
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -63,6 +66,7 @@ __all__ = [
     "BubblewrapSandbox",
     "LocalSandbox",
     "bubblewrap_available",
+    "seccomp_program",
 ]
 
 SANDBOX_WORKSPACE = "/workspace"
@@ -272,6 +276,7 @@ class BubblewrapSandbox(Sandbox):
         self._processes: set[_Running] = set()
         self._closed = False
         self._staging = _Staging(self._private / "staged", run_uid)
+        self._seccomp: Path | None = None
 
     # ---- setup -------------------------------------------------------------------------
 
@@ -315,6 +320,10 @@ class BubblewrapSandbox(Sandbox):
             self._staging.prepare([self.root, *self._extra_ro_paths])
 
     def _write_etc(self) -> None:
+        program = seccomp_program()
+        if program is not None:
+            self._seccomp = self._private / "seccomp.bpf"
+            self._seccomp.write_bytes(program)
         self._etc.mkdir()
         (self._etc / "passwd").write_text(
             f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
@@ -351,7 +360,7 @@ class BubblewrapSandbox(Sandbox):
         mount namespace of bwrap's own made just before it starts, under the private
         directory (``_Staging``), and bwrap binds them from there."""
         info_read, info_write = os.pipe()
-        fds += [info_write, info_read]  # the read end is kept (popped) by run()
+        fds[:0] = [info_write, info_read]  # the read end (fds[1]) is kept by run()
 
         def reach(path: Path) -> str:
             if self._run_uid is None:
@@ -401,6 +410,10 @@ class BubblewrapSandbox(Sandbox):
         tmp_size = limits.disk_bytes if limits.disk_bytes is not None else 64 * 1024 * 1024
         args += ["--size", str(tmp_size), "--tmpfs", "/tmp"]
         args += ["--bind", reach(self.root), SANDBOX_WORKSPACE]
+        args += ["--remount-ro", "/"]  # the root tmpfs and /etc: nothing to write there
+        if self._seccomp is not None:
+            fds.append(os.open(self._seccomp, os.O_RDONLY | os.O_CLOEXEC))
+            args += ["--seccomp", str(fds[-1])]
         args += ["--chdir", _inside_path(cwd)]
         merged = {
             "PATH": _DEFAULT_PATH,
@@ -457,7 +470,7 @@ class BubblewrapSandbox(Sandbox):
         started = time.monotonic()
         try:
             args = self._bwrap_args(cwd, env or {}, limits, fds) + list(command)
-            info_fd = fds.pop()
+            info_fd = fds.pop(1)
             process = await self._spawn(args, stdin is not None, fds)
         except BaseException:
             fds.append(info_fd)
@@ -636,6 +649,80 @@ class BubblewrapSandbox(Sandbox):
             raise SandboxError("this sandbox is closed: start a new one")
 
 
+# Seccomp: system calls refused with EPERM inside (x86-64 numbers), on top of what the
+# namespaces and the dropped capabilities already refuse: tracing (``ptrace`` even of the
+# sandbox's own PID 1), mounting, namespaces, kernel keyrings, modules, BPF, perf, kexec.
+_DENIED_SYSCALLS_X86_64 = {
+    "ptrace": 101,
+    "syslog": 103,
+    "pivot_root": 155,
+    "chroot": 161,
+    "acct": 163,
+    "mount": 165,
+    "umount2": 166,
+    "swapon": 167,
+    "swapoff": 168,
+    "reboot": 169,
+    "init_module": 175,
+    "delete_module": 176,
+    "quotactl": 179,
+    "kexec_load": 246,
+    "add_key": 248,
+    "request_key": 249,
+    "keyctl": 250,
+    "unshare": 272,
+    "perf_event_open": 298,
+    "name_to_handle_at": 303,
+    "open_by_handle_at": 304,
+    "setns": 308,
+    "process_vm_readv": 310,
+    "process_vm_writev": 311,
+    "kcmp": 312,
+    "finit_module": 313,
+    "kexec_file_load": 320,
+    "bpf": 321,
+    "userfaultfd": 323,
+    "open_tree": 428,
+    "move_mount": 429,
+    "fsopen": 430,
+    "fsconfig": 431,
+    "fsmount": 432,
+    "fspick": 433,
+}
+_AUDIT_ARCH_X86_64 = 0xC000003E
+_X32_SYSCALL_BIT = 0x40000000
+_BPF_LD_W_ABS = 0x20
+_BPF_JEQ_K = 0x15
+_BPF_JGE_K = 0x35
+_BPF_RET_K = 0x06
+_SECCOMP_RET_ALLOW = 0x7FFF0000
+_SECCOMP_RET_KILL_PROCESS = 0x80000000
+_SECCOMP_RET_ERRNO = 0x00050000
+
+
+def seccomp_program() -> bytes | None:
+    """The classic-BPF seccomp filter bwrap loads (``--seccomp``): the calls in
+    ``_DENIED_SYSCALLS_X86_64`` fail with EPERM, other architectures' calls kill. ``None``
+    off x86-64 (the namespaces and capabilities still hold there; see docs/tools.md)."""
+    if platform.machine() != "x86_64" or sys.byteorder != "little":
+        return None
+    denied = sorted(_DENIED_SYSCALLS_X86_64.values())
+    eperm = _SECCOMP_RET_ERRNO | errno.EPERM
+    # (code, jump-if-true, jump-if-false, k)
+    program: list[tuple[int, int, int, int]] = [
+        (_BPF_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
+        (_BPF_JEQ_K, 1, 0, _AUDIT_ARCH_X86_64),
+        (_BPF_RET_K, 0, 0, _SECCOMP_RET_KILL_PROCESS),
+        (_BPF_LD_W_ABS, 0, 0, 0),  # seccomp_data.nr
+        (_BPF_JGE_K, len(denied) + 1, 0, _X32_SYSCALL_BIT),
+    ]
+    for index, number in enumerate(denied):
+        program.append((_BPF_JEQ_K, len(denied) - index, 0, number))
+    program.append((_BPF_RET_K, 0, 0, _SECCOMP_RET_ALLOW))
+    program.append((_BPF_RET_K, 0, 0, eperm))
+    return b"".join(struct.pack("<HBBI", *instruction) for instruction in program)
+
+
 def _private_parent() -> str:
     """Where private directories go: a world-searchable place (``/tmp``) so that the
     sandbox's dedicated uid can reach the generated files."""
@@ -726,8 +813,29 @@ class _Running:
             _kill(self.process)
             with contextlib.suppress(ProcessLookupError, ChildProcessError):
                 await self.process.wait()
+        child: int | None = None
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._info, 10)
+            child = await asyncio.wait_for(self._info, 10)
+        if child is not None:
+            await _wait_gone(child)
+
+
+async def _wait_gone(pid: int, timeout: float = 10.0) -> None:
+    """Wait until ``pid`` (a sandbox's PID 1) has exited: its exit waits for every process of
+    its PID namespace to die, so then nothing of the sandbox runs (a pidfd turns readable)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (ProcessLookupError, OSError):
+        return
+    loop = asyncio.get_running_loop()
+    gone: asyncio.Future[None] = loop.create_future()
+    loop.add_reader(pidfd, lambda: gone.done() or gone.set_result(None))
+    try:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(gone, timeout)
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
 
 
 def _read_child_pid(fd: int) -> int | None:
@@ -798,6 +906,9 @@ def _classify_limit(
     exit_code: int, stderr: str, limits: SandboxLimits, grown: int, disk_capped: bool
 ) -> LimitHit | None:
     """Which limit stopped a command, from how it ended (see the module docstring)."""
+    if limits.processes is not None and any(marker in stderr for marker in _PROCESS_MARKERS):
+        # A refused fork may not fail the command (a shell retries, then goes on).
+        return LimitHit("processes", float(limits.processes))
     if exit_code == 0 and (limits.disk_bytes is None or grown <= limits.disk_bytes):
         return None
     signalled = exit_code - _SIGNAL_EXIT_BASE if exit_code > _SIGNAL_EXIT_BASE else None

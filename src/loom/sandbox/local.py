@@ -36,8 +36,8 @@ import itertools
 import json
 import os
 import platform
-import shutil
 import select
+import shutil
 import signal
 import stat
 import struct
@@ -546,10 +546,14 @@ class BubblewrapSandbox(Sandbox):
                     over.set()
                     return
 
-        pumps = asyncio.gather(
-            pump(process.stdout, outcome.stdout), pump(process.stderr, outcome.stderr), feed()
-        )
-        over_wait = asyncio.ensure_future(over.wait())
+        async def pump_all() -> None:
+            assert process.stdout is not None and process.stderr is not None
+            await asyncio.gather(
+                pump(process.stdout, outcome.stdout), pump(process.stderr, outcome.stderr), feed()
+            )
+
+        pumps: asyncio.Future[None] = asyncio.ensure_future(pump_all())
+        over_wait: asyncio.Future[None] = asyncio.ensure_future(_wait_event(over))
         try:
             done, _ = await asyncio.wait(
                 {pumps, over_wait},
@@ -808,7 +812,7 @@ class _Running:
         """Wait for bwrap's exit (killing it if it lingers), and for the info reader."""
         try:
             await asyncio.wait_for(asyncio.shield(self.process.wait()), 10)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await self.kill()
             _kill(self.process)
             with contextlib.suppress(ProcessLookupError, ChildProcessError):
@@ -820,7 +824,11 @@ class _Running:
             await _wait_gone(child)
 
 
-async def _wait_gone(pid: int, timeout: float = 10.0) -> None:
+async def _wait_event(event: asyncio.Event) -> None:
+    await event.wait()
+
+
+async def _wait_gone(pid: int, patience: float = 10.0) -> None:
     """Wait until ``pid`` (a sandbox's PID 1) has exited: its exit waits for every process of
     its PID namespace to die, so then nothing of the sandbox runs (a pidfd turns readable)."""
     try:
@@ -829,10 +837,15 @@ async def _wait_gone(pid: int, timeout: float = 10.0) -> None:
         return
     loop = asyncio.get_running_loop()
     gone: asyncio.Future[None] = loop.create_future()
-    loop.add_reader(pidfd, lambda: gone.done() or gone.set_result(None))
+
+    def exited() -> None:
+        if not gone.done():
+            gone.set_result(None)
+
+    loop.add_reader(pidfd, exited)
     try:
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(gone, timeout)
+            await asyncio.wait_for(gone, patience)
     finally:
         loop.remove_reader(pidfd)
         os.close(pidfd)

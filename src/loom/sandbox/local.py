@@ -133,9 +133,13 @@ _ENFORCES = frozenset(
 )
 
 
-def bubblewrap_available(bwrap: str = "bwrap") -> str | None:
+def bubblewrap_available(bwrap: str = "bwrap", *, as_uid: int | None = None) -> str | None:
     """Why the local sandbox cannot run here (``None`` when it can): ``bwrap`` missing, or
-    user namespaces refused by the kernel."""
+    user namespaces refused by the kernel. When Loom runs as root the probe runs as
+    ``as_uid`` (by default a sandbox uid), as sandboxes will: unprivileged user namespaces
+    may be refused to it when they are allowed to root."""
+    if as_uid is None and os.getuid() == 0:
+        as_uid = _UID_POOL[-1]
     path = shutil.which(bwrap)
     if path is None:
         return (
@@ -144,7 +148,16 @@ def bubblewrap_available(bwrap: str = "bwrap") -> str | None:
         )
     probe = [path, "--unshare-all", "--unshare-user", "--ro-bind", "/", "/", "--", "/bin/true"]
     try:
-        done = subprocess.run(probe, capture_output=True, timeout=30, check=False)
+        done = subprocess.run(
+            probe,
+            capture_output=True,
+            timeout=30,
+            check=False,
+            user=as_uid,
+            group=as_uid,
+            extra_groups=[] if as_uid is not None else None,
+            cwd="/",
+        )
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"bubblewrap could not be started ({error})"
     if done.returncode != 0:
@@ -206,7 +219,9 @@ class LocalSandbox:
             )
         bwrap_path = shutil.which(self._bwrap)
         if bwrap_path is None or self._checked is None:
-            reason = await asyncio.to_thread(bubblewrap_available, self._bwrap)
+            reason = await asyncio.to_thread(
+                bubblewrap_available, self._bwrap, as_uid=self._sandbox_uid
+            )
             if reason is not None:
                 raise SandboxUnavailable(reason)
             bwrap_path = shutil.which(self._bwrap)

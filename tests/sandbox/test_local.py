@@ -3,8 +3,12 @@ snapshots, limits as data, settings it refuses. The escape attempts are in test_
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import struct
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -195,3 +199,61 @@ async def test_a_closed_sandbox_and_bad_arguments_raise(tmp_path: Path) -> None:
         await sandbox.run(["true"])
     with pytest.raises(SandboxError, match="not a directory"):
         await LocalSandbox().start(SandboxSettings(), tmp_path / "missing")
+
+
+_AS_NON_ROOT = """
+import asyncio, json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from loom.sandbox.base import SandboxLimits, SandboxSettings
+from loom.sandbox.local import LocalSandbox
+
+async def main():
+    sandbox = await LocalSandbox().start(SandboxSettings(), Path(sys.argv[2]))
+    ran = await sandbox.run(["sh", "-c", "id -u; echo x > made.txt"])
+    bomb = await sandbox.run(
+        ["bash", "-c", "b() { b | b & }; b; wait"],
+        limits=SandboxLimits(processes=16, wall_seconds=10),
+    )
+    await sandbox.close()
+    limit = bomb.limit.limit if bomb.limit else None
+    print(json.dumps([ran.stdout, list(ran.files), limit, "fork" in bomb.stderr]))
+
+asyncio.run(main())
+"""
+
+
+@needs_bwrap
+def test_a_non_root_loom_runs_the_sandbox_as_itself() -> None:
+    system_python = Path("/usr/bin/python3")
+    if os.getuid() != 0 or not system_python.exists():
+        pytest.skip("needs root (to become an unprivileged user) and /usr/bin/python3")
+    src = Path(__file__).resolve().parents[2] / "src"
+    scratch = Path(tempfile.mkdtemp(prefix="loom-nonroot-", dir="/tmp"))
+    try:
+        workspace = scratch / "ws"
+        workspace.mkdir()
+        for path in (scratch, workspace):
+            os.chown(path, 65534, 65534)
+        done = subprocess.run(
+            [str(system_python), "-c", _AS_NON_ROOT, str(src), str(workspace)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            user=65534,
+            group=65534,
+            extra_groups=[],
+            cwd=scratch,
+            env={"PATH": "/usr/bin:/bin"},
+        )
+        assert done.returncode == 0, done.stderr
+        stdout, files, bomb_limit, fork_refused = json.loads(done.stdout)
+        assert stdout == "65534\n"
+        assert files == ["made.txt"]
+        # bash retries a refused fork for a while: the wall timeout may end it first
+        assert bomb_limit in ("processes", "wall_seconds")
+        assert fork_refused
+        assert os.stat(workspace / "made.txt").st_uid == 65534
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

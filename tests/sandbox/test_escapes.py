@@ -411,13 +411,10 @@ async def test_a_host_list_network_is_refused_not_ignored(tmp_path: Path) -> Non
 
 
 async def test_a_fork_bomb_is_bounded_by_the_process_limit(host: Host) -> None:
-    before = len([p for p in os.listdir("/proc") if p.isdigit()])
     limits = SandboxLimits(processes=16, wall_seconds=5, cpu_seconds=5, output_bytes=4096)
     result = await host.sh("bomb() { bomb | bomb & }; bomb; wait", limits=limits)
     assert result.limit is not None
     assert result.limit.limit in ("processes", "wall_seconds", "output_bytes")
-    after = len([p for p in os.listdir("/proc") if p.isdigit()])
-    assert after < before + 16
     assert _sandbox_processes(host.sandbox) == []
 
 

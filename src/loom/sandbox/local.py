@@ -591,9 +591,11 @@ class BubblewrapSandbox(Sandbox):
             # Read the pipes to their end (discarding): a paused pipe never reports its end,
             # and asyncio's wait() waits for that.
             with contextlib.suppress(asyncio.TimeoutError, Exception):
-                await asyncio.wait_for(
+                drained = await asyncio.wait_for(
                     asyncio.gather(_drain(process.stdout), _drain(process.stderr)), 10
                 )
+                if outcome.limit is not None:
+                    outcome.truncated += sum(drained)
         return outcome
 
     # ---- files -------------------------------------------------------------------------
@@ -914,9 +916,14 @@ class _Outcome:
 # ---- helpers ---------------------------------------------------------------------------
 
 
-async def _drain(stream: asyncio.StreamReader) -> None:
-    while await stream.read(_READ_CHUNK):
-        pass
+async def _drain(stream: asyncio.StreamReader | None) -> int:
+    """Read ``stream`` to its end; how many bytes were discarded."""
+    if stream is None:
+        return 0
+    discarded = 0
+    while chunk := await stream.read(_READ_CHUNK):
+        discarded += len(chunk)
+    return discarded
 
 
 def _kill(process: asyncio.subprocess.Process) -> None:

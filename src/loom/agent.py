@@ -31,6 +31,8 @@ if TYPE_CHECKING:  # events, stores: loaded by the first run, not by `from loom 
     from loom.content import Part
     from loom.context import ContextBuilder
     from loom.definition import AgentDefinition
+    from loom.sandbox.base import SandboxSettings
+    from loom.sandbox.sessions import AgentSandbox
     from loom.engine.branching import BranchPolicy
     from loom.engine.gates import OnBusy
     from loom.engine.loop import Turn
@@ -218,6 +220,13 @@ class Agent:
             new branch's transcript gets a note naming them), ``"refuse"`` (the operation
             fails with ``BranchRefused``) or ``"allow"`` (no note). A new call that repeats a
             dropped ``at_most_once`` call waits for approval unless ``"allow"``.
+        sandbox: Where ``bash`` and ``python`` run (``loom.sandbox``, docs/tools.md): ``True``
+            (in a sandbox with the default ``SandboxSettings``), a ``SandboxSettings`` or a
+            mapping of its fields (in one with those), ``False`` (on the host). Unset:
+            ``bash`` runs on the host and ``python`` in a sandbox. A sandboxed call is
+            ``idempotent`` (its workspace is snapshotted after each committed step).
+        python_unsandboxed: With ``sandbox=False``, let the ``python`` tool run on the host;
+            without both, it refuses to.
     """
 
     __slots__ = (
@@ -254,6 +263,7 @@ class Agent:
         "permissions",
         "query_detector",
         "queue_timeout",
+        "sandbox",
         "reserved_output_tokens",
         "timeout",
         "tool_specs",
@@ -295,6 +305,7 @@ class Agent:
     query_detector: Any
     queue_timeout: float
     reserved_output_tokens: int | None
+    sandbox: AgentSandbox | None
     timeout: float
     tool_specs: list[ToolSpec]
     tool_timeout: float
@@ -339,6 +350,8 @@ class Agent:
         description: str = "",
         branch_effects: BranchPolicy = "note",
         loop_detection: LoopDetection | Mapping[str, Any] | bool = True,
+        sandbox: bool | SandboxSettings | Mapping[str, Any] | None = None,
+        python_unsandboxed: bool = False,
     ) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         put = object.__setattr__
@@ -414,6 +427,16 @@ class Agent:
                     field="tools",
                 )
             own[resolved.name] = resolved
+        setting = None
+        if sandbox is not None or python_unsandboxed or any(
+            hasattr(t, "sandbox_default") for t in own.values()
+        ):
+            from loom.sandbox.sessions import agent_sandbox
+            from loom.sandbox.tools import with_sandbox_effects
+
+            setting = agent_sandbox(sandbox, python_unsandboxed)
+            own, setting = with_sandbox_effects(own, setting)
+        put(self, "sandbox", setting)
         put(self, "tools", MappingProxyType(own))
         put(self, "backends", _check_backends(backends))
         put(self, "toolsets", tuple(toolsets))

@@ -132,6 +132,12 @@ class AgentDefinition(BaseModel):
     timeout: float = Field(default=600.0, gt=0)
     tool_timeout: float = Field(default=30.0, gt=0)
     workspace: str | None = None
+    sandbox: bool | dict[str, Any] | None = None
+    """Where ``bash`` and ``python`` run: ``true`` (a sandbox with the default settings), a
+    mapping of ``loom.sandbox.SandboxSettings`` fields, ``false`` (the host); absent:
+    ``bash`` on the host, ``python`` sandboxed (docs/tools.md)."""
+    python_unsandboxed: bool | None = None
+    """With ``sandbox: false``, let the ``python`` tool run on the host."""
     permissions: dict[str, Any] | None = None
     mcp_servers: dict[str, MCPServerConfig] = Field(default_factory=dict)
     output_schema: dict[str, Any] | None = None
@@ -320,6 +326,8 @@ def build_agent(
         kwargs["output_type"] = definition.output_schema
     if definition.workspace is not None:
         kwargs["workspace"] = (path.parent / definition.workspace).resolve()
+    if kwargs.get("python_unsandboxed") is None:
+        kwargs.pop("python_unsandboxed", None)
     kwargs["tools"] = resolved
     kwargs.update(overrides or {})
     if definition.mcp_servers:

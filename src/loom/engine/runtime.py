@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from pathlib import Path
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -61,6 +62,7 @@ from loom.tools.registry import resolve_tool
 
 if TYPE_CHECKING:
     from loom.content import Part
+    from loom.sandbox.sessions import SandboxPool
 
     # the engine reads an agent's definition (a Protocol), never loom.agent: layered imports
     from loom.context import ContextBuilder
@@ -141,6 +143,7 @@ class Runtime:
         prices: Any = None,
         budgets: Any = None,
         budget_clock: Callable[[], float] | None = None,
+        sandbox_dir: str | Path | None = None,
     ) -> None:
         if store is None:
             from loom.store.memory import MemoryStore
@@ -177,6 +180,26 @@ class Runtime:
         self._toolsets: dict[int, tuple[Any, Any]] = {}  # id(spec) -> (spec, live toolset)
         # ids of a tool table's tools -> (those tools, kept alive so ids stay theirs; specs)
         self._spec_cache: dict[tuple[int, ...], tuple[tuple[Tool, ...], list[ToolSpec]]] = {}
+        self._sandbox_dir = Path(sandbox_dir) if sandbox_dir is not None else None
+        self._sandboxes: SandboxPool | None = None
+        self._scratch: Path | None = None  # a private sandbox directory, removed by aclose
+
+    @property
+    def sandboxes(self) -> SandboxPool:
+        """The live sandboxes of this runtime's sessions and their workspace snapshots
+        (``loom.sandbox.sessions``), kept under ``sandbox_dir``: by default beside a store
+        file (``loom.db.sandboxes/``), else in a private temporary directory."""
+        if self._sandboxes is None:
+            from loom.sandbox.sessions import SandboxPool, scratch_directory
+
+            directory = self._sandbox_dir
+            store_path = getattr(self.store, "path", None)
+            if directory is None and isinstance(store_path, str) and store_path != ":memory:":
+                directory = Path(store_path + ".sandboxes")
+            if directory is None:
+                directory = self._scratch = scratch_directory()
+            self._sandboxes = SandboxPool(directory)
+        return self._sandboxes
 
     def __repr__(self) -> str:
         return f"Runtime(store={self.store!r})"
@@ -371,6 +394,9 @@ class Runtime:
             rom=rom,
             max_tool_calls=opts.max_tool_calls or agent.max_tool_calls,
             owner=opts.owner,
+            sandboxes=(
+                self.sandboxes if getattr(getattr(agent, "sandbox", None), "in_use", False) else None
+            ),
         )
 
     def _specs(self, tools: dict[str, Tool]) -> list[ToolSpec]:
@@ -776,6 +802,13 @@ class Runtime:
         toolsets, self._toolsets = list(self._toolsets.values()), {}
         for _, live in toolsets:
             await live.aclose()
+        if self._sandboxes is not None:
+            await self._sandboxes.aclose()
+        if self._scratch is not None:
+            from loom.sandbox.sessions import remove_directory
+
+            remove_directory(self._scratch)
+            self._sandboxes = self._scratch = None
 
     async def __aenter__(self) -> Runtime:
         return self

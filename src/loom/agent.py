@@ -31,8 +31,6 @@ if TYPE_CHECKING:  # events, stores: loaded by the first run, not by `from loom 
     from loom.content import Part
     from loom.context import ContextBuilder
     from loom.definition import AgentDefinition
-    from loom.sandbox.base import SandboxSettings
-    from loom.sandbox.sessions import AgentSandbox
     from loom.engine.branching import BranchPolicy
     from loom.engine.gates import OnBusy
     from loom.engine.loop import Turn
@@ -44,6 +42,8 @@ if TYPE_CHECKING:  # events, stores: loaded by the first run, not by `from loom 
     from loom.output import OutputSpec
     from loom.patterns.library import PatternLibrary
     from loom.policy.approval import PendingApproval
+    from loom.sandbox.base import SandboxSettings
+    from loom.sandbox.sessions import AgentSandbox
     from loom.schedule import Schedule, Scheduler
     from loom.store.base import Store
 
@@ -263,8 +263,8 @@ class Agent:
         "permissions",
         "query_detector",
         "queue_timeout",
-        "sandbox",
         "reserved_output_tokens",
+        "sandbox",
         "timeout",
         "tool_specs",
         "tool_timeout",
@@ -428,8 +428,10 @@ class Agent:
                 )
             own[resolved.name] = resolved
         setting = None
-        if sandbox is not None or python_unsandboxed or any(
-            hasattr(t, "sandbox_default") for t in own.values()
+        if (
+            sandbox is not None
+            or python_unsandboxed
+            or any(hasattr(t, "sandbox_default") for t in own.values())
         ):
             from loom.sandbox.sessions import agent_sandbox
             from loom.sandbox.tools import with_sandbox_effects

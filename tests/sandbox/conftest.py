@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
 import time
 from collections.abc import Mapping, Sequence
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from loom.sandbox.base import ExecResult, LimitHit, SandboxLimits, SandboxSettings, Snapshot
+from loom.sandbox.container import copy_tree_or_file
 
 
 def _state(root: Path) -> dict[str, tuple[int, int]]:
@@ -94,18 +94,10 @@ class UnsandboxedDir:
         )
 
     async def copy_in(self, source: Path, dest: str) -> None:
-        target = self.root / dest
-        if source.is_dir():
-            shutil.copytree(source, target, dirs_exist_ok=True)
-        else:
-            shutil.copy2(source, target)
+        await asyncio.to_thread(copy_tree_or_file, source, self.root / dest)
 
     async def copy_out(self, source: str, dest: Path) -> None:
-        origin = self.root / source
-        if origin.is_dir():
-            shutil.copytree(origin, dest, dirs_exist_ok=True)
-        else:
-            shutil.copy2(origin, dest)
+        await asyncio.to_thread(copy_tree_or_file, self.root / source, dest)
 
     async def snapshot(self, step: int) -> Snapshot:
         return Snapshot("unsandboxed", str(self.root), step)

@@ -27,11 +27,14 @@ STEP2 = (
 )
 
 
+REPO = str(Path(__file__).resolve().parents[2])
+
+
 async def main() -> None:
     mode, db, boxes, ws, backend_name = sys.argv[1:6]
     backend: Any = backend_name
     if backend_name == "double":
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+        sys.path.insert(0, REPO)
         from tests.sandbox.conftest import UnsandboxedDirBackend
 
         backend = UnsandboxedDirBackend()

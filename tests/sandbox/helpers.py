@@ -9,7 +9,6 @@ from loom import Agent
 from loom.messages import Message, ModelResponse, RunResult, ToolCall
 from loom.testing import ScriptedModel
 
-
 ALLOW = {"allow": ["bash", "python"]}
 """Permission rules that let the sandboxed tools run without asking (bash asks by default)."""
 
@@ -27,9 +26,7 @@ def tool_messages(result: RunResult) -> list[Message]:
     return [m for m in result.messages if m.role == "tool"]
 
 
-async def run_tool(
-    tool: str, arguments: dict[str, Any], workspace: Path, **agent: Any
-) -> Message:
+async def run_tool(tool: str, arguments: dict[str, Any], workspace: Path, **agent: Any) -> Message:
     """The tool message of one call of ``tool`` in an agent turn over ``workspace``."""
     agent.setdefault("permissions", ALLOW)
     a = Agent(tools=[tool], model=calls((tool, arguments)), workspace=workspace, **agent)

@@ -132,7 +132,8 @@ def test_agent_files_spell_the_setting(tmp_path: Path, setting: object) -> None:
 
     path = tmp_path / "AGENT.md"
     path.write_text(
-        "---\n" + yaml.safe_dump({"name": "coder", "tools": ["python"], "sandbox": setting})
+        "---\n"
+        + yaml.safe_dump({"name": "coder", "tools": ["python"], "sandbox": setting})
         + "---\nWrite code.\n"
     )
     agent = Agent.from_file(path)

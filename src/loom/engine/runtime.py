@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from pathlib import Path
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from loom.content import check_parts
@@ -62,7 +62,6 @@ from loom.tools.registry import resolve_tool
 
 if TYPE_CHECKING:
     from loom.content import Part
-    from loom.sandbox.sessions import SandboxPool
 
     # the engine reads an agent's definition (a Protocol), never loom.agent: layered imports
     from loom.context import ContextBuilder
@@ -72,6 +71,7 @@ if TYPE_CHECKING:
     from loom.policy.approval import PendingApproval
     from loom.policy.permissions import PermissionRule
     from loom.queries import ServerQuery
+    from loom.sandbox.sessions import SandboxPool
 
 __all__ = [
     "NamedRunnable",
@@ -395,7 +395,9 @@ class Runtime:
             max_tool_calls=opts.max_tool_calls or agent.max_tool_calls,
             owner=opts.owner,
             sandboxes=(
-                self.sandboxes if getattr(getattr(agent, "sandbox", None), "in_use", False) else None
+                self.sandboxes
+                if getattr(getattr(agent, "sandbox", None), "in_use", False)
+                else None
             ),
         )
 

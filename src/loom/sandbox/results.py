@@ -92,6 +92,6 @@ async def result_for_model(
                 if dest.stat().st_size > MAX_MEDIA_BYTES:
                     continue
                 images.append(Image.from_bytes(dest.read_bytes(), name=name))
-            except Exception:  # noqa: BLE001 - an unreadable image stays a listed file
+            except Exception:
                 continue
     return [body or "[no output]", *images] if images else (body or "[no output]")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import os
 import re
 import shutil
 import tempfile
@@ -180,9 +181,7 @@ class SandboxPool:
     ``directory`` holds the snapshots (``snapshots/``) and the workspaces of agents that have
     none (``workspaces/<session>``)."""
 
-    def __init__(
-        self, directory: Path, *, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, directory: Path, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.directory = directory
         self.clock = clock
         self._live: dict[str, _Live] = {}
@@ -233,8 +232,8 @@ class SandboxPool:
             if snaps.latest(session_id) is not None:
                 with tempfile.TemporaryDirectory() as tmp:
                     snaps.restore(session_id, Path(tmp))
-                    for entry in Path(tmp).iterdir():
-                        await sandbox.copy_in(entry, entry.name)
+                    for entry in await asyncio.to_thread(os.listdir, tmp):
+                        await sandbox.copy_in(Path(tmp) / entry, entry)
         run = run_id if settings.lifetime == "run" else None
         return _Live(sandbox, settings, session_id, run, root, self.clock())
 
@@ -330,7 +329,9 @@ class SandboxAccess:
         self.run_id = run_id
         self.workspace = workspace
 
-    def use(self, limits: SandboxLimits | None = None) -> contextlib.AbstractAsyncContextManager[Sandbox]:
+    def use(
+        self, limits: SandboxLimits | None = None
+    ) -> contextlib.AbstractAsyncContextManager[Sandbox]:
         """The call's sandbox for one command (``limits``: ignored here, pass them to ``run``)."""
         if self.pool is None:
             raise SandboxUnavailable("this run has no sandbox pool (run it through a Runtime)")

@@ -10,8 +10,8 @@ own effect (``bash``: ``at_most_once``).
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from loom.sandbox.sessions import AgentSandbox

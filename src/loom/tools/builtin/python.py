@@ -91,7 +91,9 @@ def _cell_text(result: ExecResult, nonce: str) -> str:
     if report is not None and report.get("error"):
         notes.append(f"[error] {report['error']}")
     elif report is None and result.limit is None:
-        notes.append(f"[the interpreter ended without finishing the cell: exit code {result.exit_code}]")
+        notes.append(
+            f"[the interpreter ended without finishing the cell: exit code {result.exit_code}]"
+        )
     if result.truncated_bytes:
         notes.append(f"[{result.truncated_bytes:,} bytes of output dropped at the output limit]")
     if result.files:
@@ -102,7 +104,7 @@ def _cell_text(result: ExecResult, nonce: str) -> str:
 
 
 async def _run_on_host(
-    interpreter: str, stdin: bytes, cwd: str, timeout: float, env: dict[str, str]
+    interpreter: str, stdin: bytes, cwd: str, seconds: float, env: dict[str, str]
 ) -> ExecResult:
     """The cell on the host (only with ``sandbox: false`` and ``python_unsandboxed: true``)."""
     started = time.monotonic()
@@ -118,11 +120,11 @@ async def _run_on_host(
         start_new_session=True,
     )
     try:
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(seconds):
             out, err = await proc.communicate(stdin)
     except TimeoutError:
         raise ToolError(
-            f"the cell ran past its {timeout:g} s timeout and was killed", code="timeout"
+            f"the cell ran past its {seconds:g} s timeout and was killed", code="timeout"
         ) from None
     finally:
         with contextlib.suppress(ProcessLookupError, PermissionError):

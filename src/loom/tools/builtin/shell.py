@@ -116,7 +116,7 @@ def make_bash(
     max_output: int = 32 * 1024,
     shell: str = "/bin/bash",
     name: str = "bash",
-) -> BuiltinTool:
+) -> SandboxAwareTool:
     """A ``bash`` tool with its own settings.
 
     Args:

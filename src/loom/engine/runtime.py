@@ -131,6 +131,9 @@ class Runtime:
             ``{scope, window, max_cost, max_tokens, warn_at, allow_unpriced}``; default the
             ``LOOM_BUDGETS`` environment variable (a JSON list or a file), else none.
         budget_clock: Epoch seconds for the budgets' windows (default ``time.time``).
+        sandbox_dir: Where sandboxes keep their workspace snapshots and the workspaces of
+            agents without one (``loom.sandbox.sessions``); default beside a SQLite store's
+            file (``loom.db.sandboxes``), else a temporary directory removed by ``aclose``.
     """
 
     def __init__(

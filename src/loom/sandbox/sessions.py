@@ -151,7 +151,7 @@ def backend_named(backend: str | SandboxBackend) -> SandboxBackend:
                 "the local (bubblewrap) sandbox backend is not part of this build of Loom; "
                 "use backend: docker or podman, or pass a SandboxBackend"
             ) from None
-        for name in ("LocalBackend", "LocalSandboxBackend", "BubblewrapBackend"):
+        for name in ("LocalSandbox", "LocalBackend"):
             made = getattr(module, name, None)
             if made is not None:
                 found: SandboxBackend = made()

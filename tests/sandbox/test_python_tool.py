@@ -140,3 +140,16 @@ def test_agent_files_spell_the_setting(tmp_path: Path, setting: object) -> None:
     assert agent.sandbox is not None and agent.sandbox.enabled is True
     if isinstance(setting, dict):
         assert agent.sandbox.settings.limits.wall_seconds == 5
+
+
+def test_the_setting_is_part_of_the_agents_definition_and_revision() -> None:
+    from loom.definition import definition_of, revision_of
+
+    plain = Agent(tools=["python"])
+    assert definition_of(plain).sandbox is None and definition_of(plain).python_unsandboxed is None
+    limited = Agent(tools=["python"], sandbox=SandboxSettings(limits=SandboxLimits(processes=8)))
+    written = definition_of(limited).sandbox
+    assert isinstance(written, dict) and written["limits"]["processes"] == 8
+    assert revision_of(limited) != revision_of(plain)
+    host = Agent(tools=["python"], sandbox=False, python_unsandboxed=True)
+    assert definition_of(host).python_unsandboxed is True

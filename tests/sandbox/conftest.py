@@ -9,11 +9,13 @@ backend (``loom.sandbox.local``), skipped with its reason where bubblewrap canno
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 import contextlib
 import os
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -126,3 +128,13 @@ class UnsandboxedDirBackend:
 @pytest.fixture
 def double() -> UnsandboxedDirBackend:
     return UnsandboxedDirBackend()
+
+
+@pytest.fixture
+def open_workspace() -> Iterator[Path]:
+    """A workspace the local sandbox can reach: run as root, it drops to an unprivileged uid,
+    which cannot enter pytest's root-only temporary directories."""
+    path = Path(tempfile.mkdtemp(prefix="loom-sandbox-ws-"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

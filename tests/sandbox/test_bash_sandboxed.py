@@ -62,14 +62,21 @@ def _local_backend_or_skip() -> None:
         pytest.skip("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
 
 
-async def test_bash_in_the_local_sandbox_cannot_see_the_host_home(tmp_path: Path) -> None:
+async def test_bash_in_the_local_sandbox_sees_the_workspace_and_not_the_host(
+    tmp_path: Path, open_workspace: Path
+) -> None:
     _local_backend_or_skip()
-    (tmp_path / "inside.txt").write_text("in")
+    ws = open_workspace
+    (ws / "inside.txt").write_text("in")
+    secret = tmp_path / "secret.txt"  # on the host, outside the workspace
+    secret.write_text("host secret")
     msg = await run_tool(
         "bash",
-        {"command": "cat inside.txt; ls /root 2>&1 | head -1; echo new > out.txt"},
-        tmp_path,
+        {"command": f"cat inside.txt; cat {secret}; echo new | tee out.txt"},
+        ws,
         sandbox=True,
     )
     assert msg.content.startswith("in")
-    assert (tmp_path / "out.txt").read_text() == "new\n"
+    assert "host secret" not in msg.content
+    assert "[files created or changed: out.txt]" in msg.content
+    assert (ws / "out.txt").read_text() == "new\n"

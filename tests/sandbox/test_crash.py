@@ -30,9 +30,9 @@ CHILD = Path(__file__).with_name("crash_child.py")
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
-def child(mode: str, tmp: Path, backend: str) -> subprocess.Popen[str]:
+def child(mode: str, tmp: Path, ws: Path, backend: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    args = [str(tmp / "loom.db"), str(tmp / "boxes"), str(tmp / "ws"), backend]
+    args = [str(tmp / "loom.db"), str(tmp / "boxes"), str(ws), backend]
     return subprocess.Popen(
         [sys.executable, str(CHILD), mode, *args],
         stdout=subprocess.PIPE,
@@ -44,27 +44,29 @@ def child(mode: str, tmp: Path, backend: str) -> subprocess.Popen[str]:
 
 @pytest.mark.parametrize("backend", ["double", "local"])
 def test_a_resumed_run_finds_the_workspace_of_the_last_committed_step(
-    tmp_path: Path, backend: str
+    tmp_path: Path, open_workspace: Path, backend: str
 ) -> None:
     if backend == "local":
         if importlib.util.find_spec("loom.sandbox.local") is None:
             pytest.skip("loom.sandbox.local (the bubblewrap backend) is not in this build yet")
         if shutil.which("bwrap") is None:
             pytest.skip("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    proc = child("crash", tmp_path, backend)
+    ws = open_workspace  # the local sandbox's uid must reach it (see conftest)
+    proc = child("crash", tmp_path, ws, backend)
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 120)
         line = proc.stdout.readline().strip() if ready else ""  # type: ignore[union-attr]
         if line != "READY":
             proc.kill()
             raise AssertionError(f"the child did not get to step 2: {proc.communicate()[1]}")
-        assert sorted(p.name for p in ws.iterdir()) == ["seen.json", "step1.txt", "step2.txt"]
+        written = sorted(p.name for p in ws.iterdir())
         os.kill(proc.pid, signal.SIGKILL)
     finally:
+        if proc.poll() is None:
+            proc.kill()
         proc.wait(30)
     assert proc.returncode == -signal.SIGKILL
+    assert written == ["seen.json", "step1.txt", "step2.txt"]  # the lost step did write
 
     snaps = WorkspaceSnapshots(tmp_path / "boxes" / "snapshots")
     latest = snaps.latest("crashy")
@@ -73,7 +75,7 @@ def test_a_resumed_run_finds_the_workspace_of_the_last_committed_step(
     with tarfile.open(archive) as tar:
         assert tar.getnames() == ["step1.txt"]  # the last committed step's workspace
 
-    resumed = child("resume", tmp_path, backend)
+    resumed = child("resume", tmp_path, ws, backend)
     out, err = resumed.communicate(timeout=120)
     assert resumed.returncode == 0, err
     assert out.strip().splitlines()[-1] == "completed"

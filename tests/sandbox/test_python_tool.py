@@ -153,3 +153,25 @@ def test_the_setting_is_part_of_the_agents_definition_and_revision() -> None:
     assert revision_of(limited) != revision_of(plain)
     host = Agent(tools=["python"], sandbox=False, python_unsandboxed=True)
     assert definition_of(host).python_unsandboxed is True
+
+
+async def test_python_in_the_local_sandbox(open_workspace: Path) -> None:
+    import importlib.util
+    import shutil
+
+    if importlib.util.find_spec("loom.sandbox.local") is None:
+        pytest.skip("loom.sandbox.local (the bubblewrap backend) is not in this build yet")
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
+    code = (
+        "import os, socket\n"
+        "open('made.txt', 'w').write('x')\n"
+        "try:\n"
+        "    socket.create_connection(('1.1.1.1', 53), timeout=2); net = 'reached'\n"
+        "except OSError:\n"
+        "    net = 'refused'\n"
+        "(net, sorted(os.listdir('.')))"
+    )
+    msg = await run_tool("python", {"code": code}, open_workspace)
+    assert "[value] ('refused', ['made.txt'])" in msg.content
+    assert "[files created or changed: made.txt]" in msg.content

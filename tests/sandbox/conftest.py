@@ -9,11 +9,11 @@ backend (``loom.sandbox.local``), skipped with its reason where bubblewrap canno
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 import contextlib
 import os
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path

@@ -178,8 +178,8 @@ class Agent:
             answer; a failing answer is retried with a correction (see ``loom.judge``).
         permissions: Rules for tool calls: a ``PermissionManager`` or a mapping such as
             ``{"allow": ["read_file", "bash(git status*)"], "deny": [...], "default": "ask"}``
-            (see ``loom.policy.permissions``). Without it, ``bash``, ``write_file``,
-            ``edit_file`` and ``web_fetch`` ask and every other tool is allowed. Rules in
+            (see ``loom.policy.permissions``). Without it, ``bash``, ``python``,
+            ``write_file``, ``edit_file`` and ``web_fetch`` ask and every other tool is allowed. Rules in
             ``<workspace>/.loom/permissions.yaml`` are added either way.
         approval_handler: Called (sync or async) with a ``PendingApproval`` when a call needs
             approval; returns ``Approve()``, ``Reject(reason)`` or ``Edit(arguments)``. Without

@@ -59,6 +59,7 @@ async def main() -> None:
         model=FunctionModel(model),
         workspace=ws,
         sandbox=SandboxSettings(backend=backend),
+        permissions={"allow": ["python"]},
     )
     result = await rt.run(agent, "go" if mode == "crash" else "again", session_id="crashy")
     print(result.stop_reason, flush=True)

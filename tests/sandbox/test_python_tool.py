@@ -19,7 +19,7 @@ from loom.sandbox import SandboxLimits, SandboxSettings
 from loom.store.sqlite import SQLiteStore
 
 from .conftest import UnsandboxedDirBackend
-from .helpers import calls, run_tool, tool_messages
+from .helpers import ALLOW, calls, run_tool, tool_messages
 
 # a 1x1 transparent PNG
 PNG = base64.b64decode(
@@ -119,6 +119,7 @@ async def test_a_long_output_goes_through_the_large_result_channel(
         sandbox=on(double),
         store=store,
         max_result_chars=2000,
+        permissions=ALLOW,
     )
     result = await agent.run("go")
     (msg,) = tool_messages(result)
@@ -175,3 +176,17 @@ async def test_python_in_the_local_sandbox(open_workspace: Path) -> None:
     msg = await run_tool("python", {"code": code}, open_workspace)
     assert "[value] ('refused', ['made.txt'])" in msg.content
     assert "[files created or changed: made.txt]" in msg.content
+
+
+async def test_without_permissions_a_python_call_asks_first(
+    tmp_path: Path, double: UnsandboxedDirBackend
+) -> None:
+    agent = Agent(
+        tools=["python"],
+        model=calls(("python", {"code": "1"})),
+        workspace=tmp_path,
+        sandbox=on(double),
+    )
+    result = await agent.run("go")
+    assert result.stop_reason == "awaiting_approval"
+    assert double.started == []  # nothing ran before the approval

@@ -7,6 +7,8 @@ from __future__ import annotations
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from loom import Agent
 from loom.engine.runtime import Runtime
 from loom.sandbox import SandboxSettings
@@ -124,3 +126,24 @@ async def test_a_command_still_running_at_a_commit_is_snapshotted_at_the_next_on
     await pool.committed("s")
     assert [r.step for r in snaps.records("s")] == [1]
     await pool.aclose()
+
+
+async def test_the_local_sandbox_keeps_a_private_workspace_per_session_between_runs() -> None:
+    import shutil
+
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
+    rt = Runtime()  # in-memory store: the sandboxes live in a private temporary directory
+    write = ("python", {"code": "open('kept.txt', 'w').write('1')"})
+    read = ("python", {"code": "import os\nsorted(os.listdir('.'))"})
+    agent = Agent(tools=["python"], permissions=ALLOW, model=calls(write), sandbox=True)
+    first = await rt.run(agent, "go", session_id="s")
+    second = await rt.run(agent.replace(model=calls(read)), "again", session_id="s")
+    other = await rt.run(agent.replace(model=calls(read)), "x", session_id="t")
+    shown = [m.content for r in (first, second, other) for m in r.messages if m.role == "tool"]
+    assert "[files created or changed: kept.txt]" in shown[0]
+    assert "[value] ['kept.txt']" in shown[1]
+    assert "[value] []" in shown[2]
+    scratch = rt.sandboxes.directory
+    await rt.aclose()
+    assert not scratch.exists()

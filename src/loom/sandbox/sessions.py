@@ -196,8 +196,13 @@ class SandboxPool:
         """Where a session's sandbox works: the agent's workspace, else a private folder."""
         if agent_workspace is not None:
             return agent_workspace
-        path = self.directory / "workspaces" / _SAFE.sub("_", session_id)
-        path.mkdir(parents=True, exist_ok=True)
+        folder = self.directory / "workspaces"
+        folder.mkdir(parents=True, exist_ok=True)
+        # traversable, not listable, by others: a backend run as root drops to another uid
+        # (the local one chowns the workspace to it), which must reach the workspace
+        folder.chmod(0o711)
+        path = folder / _SAFE.sub("_", session_id)
+        path.mkdir(exist_ok=True)
         return path
 
     @staticmethod
@@ -344,8 +349,11 @@ class SandboxAccess:
 
 
 def scratch_directory() -> Path:
-    """A private directory for a runtime whose store keeps nothing on disk."""
-    return Path(tempfile.mkdtemp(prefix="loom-sandboxes-"))
+    """A private directory for a runtime whose store keeps nothing on disk (traversable by a
+    sandbox's uid, not listable by other users)."""
+    path = Path(tempfile.mkdtemp(prefix="loom-sandboxes-"))
+    path.chmod(0o711)
+    return path
 
 
 def remove_directory(path: Path) -> None:

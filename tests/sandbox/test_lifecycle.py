@@ -147,3 +147,21 @@ async def test_the_local_sandbox_keeps_a_private_workspace_per_session_between_r
     scratch = rt.sandboxes.directory
     await rt.aclose()
     assert not scratch.exists()
+
+
+async def test_a_failed_snapshot_does_not_fail_the_step_and_is_retried(
+    tmp_path: Path, double: UnsandboxedDirBackend
+) -> None:
+    pool = SandboxPool(tmp_path / "boxes")
+    settings = SandboxSettings(backend=double)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    async with pool.use(settings, "s", "r", ws) as box:
+        await box.run(["sh", "-c", "echo 1 > one"])
+    (tmp_path / "boxes").mkdir()
+    (tmp_path / "boxes" / "snapshots").write_text("a file where the folder should be")
+    await pool.committed("s")  # cannot write the snapshot: logged, no exception
+    (tmp_path / "boxes" / "snapshots").unlink()
+    await pool.committed("s")  # still dirty: taken now
+    assert [r.step for r in pool.snapshots(settings).records("s")] == [1]
+    await pool.aclose()

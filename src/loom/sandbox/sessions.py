@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import logging
 import os
 import re
 import shutil
@@ -37,6 +38,7 @@ from loom.errors import AgentDefinitionError
 from loom.sandbox.base import (
     Sandbox,
     SandboxBackend,
+    SandboxError,
     SandboxLimits,
     SandboxSettings,
     SandboxUnavailable,
@@ -52,6 +54,7 @@ __all__ = [
 ]
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+log = logging.getLogger("loom.sandbox")
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +268,13 @@ class SandboxPool:
             if live.session_id != session_id or not live.dirty or live.in_flight:
                 continue
             live.dirty = False
-            await self._snapshot(live)
+            try:
+                await self._snapshot(live)
+            except (OSError, SandboxError) as exc:
+                # the step is committed either way; the run goes on, and the next commit
+                # tries again (until then a crash restores an older snapshot)
+                live.dirty = True
+                log.warning("sandbox snapshot of session %s failed: %s", session_id, exc)
 
     async def _snapshot(self, live: _Live) -> None:
         snaps = self.snapshots(live.settings)

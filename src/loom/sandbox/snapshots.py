@@ -117,6 +117,11 @@ class WorkspaceSnapshots:
                 shutil.rmtree(path)
             else:
                 path.unlink()
+        if not hasattr(tarfile, "data_filter"):
+            raise SandboxError(
+                "restoring a sandbox snapshot needs Python 3.11.4 or later (tarfile's "
+                "extraction filters refuse links out of the workspace); upgrade Python"
+            )
         with tarfile.open(archive) as tar:
             # "data" refuses absolute names, links out of the directory and device files: the
             # archive came from a workspace an agent's code wrote.

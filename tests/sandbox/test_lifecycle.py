@@ -165,3 +165,19 @@ async def test_a_failed_snapshot_does_not_fail_the_step_and_is_retried(
     await pool.committed("s")  # still dirty: taken now
     assert [r.step for r in pool.snapshots(settings).records("s")] == [1]
     await pool.aclose()
+
+
+def test_a_restore_skips_links_out_of_the_workspace(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "plain.txt").write_text("x")
+    (ws / "inner").symlink_to("plain.txt")
+    (ws / "out").symlink_to("/etc")
+    (ws / "up").symlink_to("../../..")
+    snaps = WorkspaceSnapshots(tmp_path / "snaps")
+    snaps.take("s", ws)
+    (ws / "plain.txt").write_text("changed")
+    (ws / "extra.txt").write_text("y")
+    snaps.restore("s", ws)
+    assert sorted(p.name for p in ws.iterdir()) == ["inner", "plain.txt"]
+    assert (ws / "plain.txt").read_text() == "x" and (ws / "inner").is_symlink()

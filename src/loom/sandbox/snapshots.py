@@ -123,9 +123,7 @@ class WorkspaceSnapshots:
                 "extraction filters refuse links out of the workspace); upgrade Python"
             )
         with tarfile.open(archive) as tar:
-            # "data" refuses absolute names, links out of the directory and device files: the
-            # archive came from a workspace an agent's code wrote.
-            tar.extractall(workspace, filter="data")
+            tar.extractall(workspace, filter=_safe_member)
         return record
 
     def drop(self, session_id: str) -> None:
@@ -140,6 +138,16 @@ class WorkspaceSnapshots:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_name, folder / "index.json")
+
+
+def _safe_member(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """tarfile's "data" filter, skipping (not failing on) what it refuses: absolute names,
+    links out of the workspace, device files. The archive holds what an agent's code wrote,
+    and one such entry must not make the whole workspace unrestorable."""
+    try:
+        return tarfile.data_filter(member, dest)
+    except tarfile.FilterError:
+        return None
 
 
 def _sha256(path: Path) -> str:

@@ -165,8 +165,8 @@ async def test_python_in_the_local_sandbox(open_workspace: Path) -> None:
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
     code = (
-        "import os, socket\n"
-        "open('made.txt', 'w').write('x')\n"
+        "import base64, os, socket\n"
+        f"open('dot.png', 'wb').write(base64.b64decode({base64.b64encode(PNG).decode()!r}))\n"
         "try:\n"
         "    socket.create_connection(('1.1.1.1', 53), timeout=2); net = 'reached'\n"
         "except OSError:\n"
@@ -174,8 +174,10 @@ async def test_python_in_the_local_sandbox(open_workspace: Path) -> None:
         "(net, sorted(os.listdir('.')))"
     )
     msg = await run_tool("python", {"code": code}, open_workspace)
-    assert "[value] ('refused', ['made.txt'])" in msg.content
-    assert "[files created or changed: made.txt]" in msg.content
+    assert "[value] ('refused', ['dot.png'])" in msg.content
+    assert "[files created or changed: dot.png]" in msg.content
+    (part,) = msg.parts
+    assert isinstance(part, Image) and part.data == PNG
 
 
 async def test_without_permissions_a_python_call_asks_first(

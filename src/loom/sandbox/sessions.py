@@ -343,10 +343,8 @@ class SandboxAccess:
         self.run_id = run_id
         self.workspace = workspace
 
-    def use(
-        self, limits: SandboxLimits | None = None
-    ) -> contextlib.AbstractAsyncContextManager[Sandbox]:
-        """The call's sandbox for one command (``limits``: ignored here, pass them to ``run``)."""
+    def use(self) -> contextlib.AbstractAsyncContextManager[Sandbox]:
+        """The call's session sandbox for one command (pass limits to its ``run``)."""
         if self.pool is None:
             raise SandboxUnavailable("this run has no sandbox pool (run it through a Runtime)")
         return self.pool.use(self.setting.settings, self.session_id, self.run_id, self.workspace)

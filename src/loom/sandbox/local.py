@@ -30,10 +30,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import errno
 import itertools
+import json
 import os
 import shutil
+import select
 import signal
 import stat
 import subprocess
@@ -88,6 +91,11 @@ _ETC_FILES = (
 )
 _NETWORK_ETC_FILES = ("resolv.conf", "gai.conf", "host.conf")
 _SYSTEM_TOP_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+_CLONE_NEWNS = 0x00020000
+_MS_BIND = 4096
+_MS_REC = 16384
+_MS_PRIVATE = 1 << 18
 
 _FILES_SCAN_LIMIT = 10000  # workspace entries compared per run for ExecResult.files
 _READ_CHUNK = 65536
@@ -256,13 +264,14 @@ class BubblewrapSandbox(Sandbox):
         self._snapshot_root = snapshot_root
         self._extra_ro_paths = extra_ro_paths
         self._id = uuid.uuid4().hex[:12]
-        self._private = Path(tempfile.mkdtemp(prefix="loom-sandbox-"))
+        self._private = Path(tempfile.mkdtemp(prefix="loom-sandbox-", dir=_private_parent()))
         self._etc = self._private / "etc"
         self._copy_root: Path | None = None
         self._copy_mounted = False
         self._disk_capped = False
-        self._processes: set[asyncio.subprocess.Process] = set()
+        self._processes: set[_Running] = set()
         self._closed = False
+        self._staging = _Staging(self._private / "staged", run_uid)
 
     # ---- setup -------------------------------------------------------------------------
 
@@ -270,6 +279,16 @@ class BubblewrapSandbox(Sandbox):
     def root(self) -> Path:
         """The host directory mounted at ``/workspace`` (the workspace, or its copy)."""
         return self._copy_root if self._copy_root is not None else self.workspace
+
+    @property
+    def host_uid(self) -> int:
+        """The host uid the sandbox's processes have (a dedicated one when Loom is root)."""
+        return self._run_uid if self._run_uid is not None else os.getuid()
+
+    @property
+    def private_dir(self) -> Path:
+        """The host directory holding this sandbox's generated files (in its command lines)."""
+        return self._private
 
     @property
     def sandbox_id(self) -> str:
@@ -293,6 +312,7 @@ class BubblewrapSandbox(Sandbox):
             _copy_tree_no_follow(self.workspace, self._copy_root)
         if self._run_uid is not None:
             _chown_tree(self.root, self._run_uid)
+            self._staging.prepare([self.root, *self._extra_ro_paths])
 
     def _write_etc(self) -> None:
         self._etc.mkdir()
@@ -323,7 +343,21 @@ class BubblewrapSandbox(Sandbox):
 
     # ---- running -----------------------------------------------------------------------
 
-    def _bwrap_args(self, cwd: str, env: Mapping[str, str], limits: SandboxLimits) -> list[str]:
+    def _bwrap_args(
+        self, cwd: str, env: Mapping[str, str], limits: SandboxLimits, fds: list[int]
+    ) -> list[str]:
+        """bwrap's arguments. When the sandbox runs as a dedicated uid it may not be able to
+        reach the workspace or an extra path (a 0700 parent): those are bind-mounted, in a
+        mount namespace of bwrap's own made just before it starts, under the private
+        directory (``_Staging``), and bwrap binds them from there."""
+        info_read, info_write = os.pipe()
+        fds += [info_write, info_read]  # the read end is kept (popped) by run()
+
+        def reach(path: Path) -> str:
+            if self._run_uid is None:
+                return str(path)
+            return str(self._staging.target(path))
+
         args = [
             self._bwrap,
             "--unshare-all",
@@ -338,6 +372,8 @@ class BubblewrapSandbox(Sandbox):
             "ALL",
             "--die-with-parent",
             "--new-session",
+            "--info-fd",
+            str(info_write),
             "--disable-userns",
             "--clearenv",
         ]
@@ -360,11 +396,11 @@ class BubblewrapSandbox(Sandbox):
                 args += ["--ro-bind", str(host), f"/etc/{name}"]
         for extra in self._extra_ro_paths:
             if extra.exists():
-                args += ["--ro-bind", str(extra), str(extra)]
+                args += ["--ro-bind", reach(extra), str(extra)]
         args += ["--proc", "/proc", "--dev", "/dev"]
         tmp_size = limits.disk_bytes if limits.disk_bytes is not None else 64 * 1024 * 1024
         args += ["--size", str(tmp_size), "--tmpfs", "/tmp"]
-        args += ["--bind", str(self.root), SANDBOX_WORKSPACE]
+        args += ["--bind", reach(self.root), SANDBOX_WORKSPACE]
         args += ["--chdir", _inside_path(cwd)]
         merged = {
             "PATH": _DEFAULT_PATH,
@@ -417,34 +453,34 @@ class BubblewrapSandbox(Sandbox):
         _check_relative(cwd, "cwd")
         before = await asyncio.to_thread(_scan_tree, self.root)
         size_before = sum(state.size for state in before.values())
-        args = self._bwrap_args(cwd, env or {}, limits) + list(command)
+        fds: list[int] = []
         started = time.monotonic()
-        process = await asyncio.create_subprocess_exec(
-            *args,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={"PATH": _DEFAULT_PATH, "LANG": "C.UTF-8"},
-            start_new_session=True,
-            user=self._run_uid,
-            group=self._run_uid,
-            extra_groups=[] if self._run_uid is not None else None,
-            close_fds=True,
-        )
-        self._processes.add(process)
         try:
-            outcome = await self._collect(process, stdin, limits)
+            args = self._bwrap_args(cwd, env or {}, limits, fds) + list(command)
+            info_fd = fds.pop()
+            process = await self._spawn(args, stdin is not None, fds)
+        except BaseException:
+            fds.append(info_fd)
+            raise
         finally:
-            self._processes.discard(process)
-            _kill(process)
-            with contextlib.suppress(ProcessLookupError, ChildProcessError):
-                await process.wait()
+            for fd in fds:
+                os.close(fd)
+        running = _Running(process, info_fd)
+        self._processes.add(running)
+        try:
+            outcome = await self._collect(running, stdin, limits)
+        finally:
+            self._processes.discard(running)
+            await running.finish()
         duration = time.monotonic() - started
         after = await asyncio.to_thread(_scan_tree, self.root)
         files = tuple(sorted(path for path, state in after.items() if before.get(path) != state))
         exit_code = process.returncode if process.returncode is not None else -signal.SIGKILL
         stdout = outcome.stdout.decode(errors="replace")
         stderr = outcome.stderr.decode(errors="replace")
+        if exit_code == 1 and stderr.startswith("bwrap: ") and outcome.limit is None:
+            # bwrap itself failed to build the sandbox: the command never ran.
+            raise SandboxError(f"the sandbox could not be set up: {stderr.strip()}")
         limit = outcome.limit
         if limit is None:
             grown = sum(state.size for state in after.values()) - size_before
@@ -459,9 +495,25 @@ class BubblewrapSandbox(Sandbox):
             limit=limit,
         )
 
+    async def _spawn(
+        self, args: list[str], with_stdin: bool, fds: list[int]
+    ) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            *args,
+            stdin=asyncio.subprocess.PIPE if with_stdin else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={"PATH": _DEFAULT_PATH, "LANG": "C.UTF-8"},
+            start_new_session=True,
+            close_fds=True,
+            pass_fds=fds,
+            preexec_fn=self._staging.enter if self._run_uid is not None else None,
+        )
+
     async def _collect(
-        self, process: asyncio.subprocess.Process, stdin: bytes | None, limits: SandboxLimits
+        self, running: _Running, stdin: bytes | None, limits: SandboxLimits
     ) -> _Outcome:
+        process = running.process
         outcome = _Outcome(budget=limits.output_bytes)
         assert process.stdout is not None and process.stderr is not None
         over = asyncio.Event()
@@ -499,7 +551,8 @@ class BubblewrapSandbox(Sandbox):
                 outcome.limit = LimitHit("wall_seconds", float(limits.wall_seconds))
         finally:
             over_wait.cancel()
-            _kill(process)
+            if outcome.limit is not None or not pumps.done():
+                await running.kill()
             pumps.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await pumps
@@ -568,10 +621,8 @@ class BubblewrapSandbox(Sandbox):
         if self._closed:
             return
         self._closed = True
-        for process in list(self._processes):
-            _kill(process)
-            with contextlib.suppress(ProcessLookupError, ChildProcessError):
-                await process.wait()
+        for running in list(self._processes):
+            await running.kill()
         self._processes.clear()
         await asyncio.to_thread(self._cleanup)
 
@@ -583,6 +634,121 @@ class BubblewrapSandbox(Sandbox):
     def _check_open(self) -> None:
         if self._closed:
             raise SandboxError("this sandbox is closed: start a new one")
+
+
+def _private_parent() -> str:
+    """Where private directories go: a world-searchable place (``/tmp``) so that the
+    sandbox's dedicated uid can reach the generated files."""
+    tmp = Path("/tmp")
+    if tmp.is_dir() and tmp.stat().st_mode & 0o001:
+        return str(tmp)
+    return tempfile.gettempdir()
+
+
+class _Staging:
+    """Host paths the dedicated uid may not reach, bind-mounted under a private directory in
+    a fresh mount namespace made in the child just before bwrap starts (so nothing is
+    mounted on the host and nothing is left behind); then the child becomes the uid."""
+
+    def __init__(self, directory: Path, uid: int | None) -> None:
+        self._directory = directory
+        self._uid = uid
+        self._targets: dict[Path, Path] = {}
+        self._plan: list[tuple[bytes, bytes]] = []
+        self._libc: ctypes.CDLL | None = None
+
+    def prepare(self, paths: Sequence[Path]) -> None:
+        """Make a mount point per path (called once, before any run)."""
+        self._directory.mkdir(mode=0o755)
+        for index, path in enumerate(paths):
+            if not path.exists():
+                continue
+            target = self._directory / str(index)
+            if path.is_dir():
+                target.mkdir(mode=0o755)
+            else:
+                target.touch(mode=0o644)
+            self._targets[path] = target
+            self._plan.append((os.fsencode(path), os.fsencode(target)))
+        self._libc = ctypes.CDLL(None, use_errno=True)
+
+    def target(self, path: Path) -> Path:
+        """Where ``path`` is reachable for bwrap."""
+        return self._targets[path]
+
+    def enter(self) -> None:
+        """In the child, before exec: a private mount namespace, the binds, then the uid.
+        Only async-signal-safe work (system calls through a preloaded libc)."""
+        libc = self._libc
+        assert libc is not None and self._uid is not None
+        if libc.unshare(_CLONE_NEWNS) != 0:
+            os._exit(125)
+        if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+            os._exit(125)
+        for source, target in self._plan:
+            if libc.mount(source, target, None, _MS_BIND | _MS_REC, None) != 0:
+                os._exit(125)
+        os.setgroups([])
+        os.setresgid(self._uid, self._uid, self._uid)
+        os.setresuid(self._uid, self._uid, self._uid)
+
+
+class _Running:
+    """A bwrap process and the host pid of its sandbox's PID 1 (from ``--info-fd``).
+
+    Stopping kills that PID 1 first: the kernel then kills every process of the PID
+    namespace and bwrap, still alive, reaps it and exits. Killing bwrap first would leave its
+    PID 1 to the host's init as a zombie."""
+
+    def __init__(self, process: asyncio.subprocess.Process, info_fd: int) -> None:
+        self.process = process
+        self._info = asyncio.ensure_future(asyncio.to_thread(_read_child_pid, info_fd))
+
+    async def kill(self) -> None:
+        """Kill everything inside (PID 1), then bwrap if it does not exit by itself."""
+        if self.process.returncode is not None:
+            return
+        child: int | None = None
+        with contextlib.suppress(asyncio.TimeoutError):
+            child = await asyncio.wait_for(asyncio.shield(self._info), 5)
+        if child is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(child, signal.SIGKILL)
+        else:
+            _kill(self.process)
+
+    async def finish(self) -> None:
+        """Wait for bwrap's exit (killing it if it lingers), and for the info reader."""
+        try:
+            await asyncio.wait_for(asyncio.shield(self.process.wait()), 10)
+        except asyncio.TimeoutError:
+            await self.kill()
+            _kill(self.process)
+            with contextlib.suppress(ProcessLookupError, ChildProcessError):
+                await self.process.wait()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._info, 10)
+
+
+def _read_child_pid(fd: int) -> int | None:
+    """bwrap's ``--info-fd`` JSON (``{"child-pid": N, ...}``), read until its end."""
+    data = b""
+    try:
+        while True:
+            ready, _, _ = select.select([fd], [], [], 30)
+            if not ready:
+                return None
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            data += chunk
+            with contextlib.suppress(ValueError):
+                return int(json.loads(data)["child-pid"])
+    finally:
+        os.close(fd)
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        return int(json.loads(data)["child-pid"])
+    return None
 
 
 class _Outcome:
@@ -824,4 +990,9 @@ def _scan_tree(root: Path) -> dict[str, _FileState]:
 
 
 def _tree_size(root: Path) -> int:
-    return sum(state.size for state in _scan_tree(root).values())
+    total = 0
+    for directory, _, filenames in os.walk(root):
+        for name in filenames:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(directory, name)).st_size
+    return total

@@ -179,8 +179,8 @@ class Agent:
         permissions: Rules for tool calls: a ``PermissionManager`` or a mapping such as
             ``{"allow": ["read_file", "bash(git status*)"], "deny": [...], "default": "ask"}``
             (see ``loom.policy.permissions``). Without it, ``bash``, ``python``,
-            ``write_file``, ``edit_file`` and ``web_fetch`` ask and every other tool is allowed. Rules in
-            ``<workspace>/.loom/permissions.yaml`` are added either way.
+            ``write_file``, ``edit_file`` and ``web_fetch`` ask and every other tool is
+            allowed. Rules in ``<workspace>/.loom/permissions.yaml`` are added either way.
         approval_handler: Called (sync or async) with a ``PendingApproval`` when a call needs
             approval; returns ``Approve()``, ``Reject(reason)`` or ``Edit(arguments)``. Without
             it such a call ends the run with ``stop_reason="awaiting_approval"``; continue

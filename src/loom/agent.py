@@ -42,6 +42,8 @@ if TYPE_CHECKING:  # events, stores: loaded by the first run, not by `from loom 
     from loom.output import OutputSpec
     from loom.patterns.library import PatternLibrary
     from loom.policy.approval import PendingApproval
+    from loom.sandbox.base import SandboxSettings
+    from loom.sandbox.sessions import AgentSandbox
     from loom.schedule import Schedule, Scheduler
     from loom.store.base import Store
 
@@ -176,9 +178,9 @@ class Agent:
             answer; a failing answer is retried with a correction (see ``loom.judge``).
         permissions: Rules for tool calls: a ``PermissionManager`` or a mapping such as
             ``{"allow": ["read_file", "bash(git status*)"], "deny": [...], "default": "ask"}``
-            (see ``loom.policy.permissions``). Without it, ``bash``, ``write_file``,
-            ``edit_file`` and ``web_fetch`` ask and every other tool is allowed. Rules in
-            ``<workspace>/.loom/permissions.yaml`` are added either way.
+            (see ``loom.policy.permissions``). Without it, ``bash``, ``python``,
+            ``write_file``, ``edit_file`` and ``web_fetch`` ask and every other tool is
+            allowed. Rules in ``<workspace>/.loom/permissions.yaml`` are added either way.
         approval_handler: Called (sync or async) with a ``PendingApproval`` when a call needs
             approval; returns ``Approve()``, ``Reject(reason)`` or ``Edit(arguments)``. Without
             it such a call ends the run with ``stop_reason="awaiting_approval"``; continue
@@ -218,6 +220,13 @@ class Agent:
             new branch's transcript gets a note naming them), ``"refuse"`` (the operation
             fails with ``BranchRefused``) or ``"allow"`` (no note). A new call that repeats a
             dropped ``at_most_once`` call waits for approval unless ``"allow"``.
+        sandbox: Where ``bash`` and ``python`` run (``loom.sandbox``, docs/tools.md): ``True``
+            (in a sandbox with the default ``SandboxSettings``), a ``SandboxSettings`` or a
+            mapping of its fields (in one with those), ``False`` (on the host). Unset:
+            ``bash`` runs on the host and ``python`` in a sandbox. A sandboxed call is
+            ``idempotent`` (its workspace is snapshotted after each committed step).
+        python_unsandboxed: With ``sandbox=False``, let the ``python`` tool run on the host;
+            without both, it refuses to.
     """
 
     __slots__ = (
@@ -255,6 +264,7 @@ class Agent:
         "query_detector",
         "queue_timeout",
         "reserved_output_tokens",
+        "sandbox",
         "timeout",
         "tool_specs",
         "tool_timeout",
@@ -295,6 +305,7 @@ class Agent:
     query_detector: Any
     queue_timeout: float
     reserved_output_tokens: int | None
+    sandbox: AgentSandbox | None
     timeout: float
     tool_specs: list[ToolSpec]
     tool_timeout: float
@@ -339,6 +350,8 @@ class Agent:
         description: str = "",
         branch_effects: BranchPolicy = "note",
         loop_detection: LoopDetection | Mapping[str, Any] | bool = True,
+        sandbox: bool | SandboxSettings | Mapping[str, Any] | None = None,
+        python_unsandboxed: bool = False,
     ) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         put = object.__setattr__
@@ -414,6 +427,18 @@ class Agent:
                     field="tools",
                 )
             own[resolved.name] = resolved
+        setting = None
+        if (
+            sandbox is not None
+            or python_unsandboxed
+            or any(hasattr(t, "sandbox_default") for t in own.values())
+        ):
+            from loom.sandbox.sessions import agent_sandbox
+            from loom.sandbox.tools import with_sandbox_effects
+
+            setting = agent_sandbox(sandbox, python_unsandboxed)
+            own, setting = with_sandbox_effects(own, setting)
+        put(self, "sandbox", setting)
         put(self, "tools", MappingProxyType(own))
         put(self, "backends", _check_backends(backends))
         put(self, "toolsets", tuple(toolsets))

@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -132,6 +132,12 @@ class AgentDefinition(BaseModel):
     timeout: float = Field(default=600.0, gt=0)
     tool_timeout: float = Field(default=30.0, gt=0)
     workspace: str | None = None
+    sandbox: bool | dict[str, Any] | None = None
+    """Where ``bash`` and ``python`` run: ``true`` (a sandbox with the default settings), a
+    mapping of ``loom.sandbox.SandboxSettings`` fields, ``false`` (the host); absent:
+    ``bash`` on the host, ``python`` sandboxed (docs/tools.md)."""
+    python_unsandboxed: bool | None = None
+    """With ``sandbox: false``, let the ``python`` tool run on the host."""
     permissions: dict[str, Any] | None = None
     mcp_servers: dict[str, MCPServerConfig] = Field(default_factory=dict)
     output_schema: dict[str, Any] | None = None
@@ -261,6 +267,24 @@ def revision_of(agent: AgentSpec) -> str:
     return f"sha256:{digest}"
 
 
+def _sandbox_config(value: object) -> bool | dict[str, Any] | None:
+    """``Agent(sandbox=...)`` as a file writes it: a bool or mapping as given, a
+    ``SandboxSettings`` as its fields (None when its backend is an object no file can name)."""
+    if value is None or isinstance(value, bool | dict):
+        return value
+    from dataclasses import asdict, is_dataclass
+
+    if is_dataclass(value) and not isinstance(value, type):
+        if not isinstance(getattr(value, "backend", "local"), str):
+            return None
+        fields = asdict(value)
+        fields["env"] = dict(fields["env"])
+        if isinstance(fields["network"], tuple):
+            fields["network"] = list(fields["network"])
+        return fields
+    return dict(value) if isinstance(value, Mapping) else None
+
+
 def _loop_config(agent: AgentSpec) -> LoopDetectionConfig | bool | None:
     """The agent's loop detection as a file writes it: None for the defaults (so that an agent
     that keeps them has the revision it had before the setting existed), ``False`` when off."""
@@ -320,6 +344,8 @@ def build_agent(
         kwargs["output_type"] = definition.output_schema
     if definition.workspace is not None:
         kwargs["workspace"] = (path.parent / definition.workspace).resolve()
+    if kwargs.get("python_unsandboxed") is None:
+        kwargs.pop("python_unsandboxed", None)
     kwargs["tools"] = resolved
     kwargs.update(overrides or {})
     if definition.mcp_servers:
@@ -407,6 +433,8 @@ def definition_of(agent: AgentSpec) -> AgentDefinition:
         timeout=agent.timeout,
         tool_timeout=agent.tool_timeout,
         workspace=str(agent.workspace) if agent.workspace is not None else None,
+        sandbox=_sandbox_config(given.get("sandbox")),
+        python_unsandboxed=given.get("python_unsandboxed") or None,
         permissions=dict(permissions) if isinstance(permissions, dict) else None,
         mcp_servers=servers,
         backends=[

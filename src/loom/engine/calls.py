@@ -239,9 +239,10 @@ class CallRunner:
     async def execute(self, call: ToolCall, run_id: str | None = None) -> ToolResult:
         """Run one call (``run_id``: the run whose idempotency key a recovered call keeps)."""
         d, j = self.deps, self.journal
+        run = run_id or j.run_id
         ctx = RunContext(
             j.session_id,
-            run_id or j.run_id,
+            run,
             call.id,
             self.agent.name,
             self.agent.workspace,
@@ -249,6 +250,13 @@ class CallRunner:
             store=d.store,
             owner=d.owner,
         )
+        setting = getattr(self.agent, "sandbox", None)
+        if setting is not None:
+            from loom.sandbox.sessions import SandboxAccess
+
+            ctx.sandbox = SandboxAccess(
+                d.sandboxes, setting, j.session_id, run, self.agent.workspace
+            )
         return await execute_call(call, d.tools, ctx, self.agent.tool_timeout)
 
     async def record(

@@ -30,7 +30,7 @@ the JSONL export, ``loom sessions show`` and the context builder all read that t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -199,6 +199,7 @@ class Journal:
 
     __slots__ = (
         "added",
+        "after_commit",
         "emit",
         "held",
         "held_from",
@@ -246,6 +247,9 @@ class Journal:
         self.emit: Callable[[AgentEvent], None] = _discard
         self.observers = tuple(observers)
         self.warnings: list[str] = []
+        # Called after each commit reaches the store (the sandbox pool snapshots workspaces
+        # there: a snapshot never holds what an uncommitted step wrote).
+        self.after_commit: Callable[[], Awaitable[None]] | None = None
         # Whether progress notices (``PROGRESS_TYPES``) are built: the turn turns it off in a
         # run nobody watches live (no stream, no observer), where nobody could see them.
         self.notices = True
@@ -369,6 +373,8 @@ class Journal:
             raise
         self.history.extend(messages)
         self.added.extend(added)
+        if self.after_commit is not None:
+            await self.after_commit()
         for ev in out:
             self._out(ev)
         return messages

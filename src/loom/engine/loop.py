@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -227,6 +228,9 @@ class Turn:
                     self._task.uncancel()  # type: ignore[union-attr]
             try:
                 await self._finish(stop, error, started)  # type: ignore[arg-type]
+                pool = getattr(getattr(self, "deps", None), "sandboxes", None)
+                if pool is not None:  # a sandbox with lifetime "run" ends with its run
+                    await pool.run_ended(self.run_id)
             finally:
                 await gates.release(rt.store, gate)
                 rt.forget_gate(self.session_id, gate)
@@ -247,6 +251,9 @@ class Turn:
         view = self.view = await rt.session_view(sid)
         j.history = view.messages
         self.deps = d = await rt.deps_for(a, sid, view, self.user_deps, self.options)
+        if d.sandboxes is not None and getattr(a, "sandbox", None) is not None:
+            # workspace snapshots after each committed step (loom.sandbox.sessions)
+            j.after_commit = functools.partial(d.sandboxes.committed, sid)
         self.hctx.tools, self.hctx.remembered, self.hctx.messages = d.tools, d.remembered, j.history
         report = lambda e: j.announce(ev.ErrorEvent, error=e, fatal=False)  # noqa: E731
         self.hooks = HookRunner(a.compiled_hooks, self.hctx, report)

@@ -45,6 +45,7 @@ class RunDeps:
     rom: list[str] = field(default_factory=list)  # the backends' schema text, ROM first
     max_tool_calls: int = 50  # this run's (RunOptions.max_tool_calls, else the agent's)
     owner: str | None = None  # whom the run acts for (RunOptions.owner, decided by start)
+    sandboxes: Any = None  # the runtime's SandboxPool (loom.sandbox.sessions)
 
     def effect_of(self, tool_name: str) -> Any:
         t = self.tools.get(tool_name)

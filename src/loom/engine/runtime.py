@@ -25,6 +25,7 @@ import asyncio
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from loom.content import check_parts
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
     from loom.policy.approval import PendingApproval
     from loom.policy.permissions import PermissionRule
     from loom.queries import ServerQuery
+    from loom.sandbox.sessions import SandboxPool
 
 __all__ = [
     "NamedRunnable",
@@ -129,6 +131,9 @@ class Runtime:
             ``{scope, window, max_cost, max_tokens, warn_at, allow_unpriced}``; default the
             ``LOOM_BUDGETS`` environment variable (a JSON list or a file), else none.
         budget_clock: Epoch seconds for the budgets' windows (default ``time.time``).
+        sandbox_dir: Where sandboxes keep their workspace snapshots and the workspaces of
+            agents without one (``loom.sandbox.sessions``); default beside a SQLite store's
+            file (``loom.db.sandboxes``), else a temporary directory removed by ``aclose``.
     """
 
     def __init__(
@@ -141,6 +146,7 @@ class Runtime:
         prices: Any = None,
         budgets: Any = None,
         budget_clock: Callable[[], float] | None = None,
+        sandbox_dir: str | Path | None = None,
     ) -> None:
         if store is None:
             from loom.store.memory import MemoryStore
@@ -177,6 +183,26 @@ class Runtime:
         self._toolsets: dict[int, tuple[Any, Any]] = {}  # id(spec) -> (spec, live toolset)
         # ids of a tool table's tools -> (those tools, kept alive so ids stay theirs; specs)
         self._spec_cache: dict[tuple[int, ...], tuple[tuple[Tool, ...], list[ToolSpec]]] = {}
+        self._sandbox_dir = Path(sandbox_dir) if sandbox_dir is not None else None
+        self._sandboxes: SandboxPool | None = None
+        self._scratch: Path | None = None  # a private sandbox directory, removed by aclose
+
+    @property
+    def sandboxes(self) -> SandboxPool:
+        """The live sandboxes of this runtime's sessions and their workspace snapshots
+        (``loom.sandbox.sessions``), kept under ``sandbox_dir``: by default beside a store
+        file (``loom.db.sandboxes/``), else in a private temporary directory."""
+        if self._sandboxes is None:
+            from loom.sandbox.sessions import SandboxPool, scratch_directory
+
+            directory = self._sandbox_dir
+            store_path = getattr(self.store, "path", None)
+            if directory is None and isinstance(store_path, str) and store_path != ":memory:":
+                directory = Path(store_path + ".sandboxes")
+            if directory is None:
+                directory = self._scratch = scratch_directory()
+            self._sandboxes = SandboxPool(directory)
+        return self._sandboxes
 
     def __repr__(self) -> str:
         return f"Runtime(store={self.store!r})"
@@ -371,6 +397,11 @@ class Runtime:
             rom=rom,
             max_tool_calls=opts.max_tool_calls or agent.max_tool_calls,
             owner=opts.owner,
+            sandboxes=(
+                self.sandboxes
+                if getattr(getattr(agent, "sandbox", None), "in_use", False)
+                else None
+            ),
         )
 
     def _specs(self, tools: dict[str, Tool]) -> list[ToolSpec]:
@@ -776,6 +807,13 @@ class Runtime:
         toolsets, self._toolsets = list(self._toolsets.values()), {}
         for _, live in toolsets:
             await live.aclose()
+        if self._sandboxes is not None:
+            await self._sandboxes.aclose()
+        if self._scratch is not None:
+            from loom.sandbox.sessions import remove_directory
+
+            remove_directory(self._scratch)
+            self._sandboxes = self._scratch = None
 
     async def __aenter__(self) -> Runtime:
         return self

@@ -66,6 +66,7 @@ _RULE_RE = re.compile(r"^([A-Za-z0-9_*.-]+)(?:\((.*)\))?$", re.S)
 
 DEFAULT_RULES: dict[str, Action] = {
     "bash": "ask",
+    "python": "ask",  # writes the workspace, like write_file (sandboxed or not)
     "write_file": "ask",
     "edit_file": "ask",
     "web_fetch": "ask",

@@ -76,6 +76,14 @@ class SandboxSettings:
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     env: Mapping[str, str] = field(default_factory=dict)
     lifetime: Literal["session", "run"] = "session"
+    backend: str | SandboxBackend = "local"
+    """Which backend makes it: ``"local"`` (bubblewrap), ``"docker"`` / ``"podman"``
+    (``loom.sandbox.container``), or a ``SandboxBackend`` object."""
+    idle_seconds: float | None = 900.0
+    """A session's sandbox unused this long is closed (made again, from its last snapshot,
+    on the next call)."""
+    keep_snapshots: int = 3
+    """Workspace snapshots kept per session (older ones are pruned)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,9 @@ class RunContext:
     owner: str | None = None
     """Whom the run acts for (``RunOptions.owner``, decided once when the run started: the
     API key's principal, a schedule's owner; ``None``: nobody, shared)."""
+    sandbox: Any = None
+    """The call's sandbox (``loom.sandbox.sessions.SandboxAccess``: the agent's ``sandbox:``
+    setting and the session's sandbox), or ``None`` outside a runtime."""
     _cancel: threading.Event | None = None  # made on first use: most calls never need it
 
     @property

@@ -22,6 +22,7 @@ BUILTIN_TOOLS: dict[str, str] = {
     "glob": "loom.tools.builtin.search:glob",
     "grep": "loom.tools.builtin.search:grep",
     "bash": "loom.tools.builtin.shell:bash",
+    "python": "loom.tools.builtin.python:python",
     "web_fetch": "loom.tools.builtin.web:web_fetch",
     "remember": "loom.memory.tools:remember",
     "memory_write": "loom.memory.tools:memory_write",

@@ -8,7 +8,9 @@
 | list_dir    | pure          | list one directory                                      |
 | glob        | pure          | find files by glob pattern (``**`` recursive)           |
 | grep        | pure          | search file contents by regular expression             |
-| bash        | at_most_once  | run a shell command in the workspace                    |
+| bash        | at_most_once  | run a shell command in the workspace (idempotent when   |
+|             |               | sandboxed: ``Agent(sandbox=True)``)                     |
+| python      | idempotent    | run a Python cell in the sandbox (value, files, images) |
 | web_fetch   | idempotent    | HTTP GET a URL and return its text                      |
 
 File tools only reach the agent's workspace (``loom.policy.scope``). Each module is imported

@@ -7,8 +7,12 @@ holds only a few harmless variables (``PATH``, ``HOME``, locale, ...): API keys 
 secrets of the parent process are not inherited unless named in ``make_bash(env_allow=...)``.
 
 Which commands may run is decided before the tool runs, by the permission rules matched per
-subcommand (``loom.policy.permissions``, ``loom.policy.shell``). The tool itself is not a
-sandbox: an allowed command can touch anything the user running Loom can.
+subcommand (``loom.policy.permissions``, ``loom.policy.shell``). On the host the tool is not a
+sandbox: an allowed command can touch anything the user running Loom can. With the agent's
+``sandbox:`` setting on (``Agent(sandbox=True)``, ``loom.sandbox``) the command runs in the
+session's sandbox instead: its workspace, its limits, no network unless allowed; stdout and
+stderr come back apart, with the files it produced (images as media) and a typed
+``sandbox_limit`` error for a limit it hit; the call is then ``idempotent``.
 """
 
 from __future__ import annotations
@@ -18,11 +22,14 @@ import contextlib
 import os
 import signal
 from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
 
 from loom.errors import ToolError
 from loom.policy.scope import workspace_of
+from loom.sandbox.results import result_for_model
+from loom.sandbox.tools import SandboxAwareTool, runs_sandboxed
 from loom.tools.base import RunContext
-from loom.tools.builtin._base import BuiltinTool
 
 __all__ = ["SAFE_ENV", "bash", "make_bash", "scrubbed_env"]
 
@@ -109,7 +116,7 @@ def make_bash(
     max_output: int = 32 * 1024,
     shell: str = "/bin/bash",
     name: str = "bash",
-) -> BuiltinTool:
+) -> SandboxAwareTool:
     """A ``bash`` tool with its own settings.
 
     Args:
@@ -120,7 +127,7 @@ def make_bash(
     """
     allow = tuple(env_allow)
 
-    async def bash(ctx: RunContext, command: str, timeout: float = 120.0) -> str:  # noqa: ASYNC109
+    async def bash(ctx: RunContext, command: str, timeout: float = 120.0) -> Any:  # noqa: ASYNC109
         """Run a shell command in the workspace directory and return its output.
 
         stdout and stderr are returned together; a non-zero exit status is reported on the
@@ -137,6 +144,17 @@ def make_bash(
             raise ToolError(
                 f"timeout must be between 0 and {MAX_TIMEOUT:g} seconds", code="invalid_arguments"
             )
+        access = ctx.sandbox
+        if access is not None and runs_sandboxed(access.setting, default=False):
+            limits = access.setting.settings.limits
+            wall = min(timeout, limits.wall_seconds or timeout)
+            async with access.use() as box:
+                result = await box.run(
+                    [shell, "-c", command],
+                    env=dict(access.setting.settings.env),
+                    limits=replace(limits, wall_seconds=wall),
+                )
+                return await result_for_model(result, box)
         cwd = workspace_of(ctx.workspace, tool="bash").root
         proc = await asyncio.create_subprocess_exec(
             shell,
@@ -184,8 +202,12 @@ def make_bash(
         return text or "[no output]"
 
     bash.__name__ = name
-    return BuiltinTool(
-        bash, effect="at_most_once", subject=("command", "command"), timeout=MAX_TIMEOUT + 10
+    return SandboxAwareTool(
+        bash,
+        sandbox_default=False,
+        effect_on_host="at_most_once",
+        subject=("command", "command"),
+        timeout=MAX_TIMEOUT + 10,
     )
 
 

@@ -1,0 +1,158 @@
+"""Workspace snapshots of sandboxes, taken after committed steps (issue #32 item 3).
+
+A snapshot is a tar archive of the workspace stored by content hash under
+``<directory>/<session>/<sha256>.tar``; ``index.json`` beside them lists the session's
+snapshots oldest first (at most ``keep``; archives no entry names are deleted). ``restore``
+makes a directory hold exactly what the newest snapshot holds, so a run resumed after a crash
+finds the files as they were when its last step was committed, and nothing a lost step wrote.
+
+The index is replaced atomically (write, fsync, rename) after the archive is on disk: a crash
+while snapshotting leaves the previous snapshot as the newest one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from loom.sandbox.base import SandboxError
+
+__all__ = ["SnapshotRecord", "WorkspaceSnapshots"]
+
+_SAFE_SESSION = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRecord:
+    """One stored snapshot: its step counter (per session, increasing) and archive hash."""
+
+    step: int
+    digest: str
+
+
+class WorkspaceSnapshots:
+    """Snapshots of session workspaces under ``directory`` (see the module docstring)."""
+
+    def __init__(self, directory: Path, *, keep: int = 3) -> None:
+        if keep < 1:
+            raise ValueError("keep must be at least 1")
+        self.directory = directory
+        self.keep = keep
+
+    def _session_dir(self, session_id: str) -> Path:
+        return self.directory / _SAFE_SESSION.sub("_", session_id)
+
+    def records(self, session_id: str) -> list[SnapshotRecord]:
+        """The session's snapshots, oldest first (empty when it has none)."""
+        index = self._session_dir(session_id) / "index.json"
+        try:
+            rows = json.loads(index.read_text())
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as exc:
+            raise SandboxError(f"the snapshot index {index} cannot be read: {exc}") from exc
+        return [SnapshotRecord(int(r["step"]), str(r["digest"])) for r in rows]
+
+    def latest(self, session_id: str) -> SnapshotRecord | None:
+        """The newest snapshot of the session, or None."""
+        rows = self.records(session_id)
+        return rows[-1] if rows else None
+
+    def take(self, session_id: str, workspace: Path) -> SnapshotRecord:
+        """Archive ``workspace`` as the session's newest snapshot; prune beyond ``keep``."""
+        folder = self._session_dir(session_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=folder, suffix=".part")
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w") as tar:
+                for entry in sorted(os.listdir(workspace)):
+                    tar.add(workspace / entry, arcname=entry)
+            digest = _sha256(tmp)
+            target = folder / f"{digest}.tar"
+            if target.exists():
+                tmp.unlink()
+            else:
+                with open(tmp, "rb") as f:
+                    os.fsync(f.fileno())
+                tmp.replace(target)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            raise
+        rows = self.records(session_id)
+        record = SnapshotRecord((rows[-1].step + 1) if rows else 1, digest)
+        rows = [*rows, record][-self.keep :]
+        self._write_index(folder, rows)
+        named = {f"{r.digest}.tar" for r in rows}
+        for old in folder.glob("*.tar"):
+            if old.name not in named:
+                with contextlib.suppress(FileNotFoundError):
+                    old.unlink()
+        return record
+
+    def restore(self, session_id: str, workspace: Path) -> SnapshotRecord | None:
+        """Make ``workspace`` hold exactly the newest snapshot (None: no snapshot, untouched)."""
+        record = self.latest(session_id)
+        if record is None:
+            return None
+        archive = self._session_dir(session_id) / f"{record.digest}.tar"
+        if not archive.exists():
+            raise SandboxError(
+                f"snapshot {record.step} of session {session_id!r} is missing ({archive}); "
+                "delete the session's index.json to start from the workspace as it is"
+            )
+        workspace.mkdir(parents=True, exist_ok=True)
+        for entry in os.listdir(workspace):
+            path = workspace / entry
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        if not hasattr(tarfile, "data_filter"):
+            raise SandboxError(
+                "restoring a sandbox snapshot needs Python 3.11.4 or later (tarfile's "
+                "extraction filters refuse links out of the workspace); upgrade Python"
+            )
+        with tarfile.open(archive) as tar:
+            tar.extractall(workspace, filter=_safe_member)
+        return record
+
+    def drop(self, session_id: str) -> None:
+        """Forget every snapshot of the session."""
+        shutil.rmtree(self._session_dir(session_id), ignore_errors=True)
+
+    @staticmethod
+    def _write_index(folder: Path, rows: list[SnapshotRecord]) -> None:
+        fd, tmp_name = tempfile.mkstemp(dir=folder, suffix=".json.part")
+        with os.fdopen(fd, "w") as f:
+            json.dump([{"step": r.step, "digest": r.digest} for r in rows], f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_name, folder / "index.json")
+
+
+def _safe_member(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """tarfile's "data" filter, skipping (not failing on) what it refuses: absolute names,
+    links out of the workspace, device files. The archive holds what an agent's code wrote,
+    and one such entry must not make the whole workspace unrestorable."""
+    try:
+        return tarfile.data_filter(member, dest)
+    except tarfile.FilterError:
+        return None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()

@@ -252,7 +252,7 @@ class LocalSandbox:
             snapshot_root=snapshot_root,
             extra_ro_paths=self._extra_ro_paths,
         )
-        await asyncio.to_thread(sandbox.prepare, restore)
+        await asyncio.to_thread(sandbox.set_up, restore)
         return sandbox
 
 
@@ -315,7 +315,7 @@ class BubblewrapSandbox(Sandbox):
         """This sandbox's id (in its snapshot directory's name)."""
         return self._id
 
-    def prepare(self, restore: Snapshot | None) -> None:
+    def set_up(self, restore: Snapshot | None) -> None:
         """Make the private /etc, the workspace copy (``copy`` mode) and restore a snapshot."""
         self._write_etc()
         if restore is not None:
@@ -332,7 +332,7 @@ class BubblewrapSandbox(Sandbox):
             _copy_tree_no_follow(self.workspace, self._copy_root)
         if self._run_uid is not None:
             _chown_tree(self.root, self._run_uid)
-            self._staging.prepare([self.root, *self._extra_ro_paths])
+            self._staging.stage([self.root, *self._extra_ro_paths])
 
     def _write_etc(self) -> None:
         program = seccomp_program()
@@ -765,7 +765,7 @@ class _Staging:
         self._plan: list[tuple[bytes, bytes]] = []
         self._libc: ctypes.CDLL | None = None
 
-    def prepare(self, paths: Sequence[Path]) -> None:
+    def stage(self, paths: Sequence[Path]) -> None:
         """Make a mount point per path (called once, before any run)."""
         self._directory.mkdir(mode=0o755)
         for index, path in enumerate(paths):

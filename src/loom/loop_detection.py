@@ -140,6 +140,36 @@ def loop_detection_of(value: Any) -> LoopDetection | None:
 
 # one encoder: ``json.dumps`` with options builds a new one on every call
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+# ``_CANONICAL.encode`` builds a C encoder on every call too (about half its cost on a small
+# mapping): this is the same one, built once. It keeps no circular-reference markers (a
+# shared markers dict is left dirty by a failed encoding); a circular value recurses until
+# RecursionError, and the fallback below then raises what ``_CANONICAL.encode`` raises.
+_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
+_FAST_CANONICAL: Any = (
+    _make_encoder(
+        None,
+        _CANONICAL.default,
+        json.encoder.encode_basestring,
+        None,
+        ":",
+        ",",
+        True,  # sort_keys
+        False,  # skipkeys
+        True,  # allow_nan
+    )
+    if _make_encoder is not None
+    else None
+)
+
+
+def _encode(value: Any) -> str:
+    """``_CANONICAL.encode(value)`` for a mapping, through the encoder built once."""
+    if _FAST_CANONICAL is None:
+        return _CANONICAL.encode(value)
+    try:
+        return "".join(_FAST_CANONICAL(value, 0))
+    except RecursionError:  # circular (or nested too deep): what the full encoder says
+        return _CANONICAL.encode(value)
 
 
 def _normal(value: Any) -> Any:
@@ -163,7 +193,7 @@ def _normal(value: Any) -> Any:
 def canonical_arguments(arguments: Mapping[str, Any]) -> str:
     """Canonical JSON of a call's arguments: sorted keys, no spaces, normalised numbers."""
     try:
-        text = _CANONICAL.encode(arguments)  # sorts nested keys too
+        text = _encode(arguments)  # sorts nested keys too
     except TypeError:  # a key that is not a string, or a value JSON has no form for
         return _CANONICAL.encode(_normal(arguments))
     # an integral float is written "1.0" or "1e+16": only then (or when a string merely

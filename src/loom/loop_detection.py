@@ -204,7 +204,14 @@ def canonical_arguments(arguments: Mapping[str, Any]) -> str:
 
 
 def _call_key(call: ToolCall) -> tuple[str, str]:
-    args = canonical_arguments(call.arguments)
+    args: str | None = None
+    if _FAST_CANONICAL is not None:  # canonical_arguments' usual case, inline (every call)
+        try:
+            args = "".join(_FAST_CANONICAL(call.arguments, 0))
+        except (TypeError, RecursionError):
+            args = None
+    if args is None or ".0" in args or "e+" in args:
+        args = canonical_arguments(call.arguments)
     if args == "{}" and call.raw_arguments:  # arguments that did not parse: their text
         args = call.raw_arguments.strip()
     return call.name, args
@@ -265,11 +272,13 @@ class LoopDetector:
         c = self.config
         top: tuple[str, str] | None = None
         count = 0
-        for fresh in self._fresh:
-            n = self._counts.get(fresh, 0)
-            if n > count:
-                top, count = fresh, n
-        self._fresh.clear()
+        if self._fresh:
+            counts = self._counts
+            for fresh in self._fresh:
+                n = counts.get(fresh, 0)
+                if n > count:
+                    top, count = fresh, n
+            self._fresh.clear()
         if c.max_repeats is not None and top is not None:
             name, args = top
             if count >= c.max_repeats:
@@ -354,20 +363,23 @@ class LoopDetector:
             elif role == "system" and isinstance(warned := m.metadata.get(LOOP_WARNING), str):
                 self._warned.add(warned)
             return
-        window = self.config.window
-        keys = tuple([_call_key(c) for c in m.tool_calls])
-        counts = self._counts
-        for key in keys:
-            self._fresh.append(key)
-            self._calls.append(key)
-            counts[key] = counts.get(key, 0) + 1
-            if len(self._calls) > window:
-                old = self._calls.popleft()
-                left = counts[old] - 1
-                if left:
-                    counts[old] = left
-                else:
-                    del counts[old]
+        calls = m.tool_calls
+        keys: tuple[tuple[str, str], ...] = ()
+        if calls:
+            window = self.config.window
+            keys = tuple([_call_key(c) for c in calls])
+            counts, recent = self._counts, self._calls
+            for key in keys:
+                self._fresh.append(key)
+                recent.append(key)
+                counts[key] = counts.get(key, 0) + 1
+                if len(recent) > window:
+                    old = recent.popleft()
+                    left = counts[old] - 1
+                    if left:
+                        counts[old] = left
+                    else:
+                        del counts[old]
         answer = _answer_key(m, keys)
         self._run = self._run + 1 if answer == self._last_answer else 1
         self._last_answer, self._last_message = answer, m

@@ -78,10 +78,12 @@ def reasons_of(
     reasons: dict[str, str] = {}
     for kind, data in decisions:
         component = data.get("component")
-        tier = _TIER_OF.get(str(component))
-        if kind is not _INCLUDED and tier is not None:
-            reasons.setdefault(tier, "truncation")
-        elif component == "recall":  # this turn's memories, chosen by its message
+        if kind is not _INCLUDED:  # (most decisions include their component whole)
+            tier = _TIER_OF.get(str(component))
+            if tier is not None:
+                reasons.setdefault(tier, "truncation")
+                continue
+        if component == "recall":  # this turn's memories, chosen by its message
             reasons.setdefault("kernel", "recall")
     if measure.masked or measure.stripped:
         reasons.setdefault("history", "masking")

@@ -163,8 +163,8 @@ def prefix_points(
         segments_of(plan, messages, decisions),
         reasons_of(measure, notes, decisions),
     )
-    if type(found) is CacheCheck:
+    if isinstance(found, CacheCheck):
         if found.broke:
             _note_break(found, notes)
         return found.points
-    return found  # type: ignore[return-value]
+    return found

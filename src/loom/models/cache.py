@@ -204,7 +204,7 @@ class PrefixTracker:
         the previous request sent (see :data:`KNOWN_REASONS`); the previous request's reasons
         explain a break too (what it cut to fit is sent whole again)."""
         found = self.points_or_break(key, model, tools, messages, segments, reasons)
-        if type(found) is CacheCheck:
+        if isinstance(found, CacheCheck):
             return found
         shared = self.shared
         return CacheCheck(found, shared, shared)

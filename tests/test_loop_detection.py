@@ -390,3 +390,36 @@ async def test_the_same_answer_rule_warns_once_before_it_stops() -> None:
     assert result.stop_reason == "loop" and not any(
         LOOP_WARNING in m.metadata for m in stored_messages
     )
+
+
+def test_canonical_arguments_match_the_plain_encoder_on_every_shape() -> None:
+    """The prebuilt encoder (a hot path) writes what ``json.dumps`` with sorted keys writes
+    after normalising numbers, and a circular value is still refused."""
+    import json
+    import math
+
+    from loom.loop_detection import canonical_arguments
+
+    def normal(v: Any) -> Any:
+        if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+            return int(v)
+        if isinstance(v, dict):
+            return {str(k): normal(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [normal(x) for x in v]
+        return v
+
+    cases: list[dict[str, Any]] = [
+        {},
+        {"b": 1, "a": "x"},
+        {"a": 1.0, "b": [2.0, {"z": None, "y": "é\u2028"}], "c": True},
+        {"n": 1.5, "big": 1e16, "neg": -0.0},
+        {"s": "1.0 e+3"},
+    ]
+    for case in cases:
+        want = json.dumps(normal(case), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        assert canonical_arguments(case) == want
+    loop: dict[str, Any] = {}
+    loop["self"] = loop
+    with pytest.raises(ValueError, match="Circular"):
+        canonical_arguments(loop)

@@ -140,6 +140,36 @@ def loop_detection_of(value: Any) -> LoopDetection | None:
 
 # one encoder: ``json.dumps`` with options builds a new one on every call
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+# ``_CANONICAL.encode`` builds a C encoder on every call too (about half its cost on a small
+# mapping): this is the same one, built once. It keeps no circular-reference markers (a
+# shared markers dict is left dirty by a failed encoding); a circular value recurses until
+# RecursionError, and the fallback below then raises what ``_CANONICAL.encode`` raises.
+_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
+_FAST_CANONICAL: Any = (
+    _make_encoder(
+        None,
+        _CANONICAL.default,
+        json.encoder.encode_basestring,
+        None,
+        ":",
+        ",",
+        True,  # sort_keys
+        False,  # skipkeys
+        True,  # allow_nan
+    )
+    if _make_encoder is not None
+    else None
+)
+
+
+def _encode(value: Any) -> str:
+    """``_CANONICAL.encode(value)`` for a mapping, through the encoder built once."""
+    if _FAST_CANONICAL is None:
+        return _CANONICAL.encode(value)
+    try:
+        return "".join(_FAST_CANONICAL(value, 0))
+    except RecursionError:  # circular (or nested too deep): what the full encoder says
+        return _CANONICAL.encode(value)
 
 
 def _normal(value: Any) -> Any:
@@ -163,7 +193,7 @@ def _normal(value: Any) -> Any:
 def canonical_arguments(arguments: Mapping[str, Any]) -> str:
     """Canonical JSON of a call's arguments: sorted keys, no spaces, normalised numbers."""
     try:
-        text = _CANONICAL.encode(arguments)  # sorts nested keys too
+        text = _encode(arguments)  # sorts nested keys too
     except TypeError:  # a key that is not a string, or a value JSON has no form for
         return _CANONICAL.encode(_normal(arguments))
     # an integral float is written "1.0" or "1e+16": only then (or when a string merely
@@ -174,7 +204,14 @@ def canonical_arguments(arguments: Mapping[str, Any]) -> str:
 
 
 def _call_key(call: ToolCall) -> tuple[str, str]:
-    args = canonical_arguments(call.arguments)
+    args: str | None = None
+    if _FAST_CANONICAL is not None:  # canonical_arguments' usual case, inline (every call)
+        try:
+            args = "".join(_FAST_CANONICAL(call.arguments, 0))
+        except (TypeError, RecursionError):
+            args = None
+    if args is None or ".0" in args or "e+" in args:
+        args = canonical_arguments(call.arguments)
     if args == "{}" and call.raw_arguments:  # arguments that did not parse: their text
         args = call.raw_arguments.strip()
     return call.name, args
@@ -235,11 +272,13 @@ class LoopDetector:
         c = self.config
         top: tuple[str, str] | None = None
         count = 0
-        for fresh in self._fresh:
-            n = self._counts.get(fresh, 0)
-            if n > count:
-                top, count = fresh, n
-        self._fresh.clear()
+        if self._fresh:
+            counts = self._counts
+            for fresh in self._fresh:
+                n = counts.get(fresh, 0)
+                if n > count:
+                    top, count = fresh, n
+            self._fresh.clear()
         if c.max_repeats is not None and top is not None:
             name, args = top
             if count >= c.max_repeats:
@@ -324,20 +363,23 @@ class LoopDetector:
             elif role == "system" and isinstance(warned := m.metadata.get(LOOP_WARNING), str):
                 self._warned.add(warned)
             return
-        window = self.config.window
-        keys = tuple([_call_key(c) for c in m.tool_calls])
-        counts = self._counts
-        for key in keys:
-            self._fresh.append(key)
-            self._calls.append(key)
-            counts[key] = counts.get(key, 0) + 1
-            if len(self._calls) > window:
-                old = self._calls.popleft()
-                left = counts[old] - 1
-                if left:
-                    counts[old] = left
-                else:
-                    del counts[old]
+        calls = m.tool_calls
+        keys: tuple[tuple[str, str], ...] = ()
+        if calls:
+            window = self.config.window
+            keys = tuple([_call_key(c) for c in calls])
+            counts, recent = self._counts, self._calls
+            for key in keys:
+                self._fresh.append(key)
+                recent.append(key)
+                counts[key] = counts.get(key, 0) + 1
+                if len(recent) > window:
+                    old = recent.popleft()
+                    left = counts[old] - 1
+                    if left:
+                        counts[old] = left
+                    else:
+                        del counts[old]
         answer = _answer_key(m, keys)
         self._run = self._run + 1 if answer == self._last_answer else 1
         self._last_answer, self._last_message = answer, m

@@ -161,3 +161,19 @@ async def test_recalled_memories_that_follow_each_turn_break_the_kernel_as_expec
     assert kernel and all(b["reason"] == "recall" and b["expected"] for b in kernel), kernel
     builder = agent.runtime.builder_for(agent)
     assert isinstance(builder, SegmentedContextBuilder) and builder.prefixes.busts == 0
+
+
+def test_points_or_break_agrees_with_observe() -> None:
+    """The builder's fast path (no CacheCheck for a request that repeats the previous one)
+    gives the points ``observe`` gives, and the same check when the prefix breaks."""
+    msgs = [Message.system("rom"), Message.user("a"), Message.assistant("b"), Message.user("c")]
+    segs = Segments(0, None, None, 1)
+    fast, full = PrefixTracker(), PrefixTracker()
+    for n in (2, 3, 4):
+        got = fast.points_or_break("k", "m", (), msgs[:n], segs)
+        check = full.observe("k", model="m", tools=(), messages=msgs[:n], segments=segs)
+        assert got == check.points and fast.shared == check.shared
+    edited = [msgs[0], Message.user("other"), *msgs[2:]]
+    broke = fast.points_or_break("k", "m", (), edited, segs)
+    check = full.observe("k", model="m", tools=(), messages=edited, segments=segs)
+    assert broke == check and check.bust and fast.busts == full.busts == 1

@@ -42,7 +42,7 @@ from loom.errors import (
 )
 from loom.guardrails.engine import Tripped
 from loom.hooks import HookContext, HookRunner
-from loom.loop_detection import LOOP_WARNING, Loop, LoopDetector
+from loom.loop_detection import LOOP_WARNING, Loop, LoopDetector, LoopWarning
 from loom.messages import Message, ModelResponse, RunResult, StopReason, Usage, new_id
 from loom.models.base import (
     ModelSettings,
@@ -442,7 +442,9 @@ class Turn:
         loops = LoopDetector(a.loop_detection) if a.loop_detection is not None else None
         while True:
             if loops is not None:  # before each model call, from the committed transcript
-                await self._check_loops(loops)
+                verdict = loops.check(j.history)
+                if verdict is not None:  # rare: no coroutine for the usual "go on"
+                    await self._loop_verdict(verdict)
             self.iteration = j.iteration = self.hctx.iteration = self.iteration + 1
             if "before_iteration_start" in hooked:
                 await hook("before_iteration_start")
@@ -502,15 +504,14 @@ class Turn:
                 await hook("before_recursion")
             j.notice(ev.Recursion, next_iteration=self.iteration + 1)
 
-    async def _check_loops(self, loops: LoopDetector) -> None:
+    async def _loop_verdict(self, verdict: Loop | LoopWarning) -> None:
         """Stop a run that repeats itself (``loom.loop_detection``), or warn the model once."""
         j = self.j
-        verdict = loops.check(j.history)
         if isinstance(verdict, Loop):
             raise _Stop("loop", verdict.reason)
-        if verdict is not None:  # a note the model reads next; the journal holds it
-            meta = {LOOP_WARNING: verdict.key}
-            await j.commit([j.event(ev.MemoryRecord, content=verdict.note, metadata=meta)])
+        # a warning: a note the model reads next; the journal holds it
+        meta = {LOOP_WARNING: verdict.key}
+        await j.commit([j.event(ev.MemoryRecord, content=verdict.note, metadata=meta)])
 
     async def _context(self) -> AssembledContext:
         """CONTEXT: the one place the model's input is compiled, from the committed transcript."""

@@ -25,6 +25,7 @@ from loom.errors import ConfigurationError
 from loom.events import EventType
 from loom.memory import assembly
 from loom.memory.assembly import Plan
+from loom.memory.cache import prefix_points
 from loom.memory.compression import FLUSH_SYSTEM, FLUSH_USER, render_span, run_flush, summarise
 from loom.memory.config import (
     DEFAULT_CONTEXT_WINDOW,
@@ -276,37 +277,25 @@ class SegmentedContextBuilder:
         )
         ctx.persist = view.persist
         if agent.model_settings is None or agent.model_settings.prompt_cache:
-            ctx.cache_points = list(self._cache_points(request, plan, measure, ctx, decisions))
+            # where the stable prefix's segments end; a CACHE_BUST note when the session's
+            # previous prefix broke (loom.memory.cache)
+            points = prefix_points(
+                self.prefixes,
+                (id(request.agent), request.session_id),
+                plan,
+                request.model,
+                request.tool_specs,
+                ctx.messages,
+                measure,
+                ctx.notes,
+                decisions,
+            )
+            ctx.cache_points = list(points)
         if len(self._raw_of) > 1024:
             self._raw_of.clear()
         if getattr(mc.counter, "observe", None) is not None:
             self._raw_of[id(ctx)] = (raw, mc.counter)
         return ctx
-
-    def _cache_points(
-        self,
-        request: ContextRequest,
-        plan: Plan,
-        measure: Any,
-        ctx: AssembledContext,
-        decisions: list[tuple[EventType, dict[str, Any]]],
-    ) -> tuple[int, ...]:
-        """Where the stable prefix's segments end; a CACHE_BUST note when the session's
-        previous prefix broke (``loom.memory.cache``)."""
-        from loom.memory.cache import check_prefix
-
-        check = check_prefix(
-            self.prefixes,
-            (id(request.agent), request.session_id),
-            plan=plan,
-            model=request.model,
-            tools=request.tool_specs,
-            messages=ctx.messages,
-            measure=measure,
-            notes=ctx.notes,
-            decisions=decisions,
-        )
-        return check.points
 
     def observe_usage(self, ctx: AssembledContext, usage: Usage) -> None:
         """Correct an estimating counter with the input tokens the provider reported."""

@@ -25,6 +25,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from operator import is_
 from urllib.parse import urlsplit
 
 from loom.messages import Message, ToolSpec
@@ -68,10 +69,11 @@ def cache_settings(
 ) -> ModelSettings | None:
     """``settings`` for one call with the context's cache ``points`` and the session's ``key``
     (a ``cache_key`` already set wins). Unchanged when prompt caching is off for the agent."""
-    if settings is not None and not settings.prompt_cache:
+    if settings is None:  # the usual case: built directly (``replace`` walks every field)
+        return ModelSettings(cache_points=tuple(points), cache_key=key)
+    if not settings.prompt_cache:
         return settings
-    base = settings or ModelSettings()
-    return replace(base, cache_points=tuple(points), cache_key=base.cache_key or key)
+    return replace(settings, cache_points=tuple(points), cache_key=settings.cache_key or key)
 
 
 OPENAI_HOST = "api.openai.com"
@@ -178,6 +180,9 @@ class PrefixTracker:
         """Breaks with no known reason, since this tracker was made (a metric)."""
         self.breaks = 0
         """Breaks with a known reason."""
+        self.shared = 0
+        """How many leading messages the last observed request repeated from its previous
+        one (what :meth:`points_or_break` found)."""
 
     def forget(self, key: object) -> None:
         """Drop what is kept for ``key`` (its next request starts a new prefix)."""
@@ -198,14 +203,34 @@ class PrefixTracker:
         :meth:`Segments.name_of` name), what this build did there that may change messages
         the previous request sent (see :data:`KNOWN_REASONS`); the previous request's reasons
         explain a break too (what it cut to fit is sent whole again)."""
+        found = self.points_or_break(key, model, tools, messages, segments, reasons)
+        if isinstance(found, CacheCheck):
+            return found
+        shared = self.shared
+        return CacheCheck(found, shared, shared)
+
+    def points_or_break(
+        self,
+        key: object,
+        model: str,
+        tools: tuple[ToolSpec, ...],
+        messages: Sequence[Message],
+        segments: Segments,
+        reasons: Mapping[str, str] | None = None,
+    ) -> tuple[int, ...] | CacheCheck:
+        """:meth:`observe` for the usual request, which repeats the previous one whole: just
+        its cache points (and :attr:`shared` set to how many messages it repeats), with no
+        :class:`CacheCheck` built; a :class:`CacheCheck` when the previous prefix broke."""
         last = self._last.get(key)
         self._last[key] = _Last(model, tools, list(messages), segments, dict(reasons or {}))
         self._last.move_to_end(key)
-        while len(self._last) > self.max_sessions:
-            self._last.popitem(last=False)
+        if len(self._last) > self.max_sessions:
+            while len(self._last) > self.max_sessions:
+                self._last.popitem(last=False)
         n = len(messages)
         if last is None:
-            return CacheCheck(self._points(segments, None, n), 0, 0)
+            self.shared = 0
+            return self._points(segments, None, n)
         prev = last.messages
         whole = (
             "tools_changed"
@@ -215,16 +240,20 @@ class PrefixTracker:
         if whole is not None:
             shared = 0  # a cache is per model, and the tool schemas come first in it
         else:
-            shared, limit = 0, min(len(prev), n)
-            while shared < limit:
-                a, b = prev[shared], messages[shared]
-                if a is not b and not _same(a, b):  # usually the very same objects
-                    break
-                shared += 1
-        stable = shared - 1 if shared > 0 else None
-        points = self._points(segments, stable, n)
+            limit = min(len(prev), n)
+            if all(map(is_, prev, messages)):  # usually the very same objects: one C pass
+                shared = limit
+            else:
+                shared = 0
+                while shared < limit:
+                    a, b = prev[shared], messages[shared]
+                    if a is not b and not _same(a, b):
+                        break
+                    shared += 1
+        points = self._points(segments, shared - 1 if shared > 0 else None, n)
         if shared >= len(prev):
-            return CacheCheck(points, shared, len(prev))
+            self.shared = shared
+            return points
         segment = segments.name_of(shared)
         # what this build did there, or what the previous one did (a tier it cut to fit
         # comes back whole when there is room again)
@@ -245,8 +274,22 @@ class PrefixTracker:
         """At most four: the ROM's end, the Kernel's end, the end of what the previous request
         also sent, the last message (the next request repeats it); the summaries' end when
         there is room."""
+        rom, kernel, summaries = segments.rom, segments.kernel, segments.summaries
+        memo = (rom, kernel, summaries, stable, n)
+        hit = _POINTS.get(memo)
+        if hit is not None:
+            return hit
         chosen: list[int] = []
-        for p in (segments.rom, segments.kernel, stable, n - 1 if n else None, segments.summaries):
+        for p in (rom, kernel, stable, n - 1 if n else None, summaries):
             if p is not None and 0 <= p < n and p not in chosen:
                 chosen.append(p)
-        return tuple(sorted(chosen[:MAX_BREAKPOINTS]))
+        points = tuple(sorted(chosen[:MAX_BREAKPOINTS]))
+        if len(_POINTS) >= 4096:  # a few shapes per conversation length: bounded all the same
+            _POINTS.clear()
+        _POINTS[memo] = points
+        return points
+
+
+# the points of one layout (tier ends, the stable end, the length): a pure function, asked for
+# on every request
+_POINTS: dict[tuple[int | None, ...], tuple[int, ...]] = {}

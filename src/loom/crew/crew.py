@@ -236,6 +236,7 @@ class Crew:
             "deps": options.deps,
             "run_id": options.run_id,
             "parent_run_id": options.parent_run_id,
+            "owner": options.owner,  # decided by Runtime.start: every member run acts for it
         }
         if isinstance(input, NewMessage):
             if input.parts:  # refused, not dropped: a crew's task is text
@@ -364,9 +365,12 @@ class Crew:
         parent_run_id: str | None = None,
         approvals: Any = None,
         run_id: str | None = None,
+        owner: str | None = None,
     ) -> CrewResult:
         """One crew run on ``runtime`` (``run`` and ``stream`` call this; a parent crew calls
-        it for a nested crew with its own budget scope, depth and path)."""
+        it for a nested crew with its own budget scope, depth and path). Every member run acts
+        for ``owner``, the crew run's (``RunOptions.owner``): its memory tools and recall use
+        that owner's items."""
         if not isinstance(task, str) or not task.strip():
             raise InputError("a crew's task must be non-empty text")
         if session_id is not None and (not isinstance(session_id, str) or not session_id.strip()):
@@ -391,6 +395,7 @@ class Crew:
                 parent_run_id=parent_run_id,
                 approvals=approvals,
                 run_id=run_id,
+                owner=owner,
             )
 
     async def _execute(
@@ -407,6 +412,7 @@ class Crew:
         parent_run_id: str | None,
         approvals: Any,
         run_id: str | None,
+        owner: str | None,
     ) -> CrewResult:
         run_id = run_id or new_id("run")
         root = root or self.name
@@ -470,6 +476,7 @@ class Crew:
                 deps,
                 approvals,
                 interrupted=prior.interrupted if prior is not None and resume else None,
+                owner=owner,
             )
             stop: StopReason = "completed"
             output, error, budget_name = "", None, None

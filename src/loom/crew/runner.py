@@ -40,7 +40,7 @@ from loom.crew.remote import RemoteAgent
 from loom.crew.result import MemberResult
 from loom.crew.state import SharedState, state_tools
 from loom.crew.tools import CrewTool, choice_tool
-from loom.engine.run_inputs import CarryOn, Resume, RunOptions
+from loom.engine.run_inputs import SESSION_OWNER_NAMESPACE, CarryOn, Resume, RunOptions
 from loom.errors import BudgetExceeded, RemoteMemberError, ToolError
 from loom.events import AgentEvent, CrewMemberFinish, CrewMemberStart
 from loom.messages import Message, Usage
@@ -110,12 +110,14 @@ class Runner:
         deps: Any,
         approvals: Any = None,
         interrupted: Mapping[str, CrewMemberStart] | None = None,
+        owner: str | None = None,
     ) -> None:
         self.crew, self.runtime, self.log, self.scope = crew, runtime, log, scope
         # member runs (by key) the run this one resumes started and never finished
         self.interrupted = dict(interrupted or {})
         self.state, self.task, self.done, self.depth = state, task, done, depth
         self.root, self.emit, self.deps = root, emit, deps
+        self.owner = owner  # the crew run's: every member run (and nested crew) acts for it
         self.approvals = approvals  # Crew.resume's decisions: member path -> decision(s)
         self._slots: list[MemberResult | None] = []  # in start order
         self._seen: dict[str, int] = {}
@@ -555,7 +557,7 @@ class Runner:
             await guard.check(
                 run_id=self.log.run_id,
                 session_id=self.log.session_id,
-                owner=run_owner_of(),
+                owner=self.owner if self.owner is not None else run_owner_of(),
                 tenant=current_tenant.get(),
             )
         if isinstance(member, RemoteAgent):
@@ -575,17 +577,22 @@ class Runner:
             deps=self.deps,
             parent_run_id=self.log.run_id,
             tool_choice=tool_choice,
+            owner=self.owner,
         )
         if await rt.store.get_session(child_sid) is None:
-            await rt.store.create_session(
-                child_sid,
-                agent_name=member.name,
-                metadata={
-                    "crew_session": self.log.session_id,
-                    "crew_run_id": self.log.run_id,
-                    "path": path,
-                },
-            )
+            made: dict[str, Any] = {
+                "crew_session": self.log.session_id,
+                "crew_run_id": self.log.run_id,
+                "path": path,
+            }
+            if self.owner is not None:  # a store without a key-value space keeps it here
+                made["owner"] = self.owner
+            await rt.store.create_session(child_sid, agent_name=member.name, metadata=made)
+            kv = rt.capabilities.kv
+            if self.owner is not None and kv is not None:
+                # the member run finds its session made here, so it records no owner itself:
+                # record it as a run records its new session's (loom.engine.loop)
+                await kv.put_value(SESSION_OWNER_NAMESPACE, child_sid, self.owner)
         parked = await rt.pending_approvals(child_sid) if self.approvals is not None else []
         if parked:  # parked on an approval by the run this one resumes: decide, never re-ask
             decision = _decision_for(self.approvals, path)
@@ -682,6 +689,7 @@ class Runner:
             emit=self.emit,
             deps=self.deps,
             parent_run_id=self.log.run_id,
+            owner=self.owner,
         )
         r = MemberResult(
             path=path,

@@ -63,6 +63,8 @@ class CrewSpec(Protocol):
         parent_run_id: str | None = None,
         approvals: Any = None,
         run_id: str | None = None,
+        owner: str | None = None,
     ) -> CrewResult:
-        """Run the crew on ``task`` on ``runtime`` to its end."""
+        """Run the crew on ``task`` on ``runtime`` to its end, its member runs acting for
+        ``owner`` (``RunOptions.owner``)."""
         ...

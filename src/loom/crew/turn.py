@@ -45,6 +45,7 @@ class CrewTurn:
         approvals: Any = None,
         run_id: str | None = None,
         parent_run_id: str | None = None,
+        owner: str | None = None,
     ) -> None:
         if not isinstance(task, str) or not task.strip():
             raise InputError("a crew's task must be non-empty text")
@@ -52,6 +53,7 @@ class CrewTurn:
         self.session_id = session_id or new_id("session")
         self.run_id = run_id or new_id("run")
         self.deps, self.approvals, self.parent_run_id = deps, approvals, parent_run_id
+        self.owner = owner  # the crew run's owner (RunOptions.owner), its members' too
         self.result: RunResult | None = None
         self.crew_result: CrewResult | None = None
         self.cancel_reason: str | None = None
@@ -74,6 +76,7 @@ class CrewTurn:
                 approvals=self.approvals,
                 run_id=self.run_id,
                 parent_run_id=self.parent_run_id,
+                owner=self.owner,
             )
         except asyncio.CancelledError:
             if self.cancel_reason is None or self._task is None:

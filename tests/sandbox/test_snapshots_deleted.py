@@ -97,3 +97,24 @@ async def test_the_default_sandbox_dir_is_beside_the_store_file(tmp_path: Path) 
     finally:
         await rt.aclose()
         await store.close()
+
+
+async def test_a_runtime_forgetting_a_session_closes_its_sandbox_and_drops_its_files(
+    tmp_path: Path, double: UnsandboxedDirBackend
+) -> None:
+    """The server's thread delete calls ``Runtime.forget_session_sandbox``: a sandbox still
+    live for the session is closed, and its files under ``sandbox_dir`` go."""
+    rt = Runtime(sandbox_dir=tmp_path / "boxes")
+    agent = Agent(
+        tools=["bash"],
+        permissions=ALLOW,
+        model=calls(("bash", {"command": f"echo {MARKER} | tee notes.txt"})),
+        sandbox=SandboxSettings(backend=double),
+    )
+    assert (await rt.run(agent, "go", session_id="t1")).stop_reason == "completed"
+    assert rt.sandboxes.live_sessions() == ["t1"] and _files_holding(tmp_path / "boxes", MARKER)
+    await rt.forget_session_sandbox("t1")
+    (box,) = double.started
+    assert box.closed and rt.sandboxes.live_sessions() == []
+    assert _files_holding(tmp_path / "boxes", MARKER) == []
+    await rt.aclose()

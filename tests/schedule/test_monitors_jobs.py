@@ -166,6 +166,32 @@ async def test_the_sessions_job_keeps_a_source_while_its_forks_live(rig: Rig) ->
     assert [i.id for i in await rig.store.list_sessions(limit=0)] == []
 
 
+async def test_the_sessions_job_removes_a_deleted_sessions_sandbox_snapshots(
+    rig: Rig, tmp_path: Path
+) -> None:
+    """A session the TTL deletes takes its workspace snapshots with it (beside the store file,
+    where a runtime on this store keeps them); a kept session keeps its own."""
+    from loom.messages import Message
+    from loom.sandbox.snapshots import WorkspaceSnapshots
+    from loom.schedule.jobs import MaintenanceSettings
+
+    await rig.store.append("source", messages=[Message.user("a")])
+    await rig.store.append("alone", messages=[Message.user("b")])
+    await rig.store.fork("source", "fork", 1, 0, messages=[], events=[])
+    await rig.store.append("source", messages=[Message.user("c")])  # listed first: newest
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("private")
+    snaps = WorkspaceSnapshots(Path(rig.store.path + ".sandboxes") / "snapshots")
+    for sid in ("source", "alone"):
+        snaps.take(sid, workspace)
+    everything = MaintenanceSettings(session_ttl=-(10**9))
+    jobs = {j.name: j for j in builtin_jobs(rig.store, rig.schedules, rig.monitors, everything)}
+    assert (await jobs["sessions"].run())["sessions"] == 2  # "alone" and the fork
+    assert snaps.records("alone") == []
+    assert len(snaps.records("source")) == 1  # kept while its fork lived: so are its files
+
+
 async def test_the_items_job_purges_expired_items_by_the_schedulers_clock(rig: Rig) -> None:
     """Expired memory items are deleted by the ``items`` job at the time its clock says (an
     injected clock: no waiting for the ttl to run out)."""

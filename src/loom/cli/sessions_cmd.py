@@ -371,6 +371,7 @@ def delete(
     media no other session names."""
     from loom.errors import SessionBusy
     from loom.messages import new_id
+    from loom.sandbox.snapshots import default_sandbox_dir, drop_session_snapshots
 
     async def count(s: SQLiteStore) -> Any:
         return await _require(s, session_id)
@@ -387,7 +388,9 @@ def delete(
             raise SessionBusy(
                 f"session {session_id!r} is running in another process; try again when it ends"
             )
-        return await s.delete_session(session_id)
+        deleted = await s.delete_session(session_id)
+        drop_session_snapshots(default_sandbox_dir(s), session_id)
+        return deleted
 
     run_with_store(store, remove)
     out.print(f"deleted session {escape(session_id)}")

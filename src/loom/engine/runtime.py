@@ -195,14 +195,31 @@ class Runtime:
         if self._sandboxes is None:
             from loom.sandbox.sessions import SandboxPool, scratch_directory
 
-            directory = self._sandbox_dir
-            store_path = getattr(self.store, "path", None)
-            if directory is None and isinstance(store_path, str) and store_path != ":memory:":
-                directory = Path(store_path + ".sandboxes")
+            directory = self.sandbox_dir
             if directory is None:
                 directory = self._scratch = scratch_directory()
             self._sandboxes = SandboxPool(directory)
         return self._sandboxes
+
+    @property
+    def sandbox_dir(self) -> Path | None:
+        """Where this runtime's sandboxes keep snapshots and private workspaces: the
+        ``sandbox_dir`` given, else beside a store file (``loom.db.sandboxes``), else the
+        private temporary directory once made (None before: nothing is kept yet)."""
+        from loom.sandbox.snapshots import default_sandbox_dir
+
+        if self._sandbox_dir is not None:
+            return self._sandbox_dir
+        return default_sandbox_dir(self.store) or self._scratch
+
+    async def forget_session_sandbox(self, session_id: str) -> None:
+        """A session was deleted: close its live sandboxes and remove its snapshots and
+        private workspace (``loom.sandbox.snapshots.drop_session_snapshots``)."""
+        from loom.sandbox.snapshots import drop_session_snapshots
+
+        if self._sandboxes is not None:
+            await self._sandboxes.close_session(session_id, forget=True)
+        drop_session_snapshots(self.sandbox_dir, session_id)
 
     def __repr__(self) -> str:
         return f"Runtime(store={self.store!r})"

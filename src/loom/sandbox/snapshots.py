@@ -8,6 +8,12 @@ finds the files as they were when its last step was committed, and nothing a los
 
 The index is replaced atomically (write, fsync, rename) after the archive is on disk: a crash
 while snapshotting leaves the previous snapshot as the newest one.
+
+A runtime keeps these under its sandbox directory (``<dir>/snapshots/``, beside the private
+workspaces in ``<dir>/workspaces/``), by default beside a store file (``default_sandbox_dir``).
+Deleting a session (``loom sessions delete``, a server's thread delete, the TTL ``sessions``
+job, ``forget_owner``) removes both with ``drop_session_snapshots``: a session's files do not
+outlive it.
 """
 
 from __future__ import annotations
@@ -25,7 +31,12 @@ from pathlib import Path
 
 from loom.sandbox.base import SandboxError
 
-__all__ = ["SnapshotRecord", "WorkspaceSnapshots"]
+__all__ = [
+    "SnapshotRecord",
+    "WorkspaceSnapshots",
+    "default_sandbox_dir",
+    "drop_session_snapshots",
+]
 
 _SAFE_SESSION = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -156,3 +167,29 @@ def _sha256(path: Path) -> str:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
+
+
+def default_sandbox_dir(store: object) -> Path | None:
+    """The sandbox directory a runtime uses by default for ``store``: ``<file>.sandboxes``
+    beside a file-backed store (one with a ``path``, e.g. ``loom.db.sandboxes``); None for an
+    in-memory store or one without a file (its runtime uses a temporary directory)."""
+    path = getattr(store, "path", None)
+    if not isinstance(path, str) or path in ("", ":memory:"):
+        return None
+    return Path(path + ".sandboxes")
+
+
+def drop_session_snapshots(sandbox_dir: Path | None, session_id: str) -> bool:
+    """Remove what a deleted session left under ``sandbox_dir``: its workspace snapshots
+    (``snapshots/<session>/``) and its private workspace (``workspaces/<session>/``, made for
+    agents without a workspace of their own). True when something was removed; a missing
+    directory (None, or a session that never ran a sandbox) is no error."""
+    if sandbox_dir is None:
+        return False
+    name = _SAFE_SESSION.sub("_", session_id)
+    removed = False
+    for folder in (sandbox_dir / "snapshots" / name, sandbox_dir / "workspaces" / name):
+        if folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder)
+            removed = True
+    return removed

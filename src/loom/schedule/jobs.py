@@ -171,7 +171,10 @@ def builtin_jobs(
         return out
 
     async def sessions() -> dict[str, int]:
+        from loom.sandbox.snapshots import default_sandbox_dir, drop_session_snapshots
+
         assert s.session_ttl is not None
+        sandbox_dir = default_sandbox_dir(store)
         old = [
             i for i in await store.list_sessions(limit=0) if i.updated_at < cutoff(s.session_ttl)
         ]
@@ -181,6 +184,7 @@ def builtin_jobs(
                 await store.delete_session(info.id)
             except InputError:  # other sessions were forked from it: kept while they live
                 continue
+            drop_session_snapshots(sandbox_dir, info.id)
             deleted += 1
         return {"sessions": deleted}
 

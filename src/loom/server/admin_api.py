@@ -63,6 +63,9 @@ async def forget_principal(name: str, request: Request) -> JSONResponse:
         )
     owners = state.extra.get("owners")
     done = await forget_owner(
-        state.runtime.store, name, owners=owners if isinstance(owners, Owners) else None
+        state.runtime.store,
+        name,
+        owners=owners if isinstance(owners, Owners) else None,
+        sandbox_dir=state.runtime.sandbox_dir,
     )
     return JSONResponse(done.to_dict())

@@ -123,6 +123,7 @@ async def _start(state: ServerState, body: StatelessRunCreate, background: bool 
             delete_session = getattr(state.runtime.store, "delete_session", None)
             if delete_session is not None:
                 await delete_session(run.thread_id)
+                await state.runtime.forget_session_sandbox(run.thread_id)
             await _save_patch(state, run.thread_id, None)
 
         run.on_end = delete

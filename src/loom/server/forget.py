@@ -17,6 +17,9 @@ What an owner has, and what :func:`forget_owner` deletes:
 - **schedules and monitors** it created, with their runs and check-ins: a schedule left
   behind would go on running agents as the forgotten key and write new sessions for it.
 - the **ownership records** of its sessions (session ids are data too).
+- the **sandbox files** of its deleted sessions: workspace snapshots and private workspaces
+  under the sandbox directory (``loom.sandbox.snapshots.drop_session_snapshots``; by default
+  ``<store file>.sandboxes/``).
 
 Then, on a store that can (``loom.store.erase.Eraser``), the deletes run with secure delete on
 and the store is scrubbed, so the bytes are gone from the database's files, not only the rows.
@@ -29,9 +32,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from loom.errors import InputError, StoreError
+from loom.sandbox.snapshots import default_sandbox_dir, drop_session_snapshots
 from loom.server.ownership import OWNER_NS, SCOPE_MARK, Owners
 from loom.store.base import Lease, Store, capabilities_of
 from loom.store.erase import Eraser
@@ -126,18 +131,28 @@ async def owned_sessions(store: Store, owner: str) -> tuple[list[str], list[str]
     return found, recorded
 
 
-async def forget_owner(store: Store, owner: str, *, owners: Owners | None = None) -> Forgotten:
+async def forget_owner(
+    store: Store,
+    owner: str,
+    *,
+    owners: Owners | None = None,
+    sandbox_dir: Path | None = None,
+) -> Forgotten:
     """Delete everything ``owner`` (an API key's name) has in ``store`` (the module docstring
     says what), and scrub the store when it can. ``owners``: a running server's ownership
-    cache, updated to match. An owner with nothing stored is no error: every count is 0."""
+    cache, updated to match. ``sandbox_dir``: where sandboxes keep the sessions' snapshots
+    (a runtime's ``sandbox_dir``); by default beside the store's file. An owner with nothing
+    stored is no error: every count is 0."""
     owner = check_owner_name(owner)
     done = Forgotten(owner)
+    if sandbox_dir is None:
+        sandbox_dir = default_sandbox_dir(store)
     caps = capabilities_of(store)
     eraser = store if isinstance(store, Eraser) else None
     if eraser is not None:
         await eraser.secure_delete(True)
     try:
-        await _forget_sessions(store, owner, done)
+        await _forget_sessions(store, owner, done, sandbox_dir)
         if caps.items is not None:
             done.items = await caps.items.delete_owner_items(owner)
         if caps.schedules is not None:
@@ -157,7 +172,9 @@ async def forget_owner(store: Store, owner: str, *, owners: Owners | None = None
     return done
 
 
-async def _forget_sessions(store: Store, owner: str, done: Forgotten) -> None:
+async def _forget_sessions(
+    store: Store, owner: str, done: Forgotten, sandbox_dir: Path | None
+) -> None:
     from loom.messages import new_id
 
     delete = getattr(store, "delete_session", None)
@@ -188,6 +205,7 @@ async def _forget_sessions(store: Store, owner: str, done: Forgotten) -> None:
             try:
                 if await delete(sid):
                     done.sessions += 1
+                drop_session_snapshots(sandbox_dir, sid)
             except InputError:
                 left.append(sid)
         if len(left) == len(pending):

@@ -449,6 +449,7 @@ async def delete_thread(request: Request, thread_id: str) -> Response:
     if delete is None:
         raise HTTPException(501, "this server's store cannot delete sessions")
     await delete(thread_id)
+    await state.runtime.forget_session_sandbox(thread_id)
     await _save_patch(state, thread_id, None)
     manager.forget_thread(thread_id)
     _buses(state).forget(thread_id)

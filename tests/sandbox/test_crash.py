@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from loom.sandbox.snapshots import WorkspaceSnapshots
+from loom.sandbox.snapshots import WorkspaceSnapshots, session_folder_name
 
 CHILD = Path(__file__).with_name("crash_child.py")
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -71,7 +71,9 @@ def test_a_resumed_run_finds_the_workspace_of_the_last_committed_step(
     snaps = WorkspaceSnapshots(tmp_path / "boxes" / "snapshots")
     latest = snaps.latest("crashy")
     assert latest is not None
-    archive = tmp_path / "boxes" / "snapshots" / "crashy" / f"{latest.digest}.tar"
+    archive = (
+        tmp_path / "boxes" / "snapshots" / session_folder_name("crashy") / f"{latest.digest}.tar"
+    )
     with tarfile.open(archive) as tar:
         assert tar.getnames() == ["step1.txt"]  # the last committed step's workspace
 

@@ -13,7 +13,7 @@ from loom import Agent
 from loom.engine.runtime import Runtime
 from loom.sandbox import SandboxSettings
 from loom.sandbox.sessions import SandboxPool
-from loom.sandbox.snapshots import WorkspaceSnapshots
+from loom.sandbox.snapshots import WorkspaceSnapshots, session_folder_name
 
 from .conftest import UnsandboxedDirBackend
 from .helpers import ALLOW, calls
@@ -81,8 +81,12 @@ async def test_each_committed_step_snapshots_the_workspace_and_old_ones_are_prun
     snaps = WorkspaceSnapshots(tmp_path / "boxes" / "snapshots", keep=2)
     records = snaps.records("s")
     assert [r.step for r in records] == [3, 4]  # four steps snapshotted, two kept
-    assert len(list((tmp_path / "boxes" / "snapshots" / "s").glob("*.tar"))) == 2
-    with tarfile.open(tmp_path / "boxes" / "snapshots" / "s" / f"{records[-1].digest}.tar") as t:
+    assert (
+        len(list((tmp_path / "boxes" / "snapshots" / session_folder_name("s")).glob("*.tar"))) == 2
+    )
+    with tarfile.open(
+        tmp_path / "boxes" / "snapshots" / session_folder_name("s") / f"{records[-1].digest}.tar"
+    ) as t:
         assert sorted(t.getnames()) == ["f0", "f1", "f2", "f3"]
     await rt.aclose()
 
@@ -181,3 +185,17 @@ def test_a_restore_skips_links_out_of_the_workspace(tmp_path: Path) -> None:
     snaps.restore("s", ws)
     assert sorted(p.name for p in ws.iterdir()) == ["inner", "plain.txt"]
     assert (ws / "plain.txt").read_text() == "x" and (ws / "inner").is_symlink()
+
+
+def test_two_session_ids_that_read_alike_never_share_snapshots(tmp_path: Path) -> None:
+    """A folder name is the id made safe plus a digest of the exact id: "a~b" (a key's
+    session) and "a_b" would otherwise share a folder, and a restore would bring back the
+    other session's files."""
+    snaps = WorkspaceSnapshots(tmp_path / "snapshots")
+    workspace = tmp_path / "w"
+    workspace.mkdir()
+    (workspace / "secret.txt").write_text("alice's")
+    snaps.take("a~b", workspace)
+    assert session_folder_name("a~b") != session_folder_name("a_b")
+    assert snaps.latest("a_b") is None
+    assert snaps.latest("a~b") is not None

@@ -25,7 +25,6 @@ import contextlib
 import importlib
 import logging
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -43,7 +42,7 @@ from loom.sandbox.base import (
     SandboxSettings,
     SandboxUnavailable,
 )
-from loom.sandbox.snapshots import WorkspaceSnapshots
+from loom.sandbox.snapshots import WorkspaceSnapshots, session_folder_name
 
 __all__ = [
     "AgentSandbox",
@@ -53,7 +52,6 @@ __all__ = [
     "backend_named",
 ]
 
-_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 log = logging.getLogger("loom.sandbox")
 
 
@@ -204,7 +202,7 @@ class SandboxPool:
         # traversable, not listable, by others: a backend run as root drops to another uid
         # (the local one chowns the workspace to it), which must reach the workspace
         folder.chmod(0o711)
-        path = folder / _SAFE.sub("_", session_id)
+        path = folder / session_folder_name(session_id)
         path.mkdir(exist_ok=True)
         return path
 

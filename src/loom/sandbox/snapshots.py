@@ -36,9 +36,18 @@ __all__ = [
     "WorkspaceSnapshots",
     "default_sandbox_dir",
     "drop_session_snapshots",
+    "session_folder_name",
 ]
 
 _SAFE_SESSION = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def session_folder_name(session_id: str) -> str:
+    """The folder a session's snapshots and private workspace live in: its id made safe for a
+    file name (at most 64 characters) and a digest of the exact id, so two ids that read the
+    same once made safe ("a~b", "a_b") never share a folder (nor each other's files)."""
+    digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{_SAFE_SESSION.sub('_', session_id)[:64]}-{digest}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +68,7 @@ class WorkspaceSnapshots:
         self.keep = keep
 
     def _session_dir(self, session_id: str) -> Path:
-        return self.directory / _SAFE_SESSION.sub("_", session_id)
+        return self.directory / session_folder_name(session_id)
 
     def records(self, session_id: str) -> list[SnapshotRecord]:
         """The session's snapshots, oldest first (empty when it has none)."""
@@ -186,7 +195,7 @@ def drop_session_snapshots(sandbox_dir: Path | None, session_id: str) -> bool:
     directory (None, or a session that never ran a sandbox) is no error."""
     if sandbox_dir is None:
         return False
-    name = _SAFE_SESSION.sub("_", session_id)
+    name = session_folder_name(session_id)
     removed = False
     for folder in (sandbox_dir / "snapshots" / name, sandbox_dir / "workspaces" / name):
         if folder.is_dir() and not folder.is_symlink():

@@ -40,10 +40,9 @@ from loom.embedding.base import (
     EmbedderUnavailable,
     EmbeddingDimensionMismatch,
     EmbeddingError,
-    HashEmbedder,
     check_vectors,
 )
-from loom.errors import ConfigurationError, InputError
+from loom.errors import InputError
 from loom.store.items import Item, terms_of
 
 __all__ = [
@@ -320,28 +319,13 @@ def hybrid_depth(limit: int, offset: int) -> int:
 
 def embedder_from_env(spec: str | None = None) -> Embedder | None:
     """The embedder ``spec`` names (``LOOM_EMBEDDER`` when None; unset or empty: None): the one
-    place a server or CLI turns a spec into an embedder. ``loom.embedding.embedder_from_spec``
-    reads it when this Loom has it (``local``, ``openai:...``); ``hash`` / ``hash:DIMS`` (the
-    test embedder) always works."""
-    spec = os.environ.get("LOOM_EMBEDDER", "") if spec is None else spec
-    spec = spec.strip()
-    if not spec:
-        return None
-    name, _, arg = spec.partition(":")
-    if name == "hash":
-        try:
-            return HashEmbedder(int(arg) if arg else 64)
-        except ValueError:
-            raise ConfigurationError(f"embedder 'hash:DIMS' needs a number, got {spec!r}") from None
-    import loom.embedding
+    place a server or CLI turns a spec into an embedder, through
+    ``loom.embedding.embedder_from_spec`` (a bad spec is a ``ConfigurationError`` listing the
+    valid ones)."""
+    from loom.embedding import EMBEDDER_ENV, embedder_from_spec
 
-    from_spec = getattr(loom.embedding, "embedder_from_spec", None)
-    if from_spec is None:
-        raise ConfigurationError(
-            f"embedder spec {spec!r} is unknown to this Loom (it knows 'hash' and 'hash:DIMS')"
-        )
-    embedder: Embedder = from_spec(spec)
-    return embedder
+    spec = (os.environ.get(EMBEDDER_ENV, "") if spec is None else spec).strip()
+    return embedder_from_spec(spec) if spec else None
 
 
 @dataclass(frozen=True, slots=True)

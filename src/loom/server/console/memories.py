@@ -27,6 +27,7 @@ from loom.server.console.routes import csrf_refused, form_fields, page, problem,
 from loom.server.ownership import current_principal, owner_filter
 from loom.store.base import capabilities_of
 from loom.store.items import check_key, check_limit, check_namespace
+from loom.text import whole_number
 
 if TYPE_CHECKING:
     from loom.store.base import ItemStore
@@ -106,11 +107,10 @@ def parse_dotted(text: str) -> tuple[str, ...]:
 def _whole(name: str, text: str, default: int) -> int:
     if not text:
         return default
-    digits = text.strip()
-    # ASCII digits only: int() refuses "²" and more than 4,300 digits (a ValueError, a 500)
-    if not (digits.isascii() and digits.isdigit()) or len(digits) > 12:
+    number = whole_number(text.strip(), max_digits=12)
+    if number is None:
         raise InputError(f"{name} must be a whole number >= 0, got {text[:40]!r}")
-    return int(digits)
+    return number
 
 
 def _items(request: Request) -> ItemStore | None:

@@ -241,3 +241,17 @@ def test_bad_recall_settings_are_configuration_errors(bad: dict[str, Any]) -> No
 def test_recall_must_be_a_recall_config() -> None:
     with pytest.raises(ConfigurationError, match=r"MemoryConfig\.recall"):
         MemoryConfig(recall=5)  # type: ignore[arg-type]
+
+
+async def test_a_namespace_every_owner_shares_still_recalls_only_the_runs_owners_items() -> None:
+    """The namespace template names no owner here (a team's notes): the store's owner check,
+    not the namespace, keeps alice's item out of bob's Kernel."""
+    store = MemoryStore()
+    await store.put_item(("team",), "a", {"text": "the vault code is 4711"}, owner="alice")
+    seen = Seen()
+    a = agent(seen, RecallConfig(namespaces=(("team",),)))
+    runtime = Runtime(store)
+    await run(runtime, a, "what is the vault code?", "bob-1", owner="bob")
+    assert "4711" not in seen.kernel()
+    await run(runtime, a, "what is the vault code?", "alice-1", owner="alice")
+    assert "4711" in seen.kernel()
